@@ -1,0 +1,1 @@
+//! OpenCL C and CPU back ends of fbc.

@@ -1,0 +1,1 @@
+//! The fbc compiler driver and command.

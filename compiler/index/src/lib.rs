@@ -1,0 +1,1 @@
+//! Integer index expressions simplified with egg e-graphs.

@@ -1,0 +1,1 @@
+//! fbc IR core: arenas, types, attributes, ops, printer, verifier, passes.

@@ -1,0 +1,1 @@
+//! Hardware profiles of fbc's targets.

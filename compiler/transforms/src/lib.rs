@@ -1,0 +1,1 @@
+//! Generic and FBLayout passes of fbc.

@@ -1,0 +1,1 @@
+//! tensor, layout and memory dialects of fbc.

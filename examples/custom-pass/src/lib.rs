@@ -1,0 +1,1 @@
+//! An fbc pass written outside the compiler core.

@@ -1,0 +1,1 @@
+//! OpenCL kernel templates of fbc.

@@ -1,0 +1,1 @@
+//! Reference interpreter and device runtimes of fbc.

@@ -1,0 +1,1 @@
+//! File-driven and end-to-end tests of fbc.
