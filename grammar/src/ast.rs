@@ -123,7 +123,11 @@ pub enum AttrKind {
     /// A type used as an attribute value (`type = tensor<4xf32>`).
     Type(Type),
     /// `#dialect.name<params>`
-    Dialect { dialect: String, name: String, params: Vec<Param> },
+    Dialect {
+        dialect: String,
+        name: String,
+        params: Vec<Param>,
+    },
     /// `(d0, d1)[s0] -> (e0, e1)`
     Map(AffineMap),
     /// `unit` attributes written as a bare key in a dictionary (`{flag}`).

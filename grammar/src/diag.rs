@@ -190,7 +190,11 @@ fn snippet(out: &mut String, file: &SourceFile, span: Span, label: Option<&str>)
     let text = file.line_text(line);
     let chars: Vec<char> = text.chars().collect();
     // Carets cover the span on its first line, at least one character.
-    let width = if end_line == line { end_col.saturating_sub(col).max(1) } else { chars.len().saturating_sub(col - 1).max(1) };
+    let width = if end_line == line {
+        end_col.saturating_sub(col).max(1)
+    } else {
+        chars.len().saturating_sub(col - 1).max(1)
+    };
     // Cut very long lines (minified or generated input) to a window around the caret.
     let (shown, caret_col, width) = if chars.len() > MAX_SNIPPET_CHARS {
         let start = (col - 1).saturating_sub(MAX_SNIPPET_CHARS / 2);
@@ -200,12 +204,14 @@ fn snippet(out: &mut String, file: &SourceFile, span: Span, label: Option<&str>)
     } else {
         (text.to_string(), col, width)
     };
-    let shown: String = shown.chars().map(|c| if c.is_control() && c != '\t' { '\u{FFFD}' } else { c }).collect();
+    let shown: String =
+        shown.chars().map(|c| if c.is_control() && c != '\t' { '\u{FFFD}' } else { c }).collect();
     let gutter = line.to_string().len();
     let pad = " ".repeat(gutter);
     let _ = writeln!(out, "{pad} |");
     let _ = writeln!(out, "{line} | {shown}");
-    let lead: String = shown.chars().take(caret_col - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    let lead: String =
+        shown.chars().take(caret_col - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
     let _ = write!(out, "{pad} | {lead}{}", "^".repeat(width));
     match label {
         Some(l) => {

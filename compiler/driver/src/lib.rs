@@ -1,1 +1,225 @@
-//! The fbc compiler driver and command.
+//! The fbc driver: the command line, as a library.
+//!
+//! [`Driver`] owns the op registry and the pass registry. `fbc` itself is `Driver::default()`; a
+//! crate that adds its own passes (see `examples/custom-pass`) builds a `Driver`, registers them on
+//! `driver.passes`, and calls [`Driver::main`], so its passes run through the very same pipeline
+//! syntax, flags and diagnostics.
+//!
+//! Exit status: 0 on success, 1 when the input is wrong (diagnostics on stderr), 2 when the command
+//! line is wrong or asks for something not supported yet. A failed compile leaves no output file:
+//! outputs are written to a temporary file next to the destination and renamed at the end.
+
+pub mod bench;
+mod cli;
+mod output;
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser as _;
+use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
+use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
+
+pub use cli::{BenchParseArgs, Cli, Command, EmitKind};
+
+/// Exit status for bad input.
+pub const EXIT_INPUT: u8 = 1;
+/// Exit status for a bad command line or an unsupported request.
+pub const EXIT_USAGE: u8 = 2;
+
+/// An error that ends a command: diagnostics about the input, or a usage problem.
+#[derive(Debug)]
+pub enum Failure {
+    /// Rendered diagnostics about the input (exit status 1).
+    Input(String),
+    /// A command-line problem (exit status 2).
+    Usage(String),
+}
+
+impl Failure {
+    fn input(file: &SourceFile, diags: &[Diagnostic]) -> Failure {
+        Failure::Input(fbc_grammar::diag::render_all(file, diags))
+    }
+}
+
+/// The registries a command line runs against.
+#[derive(Debug, Clone)]
+pub struct Driver {
+    pub ops: OpRegistry,
+    pub passes: PassRegistry,
+}
+
+impl Default for Driver {
+    fn default() -> Driver {
+        Driver { ops: fbc_dialects::registry(), passes: fbc_transforms::default_registry() }
+    }
+}
+
+impl Driver {
+    /// Runs a command line (`args[0]` is the program name) and returns the process exit code.
+    pub fn main<I, T>(&self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let cli = match Cli::try_parse_from(args) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+            }
+        };
+        match self.run(&cli) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(Failure::Input(text)) => {
+                let _ = std::io::stderr().write_all(text.as_bytes());
+                ExitCode::from(EXIT_INPUT)
+            }
+            Err(Failure::Usage(text)) => {
+                let _ = writeln!(std::io::stderr(), "fbc: error: {text}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        }
+    }
+
+    /// Runs a parsed command line.
+    pub fn run(&self, cli: &Cli) -> Result<(), Failure> {
+        match &cli.command {
+            Some(Command::Opt(a)) => {
+                let (file, mut module) = self.load(&a.file)?;
+                let pipeline = a.passes.clone().unwrap_or_default();
+                self.run_pipeline(&file, &mut module, &pipeline, None, &a.instr)?;
+                output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module))
+            }
+            Some(Command::Passes) => output::write_text(None, &self.passes_table()),
+            Some(Command::Targets) => {
+                let profiles: Result<Vec<_>, _> =
+                    fbc_target::builtin_names().iter().map(|n| fbc_target::builtin(n)).collect();
+                let profiles = profiles.map_err(|e| Failure::Usage(e.to_string()))?;
+                output::write_text(None, &fbc_target::summary_table(&profiles))
+            }
+            Some(Command::SimplifyIndex(a)) => cli::simplify_index(a),
+            Some(Command::BenchParse(a)) => {
+                let report =
+                    bench::run(&self.ops, a.ops, a.repeat, a.json).map_err(Failure::Input)?;
+                output::write_text(None, &report)
+            }
+            None => {
+                let Some(path) = &cli.file else {
+                    return Err(Failure::Usage(
+                        "no input file; try `fbc FILE.fbir` or `fbc --help`".into(),
+                    ));
+                };
+                self.compile(path, &cli.compile)
+            }
+        }
+    }
+
+    fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
+        let target = fbc_target::builtin(&a.target).map_err(|e| Failure::Usage(e.to_string()))?;
+        match a.emit {
+            EmitKind::Ir => {}
+            other => {
+                return Err(Failure::Usage(format!(
+                    "--emit {} is not yet supported; supported now: ir",
+                    other.name()
+                )))
+            }
+        }
+        let (file, mut module) = self.load(path)?;
+        let level = a.level();
+        let pipeline = fbc_transforms::pipeline_for_level(level);
+        self.run_pipeline(&file, &mut module, pipeline, Some(&target), &a.instr)?;
+        output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module))
+    }
+
+    /// Reads and verifies a `.fbir` file (`-` is standard input).
+    pub fn load(&self, path: &Path) -> Result<(Arc<SourceFile>, Module), Failure> {
+        let name = path.display().to_string();
+        let bytes = if name == "-" {
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                .map_err(|e| Failure::Input(format!("<stdin>: error: cannot read: {e}\n")))?;
+            b
+        } else {
+            std::fs::read(path)
+                .map_err(|e| Failure::Input(format!("{name}: error: cannot read: {e}\n")))?
+        };
+        let text = match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                let at = e.utf8_error().valid_up_to();
+                let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                let file = SourceFile::new(name, lossy);
+                let d = Diagnostic::error("the file is not valid UTF-8")
+                    .at(fbc_ir::Span::new(at, at + 1))
+                    .with_label("invalid byte sequence here");
+                return Err(Failure::input(&file, &[d]));
+            }
+        };
+        let file = Arc::new(SourceFile::new(name, text));
+        let module =
+            fbc_ir::parse_module(&file, &self.ops).map_err(|d| Failure::input(&file, &d))?;
+        Ok((file, module))
+    }
+
+    /// Runs a pipeline text over a module with the given instrumentation flags.
+    pub fn run_pipeline(
+        &self,
+        file: &SourceFile,
+        module: &mut Module,
+        pipeline: &str,
+        target: Option<&fbc_target::HardwareProfile>,
+        flags: &cli::InstrumentationArgs,
+    ) -> Result<(), Failure> {
+        let steps = self.passes.parse_pipeline(pipeline).map_err(|e| {
+            Failure::Usage(format!(
+                "invalid pipeline `{pipeline}` at offset {}: {}",
+                e.offset, e.message
+            ))
+        })?;
+        let mut pm = PassManager::new(steps);
+        pm.instrumentation = Instrumentation {
+            verify_each: flags.verify_each || cfg!(debug_assertions),
+            print_after_all: flags.print_ir_after_all,
+            print_after: flags.print_ir_after.clone(),
+            time_passes: flags.time_passes,
+        };
+        for name in &flags.print_ir_after {
+            if self.passes.get(name).is_none() {
+                return Err(Failure::Usage(format!("--print-ir-after: unknown pass `{name}`")));
+            }
+        }
+        let mut cx = PassContext::new(&self.ops);
+        cx.target = target;
+        let mut stderr = std::io::stderr();
+        let timings = pm
+            .run(module, &mut cx, &mut |s| {
+                let _ = stderr.write_all(s.as_bytes());
+            })
+            .map_err(|d| Failure::input(file, &d))?;
+        if flags.time_passes {
+            let _ = std::io::stderr().write_all(timings.report().as_bytes());
+        }
+        Ok(())
+    }
+
+    /// The text of `fbc passes`: every pass with its summary and options.
+    pub fn passes_table(&self) -> String {
+        let mut s = String::new();
+        for p in self.passes.iter() {
+            s.push_str(&format!("{:<22} {}\n", p.name, p.summary));
+            for o in &p.options {
+                let default = o
+                    .default
+                    .as_deref()
+                    .map_or("required".to_string(), |d| format!("default: {d}"));
+                s.push_str(&format!("    {}={} ({default})  {}\n", o.name, o.kind, o.help));
+            }
+        }
+        s
+    }
+}

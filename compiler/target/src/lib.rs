@@ -1,1 +1,73 @@
 //! Hardware profiles of fbc's targets.
+//!
+//! A profile describes one class of device the way FBLayout's R-Tile selection needs it:
+//! subgroup size (C1), texture cache line, 2D block geometry and capacities (C2, Eq. 1),
+//! `image2d` limits, work-group preferences, and the DRAM bandwidth and peak FLOP/s of the
+//! analytic performance model. Builtin profiles live as TOML in `profiles/` (every number there
+//! names its source) and are embedded in the binary; a user can supply a measured profile with
+//! [`from_toml`] or [`from_path`]. Every profile returned by this crate has passed
+//! [`HardwareProfile::validate`].
+
+mod error;
+mod profile;
+mod table;
+mod validate;
+
+use std::path::Path;
+
+pub use error::{TargetError, ValidationProblem};
+pub use profile::{Compute, HardwareProfile, ImageLimits, Memory, TextureCache};
+pub use table::summary_table;
+
+/// Names of the builtin profiles, sorted.
+pub(crate) const BUILTIN_NAMES: &[&str] = &["adreno", "cpu", "generic", "mali", "nvidia"];
+
+/// The TOML text of a builtin profile.
+fn builtin_text(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "adreno" => include_str!("../profiles/adreno.toml"),
+        "cpu" => include_str!("../profiles/cpu.toml"),
+        "generic" => include_str!("../profiles/generic.toml"),
+        "mali" => include_str!("../profiles/mali.toml"),
+        "nvidia" => include_str!("../profiles/nvidia.toml"),
+        _ => return None,
+    })
+}
+
+/// Names of the builtin profiles, sorted: `adreno, cpu, generic, mali, nvidia`.
+pub fn builtin_names() -> &'static [&'static str] {
+    BUILTIN_NAMES
+}
+
+/// The builtin profile called `name`, parsed and validated.
+pub fn builtin(name: &str) -> Result<HardwareProfile, TargetError> {
+    let text =
+        builtin_text(name).ok_or_else(|| TargetError::UnknownTarget { name: name.to_owned() })?;
+    parse(text, format!("builtin:{name}"))
+}
+
+/// Every builtin profile, in [`builtin_names`] order.
+pub fn builtins() -> Result<Vec<HardwareProfile>, TargetError> {
+    BUILTIN_NAMES.iter().map(|name| builtin(name)).collect()
+}
+
+/// Parses and validates a profile from TOML text, e.g. one measured on a real device.
+pub fn from_toml(text: &str) -> Result<HardwareProfile, TargetError> {
+    parse(text, "<string>".to_owned())
+}
+
+/// Reads, parses and validates a profile file.
+pub fn from_path(path: &Path) -> Result<HardwareProfile, TargetError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| TargetError::Io { path: path.to_owned(), source })?;
+    parse(&text, path.display().to_string())
+}
+
+fn parse(text: &str, origin: String) -> Result<HardwareProfile, TargetError> {
+    let profile: HardwareProfile =
+        toml::from_str(text).map_err(|source| TargetError::Parse { origin, source })?;
+    profile
+        .validate()
+        .map_err(|problems| TargetError::Invalid { name: profile.name.clone(), problems })?;
+    Ok(profile)
+}

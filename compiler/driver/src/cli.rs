@@ -1,0 +1,174 @@
+//! The command-line interface (clap): `fbc FILE`, `fbc opt`, `fbc passes`, `fbc targets`,
+//! `fbc simplify-index`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::Failure;
+
+const EXAMPLES: &str = "\
+Examples:
+  fbc examples/matmul_fb.fbir -O3 --target mali        compile, print the optimised IR
+  fbc model.fbir --emit ir -o model.opt.fbir           write the IR to a file
+  fbc opt model.fbir --passes 'canonicalize,cse,dce'   run a pipeline, print the IR
+  fbc opt model.fbir                                   print the canonical form
+  fbc simplify-index '(d0 * 64 + d1) mod 64' --range d0=0:512 --range d1=0:64 --json
+  fbc passes                                           list passes and their options
+  fbc targets                                          list hardware profiles";
+
+/// fbc: a layout-aware compiler for transformer training on mobile GPUs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "fbc",
+    version,
+    about,
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    /// The `.fbir` file to compile (`-` reads standard input).
+    pub file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub compile: CompileArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a pass pipeline and print the resulting IR.
+    Opt(OptArgs),
+    /// List the registered passes with their options.
+    Passes,
+    /// List the hardware profiles of the targets.
+    Targets,
+    /// Simplify an integer index expression with the e-graph simplifier.
+    SimplifyIndex(SimplifyArgs),
+    /// Measure parse, build, verify and print throughput on a generated module.
+    BenchParse(BenchParseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchParseArgs {
+    /// Number of ops in the generated module.
+    #[arg(long, default_value = "200000")]
+    pub ops: usize,
+
+    /// Runs per stage; the fastest is reported.
+    #[arg(long, default_value = "3")]
+    pub repeat: usize,
+
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `fbc FILE` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmitKind {
+    /// The optimised IR in canonical text form.
+    Ir,
+    /// A JSON report of the layout decisions.
+    Report,
+    /// OpenCL C and a launch manifest.
+    Opencl,
+}
+
+impl EmitKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EmitKind::Ir => "ir",
+            EmitKind::Report => "report",
+            EmitKind::Opencl => "opencl",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// Optimisation level: 0 runs no pass, 1 canonicalize+dce, 2 and 3 add cse (3 will add the
+    /// FBLayout passes).
+    #[arg(short = 'O', value_name = "LEVEL", default_value = "2", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub opt_level: u8,
+
+    /// Hardware profile to compile for (see `fbc targets`).
+    #[arg(long, default_value = "generic")]
+    pub target: String,
+
+    /// What to write.
+    #[arg(long, value_enum, default_value = "ir")]
+    pub emit: EmitKind,
+
+    /// Output file (default: standard output).
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub instr: InstrumentationArgs,
+}
+
+impl CompileArgs {
+    pub fn level(&self) -> u8 {
+        self.opt_level
+    }
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct InstrumentationArgs {
+    /// Print the IR after every pass (to standard error).
+    #[arg(long)]
+    pub print_ir_after_all: bool,
+
+    /// Print the IR after the named pass (repeatable).
+    #[arg(long, value_name = "PASS")]
+    pub print_ir_after: Vec<String>,
+
+    /// Print how long each pass took.
+    #[arg(long)]
+    pub time_passes: bool,
+
+    /// Verify the IR after every pass (always on in debug builds).
+    #[arg(long)]
+    pub verify_each: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct OptArgs {
+    /// The `.fbir` file (`-` reads standard input).
+    pub file: PathBuf,
+
+    /// The pipeline, in MLIR syntax: `canonicalize,cse,autodiff{func=loss wrt=a,b}`. Without it,
+    /// the file is printed in canonical form.
+    #[arg(long)]
+    pub passes: Option<String>,
+
+    /// Output file (default: standard output).
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub instr: InstrumentationArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SimplifyArgs {
+    /// The expression, in MLIR affine syntax plus `<<`, `>>`, `&`.
+    pub expr: String,
+
+    /// A variable's range, half open: `d0=0:512` means 0 <= d0 < 512 (repeatable).
+    #[arg(long = "range", value_name = "VAR=LO:HI")]
+    pub ranges: Vec<String>,
+
+    /// Print one JSON object instead of the expression.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn simplify_index(a: &SimplifyArgs) -> Result<(), Failure> {
+    let _ = a;
+    Err(Failure::Usage("simplify-index is not yet supported".into()))
+}

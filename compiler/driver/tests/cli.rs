@@ -1,0 +1,210 @@
+//! The `fbc` command as a user meets it: exit statuses, located errors, no partial outputs, and
+//! no panic on any input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn fbc(args: &[&str]) -> Out {
+    let out = Command::new(env!("CARGO_BIN_EXE_fbc")).args(args).output().expect("runs");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fbc-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+const GOOD: &str = "\
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = tensor.neg %x : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = tensor.neg %0 : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %1 : tensor<4xf32>
+}
+";
+
+const BAD: &str = "\
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = tensor.neg %y : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = tensor.frob %0 : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %1 : tensor<4xf32>
+}
+";
+
+#[test]
+fn compiles_and_writes_the_output_file() {
+    let dir = scratch("good");
+    let input = write(&dir, "good.fbir", GOOD.as_bytes());
+    let out_path = dir.join("out.fbir");
+    let o =
+        fbc(&[&input, "-O2", "--target", "mali", "--emit", "ir", "-o", out_path.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(text.contains("tensor.neg %0"), "{text}");
+}
+
+#[test]
+fn bad_input_gets_every_error_located_and_no_output_file() {
+    let dir = scratch("bad");
+    let input = write(&dir, "bad.fbir", BAD.as_bytes());
+    let out_path = dir.join("out.fbir");
+    let o = fbc(&[&input, "-o", out_path.to_str().unwrap()]);
+    assert_eq!(o.code, 1);
+    assert!(!out_path.exists(), "a failed compile must not leave an output file");
+    let first: Vec<&str> = o.stderr.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(
+        first,
+        vec![
+            format!("{input}:2:19: error: use of undefined value %y"),
+            format!("{input}:3:8: error: unknown op `tensor.frob`"),
+        ]
+    );
+    assert!(o.stderr.contains("2 |   %0 = tensor.neg %y"), "{}", o.stderr);
+    // No stray temporary files either.
+    let leftovers: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+}
+
+#[test]
+fn hostile_inputs_are_errors_not_panics() {
+    let dir = scratch("hostile");
+    let mut huge_line = b"func.func @f() { func.return } // ".to_vec();
+    huge_line.extend(std::iter::repeat(b'x').take(5 << 20));
+    huge_line.extend(b"\n%");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("binary", (0..=255u8).cycle().take(4096).collect()),
+        ("utf8", b"func.func @f() {\n  \xff\xfe\n}".to_vec()),
+        ("nul", b"func.func @f() {\0}".to_vec()),
+        ("braces", "{".repeat(200_000).into_bytes()),
+        ("brackets", format!("func.func @f() {{ %0 = tensor.neg {{a = {}", "[".repeat(200_000)).into_bytes()),
+        ("long-line", huge_line),
+        ("dims", b"func.func @f(%x: tensor<100000000000000000000000x100000000000000000000000xf32>) { func.return }".to_vec()),
+    ];
+    for (name, bytes) in cases {
+        let input = write(&dir, &format!("{name}.fbir"), &bytes);
+        let o = fbc(&[&input]);
+        if name == "empty" {
+            // An empty file is an empty module.
+            assert_eq!(o.code, 0, "{name}: {}", o.stderr);
+            assert_eq!(o.stdout, "module {\n}\n");
+            continue;
+        }
+        assert_eq!(
+            o.code,
+            1,
+            "{name}: exit {} stderr {}",
+            o.code,
+            &o.stderr[..o.stderr.len().min(2000)]
+        );
+        let first = o.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with(&format!("{input}:")) && first.contains(": error: "),
+            "{name}: {first}"
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = scratch("usage");
+    let input = write(&dir, "good.fbir", GOOD.as_bytes());
+    let o = fbc(&[&input, "--emit", "opencl"]);
+    assert_eq!(o.code, 2);
+    assert_eq!(o.stderr, "fbc: error: --emit opencl is not yet supported; supported now: ir\n");
+    let o = fbc(&["opt", &input, "--passes", "canonicalize,frobnicate"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("unknown pass `frobnicate`; known passes: canonicalize, cse, dce"),
+        "{}",
+        o.stderr
+    );
+    let o = fbc(&["opt", &input, "--passes", "cse{x=1}"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("unknown option `x` for pass `cse`; its options: none"),
+        "{}",
+        o.stderr
+    );
+    let o = fbc(&[&input, "--target", "tpu"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("unknown target"), "{}", o.stderr);
+    let o = fbc(&[&input, "-O7"]);
+    assert_eq!(o.code, 2);
+    let o = fbc(&[]);
+    assert_eq!(o.code, 2);
+}
+
+#[test]
+fn instrumentation_flags() {
+    let dir = scratch("instr");
+    let input = write(&dir, "good.fbir", GOOD.as_bytes());
+    let o = fbc(&[
+        "opt",
+        &input,
+        "--passes",
+        "canonicalize,dce",
+        "--print-ir-after=dce",
+        "--time-passes",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("// -----// IR Dump After dce //----- //\nmodule {"), "{}", o.stderr);
+    assert!(!o.stderr.contains("IR Dump After canonicalize"), "{}", o.stderr);
+    assert!(o.stderr.contains("Pass execution timing report"), "{}", o.stderr);
+    let o = fbc(&["opt", &input, "--passes", "cse,dce", "--print-ir-after-all"]);
+    assert_eq!(o.stderr.matches("IR Dump After").count(), 2, "{}", o.stderr);
+}
+
+#[test]
+fn informational_commands() {
+    let o = fbc(&["passes"]);
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.lines().any(|l| l.starts_with("canonicalize ")), "{}", o.stdout);
+    let o = fbc(&["targets"]);
+    assert_eq!(o.code, 0);
+    for t in ["mali", "adreno", "nvidia", "cpu", "generic"] {
+        assert!(o.stdout.contains(t), "{}", o.stdout);
+    }
+    let o = fbc(&["--version"]);
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.starts_with("fbc "), "{}", o.stdout);
+    let o = fbc(&["--help"]);
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.contains("Examples:"), "{}", o.stdout);
+}
+
+#[test]
+fn shipped_examples_round_trip() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&examples).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "fbir") {
+            seen += 1;
+            let o = fbc(&[p.to_str().unwrap(), "-O0", "--emit", "ir"]);
+            assert_eq!(o.code, 0, "{}: {}", p.display(), o.stderr);
+            let dir = scratch("rt");
+            let printed = write(&dir, "printed.fbir", o.stdout.as_bytes());
+            let again = fbc(&[&printed, "-O0", "--emit", "ir"]);
+            assert_eq!(again.stdout, o.stdout, "{}: printing is not a fixpoint", p.display());
+        }
+    }
+    assert!(seen >= 4, "expected the shipped examples, found {seen}");
+}

@@ -1,0 +1,142 @@
+//! The `HardwareProfile` data model and the geometry helpers the layout passes use.
+//!
+//! A profile mirrors the TOML files in `profiles/`: top-level `name`, `description`, `devices`,
+//! then the `[compute]`, `[texture_cache]`, `[image]` and `[memory]` tables. Unknown fields are
+//! rejected so a typo in a measured profile is an error, not a silently ignored default.
+//!
+//! Units. Sizes are bytes; image and cache-block extents are texels, one texel being one
+//! `image2d` element of `channels` (4, RGBA) values; work-group extents are work-items.
+//! Tensor tiles are usually given in elements: with RGBA packed along the width, a tile of
+//! `tile_w` elements is `ceil(tile_w / 4)` texels wide and its height is unchanged.
+
+use serde::Deserialize;
+
+/// Everything the compiler knows about one target device.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareProfile {
+    /// Short lowercase identifier, the name `fbc --target` accepts (`mali`, `adreno`, ...).
+    pub name: String,
+    /// One-line human description.
+    pub description: String,
+    /// Example devices this profile stands for.
+    pub devices: Vec<String>,
+    /// Execution resources.
+    pub compute: Compute,
+    /// Texture cache geometry (FBLayout Sec. 4.2, C2 and Eq. 1).
+    pub texture_cache: TextureCache,
+    /// `image2d` limits.
+    pub image: ImageLimits,
+    /// Off-chip memory.
+    pub memory: Memory,
+}
+
+/// Execution resources of a device.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compute {
+    /// Work-items per subgroup (warp / wave), the granularity FBLayout's C1 aligns tile
+    /// dimensions to. May be a multiple of `simd_width` (the FBLayout paper profiles Mali at 32
+    /// while its hardware warps are 16 wide).
+    pub subgroup_size: u32,
+    /// Work-items the hardware executes in lock-step (hardware warp width), in work-items.
+    pub simd_width: u32,
+    /// Compute units (shader cores, SMs, slices) of a typical part.
+    pub compute_units: u32,
+    /// Largest work-group, in work-items (`CL_DEVICE_MAX_WORK_GROUP_SIZE`).
+    pub max_work_group_size: u32,
+    /// Preferred 2D work-group shapes, best first, each `[x, y]` in work-items.
+    pub preferred_work_groups: Vec<[u32; 2]>,
+    /// Local (work-group shared) memory, in bytes (`CL_DEVICE_LOCAL_MEM_SIZE`).
+    pub local_mem_bytes: u64,
+    /// Whether `half` arithmetic is available to kernels (`cl_khr_fp16`).
+    pub fp16: bool,
+    /// Peak single-precision throughput, in GFLOP/s (an FMA counts 2), for the analytic model.
+    pub peak_f32_gflops: f64,
+}
+
+/// Texture cache geometry: FBLayout fetches texture data in `block_h x block_w` texel blocks
+/// (the paper's `C_h x C_w`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextureCache {
+    /// Cache line, in bytes.
+    pub line_bytes: u32,
+    /// Height `C_h` of a cache block, in texels (rows).
+    pub block_h: u32,
+    /// Width `C_w` of a cache block, in texels.
+    pub block_w: u32,
+    /// L1 texture cache per compute unit, in bytes.
+    pub l1_bytes: u64,
+    /// L2 cache shared by all compute units, in bytes.
+    pub l2_bytes: u64,
+}
+
+impl TextureCache {
+    /// FBLayout Eq. 1: the number of `block_h x block_w` cache blocks a tile of
+    /// `tile_h x tile_w` **texels** spans, `ceil(tile_h / C_h) * ceil(tile_w / C_w)`, for a tile
+    /// aligned to the block grid. An empty tile spans none.
+    pub fn n_cache_tiles(&self, tile_h: u64, tile_w: u64) -> u64 {
+        tile_h.div_ceil(u64::from(self.block_h).max(1))
+            * tile_w.div_ceil(u64::from(self.block_w).max(1))
+    }
+}
+
+/// `image2d` limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageLimits {
+    /// Whether the device supports images at all (`CL_DEVICE_IMAGE_SUPPORT`).
+    pub supported: bool,
+    /// Largest `image2d` width, in texels (`CL_DEVICE_IMAGE2D_MAX_WIDTH`).
+    pub max_width: u32,
+    /// Largest `image2d` height, in texels (`CL_DEVICE_IMAGE2D_MAX_HEIGHT`).
+    pub max_height: u32,
+    /// Values per texel; fbc uses `CL_RGBA`, so always 4.
+    pub channels: u32,
+}
+
+/// Off-chip memory.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    /// Peak DRAM bandwidth, in GB/s (10^9 bytes per second).
+    pub dram_bandwidth_gbps: f64,
+}
+
+impl HardwareProfile {
+    /// Bytes of one texel holding `channels` elements of `elem_bytes` bytes each
+    /// (16 for RGBA `float`, 8 for RGBA `half`).
+    pub fn texel_bytes(&self, elem_bytes: u32) -> u32 {
+        self.image.channels * elem_bytes
+    }
+
+    /// Whole texels of `elem_bytes`-byte elements in one cache line (4 for RGBA `float` in a
+    /// 64-byte line). Zero when `elem_bytes` is zero.
+    pub fn cache_line_texels(&self, elem_bytes: u32) -> u32 {
+        self.texture_cache.line_bytes.checked_div(self.texel_bytes(elem_bytes)).unwrap_or(0)
+    }
+
+    /// Texels spanned by `width_elems` elements packed `channels` to a texel along the width.
+    pub fn width_in_texels(&self, width_elems: u64) -> u64 {
+        width_elems.div_ceil(u64::from(self.image.channels).max(1))
+    }
+
+    /// FBLayout Eq. 1 for a tile of `tile_h x tile_w` **texels**; see
+    /// [`TextureCache::n_cache_tiles`].
+    pub fn n_cache_tiles(&self, tile_h: u64, tile_w: u64) -> u64 {
+        self.texture_cache.n_cache_tiles(tile_h, tile_w)
+    }
+
+    /// FBLayout Eq. 1 for a tile of `tile_h x tile_w` **elements**, RGBA packed along the width:
+    /// the tile is `tile_h` texels high and `ceil(tile_w / 4)` texels wide.
+    pub fn n_cache_tiles_elems(&self, tile_h: u64, tile_w: u64) -> u64 {
+        self.n_cache_tiles(tile_h, self.width_in_texels(tile_w))
+    }
+
+    /// FBLayout C1: whether `n` work-items (or a tile dimension) is a whole number of subgroups.
+    pub fn is_subgroup_aligned(&self, n: u64) -> bool {
+        let sg = u64::from(self.compute.subgroup_size);
+        sg != 0 && n % sg == 0
+    }
+}

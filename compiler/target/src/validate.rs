@@ -1,0 +1,172 @@
+//! Invariants of a hardware profile, checked all at once so a measured profile reports every
+//! mistake in one go. The list is on [`HardwareProfile::validate`].
+
+use crate::error::ValidationProblem;
+use crate::profile::HardwareProfile;
+
+/// Bytes of the widest texel fbc stores: four `float`s.
+const RGBA_F32_BYTES: u64 = 16;
+
+impl HardwareProfile {
+    /// Checks every invariant below and returns all problems, in this order.
+    ///
+    /// - `name` is non-empty and made of `[a-z0-9_-]`;
+    /// - `compute`: `subgroup_size` and `simd_width` are powers of two and `subgroup_size` is a
+    ///   multiple of `simd_width`; `compute_units`, `local_mem_bytes` are positive;
+    ///   `max_work_group_size >= subgroup_size`; `preferred_work_groups` is non-empty and each
+    ///   shape has positive extents, at most `max_work_group_size` work-items and a whole number
+    ///   of subgroups; `peak_f32_gflops` is finite and positive;
+    /// - `texture_cache`: `line_bytes` is a power of two of at least 16 (one RGBA `float` texel);
+    ///   `block_h`, `block_w` are powers of two; `line_bytes <= l1_bytes <= l2_bytes`; a block of
+    ///   RGBA `float` texels fits in L1;
+    /// - `image`: `channels == 4`; when images are supported, the maximum extents are at least
+    ///   one cache block;
+    /// - `memory`: `dram_bandwidth_gbps` is finite and positive.
+    pub fn validate(&self) -> Result<(), Vec<ValidationProblem>> {
+        let mut out = Vec::new();
+        let mut bad = |field: &'static str, message: String| {
+            out.push(ValidationProblem::new(field, message));
+        };
+
+        if self.name.is_empty()
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        {
+            bad("name", format!("`{}` must be non-empty and use only [a-z0-9_-]", self.name));
+        }
+
+        let c = &self.compute;
+        if !c.subgroup_size.is_power_of_two() {
+            bad("compute.subgroup_size", format!("{} is not a power of two", c.subgroup_size));
+        }
+        if !c.simd_width.is_power_of_two() {
+            bad("compute.simd_width", format!("{} is not a power of two", c.simd_width));
+        } else if c.subgroup_size % c.simd_width != 0 {
+            bad(
+                "compute.subgroup_size",
+                format!("{} is not a multiple of simd_width {}", c.subgroup_size, c.simd_width),
+            );
+        }
+        if c.compute_units == 0 {
+            bad("compute.compute_units", "must be positive".into());
+        }
+        if c.max_work_group_size < c.subgroup_size.max(1) {
+            bad(
+                "compute.max_work_group_size",
+                format!(
+                    "{} is smaller than subgroup_size {}",
+                    c.max_work_group_size, c.subgroup_size
+                ),
+            );
+        }
+        if c.preferred_work_groups.is_empty() {
+            bad("compute.preferred_work_groups", "must list at least one shape".into());
+        }
+        for &[x, y] in &c.preferred_work_groups {
+            let items = u64::from(x) * u64::from(y);
+            if items == 0 {
+                bad("compute.preferred_work_groups", format!("[{x}, {y}] has an empty extent"));
+            } else if items > u64::from(c.max_work_group_size) {
+                bad(
+                    "compute.preferred_work_groups",
+                    format!(
+                        "[{x}, {y}] has {items} work-items, more than max_work_group_size {}",
+                        c.max_work_group_size
+                    ),
+                );
+            } else if c.subgroup_size != 0 && items % u64::from(c.subgroup_size) != 0 {
+                bad(
+                    "compute.preferred_work_groups",
+                    format!(
+                        "[{x}, {y}] has {items} work-items, not a multiple of subgroup_size {}",
+                        c.subgroup_size
+                    ),
+                );
+            }
+        }
+        if c.local_mem_bytes == 0 {
+            bad("compute.local_mem_bytes", "must be positive".into());
+        }
+        if !(c.peak_f32_gflops.is_finite() && c.peak_f32_gflops > 0.0) {
+            bad(
+                "compute.peak_f32_gflops",
+                format!("{} must be finite and positive", c.peak_f32_gflops),
+            );
+        }
+
+        let t = &self.texture_cache;
+        if !t.line_bytes.is_power_of_two() || u64::from(t.line_bytes) < RGBA_F32_BYTES {
+            bad(
+                "texture_cache.line_bytes",
+                format!("{} must be a power of two of at least {RGBA_F32_BYTES}", t.line_bytes),
+            );
+        }
+        if !t.block_h.is_power_of_two() {
+            bad("texture_cache.block_h", format!("{} is not a power of two", t.block_h));
+        }
+        if !t.block_w.is_power_of_two() {
+            bad("texture_cache.block_w", format!("{} is not a power of two", t.block_w));
+        }
+        if t.l1_bytes < u64::from(t.line_bytes) {
+            bad(
+                "texture_cache.l1_bytes",
+                format!("{} is smaller than one cache line of {} bytes", t.l1_bytes, t.line_bytes),
+            );
+        }
+        if t.l2_bytes < t.l1_bytes {
+            bad(
+                "texture_cache.l2_bytes",
+                format!("{} is smaller than l1_bytes {}", t.l2_bytes, t.l1_bytes),
+            );
+        }
+        let block_bytes = u64::from(t.block_h) * u64::from(t.block_w) * RGBA_F32_BYTES;
+        if block_bytes > t.l1_bytes {
+            bad(
+                "texture_cache.block_w",
+                format!(
+                    "a {}x{} block of RGBA float texels ({block_bytes} bytes) does not fit in \
+                     l1_bytes {}",
+                    t.block_h, t.block_w, t.l1_bytes
+                ),
+            );
+        }
+
+        let i = &self.image;
+        if i.channels != 4 {
+            bad("image.channels", format!("{} must be 4 (RGBA texels)", i.channels));
+        }
+        if i.supported {
+            if i.max_width < t.block_w.max(1) {
+                bad(
+                    "image.max_width",
+                    format!(
+                        "{} is narrower than one cache block ({} texels)",
+                        i.max_width, t.block_w
+                    ),
+                );
+            }
+            if i.max_height < t.block_h.max(1) {
+                bad(
+                    "image.max_height",
+                    format!(
+                        "{} is lower than one cache block ({} texels)",
+                        i.max_height, t.block_h
+                    ),
+                );
+            }
+        }
+
+        let bw = self.memory.dram_bandwidth_gbps;
+        if !(bw.is_finite() && bw > 0.0) {
+            bad("memory.dram_bandwidth_gbps", format!("{bw} must be finite and positive"));
+        }
+
+        if out.is_empty() {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Tests of the builtin profiles, user-supplied TOML, validation, FBLayout Eq. 1 and the
+//! `fbc targets` summary table.
+
+use fbc_target::{builtin, builtin_names, builtins, from_toml, summary_table, TargetError};
+
+/// A valid profile, as a user would measure and write one.
+const MEASURED: &str = r#"
+name = "my-phone"
+description = "a measured phone"
+devices = ["Example GPU"]
+
+[compute]
+subgroup_size = 64
+simd_width = 64
+compute_units = 2
+max_work_group_size = 1024
+preferred_work_groups = [[64, 4]]
+local_mem_bytes = 32768
+fp16 = true
+peak_f32_gflops = 1000.0
+
+[texture_cache]
+line_bytes = 64
+block_h = 4
+block_w = 16
+l1_bytes = 16384
+l2_bytes = 1048576
+
+[image]
+supported = true
+max_width = 16384
+max_height = 16384
+channels = 4
+
+[memory]
+dram_bandwidth_gbps = 50.0
+"#;
+
+#[test]
+fn every_builtin_loads_and_validates() {
+    assert_eq!(builtin_names(), ["adreno", "cpu", "generic", "mali", "nvidia"]);
+    for &name in builtin_names() {
+        let p = builtin(name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.name, name);
+        assert_eq!(p.validate(), Ok(()));
+        assert!(!p.devices.is_empty(), "{name} lists no devices");
+        assert_eq!(p.image.channels, 4);
+        assert!(p.image.supported);
+    }
+    assert_eq!(builtins().unwrap().len(), builtin_names().len());
+}
+
+#[test]
+fn builtin_numbers_from_the_paper_and_drivers() {
+    let mali = builtin("mali").unwrap();
+    assert_eq!((mali.compute.subgroup_size, mali.compute.simd_width), (32, 16));
+    assert_eq!(mali.texture_cache.line_bytes, 64);
+    assert_eq!((mali.image.max_width, mali.image.max_height), (65536, 65536));
+
+    let adreno = builtin("adreno").unwrap();
+    assert_eq!(adreno.compute.subgroup_size, 64);
+    assert_eq!(adreno.texture_cache.line_bytes, 64);
+    assert_eq!(adreno.image.max_width, 16384);
+
+    let nvidia = builtin("nvidia").unwrap();
+    assert_eq!((nvidia.image.max_width, nvidia.image.max_height), (32768, 32768));
+    assert_eq!(nvidia.compute.local_mem_bytes, 48 * 1024);
+
+    let cpu = builtin("cpu").unwrap();
+    assert_eq!((cpu.image.max_width, cpu.image.max_height), (8192, 8192));
+}
+
+#[test]
+fn unknown_target_lists_known_names() {
+    let err = builtin("foo").unwrap_err();
+    assert!(matches!(err, TargetError::UnknownTarget { ref name } if name == "foo"));
+    assert_eq!(
+        err.to_string(),
+        "unknown target `foo`; known targets: adreno, cpu, generic, mali, nvidia"
+    );
+}
+
+#[test]
+fn user_profile_round_trips() {
+    let p = from_toml(MEASURED).unwrap();
+    assert_eq!(p.name, "my-phone");
+    assert_eq!(p.compute.preferred_work_groups, vec![[64, 4]]);
+    assert_eq!(p.texture_cache.l2_bytes, 1 << 20);
+}
+
+#[test]
+fn broken_toml_is_rejected_with_its_location() {
+    let err = from_toml("name = \"x\"\n[compute\nsubgroup_size = 32\n").unwrap_err();
+    assert!(matches!(err, TargetError::Parse { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("cannot parse hardware profile (<string>): "), "{msg}");
+    assert!(msg.contains("line 2"), "{msg}");
+}
+
+#[test]
+fn misspelt_field_is_rejected() {
+    let text = MEASURED.replace("subgroup_size", "subgrup_size");
+    let msg = from_toml(&text).unwrap_err().to_string();
+    assert!(msg.contains("unknown field `subgrup_size`"), "{msg}");
+}
+
+#[test]
+fn missing_field_is_rejected() {
+    let text = MEASURED.replace("l2_bytes = 1048576\n", "");
+    let msg = from_toml(&text).unwrap_err().to_string();
+    assert!(msg.contains("missing field `l2_bytes`"), "{msg}");
+}
+
+#[test]
+fn validation_reports_every_problem() {
+    let text = MEASURED
+        .replace("subgroup_size = 64", "subgroup_size = 48")
+        .replace("block_w = 16", "block_w = 12")
+        .replace("l2_bytes = 1048576", "l2_bytes = 1024")
+        .replace("channels = 4", "channels = 3");
+    let err = from_toml(&text).unwrap_err();
+    let TargetError::Invalid { name, problems } = &err else { panic!("{err:?}") };
+    assert_eq!(name, "my-phone");
+    let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
+    assert_eq!(
+        fields,
+        [
+            "compute.subgroup_size",
+            "compute.subgroup_size",
+            "compute.preferred_work_groups",
+            "texture_cache.block_w",
+            "texture_cache.l2_bytes",
+            "image.channels",
+        ]
+    );
+    assert_eq!(
+        err.to_string(),
+        "hardware profile `my-phone` is invalid:\n  \
+         - compute.subgroup_size: 48 is not a power of two\n  \
+         - compute.subgroup_size: 48 is not a multiple of simd_width 64\n  \
+         - compute.preferred_work_groups: [64, 4] has 256 work-items, not a multiple of \
+         subgroup_size 48\n  \
+         - texture_cache.block_w: 12 is not a power of two\n  \
+         - texture_cache.l2_bytes: 1024 is smaller than l1_bytes 16384\n  \
+         - image.channels: 3 must be 4 (RGBA texels)"
+    );
+}
+
+#[test]
+fn block_must_fit_in_l1() {
+    let text = MEASURED.replace("l1_bytes = 16384", "l1_bytes = 512");
+    let TargetError::Invalid { problems, .. } = from_toml(&text).unwrap_err() else { panic!() };
+    assert_eq!(problems.len(), 1);
+    assert_eq!(
+        problems[0].to_string(),
+        "texture_cache.block_w: a 4x16 block of RGBA float texels (1024 bytes) does not fit in \
+         l1_bytes 512"
+    );
+}
+
+#[test]
+fn texel_and_line_geometry() {
+    let mali = builtin("mali").unwrap();
+    assert_eq!(mali.texel_bytes(4), 16);
+    assert_eq!(mali.texel_bytes(2), 8);
+    assert_eq!(mali.cache_line_texels(4), 4); // 64 B / 16 B
+    assert_eq!(mali.cache_line_texels(2), 8); // 64 B / 8 B
+    assert_eq!(mali.cache_line_texels(0), 0);
+    let nvidia = builtin("nvidia").unwrap();
+    assert_eq!(nvidia.cache_line_texels(4), 8); // 128 B / 16 B
+    assert_eq!(mali.width_in_texels(64), 16);
+    assert_eq!(mali.width_in_texels(65), 17);
+    assert!(mali.is_subgroup_aligned(64));
+    assert!(!mali.is_subgroup_aligned(48));
+}
+
+#[test]
+fn eq1_hand_worked() {
+    // 4 x 16-texel blocks (C_h = 4, C_w = 16).
+    let p = from_toml(MEASURED).unwrap();
+    // A 64 x 64-texel tile: ceil(64/4) * ceil(64/16) = 16 * 4 = 64 blocks.
+    assert_eq!(p.n_cache_tiles(64, 64), 64);
+    // A 64 x 64-element tile, RGBA along the width, is 64 x 16 texels: 16 * 1 = 16 blocks.
+    assert_eq!(p.n_cache_tiles_elems(64, 64), 16);
+    // Partial blocks round up: 5 x 17 texels -> 2 * 2 = 4 blocks.
+    assert_eq!(p.n_cache_tiles(5, 17), 4);
+    // 1 x 1 texel touches one block; an empty tile none.
+    assert_eq!(p.n_cache_tiles(1, 1), 1);
+    assert_eq!(p.n_cache_tiles(0, 64), 0);
+    // A 32 x 128-element tile is 32 x 32 texels: 8 * 2 = 16 blocks.
+    assert_eq!(p.n_cache_tiles_elems(32, 128), 16);
+    // Same tile on Mali's 4 x 8 blocks: 8 * 4 = 32 blocks.
+    assert_eq!(builtin("mali").unwrap().n_cache_tiles_elems(32, 128), 32);
+}
+
+#[test]
+fn summary_table_snapshot() {
+    let table = summary_table(&builtins().unwrap());
+    assert_eq!(
+        table,
+        "\
+target   subgroup  max image2d  local mem  L1 tex   line
+-------  --------  -----------  ---------  ------  -----
+adreno         64  16384x16384     32 KiB  16 KiB   64 B
+cpu             8    8192x8192      2 MiB  32 KiB   64 B
+generic        32    8192x8192     32 KiB  16 KiB   64 B
+mali           32  65536x65536     32 KiB  16 KiB   64 B
+nvidia         32  32768x32768     48 KiB  32 KiB  128 B
+"
+    );
+}
