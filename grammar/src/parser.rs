@@ -359,7 +359,7 @@ impl Sink {
 
     /// The dimensions of a `2x3x` token.
     pub fn dims(&self, src: &str, lit: Lit) -> Vec<u128> {
-        let mut dims = Vec::new();
+        let mut dims = Vec::with_capacity(src[lit.l..lit.r].bytes().filter(|&b| b == b'x').count());
         self.groups(src, lit.l, lit.r, |v, _, _| dims.push(v));
         dims
     }

@@ -4,4 +4,5 @@
 //! implementation of every tensor-dialect op and of the backward helpers autodiff uses — that
 //! serve as the golden oracle for every other backend.
 
+pub mod interp;
 pub mod reference;

@@ -42,6 +42,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a pass pipeline and print the resulting IR.
     Opt(OptArgs),
+    /// Execute a function on inputs and write its results.
+    Run(crate::run_cmd::RunArgs),
+    /// Generate a model's `.fbir` (forward, or a whole training step).
+    Gen(crate::gen_cmd::GenArgs),
     /// List the registered passes with their options.
     Passes,
     /// List the hardware profiles of the targets.

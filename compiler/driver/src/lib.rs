@@ -11,7 +11,9 @@
 
 pub mod bench;
 mod cli;
+mod gen_cmd;
 mod output;
+mod run_cmd;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -24,6 +26,8 @@ use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
 use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
 
 pub use cli::{BenchParseArgs, Cli, Command, EmitKind};
+pub use gen_cmd::GenArgs;
+pub use run_cmd::RunArgs;
 
 /// Exit status for bad input.
 pub const EXIT_INPUT: u8 = 1;

@@ -2,9 +2,11 @@
 //! FBLayout passes. [`register_passes`] adds all of them to a registry; [`pipeline_for_level`]
 //! gives the `-O0`..`-O3` presets.
 
+pub mod autodiff;
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod layout;
 
 use fbc_ir::pass::{PassInfo, PassRegistry};
 
@@ -22,6 +24,8 @@ pub fn register_passes(r: &mut PassRegistry) {
     r.register(PassInfo::new("dce", "remove pure ops whose results are unused", vec![], |_| {
         Ok(Box::new(dce::Dce))
     }));
+    autodiff::register(r);
+    layout::register(r);
 }
 
 /// A registry with every built-in pass.
