@@ -98,6 +98,8 @@ impl Driver {
                 self.run_pipeline(&file, &mut module, &pipeline, None, &a.instr)?;
                 output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module))
             }
+            Some(Command::Run(a)) => run_cmd::run(self, a),
+            Some(Command::Gen(a)) => gen_cmd::run(self, a),
             Some(Command::Passes) => output::write_text(None, &self.passes_table()),
             Some(Command::Targets) => {
                 let profiles: Result<Vec<_>, _> =
