@@ -173,6 +173,22 @@ pub struct SimplifyArgs {
 }
 
 pub(crate) fn simplify_index(a: &SimplifyArgs) -> Result<(), Failure> {
-    let _ = a;
-    Err(Failure::Usage("simplify-index is not yet supported".into()))
+    use fbc_grammar::{Diagnostic, SourceFile, Span};
+    let expr = fbc_index::Expr::parse(&a.expr).map_err(|e| {
+        let file = SourceFile::new("<expr>", a.expr.clone());
+        let d = Diagnostic::error(e.message).at(Span::new(e.offset, e.offset + 1));
+        Failure::input(&file, &[d])
+    })?;
+    let ranges = fbc_index::Ranges::from_specs(&a.ranges).map_err(|e| {
+        Failure::Usage(format!("--range `{}`: {} (at byte {})", e.spec, e.message, e.offset))
+    })?;
+    let s = fbc_index::simplify(&expr, &ranges, &fbc_index::Limits::default());
+    let text = if a.json {
+        let mut j = serde_json::to_string(&s).map_err(|e| Failure::Usage(e.to_string()))?;
+        j.push('\n');
+        j
+    } else {
+        format!("{}\n", s.output)
+    };
+    crate::output::write_text(None, &text)
 }

@@ -44,7 +44,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    fn input(file: &SourceFile, diags: &[Diagnostic]) -> Failure {
+    pub(crate) fn input(file: &SourceFile, diags: &[Diagnostic]) -> Failure {
         Failure::Input(fbc_grammar::diag::render_all(file, diags))
     }
 }

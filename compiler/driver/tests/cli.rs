@@ -208,3 +208,30 @@ fn shipped_examples_round_trip() {
     }
     assert!(seen >= 4, "expected the shipped examples, found {seen}");
 }
+
+#[test]
+fn simplify_index_prints_json_and_locates_errors() {
+    let o = fbc(&[
+        "simplify-index",
+        "(d0 * 2048 + d1) mod 2048",
+        "--range",
+        "d0=0:512",
+        "--range",
+        "d1=0:2048",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["input"], "(d0 * 2048 + d1) mod 2048");
+    assert_eq!(v["output"], "d1");
+    assert_eq!(v["divmod_before"], 1);
+    assert_eq!(v["divmod_after"], 0);
+    assert!(v["cost_after"].as_u64().unwrap() < v["cost_before"].as_u64().unwrap());
+    let o = fbc(&["simplify-index", "d0 floordiv 64", "--range", "d0=0:64"]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "0\n"));
+    let o = fbc(&["simplify-index", "d0 floordiv + 3"]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.starts_with("<expr>:1:"), "{}", o.stderr);
+    let o = fbc(&["simplify-index", "d0", "--range", "d0=5:1"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+}

@@ -193,6 +193,14 @@ impl Builder<'_> {
         }
         let result_types = match result_types {
             Some(t) => t,
+            // Count and attribute problems are reported by the verifier with their exact place;
+            // the op keeps its definition and its results get the `Unknown` type meanwhile.
+            None if ok
+                && !crate::verify::check_generic(def, operands.len(), op.results.len(), &attrs)
+                    .is_empty() =>
+            {
+                vec![Type::Unknown; op.results.len()]
+            }
             None if ok && operand_types.iter().all(|t| !t.is_unknown()) => {
                 let view = OpView {
                     module: &self.module,

@@ -6,6 +6,7 @@
 //! [`pass::PassManager`], then [`print_module`]. See `docs/writing-a-pass.md` for the pass API.
 
 pub mod attr;
+pub mod docgen;
 pub mod from_ast;
 pub mod func;
 pub mod module;

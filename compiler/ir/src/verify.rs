@@ -15,7 +15,7 @@
 use fbc_grammar::{Diagnostic, Span};
 
 use crate::module::{Module, Op, ValueDef};
-use crate::registry::{ErrorPlace, OpError, OpView};
+use crate::registry::{ErrorPlace, OpDef, OpError, OpView};
 
 /// All verification errors of the module, in source order within each function.
 pub fn verify_module(m: &Module) -> Vec<Diagnostic> {
@@ -103,55 +103,7 @@ fn verify_op(m: &Module, op: Op, defined: &[bool], diags: &mut Vec<Diagnostic>) 
             errs.push(OpError::operand(i, format!("%{name} is used before it is defined")));
         }
     }
-    if !def.operands.accepts(data.operands.len()) {
-        errs.push(OpError::new(format!(
-            "`{}` takes {} operands, found {}",
-            def.name,
-            def.operands,
-            data.operands.len()
-        )));
-    }
-    if !def.results.accepts(data.results.len()) {
-        errs.push(OpError::new(format!(
-            "`{}` has {} results, found {}",
-            def.name,
-            def.results,
-            data.results.len()
-        )));
-    }
-    for a in def.attrs {
-        match data.attr(a.name) {
-            None if a.required => {
-                errs.push(
-                    OpError::new(format!("`{}` requires attribute `{}`", def.name, a.name))
-                        .note(format!("`{}` is {}: {}", a.name, a.kind.describe(), a.doc)),
-                );
-            }
-            Some(v) if !a.kind.accepts(v) => errs.push(OpError::attr(
-                a.name,
-                format!(
-                    "`{}` must be {}, found {} `{v}`",
-                    a.name,
-                    a.kind.describe(),
-                    v.kind_name()
-                ),
-            )),
-            _ => {}
-        }
-    }
-    for (k, _) in &data.attrs {
-        if !k.contains('.') && !def.attrs.iter().any(|a| a.name == k) {
-            let known: Vec<&str> = def.attrs.iter().map(|a| a.name).collect();
-            let note = if known.is_empty() {
-                format!("`{}` takes no attributes", def.name)
-            } else {
-                format!("`{}` takes: {}", def.name, known.join(", "))
-            };
-            errs.push(
-                OpError::attr(k, format!("unknown attribute `{k}` for `{}`", def.name)).note(note),
-            );
-        }
-    }
+    errs.extend(check_generic(def, data.operands.len(), data.results.len(), &data.attrs));
     let operand_types: Vec<_> = data.operands.iter().map(|&v| m.value_type(v).clone()).collect();
     if errs.is_empty() && operand_types.iter().all(|t| !t.is_unknown()) {
         let view = OpView {
@@ -190,4 +142,62 @@ fn verify_op(m: &Module, op: Op, defined: &[bool], diags: &mut Vec<Diagnostic>) 
         }
     }
     diags.extend(errs.into_iter().map(|e| op_error_diagnostic(m, op, e)));
+}
+
+/// The checks every op gets from its definition alone: operand and result counts, required
+/// attributes, attribute kinds, undeclared attributes. Shared by the verifier and by the builder,
+/// which must run them before asking an op to infer its result types.
+pub fn check_generic(
+    def: &OpDef,
+    operands: usize,
+    results: usize,
+    attrs: &[(String, crate::attr::Attr)],
+) -> Vec<OpError> {
+    let mut errs = Vec::new();
+    if !def.operands.accepts(operands) {
+        errs.push(OpError::new(format!(
+            "`{}` takes {} operands, found {operands}",
+            def.name, def.operands
+        )));
+    }
+    if !def.results.accepts(results) {
+        errs.push(OpError::new(format!(
+            "`{}` has {} results, found {results}",
+            def.name, def.results
+        )));
+    }
+    for a in def.attrs {
+        match attrs.iter().find(|(k, _)| k == a.name).map(|(_, v)| v) {
+            None if a.required => {
+                errs.push(
+                    OpError::new(format!("`{}` requires attribute `{}`", def.name, a.name))
+                        .note(format!("`{}` is {}: {}", a.name, a.kind.describe(), a.doc)),
+                );
+            }
+            Some(v) if !a.kind.accepts(v) => errs.push(OpError::attr(
+                a.name,
+                format!(
+                    "`{}` must be {}, found {} `{v}`",
+                    a.name,
+                    a.kind.describe(),
+                    v.kind_name()
+                ),
+            )),
+            _ => {}
+        }
+    }
+    for (k, _) in attrs {
+        if !k.contains('.') && !def.attrs.iter().any(|a| a.name == k) {
+            let known: Vec<&str> = def.attrs.iter().map(|a| a.name).collect();
+            let note = if known.is_empty() {
+                format!("`{}` takes no attributes", def.name)
+            } else {
+                format!("`{}` takes: {}", def.name, known.join(", "))
+            };
+            errs.push(
+                OpError::attr(k, format!("unknown attribute `{k}` for `{}`", def.name)).note(note),
+            );
+        }
+    }
+    errs
 }
