@@ -111,6 +111,10 @@ pub struct CompileArgs {
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
 
+    /// With `--emit report`, also print a readable summary to standard error.
+    #[arg(short, long)]
+    pub verbose: bool,
+
     #[command(flatten)]
     pub instr: InstrumentationArgs,
 }

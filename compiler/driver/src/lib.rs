@@ -13,6 +13,7 @@ pub mod bench;
 mod cli;
 mod gen_cmd;
 mod output;
+pub mod report;
 mod run_cmd;
 
 use std::ffi::OsString;
@@ -95,7 +96,7 @@ impl Driver {
             Some(Command::Opt(a)) => {
                 let (file, mut module) = self.load(&a.file)?;
                 let pipeline = a.passes.clone().unwrap_or_default();
-                self.run_pipeline(&file, &mut module, &pipeline, None, &a.instr)?;
+                let _ = self.run_pipeline(&file, &mut module, &pipeline, None, &a.instr)?;
                 output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module))
             }
             Some(Command::Run(a)) => run_cmd::run(self, a),
@@ -126,20 +127,27 @@ impl Driver {
 
     fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
         let target = fbc_target::builtin(&a.target).map_err(|e| Failure::Usage(e.to_string()))?;
-        match a.emit {
-            EmitKind::Ir => {}
-            other => {
-                return Err(Failure::Usage(format!(
-                    "--emit {} is not yet supported; supported now: ir",
-                    other.name()
-                )))
-            }
+        if a.emit == EmitKind::Opencl {
+            return Err(Failure::Usage(
+                "--emit opencl is not yet supported; supported now: ir, report".into(),
+            ));
         }
         let (file, mut module) = self.load(path)?;
-        let level = a.level();
-        let pipeline = fbc_transforms::pipeline_for_level(level);
-        self.run_pipeline(&file, &mut module, pipeline, Some(&target), &a.instr)?;
-        output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module))
+        let transforms_total = report::count_transforms(&module);
+        let pipeline = fbc_transforms::pipeline_for_level(a.level());
+        let (timings, stats) =
+            self.run_pipeline(&file, &mut module, pipeline, Some(&target), &a.instr)?;
+        match a.emit {
+            EmitKind::Report => {
+                let r = report::build(&a.target, &module, transforms_total, &stats, &timings);
+                if a.verbose {
+                    let _ = std::io::stderr().write_all(report::summary(&r).as_bytes());
+                }
+                let text = serde_json::to_string_pretty(&r).unwrap_or_default() + "\n";
+                output::write_text(a.output.as_deref(), &text)
+            }
+            _ => output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module)),
+        }
     }
 
     /// Reads and verifies a `.fbir` file (`-` is standard input).
@@ -180,7 +188,7 @@ impl Driver {
         pipeline: &str,
         target: Option<&fbc_target::HardwareProfile>,
         flags: &cli::InstrumentationArgs,
-    ) -> Result<(), Failure> {
+    ) -> Result<(fbc_ir::pass::Timings, fbc_ir::pass::Statistics), Failure> {
         let steps = self.passes.parse_pipeline(pipeline).map_err(|e| {
             Failure::Usage(format!(
                 "invalid pipeline `{pipeline}` at offset {}: {}",
@@ -210,7 +218,7 @@ impl Driver {
         if flags.time_passes {
             let _ = std::io::stderr().write_all(timings.report().as_bytes());
         }
-        Ok(())
+        Ok((timings, cx.stats))
     }
 
     /// The text of `fbc passes`: every pass with its summary and options.

@@ -128,7 +128,10 @@ fn usage_errors_exit_2() {
     let input = write(&dir, "good.fbir", GOOD.as_bytes());
     let o = fbc(&[&input, "--emit", "opencl"]);
     assert_eq!(o.code, 2);
-    assert_eq!(o.stderr, "fbc: error: --emit opencl is not yet supported; supported now: ir\n");
+    assert_eq!(
+        o.stderr,
+        "fbc: error: --emit opencl is not yet supported; supported now: ir, report\n"
+    );
     let o = fbc(&["opt", &input, "--passes", "canonicalize,frobnicate"]);
     assert_eq!(o.code, 2);
     assert!(
@@ -234,4 +237,37 @@ fn simplify_index_prints_json_and_locates_errors() {
     assert!(o.stderr.starts_with("<expr>:1:"), "{}", o.stderr);
     let o = fbc(&["simplify-index", "d0", "--range", "d0=5:1"]);
     assert_eq!(o.code, 2, "{}", o.stderr);
+}
+
+#[test]
+fn emit_report_is_json_with_the_documented_fields() {
+    let dir = scratch("report");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/attention.fbir");
+    let out_path = dir.join("r.json");
+    let o = fbc(&[
+        examples.to_str().unwrap(),
+        "-O3",
+        "--target",
+        "mali",
+        "--emit",
+        "report",
+        "-v",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    assert_eq!(r["target"], "mali");
+    // 4 reshapes and 4 transposes in the input graph.
+    assert_eq!(r["transforms"]["total"], 8);
+    for key in ["eliminated", "fallback"] {
+        assert!(r["transforms"][key].is_i64(), "{r}");
+    }
+    assert!(r["divmod"]["before"].is_i64() && r["divmod"]["after"].is_i64(), "{r}");
+    assert!(r["layout_converts"].is_u64() && r["ops"].is_u64() && r["tensors"].is_array(), "{r}");
+    let passes: Vec<&str> =
+        r["passes"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(passes.starts_with(&["canonicalize", "cse", "dce"]), "{passes:?}");
+    assert!(o.stderr.contains("transforms        8 total"), "{}", o.stderr);
 }

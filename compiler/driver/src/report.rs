@@ -1,0 +1,131 @@
+//! `--emit report`: a JSON summary of what the pipeline did to the graph.
+//!
+//! ```json
+//! {"target": "mali", "ops": 41,
+//!  "transforms": {"total": 12, "eliminated": 12, "fallback": 0},
+//!  "layout_converts": 0, "divmod": {"before": 24, "after": 0},
+//!  "tensors": [{"name": "wq", "layout": "#layout.rtile<...>"}],
+//!  "passes": [{"name": "canonicalize", "ms": 0.41}]}
+//! ```
+//!
+//! Where each figure comes from, which is the contract with the passes:
+//! - `transforms.total`: `tensor.reshape` and `tensor.transpose` ops of the input graph, counted
+//!   before any pass runs;
+//! - `transforms.eliminated` / `fallback`: the `index-elim` pass's statistics `eliminated` and
+//!   `fallback` (0 when it did not run);
+//! - `layout_converts`: `layout.convert` ops in the final graph;
+//! - `divmod.before` / `after`: the `index-simplify` pass's statistics `divmod-before` and
+//!   `divmod-after`;
+//! - `tensors`: every function argument and op result that carries a layout: results of
+//!   `layout.assign` (its `layout` attribute) and values whose producer has an `fbc.layout`
+//!   attribute (arguments: the function attribute `fbc.arg_layouts`, an array by argument index);
+//! - `passes`: wall time of each pass, in pipeline order.
+
+use std::fmt::Write as _;
+
+use fbc_ir::pass::{Statistics, Timings};
+use fbc_ir::{Attr, Module};
+use serde_json::{json, Value};
+
+/// Counts the layout-transformation ops of a graph (`transforms.total`).
+pub fn count_transforms(m: &Module) -> usize {
+    m.all_ops().filter(|&o| matches!(m.op(o).name(), "tensor.reshape" | "tensor.transpose")).count()
+}
+
+fn value_name(m: &Module, v: fbc_ir::Value) -> String {
+    m.value(v).name.as_deref().map_or_else(|| format!("%{}", v.0), str::to_string)
+}
+
+fn tensors(m: &Module) -> Vec<Value> {
+    let mut out = Vec::new();
+    for f in &m.funcs {
+        if let Some(Attr::Array(layouts)) = f.attr("fbc.arg_layouts") {
+            for (&a, l) in f.args.iter().zip(layouts) {
+                if !matches!(l, Attr::Unit) {
+                    out.push(json!({"name": value_name(m, a), "layout": l.to_string()}));
+                }
+            }
+        }
+        for &op in &f.body {
+            let d = m.op(op);
+            let layout =
+                if d.def.is("layout.assign") { d.attr("layout") } else { d.attr("fbc.layout") };
+            if let (Some(l), Some(&r)) = (layout, d.results.first()) {
+                out.push(json!({"name": value_name(m, r), "layout": l.to_string()}));
+            }
+        }
+    }
+    out
+}
+
+/// Builds the report of a compiled module.
+pub fn build(
+    target: &str,
+    m: &Module,
+    transforms_total: usize,
+    stats: &Statistics,
+    timings: &Timings,
+) -> Value {
+    let converts = m.all_ops().filter(|&o| m.op(o).def.is("layout.convert")).count();
+    json!({
+        "target": target,
+        "ops": m.num_ops(),
+        "transforms": {
+            "total": transforms_total,
+            "eliminated": stats.get("index-elim", "eliminated"),
+            "fallback": stats.get("index-elim", "fallback"),
+        },
+        "layout_converts": converts,
+        "divmod": {
+            "before": stats.get("index-simplify", "divmod-before"),
+            "after": stats.get("index-simplify", "divmod-after"),
+        },
+        "tensors": tensors(m),
+        "passes": timings.passes.iter().map(|(name, d)| json!({
+            "name": name,
+            "ms": (d.as_secs_f64() * 1e6).round() / 1e3,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The readable table `-v` prints.
+pub fn summary(report: &Value) -> String {
+    let mut s = String::new();
+    let t = &report["transforms"];
+    let _ = writeln!(s, "target            {}", report["target"].as_str().unwrap_or("?"));
+    let _ = writeln!(s, "ops               {}", report["ops"]);
+    let _ = writeln!(
+        s,
+        "transforms        {} total, {} eliminated, {} fallback",
+        t["total"], t["eliminated"], t["fallback"]
+    );
+    let _ = writeln!(s, "layout converts   {}", report["layout_converts"]);
+    let _ = writeln!(
+        s,
+        "div/mod           {} before, {} after",
+        report["divmod"]["before"], report["divmod"]["after"]
+    );
+    if let Some(tensors) = report["tensors"].as_array() {
+        let _ = writeln!(s, "tensors with a layout: {}", tensors.len());
+        for t in tensors {
+            let _ = writeln!(
+                s,
+                "  {:<24} {}",
+                t["name"].as_str().unwrap_or("?"),
+                t["layout"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    if let Some(passes) = report["passes"].as_array() {
+        let _ = writeln!(s, "passes:");
+        for p in passes {
+            let _ = writeln!(
+                s,
+                "  {:<32} {:>9.3} ms",
+                p["name"].as_str().unwrap_or("?"),
+                p["ms"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    s
+}
