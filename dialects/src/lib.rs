@@ -4,11 +4,13 @@
 //! [`registry`] gives an [`fbc_ir::OpRegistry`] holding the IR core's `func` ops and every op
 //! declared here.
 
+pub mod layout;
 pub mod tensor;
 
 /// The registry of every op fbc knows: `func.*` (from the IR core) and `tensor.*`.
 pub fn registry() -> fbc_ir::OpRegistry {
     let mut r = fbc_ir::OpRegistry::new();
     tensor::register(&mut r);
+    layout::register(&mut r);
     r
 }

@@ -96,7 +96,7 @@ fn errors() {
     assert_eq!(
         d.message,
         "`dtype` must be one of \"f32\", \"f16\", \"bf16\", \"f64\", \"i32\", \"i8\", \"i64\", \"i1\", \
-         \"index\", found string `\"f8\"` (and the result types cannot be inferred)"
+         \"index\", found string `\"f8\"`"
     );
     let d = only_error(&module_text(
         &["tensor<2xf32>"],

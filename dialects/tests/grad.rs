@@ -78,7 +78,7 @@ fn layernorm_grad() {
         &args,
         "%r0 = tensor.layernorm_grad %a0, %a1, %a2",
     ));
-    assert_eq!(d.message, "`tensor.layernorm_grad` defines 3 results, but 1 names are bound");
+    assert_eq!(d.message, "`tensor.layernorm_grad` has 3 results, found 1");
 }
 
 #[test]

@@ -6,6 +6,7 @@ pub mod autodiff;
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod index_elim;
 pub mod layout;
 
 use fbc_ir::pass::{PassInfo, PassRegistry};
@@ -25,6 +26,7 @@ pub fn register_passes(r: &mut PassRegistry) {
         Ok(Box::new(dce::Dce))
     }));
     autodiff::register(r);
+    index_elim::register(r);
     layout::register(r);
 }
 
@@ -40,6 +42,8 @@ pub fn pipeline_for_level(level: u8) -> &'static str {
     match level {
         0 => "",
         1 => "canonicalize,dce",
-        _ => "canonicalize,cse,dce",
+        2 => "canonicalize,cse,dce",
+        _ => "canonicalize,cse,dce,fb-classify,rtile-candidates,rtile-select,tile-propagate,\
+              index-elim,index-simplify,dce",
     }
 }

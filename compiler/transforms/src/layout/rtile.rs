@@ -1,0 +1,429 @@
+//! `rtile-candidates` (Alg. 1) and `rtile-select` (Eq. 2): the R-Tile passes.
+//!
+//! **`rtile-candidates{target= max-padding=0.1}`** considers every *R-Tile tensor*: a float
+//! tensor of rank ≥ 2 that is an operand or result of an FTD-D op (looking through
+//! `layout.assign`). For each it runs [`candidates::generate`] with the tensor's parallel axes
+//! and reduction consumers from [`analysis`], and records the mapped candidates, in
+//! `(tile_h, tile_w)` order, as `fbc.rtile_candidates = [#layout.rtile<...>, ...]` on the
+//! producing op (`fbc.rtile_candidates.N` for result `N > 0`), or on the function as
+//! `fbc.rtile_candidates.argN` for argument `N`. An empty list means no tile survived.
+//! Counters: `tensors`, `initial`, `after-c1`, `after-c2`, `after-c3` (summed over tensors);
+//! the record `rtile-candidates` lists each tensor's counts.
+//!
+//! **`rtile-select{target= print=false}`** scores, for every R-Tile tensor with at least one
+//! reduction consumer the model understands (one tiled axis reduced), the linear layout and
+//! each candidate (read from the attributes above, generated when absent) with
+//! [`perf_model::total`], and keeps the argmax — ties go to the earlier one, and linear comes
+//! first, so an R-Tile must be strictly better. A chosen R-Tile is materialized as
+//! `%t_rt = layout.assign %t {layout = #layout.rtile<...>, fbc.rtile_score = S,
+//! fbc.linear_score = L}` placed right after `%t`'s definition (at the top of the body for
+//! arguments), and every other user of `%t` reads `%t_rt`. Tensors already read through a
+//! `layout.assign` are left alone, so the pass is idempotent. Counters: `tensors`, `rtile`,
+//! `linear`; the record `rtile-select` has every score; `print=true` writes a report to stderr.
+//!
+//! Both take the profile from the option `target` (a builtin name), else the pipeline's target,
+//! else `generic`.
+
+use fbc_dialects::layout::{Layout, RTile};
+use fbc_ir::{
+    Attr, Diagnostic, FbClass, FuncId, Module, Op, Pass, PassContext, Type, Value, ValueDef,
+};
+use fbc_target::HardwareProfile;
+use serde_json::json;
+
+use super::analysis::{reduction_uses, root, value_name};
+use super::candidates::{self, CandidateInput};
+use super::perf_model::{self, Axis2, Consumer, ConsumerKind, TensorDesc};
+
+pub const CANDIDATES: &str = "rtile-candidates";
+pub const SELECT: &str = "rtile-select";
+
+/// The profile a pass uses: its `target` option, the pipeline's, or `generic`.
+fn profile(
+    option: &str,
+    cx: &PassContext<'_>,
+    pass: &str,
+) -> Result<HardwareProfile, Vec<Diagnostic>> {
+    let name = if !option.is_empty() {
+        option
+    } else if let Some(p) = cx.target {
+        return Ok(p.clone());
+    } else {
+        "generic"
+    };
+    fbc_target::builtin(name).map_err(|e| {
+        vec![Diagnostic::error(format!("{pass}: {e}"))
+            .with_note(format!("builtin targets: {}", fbc_target::builtin_names().join(", ")))]
+    })
+}
+
+/// Every R-Tile tensor of the module, in function and op order, each once.
+pub fn rtile_tensors(m: &Module) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for op in m.all_ops() {
+        let d = m.op(op);
+        if d.def.class != Some(FbClass::FtdD) {
+            continue;
+        }
+        for &v in d.operands.iter().chain(&d.results) {
+            let r = root(m, v);
+            let ok = match m.value_type(r) {
+                Type::Tensor(t) => t.rank() >= 2 && t.elem.is_float(),
+                _ => false,
+            };
+            if ok && !out.contains(&r) {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+/// The generator's view of tensor `v`.
+pub fn candidate_input(m: &Module, v: Value) -> Option<CandidateInput> {
+    let Type::Tensor(t) = m.value_type(v) else { return None };
+    let rank = t.rank();
+    if rank < 2 {
+        return None;
+    }
+    let uses = reduction_uses(m, v);
+    let mut parallel = [false, false];
+    for u in &uses {
+        parallel[0] |= !u.axes.contains(&(rank - 2));
+        parallel[1] |= !u.axes.contains(&(rank - 1));
+    }
+    if let ValueDef::Result { op, .. } = m.value(v).def {
+        if m.op(op).def.class == Some(FbClass::FtdD) {
+            parallel = [true, true];
+        }
+    }
+    Some(CandidateInput {
+        shape: t.shape.to_vec(),
+        elem_bytes: t.elem.bytes(),
+        parallel,
+        consumers: uses.iter().filter_map(|u| u.consumer).collect(),
+    })
+}
+
+/// Where the candidates of `v` are recorded.
+enum Slot {
+    Op(Op, String),
+    Func(FuncId, String),
+}
+
+fn slot(m: &Module, v: Value) -> Slot {
+    match m.value(v).def {
+        ValueDef::Result { op, index: 0 } => Slot::Op(op, "fbc.rtile_candidates".into()),
+        ValueDef::Result { op, index } => Slot::Op(op, format!("fbc.rtile_candidates.{index}")),
+        ValueDef::Arg { func, index } => {
+            Slot::Func(func, format!("fbc.rtile_candidates.arg{index}"))
+        }
+    }
+}
+
+fn write_candidates(m: &mut Module, v: Value, list: Attr) {
+    match slot(m, v) {
+        Slot::Op(op, key) => m.set_attr(op, &key, list),
+        Slot::Func(f, key) => {
+            let attrs = &mut m.func_mut(f).attrs;
+            match attrs.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, a)) => *a = list,
+                None => attrs.push((key, list)),
+            }
+        }
+    }
+}
+
+/// The recorded candidates of `v`: `None` when none are recorded, an error message when the
+/// record is malformed.
+pub fn read_candidates(m: &Module, v: Value) -> Option<Result<Vec<RTile>, String>> {
+    let attr = match slot(m, v) {
+        Slot::Op(op, key) => m.op(op).attr(&key).cloned(),
+        Slot::Func(f, key) => m.func(f).attr(&key).cloned(),
+    }?;
+    let Some(items) = attr.as_array() else {
+        return Some(Err(format!(
+            "the R-Tile candidates of {} are not an array",
+            value_name(m, v)
+        )));
+    };
+    let Type::Tensor(t) = m.value_type(v) else {
+        return Some(Err(format!("{} is not a tensor", value_name(m, v))));
+    };
+    // Each candidate must fit the tensor: select writes the winner into a verified op.
+    Some(
+        items
+            .iter()
+            .map(|a| {
+                let r = RTile::from_attr(a)?;
+                r.check_type(t)?;
+                Ok(r)
+            })
+            .collect::<Result<Vec<_>, fbc_dialects::layout::LayoutError>>()
+            .map_err(|e| format!("an R-Tile candidate of {}: {e}", value_name(m, v))),
+    )
+}
+
+#[derive(Debug)]
+pub struct RTileCandidates {
+    pub target: String,
+    pub max_padding: f64,
+}
+
+impl Pass for RTileCandidates {
+    fn name(&self) -> &str {
+        CANDIDATES
+    }
+
+    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
+        let p = profile(&self.target, cx, CANDIDATES)?;
+        let mut records = Vec::new();
+        for v in rtile_tensors(m) {
+            let Some(input) = candidate_input(m, v) else { continue };
+            let rep = candidates::generate(&p, &input, self.max_padding);
+            for (k, n) in [
+                ("initial", rep.initial.len()),
+                ("after-c1", rep.after_c1.len()),
+                ("after-c2", rep.after_c2.len()),
+                ("after-c3", rep.after_c3.len()),
+            ] {
+                cx.stats.add(CANDIDATES, k, n as i64);
+            }
+            cx.stats.add(CANDIDATES, "tensors", 1);
+            records.push(json!({
+                "tensor": value_name(m, v),
+                "shape": input.shape,
+                "parallel": input.parallel,
+                "initial": rep.initial.len(),
+                "after_c1": rep.after_c1.len(),
+                "after_c2": rep.after_c2.len(),
+                "after_c3": rep.after_c3.len(),
+            }));
+            let list = Attr::Array(rep.candidates.iter().map(RTile::to_attr).collect());
+            write_candidates(m, v, list);
+        }
+        cx.stats.records.insert(CANDIDATES.into(), json!({ "target": p.name, "tensors": records }));
+        Ok(())
+    }
+}
+
+/// Scores of one layout for one tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    pub layout: Layout,
+    /// Eq. 2's sum.
+    pub total: f64,
+    /// One per consumer, in consumer order (`None`: the model cannot score that pair).
+    pub per_consumer: Vec<Option<perf_model::Score>>,
+}
+
+/// The Eq. 2 decision for one tensor: every layout scored, and the winner's index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    pub consumers: Vec<Consumer>,
+    /// Linear first, then the candidates in order.
+    pub scored: Vec<Scored>,
+    pub best: usize,
+}
+
+/// Scores linear and each candidate for `tensor` read by `consumers`, and picks the argmax
+/// (first on ties, so linear wins ties).
+pub fn select(
+    p: &HardwareProfile,
+    tensor: &TensorDesc,
+    consumers: &[Consumer],
+    candidates: &[RTile],
+) -> Selection {
+    let layouts =
+        std::iter::once(Layout::Linear).chain(candidates.iter().copied().map(Layout::RTile));
+    let scored: Vec<Scored> = layouts
+        .map(|layout| {
+            let per_consumer: Vec<_> =
+                consumers.iter().map(|c| perf_model::score(p, tensor, &layout, c)).collect();
+            let total = per_consumer.iter().flatten().map(|s| s.perf).sum();
+            Scored { layout, total, per_consumer }
+        })
+        .collect();
+    let mut best = 0;
+    for (i, s) in scored.iter().enumerate() {
+        if s.total > scored[best].total {
+            best = i;
+        }
+    }
+    Selection { consumers: consumers.to_vec(), scored, best }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn consumer_text(c: &Consumer) -> String {
+    let axis = match c.reduce {
+        Axis2::H => "H",
+        Axis2::W => "W",
+    };
+    match c.kind {
+        ConsumerKind::Matmul { p_is_out_last, other, out_batch } => format!(
+            "matmul operand {} reducing {axis} (other = {other}, batch = {out_batch})",
+            if p_is_out_last { "b" } else { "a" }
+        ),
+        ConsumerKind::Reduction => format!("reduction along {axis}"),
+    }
+}
+
+/// A human-readable report of one selection (what `rtile-select{print=true}` prints).
+pub fn selection_text(name: &str, ty: &str, sel: &Selection) -> String {
+    let mut s = format!("{name} : {ty}\n");
+    for (k, c) in sel.consumers.iter().enumerate() {
+        s.push_str(&format!("  consumer {k}: {}\n", consumer_text(c)));
+    }
+    for (i, sc) in sel.scored.iter().enumerate() {
+        let mark = if i == sel.best { "*" } else { " " };
+        let parts: Vec<String> = sc
+            .per_consumer
+            .iter()
+            .map(|x| match x {
+                Some(x) => format!("{:.2} GFLOP/s x {:.4} = {:.2}", x.gflops, x.mem_eff, x.perf),
+                None => "-".into(),
+            })
+            .collect();
+        let short = match &sc.layout {
+            Layout::Linear => "linear".to_string(),
+            Layout::RTile(r) => {
+                let intra = match r.intra {
+                    fbc_dialects::layout::Intra::Rows => "rows".to_string(),
+                    fbc_dialects::layout::Intra::Block { bh, bw } => format!("block {bh}x{bw}"),
+                };
+                format!(
+                    "rtile {}x{} {intra} h={} {}",
+                    r.tile[0],
+                    r.tile[1],
+                    r.horizontal,
+                    r.storage.name()
+                )
+            }
+        };
+        s.push_str(&format!("  {mark} {short:<36} {:>9.2}  [{}]\n", sc.total, parts.join("; ")));
+    }
+    s
+}
+
+#[derive(Debug)]
+pub struct RTileSelect {
+    pub target: String,
+    pub print: bool,
+}
+
+impl Pass for RTileSelect {
+    fn name(&self) -> &str {
+        SELECT
+    }
+
+    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
+        let p = profile(&self.target, cx, SELECT)?;
+        let mut records = Vec::new();
+        let mut report = String::new();
+        for v in rtile_tensors(m) {
+            if m.value(v).uses.iter().any(|u| m.op(u.op).def.is("layout.assign")) {
+                continue; // Already annotated (an earlier run, or the user).
+            }
+            let Some(input) = candidate_input(m, v) else { continue };
+            if input.consumers.is_empty() {
+                continue;
+            }
+            let cands = match read_candidates(m, v) {
+                Some(Ok(c)) => c,
+                Some(Err(msg)) => {
+                    let span = match m.value(v).def {
+                        ValueDef::Result { op, .. } => m.op(op).span,
+                        ValueDef::Arg { func, .. } => m.func(func).name_span,
+                    };
+                    return Err(vec![Diagnostic::error(format!("{SELECT}: {msg}")).at(span)]);
+                }
+                None => {
+                    candidates::generate(&p, &input, candidates::DEFAULT_MAX_PADDING).candidates
+                }
+            };
+            let desc = TensorDesc { shape: input.shape.clone(), elem_bytes: input.elem_bytes };
+            let sel = select(&p, &desc, &input.consumers, &cands);
+            cx.stats.add(SELECT, "tensors", 1);
+            let name = value_name(m, v);
+            let ty = m.value_type(v).to_string();
+            if self.print {
+                report.push_str(&selection_text(&name, &ty, &sel));
+            }
+            records.push(json!({
+                "tensor": name,
+                "type": ty,
+                "consumers": sel.consumers.iter().map(consumer_text).collect::<Vec<_>>(),
+                "scores": sel.scored.iter().map(|s| json!({
+                    "layout": s.layout.to_string(),
+                    "total": round2(s.total),
+                    "per_consumer": s.per_consumer.iter().map(|x| x.map(|x| json!({
+                        "gflops": round2(x.gflops),
+                        "mem_eff": (x.mem_eff * 1e4).round() / 1e4,
+                        "perf": round2(x.perf),
+                    }))).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "chosen": sel.scored[sel.best].layout.to_string(),
+            }));
+            let chosen = &sel.scored[sel.best];
+            let Layout::RTile(rt) = chosen.layout else {
+                cx.stats.add(SELECT, "linear", 1);
+                continue;
+            };
+            cx.stats.add(SELECT, "rtile", 1);
+            let attrs = vec![
+                ("layout".to_string(), rt.to_attr()),
+                ("fbc.rtile_score".to_string(), Attr::Float(round2(chosen.total))),
+                ("fbc.linear_score".to_string(), Attr::Float(round2(sel.scored[0].total))),
+            ];
+            annotate(m, cx, v, attrs);
+        }
+        if self.print {
+            eprint!("{report}");
+        }
+        cx.stats.records.insert(SELECT.into(), json!({ "target": p.name, "tensors": records }));
+        Ok(())
+    }
+}
+
+/// Inserts `layout.assign v {attrs}` right after `v`'s definition and makes every other user of
+/// `v` read its result.
+fn annotate(m: &mut Module, cx: &PassContext<'_>, v: Value, attrs: Vec<(String, Attr)>) {
+    let def = cx.registry.expect("layout.assign");
+    let ty = m.value_type(v).clone();
+    let (func, pos, span) = match m.value(v).def {
+        ValueDef::Result { op, .. } => {
+            let f = m.op(op).func;
+            let pos = m.func(f).body.iter().position(|&o| o == op).map_or(0, |i| i + 1);
+            (f, pos, m.op(op).span)
+        }
+        ValueDef::Arg { func, .. } => {
+            // After the assigns already placed for earlier arguments.
+            let body = &m.func(func).body;
+            let pos = body
+                .iter()
+                .take_while(|&&o| {
+                    let d = m.op(o);
+                    d.def.is("layout.assign")
+                        && d.operands
+                            .first()
+                            .is_some_and(|&x| matches!(m.value(x).def, ValueDef::Arg { .. }))
+                })
+                .count();
+            (func, pos, m.func(func).name_span)
+        }
+    };
+    let assign = m.create_op(func, def, &[v], attrs, vec![ty], span);
+    m.insert_op_at(func, pos, assign);
+    let new = m.op(assign).results[0];
+    if let Some(n) = m.value(v).name.as_deref() {
+        let n = format!("{n}_rt");
+        m.set_value_name(new, n);
+    }
+    let uses: Vec<_> = m.value(v).uses.iter().filter(|u| u.op != assign).copied().collect();
+    for u in uses {
+        m.set_operand(u.op, u.index as usize, new);
+    }
+}
