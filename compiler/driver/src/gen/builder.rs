@@ -1,0 +1,268 @@
+//! A small graph recorder for the generators: ops are recorded with their operands, attributes
+//! and inferred result type, then materialised into one [`fbc_ir::Module`] function.
+//!
+//! Why record first and materialise later: `Module::add_func` creates a function's arguments up
+//! front, but a generator discovers its weights layer by layer. Recording lets each model be
+//! written in the order of its forward computation and still give the function its full argument
+//! list at once.
+//!
+//! Result types come from the op's own `infer` function (the one the verifier runs), so a shape
+//! mistake in a generator is reported at the op that makes it, with the dialect's message, instead
+//! of as a wall of verifier errors at the end.
+
+use fbc_ir::{
+    Attr, ElemType, FuncId, Module, Op, OpDef, OpRegistry, OpView, Span, TensorType, Type,
+};
+
+/// A value of the graph being recorded: a function argument or an op result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct V(u32);
+
+#[derive(Debug)]
+struct ValInfo {
+    ty: TensorType,
+}
+
+#[derive(Debug)]
+struct Node {
+    def: &'static OpDef,
+    operands: Vec<V>,
+    attrs: Vec<(String, Attr)>,
+    name: String,
+    result: V,
+}
+
+/// Records one function: its arguments (in order of declaration) and its ops.
+#[derive(Debug)]
+pub(crate) struct Graph<'r> {
+    ops: &'r OpRegistry,
+    /// An empty module for the op views that `infer` functions read; the tensor ops only look at
+    /// operand types and attributes.
+    scratch: Module,
+    vals: Vec<ValInfo>,
+    args: Vec<(String, V)>,
+    nodes: Vec<Node>,
+}
+
+/// `[1, 2]` as an integer-array attribute.
+pub(crate) fn ints(xs: &[u64]) -> Attr {
+    // Dimensions here are bounded by the argument checks (far below i64::MAX); saturate rather
+    // than wrap if that ever changed, so the verifier reports the mistake.
+    Attr::Array(xs.iter().map(|&x| Attr::Int(i64::try_from(x).unwrap_or(i64::MAX))).collect())
+}
+
+fn attr(name: &str, value: Attr) -> (String, Attr) {
+    (name.to_string(), value)
+}
+
+impl<'r> Graph<'r> {
+    pub(crate) fn new(ops: &'r OpRegistry) -> Graph<'r> {
+        Graph {
+            ops,
+            scratch: Module::new(None),
+            vals: Vec::new(),
+            args: Vec::new(),
+            nodes: Vec::new(),
+        }
+    }
+
+    /// Declares a function argument named `name` of type `tensor<shape x elem>`.
+    pub(crate) fn arg(&mut self, name: &str, shape: &[u64], elem: ElemType) -> V {
+        let v = V(self.vals.len() as u32);
+        self.vals.push(ValInfo { ty: TensorType::new(shape, elem) });
+        self.args.push((name.to_string(), v));
+        v
+    }
+
+    /// An f32 argument (weights, masks, tables).
+    pub(crate) fn weight(&mut self, name: &str, shape: &[u64]) -> V {
+        self.arg(name, shape, ElemType::F32)
+    }
+
+    pub(crate) fn ty(&self, v: V) -> &TensorType {
+        &self.vals[v.0 as usize].ty
+    }
+
+    pub(crate) fn shape(&self, v: V) -> &[u64] {
+        &self.vals[v.0 as usize].ty.shape
+    }
+
+    /// Records op `op` on `operands`; its single result is named `name` and typed by the op's
+    /// `infer` function.
+    pub(crate) fn op(
+        &mut self,
+        name: &str,
+        op: &str,
+        operands: &[V],
+        attrs: Vec<(String, Attr)>,
+    ) -> Result<V, String> {
+        let def = self.ops.get(op).ok_or_else(|| format!("op `{op}` is not registered"))?;
+        let operand_types: Vec<Type> =
+            operands.iter().map(|&v| Type::Tensor(self.ty(v).clone())).collect();
+        let view = OpView {
+            module: &self.scratch,
+            // An index past the scratch module's arena: the op does not exist yet.
+            op: Op(u32::MAX),
+            operand_types: &operand_types,
+            attrs: &attrs,
+            func: FuncId(0),
+        };
+        let types = (def.infer)(&view).map_err(|e| {
+            let mut msg = format!("{op} (%{name}): {}", e.message);
+            for n in &e.notes {
+                msg.push_str(&format!("\n  note: {n}"));
+            }
+            msg
+        })?;
+        let ty = match types.as_slice() {
+            [Type::Tensor(t)] => t.clone(),
+            _ => return Err(format!("{op} (%{name}): expected one tensor result")),
+        };
+        let result = V(self.vals.len() as u32);
+        self.vals.push(ValInfo { ty });
+        self.nodes.push(Node {
+            def,
+            operands: operands.to_vec(),
+            attrs,
+            name: name.to_string(),
+            result,
+        });
+        Ok(result)
+    }
+
+    // ----- one helper per op the generators use -----
+
+    pub(crate) fn matmul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+        self.op(name, "tensor.matmul", &[a, b], vec![])
+    }
+
+    /// `a · bᵀ` (the last two dimensions of `b` swapped).
+    pub(crate) fn matmul_bt(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+        self.op(name, "tensor.matmul", &[a, b], vec![attr("transpose_b", Attr::Bool(true))])
+    }
+
+    pub(crate) fn add(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+        self.op(name, "tensor.add", &[a, b], vec![])
+    }
+
+    pub(crate) fn mul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+        self.op(name, "tensor.mul", &[a, b], vec![])
+    }
+
+    pub(crate) fn scale(&mut self, name: &str, x: V, factor: f64) -> Result<V, String> {
+        self.op(name, "tensor.scale", &[x], vec![attr("factor", Attr::Float(factor))])
+    }
+
+    /// A unary elementwise op (`tensor.silu`, `tensor.tanh`, `tensor.relu`, ...).
+    pub(crate) fn unary(&mut self, name: &str, op: &str, x: V) -> Result<V, String> {
+        self.op(name, op, &[x], vec![])
+    }
+
+    pub(crate) fn gelu(&mut self, name: &str, x: V, approximate: &str) -> Result<V, String> {
+        let attrs = vec![attr("approximate", Attr::Str(approximate.to_string()))];
+        self.op(name, "tensor.gelu", &[x], attrs)
+    }
+
+    pub(crate) fn reshape(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
+        self.op(name, "tensor.reshape", &[x], vec![attr("shape", ints(shape))])
+    }
+
+    pub(crate) fn transpose(&mut self, name: &str, x: V, perm: &[u64]) -> Result<V, String> {
+        self.op(name, "tensor.transpose", &[x], vec![attr("perm", ints(perm))])
+    }
+
+    pub(crate) fn broadcast(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
+        self.op(name, "tensor.broadcast", &[x], vec![attr("shape", ints(shape))])
+    }
+
+    pub(crate) fn slice(
+        &mut self,
+        name: &str,
+        x: V,
+        start: &[u64],
+        end: &[u64],
+    ) -> Result<V, String> {
+        let attrs = vec![attr("start", ints(start)), attr("end", ints(end))];
+        self.op(name, "tensor.slice", &[x], attrs)
+    }
+
+    pub(crate) fn concat(&mut self, name: &str, xs: &[V], axis: i64) -> Result<V, String> {
+        self.op(name, "tensor.concat", xs, vec![attr("axis", Attr::Int(axis))])
+    }
+
+    pub(crate) fn softmax(&mut self, name: &str, x: V) -> Result<V, String> {
+        self.op(name, "tensor.softmax", &[x], vec![attr("axis", Attr::Int(-1))])
+    }
+
+    pub(crate) fn rmsnorm(&mut self, name: &str, x: V, gamma: V, eps: f64) -> Result<V, String> {
+        self.op(name, "tensor.rmsnorm", &[x, gamma], vec![attr("eps", Attr::Float(eps))])
+    }
+
+    pub(crate) fn layernorm(
+        &mut self,
+        name: &str,
+        x: V,
+        gamma: V,
+        beta: V,
+        eps: f64,
+    ) -> Result<V, String> {
+        let attrs = vec![attr("axis", Attr::Int(-1)), attr("eps", Attr::Float(eps))];
+        self.op(name, "tensor.layernorm", &[x, gamma, beta], attrs)
+    }
+
+    pub(crate) fn rope(&mut self, name: &str, x: V, cos: V, sin: V) -> Result<V, String> {
+        self.op(name, "tensor.rope", &[x, cos, sin], vec![])
+    }
+
+    pub(crate) fn embedding(&mut self, name: &str, table: V, ids: V) -> Result<V, String> {
+        self.op(name, "tensor.embedding", &[table, ids], vec![])
+    }
+
+    pub(crate) fn cross_entropy(&mut self, name: &str, logits: V, labels: V) -> Result<V, String> {
+        self.op(name, "tensor.cross_entropy", &[logits, labels], vec![])
+    }
+
+    /// A splat f32 constant of the given shape.
+    pub(crate) fn constant(&mut self, name: &str, value: f64, shape: &[u64]) -> Result<V, String> {
+        let attrs = vec![attr("value", Attr::Float(value)), attr("shape", ints(shape))];
+        self.op(name, "tensor.constant", &[], attrs)
+    }
+
+    /// Builds the module: one function `func` taking the declared arguments (in declaration
+    /// order) and returning `results`.
+    pub(crate) fn finish(
+        self,
+        module_name: &str,
+        func: &str,
+        results: &[V],
+    ) -> Result<Module, String> {
+        let ret = self.ops.get("func.return").ok_or("op `func.return` is not registered")?;
+        let mut m = Module::new(Some(module_name.to_string()));
+        let arg_types: Vec<Type> =
+            self.args.iter().map(|(_, v)| Type::Tensor(self.ty(*v).clone())).collect();
+        let result_types: Vec<Type> =
+            results.iter().map(|&v| Type::Tensor(self.ty(v).clone())).collect();
+        let f = m.add_func(func, arg_types, result_types);
+        let mut map: Vec<Option<fbc_ir::Value>> = vec![None; self.vals.len()];
+        let func_args = m.func(f).args.clone();
+        for ((name, v), value) in self.args.iter().zip(func_args) {
+            m.set_value_name(value, name.as_str());
+            map[v.0 as usize] = Some(value);
+        }
+        let lookup = |map: &[Option<fbc_ir::Value>], v: V| {
+            map[v.0 as usize].ok_or_else(|| "a value is used before it is defined".to_string())
+        };
+        for node in self.nodes {
+            let operands =
+                node.operands.iter().map(|&v| lookup(&map, v)).collect::<Result<Vec<_>, _>>()?;
+            let ty = Type::Tensor(self.vals[node.result.0 as usize].ty.clone());
+            let op = m.append_op(f, node.def, &operands, node.attrs, vec![ty], Span::default());
+            let r = m.op(op).results.first().copied().ok_or("an op lost its result")?;
+            m.set_value_name(r, node.name);
+            map[node.result.0 as usize] = Some(r);
+        }
+        let outs = results.iter().map(|&v| lookup(&map, v)).collect::<Result<Vec<_>, _>>()?;
+        m.append_op(f, ret, &outs, vec![], vec![], Span::default());
+        Ok(m)
+    }
+}

@@ -1,0 +1,160 @@
+//! Decoder-only language models (Llama 3.2, Qwen 2.5, Gemma 2): `@loss(tokens, labels, mask,
+//! rope_cos, rope_sin, embed, l0_..., final_norm) -> loss`.
+//!
+//! Per layer: RMSNorm → Q, K, V projections (+LoRA) → split into heads → RoPE on Q, K → GQA
+//! expansion of K, V → `softmax(QKᵀ·scale + mask)·V` → merge heads → O projection → residual →
+//! RMSNorm → gated MLP (+LoRA on gate, up, down) → residual. Then the final norm, the LM head
+//! tied to the embedding table (`h · Eᵀ`) and the mean cross-entropy against `labels` (already
+//! shifted by the caller: `labels[b, s]` is the token that follows position `s`).
+//!
+//! Inputs the host computes: `mask` is the additive causal mask `[S, S]` (0 on and below the
+//! diagonal, a large negative value above); `rope_cos`, `rope_sin` are the `[S, head_dim]` tables
+//! (each frequency repeated in both halves, as `rotate_half` expects) built from the model's
+//! `rope_theta` and, for Llama 3.2, its `llama3` frequency scaling. Keeping them as arguments
+//! keeps the graph free of position arithmetic and lets one graph serve any RoPE variant.
+//!
+//! Gemma 2 in addition: the embeddings are scaled by `√hidden`; every RMSNorm weight `w` is
+//! applied as `1 + w` (an explicit `tensor.add` of a splat 1.0, so the arguments are the
+//! checkpoint's own tensors); attention scores are scaled by `1/√query_pre_attn_scalar` and
+//! soft-capped, `50 · tanh(s / 50)`; each sub-block output is normalised again (post-attention
+//! and post-feed-forward norms) before its residual add; the logits are soft-capped at 30. The
+//! sliding window (4096) of even-numbered layers only matters when `S > 4096`; then those layers
+//! read a second mask argument, `mask_local`.
+
+use fbc_ir::ElemType;
+
+use super::blocks::{Attn, Gen, Lin};
+use super::builder::{Graph, V};
+use super::config::{DecoderCfg, GatedAct};
+use super::{Generated, Spec};
+
+/// The inputs every layer reads.
+#[derive(Debug, Clone, Copy)]
+struct Shared {
+    mask: V,
+    mask_local: Option<V>,
+    cos: V,
+    sin: V,
+    /// Gemma's splat 1.0 `[hidden]`, for `1 + w`.
+    one: Option<V>,
+}
+
+pub(crate) fn build(
+    g: Graph<'_>,
+    cfg: &DecoderCfg,
+    module_name: &str,
+    spec: &Spec,
+) -> Result<Generated, String> {
+    let (b, s) = (spec.batch, spec.seq);
+    let mut gen = Gen::new(g, spec.rank);
+    let tokens = gen.g.arg("tokens", &[b, s], ElemType::I32);
+    let labels = gen.g.arg("labels", &[b, s], ElemType::I32);
+    let mask = gen.g.weight("mask", &[s, s]);
+    let mask_local = match cfg.gemma {
+        Some(x) if s > x.sliding_window => Some(gen.g.weight("mask_local", &[s, s])),
+        _ => None,
+    };
+    let cos = gen.g.weight("rope_cos", &[s, cfg.head_dim]);
+    let sin = gen.g.weight("rope_sin", &[s, cfg.head_dim]);
+    let embed = gen.g.weight("embed", &[cfg.vocab, cfg.hidden]);
+
+    let mut x = gen.g.embedding("embeds", embed, tokens)?;
+    let one = if cfg.gemma.is_some() {
+        // Gemma scales embeddings by √hidden (the `normalizer` of Gemma2Model).
+        x = gen.g.scale("embeds_scaled", x, (cfg.hidden as f64).sqrt())?;
+        Some(gen.g.constant("one", 1.0, &[cfg.hidden])?)
+    } else {
+        None
+    };
+    let shared = Shared { mask, mask_local, cos, sin, one };
+    for i in 0..spec.layers {
+        x = layer(&mut gen, cfg, &shared, i, x)?;
+    }
+    let h = norm(&mut gen, cfg, &shared, "final_norm", "final_h", x)?;
+    let mut logits = gen.g.matmul_bt("logits", h, embed)?;
+    if let Some(gm) = cfg.gemma {
+        let c = gm.final_softcap;
+        let d = gen.g.scale("logits_div_cap", logits, 1.0 / c)?;
+        let t = gen.g.unary("logits_tanh", "tensor.tanh", d)?;
+        logits = gen.g.scale("logits_capped", t, c)?;
+    }
+    let flat = gen.g.reshape("logits_flat", logits, &[b * s, cfg.vocab])?;
+    let labels_flat = gen.g.reshape("labels_flat", labels, &[b * s])?;
+    let loss = gen.g.cross_entropy("loss", flat, labels_flat)?;
+    let module = gen.g.finish(module_name, "loss", &[loss])?;
+    Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+}
+
+/// RMSNorm with weight argument `w` (Gemma: applied as `1 + w`); the result is named `out`.
+fn norm(
+    gen: &mut Gen<'_>,
+    cfg: &DecoderCfg,
+    sh: &Shared,
+    w: &str,
+    out: &str,
+    x: V,
+) -> Result<V, String> {
+    let d = gen.g.shape(x).last().copied().unwrap_or(0);
+    let wv = gen.g.weight(w, &[d]);
+    let gamma = match sh.one {
+        Some(one) => gen.g.add(&format!("{w}_plus1"), wv, one)?,
+        None => wv,
+    };
+    gen.g.rmsnorm(out, x, gamma, cfg.norm_eps)
+}
+
+fn layer(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, i: u64, x: V) -> Result<V, String> {
+    let p = format!("l{i}_");
+    let n = |s: &str| format!("{p}{s}");
+    let (h, kv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
+
+    // Attention.
+    let a_in = norm(gen, cfg, sh, &n("attn_norm"), &n("attn_in"), x)?;
+    let (bq, bk, bv) = (n("bq"), n("bk"), n("bv"));
+    // Qwen2 has biases on the Q, K and V projections; LoRA goes on all three.
+    fn lin(bias: &str, has_bias: bool) -> Lin<'_> {
+        Lin { bias: Some(bias).filter(|_| has_bias), lora: true }
+    }
+    let q = gen.linear(&n("q"), a_in, &n("wq"), h * hd, lin(&bq, cfg.qkv_bias))?;
+    let k = gen.linear(&n("k"), a_in, &n("wk"), kv * hd, lin(&bk, cfg.qkv_bias))?;
+    let v = gen.linear(&n("v"), a_in, &n("wv"), kv * hd, lin(&bv, cfg.qkv_bias))?;
+    let q = gen.split_heads(&n("q"), q, h)?;
+    let k = gen.split_heads(&n("k"), k, kv)?;
+    let v = gen.split_heads(&n("v"), v, kv)?;
+    let q = gen.g.rope(&n("q_rot"), q, sh.cos, sh.sin)?;
+    let k = gen.g.rope(&n("k_rot"), k, sh.cos, sh.sin)?;
+    let k = gen.expand_kv(&n("k"), k, h)?;
+    let v = gen.expand_kv(&n("v"), v, h)?;
+    let (scale, softcap) = match cfg.gemma {
+        Some(gm) => (1.0 / gm.query_pre_attn_scalar.sqrt(), Some(gm.attn_softcap)),
+        None => (1.0 / (hd as f64).sqrt(), None),
+    };
+    // Gemma 2's layer_types alternate sliding (even layers) and full attention.
+    let mask = match sh.mask_local {
+        Some(local) if i % 2 == 0 => local,
+        _ => sh.mask,
+    };
+    let ctx = gen.attention(&p, (q, k, v), Attn { scale, softcap, mask: Some(mask) })?;
+    let merged = gen.merge_heads(&n("ctx"), ctx)?;
+    let mut o = gen.linear(&n("attn_out"), merged, &n("wo"), cfg.hidden, Lin::default())?;
+    if cfg.gemma.is_some() {
+        o = norm(gen, cfg, sh, &n("post_attn_norm"), &n("attn_out_normed"), o)?;
+    }
+    let x = gen.g.add(&n("resid_attn"), x, o)?;
+
+    // Gated MLP.
+    let m_in = norm(gen, cfg, sh, &n("mlp_norm"), &n("mlp_in"), x)?;
+    let lora = Lin { bias: None, lora: true };
+    let gate = gen.linear(&n("gate"), m_in, &n("wg"), cfg.ffn, lora)?;
+    let up = gen.linear(&n("up"), m_in, &n("wu"), cfg.ffn, lora)?;
+    let act = match cfg.act {
+        GatedAct::Silu => gen.g.unary(&n("gate_act"), "tensor.silu", gate)?,
+        GatedAct::GeluTanh => gen.g.gelu(&n("gate_act"), gate, "tanh")?,
+    };
+    let prod = gen.g.mul(&n("gated"), act, up)?;
+    let mut down = gen.linear(&n("down"), prod, &n("wd"), cfg.hidden, lora)?;
+    if cfg.gemma.is_some() {
+        down = norm(gen, cfg, sh, &n("post_mlp_norm"), &n("down_normed"), down)?;
+    }
+    gen.g.add(&n("resid_mlp"), x, down)
+}

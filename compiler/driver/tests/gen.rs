@@ -1,0 +1,235 @@
+//! `fbc gen` as a user runs it: every model generates IR that `fbc` reads back, the output is
+//! stable (snapshot), option mistakes are exit-2 errors that say what is allowed, and the graph
+//! grows by the same number of ops for every added layer.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn fbc(args: &[&str]) -> Out {
+    let out = Command::new(env!("CARGO_BIN_EXE_fbc")).args(args).output().expect("fbc runs");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fbc-gen-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Small but complete settings of every model (layered models also get `--layers N`): short
+/// sequences, rank 2.
+const SMALL: &[(&str, &[&str])] = &[
+    ("llama3.2-1b", &["--seq", "16", "--lora-rank", "2"]),
+    ("qwen2.5-1.5b", &["--seq", "16", "--lora-rank", "2"]),
+    ("gemma2-2b", &["--seq", "16", "--lora-rank", "2"]),
+    ("bert-large", &["--seq", "16", "--batch", "2", "--lora-rank", "2"]),
+    ("vit-large", &["--batch", "1", "--lora-rank", "2"]),
+    ("whisper-large-decoder", &["--seq", "16", "--encoder-len", "24", "--lora-rank", "2"]),
+    ("matmul-fb", &[]),
+    ("mha", &["--config", "c2", "--seq", "16"]),
+];
+
+/// Models with layers, for the growth test.
+const LAYERED: &[&str] = &[
+    "llama3.2-1b",
+    "qwen2.5-1.5b",
+    "gemma2-2b",
+    "bert-large",
+    "vit-large",
+    "whisper-large-decoder",
+];
+
+fn gen(model: &str, extra: &[&str]) -> Out {
+    let mut args = vec!["gen", model];
+    args.extend_from_slice(extra);
+    fbc(&args)
+}
+
+/// `gen` with the small settings of `model` and, for layered models, `--layers layers`.
+fn gen_small(model: &str, layers: &str, extra: &[&str]) -> Out {
+    let mut args: Vec<&str> =
+        SMALL.iter().find(|(m, _)| *m == model).map(|(_, a)| a.to_vec()).unwrap_or_default();
+    if LAYERED.contains(&model) {
+        args.extend_from_slice(&["--layers", layers]);
+    }
+    args.extend_from_slice(extra);
+    gen(model, &args)
+}
+
+/// Ops that define a value (every op but `func.return`).
+fn op_count(ir: &str) -> usize {
+    ir.lines().filter(|l| l.trim_start().starts_with('%')).count()
+}
+
+#[test]
+fn every_model_generates_and_reparses() {
+    let dir = scratch("reparse");
+    for (model, _) in SMALL {
+        let path = dir.join(format!("{model}.fbir"));
+        let path_s = path.to_str().expect("utf-8 path");
+        let o = gen_small(model, "1", &["-o", path_s]);
+        assert_eq!(o.code, 0, "{model}: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "{model}: -o writes the file only");
+        let text = std::fs::read_to_string(&path).expect("output written");
+        let back = fbc(&[path_s, "-O0", "--emit", "ir"]);
+        assert_eq!(back.code, 0, "{model} does not re-parse: {}", back.stderr);
+        // -O0 runs no pass: reading and printing gives the same canonical text.
+        assert_eq!(back.stdout, text, "{model}: printing is not a fixpoint");
+    }
+}
+
+#[test]
+fn trainable_models_define_a_scalar_loss_with_named_arguments() {
+    for model in LAYERED {
+        let o = gen_small(model, "1", &[]);
+        assert_eq!(o.code, 0, "{model}: {}", o.stderr);
+        let sig = o.stdout.lines().find(|l| l.contains("func.func @loss(")).unwrap_or_default();
+        assert!(sig.ends_with("-> tensor<f32> {"), "{model}: {sig}");
+        assert!(o.stdout.contains("tensor.cross_entropy"), "{model}");
+        let adapter = if *model == "vit-large" { "%l0_attn_adapter_down:" } else { "_lora_a:" };
+        assert!(sig.contains(adapter), "{model}: no trainable adapter in {sig}");
+    }
+    let llama = gen_small("llama3.2-1b", "1", &[]).stdout;
+    let sig = llama.lines().nth(1).unwrap_or_default();
+    assert!(sig.contains("@loss(%tokens: tensor<1x16xi32>, %labels: tensor<1x16xi32>, %mask: tensor<16x16xf32>, %rope_cos: tensor<16x64xf32>, %rope_sin: tensor<16x64xf32>, %embed: tensor<128256x2048xf32>"), "{sig}");
+    assert!(sig.contains("%l0_wq: tensor<2048x2048xf32>, %l0_wq_lora_a: tensor<2048x2xf32>, %l0_wq_lora_b: tensor<2x2048xf32>"), "{sig}");
+    // GQA: 8 KV heads expanded to 32 by reshape + broadcast + reshape.
+    assert!(
+        llama.contains("tensor.broadcast %l0_k_grouped {shape = [1, 8, 4, 16, 64]}"),
+        "{llama}"
+    );
+    // Tied LM head.
+    assert!(llama.contains("tensor.matmul %final_h, %embed {transpose_b = true}"), "{llama}");
+}
+
+#[test]
+fn llama_one_layer_snapshot() {
+    let o = gen("llama3.2-1b", &["--layers", "1", "--seq", "8", "--lora-rank", "2"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    insta::assert_snapshot!("llama3_2_1b_layers1_seq8_rank2", o.stdout);
+}
+
+#[test]
+fn microbenchmarks_match_the_examples() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/");
+    let fb = gen("matmul-fb", &[]);
+    let want = fbc(&["opt", &format!("{root}matmul_fb.fbir")]);
+    assert_eq!(want.code, 0, "{}", want.stderr);
+    assert_eq!(fb.stdout, want.stdout);
+
+    let mha = gen("mha", &["--config", "c1"]);
+    let want = fbc(&["opt", &format!("{root}attention.fbir")]);
+    assert_eq!(want.code, 0, "{}", want.stderr);
+    assert_eq!(mha.stdout, want.stdout.replacen("module @attention", "module @mha_c1", 1));
+    assert_eq!(mha.stdout, gen("mha", &[]).stdout, "c1 is the default");
+
+    // C3 = (512, 8, 1024): 8 heads of 128.
+    let c3 = gen("mha", &["--config", "C3"]);
+    assert_eq!(c3.code, 0, "{}", c3.stderr);
+    assert!(c3.stdout.contains("tensor<1x8x512x128xf32>"), "{}", c3.stdout);
+}
+
+#[test]
+fn op_counts_grow_linearly_with_layers() {
+    for model in LAYERED {
+        let count = |layers: &str| {
+            let o = gen_small(model, layers, &[]);
+            assert_eq!(o.code, 0, "{model}: {}", o.stderr);
+            o.stdout
+        };
+        let (one, two, three) = (count("1"), count("2"), count("3"));
+        let per_layer = op_count(&two) - op_count(&one);
+        assert!(per_layer > 10, "{model}: {per_layer} ops per layer");
+        assert_eq!(op_count(&three) - op_count(&two), per_layer, "{model}");
+        // Every op a layer adds is named after that layer.
+        let named_l1 = two.lines().filter(|l| l.trim_start().starts_with("%l1_")).count();
+        assert_eq!(named_l1, per_layer, "{model}");
+    }
+}
+
+#[test]
+fn default_sizes_generate() {
+    // The full published models at Table 3's settings: also the timing case of the README.
+    for model in LAYERED.iter().chain(&["matmul-fb", "mha"]) {
+        let o = gen(model, &[]);
+        assert_eq!(o.code, 0, "{model}: {}", o.stderr);
+    }
+    let llama = gen("llama3.2-1b", &["--lora-rank", "8", "--seq", "512"]).stdout;
+    assert!(llama.contains("%l15_resid_mlp"), "16 layers");
+    assert!(!llama.contains("%l16_"), "16 layers");
+    let whisper = gen("whisper-large-decoder", &[]).stdout;
+    assert!(whisper.contains("%encoder_states: tensor<2x300x1280xf32>"));
+    assert!(whisper.contains("%tokens: tensor<2x448xi32>"));
+}
+
+#[test]
+fn option_mistakes_exit_2_and_say_what_is_allowed() {
+    let o = gen("gpt-2", &[]);
+    assert_eq!(o.code, 2);
+    for m in ["llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "bert-large", "vit-large", "mha"] {
+        assert!(o.stderr.contains(m), "{}", o.stderr);
+    }
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("llama3.2-1b", &["--config", "c1"], "`--config` applies only to mha"),
+        ("mha", &["--config", "c4"], "c3 = (512, 8, 1024)"),
+        ("matmul-fb", &["--layers", "2"], "does not apply to matmul-fb"),
+        ("vit-large", &["--seq", "64"], "196 patches"),
+        ("bert-large", &["--seq", "513"], "from 1 to 512"),
+        ("llama3.2-1b", &["--layers", "0"], "from 1 to 1024"),
+        ("mha", &["--lora-rank", "4"], "no trainable parameters"),
+        ("mha", &["--training"], "no loss"),
+        ("llama3.2-1b", &["--encoder-len", "10"], "only whisper-large-decoder"),
+        ("llama3.2-1b", &["--lora-rank", "4096"], "from 0 to 2048"),
+    ];
+    for (model, args, want) in cases {
+        let o = gen(model, args);
+        assert_eq!(o.code, 2, "{model} {args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(want), "{model} {args:?}: {}", o.stderr);
+        assert!(o.stdout.is_empty());
+    }
+    // A failed generation leaves no output file.
+    let dir = scratch("nofile");
+    let path = dir.join("out.fbir");
+    let o = gen("gpt-2", &["-o", path.to_str().expect("utf-8")]);
+    assert_eq!(o.code, 2);
+    assert!(!path.exists());
+}
+
+#[test]
+fn training_runs_autodiff_or_says_it_is_missing() {
+    let registered = fbc(&["passes"]).stdout.lines().any(|l| l.starts_with("autodiff "));
+    let o = gen("llama3.2-1b", &["--layers", "1", "--seq", "8", "--lora-rank", "2", "--training"]);
+    if registered {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let dir = scratch("training");
+        for model in LAYERED {
+            let o = gen_small(model, "1", &["--training"]);
+            assert_eq!(o.code, 0, "{model}: {}", o.stderr);
+            assert!(o.stdout.contains("func.func @loss_grad("), "{model}: {}", o.stdout);
+            let back = dir.join(format!("{model}.fbir"));
+            std::fs::write(&back, &o.stdout).expect("write");
+            let r = fbc(&[back.to_str().expect("utf-8"), "-O0", "--emit", "ir"]);
+            assert_eq!(r.code, 0, "{model}: {}", r.stderr);
+        }
+    } else {
+        assert_eq!(o.code, 2);
+        assert!(
+            o.stderr.contains("needs the autodiff pass, which is not registered"),
+            "{}",
+            o.stderr
+        );
+    }
+    // Nothing to train: a usage error whether or not the pass exists.
+    let o = gen("llama3.2-1b", &["--layers", "1", "--seq", "8", "--lora-rank", "0", "--training"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+}
