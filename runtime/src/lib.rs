@@ -2,7 +2,13 @@
 //!
 //! [`reference`](mod@reference) holds the numeric reference kernels — one straightforward CPU
 //! implementation of every tensor-dialect op and of the backward helpers autodiff uses — that
-//! serve as the golden oracle for every other backend.
+//! serve as the golden oracle for every other backend. [`interp`] executes functions of IR
+//! modules with those kernels (in f32 or f64), makes deterministic random inputs, and checks that
+//! two versions of a function compute the same results ([`interp::check_equivalent`]).
 
 pub mod interp;
 pub mod reference;
+
+pub use interp::{
+    check_equivalent, random_inputs, InterpError, Interpreter, Mode, Options, Tolerance, Value,
+};

@@ -8,7 +8,14 @@
 //!   the rendered diagnostics of all chunks are the snapshot. Chunks keep their line numbers: the
 //!   other chunks' lines are blanked, not removed;
 //! - `opt PIPELINE`: the file verifies, the pipeline runs with verification after every pass, the
-//!   printed result is the snapshot.
+//!   printed result is the snapshot. Then every function of the original module is run with the
+//!   reference interpreter before and after the pipeline, on the same random inputs (seed
+//!   [`EQUIVALENCE_SEED`]), and every result must agree within rtol 1e-5, atol 1e-6 (f32): a pass
+//!   that changes what a function computes fails its test even when its snapshot was accepted.
+//!   Every function is checked, none is skipped: one whose argument is not a tensor, or has more
+//!   than [`MAX_CHECKED_ELEMENTS`] elements, fails the test with a request to shrink it, and one
+//!   that uses an op the interpreter lacks fails naming that op. Functions the pipeline adds
+//!   (`@f_grad` of autodiff) have no "before" and are not compared.
 //!
 //! Any other kind, or a file without a header, is an error: a test that silently does nothing is
 //! worse than no test.
@@ -16,7 +23,15 @@
 use std::sync::Arc;
 
 use fbc_ir::pass::{PassContext, PassManager};
-use fbc_ir::SourceFile;
+use fbc_ir::{Module, SourceFile, Type};
+use fbc_runtime::interp::{check_equivalent, Tolerance};
+
+/// The seed of the random inputs of the equivalence check of `opt` files.
+pub const EQUIVALENCE_SEED: u64 = 0x00FB_C5EE_D001;
+
+/// The largest argument (in elements) the equivalence check of `opt` files runs on: 2^16, so
+/// that checking every function of every test file stays fast in debug builds.
+pub const MAX_CHECKED_ELEMENTS: u64 = 1 << 16;
 
 /// What a test file asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,12 +116,56 @@ pub fn run_file(name: &str, text: &str) -> Result<String, String> {
                 let mut pm = PassManager::new(steps);
                 pm.instrumentation.verify_each = true;
                 let mut cx = PassContext::new(&driver.ops);
+                let before = m.clone();
                 pm.run(&mut m, &mut cx, &mut |_| {}).map_err(|d| render(&file, &d))?;
+                check_pipeline_equivalence(name, &pipeline, &before, &m)?;
                 out.push_str(&fbc_ir::print_module(&m));
             }
         }
     }
     Ok(out)
+}
+
+/// Runs every function of `before` and of `after` (the module after `pipeline`) on the same
+/// random inputs and requires equal results within f32 tolerance (see the crate docs).
+pub fn check_pipeline_equivalence(
+    name: &str,
+    pipeline: &str,
+    before: &Module,
+    after: &Module,
+) -> Result<(), String> {
+    for f in &before.funcs {
+        for (i, &a) in f.args.iter().enumerate() {
+            let arg = before.value(a).name.as_deref().map_or_else(|| i.to_string(), str::to_string);
+            let ty = before.value_type(a);
+            let numel = match ty {
+                Type::Tensor(t) => t.numel(),
+                _ => {
+                    return Err(format!(
+                        "{name}: cannot check `{pipeline}` on @{}: argument %{arg} is {ty}, not a \
+                         tensor; the equivalence check runs every function of an `opt` test",
+                        f.name
+                    ))
+                }
+            };
+            if numel.is_none_or(|n| n > MAX_CHECKED_ELEMENTS) {
+                return Err(format!(
+                    "{name}: @{}: argument %{arg} ({ty}) has more than {MAX_CHECKED_ELEMENTS} \
+                     elements; shrink the test: every function of an `opt` test is run before and \
+                     after the pipeline to check that it still computes the same results",
+                    f.name
+                ));
+            }
+        }
+        check_equivalent(before, after, &f.name, EQUIVALENCE_SEED, Tolerance::F32).map_err(
+            |e| {
+                format!(
+                    "{name}: `{pipeline}` changed what a function computes, or it cannot run: {e}"
+                )
+            },
+        )?;
+    }
+    Ok(())
 }
 
 fn render(file: &SourceFile, d: &[fbc_ir::Diagnostic]) -> String {

@@ -1,17 +1,187 @@
-//! `fbc run`: executes a function (issue 3). Not yet written.
+//! `fbc run`: executes one function of a `.fbir` module with the reference interpreter.
+//!
+//! ```text
+//! fbc run FILE.fbir [--entry NAME] [--inputs IN.safetensors] [--outputs OUT.safetensors]
+//!                   [--random-inputs SEED] [--target cpu] [--f64] [-v]
+//! ```
+//!
+//! - The function is `--entry` (with or without `@`), else the module's only function, else
+//!   `main`; otherwise the command lists the functions and asks for `--entry` (exit 2).
+//! - Inputs are tensors of the safetensors file named like the arguments (`x` for `%x`); the file
+//!   is memory-mapped and each tensor converted once. Accepted dtypes: F32, F16, BF16, F64, I32,
+//!   matching the argument's element type; with `--f64` a float argument also accepts F64. With
+//!   `--random-inputs SEED`, every argument the file does not give gets deterministic random
+//!   values (floats uniform in [-1, 1), i32 ids uniform below the bound their uses imply, else in
+//!   [0, 2); see `fbc_runtime::interp::random_inputs`). A missing, extra, mis-typed or mis-shaped
+//!   input is an error naming it and both types (exit 1), as is a malformed file.
+//! - Results are `result0`, `result1`, ... With `--outputs` they are written (atomically) to a
+//!   safetensors file in their declared dtype (every float as F64 with `--f64`); with `-v`, or
+//!   without `--outputs`, a summary of each (type, min/max/mean, first values) goes to stdout.
+//! - `--target` other than `cpu`, and `--check` (which compares a device run against this
+//!   interpreter), are not supported yet (exit 2). A kernel error while running (an id out of
+//!   range, say) is reported at the op, `FILE:LINE:COL: error: ...` (exit 1).
 
+mod io;
+mod mapped;
+
+use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use clap::Args;
+use fbc_ir::{FuncId, Module, SourceFile, Type};
+use fbc_runtime::interp::{Interpreter, Mode, Options, Value};
 
 use crate::{Driver, Failure};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The `.fbir` file.
+    /// The `.fbir` file (`-` reads standard input).
     pub file: PathBuf,
+
+    /// The function to run (default: the module's only function, else `main`).
+    #[arg(long, value_name = "NAME")]
+    pub entry: Option<String>,
+
+    /// Inputs, by argument name (`x` for `%x`), in a safetensors file.
+    #[arg(long, value_name = "IN.safetensors")]
+    pub inputs: Option<PathBuf>,
+
+    /// Write the results as `result0`, `result1`, ... to a safetensors file.
+    #[arg(long, value_name = "OUT.safetensors")]
+    pub outputs: Option<PathBuf>,
+
+    /// Deterministic random values for every argument not given in --inputs.
+    #[arg(long, value_name = "SEED")]
+    pub random_inputs: Option<u64>,
+
+    /// Where to run; only `cpu` (the reference interpreter) so far.
+    #[arg(long, default_value = "cpu")]
+    pub target: String,
+
+    /// Compute every float op in f64 (float results are written as F64).
+    #[arg(long = "f64")]
+    pub f64: bool,
+
+    /// Compare a device run with the reference interpreter (not yet supported).
+    #[arg(long)]
+    pub check: bool,
+
+    /// Print the result summaries even with --outputs, and the run time (to stderr).
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
-pub(crate) fn run(_driver: &Driver, _a: &RunArgs) -> Result<(), Failure> {
-    Err(Failure::Usage("`fbc run` is not yet supported".into()))
+pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
+    if a.target != "cpu" {
+        return Err(Failure::Usage(format!(
+            "--target {} is not yet supported by `fbc run`; supported now: cpu",
+            a.target
+        )));
+    }
+    if a.check {
+        return Err(Failure::Usage(
+            "--check is not yet supported: it compares a device target's results with the \
+             reference interpreter, and the only target so far, cpu, is the interpreter"
+                .into(),
+        ));
+    }
+    let (file, module) = driver.load(&a.file)?;
+    let func = entry(&module, a.entry.as_deref(), &file.name)?;
+    let mode = if a.f64 { Mode::F64 } else { Mode::F32 };
+    let inputs =
+        io::read_inputs(&module, func, a.inputs.as_deref(), a.random_inputs, mode, &file.name)?;
+
+    let start = Instant::now();
+    let interp = Interpreter::with_options(&module, Options { mode, ..Options::default() });
+    let results = interp.run_id(func, inputs).map_err(|e| located(&file, &e))?;
+    let elapsed = start.elapsed();
+
+    let result_types = &module.func(func).result_types;
+    if let Some(path) = &a.outputs {
+        let bytes = io::encode_outputs(&module, func, &results)?;
+        crate::output::write_atomic(path, &bytes)?;
+    }
+    if a.verbose {
+        eprintln!(
+            "ran @{} in {:.3} s ({} mode)",
+            module.func(func).name,
+            elapsed.as_secs_f64(),
+            if a.f64 { "f64" } else { "f32" }
+        );
+    }
+    if a.verbose || a.outputs.is_none() {
+        let mut text = String::new();
+        for (i, (v, ty)) in results.iter().zip(result_types).enumerate() {
+            text.push_str(&summary(&format!("result{i}"), ty, v));
+        }
+        crate::output::write_text(None, &text)?;
+    }
+    Ok(())
+}
+
+/// The function to run: `--entry`, else the only function, else `main`.
+fn entry(module: &Module, requested: Option<&str>, file: &str) -> Result<FuncId, Failure> {
+    let names = || {
+        let all: Vec<String> = module.funcs.iter().map(|f| format!("@{}", f.name)).collect();
+        all.join(", ")
+    };
+    if let Some(name) = requested {
+        let name = name.strip_prefix('@').unwrap_or(name);
+        return module.find_func(name).ok_or_else(|| {
+            Failure::Usage(if module.funcs.is_empty() {
+                format!("--entry @{name}: {file} has no functions")
+            } else {
+                format!("--entry @{name}: no function of that name; {file} has {}", names())
+            })
+        });
+    }
+    match module.funcs.len() {
+        0 => Err(Failure::Input(format!("{file}: error: the module has no function to run\n"))),
+        1 => Ok(FuncId(0)),
+        _ => module.find_func("main").ok_or_else(|| {
+            Failure::Usage(format!(
+                "{file} has several functions and none is named `main`; choose one with \
+                 --entry: {}",
+                names()
+            ))
+        }),
+    }
+}
+
+/// An interpreter error rendered at its op, as the compiler renders diagnostics.
+fn located(file: &SourceFile, e: &fbc_runtime::InterpError) -> Failure {
+    Failure::input(file, &[e.to_diagnostic()])
+}
+
+/// How many leading values a summary shows.
+const SHOWN: usize = 8;
+
+/// `result0: tensor<2x3xf32>  min -1 max 2.5 mean 0.25` and a line with the first values.
+fn summary(name: &str, ty: &Type, v: &Value) -> String {
+    let values = v.to_f64_vec();
+    let finite: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    let nans = values.len() - finite.len();
+    let mut s = format!("{name}: {ty}");
+    if !finite.is_empty() {
+        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+        let _ = write!(s, "  min {} max {} mean {}", num(v, min), num(v, max), num(v, mean));
+    }
+    if nans > 0 {
+        let _ = write!(s, "  ({nans} NaN)");
+    }
+    let shown: Vec<String> = values.iter().take(SHOWN).map(|&x| num(v, x)).collect();
+    let more = if values.len() > SHOWN { ", ..." } else { "" };
+    let _ = writeln!(s, "\n  [{}{more}]", shown.join(", "));
+    s
+}
+
+/// A number as its storage prints it: shortest round-trip form of f32 for f32 data.
+fn num(v: &Value, x: f64) -> String {
+    match v {
+        Value::F32(_) => format!("{}", x as f32),
+        _ => format!("{x}"),
+    }
 }

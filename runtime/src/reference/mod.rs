@@ -19,10 +19,14 @@
 //!   `f64` and rounded to `T`.
 //! - Nothing panics on a bad shape, axis, permutation, id or label: every such case is a
 //!   [`KernelError`] naming the op and the offending value.
-//! - Accumulation happens in `T`, in a fixed order (row-major; for matmul, increasing `k` from
-//!   zero), so results are deterministic and bit-reproducible across runs and block sizes.
+//! - Accumulation happens in `T`, in a fixed order (row-major), so results are deterministic and
+//!   bit-reproducible across runs. Matmul is the exception to the fixed order: its core is
+//!   `matrixmultiply`'s blocked, possibly FMA-using GEMM (`gemm.rs`, the crate's only `unsafe`),
+//!   which sums over `k` in blocks; it is deterministic on one machine and within the usual
+//!   `k·ε·Σ|a·b|` of the left-to-right sum.
 
 mod error;
+mod gemm;
 mod layout;
 mod scalar;
 mod tensor;

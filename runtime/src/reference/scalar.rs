@@ -23,6 +23,35 @@ pub trait Real:
     fn lit(value: f64) -> Self;
     /// This value widened (exactly) to `f64`.
     fn as_f64(self) -> f64;
+    /// `c = a · b` for an `m×k` `a` and a `k×n` `b`, each read through (row, column) element
+    /// strides, into the row-major `m×n` `c`: the GEMM core of [`matmul`](super::matmul()),
+    /// implemented by `matrixmultiply` for `f32` and `f64` (see `reference/gemm.rs`). Errors when a
+    /// matrix does not fit its slice.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: (&[Self], usize, usize),
+        b: (&[Self], usize, usize),
+        c: &mut [Self],
+    ) -> Result<(), KernelError>;
+}
+
+/// Forwards [`Real::gemm`] to the bounds-checked `matrixmultiply` wrapper.
+fn gemm_via<T: super::gemm::GemmElem>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: (&[T], usize, usize),
+    b: (&[T], usize, usize),
+    c: &mut [T],
+) -> Result<(), KernelError> {
+    use super::gemm::MatRef;
+    let a = MatRef { data: a.0, rs: a.1, cs: a.2 };
+    let b = MatRef { data: b.0, rs: b.1, cs: b.2 };
+    super::gemm::gemm(m, k, n, a, b, c)
 }
 
 impl Real for f32 {
@@ -35,6 +64,16 @@ impl Real for f32 {
     fn as_f64(self) -> f64 {
         f64::from(self)
     }
+    fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: (&[Self], usize, usize),
+        b: (&[Self], usize, usize),
+        c: &mut [Self],
+    ) -> Result<(), KernelError> {
+        gemm_via(m, k, n, a, b, c)
+    }
 }
 
 impl Real for f64 {
@@ -46,6 +85,16 @@ impl Real for f64 {
     }
     fn as_f64(self) -> f64 {
         self
+    }
+    fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: (&[Self], usize, usize),
+        b: (&[Self], usize, usize),
+        c: &mut [Self],
+    ) -> Result<(), KernelError> {
+        gemm_via(m, k, n, a, b, c)
     }
 }
 

@@ -88,7 +88,9 @@ pub fn broadcast_map(in_shape: &[u64], out_shape: &[u64]) -> IndexMap {
     let results = in_shape
         .iter()
         .enumerate()
-        .map(|(a, &n)| if n == 1 && out_shape[a + lead] != 1 { Expr::Const(0) } else { d(a + lead) })
+        .map(
+            |(a, &n)| if n == 1 && out_shape[a + lead] != 1 { Expr::Const(0) } else { d(a + lead) },
+        )
         .collect();
     IndexMap { dims: dims(out_shape.len()), symbols: Vec::new(), results }
 }

@@ -10,7 +10,9 @@
 //!   (`legality::alternatives`); the first that passes is used. The sink op gets `fbc.layout`
 //!   (the R-Tile it keeps) and `fbc.tile_map` (Eq. 3, sink tile → source tile), and the source's
 //!   producer inherits the tile if it has no layout yet. A chain with no legal tile gets
-//!   `fbc.tile_fallback = "<check>: <why>"` and stays a physical transform.
+//!   `fbc.tile_fallback = "<check>: <why>"` and stays a physical transform. A chain without a
+//!   transpose that no reader wants tiled (integer labels flattened for `cross_entropy`, say) is
+//!   a linear view: a row-major buffer re-read in order; it gets `fbc.layout = #layout.linear`.
 //! - `index-elim` replaces each legal chain by one `layout.remap` of the source whose map is the
 //!   composition of the chain's maps (Eq. 4), so consumers read the source through the map and
 //!   the chain's ops die. Statistics: `eliminated` (reshape/transpose ops gone), `fallback`
@@ -28,7 +30,7 @@ pub mod maps;
 
 use std::collections::HashMap;
 
-use fbc_dialects::layout::{Intra, RTile, Storage};
+use fbc_dialects::layout::{Intra, Layout, RTile, Storage};
 use fbc_index::{IndexMap, Limits, Ranges};
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{Attr, Diagnostic, Module, Op, Pass, PassContext, Value};
@@ -103,7 +105,8 @@ fn chains(m: &Module) -> Vec<Chain> {
         if !is_chain_op(d.name()) || d.results.len() != 1 {
             continue;
         }
-        let read_outside = m.value(d.results[0]).uses.iter().any(|u| !is_chain_op(m.op(u.op).name()));
+        let read_outside =
+            m.value(d.results[0]).uses.iter().any(|u| !is_chain_op(m.op(u.op).name()));
         if !read_outside {
             continue;
         }
@@ -135,7 +138,9 @@ fn layout_tile(m: &Module, op: Option<Op>) -> Option<RTile> {
 fn wanted_tile(m: &Module, v: Value) -> Option<RTile> {
     m.value(v).uses.iter().find_map(|u| {
         let d = m.op(u.op);
-        d.def.is("layout.assign").then(|| d.attr("layout").and_then(|a| RTile::from_attr(a).ok()))?
+        d.def
+            .is("layout.assign")
+            .then(|| d.attr("layout").and_then(|a| RTile::from_attr(a).ok()))?
     })
 }
 
@@ -164,7 +169,9 @@ fn decide(
         Ok(tm) => Ok((tile, tm)),
         Err(first) => legality::alternatives(tile)
             .into_iter()
-            .find_map(|t| legality::check_tile(map, sink, source, t, &limits).ok().map(|tm| (t, tm)))
+            .find_map(|t| {
+                legality::check_tile(map, sink, source, t, &limits).ok().map(|tm| (t, tm))
+            })
             .ok_or_else(|| first.to_string()),
     };
     cache.insert(key, result.clone());
@@ -173,7 +180,9 @@ fn decide(
 
 fn rtile_attr(shape: &[u64], tile: [u64; 2]) -> Option<Attr> {
     let horizontal = shape.len().checked_sub(1)? as u64;
-    RTile::for_shape(shape, tile, Intra::Rows, horizontal, Storage::Image2d).ok().map(|t| t.to_attr())
+    RTile::for_shape(shape, tile, Intra::Rows, horizontal, Storage::Image2d)
+        .ok()
+        .map(|t| t.to_attr())
 }
 
 #[derive(Debug)]
@@ -205,6 +214,15 @@ fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
         let chosen = wanted_tile(m, sink_value)
             .or_else(|| layout_tile(m, Some(sink_op)))
             .or_else(|| layout_tile(m, m.defining_op(c.source)));
+        let moves_data = c.ops.iter().any(|&o| m.op(o).def.is("tensor.transpose"));
+        if chosen.is_none() && (!moves_data || sink.len() < 2 || source.len() < 2) {
+            // Nobody wants a tiled layout here and the chain only re-reads a row-major buffer
+            // in order (reshape, broadcast): a linear view, legal without any tile.
+            m.set_attr(sink_op, "fbc.layout", Layout::Linear.to_attr());
+            m.remove_attr(sink_op, "fbc.tile_fallback");
+            cx.stats.add("tile-propagate", "linear-views", 1);
+            continue;
+        }
         let wanted = chosen.as_ref().map_or(default, |t| t.tile);
         match decide(&mut cache, &map, &sink, &source, wanted) {
             Ok((tile, tile_map)) => {
@@ -212,7 +230,9 @@ fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
                 let attr = match &chosen {
                     Some(t)
                         if t.tile == tile
-                            && m.value_type(sink_value).as_tensor().is_some_and(|ty| t.check_type(ty).is_ok()) =>
+                            && m.value_type(sink_value)
+                                .as_tensor()
+                                .is_some_and(|ty| t.check_type(ty).is_ok()) =>
                     {
                         Some(t.to_attr())
                     }
@@ -261,7 +281,7 @@ impl Pass for IndexElim {
         // Chains not yet analysed (no tile-propagate before us) are analysed now.
         let unanalysed = chains(m).iter().any(|c| {
             let d = m.op(c.sink_op());
-            d.attr("fbc.tile_map").is_none() && d.attr("fbc.tile_fallback").is_none()
+            d.attr("fbc.layout").is_none() && d.attr("fbc.tile_fallback").is_none()
         });
         if unanalysed {
             propagate(m, cx, self.tile);
@@ -334,7 +354,8 @@ impl Pass for IndexSimplify {
             if !d.def.is("layout.remap") {
                 continue;
             }
-            let (Some(Attr::Map(map)), Some(shape)) = (d.attr("map"), d.attr("shape").and_then(Attr::as_ints))
+            let (Some(Attr::Map(map)), Some(shape)) =
+                (d.attr("map"), d.attr("shape").and_then(Attr::as_ints))
             else {
                 continue;
             };
@@ -346,10 +367,15 @@ impl Pass for IndexSimplify {
                     let im = maps::to_index_map(map);
                     let mut ranges = Ranges::new();
                     for (dim, &n) in im.dims.iter().zip(&shape) {
-                        let _ = ranges.insert(dim.clone(), 0, i64::try_from(n).unwrap_or(i64::MAX).max(1));
+                        let _ = ranges.insert(
+                            dim.clone(),
+                            0,
+                            i64::try_from(n).unwrap_or(i64::MAX).max(1),
+                        );
                     }
                     let (out, stats) = fbc_index::simplify_map(&im, &ranges, &limits);
-                    let attr = maps::from_index_map(&out).map_or_else(|| Attr::Map(map.clone()), Attr::Map);
+                    let attr = maps::from_index_map(&out)
+                        .map_or_else(|| Attr::Map(map.clone()), Attr::Map);
                     let entry = (attr, stats.divmod_before, stats.divmod_after);
                     cache.insert(key, entry.clone());
                     entry

@@ -323,6 +323,7 @@ impl Pass for RTileSelect {
         let p = profile(&self.target, cx, SELECT)?;
         let mut records = Vec::new();
         let mut report = String::new();
+        let mut memo: std::collections::HashMap<String, Selection> = std::collections::HashMap::new();
         for v in rtile_tensors(m) {
             if m.value(v).uses.iter().any(|u| m.op(u.op).def.is("layout.assign")) {
                 continue; // Already annotated (an earlier run, or the user).
@@ -345,7 +346,13 @@ impl Pass for RTileSelect {
                 }
             };
             let desc = TensorDesc { shape: input.shape.clone(), elem_bytes: input.elem_bytes };
-            let sel = select(&p, &desc, &input.consumers, &cands);
+            // Transformer layers repeat the same tensors; scoring is pure in its inputs, so a
+            // 16-layer graph scores each distinct (shape, consumers, candidates) once.
+            let key = format!("{desc:?}|{:?}|{cands:?}", input.consumers);
+            let sel = memo
+                .entry(key)
+                .or_insert_with(|| select(&p, &desc, &input.consumers, &cands))
+                .clone();
             cx.stats.add(SELECT, "tensors", 1);
             let name = value_name(m, v);
             let ty = m.value_type(v).to_string();

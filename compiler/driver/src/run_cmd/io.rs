@@ -1,0 +1,181 @@
+//! safetensors inputs and outputs of `fbc run`: matching tensors to arguments by name, checking
+//! dtype and shape, converting bytes to interpreter values and back.
+//!
+//! Every problem with the inputs is collected and reported together, one line per input, each
+//! naming the argument: `IN.safetensors: error: input `x`: expected tensor<4x8xf32>, found F32
+//! [4, 9]`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use fbc_ir::{ElemType, FuncId, Module, TensorType, Type};
+use fbc_runtime::interp::{arg_name, random_input, Mode, Value};
+use fbc_runtime::reference::Tensor;
+use safetensors::{Dtype, SafeTensors};
+
+use super::mapped::map_file;
+use crate::Failure;
+
+/// One value per argument of `func`: from the safetensors file at `inputs`, and random (from
+/// `seed`) for the arguments it does not give.
+pub(crate) fn read_inputs(
+    module: &Module,
+    func: FuncId,
+    inputs: Option<&Path>,
+    seed: Option<u64>,
+    mode: Mode,
+    fbir: &str,
+) -> Result<Vec<Value>, Failure> {
+    let f = module.func(func);
+    let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, func, i)).collect();
+    let origin = inputs.map_or_else(|| fbir.to_string(), |p| p.display().to_string());
+    let mut errors: Vec<String> = Vec::new();
+    let mut values: Vec<Option<Value>> = vec![None; f.args.len()];
+    // Arguments the file gives, well-formed or not: a mis-typed input is not also "missing".
+    let mut given_args = vec![false; f.args.len()];
+
+    if let Some(path) = inputs {
+        let map = map_file(path)
+            .map_err(|e| Failure::Input(format!("{origin}: error: cannot read: {e}\n")))?;
+        let st = SafeTensors::deserialize(&map).map_err(|e| {
+            Failure::Input(format!("{origin}: error: not a valid safetensors file: {e}\n"))
+        })?;
+        let mut given: BTreeMap<&str, safetensors::tensor::TensorView<'_>> = BTreeMap::new();
+        for (name, view) in st.iter() {
+            given.insert(name, view);
+        }
+        for (i, name) in names.iter().enumerate() {
+            let Some(view) = given.remove(name.as_str()) else { continue };
+            given_args[i] = true;
+            let ty = module.value_type(f.args[i]);
+            match decode(&view, ty, mode) {
+                Some(v) => values[i] = Some(v),
+                None => errors.push(format!(
+                    "input `{name}`: expected {ty}, found {:?} {:?}",
+                    view.dtype(),
+                    view.shape()
+                )),
+            }
+        }
+        for (name, view) in given {
+            errors.push(format!(
+                "input `{name}` ({:?} {:?}): @{} has no argument of that name (arguments: {})",
+                view.dtype(),
+                view.shape(),
+                f.name,
+                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            ));
+        }
+    }
+    for (i, slot) in values.iter_mut().enumerate() {
+        if given_args[i] {
+            continue;
+        }
+        let ty = module.value_type(f.args[i]);
+        match seed {
+            Some(seed) => match random_input(module, func, i, seed) {
+                Ok(v) => *slot = Some(v),
+                Err(e) => errors.push(e.to_string()),
+            },
+            None => {
+                let hint = if inputs.is_some() {
+                    "add it to the inputs file or pass --random-inputs SEED"
+                } else {
+                    "pass --inputs IN.safetensors or --random-inputs SEED"
+                };
+                errors.push(format!("input `{}`: missing ({ty}); {hint}", names[i]));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        let text: String = errors.iter().map(|e| format!("{origin}: error: {e}\n")).collect();
+        return Err(Failure::Input(text));
+    }
+    Ok(values.into_iter().flatten().collect())
+}
+
+/// The value of a safetensors tensor given for an argument of type `ty`, or `None` when its
+/// dtype or shape does not fit: the dtype must be the argument's own (F32, F16, BF16, F64, I32),
+/// or F64 for any float argument in f64 mode.
+fn decode(view: &safetensors::tensor::TensorView<'_>, ty: &Type, mode: Mode) -> Option<Value> {
+    let Type::Tensor(t) = ty else { return None };
+    let shape_ok = view.shape().iter().map(|&d| d as u64).eq(t.shape.iter().copied());
+    if !shape_ok {
+        return None;
+    }
+    let shape = view.shape().to_vec();
+    let bytes = view.data();
+    // safetensors has checked that the byte length matches shape × dtype; `Tensor::new` checks
+    // again, so a corrupt length is an error here rather than a panic anywhere.
+    let f32s = |w: usize, f: fn(&[u8]) -> f32| {
+        Tensor::new(shape.clone(), bytes.chunks_exact(w).map(f).collect()).ok().map(Value::F32)
+    };
+    match (view.dtype(), t.elem) {
+        (Dtype::F32, ElemType::F32) => f32s(4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        (Dtype::F16, ElemType::F16) => f32s(2, |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        (Dtype::BF16, ElemType::BF16) => {
+            f32s(2, |b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        }
+        (Dtype::F64, e) if e == ElemType::F64 || (e.is_float() && mode == Mode::F64) => {
+            let data = bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .collect();
+            Tensor::new(shape, data).ok().map(Value::F64)
+        }
+        (Dtype::I32, ElemType::I32) => {
+            let data = bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            Tensor::new(shape, data).ok().map(Value::I32)
+        }
+        _ => None,
+    }
+}
+
+/// The safetensors file of `func`'s results: `result0`, `result1`, ... in their declared dtypes
+/// (F64 for every float in f64 mode, where results are `F64` values), with the entry as metadata.
+pub(crate) fn encode_outputs(
+    module: &Module,
+    func: FuncId,
+    results: &[Value],
+) -> Result<Vec<u8>, Failure> {
+    let f = module.func(func);
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (i, (v, ty)) in results.iter().zip(&f.result_types).enumerate() {
+        let elem = ty.as_tensor().map(|t: &TensorType| t.elem);
+        let (dtype, bytes): (Dtype, Vec<u8>) = match (v, elem) {
+            (Value::I32(t), _) => {
+                (Dtype::I32, t.data().iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            (Value::F64(t), _) => {
+                (Dtype::F64, t.data().iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            (Value::F32(t), Some(ElemType::F16)) => (
+                Dtype::F16,
+                t.data().iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+            ),
+            (Value::F32(t), Some(ElemType::BF16)) => (
+                Dtype::BF16,
+                t.data().iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
+            ),
+            (Value::F32(t), _) => {
+                (Dtype::F32, t.data().iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+        };
+        tensors.push((format!("result{i}"), dtype, v.shape().to_vec(), bytes));
+    }
+    let mut views = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, bytes) in &tensors {
+        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
+            .map_err(|e| Failure::Usage(format!("cannot encode {name}: {e}")))?;
+        views.push((name.as_str(), view));
+    }
+    // One metadata entry only: safetensors writes the metadata map in hash order, and equal runs
+    // must give byte-identical files. (The mode shows in the dtypes: F64 floats under --f64.)
+    let metadata =
+        std::collections::HashMap::from([("fbc.entry".to_string(), format!("@{}", f.name))]);
+    safetensors::serialize(views, Some(metadata))
+        .map_err(|e| Failure::Usage(format!("cannot encode the results: {e}")))
+}

@@ -1,1 +1,0 @@
-//! The reference interpreter over IR modules (issue 3). Not yet written.

@@ -1,0 +1,522 @@
+//! The dispatch table: one entry per op name, mapping an IR op to its reference kernel.
+//!
+//! **Adding an op** (the `layout.*` ops, say) is one line in [`kernel`] plus, unless an existing
+//! adapter fits, one small generic function here that reads the operands and attributes from an
+//! [`OpCx`] and calls the kernel. `func.call` and `func.return` are not in the table: they act on
+//! frames and live in the interpreter loop (`mod.rs`).
+//!
+//! An entry says which element types the op runs on: [`Kernel::Float`] ops compute in `f32` or
+//! `f64`; [`Kernel::Any`] ops (data movement, constants) also move `i32`. Which one runs is
+//! decided by the storage of the op's first result type in the current mode (see `value.rs`), so
+//! a kernel never guesses types from its operands. After a kernel returns, [`execute`] checks
+//! every result against the op's declared result type and rounds f16/bf16 results.
+
+use fbc_ir::{Attr, Module, OpData, Type};
+
+use super::error::InterpError;
+use super::value::{Elem, FloatElem, Mode, Storage, Value};
+use crate::reference::{self as r, GeluApproximation, KernelError, Tensor};
+
+/// What a kernel adapter returns: one tensor per op result.
+pub(crate) type Out<T> = Result<Vec<Tensor<T>>, Fail>;
+
+/// Why an adapter failed; [`execute`] adds the op's name and span.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    Kernel(KernelError),
+    Message(String),
+}
+
+impl From<KernelError> for Fail {
+    fn from(e: KernelError) -> Fail {
+        Fail::Kernel(e)
+    }
+}
+
+/// The adapters of one op, one per element type it runs on.
+#[derive(Clone, Copy)]
+pub(crate) enum Kernel {
+    /// Computes in the float storage of its result: `f32` or `f64`.
+    Float { f32: fn(&OpCx<'_>) -> Out<f32>, f64: fn(&OpCx<'_>) -> Out<f64> },
+    /// Moves or creates data of any storage, `i32` included.
+    Any {
+        f32: fn(&OpCx<'_>) -> Out<f32>,
+        f64: fn(&OpCx<'_>) -> Out<f64>,
+        i32: fn(&OpCx<'_>) -> Out<i32>,
+    },
+}
+
+macro_rules! float {
+    ($f:ident) => {
+        Kernel::Float { f32: $f::<f32>, f64: $f::<f64> }
+    };
+}
+
+macro_rules! any {
+    ($f:ident) => {
+        Kernel::Any { f32: $f::<f32>, f64: $f::<f64>, i32: $f::<i32> }
+    };
+}
+
+/// The kernel of the op named `name`, `None` when the interpreter has none.
+pub(crate) fn kernel(name: &str) -> Option<Kernel> {
+    Some(match name {
+        "tensor.constant" => any!(constant),
+        // Elementwise.
+        "tensor.add" => float!(add),
+        "tensor.sub" => float!(sub),
+        "tensor.mul" => float!(mul),
+        "tensor.div" => float!(div),
+        "tensor.max" => float!(max),
+        "tensor.min" => float!(min),
+        "tensor.neg" => float!(neg),
+        "tensor.exp" => float!(exp),
+        "tensor.log" => float!(log),
+        "tensor.sqrt" => float!(sqrt),
+        "tensor.rsqrt" => float!(rsqrt),
+        "tensor.tanh" => float!(tanh),
+        "tensor.sigmoid" => float!(sigmoid),
+        "tensor.relu" => float!(relu),
+        "tensor.silu" => float!(silu),
+        "tensor.gelu" => float!(gelu),
+        "tensor.scale" => float!(scale),
+        // Matmul, reductions, normalisations.
+        "tensor.matmul" => float!(matmul),
+        "tensor.reduce_sum" => float!(reduce_sum),
+        "tensor.reduce_max" => float!(reduce_max),
+        "tensor.reduce_mean" => float!(reduce_mean),
+        "tensor.softmax" => float!(softmax),
+        "tensor.layernorm" => float!(layernorm),
+        "tensor.rmsnorm" => float!(rmsnorm),
+        "tensor.rope" => float!(rope),
+        "tensor.embedding" => float!(embedding),
+        "tensor.cross_entropy" => float!(cross_entropy),
+        // Data movement.
+        "tensor.reshape" => any!(reshape),
+        "tensor.transpose" => any!(transpose),
+        "tensor.broadcast" => any!(broadcast),
+        "tensor.slice" => any!(slice),
+        "tensor.concat" => any!(concat),
+        // Backward helpers.
+        "tensor.softmax_grad" => float!(softmax_grad),
+        "tensor.layernorm_grad" => float!(layernorm_grad),
+        "tensor.rmsnorm_grad" => float!(rmsnorm_grad),
+        "tensor.gelu_grad" => float!(gelu_grad),
+        "tensor.silu_grad" => float!(silu_grad),
+        "tensor.sigmoid_grad" => float!(sigmoid_grad),
+        "tensor.tanh_grad" => float!(tanh_grad),
+        "tensor.relu_grad" => float!(relu_grad),
+        "tensor.rope_grad" => float!(rope_grad),
+        "tensor.cross_entropy_grad" => float!(cross_entropy_grad),
+        "tensor.embedding_grad" => float!(embedding_grad),
+        "tensor.unbroadcast" => float!(unbroadcast),
+        "tensor.slice_grad" => float!(slice_grad),
+        "tensor.ge" => float!(ge),
+        // Layout ops are value-semantics ops on logical tensors: `assign` and `convert` change
+        // where data lives, not what it is; `remap` reads through an index map.
+        "layout.assign" | "layout.convert" => any!(identity),
+        "layout.remap" => any!(remap),
+        _ => return None,
+    })
+}
+
+/// What an adapter sees: the op, its operand values, and the storage of its first result.
+pub(crate) struct OpCx<'a> {
+    pub(crate) op: &'a OpData,
+    pub(crate) module: &'a Module,
+    pub(crate) args: &'a [&'a Value],
+    pub(crate) storage: Storage,
+}
+
+impl OpCx<'_> {
+    /// Operand `i` as a tensor of `T` (the verifier and [`Storage`] guarantee the match; a
+    /// mismatch is an interpreter bug, reported, not a panic).
+    fn x<T: Elem>(&self, i: usize) -> Result<&Tensor<T>, Fail> {
+        let v = self.args.get(i).ok_or_else(|| Fail::Message(format!("missing operand {i}")))?;
+        T::unwrap(v).ok_or_else(|| {
+            Fail::Message(format!(
+                "internal: operand {i} holds {} data where {} was expected",
+                v.storage_name(),
+                T::NAME
+            ))
+        })
+    }
+
+    /// Operand `i`, an i32 tensor of ids or labels.
+    fn ids(&self, i: usize) -> Result<&Tensor<i32>, Fail> {
+        self.x::<i32>(i)
+    }
+
+    fn attr(&self, name: &str) -> Option<&Attr> {
+        self.op.attr(name)
+    }
+
+    fn bad_attr(&self, name: &str, want: &str) -> Fail {
+        match self.attr(name) {
+            None => Fail::Message(format!("missing attribute `{name}` ({want})")),
+            Some(a) => Fail::Message(format!("attribute `{name}` must be {want}, found `{a}`")),
+        }
+    }
+
+    fn bool(&self, name: &str, default: bool) -> Result<bool, Fail> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(a) => a.as_bool().ok_or_else(|| self.bad_attr(name, "a boolean")),
+        }
+    }
+
+    fn int(&self, name: &str, default: Option<i64>) -> Result<i64, Fail> {
+        match (self.attr(name), default) {
+            (None, Some(d)) => Ok(d),
+            (a, _) => a.and_then(Attr::as_int).ok_or_else(|| self.bad_attr(name, "an integer")),
+        }
+    }
+
+    fn float(&self, name: &str, default: Option<f64>) -> Result<f64, Fail> {
+        match (self.attr(name), default) {
+            (None, Some(d)) => Ok(d),
+            (a, _) => a.and_then(Attr::as_float).ok_or_else(|| self.bad_attr(name, "a float")),
+        }
+    }
+
+    fn ints(&self, name: &str) -> Result<Vec<i64>, Fail> {
+        self.attr(name)
+            .and_then(Attr::as_ints)
+            .ok_or_else(|| self.bad_attr(name, "an integer array"))
+    }
+
+    /// An integer-array attribute whose entries are all ≥ 0.
+    fn usizes(&self, name: &str) -> Result<Vec<usize>, Fail> {
+        self.ints(name)?
+            .into_iter()
+            .map(|v| usize::try_from(v).map_err(|_| self.bad_attr(name, "non-negative integers")))
+            .collect()
+    }
+
+    fn gelu_approximation(&self) -> Result<GeluApproximation, Fail> {
+        match self.attr("approximate") {
+            None => Ok(GeluApproximation::None),
+            Some(a) => {
+                let s = a.as_str().ok_or_else(|| self.bad_attr("approximate", "a string"))?;
+                Ok(s.parse()?)
+            }
+        }
+    }
+
+    /// The shape of result `i`, from its declared type.
+    fn result_shape(&self, i: usize) -> Result<Vec<usize>, Fail> {
+        let t = self.op.results.get(i).map(|&v| self.module.value_type(v));
+        match t {
+            Some(Type::Tensor(t)) => t
+                .shape
+                .iter()
+                .map(|&d| {
+                    usize::try_from(d).map_err(|_| Fail::Message(format!("{t} is too large")))
+                })
+                .collect(),
+            _ => Err(Fail::Message(format!("result {i} is not a tensor"))),
+        }
+    }
+}
+
+// ----- adapters -----
+
+fn constant<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    // Rounded as the result stores it, so an f16 constant is the f16 nearest `value`.
+    let v = cx.storage.round_scalar(cx.float("value", None)?);
+    Ok(vec![Tensor::full(&cx.result_shape(0)?, T::from_f64(v))?])
+}
+
+/// Adapters `fn(cx) -> Ok(vec![kernel(x0, x1)?])` for the broadcasting binary kernels.
+macro_rules! binary {
+    ($($name:ident => $kernel:path),* $(,)?) => {
+        $(fn $name<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+            Ok(vec![$kernel(cx.x::<T>(0)?, cx.x::<T>(1)?)?])
+        })*
+    };
+}
+
+/// Adapters `fn(cx) -> Ok(vec![kernel(x0)])` for the infallible unary kernels.
+macro_rules! unary {
+    ($($name:ident => $kernel:path),* $(,)?) => {
+        $(fn $name<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+            Ok(vec![$kernel(cx.x::<T>(0)?)])
+        })*
+    };
+}
+
+/// Adapters `fn(cx) -> Ok(vec![kernel(x0, x1)?])` for the elementwise gradient kernels.
+macro_rules! pointwise_grad {
+    ($($name:ident => $kernel:path),* $(,)?) => {
+        $(fn $name<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+            Ok(vec![$kernel(cx.x::<T>(0)?, cx.x::<T>(1)?)?])
+        })*
+    };
+}
+
+binary! {
+    add => r::add, sub => r::sub, mul => r::mul, div => r::div, max => r::max, min => r::min,
+}
+
+unary! {
+    neg => r::neg, exp => r::exp, log => r::log, sqrt => r::sqrt, rsqrt => r::rsqrt,
+    tanh => r::tanh, sigmoid => r::sigmoid, relu => r::relu, silu => r::silu,
+}
+
+pointwise_grad! {
+    silu_grad => r::silu_grad, sigmoid_grad => r::sigmoid_grad, tanh_grad => r::tanh_grad,
+    relu_grad => r::relu_grad,
+}
+
+fn gelu<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::gelu(cx.x::<T>(0)?, cx.gelu_approximation()?)])
+}
+
+fn scale<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    // The dialect rounds `factor` to the operand's element type (f16 included).
+    let factor = cx.storage.round_scalar(cx.float("factor", None)?);
+    Ok(vec![r::scale(cx.x::<T>(0)?, factor)])
+}
+
+fn matmul<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let (ta, tb) = (cx.bool("transpose_a", false)?, cx.bool("transpose_b", false)?);
+    Ok(vec![r::matmul(cx.x::<T>(0)?, cx.x::<T>(1)?, ta, tb)?])
+}
+
+fn reduce_sum<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::reduce_sum(cx.x::<T>(0)?, &cx.ints("axes")?, cx.bool("keepdim", false)?)?])
+}
+
+fn reduce_max<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::reduce_max(cx.x::<T>(0)?, &cx.ints("axes")?, cx.bool("keepdim", false)?)?])
+}
+
+fn reduce_mean<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::reduce_mean(cx.x::<T>(0)?, &cx.ints("axes")?, cx.bool("keepdim", false)?)?])
+}
+
+fn softmax<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::softmax(cx.x::<T>(0)?, cx.int("axis", Some(-1))?)?])
+}
+
+/// The dialect's default `eps` of normalisations.
+const DEFAULT_EPS: f64 = 1e-5;
+
+fn layernorm<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let (axis, eps) = (cx.int("axis", Some(-1))?, cx.float("eps", Some(DEFAULT_EPS))?);
+    Ok(vec![r::layernorm(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, axis, eps)?])
+}
+
+fn rmsnorm<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let eps = cx.float("eps", Some(DEFAULT_EPS))?;
+    Ok(vec![r::rmsnorm(cx.x::<T>(0)?, cx.x::<T>(1)?, eps)?])
+}
+
+fn rope<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::rope(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?)?])
+}
+
+fn embedding<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::embedding(cx.x::<T>(0)?, cx.ids(1)?)?])
+}
+
+fn cross_entropy<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::cross_entropy(cx.x::<T>(0)?, cx.ids(1)?)?])
+}
+
+fn reshape<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    // The declared result type has the `-1` of `shape` resolved already.
+    Ok(vec![r::reshape(cx.x::<T>(0)?, &cx.result_shape(0)?)?])
+}
+
+fn transpose<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::transpose(cx.x::<T>(0)?, &cx.usizes("perm")?)?])
+}
+
+fn broadcast<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::broadcast(cx.x::<T>(0)?, &cx.usizes("shape")?)?])
+}
+
+fn slice<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::slice(cx.x::<T>(0)?, &cx.usizes("start")?, &cx.usizes("end")?)?])
+}
+
+fn concat<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    let xs = (0..cx.args.len()).map(|i| cx.x::<T>(i)).collect::<Result<Vec<_>, _>>()?;
+    Ok(vec![r::concat(&xs, cx.int("axis", None)?)?])
+}
+
+fn softmax_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::softmax_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.int("axis", Some(-1))?)?])
+}
+
+fn layernorm_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let (axis, eps) = (cx.int("axis", Some(-1))?, cx.float("eps", Some(DEFAULT_EPS))?);
+    let (dx, dgamma, dbeta) =
+        r::layernorm_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, axis, eps)?;
+    Ok(vec![dx, dgamma, dbeta])
+}
+
+fn rmsnorm_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let eps = cx.float("eps", Some(DEFAULT_EPS))?;
+    let (dx, dgamma) = r::rmsnorm_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, eps)?;
+    Ok(vec![dx, dgamma])
+}
+
+fn gelu_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::gelu_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.gelu_approximation()?)?])
+}
+
+fn rope_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::rope_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?)?])
+}
+
+fn cross_entropy_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::cross_entropy_grad(cx.x::<T>(0)?, cx.ids(1)?, cx.x::<T>(2)?)?])
+}
+
+fn embedding_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let vocab = cx.int("vocab", None)?;
+    let vocab = usize::try_from(vocab).map_err(|_| cx.bad_attr("vocab", "a size ≥ 1"))?;
+    Ok(vec![r::embedding_grad(cx.ids(0)?, cx.x::<T>(1)?, vocab)?])
+}
+
+fn unbroadcast<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::reduce_to_shape(cx.x::<T>(0)?, &cx.usizes("shape")?)?])
+}
+
+fn slice_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::slice_grad(cx.x::<T>(0)?, &cx.usizes("shape")?, &cx.usizes("start")?)?])
+}
+
+fn ge<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    // `>=` is false when either side is NaN, giving 0.
+    let out = cx.x::<T>(0)?.zip(cx.x::<T>(1)?, |a, b| if a >= b { T::one() } else { T::zero() })?;
+    Ok(vec![out])
+}
+
+fn identity<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![cx.x::<T>(0)?.clone()])
+}
+
+fn remap<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    let x = cx.x::<T>(0)?;
+    let Some(Attr::Map(map)) = cx.attr("map") else {
+        return Err(cx.bad_attr("map", "an index map"));
+    };
+    let shape = cx.result_shape(0)?;
+    // `y[i] = x[map(i)]`, checked per element: the verifier only checks the corners.
+    let mut failure: Option<String> = None;
+    let y = Tensor::from_fn(&shape, |i| {
+        if failure.is_some() {
+            return T::default();
+        }
+        let idx: Vec<i64> = i.iter().map(|&k| k as i64).collect();
+        let src = fbc_dialects::layout::remap_source_index(map, &idx).and_then(|s| {
+            s.iter().map(|&v| usize::try_from(v).ok()).collect::<Option<Vec<usize>>>()
+        });
+        match src.as_deref().map(|s| (s, x.get(s))) {
+            Some((_, Ok(v))) => v,
+            found => {
+                failure = Some(match found {
+                    Some((s, _)) => format!(
+                        "result index {i:?} reads x{s:?}, outside x's shape {:?}",
+                        x.shape()
+                    ),
+                    None => format!(
+                        "the map is undefined or negative at result index {i:?} (x is {:?})",
+                        x.shape()
+                    ),
+                });
+                T::default()
+            }
+        }
+    })?;
+    match failure {
+        Some(m) => Err(Fail::Message(m)),
+        None => Ok(vec![y]),
+    }
+}
+
+// ----- execution -----
+
+/// Runs `op` on `args` in `mode`: picks the adapter for the storage of its first result, checks
+/// every result against its declared type, and rounds f16/bf16 results.
+pub(crate) fn execute(
+    module: &Module,
+    op: &OpData,
+    args: &[&Value],
+    mode: Mode,
+) -> Result<Vec<Value>, InterpError> {
+    let name = op.name();
+    let unsupported =
+        |reason: String| InterpError::Unsupported { op: name.to_string(), reason, span: op.span };
+    let failed = |message: String| InterpError::Op { op: name.to_string(), message, span: op.span };
+    let Some(kernel) = kernel(name) else {
+        return Err(unsupported(
+            "no kernel for this op; add one to the table in runtime/src/interp/ops.rs".into(),
+        ));
+    };
+    // The storage of every result, from its declared type.
+    let mut storages = Vec::with_capacity(op.results.len());
+    for (i, &r) in op.results.iter().enumerate() {
+        match module.value_type(r) {
+            Type::Tensor(t) => match Storage::of(t.elem, mode) {
+                Some(s) => storages.push((s, t)),
+                None => {
+                    return Err(unsupported(format!(
+                        "result {i} is {t}, and the interpreter stores only f32, f16, bf16, f64 \
+                         and i32 tensors"
+                    )))
+                }
+            },
+            other => return Err(unsupported(format!("result {i} is {other}, not a tensor"))),
+        }
+    }
+    let Some(&(storage, _)) = storages.first() else {
+        return Err(unsupported("the op has no results".into()));
+    };
+    let cx = OpCx { op, module, args, storage };
+    let outs: Result<Vec<Value>, Fail> = match (kernel, storage) {
+        (Kernel::Float { f32, .. } | Kernel::Any { f32, .. }, Storage::F32(_)) => {
+            f32(&cx).map(|v| v.into_iter().map(Value::F32).collect())
+        }
+        (Kernel::Float { f64, .. } | Kernel::Any { f64, .. }, Storage::F64) => {
+            f64(&cx).map(|v| v.into_iter().map(Value::F64).collect())
+        }
+        (Kernel::Any { i32, .. }, Storage::I32) => {
+            i32(&cx).map(|v| v.into_iter().map(Value::I32).collect())
+        }
+        (Kernel::Float { .. }, Storage::I32) => {
+            Err(Fail::Message("internal: a float op with an i32 result".into()))
+        }
+    };
+    let outs = outs.map_err(|f| match f {
+        Fail::Kernel(source) => InterpError::Kernel { op: name.to_string(), source, span: op.span },
+        Fail::Message(m) => failed(m),
+    })?;
+    if outs.len() != storages.len() {
+        return Err(failed(format!(
+            "internal: the kernel made {} results for {} declared",
+            outs.len(),
+            storages.len()
+        )));
+    }
+    // A kernel result that disagrees with the declared type would make every later op (and any
+    // translation validation built on this interpreter) meaningless: check, never assume.
+    outs.into_iter()
+        .zip(storages)
+        .enumerate()
+        .map(|(i, (v, (s, t)))| {
+            let same = v.shape().iter().map(|&d| d as u64).eq(t.shape.iter().copied());
+            if same {
+                Ok(s.round(v))
+            } else {
+                Err(failed(format!(
+                    "internal: result {i} has shape {:?}, but its type is {t}",
+                    v.shape()
+                )))
+            }
+        })
+        .collect()
+}
