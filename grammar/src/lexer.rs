@@ -1,18 +1,18 @@
-//! The `.fbir` lexer: source text to a flat vector of spanned token kinds.
+//! The `.fbir` lexer: source text to a stream of spanned token kinds.
 //!
-//! Scanning is done by a [`logos`] state machine (no backtracking); this module adds the three
-//! things a context-free DFA cannot do on its own:
+//! Scanning is done by a [`logos`] state machine (no backtracking), keywords included; this
+//! module adds what a context-free DFA cannot do on its own:
 //!
-//! - **Dimension lists.** `tensor<2x3xf32>` is lexed like MLIR does: a run `2x3x` is one
+//! - **Dimension lists.** `tensor<2x3xf32>` written without spaces (nearly always) is one
+//!   [`Tok::TensorType`] token. Otherwise it is lexed like MLIR does: a run `2x3x` is one
 //!   [`Tok::Dims`] token followed by the element type, and `64x64` (no trailing `x`) is a
 //!   [`Tok::Shape`]. Right after `tensor <` the lexer is in *dims mode*, where `0xf32` means a
 //!   zero-sized dimension of `f32` rather than the hex literal `0xf32`.
 //! - **Result definitions.** Newlines are not significant, so `%a = x.y %b = z.w` needs two tokens
 //!   of lookahead to tell whether `%b` is an operand of `x.y` or starts the next op. The stream
-//!   looks past each `%v, %v, ...` run and marks its values [`Tok::DefValue`] when `=` follows,
-//!   which keeps the grammar LR(1).
-//! - **Keywords.** Identifiers are scanned by one rule and classified here, so that a keyword is
-//!   still usable as an attribute key (`{mod = 1}`) without fighting logos priorities.
+//!   peeks past each `%v, %v, ...` run in the source and marks its values [`Tok::DefValue`] when
+//!   `=` follows, which keeps the grammar LR(1).
+//! - **Limits.** Bracket nesting and the number of errors are bounded (see [`Tokens`]).
 //!
 //! Tokens carry no payload: their text is `src[start..end]`, so lexing allocates nothing per
 //! token, and they are produced as the parser asks, so no token array is ever built. Every
@@ -20,19 +20,22 @@
 //! diagnostic per run), an unterminated string still yields a [`Tok::Str`] token.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 
 use logos::{Lexer, Logos};
 
 use crate::diag::{Diagnostic, Span};
 
-/// What the scanner sees; [`lex`] turns these into [`Tok`]s.
-#[derive(Logos, Debug, Clone, Copy, PartialEq, Eq)]
+/// A token kind: what logos scans, and the parser's terminal type.
+///
+/// Keywords and scalar types are exact tokens or higher-priority patterns, so logos tells them
+/// from identifiers inside its DFA; being tokens, they are still accepted as attribute keys by the
+/// grammar (`{mod = 1}`).
+#[derive(Logos, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[logos(extras = Mode)]
 #[logos(skip r"[ \t\r\n\f]+")]
 // A comment runs to the end of its line by definition, so the greedy repetition is intended.
 #[logos(skip(r"//[^\n]*", allow_greedy = true))]
-enum Raw {
+pub enum Tok {
     #[token("(")]
     LParen,
     #[token(")")]
@@ -64,94 +67,81 @@ enum Raw {
     Plus,
     #[token("*")]
     Star,
-    #[regex(r"[A-Za-z_][A-Za-z0-9_$.]*")]
-    Ident,
+    #[token("module")]
+    KwModule,
+    #[token("attributes")]
+    KwAttributes,
+    #[token("func.func")]
+    KwFuncFunc,
+    #[token("true")]
+    KwTrue,
+    #[token("false")]
+    KwFalse,
+    #[token("loc")]
+    KwLoc,
+    #[token("unknown")]
+    KwUnknown,
+    #[token("floordiv")]
+    KwFloorDiv,
+    #[token("ceildiv")]
+    KwCeilDiv,
+    #[token("mod")]
+    KwMod,
+    #[token("tensor")]
+    KwTensor,
+    /// A whole `tensor<2x3xf32>` written without spaces, as nearly all are: one token instead of
+    /// five halves the lexer's and the parser's work on typical IR. Anything else (spaces, an
+    /// unknown element type) lexes piece by piece and takes the grammar's general rule, with its
+    /// precise errors.
+    #[regex(r"tensor<([0-9]+x)*((bf|f|i|si|ui)[0-9]+|index)>")]
+    TensorType,
+    /// `f32`, `bf16`, `i1`, `si8`, `index`, ...
+    #[token("index")]
+    #[regex(r"(bf|f|i|si|ui)[0-9]+", priority = 10)]
+    ScalarType,
+    /// An identifier without dots (`d0`, `shape`).
+    #[regex(r"[A-Za-z_][A-Za-z0-9_$]*")]
+    BareIdent,
+    /// An identifier with dots: an op name (`tensor.add`) or a dotted key (`fbc.version`).
+    #[regex(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z0-9_$.]*")]
+    DottedIdent,
+    /// `%v` used as an operand or argument.
     #[regex(r"%[A-Za-z0-9_$.\-]+")]
     Value,
+    /// `%v` in the result list of an op (followed, through commas, by `=`); made by [`Tokens`].
+    DefValue,
     #[regex(r"@[A-Za-z0-9_$.\-]+")]
     Symbol,
-    #[token("@\"", lex_string)]
-    QuotedSymbol(bool),
+    #[token("@\"", |lex| lex_string(lex, Tok::QuotedSymbol, Tok::OpenQuotedSymbol))]
+    QuotedSymbol,
+    /// `#dialect.name`
     #[regex(r"#[A-Za-z_][A-Za-z0-9_$.]*")]
     Hash,
+    /// `!dialect.name`
     #[regex(r"![A-Za-z_][A-Za-z0-9_$.]*")]
     Bang,
     #[regex("[0-9]", lex_number)]
-    Number(Num),
-    #[token("\"", lex_string)]
-    Str(bool),
-}
-
-/// Lexer state set by [`lex`] before each token.
-#[derive(Debug, Default, Clone, Copy)]
-struct Mode {
-    /// Right after `tensor <`: numbers are dimension lists, never hex.
-    dims: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Num {
-    Int,
-    Hex,
-    Float,
-    Dims,
-    Shape,
-}
-
-/// A token kind; the parser's terminal type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Tok {
-    LParen,
-    RParen,
-    LBracket,
-    RBracket,
-    LBrace,
-    RBrace,
-    Lt,
-    Gt,
-    Comma,
-    Colon,
-    Eq,
-    Arrow,
-    Minus,
-    Plus,
-    Star,
-    KwModule,
-    KwAttributes,
-    KwFuncFunc,
-    KwTrue,
-    KwFalse,
-    KwLoc,
-    KwUnknown,
-    KwFloorDiv,
-    KwCeilDiv,
-    KwMod,
-    KwTensor,
-    /// `f32`, `bf16`, `i1`, `index`, ...
-    ScalarType,
-    /// An identifier without dots (`d0`, `shape`).
-    BareIdent,
-    /// An identifier with dots: an op name (`tensor.add`) or a dotted key (`fbc.version`).
-    DottedIdent,
-    /// `%v` used as an operand or argument.
-    Value,
-    /// `%v` in the result list of an op (followed, through commas, by `=`).
-    DefValue,
-    Symbol,
-    QuotedSymbol,
-    /// `#dialect.name`
-    Hash,
-    /// `!dialect.name`
-    Bang,
     Int,
     HexInt,
     Float,
     /// A string literal; its span includes the quotes (the closing one may be missing).
+    #[token("\"", |lex| lex_string(lex, Tok::Str, Tok::OpenStr))]
     Str,
     /// `2x3x`: a dimension list ending in `x`, followed by an element type.
     Dims,
     /// `64x64`: a shape inside dialect parameters.
     Shape,
+    /// An unterminated string; [`Tokens`] reports it and hands the parser a [`Tok::Str`].
+    OpenStr,
+    /// An unterminated quoted symbol, handed on as a [`Tok::QuotedSymbol`].
+    OpenQuotedSymbol,
+}
+
+/// Lexer state set by [`Tokens`] before each token.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Mode {
+    /// Right after `tensor <`: numbers are dimension lists, never hex.
+    dims: bool,
 }
 
 /// One token: a kind and its byte range.
@@ -176,18 +166,18 @@ pub struct Token {
 #[derive(Debug)]
 pub struct Tokens<'s, 'd> {
     src: &'s str,
-    lexer: Lexer<'s, Raw>,
+    lexer: Lexer<'s, Tok>,
     diags: &'d RefCell<Vec<Diagnostic>>,
     max_errors: usize,
     max_depth: usize,
     depth: usize,
-    /// The last two tokens scanned, for dims mode.
-    prev: [Tok; 2],
+    /// The last token scanned, for dims mode.
+    last: Tok,
     /// The current run of unrecognized characters, reported once it ends.
     bad: Option<(usize, usize)>,
-    /// Tokens scanned but not yet handed out; the first `ready` of them are final.
-    pending: VecDeque<Token>,
-    ready: usize,
+    /// Where the last `%v, %v, ...` run classified ends (the byte after it) and whether it
+    /// defines results; values starting before that end belong to it.
+    run: (usize, bool),
     done: bool,
     stopped_at: Option<usize>,
 }
@@ -202,15 +192,14 @@ impl<'s, 'd> Tokens<'s, 'd> {
     ) -> Self {
         Tokens {
             src,
-            lexer: Raw::lexer_with_extras(src, Mode::default()),
+            lexer: Tok::lexer_with_extras(src, Mode::default()),
             diags,
             max_errors,
             max_depth,
             depth: 0,
-            prev: [Tok::Comma; 2],
+            last: Tok::Comma,
             bad: None,
-            pending: VecDeque::new(),
-            ready: 0,
+            run: (0, false),
             done: false,
             stopped_at: None,
         }
@@ -247,14 +236,13 @@ impl<'s, 'd> Tokens<'s, 'd> {
             return None;
         }
         loop {
-            self.lexer.extras.dims = self.prev == [Tok::KwTensor, Tok::Lt];
             let Some(result) = self.lexer.next() else {
                 self.flush_bad();
                 self.done = true;
                 return None;
             };
             let span = self.lexer.span();
-            let Ok(raw) = result else {
+            let Ok(mut tok) = result else {
                 self.bad = match self.bad {
                     Some((start, end)) if end == span.start => Some((start, span.end)),
                     run => {
@@ -270,8 +258,9 @@ impl<'s, 'd> Tokens<'s, 'd> {
                 }
                 continue;
             };
-            self.flush_bad();
-            let tok = self.convert(raw, span.start, span.end);
+            if self.bad.is_some() {
+                self.flush_bad();
+            }
             match tok {
                 Tok::LParen | Tok::LBracket | Tok::LBrace | Tok::Lt => {
                     self.depth += 1;
@@ -291,94 +280,49 @@ impl<'s, 'd> Tokens<'s, 'd> {
                 Tok::RParen | Tok::RBracket | Tok::RBrace | Tok::Gt => {
                     self.depth = self.depth.saturating_sub(1)
                 }
+                Tok::OpenStr | Tok::OpenQuotedSymbol => {
+                    self.error(
+                        Diagnostic::error("unterminated string literal")
+                            .at(Span::new(span.start, span.end))
+                            .with_label("missing closing `\"` on this line"),
+                    );
+                    tok = if tok == Tok::OpenStr { Tok::Str } else { Tok::QuotedSymbol };
+                }
                 _ => {}
             }
             if self.full() {
                 return self.stop();
             }
-            self.prev = [self.prev[1], tok];
+            self.lexer.extras.dims = tok == Tok::Lt && self.last == Tok::KwTensor;
+            self.last = tok;
             // `as u32` cannot truncate: sources are shorter than 4 GiB.
             return Some(Token { tok, start: span.start as u32, end: span.end as u32 });
         }
     }
 
-    fn convert(&self, raw: Raw, start: usize, end: usize) -> Tok {
-        match raw {
-            Raw::LParen => Tok::LParen,
-            Raw::RParen => Tok::RParen,
-            Raw::LBracket => Tok::LBracket,
-            Raw::RBracket => Tok::RBracket,
-            Raw::LBrace => Tok::LBrace,
-            Raw::RBrace => Tok::RBrace,
-            Raw::Lt => Tok::Lt,
-            Raw::Gt => Tok::Gt,
-            Raw::Comma => Tok::Comma,
-            Raw::Colon => Tok::Colon,
-            Raw::Eq => Tok::Eq,
-            Raw::Arrow => Tok::Arrow,
-            Raw::Minus => Tok::Minus,
-            Raw::Plus => Tok::Plus,
-            Raw::Star => Tok::Star,
-            Raw::Ident => classify_ident(&self.src[start..end]),
-            Raw::Value => Tok::Value,
-            Raw::Symbol => Tok::Symbol,
-            Raw::Hash => Tok::Hash,
-            Raw::Bang => Tok::Bang,
-            Raw::Number(Num::Int) => Tok::Int,
-            Raw::Number(Num::Hex) => Tok::HexInt,
-            Raw::Number(Num::Float) => Tok::Float,
-            Raw::Number(Num::Dims) => Tok::Dims,
-            Raw::Number(Num::Shape) => Tok::Shape,
-            Raw::Str(closed) | Raw::QuotedSymbol(closed) => {
-                if !closed {
-                    self.error(
-                        Diagnostic::error("unterminated string literal")
-                            .at(Span::new(start, end))
-                            .with_label("missing closing `\"` on this line"),
-                    );
+    /// Whether the `%v` at `start..end` defines a result: it does if its run `%v, %v, ...` is
+    /// followed by `=`. Found by peeking at the source bytes (a run only holds values, commas,
+    /// whitespace and comments), and remembered for the rest of the run so long runs stay linear.
+    fn value_kind(&mut self, start: usize, end: usize) -> Tok {
+        if start >= self.run.0 {
+            let bytes = self.src.as_bytes();
+            let mut i = skip_trivia(bytes, end);
+            while bytes.get(i) == Some(&b',') {
+                let v = skip_trivia(bytes, i + 1);
+                let name = bytes
+                    .get(v + 1..)
+                    .map_or(0, |rest| rest.iter().take_while(|&&b| is_value_char(b)).count());
+                if bytes.get(v) != Some(&b'%') || name == 0 {
+                    break;
                 }
-                if matches!(raw, Raw::Str(_)) {
-                    Tok::Str
-                } else {
-                    Tok::QuotedSymbol
-                }
+                i = skip_trivia(bytes, v + 1 + name);
             }
+            self.run = (i, bytes.get(i) == Some(&b'='));
         }
-    }
-
-    /// Makes `pending` hold at least `n` tokens, if the input has them.
-    fn fill(&mut self, n: usize) {
-        while self.pending.len() < n {
-            match self.scan() {
-                Some(t) => self.pending.push_back(t),
-                None => return,
-            }
-        }
-    }
-
-    /// Makes the first pending token final. A `%v` starts a run `%v, %v, ...`; all of its values
-    /// are result definitions if `=` follows the run, uses otherwise.
-    fn resolve(&mut self) {
-        self.fill(1);
-        if self.pending.front().is_none_or(|t| t.tok != Tok::Value) {
-            self.ready = self.pending.len().min(1);
-            return;
-        }
-        let mut last = 0;
-        loop {
-            self.fill(last + 3);
-            let at = |k: usize| self.pending.get(k).map(|t| t.tok);
-            if at(last + 1) == Some(Tok::Comma) && at(last + 2) == Some(Tok::Value) {
-                last += 2;
-                continue;
-            }
-            if at(last + 1) == Some(Tok::Eq) {
-                for k in (0..=last).step_by(2) {
-                    self.pending[k].tok = Tok::DefValue;
-                }
-            }
-            self.ready = last + 1;
-            return;
+        if self.run.1 {
+            Tok::DefValue
+        } else {
+            Tok::Value
         }
     }
 }
@@ -387,39 +331,30 @@ impl Iterator for Tokens<'_, '_> {
     type Item = Token;
 
     fn next(&mut self) -> Option<Token> {
-        if self.ready == 0 {
-            self.resolve();
+        let mut t = self.scan()?;
+        if t.tok == Tok::Value {
+            t.tok = self.value_kind(t.start as usize, t.end as usize);
         }
-        let t = self.pending.pop_front()?;
-        self.ready -= 1;
         Some(t)
     }
 }
 
-fn classify_ident(text: &str) -> Tok {
-    match text {
-        "module" => Tok::KwModule,
-        "attributes" => Tok::KwAttributes,
-        "func.func" => Tok::KwFuncFunc,
-        "true" => Tok::KwTrue,
-        "false" => Tok::KwFalse,
-        "loc" => Tok::KwLoc,
-        "unknown" => Tok::KwUnknown,
-        "floordiv" => Tok::KwFloorDiv,
-        "ceildiv" => Tok::KwCeilDiv,
-        "mod" => Tok::KwMod,
-        "tensor" => Tok::KwTensor,
-        "index" => Tok::ScalarType,
-        _ if is_sized_scalar(text) => Tok::ScalarType,
-        _ if text.contains('.') => Tok::DottedIdent,
-        _ => Tok::BareIdent,
+/// The first byte at or after `i` that is not whitespace or in a `//` comment.
+fn skip_trivia(bytes: &[u8], mut i: usize) -> usize {
+    loop {
+        match bytes.get(i) {
+            Some(b' ' | b'\t' | b'\r' | b'\n' | b'\x0c') => i += 1,
+            Some(b'/') if bytes.get(i + 1) == Some(&b'/') => {
+                i += bytes[i..].iter().position(|&b| b == b'\n').unwrap_or(bytes.len() - i);
+            }
+            _ => return i,
+        }
     }
 }
 
-/// `f32`, `bf16`, `i8`, `si32`, `ui8`: a scalar type prefix and a bit width.
-fn is_sized_scalar(text: &str) -> bool {
-    let width = ["bf", "si", "ui", "f", "i"].iter().find_map(|p| text.strip_prefix(p));
-    width.is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
+/// The characters of a value name after `%` (the lexer's `%[A-Za-z0-9_$.\-]+`).
+fn is_value_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'.' | b'-')
 }
 
 /// The diagnostic for a run of characters no token starts with.
@@ -449,17 +384,17 @@ fn is_invisible(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
 }
 
-/// Scans a string body after its opening quote; returns whether the closing quote was found.
+/// Scans a string body after its opening quote; `closed` if the closing quote was found.
 /// A string never spans lines: an unterminated one ends before the newline, so the rest of the
 /// file is still lexed normally.
-fn lex_string(lex: &mut Lexer<'_, Raw>) -> bool {
+fn lex_string(lex: &mut Lexer<'_, Tok>, closed: Tok, open: Tok) -> Tok {
     let bytes = lex.remainder().as_bytes();
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'"' => {
                 lex.bump(i + 1);
-                return true;
+                return closed;
             }
             b'\n' => break,
             // Skipping one byte after `\` may land inside a multi-byte character; that is fine,
@@ -469,12 +404,12 @@ fn lex_string(lex: &mut Lexer<'_, Raw>) -> bool {
         }
     }
     lex.bump(i.min(bytes.len()));
-    false
+    open
 }
 
 /// Scans a number after its first digit: decimal or hex integer, float, `2x3x` dimension list or
 /// `64x64` shape.
-fn lex_number(lex: &mut Lexer<'_, Raw>) -> Num {
+fn lex_number(lex: &mut Lexer<'_, Tok>) -> Tok {
     let first = lex.slice().as_bytes()[0];
     let rest = lex.remainder().as_bytes();
     let digits = |from: usize| {
@@ -487,7 +422,7 @@ fn lex_number(lex: &mut Lexer<'_, Raw>) -> Num {
     {
         let n = 1 + rest[1..].iter().take_while(|b| b.is_ascii_hexdigit()).count();
         lex.bump(n);
-        return Num::Hex;
+        return Tok::HexInt;
     }
     let mut i = digits(0);
     let exponent = |at: usize| -> usize {
@@ -505,12 +440,12 @@ fn lex_number(lex: &mut Lexer<'_, Raw>) -> Num {
         i += digits(i);
         i += exponent(i);
         lex.bump(i);
-        return Num::Float;
+        return Tok::Float;
     }
     let e = exponent(i);
     if e > 0 {
         lex.bump(i + e);
-        return Num::Float;
+        return Tok::Float;
     }
     let mut groups = 0;
     while rest.get(i) == Some(&b'x') {
@@ -518,16 +453,16 @@ fn lex_number(lex: &mut Lexer<'_, Raw>) -> Num {
         if n == 0 {
             // `2x3x` followed by an element type.
             lex.bump(i + 1);
-            return Num::Dims;
+            return Tok::Dims;
         }
         i += 1 + n;
         groups += 1;
     }
     lex.bump(i);
     if groups > 0 {
-        Num::Shape
+        Tok::Shape
     } else {
-        Num::Int
+        Tok::Int
     }
 }
 
@@ -554,9 +489,11 @@ mod tests {
     #[test]
     fn dims_shapes_and_numbers() {
         use Tok::*;
-        assert_eq!(kinds("tensor<2x3xf32>"), [KwTensor, Lt, Dims, ScalarType, Gt]);
-        assert_eq!(texts("tensor<2x3xf32>")[2], "2x3x");
-        assert_eq!(kinds("tensor<0xf32>"), [KwTensor, Lt, Dims, ScalarType, Gt]);
+        assert_eq!(kinds("tensor<2x3xf32> tensor<index> tensor<0xf32>"), [TensorType; 3]);
+        assert_eq!(kinds("tensor<2x3xf32 >"), [KwTensor, Lt, Dims, ScalarType, Gt]);
+        assert_eq!(texts("tensor< 2x3xf32>")[2], "2x3x");
+        assert_eq!(kinds("tensor< 0xf32>"), [KwTensor, Lt, Dims, ScalarType, Gt]);
+        assert_eq!(kinds("tensor<2xfoo>"), [KwTensor, Lt, Dims, BareIdent, Gt]);
         assert_eq!(kinds("0xf32 0x1F 64x64 4xf32"), [HexInt, HexInt, Shape, Dims, ScalarType]);
         assert_eq!(kinds("1.0 1.0e-5 2.5E3 1e5 7 1."), [Float, Float, Float, Float, Int, Float]);
         assert_eq!(kinds("2e x"), [Int, BareIdent, BareIdent]);
@@ -583,6 +520,20 @@ mod tests {
             ]
         );
         assert_eq!(kinds("x.y %b = z.w"), [DottedIdent, DefValue, Eq, DottedIdent]);
+    }
+
+    #[test]
+    fn result_runs_look_through_comments_and_newlines() {
+        use Tok::*;
+        assert_eq!(kinds("%a, // c\n %b\n= x.y"), [DefValue, Comma, DefValue, Eq, DottedIdent]);
+        assert_eq!(kinds("x.y %a, %b, %c"), [DottedIdent, Value, Comma, Value, Comma, Value]);
+        assert_eq!(
+            kinds("x.y %a, %b, %c = z.w"),
+            [DottedIdent, DefValue, Comma, DefValue, Comma, DefValue, Eq, DottedIdent]
+        );
+        // A run is looked at once, however long, so this is linear.
+        let run = format!("{}%z = x.y", "%a, ".repeat(200_000));
+        assert_eq!(lex(&run, 10).0.iter().filter(|t| t.tok == DefValue).count(), 200_001);
     }
 
     #[test]

@@ -16,7 +16,8 @@ use std::convert::Infallible;
 use lalrpop_util::{ErrorRecovery, ParseError};
 
 use crate::ast::{
-    Arg, Attr, AttrKind, BinOp, Expr, ExprKind, Func, Ident, Module, NamedAttr, Op, Param,
+    Arg, Attr, AttrKind, BinOp, Expr, ExprKind, Func, Ident, Module, NamedAttr, Op, Param, Type,
+    TypeKind,
 };
 use crate::diag::{Diagnostic, Span};
 use crate::grammar;
@@ -359,9 +360,61 @@ impl Sink {
 
     /// The dimensions of a `2x3x` token.
     pub fn dims(&self, src: &str, lit: Lit) -> Vec<u128> {
-        let mut dims = Vec::with_capacity(src[lit.l..lit.r].bytes().filter(|&b| b == b'x').count());
-        self.groups(src, lit.l, lit.r, |v, _, _| dims.push(v));
+        let text = &src.as_bytes()[lit.l..lit.r];
+        let mut dims = Vec::with_capacity(text.iter().filter(|&&b| b == b'x').count());
+        // Fast path: dimensions below 10^19 (all real ones) accumulate in a `u64`.
+        let mut v = 0u64;
+        let mut start = 0;
+        for (i, &b) in text.iter().enumerate() {
+            if b != b'x' {
+                v = v.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+                continue;
+            }
+            if i - start < 20 {
+                dims.push(u128::from(v));
+            } else {
+                dims.push(decimal(&text[start..i]).unwrap_or_else(|| {
+                    self.too_large(lit.l + start, lit.l + i);
+                    0
+                }));
+            }
+            v = 0;
+            start = i + 1;
+        }
         dims
+    }
+
+    /// The type of a whole-tensor token `tensor<2x3xf32>` at `src[l..r]`, in one pass.
+    pub fn tensor_type(&self, src: &str, l: usize, r: usize) -> Type {
+        // Between `tensor<` and `>`: `[0-9]+x` groups, then an element type, which never starts
+        // with a digit.
+        let (body_l, body_r) = (l + "tensor<".len(), r - 1);
+        let body = &src.as_bytes()[body_l..body_r];
+        let mut dims = Vec::new();
+        let mut i = 0;
+        while body.get(i).is_some_and(u8::is_ascii_digit) {
+            let start = i;
+            let mut v = 0u64;
+            while let Some(&d @ b'0'..=b'9') = body.get(i) {
+                v = v.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                i += 1;
+            }
+            // Up to 19 digits always fit `u64`; longer ones take the slow, checked path.
+            dims.push(if i - start < 20 {
+                u128::from(v)
+            } else {
+                decimal(&body[start..i]).unwrap_or_else(|| {
+                    self.too_large(body_l + start, body_l + i);
+                    0
+                })
+            });
+            // Skip the `x`.
+            i += 1;
+        }
+        Type {
+            kind: TypeKind::Tensor { dims, elem: src[body_l + i..body_r].to_string() },
+            span: Span::new(l, r),
+        }
     }
 
     /// Pushes `64x64` as an array attribute of its integers.
@@ -518,6 +571,7 @@ const ATTR_START: &[&str] = &[
     "Symbol",
     "QuotedSymbol",
     "\"tensor\"",
+    "TensorType",
     "ScalarType",
     "Bang",
     "Hash",
@@ -525,7 +579,7 @@ const ATTR_START: &[&str] = &[
 ];
 
 /// Terminals that start a type.
-const TYPE_START: &[&str] = &["\"tensor\"", "ScalarType", "Bang"];
+const TYPE_START: &[&str] = &["\"tensor\"", "TensorType", "ScalarType", "Bang"];
 
 /// Terminals that are an identifier where a key is expected.
 const KEY_WORDS: &[&str] = &[

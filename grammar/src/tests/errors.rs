@@ -99,6 +99,37 @@ t.fbir:4:44: error: expected op name, found `=`
 }
 
 #[test]
+fn braces_after_an_error_do_not_close_the_function() {
+    // Recovery skips the rest of a broken op as a whole: the `}` of its attributes must not end
+    // the function, nor its signature count as a second error.
+    let src = "func.func @f(%x: f32, %y: , %z: f32) -> {\n  %a = x.y %x, {k = 1} : (f32) -> f32\n  %b = x.z %a, [1] {k = 1} : (f32) -> f32 loc(unknown)\n  %c = x.w %b,\n}\n";
+    assert_eq!(
+        errors(src),
+        "t.fbir:1:27: error: expected type, found `,`
+  |
+1 | func.func @f(%x: f32, %y: , %z: f32) -> {
+  |                           ^
+t.fbir:1:41: error: expected one of `(` or type, found `{`
+  |
+1 | func.func @f(%x: f32, %y: , %z: f32) -> {
+  |                                         ^
+t.fbir:2:16: error: expected value name, found `{`
+  |
+2 |   %a = x.y %x, {k = 1} : (f32) -> f32
+  |                ^
+t.fbir:3:16: error: expected value name, found `[`
+  |
+3 |   %b = x.z %a, [1] {k = 1} : (f32) -> f32 loc(unknown)
+  |                ^
+t.fbir:5:1: error: expected value name, found `}`
+  |
+5 | }
+  | ^
+"
+    );
+}
+
+#[test]
 fn nul_dialect_names_and_affine_errors() {
     let src = "func.func @f() {\n  %a = x.y \0 %a\n  x.z {m = #a<1>, n = !b}\n  x.q {e = (d0) -> (d0 + )}\n}\nmodule {}";
     assert_eq!(

@@ -37,35 +37,3 @@ fn attr(text: &str) -> String {
     let m = ok(&format!("func.func @f() {{ x.y {{k = {text}}} }}"));
     sketch::attr(&m.funcs[0].body[0].attrs[0].value)
 }
-
-#[test]
-fn zz_sizes() {
-    use crate::ast::*;
-    eprintln!("Op {} Func {} Module {} NamedAttr {} Param {} Attr {} AttrKind {} Type {} TypeKind {} AffineMap {} FnType {} Loc {} Ident {} Arg {} Expr {} DExpr {} ER {}",
-        size_of::<Op>(), size_of::<Func>(), size_of::<Module>(), size_of::<NamedAttr>(), size_of::<Param>(), size_of::<Attr>(), size_of::<AttrKind>(), size_of::<Type>(), size_of::<TypeKind>(), size_of::<AffineMap>(), size_of::<FnType>(), size_of::<Loc>(), size_of::<Ident>(), size_of::<Arg>(), size_of::<Expr>(), size_of::<crate::parser::DExpr>(), size_of::<lalrpop_util::ErrorRecovery<usize, crate::lexer::Tok, std::convert::Infallible>>());
-}
-
-#[test]
-#[ignore]
-fn zz_timing() {
-    use std::fmt::Write as _;
-    let ops = 200_000;
-    let mut src = String::from("func.func @f(%v0: tensor<1x512x2048xf32>) {\n");
-    for i in 1..=ops {
-        let _ = writeln!(src, "    %v{i} = tensor.add %v{}, %v0 : (tensor<1x512x2048xf32>, tensor<1x512x2048xf32>) -> tensor<1x512x2048xf32>", i - 1);
-    }
-    src.push_str("}\n");
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        let d = std::cell::RefCell::new(Vec::new());
-        let toks: Vec<_> = crate::lexer::Tokens::new(&src, &d, 10, 256).collect();
-        let lex = t.elapsed();
-        let t = std::time::Instant::now();
-        let m = crate::parse(&src).unwrap();
-        let parse = t.elapsed();
-        let t = std::time::Instant::now();
-        drop(m);
-        let dropt = t.elapsed();
-        eprintln!("tokens {} lex {:?} parse(all) {:?} drop {:?}", toks.len(), lex, parse, dropt);
-    }
-}
