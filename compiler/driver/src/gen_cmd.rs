@@ -57,6 +57,12 @@ pub struct GenArgs {
     #[arg(long, value_name = "E")]
     pub encoder_len: Option<u64>,
 
+    /// Vocabulary size, replacing the published one (decoder models and whisper only): for a
+    /// custom tokenizer, or to keep the embedding and head small when checking a compiled graph
+    /// against the interpreter.
+    #[arg(long, value_name = "V")]
+    pub vocab: Option<u64>,
+
     /// Output file (default: standard output).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -191,5 +197,16 @@ fn resolve(model: &ModelInfo, a: &GenArgs) -> Result<Spec, Failure> {
         }
         (_, None) => 0,
     };
-    Ok(Spec { layers, batch, seq, rank, encoder_len, config })
+    let vocab = match (a.vocab, &model.kind) {
+        (None, _) => None,
+        (Some(0), _) => return Err(Failure::Usage("--vocab must be at least 1".into())),
+        (Some(v), generate::Kind::Decoder(_) | generate::Kind::Whisper) => Some(v),
+        (Some(_), _) => {
+            return Err(Failure::Usage(format!(
+                "--vocab applies to decoder models and whisper-large-decoder, not {}",
+                model.name
+            )))
+        }
+    };
+    Ok(Spec { layers, batch, seq, rank, encoder_len, config, vocab })
 }

@@ -194,6 +194,8 @@ pub(crate) struct Spec {
     pub encoder_len: u64,
     /// Index into the MHA configurations.
     pub config: usize,
+    /// Replaces the published vocabulary size (decoder models and whisper).
+    pub vocab: Option<u64>,
 }
 
 /// A generated module: the function to differentiate and its trainable arguments.
@@ -219,10 +221,18 @@ pub(crate) fn generate(
     let g = Graph::new(ops);
     let name = module_name(model.name);
     match model.kind {
-        Kind::Decoder(cfg) => decoder::build(g, cfg, &name, spec),
+        Kind::Decoder(cfg) => {
+            let mut cfg = *cfg;
+            cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
+            decoder::build(g, &cfg, &name, spec)
+        }
         Kind::Bert => encoder::build_bert(g, &config::BERT_LARGE, &name, spec),
         Kind::Vit => encoder::build_vit(g, &config::VIT_LARGE, &name, spec),
-        Kind::Whisper => whisper::build(g, &config::WHISPER_LARGE_V3, &name, spec),
+        Kind::Whisper => {
+            let mut cfg = config::WHISPER_LARGE_V3;
+            cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
+            whisper::build(g, &cfg, &name, spec)
+        }
         Kind::MatmulFb => micro::matmul_fb(g),
         Kind::Mha => micro::mha(g, spec),
     }
