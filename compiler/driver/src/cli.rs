@@ -92,6 +92,28 @@ impl EmitKind {
     }
 }
 
+/// `--layout-strategy`: the layout selection of `global-layout` (paper Sec. 4.4 and Sec. 2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutStrategy {
+    /// Global layout selection (Sec. 4.4).
+    Fblayout,
+    /// Layout reuse (MNN).
+    Reuse,
+    /// Explicit conversion (TFLite).
+    Convert,
+}
+
+impl LayoutStrategy {
+    pub fn strategy(self) -> fbc_transforms::global_layout::Strategy {
+        use fbc_transforms::global_layout::Strategy;
+        match self {
+            LayoutStrategy::Fblayout => Strategy::FbLayout,
+            LayoutStrategy::Reuse => Strategy::Reuse,
+            LayoutStrategy::Convert => Strategy::Convert,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct CompileArgs {
     /// Optimisation level: 0 runs no pass, 1 canonicalize+dce, 2 and 3 add cse (3 will add the
@@ -106,6 +128,11 @@ pub struct CompileArgs {
     /// What to write.
     #[arg(long, value_enum, default_value = "ir")]
     pub emit: EmitKind,
+
+    /// How layouts are chosen at -O3: fblayout (Sec. 4.4), reuse (MNN: one layout per tensor,
+    /// no conversions, no index elimination) or convert (TFLite: explicit conversions).
+    #[arg(long, value_enum, default_value = "fblayout")]
+    pub layout_strategy: LayoutStrategy,
 
     /// Output file (default: standard output).
     #[arg(short, long, value_name = "PATH")]

@@ -26,7 +26,7 @@ use clap::Parser as _;
 use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
 use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
 
-pub use cli::{BenchParseArgs, Cli, Command, EmitKind};
+pub use cli::{BenchParseArgs, Cli, Command, EmitKind, LayoutStrategy};
 pub use gen_cmd::GenArgs;
 pub use run_cmd::RunArgs;
 
@@ -134,9 +134,9 @@ impl Driver {
         }
         let (file, mut module) = self.load(path)?;
         let transforms_total = report::count_transforms(&module);
-        let pipeline = fbc_transforms::pipeline_for_level(a.level());
+        let pipeline = fbc_transforms::pipeline(a.level(), a.layout_strategy.strategy());
         let (timings, stats) =
-            self.run_pipeline(&file, &mut module, pipeline, Some(&target), &a.instr)?;
+            self.run_pipeline(&file, &mut module, &pipeline, Some(&target), &a.instr)?;
         match a.emit {
             EmitKind::Report => {
                 let r = report::build(&a.target, &module, transforms_total, &stats, &timings);

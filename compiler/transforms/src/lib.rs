@@ -6,6 +6,7 @@ pub mod autodiff;
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod global_layout;
 pub mod index_elim;
 pub mod layout;
 
@@ -28,6 +29,7 @@ pub fn register_passes(r: &mut PassRegistry) {
     autodiff::register(r);
     index_elim::register(r);
     layout::register(r);
+    global_layout::register(r);
 }
 
 /// A registry with every built-in pass.
@@ -37,13 +39,29 @@ pub fn default_registry() -> PassRegistry {
     r
 }
 
-/// The pipeline of an optimisation level (`-O0` .. `-O3`).
+/// The pipeline of an optimisation level (`-O0` .. `-O3`) with the FBLayout strategy.
 pub fn pipeline_for_level(level: u8) -> &'static str {
     match level {
         0 => "",
         1 => "canonicalize,dce",
         2 => "canonicalize,cse,dce",
-        _ => "canonicalize,cse,dce,fb-classify,rtile-candidates,rtile-select,tile-propagate,\
-              index-elim,index-simplify,dce",
+        _ => {
+            "canonicalize,cse,dce,fb-classify,rtile-candidates,rtile-select,tile-propagate,\
+              index-elim,index-simplify,global-layout,dce"
+        }
+    }
+}
+
+/// The pipeline of an optimisation level with a layout strategy: `fblayout` is
+/// [`pipeline_for_level`]; the baselines (`reuse`, `convert`, Sec. 2.3) select R-Tiles but keep
+/// reshapes and transposes as physical kernels (no index elimination). Levels below 3 run no
+/// layout pass, whatever the strategy.
+pub fn pipeline(level: u8, strategy: global_layout::Strategy) -> String {
+    match (level, strategy) {
+        (0..=2, _) | (_, global_layout::Strategy::FbLayout) => pipeline_for_level(level).to_string(),
+        (_, s) => format!(
+            "canonicalize,cse,dce,fb-classify,rtile-candidates,rtile-select,global-layout{{strategy={}}},dce",
+            s.name()
+        ),
     }
 }

@@ -41,6 +41,29 @@ impl std::fmt::Display for Illegal {
     }
 }
 
+/// `e` is a sum with exactly one `+offset` term and no other term mentioning an offset: the
+/// offset keeps stride 1, so a failure is about where tiles start, not about continuity.
+fn offset_plus_base(e: &Expr, offset: &str) -> bool {
+    fn terms<'e>(e: &'e Expr, positive: bool, out: &mut Vec<(bool, &'e Expr)>) {
+        match e {
+            Expr::Add(a, b) => {
+                terms(a, positive, out);
+                terms(b, positive, out);
+            }
+            Expr::Sub(a, b) => {
+                terms(a, positive, out);
+                terms(b, !positive, out);
+            }
+            other => out.push((positive, other)),
+        }
+    }
+    let mut ts = Vec::new();
+    terms(e, true, &mut ts);
+    let target = Expr::Var(offset.to_string());
+    let hits = ts.iter().filter(|(p, t)| *p && **t == target).count();
+    hits == 1 && ts.iter().filter(|(_, t)| **t != target).all(|(_, t)| !has_offsets(t))
+}
+
 fn has_offsets(e: &Expr) -> bool {
     let v = e.vars();
     v.contains("tile_a") || v.contains("tile_b")
@@ -124,11 +147,7 @@ pub fn check_tile(
             return Ok(quot);
         }
         let whole = simp(e.clone());
-        let check = if rem.vars().contains(offset) && !has_offsets(&quot) {
-            "tile boundary preservation"
-        } else {
-            check
-        };
+        let check = if offset_plus_base(&whole, offset) { "tile boundary preservation" } else { check };
         Err(Illegal {
             check,
             detail: format!(

@@ -323,7 +323,8 @@ impl Pass for RTileSelect {
         let p = profile(&self.target, cx, SELECT)?;
         let mut records = Vec::new();
         let mut report = String::new();
-        let mut memo: std::collections::HashMap<String, Selection> = std::collections::HashMap::new();
+        let mut memo: std::collections::HashMap<String, Selection> =
+            std::collections::HashMap::new();
         for v in rtile_tensors(m) {
             if m.value(v).uses.iter().any(|u| m.op(u.op).def.is("layout.assign")) {
                 continue; // Already annotated (an earlier run, or the user).

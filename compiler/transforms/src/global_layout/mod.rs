@@ -1,0 +1,936 @@
+//! `global-layout{strategy=fblayout|reuse|convert target=}`: global layout selection (paper
+//! Sec. 4.4) and the two baselines of Sec. 2.3.
+//!
+//! # Input
+//!
+//! What `rtile-select`, `tile-propagate` and `index-elim` leave: an *anchor* is a tensor `%t` read
+//! only through `%t_rt = layout.assign %t {layout = L}` (the layout its FTD-D readers want, with
+//! its candidates in `fbc.rtile_candidates*`); `layout.remap` views carry the R-Tile they keep in
+//! `fbc.layout`, and tile-propagate's `fbc.layout` on a remap's source producer is the tile the
+//! view needs its source in.
+//!
+//! # The physical model (what a kernel writes)
+//!
+//! Every value gets a physical layout `P` (the layout its producer writes), in body order:
+//! - a function argument: the layout its assign wants (the host uploads it in that layout, a
+//!   graph-boundary conversion with no IR op: statistic `boundary-converts`, function attribute
+//!   `fbc.arg_layouts`), else linear;
+//! - `layout.assign`: its `layout`; `layout.convert`: its `to`; `layout.remap`: its `fbc.layout`;
+//! - results that cannot be tiled (rank < 2, integer elements) and results of ops whose kernels
+//!   address linear memory ([`LINEAR_ONLY`], and physical `reshape`/`transpose`/`broadcast`
+//!   copies): linear;
+//! - a flexible op (FTI-C/FTD-C, Table 2): the layout its readers want, propagated *backward*
+//!   through flexible ops (its result's *preference*); with no preference, the layout of a
+//!   same-shape tiled operand, propagated *forward* (FTD-D dominates); else linear;
+//! - an FTD-D op (`fblayout` only): its R-Tile kernel runs in the tile of its *primary operand*
+//!   (the largest operand stored as an R-Tile) and writes its result in that tile (tile
+//!   invariance, Sec. 4.2), adapted to the result's shape (its preference when the tile agrees,
+//!   else [`candidates::physical_mapping`]); linear when its readers want linear (a returned
+//!   result: the kernel's last store writes linear) or no operand is tiled (then its preference).
+//!   This is where two consecutive FTD-D ops can disagree (Table 2's yellow cell).
+//!
+//! A *requirement* is a (reader, layout) pair: an assign requires its `layout`, a remap requires
+//! its source in the tile tile-propagate proved, `func.return` and [`LINEAR_ONLY`] ops require
+//! linear; every other op reads any layout (its kernel maps indices per operand). Where `P` differs
+//! from a requirement the pass inserts an explicit conversion: the assign becomes
+//! `layout.convert {from = P, to = L}`, other readers get a `layout.convert` in front. R-Tiles
+//! whose image exceeds the profile's `image2d` limits move to `storage = "buffer"`
+//! (`buffer-fallbacks`). Producers of R-Tile values get `fbc.layout = P`; linear is the default.
+//!
+//! # Cost and the greedy search (Sec. 4.4.2)
+//!
+//! `cost = Σ compute + Σ transformation`, in seconds:
+//! - compute: for every anchor and every reduction reading it (`layout::analysis`), the model's
+//!   effective throughput `perf = GFLOPS × MemEfficiency` ([`perf_model::score`], GFLOP/s) turns
+//!   the op's FLOPs into time: `t = FLOPs / (perf · 10⁹)`, FLOPs = `2·|result|·K` for a matmul,
+//!   `|tensor|` for a reduction. So losing score on a big op costs more than on a small one.
+//! - transformation: a conversion reads and writes the tensor once:
+//!   `2 · bytes / (DRAM bandwidth · 10⁹)`; physical reshape/transpose copies left by index-elim
+//!   cost the same (reported, not optimised: equal for every arrangement).
+//!
+//! A *chain* is a set of anchors linked by conflicts: with every anchor in its own preferred
+//! layout, an anchor whose producer is an FTD-D kernel writing another tile needs a conversion;
+//! it and the anchor holding that kernel's primary operand are joined. For each chain, candidate
+//! tiles (each anchor's preference, then its recorded candidates) are ranked by the size of the
+//! tensor proposing them (larger tensors dominate cost) and tried in order (at most
+//! [`MAX_TRIES`]): the tile is applied uniformly to the chain's anchors, then each anchor in turn
+//! goes back to its own preference (with a conversion) if that lowers the total. The arrangement
+//! of minimum cost wins; ties keep the earlier (larger-tensor) one. Counters: `chains`,
+//! `greedy-tries`, `converts`, `boundary-converts`, `buffer-fallbacks`; the record
+//! `global-layout` lists each chain's tries and the final costs.
+//!
+//! # Strategies
+//!
+//! - `fblayout`: the above.
+//! - `reuse` (MNN, Sec. 2.3): each anchor takes the best layout for its *first* (forward)
+//!   consumer alone, every producer writes it and every reader reuses it: no conversion, but the
+//!   backward consumers run at that layout's score. Run without index elimination.
+//! - `convert` (TFLite): each anchor keeps its best single-op layout; every kernel writes linear,
+//!   so each R-Tile reader gets an explicit `layout.convert` from linear. Run without index
+//!   elimination.
+//!
+//! All rewrites are identities on logical values (`assign`/`convert` return their operand), so the
+//! interpreter gives the same numbers before and after.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fbc_dialects::layout::{Layout, RTile, Storage};
+use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
+use fbc_ir::{Attr, Diagnostic, FbClass, FuncId, Module, Op, Pass, PassContext, Type, Value};
+use fbc_target::HardwareProfile;
+use serde_json::json;
+
+use crate::layout::analysis::{reduction_uses, value_name};
+use crate::layout::candidates;
+use crate::layout::perf_model::{self, Consumer, TensorDesc};
+use crate::layout::rtile::{read_candidates, select};
+
+pub const NAME: &str = "global-layout";
+
+/// Most uniform tiles tried per chain: the search stays linear in the chain's size.
+pub const MAX_TRIES: usize = 8;
+
+/// Ops whose kernels address their operands and results as linear memory (gathers, slicing,
+/// concatenation, calls across the graph boundary).
+pub const LINEAR_ONLY: &[&str] = &[
+    "tensor.embedding",
+    "tensor.embedding_grad",
+    "tensor.slice",
+    "tensor.slice_grad",
+    "tensor.concat",
+    "tensor.rope",
+    "tensor.rope_grad",
+    "func.call",
+];
+
+/// Physical copies that stayed in the graph (index-elim fallback, or no index-elim): they read
+/// any layout and write linear.
+fn is_copy(name: &str) -> bool {
+    matches!(name, "tensor.reshape" | "tensor.transpose" | "tensor.broadcast")
+}
+
+/// How layouts are chosen (Sec. 4.4 vs the Sec. 2.3 baselines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    FbLayout,
+    Reuse,
+    Convert,
+}
+
+impl Strategy {
+    pub fn parse(s: &str) -> Result<Strategy, String> {
+        match s {
+            "fblayout" => Ok(Strategy::FbLayout),
+            "reuse" => Ok(Strategy::Reuse),
+            "convert" => Ok(Strategy::Convert),
+            _ => Err(format!("unknown layout strategy `{s}`; expected fblayout, reuse or convert")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::FbLayout => "fblayout",
+            Strategy::Reuse => "reuse",
+            Strategy::Convert => "convert",
+        }
+    }
+}
+
+/// Registers `global-layout`.
+pub fn register(r: &mut PassRegistry) {
+    r.register(PassInfo::new(
+        NAME,
+        "give every value a physical layout; convert only where needed; greedy search over FTD-D chains (Sec. 4.4)",
+        vec![
+            OptionSpec::new(
+                "strategy",
+                OptionKind::Str,
+                Some("fblayout"),
+                "fblayout (Sec. 4.4), reuse (MNN) or convert (TFLite)",
+            ),
+            OptionSpec::new(
+                "target",
+                OptionKind::Str,
+                Some(""),
+                "builtin hardware profile (default: the pipeline's, else generic)",
+            ),
+        ],
+        |o| {
+            let strategy = Strategy::parse(o.str("strategy").unwrap_or("fblayout"))?;
+            Ok(Box::new(GlobalLayout { strategy, target: o.str("target").unwrap_or("").into() }))
+        },
+    ));
+}
+
+#[derive(Debug)]
+pub struct GlobalLayout {
+    pub strategy: Strategy,
+    pub target: String,
+}
+
+/// One anchor: a tensor read through a `layout.assign`.
+#[derive(Debug, Clone)]
+struct Anchor {
+    assign: Op,
+    tensor: Value,
+    /// rtile-select's choice (the best layout for all its readers together).
+    pref: Layout,
+    desc: TensorDesc,
+    /// The reductions reading it, with their FLOPs.
+    consumers: Vec<(Consumer, f64)>,
+    candidates: Vec<RTile>,
+    bytes: u64,
+}
+
+/// The layout each anchor is wanted in, by anchor index.
+type Arrangement = Vec<Layout>;
+
+/// A physical plan of one function: `P` per value, and the requirements it violates.
+struct Sim {
+    phys: HashMap<Value, Layout>,
+    /// (reader, operand index, required layout) where `P` differs.
+    converts: Vec<(Op, usize, Layout)>,
+    compute_s: f64,
+    convert_s: f64,
+}
+
+impl Sim {
+    fn cost(&self) -> f64 {
+        self.compute_s + self.convert_s
+    }
+}
+
+struct Ctx<'a> {
+    p: &'a HardwareProfile,
+    strategy: Strategy,
+    func: FuncId,
+    anchors: Vec<Anchor>,
+    /// assign op → anchor index.
+    by_assign: HashMap<Op, usize>,
+    /// Source tiles remaps need (the source producer's `fbc.layout` before this pass).
+    remap_source: HashMap<Op, Layout>,
+}
+
+fn tensor_bytes(m: &Module, v: Value) -> u64 {
+    match m.value_type(v) {
+        Type::Tensor(t) => t.shape.iter().product::<u64>().saturating_mul(t.elem.bytes()),
+        _ => 0,
+    }
+}
+
+fn numel(m: &Module, v: Value) -> u64 {
+    match m.value_type(v) {
+        Type::Tensor(t) => t.shape.iter().product::<u64>(),
+        _ => 0,
+    }
+}
+
+fn tileable(m: &Module, v: Value) -> bool {
+    matches!(m.value_type(v), Type::Tensor(t) if t.rank() >= 2 && t.elem.is_float())
+}
+
+fn class(m: &Module, op: Op) -> Option<FbClass> {
+    let d = m.op(op);
+    match d.attr("fbc.class").and_then(Attr::as_str) {
+        Some("FTD-D") => Some(FbClass::FtdD),
+        Some("FTD-C") => Some(FbClass::FtdC),
+        Some("FTI-C") => Some(FbClass::FtiC),
+        Some("FTI-D") => Some(FbClass::FtiD),
+        _ => d.def.class,
+    }
+}
+
+fn layout_of_attr(a: Option<&Attr>) -> Option<Layout> {
+    a.and_then(|a| Layout::from_attr(a).ok())
+}
+
+/// Moves an R-Tile whose image the profile cannot hold into a buffer.
+fn fit_storage(p: &HardwareProfile, l: Layout) -> (Layout, bool) {
+    let Layout::RTile(mut t) = l else { return (l, false) };
+    if t.storage != Storage::Image2d {
+        return (Layout::RTile(t), false);
+    }
+    let fits = t.image.is_some_and(|[w, h]| {
+        p.image.supported && w <= u64::from(p.image.max_width) && h <= u64::from(p.image.max_height)
+    });
+    if fits {
+        (Layout::RTile(t), false)
+    } else {
+        t.storage = Storage::Buffer;
+        (Layout::RTile(t), true)
+    }
+}
+
+/// Tile `tile` laid out for value `v`: `prefer` when it has that tile, else one of `cands` with
+/// it, else the physical mapping of Sec. 4.2.
+fn adapt(
+    p: &HardwareProfile,
+    m: &Module,
+    v: Value,
+    tile: [u64; 2],
+    prefer: Option<&Layout>,
+    cands: &[RTile],
+    consumers: &[Consumer],
+) -> Option<Layout> {
+    if let Some(Layout::RTile(t)) = prefer {
+        if t.tile == tile {
+            return Some(Layout::RTile(*t));
+        }
+    }
+    if let Some(t) = cands.iter().find(|c| c.tile == tile) {
+        return Some(Layout::RTile(*t));
+    }
+    let Type::Tensor(ty) = m.value_type(v) else { return None };
+    let t = candidates::physical_mapping(p, &ty.shape, tile, consumers)?;
+    t.check_type(ty).ok()?;
+    Some(fit_storage(p, Layout::RTile(t)).0)
+}
+
+/// FLOPs of a reduction reading `v`.
+fn flops(m: &Module, v: Value, op: Op, axes: &std::collections::BTreeSet<usize>) -> f64 {
+    let d = m.op(op);
+    if d.def.is("tensor.matmul") {
+        let k: u64 = match m.value_type(v) {
+            Type::Tensor(t) => axes.iter().filter_map(|&a| t.shape.get(a)).product(),
+            _ => 1,
+        };
+        let out = d.results.first().map_or(0, |&r| numel(m, r));
+        2.0 * out as f64 * k as f64
+    } else {
+        numel(m, v) as f64
+    }
+}
+
+/// Seconds the consumers of anchor `a` take with it stored in `l`.
+fn compute_time(p: &HardwareProfile, a: &Anchor, l: &Layout) -> f64 {
+    a.consumers
+        .iter()
+        .map(|(c, f)| {
+            let perf = perf_model::score(p, &a.desc, l, c)
+                .map(|s| s.perf)
+                .filter(|x| *x > 0.0)
+                .or_else(|| {
+                    perf_model::score(p, &a.desc, &Layout::Linear, c)
+                        .map(|s| s.perf)
+                        .filter(|x| *x > 0.0)
+                });
+            perf.map_or(0.0, |g| f / (g * 1e9))
+        })
+        .sum()
+}
+
+fn convert_time(p: &HardwareProfile, bytes: u64) -> f64 {
+    2.0 * bytes as f64 / (p.memory.dram_bandwidth_gbps.max(1e-9) * 1e9)
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        m: &mut Module,
+        p: &'a HardwareProfile,
+        strategy: Strategy,
+        func: FuncId,
+    ) -> (Ctx<'a>, i64) {
+        let mut anchors = Vec::new();
+        let mut by_assign = HashMap::new();
+        let mut buffer_fallbacks = 0;
+        for op in m.func(func).body.clone() {
+            let d = m.op(op);
+            if !d.def.is("layout.assign") || d.operands.is_empty() {
+                continue;
+            }
+            let tensor = d.operands[0];
+            let Some(pref) = layout_of_attr(d.attr("layout")) else { continue };
+            let (pref, moved) = fit_storage(p, pref);
+            if moved {
+                buffer_fallbacks += 1;
+                m.set_attr(op, "layout", pref.to_attr());
+            }
+            let Type::Tensor(ty) = m.value_type(tensor) else { continue };
+            let desc = TensorDesc { shape: ty.shape.to_vec(), elem_bytes: ty.elem.bytes() };
+            let consumers = reduction_uses(m, tensor)
+                .into_iter()
+                .filter_map(|u| u.consumer.map(|c| (c, flops(m, tensor, u.op, &u.axes), u.op)))
+                .collect::<Vec<_>>();
+            let candidates = match read_candidates(m, tensor) {
+                Some(Ok(c)) => c
+                    .into_iter()
+                    .map(|t| fit_storage(p, Layout::RTile(t)).0)
+                    .filter_map(|l| match l {
+                        Layout::RTile(t) => Some(t),
+                        Layout::Linear => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let pref = match strategy {
+                // MNN: the layout of the first forward consumer, reused by every other reader.
+                Strategy::Reuse => {
+                    let first = consumers
+                        .iter()
+                        .find(|(_, _, o)| m.op(*o).attr("fbc.backward").is_none())
+                        .or(consumers.first());
+                    match first {
+                        Some((c, _, _)) => {
+                            let mut cands = candidates.clone();
+                            if let Layout::RTile(t) = pref {
+                                if !cands.contains(&t) {
+                                    cands.push(t);
+                                }
+                            }
+                            let sel = select(p, &desc, &[*c], &cands);
+                            sel.scored[sel.best].layout.clone()
+                        }
+                        None => pref,
+                    }
+                }
+                _ => pref,
+            };
+            by_assign.insert(op, anchors.len());
+            anchors.push(Anchor {
+                assign: op,
+                tensor,
+                pref,
+                bytes: tensor_bytes(m, tensor),
+                desc,
+                consumers: consumers.into_iter().map(|(c, f, _)| (c, f)).collect(),
+                candidates,
+            });
+        }
+        let mut remap_source = HashMap::new();
+        for &op in &m.func(func).body {
+            let d = m.op(op);
+            if !d.def.is("layout.remap") || d.operands.is_empty() {
+                continue;
+            }
+            if let Some(src) = m.defining_op(d.operands[0]) {
+                let sd = m.op(src);
+                if !sd.def.is("layout.assign") && !sd.def.is("layout.convert") {
+                    if let Some(l) = layout_of_attr(sd.attr("fbc.layout")) {
+                        remap_source.insert(op, fit_storage(p, l).0);
+                    }
+                }
+            }
+        }
+        (Ctx { p, strategy, func, anchors, by_assign, remap_source }, buffer_fallbacks)
+    }
+
+    /// The layout `op` requires for operand `i`, `None` for any.
+    fn requirement(&self, m: &Module, arr: &Arrangement, op: Op, i: usize) -> Option<Layout> {
+        let d = m.op(op);
+        if let Some(&k) = self.by_assign.get(&op) {
+            return Some(arr[k].clone());
+        }
+        if d.def.is("func.return") || LINEAR_ONLY.contains(&d.name()) {
+            return Some(Layout::Linear);
+        }
+        if d.def.is("layout.remap") && i == 0 {
+            return self.remap_source.get(&op).cloned();
+        }
+        None
+    }
+
+    /// What the readers of `v` want: an R-Tile from a requirement or propagated backward through
+    /// flexible same-shape ops; else linear when some reader requires linear; else nothing.
+    fn preferences(&self, m: &Module, arr: &Arrangement) -> HashMap<Value, Layout> {
+        let mut pref: HashMap<Value, Layout> = HashMap::new();
+        let body = &m.func(self.func).body;
+        let visit = |v: Value, pref: &mut HashMap<Value, Layout>| {
+            let mut tiled = None;
+            let mut linear = false;
+            for u in &m.value(v).uses {
+                let d = m.op(u.op);
+                if d.erased {
+                    continue;
+                }
+                match self.requirement(m, arr, u.op, u.index as usize) {
+                    Some(Layout::Linear) => linear = true,
+                    Some(l) => {
+                        tiled.get_or_insert(l);
+                    }
+                    None => {
+                        let flexible =
+                            matches!(class(m, u.op), Some(FbClass::FtiC | FbClass::FtdC))
+                                && !is_copy(d.name());
+                        if flexible {
+                            if let Some(&r) = d.results.first() {
+                                if m.value_type(r) == m.value_type(v) {
+                                    match pref.get(&r) {
+                                        Some(Layout::Linear) => linear = true,
+                                        Some(l) => {
+                                            tiled.get_or_insert(l.clone());
+                                        }
+                                        None => {}
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(l) = tiled.or(linear.then_some(Layout::Linear)) {
+                pref.insert(v, l);
+            }
+        };
+        for &op in body.iter().rev() {
+            for &r in &m.op(op).results {
+                visit(r, &mut pref);
+            }
+        }
+        for &a in &m.func(self.func).args {
+            visit(a, &mut pref);
+        }
+        pref
+    }
+
+    /// The physical plan of `arr` (see the module docs).
+    fn simulate(&self, m: &Module, arr: &Arrangement) -> Sim {
+        let pref = self.preferences(m, arr);
+        let mut phys: HashMap<Value, Layout> = HashMap::new();
+        for &a in &m.func(self.func).args {
+            let l = match (self.strategy, pref.get(&a)) {
+                (Strategy::Convert, _) | (_, None) => Layout::Linear,
+                (_, Some(l)) => l.clone(),
+            };
+            phys.insert(a, l);
+        }
+        let get = |phys: &HashMap<Value, Layout>, v: Value| {
+            phys.get(&v).cloned().unwrap_or(Layout::Linear)
+        };
+        for &op in &m.func(self.func).body {
+            let d = m.op(op);
+            for &r in &d.results {
+                let l = if let Some(&k) = self.by_assign.get(&op) {
+                    arr[k].clone()
+                } else if d.def.is("layout.assign") {
+                    layout_of_attr(d.attr("layout")).unwrap_or(Layout::Linear)
+                } else if d.def.is("layout.convert") {
+                    layout_of_attr(d.attr("to")).unwrap_or(Layout::Linear)
+                } else if d.def.is("layout.remap") {
+                    layout_of_attr(d.attr("fbc.layout")).unwrap_or(Layout::Linear)
+                } else if !tileable(m, r)
+                    || LINEAR_ONLY.contains(&d.name())
+                    || self.strategy == Strategy::Convert
+                {
+                    Layout::Linear
+                } else if is_copy(d.name()) {
+                    // A physical copy may as well write what its readers want.
+                    pref.get(&r).cloned().unwrap_or(Layout::Linear)
+                } else {
+                    let want = pref.get(&r).cloned();
+                    let rigid =
+                        self.strategy == Strategy::FbLayout && class(m, op) == Some(FbClass::FtdD);
+                    if rigid {
+                        self.kernel_layout(m, &phys, op, r, want)
+                    } else if let Some(l) = want {
+                        l
+                    } else {
+                        // Forward propagation: adopt a same-shape tiled operand's layout.
+                        d.operands
+                            .iter()
+                            .filter(|&&x| m.value_type(x) == m.value_type(r))
+                            .map(|&x| get(&phys, x))
+                            .find(|l| matches!(l, Layout::RTile(_)))
+                            .unwrap_or(Layout::Linear)
+                    }
+                };
+                phys.insert(r, l);
+            }
+        }
+        let mut converts = Vec::new();
+        let mut convert_s = 0.0;
+        for &op in &m.func(self.func).body {
+            let d = m.op(op);
+            for (i, &x) in d.operands.iter().enumerate() {
+                if let Some(req) = self.requirement(m, arr, op, i) {
+                    if get(&phys, x) != req {
+                        converts.push((op, i, req));
+                        convert_s += convert_time(self.p, tensor_bytes(m, x));
+                    }
+                }
+            }
+        }
+        let compute_s = self.anchors.iter().zip(arr).map(|(a, l)| compute_time(self.p, a, l)).sum();
+        Sim { phys, converts, compute_s, convert_s }
+    }
+
+    /// The layout an FTD-D kernel writes its result `r` in (tile invariance).
+    fn kernel_layout(
+        &self,
+        m: &Module,
+        phys: &HashMap<Value, Layout>,
+        op: Op,
+        r: Value,
+        want: Option<Layout>,
+    ) -> Layout {
+        if want == Some(Layout::Linear) {
+            return Layout::Linear;
+        }
+        let primary = primary_operand(m, phys, op).and_then(|x| match phys.get(&x) {
+            Some(Layout::RTile(t)) => Some(*t),
+            _ => None,
+        });
+        let Some(t) = primary else { return want.unwrap_or(Layout::Linear) };
+        let (cands, consumers) = match self.anchors.iter().find(|a| a.tensor == r) {
+            Some(a) => (a.candidates.clone(), a.consumers.iter().map(|c| c.0).collect::<Vec<_>>()),
+            None => (Vec::new(), Vec::new()),
+        };
+        adapt(self.p, m, r, t.tile, want.as_ref(), &cands, &consumers).unwrap_or(Layout::Linear)
+    }
+
+    /// The anchor whose assign result `op` reads as its primary operand, if any.
+    fn primary_anchor(&self, m: &Module, sim: &Sim, op: Op) -> Option<usize> {
+        primary_operand(m, &sim.phys, op)
+            .and_then(|x| m.defining_op(x))
+            .and_then(|o| self.by_assign.get(&o).copied())
+    }
+
+    /// Chains: anchors joined by conflicts under `arr` (each anchor with its preference).
+    fn chains(&self, m: &Module, arr: &Arrangement, sim: &Sim) -> Vec<Vec<usize>> {
+        let n = self.anchors.len();
+        let mut parent: Vec<usize> = (0..n).collect();
+        fn find(p: &mut [usize], mut x: usize) -> usize {
+            while p[x] != x {
+                p[x] = p[p[x]];
+                x = p[x];
+            }
+            x
+        }
+        let mut joined = vec![false; n];
+        for &(op, _, _) in &sim.converts {
+            // The anchor to vary: the converted assign, or the assign reading a converted view.
+            let k = if m.op(op).def.is("layout.remap") {
+                let r = m.op(op).results[0];
+                m.value(r).uses.iter().find_map(|u| self.by_assign.get(&u.op).copied())
+            } else {
+                self.by_assign.get(&op).copied()
+            };
+            let Some(k) = k else { continue };
+            if !matches!(arr[k], Layout::RTile(_)) {
+                continue;
+            }
+            // Walk back through flexible ops to the FTD-D kernel that wrote the tensor.
+            let mut v = m.op(op).operands[0];
+            let mut producer = None;
+            while let Some(o) = m.defining_op(v) {
+                match class(m, o) {
+                    Some(FbClass::FtdD) => {
+                        producer = Some(o);
+                        break;
+                    }
+                    Some(FbClass::FtiC | FbClass::FtdC) if !m.op(o).operands.is_empty() => {
+                        v = m.op(o).operands[0];
+                    }
+                    _ => break,
+                }
+            }
+            let Some(j) = producer.and_then(|o| self.primary_anchor(m, sim, o)) else { continue };
+            let (a, b) = (find(&mut parent, k), find(&mut parent, j));
+            parent[a] = b;
+            joined[k] = true;
+            joined[j] = true;
+        }
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (k, &j) in joined.iter().enumerate() {
+            if j {
+                let r = find(&mut parent, k);
+                groups.entry(r).or_default().push(k);
+            }
+        }
+        groups.into_values().filter(|g| g.len() >= 2).collect()
+    }
+
+    /// Size-ranked candidate tiles of a chain.
+    fn ranked_tiles(&self, chain: &[usize]) -> Vec<[u64; 2]> {
+        let mut by_size: Vec<usize> = chain.to_vec();
+        by_size.sort_by_key(|&k| (std::cmp::Reverse(self.anchors[k].bytes), k));
+        let mut tiles = Vec::new();
+        for &k in &by_size {
+            if let Layout::RTile(t) = self.anchors[k].pref {
+                if !tiles.contains(&t.tile) {
+                    tiles.push(t.tile);
+                }
+            }
+        }
+        for &k in &by_size {
+            for c in &self.anchors[k].candidates {
+                if !tiles.contains(&c.tile) {
+                    tiles.push(c.tile);
+                }
+            }
+        }
+        tiles.truncate(MAX_TRIES);
+        tiles
+    }
+}
+
+/// The operand an FTD-D kernel takes its tile from: operand 0 (the matmul's `a`, whose rows the
+/// result inherits; a reduction's input) when it is an R-Tile, else the largest R-Tile operand.
+fn primary_operand(m: &Module, phys: &HashMap<Value, Layout>, op: Op) -> Option<Value> {
+    let tiled = |x: &Value| matches!(phys.get(x), Some(Layout::RTile(_)));
+    let ops = &m.op(op).operands;
+    ops.first()
+        .filter(|x| tiled(x))
+        .or_else(|| {
+            ops.iter().filter(|x| tiled(x)).max_by_key(|&&x| (numel(m, x), std::cmp::Reverse(x.0)))
+        })
+        .copied()
+}
+
+fn layout_text(l: &Layout) -> String {
+    match l {
+        Layout::Linear => "linear".into(),
+        Layout::RTile(t) => format!("{}x{} {}", t.tile[0], t.tile[1], t.storage.name()),
+    }
+}
+
+fn us(s: f64) -> f64 {
+    (s * 1e8).round() / 100.0
+}
+
+impl Pass for GlobalLayout {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
+        let p = if !self.target.is_empty() {
+            fbc_target::builtin(&self.target).map_err(|e| {
+                vec![Diagnostic::error(format!("{NAME}: {e}")).with_note(format!(
+                    "builtin targets: {}",
+                    fbc_target::builtin_names().join(", ")
+                ))]
+            })?
+        } else if let Some(p) = cx.target {
+            p.clone()
+        } else {
+            fbc_target::builtin("generic")
+                .map_err(|e| vec![Diagnostic::error(format!("{NAME}: {e}"))])?
+        };
+        let mut funcs = Vec::new();
+        for f in m.func_ids().collect::<Vec<_>>() {
+            funcs.push(self.run_func(m, cx, &p, f));
+        }
+        cx.stats.records.insert(
+            NAME.into(),
+            json!({"strategy": self.strategy.name(), "target": p.name, "functions": funcs}),
+        );
+        Ok(())
+    }
+}
+
+impl GlobalLayout {
+    fn run_func(
+        &self,
+        m: &mut Module,
+        cx: &mut PassContext<'_>,
+        p: &HardwareProfile,
+        f: FuncId,
+    ) -> serde_json::Value {
+        let (ctx, buffer_fallbacks) = Ctx::new(m, p, self.strategy, f);
+        cx.stats.add(NAME, "buffer-fallbacks", buffer_fallbacks);
+        let mut arr: Arrangement = ctx.anchors.iter().map(|a| a.pref.clone()).collect();
+        let mut sim = ctx.simulate(m, &arr);
+        let mut chain_records = Vec::new();
+        if self.strategy == Strategy::FbLayout {
+            for chain in ctx.chains(m, &arr, &sim) {
+                cx.stats.add(NAME, "chains", 1);
+                let base = sim.cost();
+                let mut best: Option<(f64, Arrangement, [u64; 2])> = None;
+                let mut tries = Vec::new();
+                for tile in ctx.ranked_tiles(&chain) {
+                    cx.stats.add(NAME, "greedy-tries", 1);
+                    let mut trial = arr.clone();
+                    for &k in &chain {
+                        let a = &ctx.anchors[k];
+                        let cons: Vec<Consumer> = a.consumers.iter().map(|c| c.0).collect();
+                        if let Some(l) =
+                            adapt(p, m, a.tensor, tile, Some(&a.pref), &a.candidates, &cons)
+                        {
+                            trial[k] = l;
+                        }
+                    }
+                    let mut cost = ctx.simulate(m, &trial).cost();
+                    // Transformations only where they pay: an anchor goes back to its own
+                    // preference (with a conversion) when that lowers the total.
+                    let mut kept_own = Vec::new();
+                    for &k in &chain {
+                        if trial[k] == ctx.anchors[k].pref {
+                            continue;
+                        }
+                        let mut alt = trial.clone();
+                        alt[k] = ctx.anchors[k].pref.clone();
+                        let c = ctx.simulate(m, &alt).cost();
+                        if c < cost {
+                            trial = alt;
+                            cost = c;
+                            kept_own.push(value_name(m, ctx.anchors[k].tensor));
+                        }
+                    }
+                    tries.push(json!({
+                        "tile": tile,
+                        "cost_us": us(cost),
+                        "own_layout_kept": kept_own,
+                    }));
+                    if best.as_ref().is_none_or(|b| cost < b.0) {
+                        best = Some((cost, trial, tile));
+                    }
+                }
+                let names: Vec<String> =
+                    chain.iter().map(|&k| value_name(m, ctx.anchors[k].tensor)).collect();
+                let prefs: Vec<String> =
+                    chain.iter().map(|&k| layout_text(&ctx.anchors[k].pref)).collect();
+                let mut chosen = json!(null);
+                if let Some((cost, trial, tile)) = best {
+                    if cost < base {
+                        arr = trial;
+                        sim = ctx.simulate(m, &arr);
+                        chosen = json!(tile);
+                    }
+                }
+                chain_records.push(json!({
+                    "anchors": names,
+                    "preferred": prefs,
+                    "own_layouts_cost_us": us(base),
+                    "tries": tries,
+                    "chosen_tile": chosen,
+                    "final": chain.iter().map(|&k| layout_text(&arr[k])).collect::<Vec<_>>(),
+                    "cost_us": us(sim.cost()),
+                }));
+            }
+        }
+        let fallback_s: f64 = m
+            .func(f)
+            .body
+            .iter()
+            .filter(|&&o| matches!(m.op(o).name(), "tensor.reshape" | "tensor.transpose"))
+            .filter_map(|&o| m.op(o).results.first().copied())
+            .map(|r| convert_time(p, tensor_bytes(m, r)))
+            .sum();
+        let (converts, boundary) = apply(m, cx, &ctx, &arr, &sim);
+        // Without index elimination (the baselines) the report's `transforms.fallback` still
+        // reads the physical reshapes/transposes left.
+        if self.strategy != Strategy::FbLayout {
+            let left = m
+                .func(f)
+                .body
+                .iter()
+                .filter(|&&o| matches!(m.op(o).name(), "tensor.reshape" | "tensor.transpose"))
+                .count();
+            cx.stats.add("index-elim", "fallback", left as i64);
+        }
+        json!({
+            "func": m.func(f).name,
+            "anchors": ctx.anchors.len(),
+            "chains": chain_records,
+            "converts": converts,
+            "boundary_converts": boundary,
+            "compute_us": us(sim.compute_s),
+            "convert_us": us(sim.convert_s),
+            "copy_us": us(fallback_s),
+            "total_us": us(sim.cost() + fallback_s),
+        })
+    }
+}
+
+/// Writes the plan into the IR; returns (conversions inserted, boundary uploads).
+fn apply(
+    m: &mut Module,
+    cx: &mut PassContext<'_>,
+    ctx: &Ctx<'_>,
+    arr: &Arrangement,
+    sim: &Sim,
+) -> (i64, i64) {
+    let f = ctx.func;
+    let convert_def = cx.registry.expect("layout.convert");
+    // Anchors take their final layout.
+    for (a, l) in ctx.anchors.iter().zip(arr) {
+        m.set_attr(a.assign, "layout", l.to_attr());
+    }
+    let mut converts = 0;
+    for (op, i, req) in sim.converts.iter().cloned() {
+        let x = m.op(op).operands[i];
+        let from = sim.phys.get(&x).cloned().unwrap_or(Layout::Linear);
+        let attrs = vec![("from".to_string(), from.to_attr()), ("to".to_string(), req.to_attr())];
+        let ty = m.value_type(x).clone();
+        let span = m.op(op).span;
+        let pos = m.func(f).body.iter().position(|&o| o == op).unwrap_or(0);
+        if ctx.by_assign.contains_key(&op) {
+            // The assign itself becomes the conversion; its scores stay for the report.
+            let mut all = attrs;
+            for key in ["fbc.rtile_score", "fbc.linear_score"] {
+                if let Some(a) = m.op(op).attr(key) {
+                    all.push((key.to_string(), a.clone()));
+                }
+            }
+            let new = m.create_op(f, convert_def, &[x], all, vec![ty], span);
+            m.insert_op_at(f, pos, new);
+            let (old_r, new_r) = (m.op(op).results[0], m.op(new).results[0]);
+            if let Some(n) = m.value(old_r).name.clone() {
+                m.set_value_name(new_r, n);
+            }
+            m.replace_all_uses(old_r, new_r);
+            m.erase_op(op);
+        } else {
+            let new = m.create_op(f, convert_def, &[x], attrs, vec![ty], span);
+            m.insert_op_at(f, pos, new);
+            let new_r = m.op(new).results[0];
+            if let Some(n) = m.value(x).name.clone() {
+                m.set_value_name(new_r, format!("{n}_cv"));
+            }
+            m.set_operand(op, i, new_r);
+        }
+        converts += 1;
+    }
+    cx.stats.add(NAME, "converts", converts);
+    // Producers say what their kernels write.
+    for op in m.func(f).body.clone() {
+        let d = m.op(op);
+        if d.def.name.starts_with("layout.") || d.results.len() != 1 {
+            continue;
+        }
+        match sim.phys.get(&d.results[0]) {
+            Some(l @ Layout::RTile(_)) => m.set_attr(op, "fbc.layout", l.to_attr()),
+            _ => {
+                m.remove_attr(op, "fbc.layout");
+            }
+        }
+    }
+    // Arguments uploaded in an R-Tile: a conversion at the graph boundary, done by the host.
+    let args = m.func(f).args.clone();
+    let layouts: Vec<Attr> = args
+        .iter()
+        .map(|a| match sim.phys.get(a) {
+            Some(l @ Layout::RTile(_)) => l.to_attr(),
+            _ => Attr::Unit,
+        })
+        .collect();
+    let boundary = layouts.iter().filter(|a| !matches!(a, Attr::Unit)).count() as i64;
+    cx.stats.add(NAME, "boundary-converts", boundary);
+    let attrs = &mut m.func_mut(f).attrs;
+    attrs.retain(|(k, _)| k != "fbc.arg_layouts");
+    if boundary > 0 {
+        attrs.push(("fbc.arg_layouts".to_string(), Attr::Array(layouts)));
+    }
+    (converts, boundary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_parse() {
+        for s in ["fblayout", "reuse", "convert"] {
+            assert_eq!(Strategy::parse(s).map(Strategy::name), Ok(s));
+        }
+        assert!(Strategy::parse("mnn").is_err());
+    }
+
+    #[test]
+    fn conversion_time_is_two_passes_over_dram() {
+        let p = fbc_target::builtin("generic").unwrap();
+        // 25.6 GB/s: 1 MiB read + written = 2 MiB.
+        let t = convert_time(&p, 1 << 20);
+        assert!((t - 2.0 * 1048576.0 / 25.6e9).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,225 @@
+//! `global-layout` (Sec. 4.4) and the Sec. 2.3 baselines, from `.fbir` text: an FTD-D → FTD-D
+//! conflict resolved by the size-ranked greedy search, propagation through a flexible op, the
+//! graph boundary and a profile too small for the image, and the three strategies compared.
+
+use std::sync::Arc;
+
+use fbc_dialects::layout::{Layout, RTile, Storage};
+use fbc_ir::pass::Statistics;
+use fbc_ir::{Module, PassContext, PassManager, SourceFile};
+use fbc_target::HardwareProfile;
+
+const MATMUL_FB: &str = include_str!("../../../examples/matmul_fb.fbir");
+
+fn parse(text: &str) -> Module {
+    let reg = fbc_dialects::registry();
+    fbc_ir::parse_module(&Arc::new(SourceFile::new("t.fbir", text)), &reg)
+        .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+}
+
+fn run_on(m: &mut Module, pipeline: &str, p: &HardwareProfile, stats: &mut Statistics) {
+    let reg = fbc_dialects::registry();
+    let steps = fbc_transforms::default_registry().parse_pipeline(pipeline).expect("pipeline");
+    let mut pm = PassManager::new(steps);
+    pm.instrumentation.verify_each = true;
+    let mut cx = PassContext::new(&reg);
+    cx.target = Some(p);
+    cx.stats = std::mem::take(stats);
+    pm.run(m, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
+    *stats = cx.stats;
+}
+
+fn count(m: &Module, name: &str) -> usize {
+    m.all_ops().filter(|&o| m.op(o).name() == name).count()
+}
+
+/// The assign reading the value named `name`.
+fn assign_of(m: &Module, name: &str) -> fbc_ir::Op {
+    m.all_ops()
+        .find(|&o| {
+            let d = m.op(o);
+            d.def.is("layout.assign") && m.value(d.operands[0]).name.as_deref() == Some(name)
+        })
+        .unwrap_or_else(|| panic!("no assign of %{name}"))
+}
+
+const QK_PV: &str = r#"func.func @attn(%q: tensor<4x256x64xf32>, %k: tensor<4x256x64xf32>, %v: tensor<4x256x64xf32>) -> tensor<4x256x64xf32> {
+  %s = tensor.matmul %q, %k {transpose_b = true} : (tensor<4x256x64xf32>, tensor<4x256x64xf32>) -> tensor<4x256x256xf32>
+  %o = tensor.matmul %s, %v : (tensor<4x256x256xf32>, tensor<4x256x64xf32>) -> tensor<4x256x64xf32>
+  func.return %o : tensor<4x256x64xf32>
+}"#;
+
+/// QKᵀ then (QKᵀ)·V: the two FTD-D ops agree on mali (the candidate overlap of Sec. 4.4.2), so
+/// nothing is converted; forcing a different preference on the larger `%s` makes the QKᵀ
+/// kernel (which writes `q`'s tile) disagree with its reader, a chain the greedy search
+/// resolves by trying the larger tensor's tile first.
+#[test]
+fn qk_then_pv_greedy() {
+    let p = fbc_target::builtin("mali").unwrap();
+    let mut stats = Statistics::default();
+    let mut m = parse(QK_PV);
+    run_on(&mut m, "fb-classify,rtile-candidates,rtile-select", &p, &mut stats);
+    let mut plain = m.clone();
+    let mut st = Statistics::default();
+    run_on(&mut plain, "global-layout", &p, &mut st);
+    assert_eq!(count(&plain, "layout.convert"), 0);
+    assert_eq!(st.get("global-layout", "chains"), 0);
+    assert_eq!(st.get("global-layout", "boundary-converts"), 3, "q, k, v uploaded tiled");
+
+    // %s prefers another tile than the one QKᵀ writes (q's).
+    let a = assign_of(&m, "s");
+    let q_tile = match Layout::from_attr(m.op(assign_of(&m, "q")).attr("layout").unwrap()).unwrap()
+    {
+        Layout::RTile(t) => t.tile,
+        Layout::Linear => panic!("q is linear"),
+    };
+    let s = m.op(a).operands[0];
+    let other = fbc_transforms::layout::rtile::read_candidates(&m, s)
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.tile != q_tile)
+        .expect("another candidate");
+    m.set_attr(a, "layout", other.to_attr());
+    // Without the search (convert strategy on the same plan) every R-Tile reader is converted.
+    let mut conv = m.clone();
+    let mut st = Statistics::default();
+    run_on(&mut conv, "global-layout{strategy=convert}", &p, &mut st);
+    assert_eq!(count(&conv, "layout.convert"), 4);
+
+    let mut st = Statistics::default();
+    run_on(&mut m, "global-layout", &p, &mut st);
+    assert_eq!(st.get("global-layout", "chains"), 1);
+    let rec = &st.records["global-layout"]["functions"][0]["chains"][0];
+    insta::assert_snapshot!("qk_pv_chain", serde_json::to_string_pretty(rec).unwrap());
+    // The search ends no worse than the anchors' own preferences plus a conversion.
+    assert!(rec["cost_us"].as_f64().unwrap() <= rec["own_layouts_cost_us"].as_f64().unwrap());
+    assert_eq!(st.get("global-layout", "greedy-tries"), 8);
+    // Uniform q-tile beats the forced %s preference plus a conversion: no conversion is left.
+    assert_eq!(rec["chosen_tile"], serde_json::json!(q_tile));
+    assert_eq!(count(&m, "layout.convert"), 0);
+}
+
+/// matmul → gelu → matmul: gelu (FTI-C) writes what the second matmul wants, so the conflict
+/// between the first matmul's tile and the second's is absorbed with no conversion (Table 2).
+#[test]
+fn flexible_op_absorbs_the_layout() {
+    let text = r#"func.func @mlp(%x: tensor<256x512xf32>, %w1: tensor<512x1024xf32>, %w2: tensor<1024x512xf32>) -> tensor<256x512xf32> {
+  %h = tensor.matmul %x, %w1 : (tensor<256x512xf32>, tensor<512x1024xf32>) -> tensor<256x1024xf32>
+  %g = tensor.gelu %h : (tensor<256x1024xf32>) -> tensor<256x1024xf32>
+  %y = tensor.matmul %g, %w2 : (tensor<256x1024xf32>, tensor<1024x512xf32>) -> tensor<256x512xf32>
+  func.return %y : tensor<256x512xf32>
+}"#;
+    let p = fbc_target::builtin("mali").unwrap();
+    let mut stats = Statistics::default();
+    let mut m = parse(text);
+    run_on(&mut m, &fbc_transforms::pipeline_for_level(3).replace('\n', ""), &p, &mut stats);
+    assert_eq!(count(&m, "layout.convert"), 0);
+    let gelu = m.all_ops().find(|&o| m.op(o).name() == "tensor.gelu").unwrap();
+    let want = m.op(assign_of(&m, "g")).attr("layout").cloned();
+    assert!(want.is_some());
+    assert_eq!(m.op(gelu).attr("fbc.layout").cloned(), want, "gelu writes g's R-Tile");
+    // The returned result is written linear: no fbc.layout on the last matmul.
+    let last = m.funcs[0].body[m.funcs[0].body.len() - 2];
+    assert_eq!(m.op(last).name(), "tensor.matmul");
+    assert!(m.op(last).attr("fbc.layout").is_none());
+}
+
+/// Graph boundaries: a returned value the tiled kernel wrote gets an explicit conversion to
+/// linear; an image larger than a tiny profile's limit moves to a buffer.
+#[test]
+fn boundaries_and_tiny_images() {
+    let text = r#"func.func @f(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>) -> (tensor<64x64xf32>, tensor<64x64xf32>) {
+  %c = tensor.matmul %a, %b : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %d = tensor.matmul %c, %b : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  func.return %c, %d : (tensor<64x64xf32>, tensor<64x64xf32>) -> ()
+}"#;
+    let generic = fbc_target::builtin("generic").unwrap();
+    let mut stats = Statistics::default();
+    let mut m = parse(text);
+    run_on(&mut m, "fb-classify,rtile-candidates,rtile-select", &generic, &mut stats);
+    let mut g = m.clone();
+    let mut st = Statistics::default();
+    run_on(&mut g, "global-layout", &generic, &mut st);
+    // %c is read by the second matmul (tiled) and returned (linear): one conversion.
+    assert_eq!(count(&g, "layout.convert"), 1);
+    let ret = *g.funcs[0].body.last().unwrap();
+    let c_ret = g.op(ret).operands[0];
+    let conv = g.defining_op(c_ret).unwrap();
+    assert_eq!(g.op(conv).name(), "layout.convert");
+    assert_eq!(Layout::from_attr(g.op(conv).attr("to").unwrap()).unwrap(), Layout::Linear);
+
+    // A profile whose images hold 8 x 8 texels: every R-Tile here needs a buffer.
+    let toml = include_str!("../../target/profiles/generic.toml")
+        .replace("max_width = 8192", "max_width = 8")
+        .replace("max_height = 8192", "max_height = 8")
+        .replace("name = \"generic\"", "name = \"tiny\"");
+    let tiny = fbc_target::from_toml(&toml).unwrap();
+    let mut st = Statistics::default();
+    run_on(&mut m, "global-layout", &tiny, &mut st);
+    assert!(st.get("global-layout", "buffer-fallbacks") >= 1);
+    for o in m.all_ops() {
+        if let Some(Ok(Layout::RTile(t))) = m.op(o).attr("fbc.layout").map(Layout::from_attr) {
+            assert_eq!(t.storage, Storage::Buffer, "{}", m.op(o).name());
+        }
+    }
+    let _: Option<RTile> = None;
+}
+
+fn strategy_counts(
+    text: &str,
+    target: &str,
+    strategy: fbc_transforms::global_layout::Strategy,
+) -> (usize, i64, i64, i64) {
+    let p = fbc_target::builtin(target).unwrap();
+    let mut stats = Statistics::default();
+    let mut m = parse(text);
+    run_on(&mut m, &fbc_transforms::pipeline(3, strategy), &p, &mut stats);
+    (
+        count(&m, "layout.convert"),
+        stats.get("index-elim", "eliminated"),
+        stats.get("index-elim", "fallback"),
+        stats.get("global-layout", "boundary-converts"),
+    )
+}
+
+const SMALL_ATTENTION: &str = r#"func.func @mha(%x: tensor<1x128x256xf32>, %wq: tensor<256x256xf32>, %wk: tensor<256x256xf32>, %wv: tensor<256x256xf32>) -> tensor<1x4x128x64xf32> {
+  %q = tensor.matmul %x, %wq : (tensor<1x128x256xf32>, tensor<256x256xf32>) -> tensor<1x128x256xf32>
+  %q1 = tensor.reshape %q {shape = [1, 128, 4, 64]} : (tensor<1x128x256xf32>) -> tensor<1x128x4x64xf32>
+  %q2 = tensor.transpose %q1 {perm = [0, 2, 1, 3]} : (tensor<1x128x4x64xf32>) -> tensor<1x4x128x64xf32>
+  %k = tensor.matmul %x, %wk : (tensor<1x128x256xf32>, tensor<256x256xf32>) -> tensor<1x128x256xf32>
+  %k1 = tensor.reshape %k {shape = [1, 128, 4, 64]} : (tensor<1x128x256xf32>) -> tensor<1x128x4x64xf32>
+  %k2 = tensor.transpose %k1 {perm = [0, 2, 1, 3]} : (tensor<1x128x4x64xf32>) -> tensor<1x4x128x64xf32>
+  %v = tensor.matmul %x, %wv : (tensor<1x128x256xf32>, tensor<256x256xf32>) -> tensor<1x128x256xf32>
+  %v1 = tensor.reshape %v {shape = [1, 128, 4, 64]} : (tensor<1x128x256xf32>) -> tensor<1x128x4x64xf32>
+  %v2 = tensor.transpose %v1 {perm = [0, 2, 1, 3]} : (tensor<1x128x4x64xf32>) -> tensor<1x4x128x64xf32>
+  %s = tensor.matmul %q2, %k2 {transpose_b = true} : (tensor<1x4x128x64xf32>, tensor<1x4x128x64xf32>) -> tensor<1x4x128x128xf32>
+  %p = tensor.softmax %s {axis = -1} : (tensor<1x4x128x128xf32>) -> tensor<1x4x128x128xf32>
+  %o = tensor.matmul %p, %v2 : (tensor<1x4x128x128xf32>, tensor<1x4x128x64xf32>) -> tensor<1x4x128x64xf32>
+  func.return %o : tensor<1x4x128x64xf32>
+}"#;
+
+/// The three strategies on the paper's MatMul pair and a small attention block: (converts,
+/// eliminated, fallback, boundary uploads).
+#[test]
+fn strategies_differ() {
+    use fbc_transforms::global_layout::Strategy::*;
+    let got: Vec<_> = [FbLayout, Reuse, Convert]
+        .into_iter()
+        .map(|s| {
+            (
+                s.name(),
+                strategy_counts(MATMUL_FB, "mali", s),
+                strategy_counts(SMALL_ATTENTION, "mali", s),
+            )
+        })
+        .collect();
+    insta::assert_debug_snapshot!("strategies", got);
+    // Convert converts every R-Tile reader; reuse never converts; FBLayout eliminates the chains.
+    let (fb, reuse, conv) = (&got[0], &got[1], &got[2]);
+    assert_eq!(reuse.1 .0 + reuse.2 .0, 0);
+    assert!(conv.1 .0 > fb.1 .0 && conv.2 .0 > fb.2 .0);
+    assert_eq!(fb.2 .1, 6);
+    assert_eq!(reuse.2 .2, 6);
+    assert_eq!(conv.2 .2, 6);
+}
