@@ -19,6 +19,11 @@
 //! - `tensors`: every function argument and op result that carries a layout: results of
 //!   `layout.assign` (its `layout` attribute) and values whose producer has an `fbc.layout`
 //!   attribute (arguments: the function attribute `fbc.arg_layouts`, an array by argument index);
+//! - `model`: the modelled time of the layout plan, summed over functions, from `global-layout`'s
+//!   record (`compute_us`: FTD-D kernels under the analytic model, `convert_us`: explicit
+//!   conversions, `copy_us`: reshapes/transposes left as copies, `total_us`); `null` when
+//!   `global-layout` did not run. These are model figures, not measurements;
+//! - `strategy`: the layout strategy (`fblayout`, `reuse`, `convert`), from the same record;
 //! - `passes`: wall time of each pass, in pipeline order.
 
 use std::fmt::Write as _;
@@ -67,6 +72,18 @@ pub fn build(
     timings: &Timings,
 ) -> Value {
     let converts = m.all_ops().filter(|&o| m.op(o).def.is("layout.convert")).count();
+    let gl = stats.records.get("global-layout");
+    let model = gl.and_then(|r| r["functions"].as_array()).map(|funcs| {
+        let sum = |k: &str| funcs.iter().filter_map(|f| f[k].as_f64()).sum::<f64>();
+        // `+ 0.0` turns a rounded -0.0 into 0.0.
+        let r3 = |x: f64| (x * 1e3).round() / 1e3 + 0.0;
+        json!({
+            "compute_us": r3(sum("compute_us")),
+            "convert_us": r3(sum("convert_us")),
+            "copy_us": r3(sum("copy_us")),
+            "total_us": r3(sum("total_us")),
+        })
+    });
     json!({
         "target": target,
         "ops": m.num_ops(),
@@ -81,6 +98,8 @@ pub fn build(
             "after": stats.get("index-simplify", "divmod-after"),
         },
         "tensors": tensors(m),
+        "strategy": gl.map_or(Value::Null, |r| r["strategy"].clone()),
+        "model": model,
         "passes": timings.passes.iter().map(|(name, d)| json!({
             "name": name,
             "ms": (d.as_secs_f64() * 1e6).round() / 1e3,
@@ -100,6 +119,14 @@ pub fn summary(report: &Value) -> String {
         t["total"], t["eliminated"], t["fallback"]
     );
     let _ = writeln!(s, "layout converts   {}", report["layout_converts"]);
+    if let Some(model) = report["model"].as_object() {
+        let _ = writeln!(
+            s,
+            "modelled time     {} us ({} compute, {} conversions, {} copies; strategy {})",
+            model["total_us"], model["compute_us"], model["convert_us"], model["copy_us"],
+            report["strategy"].as_str().unwrap_or("?")
+        );
+    }
     let _ = writeln!(
         s,
         "div/mod           {} before, {} after",

@@ -209,6 +209,9 @@ struct Ctx<'a> {
     by_assign: HashMap<Op, usize>,
     /// Source tiles remaps need (the source producer's `fbc.layout` before this pass).
     remap_source: HashMap<Op, Layout>,
+    /// Compute time per (anchor, layout): the greedy search simulates the whole function once
+    /// per try, and scoring is the expensive part, while anchors see only a few layouts.
+    compute_memo: std::cell::RefCell<Vec<Vec<(Layout, f64)>>>,
 }
 
 fn tensor_bytes(m: &Module, v: Value) -> u64 {
@@ -411,7 +414,18 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        (Ctx { p, strategy, func, anchors, by_assign, remap_source }, buffer_fallbacks)
+        (
+            Ctx {
+                p,
+                strategy,
+                func,
+                anchors,
+                by_assign,
+                remap_source,
+                compute_memo: std::cell::RefCell::new(Vec::new()),
+            },
+            buffer_fallbacks,
+        )
     }
 
     /// The layout `op` requires for operand `i`, `None` for any.
@@ -549,7 +563,24 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        let compute_s = self.anchors.iter().zip(arr).map(|(a, l)| compute_time(self.p, a, l)).sum();
+        let compute_s = self
+            .anchors
+            .iter()
+            .zip(arr)
+            .enumerate()
+            .map(|(k, (a, l))| {
+                let mut memo = self.compute_memo.borrow_mut();
+                if memo.len() <= k {
+                    memo.resize_with(k + 1, Vec::new);
+                }
+                if let Some((_, t)) = memo[k].iter().find(|(seen, _)| seen == l) {
+                    return *t;
+                }
+                let t = compute_time(self.p, a, l);
+                memo[k].push((l.clone(), t));
+                t
+            })
+            .sum();
         Sim { phys, converts, compute_s, convert_s }
     }
 
@@ -731,9 +762,30 @@ impl GlobalLayout {
         let mut arr: Arrangement = ctx.anchors.iter().map(|a| a.pref.clone()).collect();
         let mut sim = ctx.simulate(m, &arr);
         let mut chain_records = Vec::new();
+        // Layers repeat: a chain with the same anchors (shapes, readers, preferences,
+        // candidates) as one already searched gets the same decision without a new search.
+        let mut decided: HashMap<String, Arrangement> = HashMap::new();
         if self.strategy == Strategy::FbLayout {
             for chain in ctx.chains(m, &arr, &sim) {
                 cx.stats.add(NAME, "chains", 1);
+                let signature = format!(
+                    "{:?}",
+                    chain
+                        .iter()
+                        .map(|&k| {
+                            let a = &ctx.anchors[k];
+                            (&a.pref, &a.desc, &a.consumers, &a.candidates, &arr[k])
+                        })
+                        .collect::<Vec<_>>()
+                );
+                if let Some(layouts) = decided.get(&signature) {
+                    for (&k, l) in chain.iter().zip(layouts) {
+                        arr[k] = l.clone();
+                    }
+                    sim = ctx.simulate(m, &arr);
+                    cx.stats.add(NAME, "chains-reused", 1);
+                    continue;
+                }
                 let base = sim.cost();
                 let mut best: Option<(f64, Arrangement, [u64; 2])> = None;
                 let mut tries = Vec::new();
@@ -787,6 +839,7 @@ impl GlobalLayout {
                         chosen = json!(tile);
                     }
                 }
+                decided.insert(signature, chain.iter().map(|&k| arr[k].clone()).collect());
                 chain_records.push(json!({
                     "anchors": names,
                     "preferred": prefs,
