@@ -1,35 +1,11 @@
 //! The `fbc` command as a user meets it: exit statuses, located errors, no partial outputs, and
 //! no panic on any input.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use common::{fbc, scratch, write};
 
-fn fbc(args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_fbc")).args(args).output().expect("runs");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fbc-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p.to_string_lossy().into_owned()
-}
+use std::path::Path;
 
 const GOOD: &str = "\
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -128,10 +104,8 @@ fn usage_errors_exit_2() {
     let input = write(&dir, "good.fbir", GOOD.as_bytes());
     let o = fbc(&[&input, "--emit", "opencl"]);
     assert_eq!(o.code, 2);
-    assert_eq!(
-        o.stderr,
-        "fbc: error: --emit opencl is not yet supported; supported now: ir, report\n"
-    );
+    // `--emit opencl` writes a directory, so it needs `-o DIR` (tests/opencl.rs covers the rest).
+    assert_eq!(o.stderr, "fbc: error: --emit opencl writes a directory: give -o DIR\n");
     let o = fbc(&["opt", &input, "--passes", "canonicalize,frobnicate"]);
     assert_eq!(o.code, 2);
     let listed = fbc(&["passes"]).stdout;

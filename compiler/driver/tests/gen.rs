@@ -2,29 +2,10 @@
 //! stable (snapshot), option mistakes are exit-2 errors that say what is allowed, and the graph
 //! grows by the same number of ops for every added layer.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use common::{fbc, scratch, Out};
 
-fn fbc(args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_fbc")).args(args).output().expect("fbc runs");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fbc-gen-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 /// Small but complete settings of every model (layered models also get `--layers N`): short
 /// sequences, rank 2.

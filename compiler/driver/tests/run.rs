@@ -2,37 +2,13 @@
 //! malformed files, deterministic random inputs, entry selection, unsupported targets, errors
 //! located at the failing op, and the LoRA example end to end.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::{fbc, scratch, write};
+
+use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors};
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn fbc(args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_fbc")).args(args).output().expect("runs");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fbc-run-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p.to_string_lossy().into_owned()
-}
 
 fn path(dir: &Path, name: &str) -> String {
     dir.join(name).to_string_lossy().into_owned()
@@ -370,11 +346,12 @@ func.func @b() -> tensor<2xf32> {
 fn unsupported_targets_and_check() {
     let dir = scratch("target");
     let ir = write(&dir, "mlp.fbir", MLP.as_bytes());
-    let o = fbc(&["run", &ir, "--target", "opencl", "--random-inputs", "1"]);
+    // (`--target opencl` is covered by tests/opencl.rs.)
+    let o = fbc(&["run", &ir, "--target", "vulkan", "--random-inputs", "1"]);
     assert_eq!(o.code, 2);
     assert_eq!(
         o.stderr,
-        "fbc: error: --target opencl is not yet supported by `fbc run`; supported now: cpu\n"
+        "fbc: error: --target vulkan is not yet supported by `fbc run`; supported now: cpu, opencl\n"
     );
     let o = fbc(&["run", &ir, "--check", "--random-inputs", "1"]);
     assert_eq!(o.code, 2);
