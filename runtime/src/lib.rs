@@ -4,9 +4,12 @@
 //! implementation of every tensor-dialect op and of the backward helpers autodiff uses — that
 //! serve as the golden oracle for every other backend. [`interp`] executes functions of IR
 //! modules with those kernels (in f32 or f64), makes deterministic random inputs, and checks that
-//! two versions of a function compute the same results ([`interp::check_equivalent`]).
+//! two versions of a function compute the same results ([`interp::check_equivalent`]). With the
+//! `opencl` feature, `opencl` runs the kernels `fbc-codegen` writes on an OpenCL device.
 
 pub mod interp;
+#[cfg(feature = "opencl")]
+pub mod opencl;
 pub mod reference;
 
 pub use interp::{

@@ -50,6 +50,8 @@ pub enum Command {
     Passes,
     /// List the hardware profiles of the targets.
     Targets,
+    /// List the OpenCL platforms and devices (`fbc run --target opencl --device N`).
+    Devices,
     /// Simplify an integer index expression with the e-graph simplifier.
     SimplifyIndex(SimplifyArgs),
     /// Measure parse, build, verify and print throughput on a generated module.

@@ -12,6 +12,7 @@
 pub mod bench;
 mod cli;
 mod gen_cmd;
+mod opencl_emit;
 mod output;
 pub mod report;
 mod run_cmd;
@@ -102,6 +103,7 @@ impl Driver {
             Some(Command::Run(a)) => run_cmd::run(self, a),
             Some(Command::Gen(a)) => gen_cmd::run(self, a),
             Some(Command::Passes) => output::write_text(None, &self.passes_table()),
+            Some(Command::Devices) => run_cmd::devices(),
             Some(Command::Targets) => {
                 let profiles: Result<Vec<_>, _> =
                     fbc_target::builtin_names().iter().map(|n| fbc_target::builtin(n)).collect();
@@ -127,10 +129,8 @@ impl Driver {
 
     fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
         let target = fbc_target::builtin(&a.target).map_err(|e| Failure::Usage(e.to_string()))?;
-        if a.emit == EmitKind::Opencl {
-            return Err(Failure::Usage(
-                "--emit opencl is not yet supported; supported now: ir, report".into(),
-            ));
+        if a.emit == EmitKind::Opencl && a.output.is_none() {
+            return Err(Failure::Usage("--emit opencl writes a directory: give -o DIR".into()));
         }
         let (file, mut module) = self.load(path)?;
         let transforms_total = report::count_transforms(&module);
@@ -145,6 +145,10 @@ impl Driver {
                 }
                 let text = serde_json::to_string_pretty(&r).unwrap_or_default() + "\n";
                 output::write_text(a.output.as_deref(), &text)
+            }
+            EmitKind::Opencl => {
+                let dir = a.output.as_deref().unwrap_or(Path::new("."));
+                opencl_emit::write(&module, path, dir)
             }
             _ => output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module)),
         }

@@ -17,12 +17,17 @@
 //! - Results are `result0`, `result1`, ... With `--outputs` they are written (atomically) to a
 //!   safetensors file in their declared dtype (every float as F64 with `--f64`); with `-v`, or
 //!   without `--outputs`, a summary of each (type, min/max/mean, first values) goes to stdout.
-//! - `--target` other than `cpu`, and `--check` (which compares a device run against this
-//!   interpreter), are not supported yet (exit 2). A kernel error while running (an id out of
+//! - `--target opencl [--device N] [-O LEVEL] [--check]` compiles the module, runs the generated
+//!   kernels on an OpenCL device and, with `--check`, compares every result with this interpreter
+//!   (see `run_cmd/opencl.rs`); it needs fbc built with the `opencl` feature. Other targets, and
+//!   `--check` on `cpu`, are not supported (exit 2). A kernel error while running (an id out of
 //!   range, say) is reported at the op, `FILE:LINE:COL: error: ...` (exit 1).
 
 mod io;
 mod mapped;
+mod opencl;
+
+pub(crate) use opencl::devices;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -63,9 +68,17 @@ pub struct RunArgs {
     #[arg(long = "f64")]
     pub f64: bool,
 
-    /// Compare a device run with the reference interpreter (not yet supported).
+    /// Compare a device run (`--target opencl`) with the reference interpreter.
     #[arg(long)]
     pub check: bool,
+
+    /// OpenCL device number, as `fbc devices` lists them.
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub device: usize,
+
+    /// Optimisation level the module is compiled at before an OpenCL run.
+    #[arg(short = 'O', value_name = "LEVEL", default_value = "0")]
+    pub opt_level: u8,
 
     /// Print the result summaries even with --outputs, and the run time (to stderr).
     #[arg(short, long)]
@@ -73,9 +86,12 @@ pub struct RunArgs {
 }
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
+    if a.target == "opencl" {
+        return opencl::run(driver, a);
+    }
     if a.target != "cpu" {
         return Err(Failure::Usage(format!(
-            "--target {} is not yet supported by `fbc run`; supported now: cpu",
+            "--target {} is not yet supported by `fbc run`; supported now: cpu, opencl",
             a.target
         )));
     }
@@ -121,7 +137,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
 }
 
 /// The function to run: `--entry`, else the only function, else `main`.
-fn entry(module: &Module, requested: Option<&str>, file: &str) -> Result<FuncId, Failure> {
+pub(crate) fn entry(module: &Module, requested: Option<&str>, file: &str) -> Result<FuncId, Failure> {
     let names = || {
         let all: Vec<String> = module.funcs.iter().map(|f| format!("@{}", f.name)).collect();
         all.join(", ")
@@ -150,7 +166,7 @@ fn entry(module: &Module, requested: Option<&str>, file: &str) -> Result<FuncId,
 }
 
 /// An interpreter error rendered at its op, as the compiler renders diagnostics.
-fn located(file: &SourceFile, e: &fbc_runtime::InterpError) -> Failure {
+pub(crate) fn located(file: &SourceFile, e: &fbc_runtime::InterpError) -> Failure {
     Failure::input(file, &[e.to_diagnostic()])
 }
 
@@ -158,7 +174,7 @@ fn located(file: &SourceFile, e: &fbc_runtime::InterpError) -> Failure {
 const SHOWN: usize = 8;
 
 /// `result0: tensor<2x3xf32>  min -1 max 2.5 mean 0.25` and a line with the first values.
-fn summary(name: &str, ty: &Type, v: &Value) -> String {
+pub(crate) fn summary(name: &str, ty: &Type, v: &Value) -> String {
     let values = v.to_f64_vec();
     let finite: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
     let nans = values.len() - finite.len();
