@@ -58,7 +58,19 @@ fn generated_training_graphs_keep_their_numbers_through_o3() {
         &["gemma2-2b", "--seq", "8", "--vocab", "64", "--lora-rank", "2"],
         &["bert-large", "--seq", "8", "--batch", "1", "--lora-rank", "2"],
         &["vit-large", "--batch", "1", "--lora-rank", "2"],
-        &["whisper-large-decoder", "--seq", "8", "--batch", "1", "--encoder-len", "8", "--vocab", "64", "--lora-rank", "2"],
+        &[
+            "whisper-large-decoder",
+            "--seq",
+            "8",
+            "--batch",
+            "1",
+            "--encoder-len",
+            "8",
+            "--vocab",
+            "64",
+            "--lora-rank",
+            "2",
+        ],
     ];
     for args in cases {
         let m = parse(&driver, args[0], generate(&driver, args));

@@ -123,7 +123,10 @@ pub fn summary(report: &Value) -> String {
         let _ = writeln!(
             s,
             "modelled time     {} us ({} compute, {} conversions, {} copies; strategy {})",
-            model["total_us"], model["compute_us"], model["convert_us"], model["copy_us"],
+            model["total_us"],
+            model["compute_us"],
+            model["convert_us"],
+            model["copy_us"],
             report["strategy"].as_str().unwrap_or("?")
         );
     }

@@ -137,7 +137,11 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
 }
 
 /// The function to run: `--entry`, else the only function, else `main`.
-pub(crate) fn entry(module: &Module, requested: Option<&str>, file: &str) -> Result<FuncId, Failure> {
+pub(crate) fn entry(
+    module: &Module,
+    requested: Option<&str>,
+    file: &str,
+) -> Result<FuncId, Failure> {
     let names = || {
         let all: Vec<String> = module.funcs.iter().map(|f| format!("@{}", f.name)).collect();
         all.join(", ")

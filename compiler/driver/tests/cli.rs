@@ -116,7 +116,8 @@ fn usage_errors_exit_2() {
         .collect();
     assert!(names.contains(&"canonicalize") && names.contains(&"index-elim"), "{listed}");
     assert!(
-        o.stderr.contains(&format!("unknown pass `frobnicate`; known passes: {}", names.join(", "))),
+        o.stderr
+            .contains(&format!("unknown pass `frobnicate`; known passes: {}", names.join(", "))),
         "{}",
         o.stderr
     );

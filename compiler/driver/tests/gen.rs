@@ -6,7 +6,6 @@ mod common;
 
 use common::{fbc, scratch, Out};
 
-
 /// Small but complete settings of every model (layered models also get `--layers N`): short
 /// sequences, rank 2.
 const SMALL: &[(&str, &[&str])] = &[

@@ -147,7 +147,8 @@ pub fn check_tile(
             return Ok(quot);
         }
         let whole = simp(e.clone());
-        let check = if offset_plus_base(&whole, offset) { "tile boundary preservation" } else { check };
+        let check =
+            if offset_plus_base(&whole, offset) { "tile boundary preservation" } else { check };
         Err(Illegal {
             check,
             detail: format!(
