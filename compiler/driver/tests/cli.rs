@@ -62,7 +62,7 @@ fn bad_input_gets_every_error_located_and_no_output_file() {
 fn hostile_inputs_are_errors_not_panics() {
     let dir = scratch("hostile");
     let mut huge_line = b"func.func @f() { func.return } // ".to_vec();
-    huge_line.extend(std::iter::repeat(b'x').take(5 << 20));
+    huge_line.extend(std::iter::repeat_n(b'x', 5 << 20));
     huge_line.extend(b"\n%");
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),

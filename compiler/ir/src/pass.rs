@@ -483,7 +483,7 @@ impl PassManager {
                 }
             }
             let i = &self.instrumentation;
-            if i.print_after_all || i.print_after.iter().any(|n| *n == step.info.name) {
+            if i.print_after_all || i.print_after.contains(&step.info.name) {
                 dump(&format!("// -----// IR Dump After {} //----- //\n", step.describe()));
                 dump(&crate::printer::print_module(module));
             }
