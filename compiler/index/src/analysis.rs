@@ -126,7 +126,8 @@ pub(crate) fn divisor_of(op: BinOp, a: &Facts, b: &Facts) -> u64 {
     }
 }
 
-fn interval_of(op: BinOp, a: Interval, b: Interval) -> Interval {
+/// The interval of `a op b`: the one place each operator's interval rule is chosen.
+pub(crate) fn interval_of(op: BinOp, a: Interval, b: Interval) -> Interval {
     match op {
         BinOp::Add => a + b,
         BinOp::Sub => a - b,

@@ -281,19 +281,7 @@ mod tests {
         for op in BinOp::ALL {
             for a in boxes {
                 for b in boxes {
-                    let r = match op {
-                        BinOp::Add => a + b,
-                        BinOp::Sub => a - b,
-                        BinOp::Mul => a * b,
-                        BinOp::FloorDiv => a.floordiv(b),
-                        BinOp::CeilDiv => a.ceildiv(b),
-                        BinOp::Mod => a.modulo(b),
-                        BinOp::Shl => a << b,
-                        BinOp::Shr => a >> b,
-                        BinOp::And => a.and(b),
-                        BinOp::Min => a.min(b),
-                        BinOp::Max => a.max(b),
-                    };
+                    let r = crate::analysis::interval_of(op, a, b);
                     for x in a.lo..=a.hi {
                         for y in b.lo..=b.hi {
                             if let Some(v) = op.apply(x, y) {
