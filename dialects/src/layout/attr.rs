@@ -502,9 +502,22 @@ impl RTile {
     /// Top-left texel of tile `(a, c)` of batch slice `b` (no range checks beyond overflow).
     pub fn tile_origin(&self, shape: &[u64], b: u64, a: u64, c: u64) -> Option<(u64, u64)> {
         let m = Matrix::of(shape)?;
-        let (gh, gw) = self.grid(m);
-        let (fh, fw) = self.footprint();
-        let (col, row) = if self.h_horizontal(shape.len()) {
+        self.tile_origin_in(shape.len(), self.grid(m), self.footprint(), b, a, c)
+    }
+
+    /// [`RTile::tile_origin`] with the tensor's rank, [`RTile::grid`] and [`RTile::footprint`]
+    /// given: the performance model walks millions of tiles of one tensor, and recomputing them
+    /// (several divisions) per tile dominated its time.
+    pub fn tile_origin_in(
+        &self,
+        rank: usize,
+        (gh, gw): (u64, u64),
+        (fh, fw): (u64, u64),
+        b: u64,
+        a: u64,
+        c: u64,
+    ) -> Option<(u64, u64)> {
+        let (col, row) = if self.h_horizontal(rank) {
             (a, b.checked_mul(gw)?.checked_add(c)?)
         } else {
             (c, b.checked_mul(gh)?.checked_add(a)?)

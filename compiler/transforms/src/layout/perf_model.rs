@@ -194,9 +194,15 @@ pub fn n_cache(r: Rect, g: Geometry) -> u64 {
 
 /// Blocks fetched along one path of steps, with the retention rule of the module docs.
 pub fn fetched_along(steps: &[Rect], g: Geometry, l1_share: u64) -> u64 {
+    fetched_iter(steps.iter().copied(), g, l1_share)
+}
+
+/// [`fetched_along`] over steps produced on the fly (`score` walks up to [`MAX_STEPS`] of them;
+/// storing them cost more in fresh page allocations than the arithmetic).
+fn fetched_iter(steps: impl Iterator<Item = Rect>, g: Geometry, l1_share: u64) -> u64 {
     let mut total = 0;
     let mut prev: Option<(u64, u64, u64, u64)> = None;
-    for &s in steps {
+    for s in steps {
         let b = block_range(s, g);
         let n = range_count(b);
         let kept = match prev {
@@ -207,6 +213,50 @@ pub fn fetched_along(steps: &[Rect], g: Geometry, l1_share: u64) -> u64 {
         prev = Some(b);
     }
     total
+}
+
+/// Accumulates the paths of one `score`.
+///
+/// Paths of a kernel repeat the same step pattern at different origins, and a path's fetched
+/// blocks only depend on its steps relative to the block grid: translating every step by a
+/// whole number of blocks (`bw` texels across, `bh` down) changes no block count or overlap.
+/// So each path is keyed by its first step's origin modulo the block size (plus whatever
+/// varies its pattern) and walked once per key: the same integers as walking every path, at a
+/// tiny fraction of the steps (large tensors have millions).
+struct Walk {
+    g: Geometry,
+    l1_share: u64,
+    /// Fetched blocks per `(x0 % bw, y0 % bh, pattern)`.
+    memo: std::collections::HashMap<(u64, u64, u64), u64>,
+    /// Blocks fetched, paths walked, and their minimal bytes, so far.
+    fetched: u64,
+    paths: u64,
+    minimal: u64,
+}
+
+impl Walk {
+    fn new(g: Geometry, l1_share: u64) -> Walk {
+        let memo = std::collections::HashMap::new();
+        Walk { g, l1_share, memo, fetched: 0, paths: 0, minimal: 0 }
+    }
+
+    /// One path whose first step is at texel `(x0, y0)`; `pattern` must identify the steps'
+    /// positions relative to it (and their sizes) among the paths of this walk. `steps` is only
+    /// evaluated the first time a key is seen.
+    fn path(
+        &mut self,
+        (x0, y0): (u64, u64),
+        pattern: u64,
+        minimal: u64,
+        steps: impl Iterator<Item = Rect>,
+    ) {
+        let (g, share) = (self.g, self.l1_share);
+        let key = (x0 % g.bw, y0 % g.bh, pattern);
+        let n = *self.memo.entry(key).or_insert_with(|| fetched_iter(steps, g, share));
+        self.fetched += n;
+        self.paths += 1;
+        self.minimal += minimal;
+    }
 }
 
 /// Where a `#layout.linear` tensor lives: an image if the device supports images and the
@@ -224,76 +274,91 @@ pub fn linear_storage(profile: &HardwareProfile, shape: &[u64]) -> Storage {
     }
 }
 
-/// A path: its steps (texel rectangles) and its minimal bytes.
-struct Path {
-    steps: Vec<Rect>,
-    minimal: u64,
-}
-
-/// The paths of the conventional kernel over a linear tensor.
-fn linear_paths(m: Matrix, t: &TensorDesc, c: &Consumer, wg: [u64; 2]) -> Vec<Path> {
+/// Walks the paths of the conventional kernel over a linear tensor.
+fn linear_paths(m: Matrix, t: &TensorDesc, c: &Consumer, wg: [u64; 2], walk: &mut Walk) {
     let pe = match c.kind {
         ConsumerKind::Matmul { p_is_out_last: false, .. } => wg[1],
         _ => CH * wg[0],
     }
     .max(1);
-    let mut paths = Vec::new();
     for b in 0..m.batch {
         let y_base = b * m.h;
         match c.reduce {
-            // p = W: a path is `pe` columns; steps are 4 rows deep.
+            // p = W: a path is `pe` columns; steps are 4 rows deep. Paths differ only in
+            // origin and width.
             Axis2::H => {
                 for p0 in (0..m.w).step_by(pe as usize) {
                     let p1 = (p0 + pe).min(m.w);
                     let (x0, x1) = (p0 / CH, p1.div_ceil(CH));
-                    let steps = (0..m.h)
-                        .step_by(CH as usize)
-                        .map(|k| Rect { x: x0, y: y_base + k, w: x1 - x0, h: CH.min(m.h - k) })
-                        .collect();
-                    paths.push(Path { steps, minimal: (p1 - p0) * m.h * t.elem_bytes });
+                    let steps = (0..m.h).step_by(CH as usize).map(|k| Rect {
+                        x: x0,
+                        y: y_base + k,
+                        w: x1 - x0,
+                        h: CH.min(m.h - k),
+                    });
+                    walk.path((x0, y_base), x1 - x0, (p1 - p0) * m.h * t.elem_bytes, steps);
                 }
             }
-            // p = H: a path is `pe` rows; steps are one texel wide.
+            // p = H: a path is `pe` rows; steps are one texel wide. Paths differ only in
+            // origin and height.
             Axis2::W => {
                 for p0 in (0..m.h).step_by(pe as usize) {
                     let p1 = (p0 + pe).min(m.h);
-                    let steps = (0..m.w.div_ceil(CH))
-                        .map(|j| Rect { x: j, y: y_base + p0, w: 1, h: p1 - p0 })
-                        .collect();
-                    paths.push(Path { steps, minimal: (p1 - p0) * m.w * t.elem_bytes });
+                    let steps = (0..m.w.div_ceil(CH)).map(|j| Rect {
+                        x: j,
+                        y: y_base + p0,
+                        w: 1,
+                        h: p1 - p0,
+                    });
+                    walk.path((0, y_base + p0), p1 - p0, (p1 - p0) * m.w * t.elem_bytes, steps);
                 }
             }
         }
     }
-    paths
 }
 
-/// The paths of the R-Tile kernel: one per tile row (reducing W) or tile column (reducing H).
-fn rtile_paths(m: Matrix, t: &TensorDesc, rt: &RTile, reduce: Axis2) -> Option<Vec<Path>> {
+/// Walks the paths of the R-Tile kernel: one per tile row (reducing W) or tile column (reducing
+/// H). `None` if a tile origin overflows.
+fn rtile_paths(
+    m: Matrix,
+    t: &TensorDesc,
+    rt: &RTile,
+    reduce: Axis2,
+    walk: &mut Walk,
+) -> Option<()> {
     let (gh, gw) = rt.grid(m);
     let (fh, fw) = rt.footprint();
     let [th, tw] = rt.tile;
-    let mut paths = Vec::new();
+    let rank = t.shape.len();
+    let origin = |b, a, c| rt.tile_origin_in(rank, (gh, gw), (fh, fw), b, a, c);
+    // Origins grow with every index (checked products and sums of them), so if the last tile's
+    // does not overflow, none does; and the last tile is on some path. Checking it up front
+    // lets paths with a known pattern be skipped without changing when `None` is returned.
+    origin(m.batch - 1, gh - 1, gw - 1)?;
+    let (n_p, n_r) = match reduce {
+        Axis2::H => (gw, gh),
+        Axis2::W => (gh, gw),
+    };
+    let at = |b, q, i| {
+        let (a, c) = if reduce == Axis2::H { (i, q) } else { (q, i) };
+        origin(b, a, c).expect("bounded by the last tile's origin")
+    };
     for b in 0..m.batch {
-        let (n_p, n_r) = match reduce {
-            Axis2::H => (gw, gh),
-            Axis2::W => (gh, gw),
-        };
         for q in 0..n_p {
-            let mut steps = Vec::with_capacity(n_r as usize);
-            for i in 0..n_r {
-                let (a, c) = if reduce == Axis2::H { (i, q) } else { (q, i) };
-                let (x, y) = rt.tile_origin(&t.shape, b, a, c)?;
-                steps.push(Rect { x, y, w: fw, h: fh });
-            }
+            // Origins are affine in the tile indices: every path steps through the same
+            // offsets from its first tile, with equal footprints.
+            let steps = (0..n_r).map(|i| {
+                let (x, y) = at(b, q, i);
+                Rect { x, y, w: fw, h: fh }
+            });
             let real = match reduce {
                 Axis2::H => (m.w.min((q + 1) * tw) - q * tw) * m.h,
                 Axis2::W => (m.h.min((q + 1) * th) - q * th) * m.w,
             };
-            paths.push(Path { steps, minimal: real * t.elem_bytes });
+            walk.path(at(b, q, 0), 0, real * t.elem_bytes, steps);
         }
     }
-    Some(paths)
+    Some(())
 }
 
 /// Arithmetic intensity (FLOP per byte) of a matmul kernel computing `a × b` output blocks.
@@ -333,9 +398,16 @@ pub fn score(
     if steps > MAX_STEPS {
         return None;
     }
-    let (paths, storage, ai, pad_util, out_block) = match layout {
+    let storage = match layout {
+        Layout::Linear => linear_storage(profile, &tensor.shape),
+        Layout::RTile(rt) => rt.storage,
+    };
+    let g = Geometry::of(profile, storage, e);
+    let share = profile.texture_cache.l1_bytes / RESIDENT_WORK_GROUPS;
+    let mut walk = Walk::new(g, share);
+    let (ai, pad_util, out_block) = match layout {
         Layout::Linear => {
-            let paths = linear_paths(m, tensor, consumer, wg);
+            linear_paths(m, tensor, consumer, wg, &mut walk);
             let ai = match consumer.kind {
                 ConsumerKind::Matmul { .. } => matmul_ai(wg[1], CH * wg[0], e),
                 ConsumerKind::Reduction => 1.0 / e as f64,
@@ -345,10 +417,10 @@ pub fn score(
                 ConsumerKind::Matmul { p_is_out_last: true, .. } => wg[1],
                 _ => CH * wg[0],
             };
-            (paths, linear_storage(profile, &tensor.shape), ai, 1.0, out_block)
+            (ai, 1.0, out_block)
         }
         Layout::RTile(rt) => {
-            let paths = rtile_paths(m, tensor, rt, consumer.reduce)?;
+            rtile_paths(m, tensor, rt, consumer.reduce, &mut walk)?;
             let t_p = match consumer.reduce {
                 Axis2::H => rt.tile[1],
                 Axis2::W => rt.tile[0],
@@ -360,27 +432,20 @@ pub fn score(
             let (gh, gw) = rt.grid(m);
             let padded = (gh * rt.tile[0]) as f64 * (gw * rt.tile[1]) as f64;
             let pad_util = (m.h * m.w) as f64 / padded;
-            (paths, rt.storage, ai, pad_util, t_p)
+            (ai, pad_util, t_p)
         }
     };
-    let g = Geometry::of(profile, storage, e);
-    let share = profile.texture_cache.l1_bytes / RESIDENT_WORK_GROUPS;
-    let mut fetched = 0u64;
-    let mut minimal = 0u64;
-    for p in &paths {
-        fetched += fetched_along(&p.steps, g, share);
-        minimal += p.minimal;
-    }
+    let (fetched, minimal, n_paths) = (walk.fetched, walk.minimal, walk.paths);
     let modelled = fetched.checked_mul(g.block_bytes)?;
     let mem_eff = if modelled == 0 { 0.0 } else { (minimal as f64 / modelled as f64).min(1.0) };
     let work_groups = match consumer.kind {
         ConsumerKind::Matmul { other, out_batch, .. } => {
             // Paths of one batch slice, times the output blocks along the other axis and the
             // result's batch (a broadcast weight is streamed once per result batch).
-            let per_slice = paths.len() as u64 / m.batch.max(1);
+            let per_slice = n_paths / m.batch.max(1);
             per_slice * other.div_ceil(out_block.max(1)) * out_batch.max(m.batch)
         }
-        ConsumerKind::Reduction => paths.len() as u64,
+        ConsumerKind::Reduction => n_paths,
     };
     let cu = u64::from(profile.compute.compute_units).max(1);
     let occupancy = (work_groups as f64 / cu as f64).min(1.0);
