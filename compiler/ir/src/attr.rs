@@ -252,7 +252,35 @@ fn op_text(op: BinOp) -> &'static str {
     }
 }
 
+/// `a op b` on integers with MLIR affine semantics: `floordiv`, `ceildiv` and `mod` need a
+/// positive divisor, `mod` is floor modulo (in `[0, b)`), and every operation is checked: `None`
+/// (undefined) instead of wrapping on overflow. `fbc_index::BinOp::apply` gives these operators
+/// the same meaning (a property test in `fbc-transforms` checks that the two agree).
+pub fn eval_binop(op: BinOp, a: i64, b: i64) -> Option<i64> {
+    match op {
+        BinOp::Add => a.checked_add(b),
+        BinOp::Sub => a.checked_sub(b),
+        BinOp::Mul => a.checked_mul(b),
+        BinOp::FloorDiv if b > 0 => Some(a.div_euclid(b)),
+        // For b > 0 the floor quotient plus one (when inexact) cannot overflow.
+        BinOp::CeilDiv if b > 0 => Some(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)),
+        BinOp::Mod if b > 0 => Some(a.rem_euclid(b)),
+        BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => None,
+    }
+}
+
 impl AffineExpr {
+    /// The value of the expression with variables looked up in `env` (the semantics of
+    /// [`eval_binop`]); `None` when a variable is unbound or an operation is undefined.
+    pub fn eval(&self, env: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
+        match self {
+            AffineExpr::Var(v) => env(v),
+            AffineExpr::Const(c) => Some(*c),
+            AffineExpr::Neg(a) => a.eval(env)?.checked_neg(),
+            AffineExpr::Bin(op, a, b) => eval_binop(*op, a.eval(env)?, b.eval(env)?),
+        }
+    }
+
     fn write(&self, f: &mut fmt::Formatter<'_>, min_prec: u8) -> fmt::Result {
         match self {
             AffineExpr::Var(v) => f.write_str(v),

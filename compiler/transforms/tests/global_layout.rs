@@ -10,6 +10,7 @@ use fbc_ir::{Module, PassContext, PassManager, SourceFile};
 use fbc_target::HardwareProfile;
 
 const MATMUL_FB: &str = include_str!("../../../examples/matmul_fb.fbir");
+const ATTENTION: &str = include_str!("../../../examples/attention.fbir");
 
 fn parse(text: &str) -> Module {
     let reg = fbc_dialects::registry();
@@ -222,4 +223,40 @@ fn strategies_differ() {
     assert_eq!(fb.2 .1, 6);
     assert_eq!(reuse.2 .2, 6);
     assert_eq!(conv.2 .2, 6);
+}
+
+fn tile_of(a: Option<&fbc_ir::Attr>) -> [u64; 2] {
+    match a.map(Layout::from_attr) {
+        Some(Ok(Layout::RTile(t))) => t.tile,
+        other => panic!("not an R-Tile: {other:?}"),
+    }
+}
+
+/// Sec. 4.4.2 moving a view: on adreno the search gives `%v2` (the V heads, a remap view of the
+/// projection `%v`, 4 x 64 after rtile-select) the 64 x 64 tile of `%x`. The view follows: its
+/// map moves whole 64 x 64 tiles (tile `(h, T_r, T_c)` of the heads is tile `(T_r, h)` of `%v`),
+/// so the V projection writes `%v` in that tile and no conversion is left. Before, the remap
+/// kept tile-propagate's 4 x 64 and `%v` was converted to it.
+#[test]
+fn a_view_follows_its_anchor_to_another_tile() {
+    let p = fbc_target::builtin("adreno").unwrap();
+    let mut stats = Statistics::default();
+    let mut m = parse(ATTENTION);
+    run_on(&mut m, fbc_transforms::pipeline_for_level(3), &p, &mut stats);
+    assert_eq!(stats.get("global-layout", "retiled-views"), 1);
+    assert_eq!(count(&m, "layout.convert"), 0);
+    let a = assign_of(&m, "v2");
+    assert_eq!(tile_of(m.op(a).attr("layout")), [64, 64]);
+    let remap = m.defining_op(m.op(a).operands[0]).unwrap();
+    assert_eq!(m.op(remap).name(), "layout.remap");
+    assert_eq!(m.op(remap).attr("fbc.layout"), m.op(a).attr("layout"), "the view is the anchor's");
+    assert_eq!(
+        m.op(remap).attr("fbc.tile_map").map(ToString::to_string).as_deref(),
+        Some("(d0, d1, tile_r, tile_c) -> (0, tile_r, d1)")
+    );
+    let v = m.defining_op(m.op(remap).operands[0]).unwrap();
+    assert_eq!(tile_of(m.op(v).attr("fbc.layout")), [64, 64], "%v written in the view's tile");
+    let rec = &stats.records["global-layout"]["functions"][0]["chains"][0];
+    assert_eq!(rec["chosen_tile"], serde_json::json!([64, 64]));
+    assert!(rec["cost_us"].as_f64().unwrap() < rec["own_layouts_cost_us"].as_f64().unwrap());
 }

@@ -1,10 +1,10 @@
 //! Evaluation of index maps (`fbc_ir::AffineMap`) on concrete indices, with MLIR affine
 //! semantics: `floordiv`, `ceildiv` and `mod` need a positive divisor, `mod` is floor modulo (the
 //! result is in `[0, divisor)`), and every operation is checked — an overflow makes the value
-//! undefined rather than wrapping. These are the semantics of `fbc_index::Expr::eval` too, so a
-//! map simplified there evaluates the same here.
+//! undefined rather than wrapping. The arithmetic is [`fbc_ir::attr::eval_binop`]'s (one
+//! definition for the IR); `fbc_index::Expr::eval` has the same semantics, so a map simplified
+//! there evaluates the same here.
 
-use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap};
 
 /// The outcome of evaluating a map at one index.
@@ -34,26 +34,10 @@ pub fn eval_map(map: &AffineMap, idx: &[i64]) -> MapEval {
     MapEval::Ok(out)
 }
 
-/// The value of `e` with variables looked up in `env`; `None` when undefined.
+/// The value of `e` with variables looked up in `env`; `None` when undefined
+/// ([`AffineExpr::eval`]).
 pub fn eval_expr(e: &AffineExpr, env: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
-    match e {
-        AffineExpr::Var(v) => env(v),
-        AffineExpr::Const(c) => Some(*c),
-        AffineExpr::Neg(a) => eval_expr(a, env)?.checked_neg(),
-        AffineExpr::Bin(op, a, b) => {
-            let (a, b) = (eval_expr(a, env)?, eval_expr(b, env)?);
-            match op {
-                BinOp::Add => a.checked_add(b),
-                BinOp::Sub => a.checked_sub(b),
-                BinOp::Mul => a.checked_mul(b),
-                BinOp::FloorDiv if b > 0 => Some(a.div_euclid(b)),
-                // For b > 0 the floor quotient plus one (when inexact) cannot overflow.
-                BinOp::CeilDiv if b > 0 => Some(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)),
-                BinOp::Mod if b > 0 => Some(a.rem_euclid(b)),
-                _ => None,
-            }
-        }
-    }
+    e.eval(env)
 }
 
 /// The source index that `layout.remap` reads for result index `idx`: `map(idx)`. `None` when
@@ -69,6 +53,8 @@ pub fn remap_source_index(map: &AffineMap, idx: &[i64]) -> Option<Vec<i64>> {
 
 #[cfg(test)]
 mod tests {
+    use fbc_ir::attr::BinOp;
+
     use super::*;
 
     fn var(s: &str) -> Box<AffineExpr> {

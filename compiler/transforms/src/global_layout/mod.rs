@@ -15,7 +15,12 @@
 //! - a function argument: the layout its assign wants (the host uploads it in that layout, a
 //!   graph-boundary conversion with no IR op: statistic `boundary-converts`, function attribute
 //!   `fbc.arg_layouts`), else linear;
-//! - `layout.assign`: its `layout`; `layout.convert`: its `to`; `layout.remap`: its `fbc.layout`;
+//! - `layout.assign`: its `layout`; `layout.convert`: its `to`; `layout.remap`: its view, the
+//!   `fbc.layout` tile-propagate gave it, unless the anchor reading the view has moved to another
+//!   tile that the remap's map moves whole (the checks of Sec. 4.3.1, re-run for that tile):
+//!   then the view is the anchor's layout, so a chain re-tiled by the search does not leave a
+//!   conversion behind its view (statistic `retiled-views`; the remap's `fbc.layout` and
+//!   `fbc.tile_map` are rewritten);
 //! - results that cannot be tiled (rank < 2, integer elements) and results of ops whose kernels
 //!   address linear memory ([`LINEAR_ONLY`], and physical `reshape`/`transpose`/`broadcast`
 //!   copies): linear;
@@ -30,7 +35,8 @@
 //!   This is where two consecutive FTD-D ops can disagree (Table 2's yellow cell).
 //!
 //! A *requirement* is a (reader, layout) pair: an assign requires its `layout`, a remap requires
-//! its source in the tile tile-propagate proved, `func.return` and [`LINEAR_ONLY`] ops require
+//! its source in the tile of its view (tile-propagate's source tile, or for a moved view the
+//! moved tile in row strips, last axis horizontal), `func.return` and [`LINEAR_ONLY`] ops require
 //! linear; every other op reads any layout (its kernel maps indices per operand). Where `P` differs
 //! from a requirement the pass inserts an explicit conversion: the assign becomes
 //! `layout.convert {from = P, to = L}`, other readers get a `layout.convert` in front. R-Tiles
@@ -55,9 +61,13 @@
 //! tensor proposing them (larger tensors dominate cost) and tried in order (at most
 //! [`MAX_TRIES`]): the tile is applied uniformly to the chain's anchors, then each anchor in turn
 //! goes back to its own preference (with a conversion) if that lowers the total. The arrangement
-//! of minimum cost wins; ties keep the earlier (larger-tensor) one. Counters: `chains`,
-//! `greedy-tries`, `converts`, `boundary-converts`, `buffer-fallbacks`; the record
-//! `global-layout` lists each chain's tries and the final costs.
+//! of minimum cost wins; ties keep the earlier (larger-tensor) one. A chain whose anchors have
+//! the same shapes, readers, preferences and candidates as one already searched (the next layer)
+//! takes the same decision (`chains-reused`). Each try is evaluated incrementally (submodule
+//! `plan`): only the values whose layouts the changed anchors reach are re-simulated, and a
+//! rejected try is rolled back, so a search costs the ops it touches, not the function. Counters:
+//! `chains`, `chains-reused`, `greedy-tries`, `converts`, `boundary-converts`, `buffer-fallbacks`,
+//! `retiled-views`; the record `global-layout` lists each chain's tries and the final costs.
 //!
 //! # Strategies
 //!
@@ -72,18 +82,23 @@
 //! All rewrites are identities on logical values (`assign`/`convert` return their operand), so the
 //! interpreter gives the same numbers before and after.
 
+mod plan;
+
 use std::collections::{BTreeMap, HashMap};
 
 use fbc_dialects::layout::{Layout, RTile, Storage};
+use fbc_index::IndexMap;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{Attr, Diagnostic, FbClass, FuncId, Module, Op, Pass, PassContext, Type, Value};
 use fbc_target::HardwareProfile;
 use serde_json::json;
 
+use crate::index_elim::maps;
 use crate::layout::analysis::{reduction_uses, value_name};
 use crate::layout::candidates;
 use crate::layout::perf_model::{self, Consumer, TensorDesc};
-use crate::layout::rtile::{read_candidates, select};
+use crate::layout::rtile::{select, CandidateReader};
+use plan::Planner;
 
 pub const NAME: &str = "global-layout";
 
@@ -185,6 +200,28 @@ struct Anchor {
 /// The layout each anchor is wanted in, by anchor index.
 type Arrangement = Vec<Layout>;
 
+/// New layouts for some anchors: (anchor index, layout).
+type Changes = Vec<(usize, Layout)>;
+
+/// A `layout.remap` view that an anchor reads (tile-propagate gave the view the anchor's tile).
+/// When the search moves the anchor to another tile, the view follows it if the remap's map
+/// moves whole tiles of that size (the checks of Sec. 4.3.1,
+/// [`crate::index_elim::legality::check_tile`]); the remap then needs its source in that tile.
+#[derive(Debug)]
+struct Retile {
+    op: Op,
+    /// The anchor reading the view.
+    anchor: usize,
+    /// Remaps with the same map and shapes (repeated layers) share their legality answers.
+    class: usize,
+    map: IndexMap,
+    sink: Vec<u64>,
+    source: Vec<u64>,
+    /// tile-propagate's view (`fbc.layout`) and source requirement.
+    view: Layout,
+    source_req: Layout,
+}
+
 /// A physical plan of one function: `P` per value, and the requirements it violates.
 struct Sim {
     phys: HashMap<Value, Layout>,
@@ -192,6 +229,8 @@ struct Sim {
     converts: Vec<(Op, usize, Layout)>,
     compute_s: f64,
     convert_s: f64,
+    /// Remaps whose view moved to another tile: (remap, view, tile-level map).
+    retiled: Vec<(Op, Layout, Option<fbc_ir::AffineMap>)>,
 }
 
 impl Sim {
@@ -209,9 +248,8 @@ struct Ctx<'a> {
     by_assign: HashMap<Op, usize>,
     /// Source tiles remaps need (the source producer's `fbc.layout` before this pass).
     remap_source: HashMap<Op, Layout>,
-    /// Compute time per (anchor, layout): the greedy search simulates the whole function once
-    /// per try, and scoring is the expensive part, while anchors see only a few layouts.
-    compute_memo: std::cell::RefCell<Vec<Vec<(Layout, f64)>>>,
+    /// The remaps whose view follows the tile of the anchor reading it.
+    retiles: Vec<Retile>,
 }
 
 fn tensor_bytes(m: &Module, v: Value) -> u64 {
@@ -336,6 +374,7 @@ impl<'a> Ctx<'a> {
         let mut anchors = Vec::new();
         let mut by_assign = HashMap::new();
         let mut buffer_fallbacks = 0;
+        let mut reader = CandidateReader::default();
         for op in m.func(func).body.clone() {
             let d = m.op(op);
             if !d.def.is("layout.assign") || d.operands.is_empty() {
@@ -354,7 +393,7 @@ impl<'a> Ctx<'a> {
                 .into_iter()
                 .filter_map(|u| u.consumer.map(|c| (c, flops(m, tensor, u.op, &u.axes), u.op)))
                 .collect::<Vec<_>>();
-            let candidates = match read_candidates(m, tensor) {
+            let candidates = match reader.read(m, tensor) {
                 Some(Ok(c)) => c
                     .into_iter()
                     .map(|t| fit_storage(p, Layout::RTile(t)).0)
@@ -414,209 +453,19 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        (
-            Ctx {
-                p,
-                strategy,
-                func,
-                anchors,
-                by_assign,
-                remap_source,
-                compute_memo: std::cell::RefCell::new(Vec::new()),
-            },
-            buffer_fallbacks,
-        )
-    }
-
-    /// The layout `op` requires for operand `i`, `None` for any.
-    fn requirement(&self, m: &Module, arr: &Arrangement, op: Op, i: usize) -> Option<Layout> {
-        let d = m.op(op);
-        if let Some(&k) = self.by_assign.get(&op) {
-            return Some(arr[k].clone());
-        }
-        if d.def.is("func.return") || LINEAR_ONLY.contains(&d.name()) {
-            return Some(Layout::Linear);
-        }
-        if d.def.is("layout.remap") && i == 0 {
-            return self.remap_source.get(&op).cloned();
-        }
-        None
-    }
-
-    /// What the readers of `v` want: an R-Tile from a requirement or propagated backward through
-    /// flexible same-shape ops; else linear when some reader requires linear; else nothing.
-    fn preferences(&self, m: &Module, arr: &Arrangement) -> HashMap<Value, Layout> {
-        let mut pref: HashMap<Value, Layout> = HashMap::new();
-        let body = &m.func(self.func).body;
-        let visit = |v: Value, pref: &mut HashMap<Value, Layout>| {
-            let mut tiled = None;
-            let mut linear = false;
-            for u in &m.value(v).uses {
-                let d = m.op(u.op);
-                if d.erased {
-                    continue;
-                }
-                match self.requirement(m, arr, u.op, u.index as usize) {
-                    Some(Layout::Linear) => linear = true,
-                    Some(l) => {
-                        tiled.get_or_insert(l);
-                    }
-                    None => {
-                        let flexible =
-                            matches!(class(m, u.op), Some(FbClass::FtiC | FbClass::FtdC))
-                                && !is_copy(d.name());
-                        if flexible {
-                            if let Some(&r) = d.results.first() {
-                                if m.value_type(r) == m.value_type(v) {
-                                    match pref.get(&r) {
-                                        Some(Layout::Linear) => linear = true,
-                                        Some(l) => {
-                                            tiled.get_or_insert(l.clone());
-                                        }
-                                        None => {}
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            if let Some(l) = tiled.or(linear.then_some(Layout::Linear)) {
-                pref.insert(v, l);
-            }
-        };
-        for &op in body.iter().rev() {
-            for &r in &m.op(op).results {
-                visit(r, &mut pref);
-            }
-        }
-        for &a in &m.func(self.func).args {
-            visit(a, &mut pref);
-        }
-        pref
-    }
-
-    /// The physical plan of `arr` (see the module docs).
-    fn simulate(&self, m: &Module, arr: &Arrangement) -> Sim {
-        let pref = self.preferences(m, arr);
-        let mut phys: HashMap<Value, Layout> = HashMap::new();
-        for &a in &m.func(self.func).args {
-            let l = match (self.strategy, pref.get(&a)) {
-                (Strategy::Convert, _) | (_, None) => Layout::Linear,
-                (_, Some(l)) => l.clone(),
-            };
-            phys.insert(a, l);
-        }
-        let get = |phys: &HashMap<Value, Layout>, v: Value| {
-            phys.get(&v).cloned().unwrap_or(Layout::Linear)
-        };
-        for &op in &m.func(self.func).body {
-            let d = m.op(op);
-            for &r in &d.results {
-                let l = if let Some(&k) = self.by_assign.get(&op) {
-                    arr[k].clone()
-                } else if d.def.is("layout.assign") {
-                    layout_of_attr(d.attr("layout")).unwrap_or(Layout::Linear)
-                } else if d.def.is("layout.convert") {
-                    layout_of_attr(d.attr("to")).unwrap_or(Layout::Linear)
-                } else if d.def.is("layout.remap") {
-                    layout_of_attr(d.attr("fbc.layout")).unwrap_or(Layout::Linear)
-                } else if !tileable(m, r)
-                    || LINEAR_ONLY.contains(&d.name())
-                    || self.strategy == Strategy::Convert
-                {
-                    Layout::Linear
-                } else if is_copy(d.name()) {
-                    // A physical copy may as well write what its readers want.
-                    pref.get(&r).cloned().unwrap_or(Layout::Linear)
-                } else {
-                    let want = pref.get(&r).cloned();
-                    let rigid =
-                        self.strategy == Strategy::FbLayout && class(m, op) == Some(FbClass::FtdD);
-                    if rigid {
-                        self.kernel_layout(m, &phys, op, r, want)
-                    } else if let Some(l) = want {
-                        l
-                    } else {
-                        // Forward propagation: adopt a same-shape tiled operand's layout.
-                        d.operands
-                            .iter()
-                            .filter(|&&x| m.value_type(x) == m.value_type(r))
-                            .map(|&x| get(&phys, x))
-                            .find(|l| matches!(l, Layout::RTile(_)))
-                            .unwrap_or(Layout::Linear)
-                    }
-                };
-                phys.insert(r, l);
-            }
-        }
-        let mut converts = Vec::new();
-        let mut convert_s = 0.0;
-        for &op in &m.func(self.func).body {
-            let d = m.op(op);
-            for (i, &x) in d.operands.iter().enumerate() {
-                if let Some(req) = self.requirement(m, arr, op, i) {
-                    if get(&phys, x) != req {
-                        converts.push((op, i, req));
-                        convert_s += convert_time(self.p, tensor_bytes(m, x));
-                    }
-                }
-            }
-        }
-        let compute_s = self
-            .anchors
-            .iter()
-            .zip(arr)
-            .enumerate()
-            .map(|(k, (a, l))| {
-                let mut memo = self.compute_memo.borrow_mut();
-                if memo.len() <= k {
-                    memo.resize_with(k + 1, Vec::new);
-                }
-                if let Some((_, t)) = memo[k].iter().find(|(seen, _)| seen == l) {
-                    return *t;
-                }
-                let t = compute_time(self.p, a, l);
-                memo[k].push((l.clone(), t));
-                t
-            })
-            .sum();
-        Sim { phys, converts, compute_s, convert_s }
-    }
-
-    /// The layout an FTD-D kernel writes its result `r` in (tile invariance).
-    fn kernel_layout(
-        &self,
-        m: &Module,
-        phys: &HashMap<Value, Layout>,
-        op: Op,
-        r: Value,
-        want: Option<Layout>,
-    ) -> Layout {
-        if want == Some(Layout::Linear) {
-            return Layout::Linear;
-        }
-        let primary = primary_operand(m, phys, op).and_then(|x| match phys.get(&x) {
-            Some(Layout::RTile(t)) => Some(*t),
-            _ => None,
-        });
-        let Some(t) = primary else { return want.unwrap_or(Layout::Linear) };
-        let (cands, consumers) = match self.anchors.iter().find(|a| a.tensor == r) {
-            Some(a) => (a.candidates.clone(), a.consumers.iter().map(|c| c.0).collect::<Vec<_>>()),
-            None => (Vec::new(), Vec::new()),
-        };
-        adapt(self.p, m, r, t.tile, want.as_ref(), &cands, &consumers).unwrap_or(Layout::Linear)
+        let retiles = retiles(m, func, &by_assign, &remap_source);
+        (Ctx { p, strategy, func, anchors, by_assign, remap_source, retiles }, buffer_fallbacks)
     }
 
     /// The anchor whose assign result `op` reads as its primary operand, if any.
-    fn primary_anchor(&self, m: &Module, sim: &Sim, op: Op) -> Option<usize> {
-        primary_operand(m, &sim.phys, op)
+    fn primary_anchor(&self, m: &Module, plan: &Planner<'_>, op: Op) -> Option<usize> {
+        primary_operand(m, |x| plan.is_tiled(x), op)
             .and_then(|x| m.defining_op(x))
             .and_then(|o| self.by_assign.get(&o).copied())
     }
 
-    /// Chains: anchors joined by conflicts under `arr` (each anchor with its preference).
-    fn chains(&self, m: &Module, arr: &Arrangement, sim: &Sim) -> Vec<Vec<usize>> {
+    /// Chains: anchors joined by conflicts under `plan` (each anchor with its preference).
+    fn chains(&self, m: &Module, plan: &Planner<'_>) -> Vec<Vec<usize>> {
         let n = self.anchors.len();
         let mut parent: Vec<usize> = (0..n).collect();
         fn find(p: &mut [usize], mut x: usize) -> usize {
@@ -627,7 +476,7 @@ impl<'a> Ctx<'a> {
             x
         }
         let mut joined = vec![false; n];
-        for &(op, _, _) in &sim.converts {
+        for (op, _, _) in plan.converts() {
             // The anchor to vary: the converted assign, or the assign reading a converted view.
             let k = if m.op(op).def.is("layout.remap") {
                 let r = m.op(op).results[0];
@@ -636,7 +485,7 @@ impl<'a> Ctx<'a> {
                 self.by_assign.get(&op).copied()
             };
             let Some(k) = k else { continue };
-            if !matches!(arr[k], Layout::RTile(_)) {
+            if !matches!(plan.anchor_layout(k), Layout::RTile(_)) {
                 continue;
             }
             // Walk back through flexible ops to the FTD-D kernel that wrote the tensor.
@@ -654,7 +503,7 @@ impl<'a> Ctx<'a> {
                     _ => break,
                 }
             }
-            let Some(j) = producer.and_then(|o| self.primary_anchor(m, sim, o)) else { continue };
+            let Some(j) = producer.and_then(|o| self.primary_anchor(m, plan, o)) else { continue };
             let (a, b) = (find(&mut parent, k), find(&mut parent, j));
             parent[a] = b;
             joined[k] = true;
@@ -694,10 +543,57 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The layout a remap's source needs for a view in `tile`: tile-propagate's plain source tile,
+/// moved to a buffer when the profile cannot hold its image.
+fn view_source(p: &HardwareProfile, source: &[u64], tile: [u64; 2]) -> Option<Layout> {
+    crate::index_elim::plain_rtile(source, tile).map(|t| fit_storage(p, Layout::RTile(t)).0)
+}
+
+/// The remaps of `func` with a source requirement whose view an anchor reads.
+fn retiles(
+    m: &Module,
+    func: FuncId,
+    by_assign: &HashMap<Op, usize>,
+    remap_source: &HashMap<Op, Layout>,
+) -> Vec<Retile> {
+    let mut classes: HashMap<(String, Vec<u64>, Vec<u64>), usize> = HashMap::new();
+    let mut out = Vec::new();
+    for &op in &m.func(func).body {
+        let d = m.op(op);
+        let Some(source_req) = remap_source.get(&op) else { continue };
+        let (Some(Attr::Map(map)), Some(&r), Some(&x)) =
+            (d.attr("map"), d.results.first(), d.operands.first())
+        else {
+            continue;
+        };
+        let Some(anchor) = m.value(r).uses.iter().find_map(|u| by_assign.get(&u.op).copied())
+        else {
+            continue;
+        };
+        let (Type::Tensor(sink), Type::Tensor(source)) = (m.value_type(r), m.value_type(x)) else {
+            continue;
+        };
+        let (sink, source) = (sink.shape.to_vec(), source.shape.to_vec());
+        let n = classes.len();
+        let class = *classes.entry((map.to_string(), sink.clone(), source.clone())).or_insert(n);
+        out.push(Retile {
+            op,
+            anchor,
+            class,
+            map: maps::to_index_map(map),
+            sink,
+            source,
+            view: layout_of_attr(d.attr("fbc.layout")).unwrap_or(Layout::Linear),
+            source_req: source_req.clone(),
+        });
+    }
+    out
+}
+
 /// The operand an FTD-D kernel takes its tile from: operand 0 (the matmul's `a`, whose rows the
 /// result inherits; a reduction's input) when it is an R-Tile, else the largest R-Tile operand.
-fn primary_operand(m: &Module, phys: &HashMap<Value, Layout>, op: Op) -> Option<Value> {
-    let tiled = |x: &Value| matches!(phys.get(x), Some(Layout::RTile(_)));
+fn primary_operand(m: &Module, is_tiled: impl Fn(Value) -> bool, op: Op) -> Option<Value> {
+    let tiled = |x: &&Value| is_tiled(**x);
     let ops = &m.op(op).operands;
     ops.first()
         .filter(|x| tiled(x))
@@ -724,19 +620,7 @@ impl Pass for GlobalLayout {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = if !self.target.is_empty() {
-            fbc_target::builtin(&self.target).map_err(|e| {
-                vec![Diagnostic::error(format!("{NAME}: {e}")).with_note(format!(
-                    "builtin targets: {}",
-                    fbc_target::builtin_names().join(", ")
-                ))]
-            })?
-        } else if let Some(p) = cx.target {
-            p.clone()
-        } else {
-            fbc_target::builtin("generic")
-                .map_err(|e| vec![Diagnostic::error(format!("{NAME}: {e}"))])?
-        };
+        let p = crate::layout::rtile::profile(&self.target, cx, NAME)?;
         let mut funcs = Vec::new();
         for f in m.func_ids().collect::<Vec<_>>() {
             funcs.push(self.run_func(m, cx, &p, f));
@@ -759,14 +643,14 @@ impl GlobalLayout {
     ) -> serde_json::Value {
         let (ctx, buffer_fallbacks) = Ctx::new(m, p, self.strategy, f);
         cx.stats.add(NAME, "buffer-fallbacks", buffer_fallbacks);
-        let mut arr: Arrangement = ctx.anchors.iter().map(|a| a.pref.clone()).collect();
-        let mut sim = ctx.simulate(m, &arr);
+        let prefs: Arrangement = ctx.anchors.iter().map(|a| a.pref.clone()).collect();
+        let mut plan = Planner::new(m, &ctx, &prefs);
         let mut chain_records = Vec::new();
         // Layers repeat: a chain with the same anchors (shapes, readers, preferences,
         // candidates) as one already searched gets the same decision without a new search.
         let mut decided: HashMap<String, Arrangement> = HashMap::new();
         if self.strategy == Strategy::FbLayout {
-            for chain in ctx.chains(m, &arr, &sim) {
+            for chain in ctx.chains(m, &plan) {
                 cx.stats.add(NAME, "chains", 1);
                 let signature = format!(
                     "{:?}",
@@ -774,48 +658,50 @@ impl GlobalLayout {
                         .iter()
                         .map(|&k| {
                             let a = &ctx.anchors[k];
-                            (&a.pref, &a.desc, &a.consumers, &a.candidates, &arr[k])
+                            (&a.pref, &a.desc, &a.consumers, &a.candidates, plan.anchor_layout(k))
                         })
                         .collect::<Vec<_>>()
                 );
                 if let Some(layouts) = decided.get(&signature) {
-                    for (&k, l) in chain.iter().zip(layouts) {
-                        arr[k] = l.clone();
-                    }
-                    sim = ctx.simulate(m, &arr);
+                    let changes: Changes =
+                        chain.iter().copied().zip(layouts.iter().cloned()).collect();
+                    plan.set(&changes);
+                    plan.commit();
                     cx.stats.add(NAME, "chains-reused", 1);
                     continue;
                 }
-                let base = sim.cost();
-                let mut best: Option<(f64, Arrangement, [u64; 2])> = None;
+                let base = plan.cost();
+                let mut best: Option<(f64, Changes, [u64; 2])> = None;
                 let mut tries = Vec::new();
                 for tile in ctx.ranked_tiles(&chain) {
                     cx.stats.add(NAME, "greedy-tries", 1);
-                    let mut trial = arr.clone();
-                    for &k in &chain {
-                        let a = &ctx.anchors[k];
-                        let cons: Vec<Consumer> = a.consumers.iter().map(|c| c.0).collect();
-                        if let Some(l) =
+                    let before_try = plan.mark();
+                    let uniform: Changes = chain
+                        .iter()
+                        .filter_map(|&k| {
+                            let a = &ctx.anchors[k];
+                            let cons: Vec<Consumer> = a.consumers.iter().map(|c| c.0).collect();
                             adapt(p, m, a.tensor, tile, Some(&a.pref), &a.candidates, &cons)
-                        {
-                            trial[k] = l;
-                        }
-                    }
-                    let mut cost = ctx.simulate(m, &trial).cost();
+                                .map(|l| (k, l))
+                        })
+                        .collect();
+                    plan.set(&uniform);
+                    let mut cost = plan.cost();
                     // Transformations only where they pay: an anchor goes back to its own
                     // preference (with a conversion) when that lowers the total.
                     let mut kept_own = Vec::new();
                     for &k in &chain {
-                        if trial[k] == ctx.anchors[k].pref {
+                        if *plan.anchor_layout(k) == ctx.anchors[k].pref {
                             continue;
                         }
-                        let mut alt = trial.clone();
-                        alt[k] = ctx.anchors[k].pref.clone();
-                        let c = ctx.simulate(m, &alt).cost();
+                        let before_alt = plan.mark();
+                        plan.set(&[(k, ctx.anchors[k].pref.clone())]);
+                        let c = plan.cost();
                         if c < cost {
-                            trial = alt;
                             cost = c;
                             kept_own.push(value_name(m, ctx.anchors[k].tensor));
+                        } else {
+                            plan.undo(before_alt);
                         }
                     }
                     tries.push(json!({
@@ -824,33 +710,51 @@ impl GlobalLayout {
                         "own_layout_kept": kept_own,
                     }));
                     if best.as_ref().is_none_or(|b| cost < b.0) {
-                        best = Some((cost, trial, tile));
+                        let layouts =
+                            chain.iter().map(|&k| (k, plan.anchor_layout(k).clone())).collect();
+                        best = Some((cost, layouts, tile));
                     }
+                    plan.undo(before_try);
                 }
                 let names: Vec<String> =
                     chain.iter().map(|&k| value_name(m, ctx.anchors[k].tensor)).collect();
                 let prefs: Vec<String> =
                     chain.iter().map(|&k| layout_text(&ctx.anchors[k].pref)).collect();
                 let mut chosen = json!(null);
-                if let Some((cost, trial, tile)) = best {
+                if let Some((cost, layouts, tile)) = best {
                     if cost < base {
-                        arr = trial;
-                        sim = ctx.simulate(m, &arr);
+                        plan.set(&layouts);
                         chosen = json!(tile);
                     }
                 }
-                decided.insert(signature, chain.iter().map(|&k| arr[k].clone()).collect());
+                plan.commit();
+                decided.insert(
+                    signature,
+                    chain.iter().map(|&k| plan.anchor_layout(k).clone()).collect(),
+                );
+                let final_layouts: Vec<String> =
+                    chain.iter().map(|&k| layout_text(plan.anchor_layout(k))).collect();
                 chain_records.push(json!({
                     "anchors": names,
                     "preferred": prefs,
                     "own_layouts_cost_us": us(base),
                     "tries": tries,
                     "chosen_tile": chosen,
-                    "final": chain.iter().map(|&k| layout_text(&arr[k])).collect::<Vec<_>>(),
-                    "cost_us": us(sim.cost()),
+                    "final": final_layouts,
+                    "cost_us": us(plan.cost()),
                 }));
             }
         }
+        let arr: Arrangement =
+            (0..ctx.anchors.len()).map(|k| plan.anchor_layout(k).clone()).collect();
+        let sim = Sim {
+            phys: plan.phys_map(),
+            converts: plan.converts(),
+            compute_s: plan.compute_s(),
+            convert_s: plan.convert_s(),
+            retiled: plan.retiled(),
+        };
+        drop(plan);
         let fallback_s: f64 = m
             .func(f)
             .body
@@ -935,6 +839,14 @@ fn apply(
         converts += 1;
     }
     cx.stats.add(NAME, "converts", converts);
+    // Views that followed their anchor to another tile.
+    for (op, view, tile_map) in &sim.retiled {
+        m.set_attr(*op, "fbc.layout", view.to_attr());
+        if let Some(tm) = tile_map {
+            m.set_attr(*op, "fbc.tile_map", Attr::Map(tm.clone()));
+        }
+    }
+    cx.stats.add(NAME, "retiled-views", sim.retiled.len() as i64);
     // Producers say what their kernels write.
     for op in m.func(f).body.clone() {
         let d = m.op(op);
@@ -954,10 +866,11 @@ fn apply(
         .iter()
         .map(|a| match sim.phys.get(a) {
             Some(l @ Layout::RTile(_)) => l.to_attr(),
-            _ => Attr::Unit,
+            _ => Layout::Linear.to_attr(),
         })
         .collect();
-    let boundary = layouts.iter().filter(|a| !matches!(a, Attr::Unit)).count() as i64;
+    let boundary =
+        args.iter().filter(|a| matches!(sim.phys.get(a), Some(Layout::RTile(_)))).count() as i64;
     cx.stats.add(NAME, "boundary-converts", boundary);
     let attrs = &mut m.func_mut(f).attrs;
     attrs.retain(|(k, _)| k != "fbc.arg_layouts");

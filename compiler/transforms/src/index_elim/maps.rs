@@ -13,7 +13,7 @@
 //! two's complement), so a printed map means exactly what the simplifier proved. Back ends lower
 //! power-of-two div/mod to shifts.
 
-use fbc_index::{Expr, IndexMap};
+use fbc_index::{BinOp as IndexOp, Expr, IndexMap};
 use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap, Attr, Module, Op};
 
@@ -126,25 +126,45 @@ pub fn compose_chain(maps: &[IndexMap]) -> Option<IndexMap> {
     rest.iter().try_fold(first.clone(), |acc, m| acc.compose(m).ok())
 }
 
+/// The index language's operator for an IR operator (the IR's six are a subset).
+fn index_op(op: BinOp) -> IndexOp {
+    match op {
+        BinOp::Add => IndexOp::Add,
+        BinOp::Sub => IndexOp::Sub,
+        BinOp::Mul => IndexOp::Mul,
+        BinOp::FloorDiv => IndexOp::FloorDiv,
+        BinOp::CeilDiv => IndexOp::CeilDiv,
+        BinOp::Mod => IndexOp::Mod,
+    }
+}
+
+/// The IR operator of an index-language operator, `None` for those the IR lacks.
+fn ir_op(op: IndexOp) -> Option<BinOp> {
+    Some(match op {
+        IndexOp::Add => BinOp::Add,
+        IndexOp::Sub => BinOp::Sub,
+        IndexOp::Mul => BinOp::Mul,
+        IndexOp::FloorDiv => BinOp::FloorDiv,
+        IndexOp::CeilDiv => BinOp::CeilDiv,
+        IndexOp::Mod => BinOp::Mod,
+        IndexOp::Shl | IndexOp::Shr | IndexOp::And | IndexOp::Min | IndexOp::Max => return None,
+    })
+}
+
+/// An IR index expression in the index language (exactly: the IR's operators are a subset with
+/// the same semantics).
 pub fn to_index_expr(e: &AffineExpr) -> Expr {
     match e {
         AffineExpr::Var(v) => Expr::Var(v.clone()),
         AffineExpr::Const(c) => Expr::Const(*c),
-        AffineExpr::Neg(a) => Expr::Neg(Box::new(to_index_expr(a))),
+        AffineExpr::Neg(a) => Expr::negate(to_index_expr(a)),
         AffineExpr::Bin(op, a, b) => {
-            let (a, b) = (Box::new(to_index_expr(a)), Box::new(to_index_expr(b)));
-            match op {
-                BinOp::Add => Expr::Add(a, b),
-                BinOp::Sub => Expr::Sub(a, b),
-                BinOp::Mul => Expr::Mul(a, b),
-                BinOp::FloorDiv => Expr::FloorDiv(a, b),
-                BinOp::CeilDiv => Expr::CeilDiv(a, b),
-                BinOp::Mod => Expr::Mod(a, b),
-            }
+            Expr::binary(index_op(*op), to_index_expr(a), to_index_expr(b))
         }
     }
 }
 
+/// An IR map in the index language.
 pub fn to_index_map(m: &AffineMap) -> IndexMap {
     IndexMap {
         dims: m.dims.clone(),
@@ -159,20 +179,11 @@ fn pow2_of_mask(m: i64) -> Option<i64> {
 
 /// Back to the IR's affine syntax; `None` for `min`/`max` or shifts by non-constants.
 pub fn from_index_expr(e: &Expr) -> Option<AffineExpr> {
-    let bin = |op, a: &Expr, b: &Expr| -> Option<AffineExpr> {
-        Some(AffineExpr::Bin(op, Box::new(from_index_expr(a)?), Box::new(from_index_expr(b)?)))
-    };
     let konst = |c: i64| Box::new(AffineExpr::Const(c));
     Some(match e {
         Expr::Const(c) => AffineExpr::Const(*c),
         Expr::Var(v) => AffineExpr::Var(v.clone()),
         Expr::Neg(a) => AffineExpr::Neg(Box::new(from_index_expr(a)?)),
-        Expr::Add(a, b) => bin(BinOp::Add, a, b)?,
-        Expr::Sub(a, b) => bin(BinOp::Sub, a, b)?,
-        Expr::Mul(a, b) => bin(BinOp::Mul, a, b)?,
-        Expr::FloorDiv(a, b) => bin(BinOp::FloorDiv, a, b)?,
-        Expr::CeilDiv(a, b) => bin(BinOp::CeilDiv, a, b)?,
-        Expr::Mod(a, b) => bin(BinOp::Mod, a, b)?,
         Expr::Shl(a, b) => match **b {
             Expr::Const(k) if (0..63).contains(&k) => {
                 AffineExpr::Bin(BinOp::Mul, Box::new(from_index_expr(a)?), konst(1 << k))
@@ -191,10 +202,19 @@ pub fn from_index_expr(e: &Expr) -> Option<AffineExpr> {
             }
             _ => return None,
         },
-        Expr::Min(..) | Expr::Max(..) => return None,
+        other => {
+            let (op, a, b) = other.as_binary()?;
+            AffineExpr::Bin(
+                ir_op(op)?,
+                Box::new(from_index_expr(a)?),
+                Box::new(from_index_expr(b)?),
+            )
+        }
     })
 }
 
+/// Back to an IR map; `None` when a result uses what the IR cannot spell
+/// ([`from_index_expr`]).
 pub fn from_index_map(m: &IndexMap) -> Option<AffineMap> {
     Some(AffineMap {
         dims: m.dims.clone(),
@@ -205,7 +225,50 @@ pub fn from_index_map(m: &IndexMap) -> Option<AffineMap> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    const IR_OPS: [BinOp; 6] =
+        [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::FloorDiv, BinOp::CeilDiv, BinOp::Mod];
+
+    /// IR expressions over `d0..d2`, with divisors of every sign and the i64 extremes.
+    fn ir_expr() -> impl Strategy<Value = AffineExpr> {
+        let leaf = prop_oneof![
+            (0usize..3).prop_map(|k| AffineExpr::Var(format!("d{k}"))),
+            (-70i64..70).prop_map(AffineExpr::Const),
+            prop_oneof![Just(i64::MAX), Just(i64::MIN)].prop_map(AffineExpr::Const),
+        ];
+        leaf.prop_recursive(4, 24, 2, |inner| {
+            prop_oneof![
+                inner.clone().prop_map(|a| AffineExpr::Neg(Box::new(a))),
+                (0usize..6, inner.clone(), inner).prop_map(|(k, a, b)| AffineExpr::Bin(
+                    IR_OPS[k],
+                    Box::new(a),
+                    Box::new(b)
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The IR's evaluator (`AffineExpr::eval`, behind the interpreter's `layout.remap`) and
+        /// the index language's (behind every simplification) are twins: they must agree on
+        /// every expression, undefined results included, and the conversion must round-trip.
+        #[test]
+        fn ir_and_index_semantics_agree(e in ir_expr(), v in prop::array::uniform3(-100i64..100)) {
+            let env = |n: &str| match n {
+                "d0" => Some(v[0]),
+                "d1" => Some(v[1]),
+                "d2" => Some(v[2]),
+                _ => None,
+            };
+            let ix = to_index_expr(&e);
+            prop_assert_eq!(e.eval(&env), ix.eval(&env), "{}", e);
+            prop_assert_eq!(fbc_dialects::layout::map::eval_expr(&e, &env), ix.eval(&env));
+            prop_assert_eq!(from_index_expr(&ix), Some(e.clone()));
+        }
+    }
 
     fn eval(m: &IndexMap, idx: &[i64]) -> Vec<i64> {
         m.eval(idx).expect("defined")

@@ -178,11 +178,15 @@ fn decide(
     result
 }
 
-fn rtile_attr(shape: &[u64], tile: [u64; 2]) -> Option<Attr> {
+/// The R-Tile a chain's source (or a sink with no selected R-Tile) keeps: `tile` in row strips,
+/// the last axis horizontal, in an image.
+pub fn plain_rtile(shape: &[u64], tile: [u64; 2]) -> Option<RTile> {
     let horizontal = shape.len().checked_sub(1)? as u64;
-    RTile::for_shape(shape, tile, Intra::Rows, horizontal, Storage::Image2d)
-        .ok()
-        .map(|t| t.to_attr())
+    RTile::for_shape(shape, tile, Intra::Rows, horizontal, Storage::Image2d).ok()
+}
+
+fn rtile_attr(shape: &[u64], tile: [u64; 2]) -> Option<Attr> {
+    plain_rtile(shape, tile).map(|t| t.to_attr())
 }
 
 #[derive(Debug)]

@@ -46,7 +46,7 @@ pub const DEFAULT_MAX_PADDING: f64 = 0.10;
 const POOL_MAX: u64 = 256;
 
 /// What the candidate generator needs to know about a tensor.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CandidateInput {
     pub shape: Vec<u64>,
     pub elem_bytes: u64,

@@ -90,7 +90,7 @@ impl Axis2 {
 }
 
 /// How a consumer uses the tensor.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConsumerKind {
     /// A matmul operand. `p_is_out_last`: the tensor's parallel axis is the axis the matmul's
     /// result is packed along (operand `b`; `false` for `a`). `other`: the result's extent
@@ -102,7 +102,7 @@ pub enum ConsumerKind {
 }
 
 /// One reduction op reading the tensor.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Consumer {
     /// The tiled axis it reduces.
     pub reduce: Axis2,
@@ -110,7 +110,7 @@ pub struct Consumer {
 }
 
 /// The tensor being laid out.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorDesc {
     pub shape: Vec<u64>,
     pub elem_bytes: u64,

@@ -8,7 +8,8 @@
 //! producing op (`fbc.rtile_candidates.N` for result `N > 0`), or on the function as
 //! `fbc.rtile_candidates.argN` for argument `N`. An empty list means no tile survived.
 //! Counters: `tensors`, `initial`, `after-c1`, `after-c2`, `after-c3` (summed over tensors);
-//! the record `rtile-candidates` lists each tensor's counts.
+//! the record `rtile-candidates` lists each tensor's counts. Generation is memoised on the
+//! generator's input (layers repeat).
 //!
 //! **`rtile-select{target= print=false}`** scores, for every R-Tile tensor with at least one
 //! reduction consumer the model understands (one tiled axis reduced), the linear layout and
@@ -19,10 +20,15 @@
 //! fbc.linear_score = L}` placed right after `%t`'s definition (at the top of the body for
 //! arguments), and every other user of `%t` reads `%t_rt`. Tensors already read through a
 //! `layout.assign` are left alone, so the pass is idempotent. Counters: `tensors`, `rtile`,
-//! `linear`; the record `rtile-select` has every score; `print=true` writes a report to stderr.
+//! `linear`; the record `rtile-select` has every score, each distinct selection once
+//! (`selections`: consumers, scores, the index of the winner; transformer layers repeat them) and
+//! per tensor its `selection` and `chosen` layout; `print=true` writes a report to stderr.
+//! Scoring and candidate parsing ([`CandidateReader`]) are memoised on their inputs.
 //!
 //! Both take the profile from the option `target` (a builtin name), else the pipeline's target,
 //! else `generic`.
+
+use std::collections::HashMap;
 
 use fbc_dialects::layout::{Layout, RTile};
 use fbc_ir::{
@@ -38,8 +44,9 @@ use super::perf_model::{self, Axis2, Consumer, ConsumerKind, TensorDesc};
 pub const CANDIDATES: &str = "rtile-candidates";
 pub const SELECT: &str = "rtile-select";
 
-/// The profile a pass uses: its `target` option, the pipeline's, or `generic`.
-fn profile(
+/// The profile a pass uses: its `target` option (a builtin name), the pipeline's, or `generic`;
+/// an unknown name is an error that lists the builtin targets.
+pub(crate) fn profile(
     option: &str,
     cx: &PassContext<'_>,
     pass: &str,
@@ -134,34 +141,61 @@ fn write_candidates(m: &mut Module, v: Value, list: Attr) {
     }
 }
 
+fn candidates_attr(m: &Module, v: Value) -> Option<&Attr> {
+    match slot(m, v) {
+        Slot::Op(op, key) => m.op(op).attr(&key),
+        Slot::Func(f, key) => m.func(f).attr(&key),
+    }
+}
+
 /// The recorded candidates of `v`: `None` when none are recorded, an error message when the
 /// record is malformed.
 pub fn read_candidates(m: &Module, v: Value) -> Option<Result<Vec<RTile>, String>> {
-    let attr = match slot(m, v) {
-        Slot::Op(op, key) => m.op(op).attr(&key).cloned(),
-        Slot::Func(f, key) => m.func(f).attr(&key).cloned(),
-    }?;
+    Some(parse_candidates(m, v, candidates_attr(m, v)?))
+}
+
+fn parse_candidates(m: &Module, v: Value, attr: &Attr) -> Result<Vec<RTile>, String> {
     let Some(items) = attr.as_array() else {
-        return Some(Err(format!(
-            "the R-Tile candidates of {} are not an array",
-            value_name(m, v)
-        )));
+        return Err(format!("the R-Tile candidates of {} are not an array", value_name(m, v)));
     };
     let Type::Tensor(t) = m.value_type(v) else {
-        return Some(Err(format!("{} is not a tensor", value_name(m, v))));
+        return Err(format!("{} is not a tensor", value_name(m, v)));
     };
     // Each candidate must fit the tensor: select writes the winner into a verified op.
-    Some(
-        items
-            .iter()
-            .map(|a| {
-                let r = RTile::from_attr(a)?;
-                r.check_type(t)?;
-                Ok(r)
-            })
-            .collect::<Result<Vec<_>, fbc_dialects::layout::LayoutError>>()
-            .map_err(|e| format!("an R-Tile candidate of {}: {e}", value_name(m, v))),
-    )
+    items
+        .iter()
+        .map(|a| {
+            let r = RTile::from_attr(a)?;
+            r.check_type(t)?;
+            Ok(r)
+        })
+        .collect::<Result<Vec<_>, fbc_dialects::layout::LayoutError>>()
+        .map_err(|e| format!("an R-Tile candidate of {}: {e}", value_name(m, v)))
+}
+
+/// [`read_candidates`] with a memory: transformer layers record the same lists on tensors of
+/// the same type, and parsing them is most of the cost of reading them.
+#[derive(Debug, Default)]
+pub struct CandidateReader {
+    parsed: HashMap<Attr, Vec<(Type, Vec<RTile>)>>,
+}
+
+impl CandidateReader {
+    /// The recorded candidates of `v`, as [`read_candidates`] gives them.
+    pub fn read(&mut self, m: &Module, v: Value) -> Option<Result<Vec<RTile>, String>> {
+        let attr = candidates_attr(m, v)?;
+        let ty = m.value_type(v);
+        if let Some(seen) = self.parsed.get(attr) {
+            if let Some((_, c)) = seen.iter().find(|(t, _)| t == ty) {
+                return Some(Ok(c.clone()));
+            }
+        }
+        let parsed = parse_candidates(m, v, attr);
+        if let Ok(c) = &parsed {
+            self.parsed.entry(attr.clone()).or_default().push((ty.clone(), c.clone()));
+        }
+        Some(parsed)
+    }
 }
 
 #[derive(Debug)]
@@ -178,15 +212,26 @@ impl Pass for RTileCandidates {
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
         let p = profile(&self.target, cx, CANDIDATES)?;
         let mut records = Vec::new();
+        // Layers repeat: generate (and build the attribute of) each distinct input once.
+        let mut memo: HashMap<CandidateInput, ([usize; 4], Attr)> = HashMap::new();
         for v in rtile_tensors(m) {
             let Some(input) = candidate_input(m, v) else { continue };
-            let rep = candidates::generate(&p, &input, self.max_padding);
-            for (k, n) in [
-                ("initial", rep.initial.len()),
-                ("after-c1", rep.after_c1.len()),
-                ("after-c2", rep.after_c2.len()),
-                ("after-c3", rep.after_c3.len()),
-            ] {
+            let (counts, list) = match memo.get(&input) {
+                Some(hit) => hit.clone(),
+                None => {
+                    let rep = candidates::generate(&p, &input, self.max_padding);
+                    let counts = [
+                        rep.initial.len(),
+                        rep.after_c1.len(),
+                        rep.after_c2.len(),
+                        rep.after_c3.len(),
+                    ];
+                    let list = Attr::Array(rep.candidates.iter().map(RTile::to_attr).collect());
+                    memo.insert(input.clone(), (counts, list.clone()));
+                    (counts, list)
+                }
+            };
+            for (k, n) in ["initial", "after-c1", "after-c2", "after-c3"].into_iter().zip(counts) {
                 cx.stats.add(CANDIDATES, k, n as i64);
             }
             cx.stats.add(CANDIDATES, "tensors", 1);
@@ -194,12 +239,11 @@ impl Pass for RTileCandidates {
                 "tensor": value_name(m, v),
                 "shape": input.shape,
                 "parallel": input.parallel,
-                "initial": rep.initial.len(),
-                "after_c1": rep.after_c1.len(),
-                "after_c2": rep.after_c2.len(),
-                "after_c3": rep.after_c3.len(),
+                "initial": counts[0],
+                "after_c1": counts[1],
+                "after_c2": counts[2],
+                "after_c3": counts[3],
             }));
-            let list = Attr::Array(rep.candidates.iter().map(RTile::to_attr).collect());
             write_candidates(m, v, list);
         }
         cx.stats.records.insert(CANDIDATES.into(), json!({ "target": p.name, "tensors": records }));
@@ -271,6 +315,23 @@ fn consumer_text(c: &Consumer) -> String {
     }
 }
 
+/// The record of one selection: its consumers and every layout's scores.
+fn selection_record(sel: &Selection) -> serde_json::Value {
+    json!({
+        "consumers": sel.consumers.iter().map(consumer_text).collect::<Vec<_>>(),
+        "scores": sel.scored.iter().map(|s| json!({
+            "layout": s.layout.to_string(),
+            "total": round2(s.total),
+            "per_consumer": s.per_consumer.iter().map(|x| x.map(|x| json!({
+                "gflops": round2(x.gflops),
+                "mem_eff": (x.mem_eff * 1e4).round() / 1e4,
+                "perf": round2(x.perf),
+            }))).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "chosen": sel.best,
+    })
+}
+
 /// A human-readable report of one selection (what `rtile-select{print=true}` prints).
 pub fn selection_text(name: &str, ty: &str, sel: &Selection) -> String {
     let mut s = format!("{name} : {ty}\n");
@@ -323,8 +384,14 @@ impl Pass for RTileSelect {
         let p = profile(&self.target, cx, SELECT)?;
         let mut records = Vec::new();
         let mut report = String::new();
-        let mut memo: std::collections::HashMap<String, Selection> =
-            std::collections::HashMap::new();
+        // Transformer layers repeat the same tensors; scoring is pure in its inputs, so a
+        // 16-layer graph scores each distinct (tensor shape, consumers, candidates) once, and the
+        // record lists each distinct selection once.
+        type Key = (TensorDesc, Vec<Consumer>, Vec<RTile>);
+        let mut memo: HashMap<Key, usize> = HashMap::new();
+        let mut selections: Vec<(Selection, String)> = Vec::new();
+        let mut selection_records = Vec::new();
+        let mut reader = CandidateReader::default();
         for v in rtile_tensors(m) {
             if m.value(v).uses.iter().any(|u| m.op(u.op).def.is("layout.assign")) {
                 continue; // Already annotated (an earlier run, or the user).
@@ -333,7 +400,7 @@ impl Pass for RTileSelect {
             if input.consumers.is_empty() {
                 continue;
             }
-            let cands = match read_candidates(m, v) {
+            let cands = match reader.read(m, v) {
                 Some(Ok(c)) => c,
                 Some(Err(msg)) => {
                     let span = match m.value(v).def {
@@ -347,33 +414,26 @@ impl Pass for RTileSelect {
                 }
             };
             let desc = TensorDesc { shape: input.shape.clone(), elem_bytes: input.elem_bytes };
-            // Transformer layers repeat the same tensors; scoring is pure in its inputs, so a
-            // 16-layer graph scores each distinct (shape, consumers, candidates) once.
-            let key = format!("{desc:?}|{:?}|{cands:?}", input.consumers);
-            let sel = memo
-                .entry(key)
-                .or_insert_with(|| select(&p, &desc, &input.consumers, &cands))
-                .clone();
+            let index = *memo.entry((desc, input.consumers, cands)).or_insert_with_key(|key| {
+                let (desc, consumers, cands) = key;
+                let sel = select(&p, desc, consumers, cands);
+                selection_records.push(selection_record(&sel));
+                let chosen = sel.scored[sel.best].layout.to_string();
+                selections.push((sel, chosen));
+                selections.len() - 1
+            });
+            let (sel, chosen_text) = &selections[index];
             cx.stats.add(SELECT, "tensors", 1);
             let name = value_name(m, v);
             let ty = m.value_type(v).to_string();
             if self.print {
-                report.push_str(&selection_text(&name, &ty, &sel));
+                report.push_str(&selection_text(&name, &ty, sel));
             }
             records.push(json!({
                 "tensor": name,
                 "type": ty,
-                "consumers": sel.consumers.iter().map(consumer_text).collect::<Vec<_>>(),
-                "scores": sel.scored.iter().map(|s| json!({
-                    "layout": s.layout.to_string(),
-                    "total": round2(s.total),
-                    "per_consumer": s.per_consumer.iter().map(|x| x.map(|x| json!({
-                        "gflops": round2(x.gflops),
-                        "mem_eff": (x.mem_eff * 1e4).round() / 1e4,
-                        "perf": round2(x.perf),
-                    }))).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
-                "chosen": sel.scored[sel.best].layout.to_string(),
+                "selection": index,
+                "chosen": chosen_text,
             }));
             let chosen = &sel.scored[sel.best];
             let Layout::RTile(rt) = chosen.layout else {
@@ -391,7 +451,10 @@ impl Pass for RTileSelect {
         if self.print {
             eprint!("{report}");
         }
-        cx.stats.records.insert(SELECT.into(), json!({ "target": p.name, "tensors": records }));
+        cx.stats.records.insert(
+            SELECT.into(),
+            json!({ "target": p.name, "selections": selection_records, "tensors": records }),
+        );
         Ok(())
     }
 }
