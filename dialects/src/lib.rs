@@ -5,12 +5,15 @@
 //! declared here.
 
 pub mod layout;
+pub mod memory;
 pub mod tensor;
 
-/// The registry of every op fbc knows: `func.*` (from the IR core) and `tensor.*`.
+/// The registry of every op fbc knows: `func.*` (from the IR core), `tensor.*`, `layout.*` and
+/// `memory.*`.
 pub fn registry() -> fbc_ir::OpRegistry {
     let mut r = fbc_ir::OpRegistry::new();
     tensor::register(&mut r);
     layout::register(&mut r);
+    memory::register(&mut r);
     r
 }

@@ -71,7 +71,7 @@ fn every_op_is_registered_with_its_class() {
     for name in ["func.return", "func.call"] {
         assert!(reg.get(name).is_some());
     }
-    assert_eq!(reg.dialects(), ["func", "layout", "tensor"]);
+    assert_eq!(reg.dialects(), ["func", "layout", "memory", "tensor"]);
 }
 
 #[test]

@@ -18,6 +18,10 @@
 //!   element type) and converted to the mode's storage.
 //! - Values are dropped after their last use, so peak memory is the live set, not the whole
 //!   function.
+//! - Memory-dialect ops (`interp/memory.rs`) keep storage beside the tensor values of a frame:
+//!   uploads pack tensors by their layout, launches run through a [`Launcher`] (the reference
+//!   executor of `crate::memory` unless [`Interpreter::run_with_launcher`] is given another),
+//!   downloads unpack. A lowered function therefore runs like the tensor function it came from.
 //!
 //! [`random_inputs`] makes deterministic inputs for any function, and [`check_equivalent`] runs a
 //! function of two modules (before and after a transformation) on the same random inputs and
@@ -25,6 +29,7 @@
 
 mod equiv;
 mod error;
+mod memory;
 mod ops;
 mod random;
 mod value;
@@ -38,6 +43,8 @@ pub use equiv::{check_equivalent, compare_values, Tolerance};
 pub use error::InterpError;
 pub use random::{index_bound, random_input, random_inputs, DEFAULT_INDEX_BOUND};
 pub use value::{Mode, Value};
+
+pub use crate::memory::{Launcher, ReferenceLauncher};
 
 /// How the interpreter runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,10 +62,19 @@ impl Default for Options {
     }
 }
 
-/// Whether `name` is an op the interpreter can execute (`func.call`, `func.return` and every op
-/// in the dispatch table).
+/// Whether `name` is an op the interpreter can execute (`func.call`, `func.return`, the memory
+/// ops and every op in the dispatch table).
 pub fn supports(name: &str) -> bool {
-    matches!(name, "func.call" | "func.return") || ops::kernel(name).is_some()
+    matches!(
+        name,
+        "func.call"
+            | "func.return"
+            | "memory.alloc"
+            | "memory.dealloc"
+            | "memory.upload"
+            | "memory.download"
+            | "memory.launch"
+    ) || ops::kernel(name).is_some()
 }
 
 /// Runs functions of one module.
@@ -93,8 +109,30 @@ impl<'m> Interpreter<'m> {
         self.run_id(id, inputs)
     }
 
+    /// [`Interpreter::run`] with `memory.launch` ops executed by `launcher` instead of the
+    /// reference executor (a native back end plugs in here).
+    pub fn run_with_launcher(
+        &self,
+        func: &str,
+        inputs: Vec<Value>,
+        launcher: &mut dyn Launcher,
+    ) -> Result<Vec<Value>, InterpError> {
+        let id = find_func(self.module, func)?;
+        self.run_id_with_launcher(id, inputs, launcher)
+    }
+
     /// [`Interpreter::run`] for a function handle.
     pub fn run_id(&self, func: FuncId, inputs: Vec<Value>) -> Result<Vec<Value>, InterpError> {
+        self.run_id_with_launcher(func, inputs, &mut ReferenceLauncher)
+    }
+
+    /// [`Interpreter::run_with_launcher`] for a function handle.
+    pub fn run_id_with_launcher(
+        &self,
+        func: FuncId,
+        inputs: Vec<Value>,
+        launcher: &mut dyn Launcher,
+    ) -> Result<Vec<Value>, InterpError> {
         let f = self.module.func(func);
         if inputs.len() != f.args.len() {
             return Err(InterpError::ArgumentCount {
@@ -127,7 +165,7 @@ impl<'m> Interpreter<'m> {
                 .map_err(|v| argument_error(v.to_string()))?;
             args.push(Rc::new(v));
         }
-        let results = self.call(func, args, 0)?;
+        let results = self.call(func, args, 0, launcher)?;
         // Results shared with the caller's frame only; unwrap without copying when possible.
         Ok(results
             .into_iter()
@@ -141,6 +179,7 @@ impl<'m> Interpreter<'m> {
         func: FuncId,
         args: Vec<Rc<Value>>,
         depth: usize,
+        launcher: &mut dyn Launcher,
     ) -> Result<Vec<Rc<Value>>, InterpError> {
         let module = self.module;
         let f = module.func(func);
@@ -156,8 +195,25 @@ impl<'m> Interpreter<'m> {
                 last_use.insert(v, pos);
             }
         }
+        let mut mem = memory::MemEnv::new();
         for (pos, &op) in f.body.iter().enumerate() {
             let d = module.op(op);
+            if d.def.dialect() == "memory" {
+                memory::execute(module, d, &mut env, &mut mem, launcher, self.options.mode)?;
+                for &r in &d.results {
+                    if !last_use.contains_key(&r) {
+                        env.remove(&r);
+                        mem.remove(&r);
+                    }
+                }
+                for v in &d.operands {
+                    if last_use.get(v) == Some(&pos) {
+                        env.remove(v);
+                        mem.remove(v);
+                    }
+                }
+                continue;
+            }
             let mut operands = Vec::with_capacity(d.operands.len());
             for (i, v) in d.operands.iter().enumerate() {
                 let value = env.get(v).cloned().ok_or_else(|| InterpError::Op {
@@ -188,7 +244,7 @@ impl<'m> Interpreter<'m> {
                             span: d.span,
                         });
                     }
-                    self.call(target, operands, depth + 1)?
+                    self.call(target, operands, depth + 1, launcher)?
                 }
                 _ => {
                     let refs: Vec<&Value> = operands.iter().map(|v| v.as_ref()).collect();

@@ -1,0 +1,736 @@
+//! [`Kernel`]: what one `memory.launch` computes, as data every back end consumes.
+//!
+//! A launch is a `linalg.generic` on storage. It has an iteration `domain` of static extents,
+//! parallel dimensions first, then reduction dimensions. Every operand (inputs, then the one
+//! output, last) has an index map from the domain dimensions `(d0, ..., dn-1)` to its storage
+//! coordinates: one result (the element offset) for a buffer, three (`x`, `y`, channel `c`) for an
+//! image. For every point of the parallel sub-domain the launch computes
+//!
+//! ```text
+//! if guard holds:   acc = combine over the reduction sub-domain of body(point)   (no reduction: acc = body(point))
+//!                   out[map_out(point)] = epilogue(acc)                            (no epilogue: acc)
+//! else:             out[map_out(point)] = 0
+//! ```
+//!
+//! `body` is a [`Scalar`] expression over the operands read at their maps ([`Scalar::In`]), the
+//! domain indices ([`Scalar::Dim`]) and explicit loads ([`Scalar::Load`]); `epilogue` may also
+//! read [`Scalar::Acc`]. Reductions combine in domain order (row-major over the reduction dims),
+//! which is the reference interpreter's summation order.
+//!
+//! An image output can only be written a whole texel at a time, so a launch whose output is an
+//! image has the channel as its last parallel dimension, of extent 4, and the output map's third
+//! result is exactly that dimension: back ends compute the four channels of a texel in one
+//! work-item and write them together. Padding of tiled layouts is where the `guard` fails.
+//!
+//! # Text form of `body` and `epilogue` (a string attribute)
+//!
+//! C-like expressions: `x0`..`xK` (operand K at its map), `x1[e]` (operand 1, a buffer, at the
+//! element offset `e`), `d0`..`dN` (domain indices), `acc`, integer literals (`64`) and float
+//! literals (`64.0`, `1.0e-5`, `inf`, `nan`), unary `-` and `!`, binary `* / %`, `+ -`,
+//! `< <= > >= == !=`, `&&`, `||`, the calls `exp log sqrt rsqrt tanh erf sigmoid abs floor
+//! int float max min` and `select(c, a, b)`. Values are `f32` or 64-bit integers: integer
+//! literals, dims, `int(..)`, comparisons and reads of `i32` storage are integers; arithmetic on two
+//! integers stays integer (`/` and `%` floor), mixed arithmetic converts the integer to `f32`.
+//!
+//! The parser and printer are in [`scalar`](super::scalar) (`Scalar::parse`, `Display`; they
+//! round-trip), with the value semantics every back end reproduces (`apply_un`, `apply_bin`,
+//! `Scalar::eval`).
+//!
+//! # Details of the semantics
+//!
+//! - Static kinds are checked by the verifier ([`Kernel::check`]): `%` needs integers, offsets
+//!   of `xK[e]` are integers, both branches of `select` have one kind, an `i32` output gets
+//!   integer values (an `f32` output converts integers), a reduction combines `f32` values.
+//! - Reads of the output operand (`xN` or `xN[e]`) see its contents before the launch.
+//! - An empty reduction sub-domain leaves `acc` at the identity (0 or -inf); an empty parallel
+//!   sub-domain writes nothing.
+//! - Integer arithmetic wraps on overflow; integer division or modulo by zero, `int(NaN)`, an
+//!   undefined map and an access outside an operand's storage are run-time errors.
+
+use fbc_ir::types::DialectType;
+use fbc_ir::{AffineExpr, AffineMap, Attr, ElemType, OpData, Type};
+
+use super::scalar::ScalarKind;
+
+/// Where a memory value's elements live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StorageKind {
+    /// `!memory.buffer<N, T>`: `elems` elements, linear.
+    Buffer { elems: u64 },
+    /// `!memory.image2d<[W, H], f32>`: `width × height` RGBA texels.
+    Image { width: u64, height: u64 },
+}
+
+/// The type of a memory value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemType {
+    /// `F32` or `I32` (images: `F32` only).
+    pub elem: ElemType,
+    pub storage: StorageKind,
+}
+
+impl MemType {
+    /// Number of elements (`4·W·H` for an image).
+    pub fn elems(&self) -> u64 {
+        match self.storage {
+            StorageKind::Buffer { elems } => elems,
+            StorageKind::Image { width, height } => width * height * 4,
+        }
+    }
+
+    /// Bytes of storage (every element type is 4 bytes wide).
+    pub fn bytes(&self) -> u64 {
+        self.elems() * 4
+    }
+
+    /// Number of storage coordinates an operand map of this type has: 1 (offset) or 3 (x, y, c).
+    pub fn coords(&self) -> usize {
+        match self.storage {
+            StorageKind::Buffer { .. } => 1,
+            StorageKind::Image { .. } => 3,
+        }
+    }
+}
+
+/// Kind of an iteration dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Iter {
+    Parallel,
+    Reduction,
+}
+
+/// How a reduction combines the body's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Combine {
+    /// Sum, starting from 0.
+    Add,
+    /// Maximum, starting from -inf; NaN wins (the tensor dialect propagates NaN).
+    Max,
+}
+
+/// Points where the output is computed: `0 <= map(point)[i] < bounds[i]` for every `i`;
+/// elsewhere the output is 0 (the padding of a tiled layout).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Guard {
+    pub map: AffineMap,
+    pub bounds: Vec<u64>,
+}
+
+/// Unary scalar operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarUn {
+    Neg,
+    /// Logical not: 1 if the operand is 0, else 0 (integer result).
+    Not,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Erf,
+    Sigmoid,
+    Abs,
+    Floor,
+    /// To integer, truncating toward zero.
+    ToInt,
+    /// To `f32`.
+    ToFloat,
+}
+
+/// Binary scalar operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarBin {
+    Add,
+    Sub,
+    Mul,
+    /// Float division, or floor division on two integers.
+    Div,
+    /// Floor modulo on two integers (`fmod`-free: floats are an error).
+    Rem,
+    /// NaN-propagating on floats.
+    Max,
+    Min,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    And,
+    Or,
+}
+
+/// A scalar expression: the payload of a launch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar {
+    /// A float literal (computed in `f32`).
+    Float(f64),
+    /// An integer literal.
+    Int(i64),
+    /// Operand `k` read at its index map.
+    In(usize),
+    /// Operand `k` (a buffer) read at an explicit element offset (an integer expression).
+    Load(usize, Box<Scalar>),
+    /// Domain index `k`.
+    Dim(usize),
+    /// The reduction result; only in an epilogue.
+    Acc,
+    Un(ScalarUn, Box<Scalar>),
+    Bin(ScalarBin, Box<Scalar>, Box<Scalar>),
+    /// `select(c, a, b)`: `a` if `c` is non-zero, else `b`.
+    Select(Box<Scalar>, Box<Scalar>, Box<Scalar>),
+}
+
+/// The view of one `memory.launch` op.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    /// Kernel name, unique in the module (`forward_matmul_q`).
+    pub name: String,
+    /// The tensor-level ops it computes, `+`-joined in program order (`tensor.matmul+tensor.add`);
+    /// `layout.convert` marks a conversion kernel (benchmarks count them).
+    pub source: String,
+    /// Iteration extents.
+    pub domain: Vec<u64>,
+    /// One per domain dimension: every `Parallel` before every `Reduction`.
+    pub iterators: Vec<Iter>,
+    /// One per operand (inputs, then the output): domain → storage coordinates.
+    pub maps: Vec<AffineMap>,
+    /// The value at each point.
+    pub body: Scalar,
+    /// Present exactly when there are reduction dimensions.
+    pub combine: Option<Combine>,
+    /// Applied once per parallel point to the reduction result.
+    pub epilogue: Option<Scalar>,
+    pub guard: Option<Guard>,
+}
+
+impl Kernel {
+    /// Number of parallel dimensions (they come first).
+    pub fn parallel_dims(&self) -> usize {
+        self.iterators.iter().take_while(|i| **i == Iter::Parallel).count()
+    }
+
+    /// Index of the output operand.
+    pub fn output(&self) -> usize {
+        self.maps.len() - 1
+    }
+}
+
+// ----- types ---------------------------------------------------------------------------------------
+
+impl MemType {
+    /// A linear buffer of `elems` elements of `elem`.
+    pub fn buffer(elems: u64, elem: ElemType) -> MemType {
+        MemType { elem, storage: StorageKind::Buffer { elems } }
+    }
+
+    /// An `f32` image of `width × height` texels.
+    pub fn image(width: u64, height: u64) -> MemType {
+        MemType { elem: ElemType::F32, storage: StorageKind::Image { width, height } }
+    }
+
+    /// Reads `!memory.buffer<N, f32|i32>` or `!memory.image2d<[W, H], f32>` (`<WxH, f32>` reads
+    /// the same); `None` for any other type, or parameters that do not fit.
+    pub fn from_type(t: &Type) -> Option<MemType> {
+        Self::parse_type(t).ok()
+    }
+
+    /// [`MemType::from_type`] with the reason a type is not a memory type.
+    pub fn parse_type(t: &Type) -> Result<MemType, String> {
+        let Type::Dialect(d) = t else {
+            return Err(format!(
+                "expected a memory type (!memory.buffer or !memory.image2d), found {t}"
+            ));
+        };
+        if d.dialect != "memory" {
+            return Err(format!(
+                "expected a memory type (!memory.buffer or !memory.image2d), found {t}"
+            ));
+        }
+        let elem = |a: &Attr, allowed: &[ElemType]| -> Result<ElemType, String> {
+            match a {
+                Attr::Type(Type::Scalar(e)) if allowed.contains(e) => Ok(*e),
+                _ => Err(format!(
+                    "the element type of {t} must be {}, found `{a}`",
+                    allowed.iter().map(|e| e.name()).collect::<Vec<_>>().join(" or ")
+                )),
+            }
+        };
+        let keyless = d.params.iter().all(|(k, _)| k.is_none());
+        match (d.name.as_str(), d.params.as_slice()) {
+            ("buffer", [(_, n), (_, e)]) if keyless => {
+                let elems = n
+                    .as_int()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or_else(|| format!("the element count of {t} must be an integer ≥ 0, found `{n}`"))?;
+                let elem = elem(e, &[ElemType::F32, ElemType::I32])?;
+                Ok(MemType::buffer(elems, elem))
+            }
+            ("image2d", [(_, wh), (_, e)]) if keyless => {
+                let ext = wh.as_ints().unwrap_or_default();
+                let [w, h] = ext.as_slice() else {
+                    return Err(format!("the extent of {t} must be [width, height] in texels, found `{wh}`"));
+                };
+                let (Ok(w), Ok(h)) = (u64::try_from(*w), u64::try_from(*h)) else {
+                    return Err(format!("the extent of {t} must be two integers ≥ 1, found `{wh}`"));
+                };
+                if w == 0 || h == 0 {
+                    return Err(format!("the extent of {t} must be two integers ≥ 1, found `{wh}`"));
+                }
+                if w.checked_mul(h).and_then(|n| n.checked_mul(4)).is_none() {
+                    return Err(format!("{t} has more elements than fit in 64 bits"));
+                }
+                elem(e, &[ElemType::F32])?;
+                Ok(MemType::image(w, h))
+            }
+            ("buffer", _) => Err(format!("expected !memory.buffer<N, f32|i32>, found {t}")),
+            ("image2d", _) => Err(format!("expected !memory.image2d<[W, H], f32>, found {t}")),
+            _ => Err(format!(
+                "unknown memory type {t}; the memory types are !memory.buffer<N, f32|i32> and !memory.image2d<[W, H], f32>"
+            )),
+        }
+    }
+
+    /// The IR type: `!memory.buffer<N, T>` or `!memory.image2d<[W, H], f32>`.
+    pub fn to_type(&self) -> Type {
+        let (name, first) = match self.storage {
+            StorageKind::Buffer { elems } => ("buffer", Attr::Int(elems as i64)),
+            StorageKind::Image { width, height } => {
+                ("image2d", Attr::ints([width as i64, height as i64]))
+            }
+        };
+        Type::Dialect(Box::new(DialectType {
+            dialect: "memory".into(),
+            name: name.into(),
+            params: vec![(None, first), (None, Attr::Type(Type::Scalar(self.elem)))],
+        }))
+    }
+
+    /// Whether it is an image.
+    pub fn is_image(&self) -> bool {
+        matches!(self.storage, StorageKind::Image { .. })
+    }
+}
+
+impl std::fmt::Display for MemType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_type())
+    }
+}
+
+// ----- the launch attributes -------------------------------------------------------------------
+
+/// Why a launch's attributes do not describe a valid kernel: the attribute at fault and the
+/// message (complete: it names the attribute).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct KernelError {
+    /// The attribute the error is about (`maps`, `body`, ...); `""` for the op as a whole.
+    pub attr: &'static str,
+    pub message: String,
+}
+
+fn kerr<T>(attr: &'static str, message: impl Into<String>) -> Result<T, KernelError> {
+    Err(KernelError { attr, message: message.into() })
+}
+
+/// The names of `memory.launch`'s attributes, sorted (the canonical order).
+pub const LAUNCH_ATTRS: &[&str] = &[
+    "body",
+    "combine",
+    "domain",
+    "epilogue",
+    "guard",
+    "guard_bounds",
+    "iterators",
+    "kernel",
+    "maps",
+    "source",
+];
+
+impl Iter {
+    /// The attribute text: `"parallel"` or `"reduction"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Iter::Parallel => "parallel",
+            Iter::Reduction => "reduction",
+        }
+    }
+}
+
+impl Combine {
+    /// The attribute text: `"add"` or `"max"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Combine::Add => "add",
+            Combine::Max => "max",
+        }
+    }
+
+    /// The value a reduction starts from.
+    pub fn identity(self) -> f32 {
+        match self {
+            Combine::Add => 0.0,
+            Combine::Max => f32::NEG_INFINITY,
+        }
+    }
+}
+
+impl Kernel {
+    /// The kernel of a `memory.launch` op (its attributes only; the operand types are checked by
+    /// [`Kernel::check`]).
+    pub fn from_op(op: &OpData) -> Result<Kernel, String> {
+        if op.name() != "memory.launch" {
+            return Err(format!("expected memory.launch, found {}", op.name()));
+        }
+        Kernel::from_attrs(&op.attrs).map_err(|e| e.message)
+    }
+
+    /// Reads the launch attributes (any order). Checks their form and everything that does not
+    /// need the operand types.
+    pub fn from_attrs(attrs: &[(String, Attr)]) -> Result<Kernel, KernelError> {
+        let get = |k: &str| attrs.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+        let string = |k: &'static str, required: bool| -> Result<Option<String>, KernelError> {
+            match get(k) {
+                Some(Attr::Str(s)) => Ok(Some(s.clone())),
+                Some(a) => {
+                    kerr(k, format!("`{k}` must be a string, found {} `{a}`", a.kind_name()))
+                }
+                None if required => kerr(k, format!("memory.launch requires attribute `{k}`")),
+                None => Ok(None),
+            }
+        };
+        let name = string("kernel", true)?.unwrap_or_default();
+        let source = string("source", false)?.unwrap_or_default();
+        let domain = match get("domain").map(|a| (a, a.as_ints())) {
+            Some((a, Some(v))) => {
+                v.iter().map(|&d| u64::try_from(d)).collect::<Result<Vec<u64>, _>>().or_else(
+                    |_| kerr("domain", format!("`domain` extents must be ≥ 0, found `{a}`")),
+                )?
+            }
+            Some((a, None)) => {
+                return kerr(
+                    "domain",
+                    format!("`domain` must be an array of integers, found `{a}`"),
+                )
+            }
+            None => return kerr("domain", "memory.launch requires attribute `domain`"),
+        };
+        if domain.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).is_none() {
+            return kerr("domain", "the `domain` has more points than fit in 64 bits");
+        }
+        let iterators = match get("iterators") {
+            Some(Attr::Array(items)) => items
+                .iter()
+                .map(|a| match a.as_str() {
+                    Some("parallel") => Ok(Iter::Parallel),
+                    Some("reduction") => Ok(Iter::Reduction),
+                    _ => kerr(
+                        "iterators",
+                        format!("`iterators` entries must be \"parallel\" or \"reduction\", found `{a}`"),
+                    ),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(a) => {
+                return kerr("iterators", format!("`iterators` must be an array of strings, found `{a}`"))
+            }
+            None => return kerr("iterators", "memory.launch requires attribute `iterators`"),
+        };
+        if iterators.len() != domain.len() {
+            return kerr(
+                "iterators",
+                format!(
+                    "`iterators` has {} entries, but the domain has {} dimensions",
+                    iterators.len(),
+                    domain.len()
+                ),
+            );
+        }
+        let np = iterators.iter().take_while(|i| **i == Iter::Parallel).count();
+        if iterators[np..].contains(&Iter::Parallel) {
+            return kerr(
+                "iterators",
+                "every \"parallel\" iterator must come before every \"reduction\" one",
+            );
+        }
+        let maps = match get("maps") {
+            Some(Attr::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match a {
+                    Attr::Map(m) => Ok(m.clone()),
+                    _ => kerr(
+                        "maps",
+                        format!("entry {i} of `maps` must be an index map, found `{a}`"),
+                    ),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(a) => {
+                return kerr("maps", format!("`maps` must be an array of index maps, found `{a}`"))
+            }
+            None => return kerr("maps", "memory.launch requires attribute `maps`"),
+        };
+        if maps.is_empty() {
+            return kerr("maps", "`maps` is empty; a launch has at least its output operand");
+        }
+        for (i, m) in maps.iter().enumerate() {
+            if !m.symbols.is_empty() {
+                return kerr(
+                    "maps",
+                    format!("map {i} has symbols; launch maps take only the domain dimensions"),
+                );
+            }
+            if m.dims.len() != domain.len() {
+                return kerr(
+                    "maps",
+                    format!(
+                        "map {i} has {} dimensions, but the domain has {}",
+                        m.dims.len(),
+                        domain.len()
+                    ),
+                );
+            }
+        }
+        let parse = |k: &'static str, s: &str| {
+            Scalar::parse(s).or_else(|e| kerr(k, format!("`{k}` does not parse: {e}: \"{s}\"")))
+        };
+        let body = parse("body", &string("body", true)?.unwrap_or_default())?;
+        let epilogue = match string("epilogue", false)? {
+            Some(s) => Some(parse("epilogue", &s)?),
+            None => None,
+        };
+        let combine = match get("combine") {
+            Some(a) => match a.as_str() {
+                Some("add") => Some(Combine::Add),
+                Some("max") => Some(Combine::Max),
+                _ => {
+                    return kerr(
+                        "combine",
+                        format!("`combine` must be \"add\" or \"max\", found `{a}`"),
+                    )
+                }
+            },
+            None => None,
+        };
+        let has_reduction = np < domain.len();
+        match (has_reduction, combine) {
+            (true, None) => return kerr("combine", "the domain has reduction dimensions, so `combine` (\"add\" or \"max\") is required"),
+            (false, Some(_)) => return kerr("combine", "`combine` is only allowed when the domain has reduction dimensions"),
+            _ => {}
+        }
+        let guard = match (get("guard"), get("guard_bounds")) {
+            (None, None) => None,
+            (Some(Attr::Map(m)), Some(b)) => {
+                let bounds = b
+                    .as_ints()
+                    .and_then(|v| {
+                        v.iter().map(|&x| u64::try_from(x).ok()).collect::<Option<Vec<_>>>()
+                    })
+                    .map_or_else(
+                        || {
+                            kerr(
+                                "guard_bounds",
+                                format!(
+                                    "`guard_bounds` must be an array of integers ≥ 0, found `{b}`"
+                                ),
+                            )
+                        },
+                        Ok,
+                    )?;
+                if !m.symbols.is_empty() || m.dims.len() != domain.len() {
+                    return kerr("guard", format!("the `guard` map must take the {} domain dimensions and no symbols, found {m}", domain.len()));
+                }
+                if m.results.len() != bounds.len() {
+                    return kerr(
+                        "guard_bounds",
+                        format!(
+                            "`guard_bounds` has {} entries, but the `guard` map has {} results",
+                            bounds.len(),
+                            m.results.len()
+                        ),
+                    );
+                }
+                Some(Guard { map: m.clone(), bounds })
+            }
+            (Some(a), _) if !matches!(a, Attr::Map(_)) => {
+                return kerr("guard", format!("`guard` must be an index map, found `{a}`"))
+            }
+            (Some(_), None) => return kerr("guard", "`guard` needs `guard_bounds`"),
+            (None, Some(_)) => return kerr("guard_bounds", "`guard_bounds` needs `guard`"),
+            _ => return kerr("guard", "malformed guard"),
+        };
+        Ok(Kernel { name, source, domain, iterators, maps, body, combine, epilogue, guard })
+    }
+
+    /// The attributes of a `memory.launch` op computing this kernel, in canonical (sorted) order.
+    pub fn to_attrs(&self) -> Vec<(String, Attr)> {
+        let mut a: Vec<(String, Attr)> = Vec::with_capacity(10);
+        a.push(("body".into(), Attr::Str(self.body.to_string())));
+        if let Some(c) = self.combine {
+            a.push(("combine".into(), Attr::Str(c.name().into())));
+        }
+        a.push(("domain".into(), Attr::ints(self.domain.iter().map(|&d| d as i64))));
+        if let Some(e) = &self.epilogue {
+            a.push(("epilogue".into(), Attr::Str(e.to_string())));
+        }
+        if let Some(g) = &self.guard {
+            a.push(("guard".into(), Attr::Map(g.map.clone())));
+            a.push(("guard_bounds".into(), Attr::ints(g.bounds.iter().map(|&d| d as i64))));
+        }
+        a.push((
+            "iterators".into(),
+            Attr::Array(self.iterators.iter().map(|i| Attr::Str(i.name().into())).collect()),
+        ));
+        a.push(("kernel".into(), Attr::Str(self.name.clone())));
+        a.push(("maps".into(), Attr::Array(self.maps.iter().cloned().map(Attr::Map).collect())));
+        a.push(("source".into(), Attr::Str(self.source.clone())));
+        a
+    }
+
+    /// Checks the kernel against its operand types: one map per operand with as many results as
+    /// the operand has storage coordinates, operand references in range, loads only from
+    /// buffers, scalar kinds, `acc` only in the epilogue, what the epilogue may read, and the
+    /// image-output rule.
+    pub fn check(&self, types: &[MemType]) -> Result<(), KernelError> {
+        let n = types.len();
+        if self.maps.len() != n {
+            return kerr(
+                "maps",
+                format!("`maps` has {} entries, but the launch has {n} operands", self.maps.len()),
+            );
+        }
+        for (i, (m, t)) in self.maps.iter().zip(types).enumerate() {
+            if m.results.len() != t.coords() {
+                let what = if t.is_image() {
+                    "3 (x, y, channel) for an image"
+                } else {
+                    "1 (the element offset) for a buffer"
+                };
+                return kerr(
+                    "maps",
+                    format!(
+                        "map {i} has {} results, but operand {i} ({t}) needs {what}",
+                        m.results.len()
+                    ),
+                );
+            }
+            for r in &m.results {
+                check_expr_vars(r, &m.dims).or_else(|v| {
+                    kerr("maps", format!("map {i} uses `{v}`, which is not one of its dimensions"))
+                })?;
+            }
+        }
+        if let Some(g) = &self.guard {
+            for r in &g.map.results {
+                check_expr_vars(r, &g.map.dims).or_else(|v| {
+                    kerr(
+                        "guard",
+                        format!("the guard uses `{v}`, which is not one of its dimensions"),
+                    )
+                })?;
+            }
+        }
+        let rank = self.domain.len();
+        let np = self.parallel_dims();
+        let kind = |k: usize| types.get(k).map(|t| ScalarKind::of_elem(t.elem));
+        // Operand and dimension references, loads.
+        let refs = |e: &Scalar, key: &'static str, epilogue: bool| -> Result<(), KernelError> {
+            let mut err: Option<String> = None;
+            e.visit(&mut |s| {
+                if err.is_some() {
+                    return;
+                }
+                match s {
+                    Scalar::In(k) | Scalar::Load(k, _) if *k >= n => {
+                        err = Some(format!("`x{k}` refers to operand {k}, but the launch has {n} operands"));
+                    }
+                    Scalar::Load(k, _) if types[*k].is_image() => {
+                        err = Some(format!("`x{k}[..]` loads from operand {k}, an image; only buffers can be loaded at an offset"));
+                    }
+                    Scalar::Dim(k) if *k >= rank => {
+                        err = Some(format!("`d{k}` is not a domain dimension (the domain has {rank})"));
+                    }
+                    Scalar::Dim(k) if epilogue && *k >= np => {
+                        err = Some(format!("the epilogue reads `d{k}`, a reduction dimension; it runs once per parallel point"));
+                    }
+                    Scalar::In(k) if epilogue => {
+                        let m = &self.maps[*k];
+                        let used = |d: &str| m.results.iter().any(|r| uses_var(r, d));
+                        if let Some(d) = m.dims[np..].iter().find(|d| used(d)) {
+                            err = Some(format!(
+                                "the epilogue reads `x{k}`, whose map uses the reduction dimension `{d}`; it runs once per parallel point"
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            });
+            match err {
+                Some(m) => kerr(key, m),
+                None => Ok(()),
+            }
+        };
+        refs(&self.body, "body", false)?;
+        let body_kind = self.body.kind(&kind, None).or_else(|m| kerr("body", m))?;
+        let mut out_kind = body_kind;
+        if let Some(e) = &self.epilogue {
+            refs(e, "epilogue", true)?;
+            out_kind = e.kind(&kind, Some(body_kind)).or_else(|m| kerr("epilogue", m))?;
+        }
+        if self.combine == Some(Combine::Max) && body_kind == ScalarKind::Int {
+            // Max of integers would need an integer identity; kernels reduce f32 only.
+            return kerr("combine", "a reduction combines f32 values; the body is an integer expression (use float(..))");
+        }
+        let out = self.output();
+        let out_ty = types[out];
+        if ScalarKind::of_elem(out_ty.elem) == ScalarKind::Int && out_kind == ScalarKind::Float {
+            let key = if self.epilogue.is_some() { "epilogue" } else { "body" };
+            return kerr(key, format!("the output (operand {out}, {out_ty}) holds integers, but the kernel computes f32 values (use int(..))"));
+        }
+        if out_ty.is_image() {
+            let last = np.checked_sub(1).filter(|&l| self.domain[l] == 4);
+            let Some(last) = last else {
+                return kerr(
+                    "domain",
+                    format!("the output (operand {out}) is an image, so the last parallel dimension must be the channel, of extent 4; the domain is {:?} with {np} parallel dimension(s)", self.domain),
+                );
+            };
+            let m = &self.maps[out];
+            let is_dim = matches!(&m.results[2], AffineExpr::Var(v) if *v == m.dims[last]);
+            if !is_dim {
+                return kerr(
+                    "maps",
+                    format!(
+                        "the output (operand {out}) is an image, so the channel result of its map must be `{}` (the last parallel dimension), found `{}`",
+                        m.dims[last], m.results[2]
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `e` mentions variable `v`.
+fn uses_var(e: &AffineExpr, v: &str) -> bool {
+    match e {
+        AffineExpr::Var(x) => x == v,
+        AffineExpr::Const(_) => false,
+        AffineExpr::Neg(a) => uses_var(a, v),
+        AffineExpr::Bin(_, a, b) => uses_var(a, v) || uses_var(b, v),
+    }
+}
+
+/// `Err(name)` for the first variable of `e` not in `dims`.
+fn check_expr_vars<'a>(e: &'a AffineExpr, dims: &[String]) -> Result<(), &'a str> {
+    match e {
+        AffineExpr::Var(x) if dims.contains(x) => Ok(()),
+        AffineExpr::Var(x) => Err(x),
+        AffineExpr::Const(_) => Ok(()),
+        AffineExpr::Neg(a) => check_expr_vars(a, dims),
+        AffineExpr::Bin(_, a, b) => {
+            check_expr_vars(a, dims)?;
+            check_expr_vars(b, dims)
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! The memory ops: `memory.alloc`, `memory.dealloc`, `memory.upload`, `memory.download`,
+//! `memory.launch`, their verifiers and result types.
+//!
+//! None of them is pure: they allocate, copy or write storage, so `dce` and `cse` leave them
+//! alone, and their order in a function body is the schedule. `memory.alloc` and
+//! `memory.download` cannot infer their result types from operands and attributes (a size is
+//! not an attribute); they check the type the op declares (the text's signature, or the type a
+//! pass gave the result), and building one without a signature is an error that says so.
+
+use fbc_ir::{
+    Arity, Attr, AttrDef, AttrKind, ElemType, OpDef, OpError, OpTraits, OpView, TensorType, Type,
+};
+
+use super::kernel::{Kernel, MemType, StorageKind};
+use crate::layout::{Layout, Storage};
+
+/// Memory ops have effects: not pure, not elementwise, not terminators.
+const EFFECTS: OpTraits =
+    OpTraits { pure: false, elementwise: false, commutative: false, terminator: false };
+
+pub static OPS: &[OpDef] = &[
+    OpDef {
+        name: "memory.alloc",
+        summary: "new storage: a buffer or an image2d texture",
+        doc: "`%m = memory.alloc {slot = S} : () -> !memory.buffer<N, f32>`: new storage of the\n\
+              result type, zero-filled by the reference executor (back ends may leave it\n\
+              undefined: every launch writes its whole output or guards it to zero).\n\
+              \n\
+              **Result:** `!memory.buffer<N, f32|i32>` or `!memory.image2d<[W, H], f32>`, written\n\
+              in the signature (it cannot be inferred).\n\
+              \n\
+              **Attributes:** `slot` (optional): the storage slot `plan-memory` assigned; allocations\n\
+              with the same slot share storage, their lifetimes are disjoint.\n\
+              \n\
+              **Verifier:** the result is a well-formed memory type; `slot` ≥ 0.\n\
+              \n\
+              **FBLayout class:** none (not a tensor op).",
+        operands: Arity::Exactly(0),
+        results: Arity::Exactly(1),
+        attrs: &[AttrDef::optional("slot", AttrKind::Int, "none", "storage slot assigned by plan-memory")],
+        traits: EFFECTS,
+        class: None,
+        infer: infer_alloc,
+    },
+    OpDef {
+        name: "memory.dealloc",
+        summary: "end of a storage's lifetime",
+        doc: "`memory.dealloc %m : (!memory.buffer<N, f32>) -> ()`: `%m` is not used after this\n\
+              point; its slot may be reused.\n\
+              \n\
+              **Operand:** `m` — a memory value.\n\
+              \n\
+              **Verifier:** `m` has a memory type.\n\
+              \n\
+              **FBLayout class:** none.",
+        operands: Arity::Exactly(1),
+        results: Arity::Exactly(0),
+        attrs: &[],
+        traits: EFFECTS,
+        class: None,
+        infer: infer_dealloc,
+    },
+    OpDef {
+        name: "memory.upload",
+        summary: "host to device: a tensor placed in new storage by a layout",
+        doc: "`%m = memory.upload %t {layout = L} : (tensor<..>) -> !memory.buffer<N, f32>`: new\n\
+              storage holding `t` placed by layout `L`; elements no tensor element maps to (the\n\
+              padding of an R-Tile) are zero.\n\
+              \n\
+              **Operand:** `t` — a tensor of `f32` or `i32`.\n\
+              \n\
+              **Result:** with `#layout.linear`, `!memory.buffer<numel, T>` (row-major); with an\n\
+              R-Tile, `!memory.image2d<[W, H], f32>` (`[W, H]` its image extent), or — when the\n\
+              R-Tile says `storage = \"buffer\"`, or the result type is written so (an image over\n\
+              the device limits) — `!memory.buffer<4·W·H, f32>` holding the same texel array,\n\
+              element `(y·W + x)·4 + c`. Without a signature the result type is the first choice.\n\
+              \n\
+              **Attributes:** `layout` (required): `#layout.linear` or `#layout.rtile<...>`.\n\
+              \n\
+              **Verifier:** `layout` fits `t` (see `layout.assign`); the storage type has `t`'s\n\
+              element type and the size the layout needs (an R-Tile in an image: extent equal to\n\
+              its image extent; in a buffer: `4·W·H` elements; linear: the element count).\n\
+              \n\
+              **FBLayout class:** none.",
+        operands: Arity::Exactly(1),
+        results: Arity::Exactly(1),
+        attrs: &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")],
+        traits: EFFECTS,
+        class: None,
+        infer: infer_upload,
+    },
+    OpDef {
+        name: "memory.download",
+        summary: "device to host: the tensor stored in storage by a layout",
+        doc: "`%t = memory.download %m {layout = L} : (!memory.buffer<N, f32>) -> tensor<..>`: the\n\
+              tensor that `m` holds in layout `L` (the inverse of `memory.upload`; padding is\n\
+              ignored).\n\
+              \n\
+              **Operand:** `m` — a memory value.\n\
+              \n\
+              **Result:** a tensor of `f32` or `i32`, written in the signature (it cannot be\n\
+              inferred).\n\
+              \n\
+              **Attributes:** `layout` (required): `#layout.linear` or `#layout.rtile<...>`.\n\
+              \n\
+              **Verifier:** as `memory.upload`, with the roles of operand and result swapped.\n\
+              \n\
+              **FBLayout class:** none.",
+        operands: Arity::Exactly(1),
+        results: Arity::Exactly(1),
+        attrs: &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")],
+        traits: EFFECTS,
+        class: None,
+        infer: infer_download,
+    },
+    OpDef {
+        name: "memory.launch",
+        summary: "one kernel: a generic loop nest over storage with explicit index maps",
+        doc: "`memory.launch %in.., %out {kernel = \"name\", domain = [..], iterators = [..], maps =\n\
+              [..], body = \"..\", ..}`: for every point of the parallel sub-domain (row-major), if the\n\
+              guard holds, `acc` = `combine` over the reduction sub-domain (row-major) of `body`\n\
+              (without reduction dimensions `acc` = `body`), and the output at its map becomes\n\
+              `epilogue` (default `acc`); where the guard fails the output becomes 0. `body` and\n\
+              `epilogue` are scalar expressions over the operands at their maps (`xK`), buffers at\n\
+              explicit offsets (`xK[e]`), domain indices (`dK`) and, in the epilogue, `acc`: see\n\
+              `dialects/src/memory/kernel.rs` for the grammar and the value semantics.\n\
+              \n\
+              **Operands:** the inputs, then the output (last), all memory values.\n\
+              \n\
+              **Attributes:** `kernel` (required): the kernel name; `source` (optional): the tensor\n\
+              ops it computes, `+`-joined; `domain` (required): iteration extents; `iterators`\n\
+              (required): `\"parallel\"` or `\"reduction\"` per dimension, parallel first; `maps`\n\
+              (required): one index map per operand from the domain to storage coordinates (1 result,\n\
+              the element offset, for a buffer; 3, `x, y, c`, for an image); `body` (required);\n\
+              `combine` (`\"add\"` or `\"max\"`, exactly when there are reduction dimensions);\n\
+              `epilogue` (optional); `guard` and `guard_bounds` (together, optional): an index map of\n\
+              the domain and its exclusive upper bounds.\n\
+              \n\
+              **Verifier:** every operand has a memory type; the domain, iterators, maps and guard\n\
+              agree in rank; every map has as many results as its operand has coordinates; `body` and\n\
+              `epilogue` parse, refer to existing operands and dimensions, load only from buffers,\n\
+              integer-valued offsets and `%` operands, `acc` only in the epilogue, which reads only\n\
+              operands whose maps use only parallel dimensions; an integer output gets integer values;\n\
+              an image output has a last parallel dimension of extent 4 that is exactly the third\n\
+              result of its map (a work-item writes a whole texel).\n\
+              \n\
+              **FBLayout class:** none.",
+        operands: Arity::AtLeast(1),
+        results: Arity::Exactly(0),
+        attrs: &[
+            AttrDef::required("kernel", AttrKind::Str, "the kernel name, unique in the module"),
+            AttrDef::optional("source", AttrKind::Str, "\"\"", "the tensor ops computed, `+`-joined"),
+            AttrDef::required("domain", AttrKind::IntArray, "iteration extents"),
+            AttrDef::required("iterators", AttrKind::Any, "\"parallel\" | \"reduction\" per dimension"),
+            AttrDef::required("maps", AttrKind::Any, "one index map per operand: domain → storage coordinates"),
+            AttrDef::required("body", AttrKind::Str, "the scalar expression at each point"),
+            AttrDef::optional("combine", AttrKind::Enum(&["add", "max"]), "none", "how reduction values combine"),
+            AttrDef::optional("epilogue", AttrKind::Str, "\"acc\"", "applied to the reduction result"),
+            AttrDef::optional("guard", AttrKind::Any, "none", "index map whose results must be in bounds"),
+            AttrDef::optional("guard_bounds", AttrKind::IntArray, "none", "exclusive upper bounds of the guard"),
+        ],
+        traits: EFFECTS,
+        class: None,
+        infer: infer_launch,
+    },
+];
+
+/// The result types the op declares, when it exists already (verification, not building).
+fn declared(v: &OpView<'_>) -> Option<Vec<Type>> {
+    let data = v.module.ops.get(v.op.index())?;
+    if !std::ptr::eq(data.attrs.as_ptr(), v.attrs.as_ptr()) && data.attrs != v.attrs {
+        return None;
+    }
+    Some(data.results.iter().map(|&r| v.module.value_type(r).clone()).collect())
+}
+
+fn cannot_infer(name: &str, example: &str) -> OpError {
+    OpError::new(format!("the result type of `{name}` cannot be inferred; write the signature"))
+        .note(format!("for example `{example}`"))
+}
+
+fn mem_operand(v: &OpView<'_>, i: usize, name: &str) -> Result<MemType, OpError> {
+    let t = v
+        .operand_types
+        .get(i)
+        .ok_or_else(|| OpError::new(format!("`{name}` is missing operand {i}")))?;
+    MemType::parse_type(t).map_err(|e| OpError::operand(i, format!("{e} — operand {i} of {name}")))
+}
+
+fn infer_alloc(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    const NAME: &str = "memory.alloc";
+    if let Some(Attr::Int(s)) = v.attr("slot") {
+        if *s < 0 {
+            return Err(OpError::attr("slot", format!("`slot` must be ≥ 0, found {s}")));
+        }
+    }
+    let Some(types) = declared(v) else {
+        return Err(cannot_infer(NAME, "%m = memory.alloc : () -> !memory.buffer<1024, f32>"));
+    };
+    if let [t] = types.as_slice() {
+        if !t.is_unknown() {
+            MemType::parse_type(t).map_err(|e| OpError {
+                place: fbc_ir::registry::ErrorPlace::Result(0),
+                ..OpError::new(e)
+            })?;
+        }
+    }
+    Ok(types)
+}
+
+fn infer_dealloc(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    mem_operand(v, 0, "memory.dealloc")?;
+    Ok(vec![])
+}
+
+fn layout_of(v: &OpView<'_>, name: &str) -> Result<Layout, OpError> {
+    let a = v
+        .attr("layout")
+        .ok_or_else(|| OpError::new(format!("`{name}` requires attribute `layout`")))?;
+    Layout::from_attr(a).map_err(|e| OpError::attr("layout", format!("{e} — `layout` of {name}")))
+}
+
+/// The storage `memory.upload` gives a tensor of type `t` in layout `l` when no type is written:
+/// a linear buffer, an image for an R-Tile, or the R-Tile's texel array in a buffer when it says
+/// `storage = "buffer"`.
+pub fn default_storage(l: &Layout, t: &TensorType) -> Result<MemType, String> {
+    if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
+        return Err(format!("memory holds f32 or i32 elements, found {t}"));
+    }
+    l.check_type(t).map_err(|e| e.to_string())?;
+    match l {
+        Layout::Linear => {
+            let n =
+                t.numel().ok_or_else(|| format!("{t} has more elements than fit in 64 bits"))?;
+            Ok(MemType::buffer(n, t.elem))
+        }
+        Layout::RTile(r) => {
+            if t.elem != ElemType::F32 {
+                return Err(format!("an R-Tile holds f32 elements, found {t}"));
+            }
+            let [w, h] = extent(l, t)?;
+            match r.storage {
+                Storage::Image2d => Ok(MemType::image(w, h)),
+                Storage::Buffer => Ok(MemType::buffer(texels4(w, h, t)?, ElemType::F32)),
+            }
+        }
+    }
+}
+
+fn extent(l: &Layout, t: &TensorType) -> Result<[u64; 2], String> {
+    l.image_extent(&t.shape)
+        .ok_or_else(|| format!("the image extent of {l} for {t} overflows 64 bits"))
+}
+
+fn texels4(w: u64, h: u64, t: &TensorType) -> Result<u64, String> {
+    w.checked_mul(h)
+        .and_then(|n| n.checked_mul(4))
+        .ok_or_else(|| format!("the texel array of {t} has more elements than fit in 64 bits"))
+}
+
+/// Whether storage `m` can hold a tensor of type `t` in layout `l`: the layout fits the tensor,
+/// the element types agree, and the size is what the layout needs (a linear buffer: the element
+/// count; an image: the layout's image extent; an R-Tile in a buffer: `4·W·H` elements).
+pub fn check_storage(l: &Layout, t: &TensorType, m: MemType) -> Result<(), String> {
+    let default = default_storage(l, t)?;
+    if m.elem != t.elem {
+        return Err(format!("{m} holds {}, but the tensor is {t}", m.elem));
+    }
+    match (l, m.storage) {
+        (Layout::Linear, StorageKind::Buffer { elems }) => {
+            let want = default.elems();
+            if elems != want {
+                return Err(format!("{t} in {l} needs a buffer of {want} elements, found {m}"));
+            }
+        }
+        (_, StorageKind::Image { width, height }) => {
+            let [w, h] = extent(l, t)?;
+            if [width, height] != [w, h] {
+                return Err(format!("{t} in {l} needs an image of [{w}, {h}] texels, found {m}"));
+            }
+        }
+        (Layout::RTile(_), StorageKind::Buffer { elems }) => {
+            let [w, h] = extent(l, t)?;
+            let want = texels4(w, h, t)?;
+            if elems != want {
+                return Err(format!(
+                    "{t} in {l} needs a buffer of {want} elements (4 × [{w}, {h}] texels), found {m}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn infer_upload(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    const NAME: &str = "memory.upload";
+    let t = match v.operand_types {
+        [Type::Tensor(t)] => t,
+        [other] => {
+            return Err(OpError::operand(
+                0,
+                format!("expected a tensor, found {other} — operand 0 (`t`) of {NAME}"),
+            ))
+        }
+        _ => return Err(OpError::new(format!("`{NAME}` takes 1 operand"))),
+    };
+    let l = layout_of(v, NAME)?;
+    let fail = |e: String| {
+        OpError::attr("layout", format!("{e} — `layout` of {NAME}"))
+            .note(format!("operand 0 (`t`) is {t}"))
+    };
+    let default = default_storage(&l, t).map_err(fail)?;
+    if let Some(types) = declared(v) {
+        if let [ty] = types.as_slice() {
+            if let Ok(m) = MemType::parse_type(ty) {
+                check_storage(&l, t, m).map_err(fail)?;
+                return Ok(types);
+            }
+        }
+    }
+    Ok(vec![default.to_type()])
+}
+
+fn infer_download(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    const NAME: &str = "memory.download";
+    let m = mem_operand(v, 0, NAME)?;
+    let l = layout_of(v, NAME)?;
+    let Some(types) = declared(v) else {
+        return Err(cannot_infer(NAME, "%t = memory.download %m {layout = #layout.linear} : (!memory.buffer<16, f32>) -> tensor<4x4xf32>"));
+    };
+    match types.as_slice() {
+        [Type::Tensor(t)] => {
+            check_storage(&l, t, m).map_err(|e| {
+                OpError::attr("layout", format!("{e} — `layout` of {NAME}"))
+                    .note(format!("the result is {t}"))
+            })?;
+        }
+        [Type::Unknown] => {}
+        [other] => {
+            return Err(OpError {
+                place: fbc_ir::registry::ErrorPlace::Result(0),
+                ..OpError::new(format!("expected a tensor, found {other} — result 0 of {NAME}"))
+            })
+        }
+        _ => {}
+    }
+    Ok(types)
+}
+
+fn infer_launch(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    const NAME: &str = "memory.launch";
+    let types = (0..v.operand_types.len())
+        .map(|i| mem_operand(v, i, NAME))
+        .collect::<Result<Vec<_>, _>>()?;
+    let k = Kernel::from_attrs(v.attrs).map_err(|e| at(v, e, NAME))?;
+    k.check(&types).map_err(|e| at(v, e, NAME))?;
+    Ok(vec![])
+}
+
+/// A kernel error located at its attribute, or at the op when that attribute is absent.
+fn at(v: &OpView<'_>, e: super::kernel::KernelError, name: &str) -> OpError {
+    if e.attr.is_empty() || v.attr(e.attr).is_none() {
+        OpError::new(e.message)
+    } else {
+        OpError::attr(e.attr, format!("{} — `{}` of {name}", e.message, e.attr))
+    }
+}

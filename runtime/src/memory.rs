@@ -1,0 +1,1414 @@
+//! The reference executor of the memory dialect: storage contents ([`MemData`]), host copies
+//! between tensors and storage ([`pack`], [`unpack`]), and the meaning of one `memory.launch`
+//! ([`run_kernel`]).
+//!
+//! Every back end (the OpenCL C writer, the Cranelift JIT) is checked against this module, so it
+//! follows `fbc_dialects::memory::kernel`'s definition literally:
+//!
+//! - the parallel sub-domain is walked row-major; at each point the guard is tested, the
+//!   reduction sub-domain is folded row-major from the combine's identity (`acc = acc + v` in
+//!   `f32`, the reference interpreter's summation order), the epilogue is applied and the result
+//!   is stored at the output map; where the guard fails the output element becomes 0;
+//! - index maps are evaluated with MLIR's floor `floordiv`/`mod` (and checked arithmetic); an
+//!   undefined map or an access outside an operand's storage is an error, never a panic;
+//! - an image is its texel array: element `(x, y, c)` of a `W × H` image is `(y·W + x)·4 + c`.
+//!
+//! Speed: maps and expressions are compiled once per launch (maps that are linear in the domain
+//! indices become dot products, expressions a flat stack program); nothing is allocated per point.
+
+use fbc_dialects::layout::Layout;
+use fbc_dialects::memory::scalar::{apply_bin, apply_un, fmax_nan};
+use fbc_dialects::memory::{
+    check_storage, Combine, Kernel, MemType, Scalar, ScalarUn, ScalarValue, StorageKind,
+};
+use fbc_ir::attr::BinOp;
+use fbc_ir::{AffineExpr, AffineMap, ElemType, TensorType};
+
+use crate::interp::Value;
+use crate::reference::Tensor;
+
+/// The contents of one storage: `f32` or `i32` elements (an image: its texel array).
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemData {
+    /// `f32` storage (buffers and images).
+    F32(Vec<f32>),
+    /// `i32` buffers.
+    I32(Vec<i32>),
+}
+
+impl MemData {
+    /// Zero-filled storage of type `ty`; an error when it does not fit in memory's address space.
+    pub fn zeroed(ty: MemType) -> Result<MemData, String> {
+        let n = usize::try_from(ty.elems())
+            .map_err(|_| format!("{ty} has more elements than this machine can address"))?;
+        Ok(match ty.elem {
+            ElemType::I32 => MemData::I32(vec![0; n]),
+            _ => MemData::F32(vec![0.0; n]),
+        })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            MemData::F32(v) => v.len(),
+            MemData::I32(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the contents can be storage of type `ty` (element type and count).
+    pub fn fits(&self, ty: MemType) -> bool {
+        let kind_ok = matches!(
+            (self, ty.elem),
+            (MemData::F32(_), ElemType::F32) | (MemData::I32(_), ElemType::I32)
+        );
+        kind_ok && self.len() as u64 == ty.elems()
+    }
+
+    fn get(&self, i: usize) -> Option<ScalarValue> {
+        match self {
+            MemData::F32(v) => v.get(i).map(|&x| ScalarValue::F32(x)),
+            MemData::I32(v) => v.get(i).map(|&x| ScalarValue::Int(i64::from(x))),
+        }
+    }
+}
+
+/// Where element `idx` (row-major over `shape`) of a tensor lives in storage `ty` under
+/// `layout`: row-major for a linear buffer, else the texel array offset of its texel.
+struct Placement {
+    linear: bool,
+    width: u64,
+}
+
+impl Placement {
+    fn new(layout: &Layout, shape: &[u64], ty: MemType) -> Result<Placement, String> {
+        let linear = matches!((layout, ty.storage), (Layout::Linear, StorageKind::Buffer { .. }));
+        let width = match ty.storage {
+            StorageKind::Image { width, .. } => width,
+            StorageKind::Buffer { .. } => {
+                layout.image_extent(shape).ok_or("the image extent overflows")?[0]
+            }
+        };
+        Ok(Placement { linear, width })
+    }
+
+    fn offset(&self, layout: &Layout, shape: &[u64], flat: usize, idx: &[u64]) -> Option<usize> {
+        if self.linear {
+            return Some(flat);
+        }
+        let t = layout.texel_of(shape, idx)?;
+        let o = t.y.checked_mul(self.width)?.checked_add(t.x)?.checked_mul(4)?.checked_add(t.c)?;
+        usize::try_from(o).ok()
+    }
+}
+
+/// Steps a row-major multi-index over `shape`; false after the last one.
+fn next_index(idx: &mut [u64], shape: &[u64]) -> bool {
+    for k in (0..idx.len()).rev() {
+        idx[k] += 1;
+        if idx[k] < shape[k] {
+            return true;
+        }
+        idx[k] = 0;
+    }
+    false
+}
+
+fn tensor_type(shape: &[u64], elem: ElemType) -> TensorType {
+    TensorType::new(shape.to_vec(), elem)
+}
+
+/// Places tensor `t` (of shape `shape`) in new storage of type `ty` by `layout`; elements no
+/// tensor element maps to are 0. Float tensors are stored as `f32` (an `F64` value, in the
+/// interpreter's f64 mode, is rounded to nearest), `i32` tensors as `i32`.
+pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<MemData, String> {
+    let elem = if t.is_float() { ElemType::F32 } else { ElemType::I32 };
+    check_storage(layout, &tensor_type(shape, elem), ty)?;
+    if !t.shape().iter().map(|&d| d as u64).eq(shape.iter().copied()) {
+        return Err(format!("the tensor is {t}, expected shape {shape:?}"));
+    }
+    let mut out = MemData::zeroed(ty)?;
+    let place = Placement::new(layout, shape, ty)?;
+    let mut idx = vec![0u64; shape.len()];
+    let n = t.numel();
+    let put = |flat: usize, idx: &[u64], out: &mut MemData, v: ScalarValue| {
+        let o = place.offset(layout, shape, flat, idx);
+        let ok = match (out, o, v) {
+            (MemData::F32(d), Some(o), ScalarValue::F32(v)) => d.get_mut(o).map(|e| *e = v),
+            (MemData::I32(d), Some(o), ScalarValue::Int(v)) => d.get_mut(o).map(|e| *e = v as i32),
+            _ => None,
+        };
+        ok.ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))
+    };
+    for flat in 0..n {
+        let v = match t {
+            Value::F32(x) => ScalarValue::F32(x.data()[flat]),
+            Value::F64(x) => ScalarValue::F32(x.data()[flat] as f32),
+            Value::I32(x) => ScalarValue::Int(i64::from(x.data()[flat])),
+        };
+        put(flat, &idx, &mut out, v)?;
+        next_index(&mut idx, shape);
+    }
+    Ok(out)
+}
+
+/// The tensor of shape `shape` that storage `m` of type `ty` holds by `layout` (the inverse of
+/// [`pack`]; padding is ignored): `Value::F32` or `Value::I32` as the storage is.
+pub fn unpack(layout: &Layout, shape: &[u64], m: &MemData, ty: MemType) -> Result<Value, String> {
+    let elem = ty.elem;
+    check_storage(layout, &tensor_type(shape, elem), ty)?;
+    if !m.fits(ty) {
+        return Err(format!("the storage holds {} elements, not a {ty}", m.len()));
+    }
+    let place = Placement::new(layout, shape, ty)?;
+    let dims: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
+        .collect::<Result<_, _>>()?;
+    let n: usize = dims.iter().product();
+    let mut idx = vec![0u64; shape.len()];
+    let mut offsets = Vec::with_capacity(n);
+    for flat in 0..n {
+        let o = place
+            .offset(layout, shape, flat, &idx)
+            .filter(|&o| o < m.len())
+            .ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))?;
+        offsets.push(o);
+        next_index(&mut idx, shape);
+    }
+    let err = |e: crate::reference::KernelError| e.to_string();
+    Ok(match m {
+        MemData::F32(d) => {
+            Value::F32(Tensor::new(dims, offsets.iter().map(|&o| d[o]).collect()).map_err(err)?)
+        }
+        MemData::I32(d) => {
+            Value::I32(Tensor::new(dims, offsets.iter().map(|&o| d[o]).collect()).map_err(err)?)
+        }
+    })
+}
+
+// ----- compiled index maps -------------------------------------------------------------------------
+
+/// One map result, compiled: a dot product with the domain index when the expression is linear,
+/// else an expression tree over dimension positions.
+#[derive(Debug, Clone)]
+enum CompiledExpr {
+    Linear { coeffs: Vec<i64>, constant: i64 },
+    Tree(Tree),
+}
+
+#[derive(Debug, Clone)]
+enum Tree {
+    Dim(usize),
+    Const(i64),
+    Neg(Box<Tree>),
+    Bin(BinOp, Box<Tree>, Box<Tree>),
+}
+
+impl Tree {
+    fn eval(&self, idx: &[i64]) -> Option<i64> {
+        match self {
+            Tree::Dim(k) => idx.get(*k).copied(),
+            Tree::Const(c) => Some(*c),
+            Tree::Neg(a) => a.eval(idx)?.checked_neg(),
+            Tree::Bin(op, a, b) => {
+                fbc_ir::attr::eval_binop(*op, a.eval(idx)?, b.eval(idx)?)
+            }
+        }
+    }
+
+    /// `(coeffs, constant)` when the tree is linear in the dimensions.
+    fn linear(&self, rank: usize) -> Option<(Vec<i64>, i64)> {
+        match self {
+            Tree::Dim(k) => {
+                let mut c = vec![0; rank];
+                c[*k] = 1;
+                Some((c, 0))
+            }
+            Tree::Const(v) => Some((vec![0; rank], *v)),
+            Tree::Neg(a) => {
+                let (c, k) = a.linear(rank)?;
+                Some((c.iter().map(|x| x.checked_neg()).collect::<Option<_>>()?, k.checked_neg()?))
+            }
+            Tree::Bin(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+                let (ca, ka) = a.linear(rank)?;
+                let (cb, kb) = b.linear(rank)?;
+                let f = |x: i64, y: i64| {
+                    if *op == BinOp::Add {
+                        x.checked_add(y)
+                    } else {
+                        x.checked_sub(y)
+                    }
+                };
+                let c = ca.iter().zip(&cb).map(|(&x, &y)| f(x, y)).collect::<Option<_>>()?;
+                Some((c, f(ka, kb)?))
+            }
+            Tree::Bin(BinOp::Mul, a, b) => {
+                let (ca, ka) = a.linear(rank)?;
+                let (cb, kb) = b.linear(rank)?;
+                // One side must be constant.
+                let (c, k, s) = if ca.iter().all(|&x| x == 0) {
+                    (cb, kb, ka)
+                } else if cb.iter().all(|&x| x == 0) {
+                    (ca, ka, kb)
+                } else {
+                    return None;
+                };
+                Some((
+                    c.iter().map(|x| x.checked_mul(s)).collect::<Option<_>>()?,
+                    k.checked_mul(s)?,
+                ))
+            }
+            Tree::Bin(..) => None,
+        }
+    }
+}
+
+fn compile_tree(e: &AffineExpr, dims: &[String]) -> Result<Tree, String> {
+    Ok(match e {
+        AffineExpr::Var(v) => Tree::Dim(
+            dims.iter().position(|d| d == v).ok_or_else(|| format!("unknown dimension `{v}`"))?,
+        ),
+        AffineExpr::Const(c) => Tree::Const(*c),
+        AffineExpr::Neg(a) => Tree::Neg(Box::new(compile_tree(a, dims)?)),
+        AffineExpr::Bin(op, a, b) => {
+            Tree::Bin(*op, Box::new(compile_tree(a, dims)?), Box::new(compile_tree(b, dims)?))
+        }
+    })
+}
+
+impl CompiledExpr {
+    fn new(e: &AffineExpr, dims: &[String]) -> Result<CompiledExpr, String> {
+        let t = compile_tree(e, dims)?;
+        Ok(match t.linear(dims.len()) {
+            // Linear forms are evaluated with checked arithmetic too; extents are checked below.
+            Some((coeffs, constant)) => CompiledExpr::Linear { coeffs, constant },
+            None => CompiledExpr::Tree(t),
+        })
+    }
+
+    #[inline]
+    fn eval(&self, idx: &[i64]) -> Option<i64> {
+        match self {
+            CompiledExpr::Linear { coeffs, constant } => {
+                let mut acc = *constant;
+                for (&c, &i) in coeffs.iter().zip(idx) {
+                    acc = acc.checked_add(c.checked_mul(i)?)?;
+                }
+                Some(acc)
+            }
+            CompiledExpr::Tree(t) => t.eval(idx),
+        }
+    }
+}
+
+/// An operand's map, compiled, with its storage geometry.
+#[derive(Debug, Clone)]
+struct OperandMap {
+    results: Vec<CompiledExpr>,
+    ty: MemType,
+}
+
+impl OperandMap {
+    /// The element offset the map sends `idx` to; `Err` when undefined or out of storage.
+    #[inline]
+    fn offset(&self, idx: &[i64], k: usize) -> Result<usize, String> {
+        let undefined = || format!("the map of operand {k} is undefined at {idx:?}");
+        match self.ty.storage {
+            StorageKind::Buffer { elems } => {
+                let o = self.results[0].eval(idx).ok_or_else(undefined)?;
+                if o < 0 || o as u64 >= elems {
+                    return Err(format!(
+                        "operand {k} ({}) accessed at element {o}, outside its {elems} elements (domain index {idx:?})",
+                        self.ty
+                    ));
+                }
+                Ok(o as usize)
+            }
+            StorageKind::Image { width, height } => {
+                let x = self.results[0].eval(idx).ok_or_else(undefined)?;
+                let y = self.results[1].eval(idx).ok_or_else(undefined)?;
+                let c = self.results[2].eval(idx).ok_or_else(undefined)?;
+                if x < 0 || y < 0 || !(0..4).contains(&c) || x as u64 >= width || y as u64 >= height
+                {
+                    return Err(format!(
+                        "operand {k} ({}) accessed at texel ({x}, {y}) channel {c}, outside the image (domain index {idx:?})",
+                        self.ty
+                    ));
+                }
+                Ok(((y as u64 * width + x as u64) * 4 + c as u64) as usize)
+            }
+        }
+    }
+}
+
+fn compile_map(m: &AffineMap, ty: MemType) -> Result<OperandMap, String> {
+    let results =
+        m.results.iter().map(|e| CompiledExpr::new(e, &m.dims)).collect::<Result<Vec<_>, _>>()?;
+    if results.len() != ty.coords() {
+        return Err(format!("a map of {} results for {ty}", results.len()));
+    }
+    Ok(OperandMap { results, ty })
+}
+
+// ----- compiled scalar expressions -----------------------------------------------------------------
+
+/// A stack-machine instruction of a compiled [`Scalar`].
+#[derive(Debug, Clone, Copy)]
+enum Instr {
+    Const(ScalarValue),
+    In(usize),
+    /// Pops an offset.
+    Load(usize),
+    Dim(usize),
+    Acc,
+    Un(ScalarUn),
+    Bin(fbc_dialects::memory::ScalarBin),
+    /// Pops a condition; jumps when it is false.
+    JumpIfFalse(usize),
+    Jump(usize),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Program {
+    code: Vec<Instr>,
+    max_stack: usize,
+}
+
+impl Program {
+    fn new(e: &Scalar) -> Program {
+        let mut p = Program::default();
+        let mut depth = 0usize;
+        p.emit(e, &mut depth);
+        p
+    }
+
+    fn push(&mut self, i: Instr, depth: &mut usize, delta: isize) {
+        self.code.push(i);
+        *depth = depth.saturating_add_signed(delta);
+        self.max_stack = self.max_stack.max(*depth);
+    }
+
+    fn emit(&mut self, e: &Scalar, depth: &mut usize) {
+        match e {
+            Scalar::Float(v) => self.push(Instr::Const(ScalarValue::F32(*v as f32)), depth, 1),
+            Scalar::Int(v) => self.push(Instr::Const(ScalarValue::Int(*v)), depth, 1),
+            Scalar::In(k) => self.push(Instr::In(*k), depth, 1),
+            Scalar::Load(k, off) => {
+                self.emit(off, depth);
+                self.push(Instr::Load(*k), depth, 0);
+            }
+            Scalar::Dim(k) => self.push(Instr::Dim(*k), depth, 1),
+            Scalar::Acc => self.push(Instr::Acc, depth, 1),
+            Scalar::Un(op, a) => {
+                self.emit(a, depth);
+                self.push(Instr::Un(*op), depth, 0);
+            }
+            Scalar::Bin(op, a, b) => {
+                self.emit(a, depth);
+                self.emit(b, depth);
+                self.push(Instr::Bin(*op), depth, -1);
+            }
+            Scalar::Select(c, a, b) => {
+                self.emit(c, depth);
+                let jf = self.code.len();
+                self.push(Instr::JumpIfFalse(0), depth, -1);
+                let before = *depth;
+                self.emit(a, depth);
+                let j = self.code.len();
+                self.push(Instr::Jump(0), depth, 0);
+                *depth = before;
+                let else_at = self.code.len();
+                self.emit(b, depth);
+                let end = self.code.len();
+                self.code[jf] = Instr::JumpIfFalse(else_at);
+                self.code[j] = Instr::Jump(end);
+            }
+        }
+    }
+}
+
+/// Everything a point's evaluation reads.
+struct Ctx<'a> {
+    maps: &'a [OperandMap],
+    data: &'a [&'a MemData],
+    idx: &'a [i64],
+    acc: ScalarValue,
+    /// Per operand: whether its element offset at `idx` is `cur` (a linear buffer map, kept up
+    /// to date incrementally).
+    fast: &'a [bool],
+    cur: &'a [i64],
+}
+
+impl Program {
+    fn run(&self, cx: &Ctx<'_>, stack: &mut Vec<ScalarValue>) -> Result<ScalarValue, String> {
+        stack.clear();
+        let mut pc = 0;
+        let pop = |s: &mut Vec<ScalarValue>| s.pop().ok_or("internal: stack underflow");
+        while let Some(&i) = self.code.get(pc) {
+            pc += 1;
+            match i {
+                Instr::Const(v) => stack.push(v),
+                Instr::In(k) if cx.fast[k] => {
+                    let o = cx.cur[k];
+                    let v = usize::try_from(o).ok().and_then(|o| cx.data[k].get(o));
+                    // Out of range: the general path builds the message.
+                    let v = match v {
+                        Some(v) => v,
+                        None => {
+                            let o = cx.maps[k].offset(cx.idx, k)?;
+                            cx.data[k].get(o).ok_or("internal: offset past storage")?
+                        }
+                    };
+                    stack.push(v);
+                }
+                Instr::In(k) => {
+                    let o = cx.maps[k].offset(cx.idx, k)?;
+                    stack.push(cx.data[k].get(o).ok_or("internal: offset past storage")?);
+                }
+                Instr::Load(k) => {
+                    let off = match pop(stack)? {
+                        ScalarValue::Int(o) => o,
+                        ScalarValue::F32(_) => {
+                            return Err(format!("the offset of x{k}[..] is not an integer"))
+                        }
+                    };
+                    let v = usize::try_from(off).ok().and_then(|o| cx.data[k].get(o)).ok_or_else(
+                        || {
+                            format!(
+                            "x{k}[{off}] is outside operand {k} ({} elements) at domain index {:?}",
+                            cx.data[k].len(),
+                            cx.idx
+                        )
+                        },
+                    )?;
+                    stack.push(v);
+                }
+                Instr::Dim(k) => stack.push(ScalarValue::Int(cx.idx[k])),
+                Instr::Acc => stack.push(cx.acc),
+                Instr::Un(op) => {
+                    let a = pop(stack)?;
+                    stack.push(apply_un(op, a)?);
+                }
+                Instr::Bin(op) => {
+                    let b = pop(stack)?;
+                    let a = pop(stack)?;
+                    stack.push(apply_bin(op, a, b)?);
+                }
+                Instr::JumpIfFalse(t) => {
+                    if !pop(stack)?.truth() {
+                        pc = t;
+                    }
+                }
+                Instr::Jump(t) => pc = t,
+            }
+        }
+        Ok(pop(stack)?)
+    }
+}
+
+/// Runs one launch with the reference semantics (see the module docs). `types` and `operands`
+/// have one entry per operand, inputs then the output; only the output is written.
+pub fn run_kernel(
+    k: &Kernel,
+    types: &[MemType],
+    operands: &mut [&mut MemData],
+) -> Result<(), String> {
+    let n = types.len();
+    if operands.len() != n || k.maps.len() != n || n == 0 {
+        return Err(format!(
+            "kernel `{}`: {} maps, {} types, {} operands",
+            k.name,
+            k.maps.len(),
+            n,
+            operands.len()
+        ));
+    }
+    k.check(types).map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+    for (i, (m, &t)) in operands.iter().zip(types).enumerate() {
+        if !m.fits(t) {
+            return Err(format!(
+                "kernel `{}`: operand {i} holds {} elements, not a {t}",
+                k.name,
+                m.len()
+            ));
+        }
+    }
+    let maps = k
+        .maps
+        .iter()
+        .zip(types)
+        .map(|(m, &t)| compile_map(m, t))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+    let guard = match &k.guard {
+        Some(g) => Some((
+            g.map
+                .results
+                .iter()
+                .map(|e| CompiledExpr::new(e, &g.map.dims))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("kernel `{}`: {e}", k.name))?,
+            g.bounds.clone(),
+        )),
+        None => None,
+    };
+    let body = Program::new(&k.body);
+    let epilogue = k.epilogue.as_ref().map(Program::new);
+    let out = n - 1;
+    let np = k.parallel_dims();
+    let rank = k.domain.len();
+    let domain: Vec<i64> = k
+        .domain
+        .iter()
+        .map(|&d| {
+            i64::try_from(d)
+                .map_err(|_| format!("kernel `{}`: domain extent {d} too large", k.name))
+        })
+        .collect::<Result<_, _>>()?;
+    if domain[..np].contains(&0) {
+        return Ok(()); // No parallel point: nothing is written.
+    }
+    // An empty reduction leaves every `acc` at the combine's identity.
+    let empty_reduction = domain[np..].contains(&0);
+    let fail = |e: String| format!("kernel `{}`: {e}", k.name);
+    // Reads of the output operand see its contents before the launch.
+    let reads_out =
+        reads_operand(&k.body, out) || k.epilogue.as_ref().is_some_and(|e| reads_operand(e, out));
+    let (ins, outs) = operands.split_at_mut(out);
+    let out_data: &mut MemData = &mut *outs[0];
+    let before = if reads_out { Some(out_data.clone()) } else { None };
+    let placeholder = MemData::F32(Vec::new());
+    let shared: Vec<&MemData> = ins
+        .iter()
+        .map(|m| &**m)
+        .chain(std::iter::once(before.as_ref().unwrap_or(&placeholder)))
+        .collect();
+    // Linear buffer maps whose offsets cannot overflow anywhere in the domain are tracked
+    // incrementally through the reduction loop.
+    let lin: Vec<Option<(Vec<i64>, i64)>> =
+        maps.iter().map(|m| linear_offsets(m, &domain)).collect();
+    let fast: Vec<bool> = lin.iter().map(Option::is_some).collect();
+    // `xA * xB` on two f32 buffers with tracked offsets: (A, B, A's data, B's data).
+    let product = match &k.body {
+        Scalar::Bin(fbc_dialects::memory::ScalarBin::Mul, x, y) => match (&**x, &**y) {
+            (Scalar::In(a), Scalar::In(b)) if fast[*a] && fast[*b] => {
+                match (shared[*a], shared[*b]) {
+                    (MemData::F32(da), MemData::F32(db)) => Some((*a, *b, da, db)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut cur = vec![0i64; n];
+    let mut rcur = vec![0i64; n];
+    let mut idx = vec![0i64; rank];
+    let mut ridx = vec![0i64; rank];
+    let depth = body.max_stack.max(epilogue.as_ref().map_or(0, |e| e.max_stack));
+    let mut stack = Vec::with_capacity(depth + 1);
+    let out_int = types[out].elem == ElemType::I32;
+    let zero = if out_int { ScalarValue::Int(0) } else { ScalarValue::F32(0.0) };
+    loop {
+        // One parallel point.
+        let mut guarded = true;
+        if let Some((g, bounds)) = &guard {
+            for (e, &b) in g.iter().zip(bounds) {
+                let v = e
+                    .eval(&idx)
+                    .ok_or_else(|| fail(format!("the guard is undefined at {idx:?}")))?;
+                if v < 0 || v as u64 >= b {
+                    guarded = false;
+                    break;
+                }
+            }
+        }
+        for (c, l) in cur.iter_mut().zip(&lin) {
+            if let Some((coeffs, c0)) = l {
+                *c = c0 + coeffs.iter().zip(&idx).map(|(a, b)| a * b).sum::<i64>();
+            }
+        }
+        let value = if guarded {
+            let acc = match k.combine {
+                None => {
+                    let cx = Ctx {
+                        maps: &maps,
+                        data: &shared,
+                        idx: &idx,
+                        acc: zero,
+                        fast: &fast,
+                        cur: &cur,
+                    };
+                    body.run(&cx, &mut stack).map_err(fail)?
+                }
+                Some(c) => {
+                    let mut acc = c.identity();
+                    ridx[..np].copy_from_slice(&idx[..np]);
+                    ridx[np..].fill(0);
+                    rcur.copy_from_slice(&cur);
+                    let mut more = !empty_reduction;
+                    while more {
+                        let cx = Ctx {
+                            maps: &maps,
+                            data: &shared,
+                            idx: &ridx,
+                            acc: zero,
+                            fast: &fast,
+                            cur: &rcur,
+                        };
+                        // The product of two f32 buffers (a matmul) skips the stack machine;
+                        // an out-of-range offset takes the general path, which reports it.
+                        let product = product.and_then(|(a, b, da, db)| {
+                            let x = usize::try_from(rcur[a]).ok().and_then(|o| da.get(o))?;
+                            let y = usize::try_from(rcur[b]).ok().and_then(|o| db.get(o))?;
+                            Some(x * y)
+                        });
+                        let v = match product {
+                            Some(v) => v,
+                            None => body.run(&cx, &mut stack).map_err(fail)?.as_f32(),
+                        };
+                        acc = match c {
+                            Combine::Add => acc + v,
+                            Combine::Max => fmax_nan(acc, v),
+                        };
+                        more = step_tracked(&mut ridx, np, &domain, &lin, &mut rcur);
+                    }
+                    ScalarValue::F32(acc)
+                }
+            };
+            match &epilogue {
+                Some(e) => {
+                    let cx =
+                        Ctx { maps: &maps, data: &shared, idx: &idx, acc, fast: &fast, cur: &cur };
+                    e.run(&cx, &mut stack).map_err(fail)?
+                }
+                None => acc,
+            }
+        } else {
+            zero
+        };
+        let o = maps[out].offset(&idx, out).map_err(fail)?;
+        match (&mut *out_data, value) {
+            (MemData::F32(d), v) => d[o] = v.as_f32(),
+            (MemData::I32(d), ScalarValue::Int(v)) => d[o] = v as i32,
+            (MemData::I32(_), ScalarValue::F32(_)) => {
+                return Err(fail("an f32 value for an i32 output".into()))
+            }
+        }
+        if !step(&mut idx[..np], &domain[..np]) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// `(coefficients, constant)` of a buffer map that is linear in the domain indices and whose
+/// value cannot overflow anywhere in the domain box (so incremental updates are exact).
+fn linear_offsets(m: &OperandMap, domain: &[i64]) -> Option<(Vec<i64>, i64)> {
+    let (StorageKind::Buffer { .. }, [CompiledExpr::Linear { coeffs, constant }]) =
+        (m.ty.storage, m.results.as_slice())
+    else {
+        return None;
+    };
+    // The extremes of a linear form over the box are sums of per-dimension extremes.
+    let (mut lo, mut hi) = (*constant, *constant);
+    for (&c, &e) in coeffs.iter().zip(domain) {
+        let end = c.checked_mul(e.checked_sub(1)?)?;
+        lo = lo.checked_add(end.min(0))?;
+        hi = hi.checked_add(end.max(0))?;
+    }
+    Some((coeffs.clone(), *constant))
+}
+
+/// [`step`] over the reduction dimensions `np..` of `idx`, updating the tracked offsets.
+#[inline]
+fn step_tracked(
+    idx: &mut [i64],
+    np: usize,
+    extents: &[i64],
+    lin: &[Option<(Vec<i64>, i64)>],
+    cur: &mut [i64],
+) -> bool {
+    for k in (np..idx.len()).rev() {
+        idx[k] += 1;
+        if idx[k] < extents[k] {
+            for (c, l) in cur.iter_mut().zip(lin) {
+                if let Some((coeffs, _)) = l {
+                    *c += coeffs[k];
+                }
+            }
+            return true;
+        }
+        for (c, l) in cur.iter_mut().zip(lin) {
+            if let Some((coeffs, _)) = l {
+                *c -= coeffs[k] * (extents[k] - 1);
+            }
+        }
+        idx[k] = 0;
+    }
+    false
+}
+
+/// Whether `e` reads operand `k`.
+fn reads_operand(e: &Scalar, k: usize) -> bool {
+    let mut found = false;
+    e.visit(&mut |s| {
+        if matches!(s, Scalar::In(j) | Scalar::Load(j, _) if *j == k) {
+            found = true;
+        }
+    });
+    found
+}
+
+/// Steps a row-major index over `extents`; false (and all zeros) after the last one.
+#[inline]
+fn step(idx: &mut [i64], extents: &[i64]) -> bool {
+    for k in (0..idx.len()).rev() {
+        idx[k] += 1;
+        if idx[k] < extents[k] {
+            return true;
+        }
+        idx[k] = 0;
+    }
+    false
+}
+
+// ----- launchers -----------------------------------------------------------------------------------
+
+/// Executes `memory.launch` ops for the interpreter: the reference executor by default
+/// ([`ReferenceLauncher`]); a back end (the Cranelift JIT) plugs in native code through
+/// [`Interpreter::run_with_launcher`](crate::interp::Interpreter::run_with_launcher).
+pub trait Launcher {
+    /// Runs kernel `k` on `operands` (inputs, then the output; one per entry of `types`). The
+    /// kernel has verified against `types`; the operands hold storage of those types.
+    fn launch(
+        &mut self,
+        k: &Kernel,
+        types: &[MemType],
+        operands: &mut [&mut MemData],
+    ) -> Result<(), String>;
+}
+
+/// The reference semantics: [`run_kernel`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReferenceLauncher;
+
+impl Launcher for ReferenceLauncher {
+    fn launch(
+        &mut self,
+        k: &Kernel,
+        types: &[MemType],
+        operands: &mut [&mut MemData],
+    ) -> Result<(), String> {
+        run_kernel(k, types, operands)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fbc_dialects::layout::{Intra, RTile, Storage};
+    use fbc_ir::{Module, SourceFile};
+
+    use super::*;
+    use crate::interp::{random_inputs, Interpreter, Mode};
+
+    fn parse(text: &str) -> Module {
+        let file = Arc::new(SourceFile::new("t.fbir", text));
+        fbc_ir::parse_module(&file, &fbc_dialects::registry())
+            .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+    }
+
+    fn f32s(v: &Value) -> Vec<f32> {
+        v.as_f32().expect("an f32 tensor").data().to_vec()
+    }
+
+    fn f32_tensor(shape: &[usize], data: Vec<f32>) -> Value {
+        Value::F32(Tensor::new(shape.to_vec(), data).unwrap())
+    }
+
+    /// Runs `func` of a memory-dialect module and of its tensor-dialect twin on the same random
+    /// inputs; returns (memory results, tensor results).
+    fn both(memory: &str, tensor: &str, func: &str) -> (Vec<Value>, Vec<Value>) {
+        let (m, t) = (parse(memory), parse(tensor));
+        let inputs = random_inputs(&t, func, 7).unwrap();
+        let a = Interpreter::new(&m).run(func, inputs.clone()).unwrap();
+        let b = Interpreter::new(&t).run(func, inputs).unwrap();
+        (a, b)
+    }
+
+    const MATMUL: &str = r#"
+func.func @f(%a: tensor<5x7xf32>, %b: tensor<7x3xf32>) -> tensor<5x3xf32> {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<5x7xf32>) -> !memory.buffer<35, f32>
+  %mb = memory.upload %b {layout = #layout.linear} : (tensor<7x3xf32>) -> !memory.buffer<21, f32>
+  %mc = memory.alloc : () -> !memory.buffer<15, f32>
+  memory.launch %ma, %mb, %mc {kernel = "mm", domain = [5, 3, 7], iterators = ["parallel", "parallel", "reduction"], maps = [(i, j, k) -> (i * 7 + k), (i, j, k) -> (k * 3 + j), (i, j, k) -> (i * 3 + j)], body = "x0 * x1", combine = "add"} : (!memory.buffer<35, f32>, !memory.buffer<21, f32>, !memory.buffer<15, f32>) -> ()
+  memory.dealloc %ma : (!memory.buffer<35, f32>) -> ()
+  memory.dealloc %mb : (!memory.buffer<21, f32>) -> ()
+  %c = memory.download %mc {layout = #layout.linear} : (!memory.buffer<15, f32>) -> tensor<5x3xf32>
+  func.return %c : (tensor<5x3xf32>) -> ()
+}"#;
+
+    #[test]
+    fn matmul_matches_the_tensor_interpreter() {
+        let tensor = r#"
+func.func @f(%a: tensor<5x7xf32>, %b: tensor<7x3xf32>) -> tensor<5x3xf32> {
+  %c = tensor.matmul %a, %b : (tensor<5x7xf32>, tensor<7x3xf32>) -> tensor<5x3xf32>
+  func.return %c : (tensor<5x3xf32>) -> ()
+}"#;
+        let (a, b) = both(MATMUL, tensor, "f");
+        let (a, b) = (f32s(&a[0]), f32s(&b[0]));
+        // The GEMM of the reference sums in its own blocked order; row-major summation agrees
+        // to rounding.
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{a:?}\n{b:?}");
+        }
+        // And exactly with a hand-worked product: [[1, 2], [3, 4]] · [[5, 6], [7, 8]].
+        let m = parse(
+            &MATMUL
+                .replace("5x7", "2x2")
+                .replace("7x3", "2x2")
+                .replace("5x3", "2x2")
+                .replace("<35,", "<4,")
+                .replace("<21,", "<4,")
+                .replace("<15,", "<4,")
+                .replace("[5, 3, 7]", "[2, 2, 2]")
+                .replace("i * 7", "i * 2")
+                .replace("k * 3", "k * 2")
+                .replace("i * 3", "i * 2"),
+        );
+        let out = Interpreter::new(&m)
+            .run(
+                "f",
+                vec![
+                    f32_tensor(&[2, 2], vec![1.0, 2.0, 3.0, 4.0]),
+                    f32_tensor(&[2, 2], vec![5.0, 6.0, 7.0, 8.0]),
+                ],
+            )
+            .unwrap();
+        assert_eq!(f32s(&out[0]), vec![19.0, 22.0, 43.0, 50.0]);
+    }
+
+    #[test]
+    fn reduction_with_epilogue_is_bit_exact() {
+        // Row means (sum then divide, as reduce_mean does) plus a per-row bias read in the
+        // epilogue; and a row max.
+        let memory = r#"
+func.func @f(%x: tensor<6x9xf32>, %b: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
+  %mx = memory.upload %x {layout = #layout.linear} : (tensor<6x9xf32>) -> !memory.buffer<54, f32>
+  %mb = memory.upload %b {layout = #layout.linear} : (tensor<6xf32>) -> !memory.buffer<6, f32>
+  %mo = memory.alloc : () -> !memory.buffer<6, f32>
+  memory.launch %mx, %mb, %mo {kernel = "mean_bias", domain = [6, 9], iterators = ["parallel", "reduction"], maps = [(i, k) -> (i * 9 + k), (i, k) -> (i), (i, k) -> (i)], body = "x0", combine = "add", epilogue = "acc / 9.0 + x1"} : (!memory.buffer<54, f32>, !memory.buffer<6, f32>, !memory.buffer<6, f32>) -> ()
+  %mm = memory.alloc : () -> !memory.buffer<6, f32>
+  memory.launch %mx, %mm {kernel = "rowmax", domain = [6, 9], iterators = ["parallel", "reduction"], maps = [(i, k) -> (i * 9 + k), (i, k) -> (i)], body = "x0", combine = "max"} : (!memory.buffer<54, f32>, !memory.buffer<6, f32>) -> ()
+  %o = memory.download %mo {layout = #layout.linear} : (!memory.buffer<6, f32>) -> tensor<6xf32>
+  %m = memory.download %mm {layout = #layout.linear} : (!memory.buffer<6, f32>) -> tensor<6xf32>
+  func.return %o, %m : (tensor<6xf32>, tensor<6xf32>) -> ()
+}"#;
+        let tensor = r#"
+func.func @f(%x: tensor<6x9xf32>, %b: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
+  %s = tensor.reduce_mean %x {axes = [1]} : (tensor<6x9xf32>) -> tensor<6xf32>
+  %o = tensor.add %s, %b : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+  %m = tensor.reduce_max %x {axes = [1]} : (tensor<6x9xf32>) -> tensor<6xf32>
+  func.return %o, %m : (tensor<6xf32>, tensor<6xf32>) -> ()
+}"#;
+        let (a, b) = both(memory, tensor, "f");
+        assert_eq!(a, b);
+    }
+
+    const RT: &str = "#layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>";
+
+    #[test]
+    fn rtile_image_round_trip_with_padding() {
+        let l = Layout::RTile(
+            RTile::for_shape(&[6, 6], [4, 4], Intra::Rows, 1, Storage::Image2d).unwrap(),
+        );
+        let ty = MemType::image(2, 8);
+        let x = f32_tensor(&[6, 6], (1..=36).map(|v| v as f32).collect());
+        let m = pack(&l, &[6, 6], &x, ty).unwrap();
+        let MemData::F32(d) = &m else { panic!() };
+        assert_eq!(d.len(), 64);
+        // Tile (0, 0) is texel column 0, rows 0..4: row 0 is x[0][0..4] = 1, 2, 3, 4.
+        assert_eq!(&d[0..4], &[1.0, 2.0, 3.0, 4.0]);
+        // Tile (0, 1) is texel column 1: x[0][4..6] then two padding zeros.
+        assert_eq!(&d[4..8], &[5.0, 6.0, 0.0, 0.0]);
+        // Texel row 6 (tile row 1, footprint row 2) is padding: tensor row 6 does not exist.
+        assert_eq!(&d[6 * 8..7 * 8], &[0.0; 8]);
+        assert_eq!(d.iter().filter(|&&v| v != 0.0).count(), 36);
+        assert_eq!(unpack(&l, &[6, 6], &m, ty).unwrap(), x);
+        // The same texel array in a buffer.
+        let bt = MemType::buffer(64, ElemType::F32);
+        assert_eq!(pack(&l, &[6, 6], &x, bt).unwrap(), m);
+        assert_eq!(unpack(&l, &[6, 6], &m, bt).unwrap(), x);
+        // Wrong sizes are errors.
+        assert_eq!(
+            pack(&l, &[6, 6], &x, MemType::image(8, 2)).unwrap_err(),
+            format!("tensor<6x6xf32> in {l} needs an image of [2, 8] texels, found !memory.image2d<[8, 2], f32>")
+        );
+        assert!(unpack(&l, &[6, 6], &MemData::F32(vec![0.0; 63]), ty).is_err());
+    }
+
+    #[test]
+    fn guarded_image_launch_matches_relu() {
+        // ReLU on the R-Tile image; the guard zeroes the padding (here the input padding is 0
+        // anyway, so the output is checked through a +1 that would otherwise leak).
+        let memory = format!(
+            r#"
+func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {{
+  %i = memory.upload %x {{layout = {RT}}} : (tensor<6x6xf32>) -> !memory.image2d<[2, 8], f32>
+  %o = memory.alloc : () -> !memory.image2d<[2, 8], f32>
+  memory.launch %i, %o {{kernel = "relu1", domain = [8, 2, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(y, x, c) -> (x, y, c), (y, x, c) -> (x, y, c)], body = "max(x0, 0.0) + 1.0", guard = (y, x, c) -> (y, x * 4 + c), guard_bounds = [6, 6]}} : (!memory.image2d<[2, 8], f32>, !memory.image2d<[2, 8], f32>) -> ()
+  %y = memory.download %o {{layout = {RT}}} : (!memory.image2d<[2, 8], f32>) -> tensor<6x6xf32>
+  func.return %y : (tensor<6x6xf32>) -> ()
+}}"#
+        );
+        let tensor = r#"
+func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {
+  %r = tensor.relu %x : (tensor<6x6xf32>) -> tensor<6x6xf32>
+  %one = tensor.constant {value = 1.0} : () -> tensor<6x6xf32>
+  %y = tensor.add %r, %one : (tensor<6x6xf32>, tensor<6x6xf32>) -> tensor<6x6xf32>
+  func.return %y : (tensor<6x6xf32>) -> ()
+}"#;
+        let (a, b) = both(&memory, tensor, "f");
+        assert_eq!(a, b);
+        // The padding of the output image is 0 (the guard failed there), not 1.
+        let m = parse(&memory);
+        let f = &m.funcs[0];
+        let k = Kernel::from_op(m.op(f.body[2])).unwrap();
+        let types = [MemType::image(2, 8), MemType::image(2, 8)];
+        let mut i = MemData::F32(vec![0.0; 64]);
+        let mut o = MemData::F32(vec![7.0; 64]);
+        run_kernel(&k, &types, &mut [&mut i, &mut o]).unwrap();
+        let MemData::F32(d) = o else { panic!() };
+        assert_eq!(d.iter().filter(|&&v| v == 1.0).count(), 36);
+        assert_eq!(d.iter().filter(|&&v| v == 0.0).count(), 28);
+    }
+
+    const EMBED: &str = r#"
+func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
+  %mi = memory.upload %ids {layout = #layout.linear} : (tensor<3xi32>) -> !memory.buffer<3, i32>
+  %mt = memory.upload %table {layout = #layout.linear} : (tensor<10x4xf32>) -> !memory.buffer<40, f32>
+  %me = memory.alloc : () -> !memory.buffer<12, f32>
+  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(i, d) -> (i), (i, d) -> (0), (i, d) -> (i * 4 + d)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
+  %e = memory.download %me {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<3x4xf32>
+  func.return %e : (tensor<3x4xf32>) -> ()
+}"#;
+
+    #[test]
+    fn embedding_by_load() {
+        let m = parse(EMBED);
+        let table = f32_tensor(&[10, 4], (0..40).map(|v| v as f32).collect());
+        let ids = Value::I32(Tensor::new(vec![3], vec![2, 0, 9]).unwrap());
+        let out = Interpreter::new(&m).run("f", vec![table.clone(), ids]).unwrap();
+        assert_eq!(
+            f32s(&out[0]),
+            vec![8.0, 9.0, 10.0, 11.0, 0.0, 1.0, 2.0, 3.0, 36.0, 37.0, 38.0, 39.0]
+        );
+        // The tensor dialect agrees.
+        let t = parse(
+            r#"
+func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
+  %e = tensor.embedding %table, %ids : (tensor<10x4xf32>, tensor<3xi32>) -> tensor<3x4xf32>
+  func.return %e : (tensor<3x4xf32>) -> ()
+}"#,
+        );
+        let ids = Value::I32(Tensor::new(vec![3], vec![2, 0, 9]).unwrap());
+        assert_eq!(Interpreter::new(&t).run("f", vec![table.clone(), ids]).unwrap(), out);
+        // An id past the table is an error naming the access, not a panic.
+        let bad = Value::I32(Tensor::new(vec![3], vec![2, 10, 0]).unwrap());
+        let e = Interpreter::new(&m).run("f", vec![table, bad]).unwrap_err().to_string();
+        assert!(
+            e.contains("x1[40] is outside operand 1 (40 elements) at domain index [1, 0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_maps_are_errors() {
+        let m = parse(&MATMUL.replace("(i, j, k) -> (k * 3 + j)", "(i, j, k) -> (k * 3 + j + 1)"));
+        let inputs = random_inputs(&m, "f", 1).unwrap();
+        let e = Interpreter::new(&m).run("f", inputs).unwrap_err().to_string();
+        assert!(
+            e.contains("kernel `mm`: operand 1 (!memory.buffer<21, f32>) accessed at element 21, outside its 21 elements (domain index [0, 2, 6])"),
+            "{e}"
+        );
+        // Floor semantics of the maps: (d0 - 1) mod 4 at d0 = 0 is 3.
+        let k = Kernel {
+            name: "rot".into(),
+            source: String::new(),
+            domain: vec![4],
+            iterators: vec![fbc_dialects::memory::Iter::Parallel],
+            maps: vec![map("(d0) -> ((d0 - 1) mod 4)"), map("(d0) -> (d0)")],
+            body: Scalar::parse("x0").unwrap(),
+            combine: None,
+            epilogue: None,
+            guard: None,
+        };
+        let t = MemType::buffer(4, ElemType::F32);
+        let mut a = MemData::F32(vec![10.0, 11.0, 12.0, 13.0]);
+        let mut b = MemData::F32(vec![0.0; 4]);
+        run_kernel(&k, &[t, t], &mut [&mut a, &mut b]).unwrap();
+        assert_eq!(b, MemData::F32(vec![13.0, 10.0, 11.0, 12.0]));
+        // Storage that does not fit its type is an error.
+        let mut short = MemData::F32(vec![0.0; 3]);
+        assert_eq!(
+            run_kernel(&k, &[t, t], &mut [&mut a, &mut short]).unwrap_err(),
+            "kernel `rot`: operand 1 holds 3 elements, not a !memory.buffer<4, f32>"
+        );
+    }
+
+    fn map(text: &str) -> fbc_ir::AffineMap {
+        let m = parse(&format!(
+            "func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {{\n  %y = layout.remap %x {{map = {text}, shape = [4]}} : (tensor<4xf32>) -> tensor<4xf32>\n  func.return %y : (tensor<4xf32>) -> ()\n}}"
+        ));
+        match m.op(m.funcs[0].body[0]).attr("map") {
+            Some(fbc_ir::Attr::Map(m)) => m.clone(),
+            _ => panic!("no map"),
+        }
+    }
+
+    /// Counts launches and delegates to the reference.
+    #[derive(Default)]
+    struct Counting {
+        names: Vec<String>,
+    }
+
+    impl Launcher for Counting {
+        fn launch(
+            &mut self,
+            k: &Kernel,
+            types: &[MemType],
+            operands: &mut [&mut MemData],
+        ) -> Result<(), String> {
+            self.names.push(k.name.clone());
+            run_kernel(k, types, operands)
+        }
+    }
+
+    #[test]
+    fn custom_launchers_plug_in() {
+        let m = parse(EMBED);
+        let t = parse(MATMUL);
+        let mut l = Counting::default();
+        let table = f32_tensor(&[10, 4], vec![1.0; 40]);
+        let ids = Value::I32(Tensor::new(vec![3], vec![1, 2, 3]).unwrap());
+        Interpreter::new(&m).run_with_launcher("f", vec![table, ids], &mut l).unwrap();
+        let inputs = random_inputs(&t, "f", 3).unwrap();
+        let out =
+            Interpreter::new(&t).mode(Mode::F64).run_with_launcher("f", inputs, &mut l).unwrap();
+        assert_eq!(l.names, vec!["embed", "mm"]);
+        // In f64 mode downloads widen to f64 (storage is f32).
+        assert!(out[0].as_f64().is_some());
+    }
+
+    #[test]
+    fn every_layout_round_trips() {
+        // Batch dimensions, both `horizontal` axes, block intra-tiles, exact and padded tiles,
+        // image and buffer storage: pack then unpack is the identity and every element has its
+        // own place (no two elements share one).
+        let shape = [2u64, 5, 7];
+        let x = f32_tensor(&[2, 5, 7], (1..=70).map(|v| v as f32).collect());
+        let configs = [
+            ([4, 4], Intra::Rows, 2),
+            ([4, 4], Intra::Rows, 1),
+            ([5, 8], Intra::Block { bh: 1, bw: 4 }, 2),
+            ([2, 8], Intra::Block { bh: 2, bw: 2 }, 1),
+            ([1, 1], Intra::Rows, 1),
+        ];
+        for (tile, intra, horizontal) in configs {
+            for storage in [Storage::Image2d, Storage::Buffer] {
+                let r = RTile::for_shape(&shape, tile, intra, horizontal, storage).unwrap();
+                let l = Layout::RTile(r);
+                let t = TensorType::new(shape.to_vec(), ElemType::F32);
+                let ty = fbc_dialects::memory::default_storage(&l, &t).unwrap();
+                let m = pack(&l, &shape, &x, ty).unwrap();
+                let MemData::F32(d) = &m else { panic!() };
+                assert_eq!(d.iter().filter(|&&v| v != 0.0).count(), 70, "{l}");
+                assert_eq!(unpack(&l, &shape, &m, ty).unwrap(), x, "{l}");
+            }
+        }
+        // Linear: a row-major buffer, the identity.
+        let ty = MemType::buffer(70, ElemType::F32);
+        let m = pack(&Layout::Linear, &shape, &x, ty).unwrap();
+        assert_eq!(m, MemData::F32((1..=70).map(|v| v as f32).collect()));
+        // i32 tensors keep their values; f64 values (the f64 mode) are rounded to f32.
+        let ids = Value::I32(Tensor::new(vec![3], vec![-1, 7, i32::MAX]).unwrap());
+        let it = MemType::buffer(3, ElemType::I32);
+        let m = pack(&Layout::Linear, &[3], &ids, it).unwrap();
+        assert_eq!(m, MemData::I32(vec![-1, 7, i32::MAX]));
+        assert_eq!(unpack(&Layout::Linear, &[3], &m, it).unwrap(), ids);
+        let wide = Value::F64(Tensor::new(vec![1], vec![0.1f64]).unwrap());
+        let m = pack(&Layout::Linear, &[1], &wide, MemType::buffer(1, ElemType::F32)).unwrap();
+        assert_eq!(m, MemData::F32(vec![0.1f32]));
+        assert_eq!(
+            pack(&Layout::Linear, &[3], &ids, MemType::buffer(3, ElemType::F32)).unwrap_err(),
+            "!memory.buffer<3, f32> holds f32, but the tensor is tensor<3xi32>"
+        );
+    }
+
+    fn kernel(text: &str, types: &[&str]) -> Kernel {
+        let ops: Vec<String> = (0..types.len()).map(|i| format!("%a{i}")).collect();
+        let args: Vec<String> =
+            types.iter().enumerate().map(|(i, t)| format!("%a{i}: {t}")).collect();
+        let m = parse(&format!(
+            "func.func @k({}) {{\n  memory.launch {} {{{text}}} : ({}) -> ()\n  func.return\n}}",
+            args.join(", "),
+            ops.join(", "),
+            types.join(", ")
+        ));
+        Kernel::from_op(m.op(m.funcs[0].body[0])).unwrap()
+    }
+
+    #[test]
+    fn full_and_empty_reductions() {
+        // All dimensions reduced: one output element, the row-major sum.
+        let k = kernel(
+            "kernel = \"sum\", domain = [2, 3], iterators = [\"reduction\", \"reduction\"], maps = [(i, j) -> (i * 3 + j), (i, j) -> (0)], body = \"x0 * 2.0\", combine = \"add\", epilogue = \"acc + 0.5\"",
+            &["!memory.buffer<6, f32>", "!memory.buffer<1, f32>"],
+        );
+        let t = [MemType::buffer(6, ElemType::F32), MemType::buffer(1, ElemType::F32)];
+        let mut a = MemData::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let mut o = MemData::F32(vec![9.0]);
+        run_kernel(&k, &t, &mut [&mut a, &mut o]).unwrap();
+        assert_eq!(o, MemData::F32(vec![42.5]));
+        // An empty reduction: acc is the identity (-inf for max), the epilogue still runs.
+        let k = kernel(
+            "kernel = \"mx\", domain = [2, 0], iterators = [\"parallel\", \"reduction\"], maps = [(i, j) -> (0), (i, j) -> (i)], body = \"x0\", combine = \"max\", epilogue = \"select(acc < 0.0, -1.0, acc)\"",
+            &["!memory.buffer<1, f32>", "!memory.buffer<2, f32>"],
+        );
+        let t = [MemType::buffer(1, ElemType::F32), MemType::buffer(2, ElemType::F32)];
+        let mut a = MemData::F32(vec![5.0]);
+        let mut o = MemData::F32(vec![9.0, 9.0]);
+        run_kernel(&k, &t, &mut [&mut a, &mut o]).unwrap();
+        assert_eq!(o, MemData::F32(vec![-1.0, -1.0]));
+        // No parallel point: nothing is written.
+        let k = kernel(
+            "kernel = \"none\", domain = [0], iterators = [\"parallel\"], maps = [(i) -> (i), (i) -> (i)], body = \"x0\"",
+            &["!memory.buffer<1, f32>", "!memory.buffer<2, f32>"],
+        );
+        run_kernel(&k, &t, &mut [&mut a, &mut o]).unwrap();
+        assert_eq!(o, MemData::F32(vec![-1.0, -1.0]));
+    }
+
+    #[test]
+    fn integer_kernels_and_reading_the_output() {
+        // An i32 output computed with floor division and modulo; `x1[d0]` reads the output as it
+        // was before the launch while the launch writes it reversed.
+        let k = kernel(
+            "kernel = \"ints\", domain = [4], iterators = [\"parallel\"], maps = [(i) -> (i), (i) -> (3 - i)], body = \"x0 / 2 * 10 + x0 % 3 + x1[d0] * 100\"",
+            &["!memory.buffer<4, i32>", "!memory.buffer<4, i32>"],
+        );
+        let t = [MemType::buffer(4, ElemType::I32); 2];
+        let mut a = MemData::I32(vec![-3, -1, 4, 7]);
+        let mut o = MemData::I32(vec![1, 2, 3, 4]);
+        run_kernel(&k, &t, &mut [&mut a, &mut o]).unwrap();
+        // Point i writes element 3 - i and reads element i of the old output: -3 / 2 = -2,
+        // -3 % 3 = 0, so o[3] = -20 + 0 + 100; -1: -10 + 2 + 200; 4: 20 + 1 + 300; 7: 30 + 1 +
+        // 400. In-place reads would give o[1] = 21 + 19200 instead.
+        assert_eq!(o, MemData::I32(vec![431, 321, 192, 80]));
+        let div0 = kernel(
+            "kernel = \"div0\", domain = [4], iterators = [\"parallel\"], maps = [(i) -> (i), (i) -> (i)], body = \"x0 / (x0 - x0)\"",
+            &["!memory.buffer<4, i32>", "!memory.buffer<4, i32>"],
+        );
+        assert_eq!(
+            run_kernel(&div0, &t, &mut [&mut a, &mut o]).unwrap_err(),
+            "kernel `div0`: integer division by zero in -3 / 0"
+        );
+    }
+
+    #[test]
+    fn an_operand_may_be_read_and_written() {
+        // `%m` is both input and output: reads see the storage before the launch (x0 at the
+        // reversed index reads old values), the written storage is what later ops see.
+        let memory = r#"
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %m = memory.upload %x {layout = #layout.linear} : (tensor<4xf32>) -> !memory.buffer<4, f32>
+  memory.launch %m, %m {kernel = "rev_add", domain = [4], iterators = ["parallel"], maps = [(i) -> (3 - i), (i) -> (i)], body = "x0 + x1"} : (!memory.buffer<4, f32>, !memory.buffer<4, f32>) -> ()
+  %y = memory.download %m {layout = #layout.linear} : (!memory.buffer<4, f32>) -> tensor<4xf32>
+  func.return %y : (tensor<4xf32>) -> ()
+}"#;
+        let m = parse(memory);
+        let out = Interpreter::new(&m)
+            .run("f", vec![f32_tensor(&[4], vec![1.0, 2.0, 3.0, 4.0])])
+            .unwrap();
+        assert_eq!(f32s(&out[0]), vec![5.0, 5.0, 5.0, 5.0]);
+    }
+
+    mod props {
+        use fbc_dialects::memory::{Guard, Iter, ScalarBin};
+        use fbc_ir::attr::BinOp;
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn expr(rank: usize) -> impl Strategy<Value = AffineExpr> {
+            let leaf = prop_oneof![
+                (0..rank.max(1)).prop_map(|k| AffineExpr::Var(format!("d{k}"))),
+                prop_oneof![-3i64..8, Just(i64::MAX), Just(i64::MIN)].prop_map(AffineExpr::Const),
+            ];
+            leaf.prop_recursive(3, 12, 2, |inner| {
+                let op = prop_oneof![
+                    Just(BinOp::Add),
+                    Just(BinOp::Sub),
+                    Just(BinOp::Mul),
+                    Just(BinOp::FloorDiv),
+                    Just(BinOp::CeilDiv),
+                    Just(BinOp::Mod),
+                ];
+                prop_oneof![
+                    (op, inner.clone(), inner.clone()).prop_map(|(o, a, b)| AffineExpr::Bin(
+                        o,
+                        Box::new(a),
+                        Box::new(b)
+                    )),
+                    inner.prop_map(|a| AffineExpr::Neg(Box::new(a))),
+                ]
+            })
+        }
+
+        /// Mostly well-formed expressions: operand and dimension references in range (one past
+        /// the end now and then), `acc` only when `acc` is set.
+        fn scalar(n: usize, rank: usize, acc: bool) -> impl Strategy<Value = Scalar> {
+            let leaf = prop_oneof![
+                6 => (0..n).prop_map(Scalar::In),
+                1 => Just(Scalar::In(n)),
+                4 => (0..rank).prop_map(Scalar::Dim),
+                3 => prop_oneof![Just(i64::MIN), Just(i64::MAX), -3i64..4].prop_map(Scalar::Int),
+                3 => prop_oneof![Just(f64::NAN), Just(1e30), Just(-0.5)].prop_map(Scalar::Float),
+                u32::from(acc) * 3 => Just(Scalar::Acc),
+            ];
+            leaf.prop_recursive(3, 16, 3, move |inner| {
+                let bin = prop_oneof![
+                    Just(ScalarBin::Add),
+                    Just(ScalarBin::Mul),
+                    Just(ScalarBin::Div),
+                    Just(ScalarBin::Rem),
+                    Just(ScalarBin::Max),
+                    Just(ScalarBin::Lt),
+                ];
+                let un = prop_oneof![
+                    Just(ScalarUn::Neg),
+                    Just(ScalarUn::ToInt),
+                    Just(ScalarUn::ToFloat),
+                    Just(ScalarUn::Abs),
+                    Just(ScalarUn::Exp),
+                ];
+                prop_oneof![
+                    (bin, inner.clone(), inner.clone()).prop_map(|(o, a, b)| Scalar::Bin(
+                        o,
+                        Box::new(a),
+                        Box::new(b)
+                    )),
+                    (un, inner.clone()).prop_map(|(o, a)| Scalar::Un(o, Box::new(a))),
+                    ((0..n), inner.clone()).prop_map(|(k, a)| Scalar::Load(k, Box::new(a))),
+                    (inner.clone(), inner.clone(), inner).prop_map(|(c, a, b)| Scalar::Select(
+                        Box::new(c),
+                        Box::new(a),
+                        Box::new(b)
+                    )),
+                ]
+            })
+        }
+
+        fn kernel() -> impl Strategy<Value = (Kernel, Vec<MemType>)> {
+            let ty = prop_oneof![
+                (0u64..12).prop_map(|e| MemType::buffer(e, ElemType::F32)),
+                (0u64..12).prop_map(|e| MemType::buffer(e, ElemType::I32)),
+                (1u64..3, 1u64..3).prop_map(|(w, h)| MemType::image(w, h)),
+            ];
+            (1usize..3, 0usize..2, proptest::collection::vec(ty, 1..4)).prop_flat_map(
+                |(np, nr, types)| {
+                    let rank = np + nr;
+                    let n = types.len();
+                    // One map per operand with as many results as its storage has coordinates.
+                    let maps: Vec<_> = types
+                        .iter()
+                        .map(|t| proptest::collection::vec(expr(rank), t.coords()))
+                        .collect();
+                    let guard = proptest::option::of((
+                        proptest::collection::vec(expr(rank), 1..3),
+                        0u64..5,
+                    ));
+                    (
+                        proptest::collection::vec(0u64..4, rank),
+                        maps,
+                        scalar(n, rank, false),
+                        proptest::option::of(scalar(n, rank, true)),
+                        guard,
+                        any::<bool>(),
+                    )
+                        .prop_map(
+                            move |(domain, maps, body, epilogue, guard, max)| {
+                                let dims: Vec<String> =
+                                    (0..rank).map(|k| format!("d{k}")).collect();
+                                let map = |results| AffineMap {
+                                    dims: dims.clone(),
+                                    symbols: vec![],
+                                    results,
+                                };
+                                let combine = match (nr, max) {
+                                    (0, _) => None,
+                                    (_, true) => Some(Combine::Max),
+                                    (_, false) => Some(Combine::Add),
+                                };
+                                let k =
+                                    Kernel {
+                                        name: "p".into(),
+                                        source: String::new(),
+                                        domain,
+                                        iterators: (0..rank)
+                                            .map(|k| {
+                                                if k < np {
+                                                    Iter::Parallel
+                                                } else {
+                                                    Iter::Reduction
+                                                }
+                                            })
+                                            .collect(),
+                                        maps: maps.into_iter().map(map).collect(),
+                                        body,
+                                        combine,
+                                        epilogue,
+                                        guard: guard.map(|(r, b)| Guard {
+                                            bounds: vec![b; r.len()],
+                                            map: map(r),
+                                        }),
+                                    };
+                                (k, types.clone())
+                            },
+                        )
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            /// Any kernel on any storage either runs or is an error; nothing panics (overflow
+            /// checks are on in tests).
+            #[test]
+            fn run_kernel_never_panics((k, types) in kernel(), seed in 0i32..100) {
+                let mut data: Vec<MemData> = types
+                    .iter()
+                    .map(|t| match t.elem {
+                        ElemType::I32 => MemData::I32((0..t.elems() as i32).map(|v| v * seed - 7).collect()),
+                        _ => MemData::F32((0..t.elems()).map(|v| v as f32 - 3.5).collect()),
+                    })
+                    .collect();
+                let mut refs: Vec<&mut MemData> = data.iter_mut().collect();
+                let _ = run_kernel(&k, &types, &mut refs);
+                // Printing and reading back the attributes gives the same kernel.
+                let back = Kernel::from_attrs(&k.to_attrs());
+                if let Ok(b) = back {
+                    prop_assert_eq!(b.to_attrs(), k.to_attrs());
+                }
+            }
+        }
+    }
+}
