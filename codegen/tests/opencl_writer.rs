@@ -1,66 +1,131 @@
-//! The OpenCL C writer on small modules: a snapshot of the emitted source and manifest, and the
-//! errors for what it cannot lower yet. Numeric checks on a device are in the driver's
-//! `tests/opencl.rs`.
+//! The OpenCL C writer on small lowered modules: exact snapshots of the emitted source and
+//! manifest, the tiled contraction's choice, and the errors for what it cannot write. Numeric
+//! checks on a device are in the driver's `tests/opencl.rs`.
 
 use std::sync::Arc;
 
-use fbc_codegen::opencl::{Error, Options, Writer};
+use fbc_codegen::opencl::{substitute_kernel, Error, Manifest, Options, Step, Writer};
 use fbc_ir::{Module, SourceFile};
 
-fn parse(text: &str) -> Module {
-    let file = Arc::new(SourceFile::new("small.fbir".to_string(), text.to_string()));
+fn parse(name: &str, text: &str) -> Module {
+    let file = Arc::new(SourceFile::new(name.to_string(), text.to_string()));
     match fbc_ir::parse_module(&file, &fbc_dialects::registry()) {
         Ok(m) => m,
-        Err(d) => panic!("{}", fbc_grammar_render(&file, &d)),
+        Err(d) => panic!("{}", fbc_grammar::diag::render_all(&file, &d)),
     }
 }
 
-fn fbc_grammar_render(file: &SourceFile, d: &[fbc_ir::Diagnostic]) -> String {
-    d.iter().map(|d| format!("{}: {:?}\n", file.name, d)).collect()
+/// A linear matmul with an epilogue, an R-Tile image relu with a padding guard, and an embedding
+/// gather through an explicit load from i32 ids.
+const OPS: &str = r#"module @ops {
+func.func @matmul(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) -> tensor<4x3xf32> {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<4x8xf32>) -> !memory.buffer<32, f32>
+  %mb = memory.upload %b {layout = #layout.linear}
+  %mc = memory.alloc {slot = 0} : () -> !memory.buffer<12, f32>
+  memory.launch %ma, %mb, %mc {kernel = "matmul_c", source = "tensor.matmul", domain = [4, 3, 8], iterators = ["parallel", "parallel", "reduction"], maps = [(d0, d1, d2) -> (d0 * 8 + d2), (d0, d1, d2) -> (d2 * 3 + d1), (d0, d1, d2) -> (d0 * 3 + d1)], body = "x0 * x1", combine = "add", epilogue = "max(acc, 0.0) + -1.5e-3"} : (!memory.buffer<32, f32>, !memory.buffer<24, f32>, !memory.buffer<12, f32>) -> ()
+  memory.dealloc %ma : (!memory.buffer<32, f32>) -> ()
+  %c = memory.download %mc {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<4x3xf32>
+  func.return %c : (tensor<4x3xf32>) -> ()
 }
 
-const SMALL: &str = r#"module @small {
-  func.func @main(%x: tensor<2x4xf32>, %w: tensor<4x3xf32>, %b: tensor<3xf32>) -> tensor<3x2xf32> {
-    %h = tensor.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
-    %a = tensor.add %h, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
-    %s = tensor.softmax %a {axis = -1} : (tensor<2x3xf32>) -> tensor<2x3xf32>
-    %t = layout.remap %s {map = (d0, d1) -> (d1, d0 mod 3), shape = [3, 2]} : (tensor<2x3xf32>) -> tensor<3x2xf32>
-    func.return %t : tensor<3x2xf32>
-  }
+func.func @image(%x: tensor<6x6xf32>, %ids: tensor<3xi32>, %table: tensor<10x4xf32>) -> (tensor<6x6xf32>, tensor<3x4xf32>) {
+  %i = memory.upload %x {layout = #layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>}
+  %o = memory.alloc : () -> !memory.image2d<2x8, f32>
+  memory.launch %i, %o {kernel = "relu", source = "tensor.relu", domain = [8, 2, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d1, d0, d2)], body = "select(x0 > 0.0, x0, 0.0)", guard = (d0, d1, d2) -> (d0 mod 4 + (d0 floordiv 4) * 4, d1 * 4 + d2), guard_bounds = [6, 6]} : (!memory.image2d<[2, 8], f32>, !memory.image2d<[2, 8], f32>) -> ()
+  %y = memory.download %o {layout = #layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>} : (!memory.image2d<[2, 8], f32>) -> tensor<6x6xf32>
+  %mi = memory.upload %ids {layout = #layout.linear}
+  %mt = memory.upload %table {layout = #layout.linear}
+  %me = memory.alloc : () -> !memory.buffer<12, f32>
+  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(d0, d1) -> (d0), (d0, d1) -> (0), (d0, d1) -> (d0 * 4 + d1)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
+  %e = memory.download %me {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<3x4xf32>
+  func.return %y, %e : (tensor<6x6xf32>, tensor<3x4xf32>) -> ()
+}
 }
 "#;
 
 #[test]
 fn small_module_source_and_manifest() {
-    let out = Writer::new(Options::default()).write(&parse(SMALL)).expect("writes");
-    insta::assert_snapshot!("small_source", out.source);
-    insta::assert_snapshot!("small_manifest", out.manifest.to_json());
-    // Kernels carry their op's source location, and launches follow program order.
-    assert!(out.source.contains("// tensor.matmul at small.fbir:3:5"));
-    let kernels: Vec<&str> =
-        out.manifest.functions[0].launches.iter().map(|l| l.kernel.as_str()).collect();
-    assert_eq!(kernels, ["main_matmul_h", "main_add_a", "main_softmax_s", "main_remap_t"]);
+    let out = Writer::new(Options::default()).write(&parse("ops.fbir", OPS)).expect("writes");
+    insta::assert_snapshot!("ops_source", out.source);
+    insta::assert_snapshot!("ops_manifest", out.manifest.to_json());
+    // The manifest reads back, and it lists the steps in program order.
+    let back = Manifest::from_json(&out.manifest.to_json()).expect("reads back");
+    assert_eq!(back, out.manifest);
+    let f = back.function("matmul").expect("@matmul");
+    let ops: Vec<&str> = f
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Alloc { .. } => "alloc",
+            Step::Upload { .. } => "upload",
+            Step::Launch(_) => "launch",
+            Step::Download { .. } => "download",
+            Step::Dealloc { .. } => "dealloc",
+        })
+        .collect();
+    assert_eq!(ops, ["upload", "upload", "alloc", "launch", "dealloc", "download"]);
+    // 4·3·8 points × (1 mul + 1 add) + 12 outputs × (max, add).
+    assert_eq!(f.launches().next().map(|l| l.flops), Some(4 * 3 * 8 * 2 + 12 * 2));
+    // (32 + 24 + 12) floats live at once.
+    assert_eq!(f.peak_bytes, (32 + 24 + 12) * 4);
+}
+
+/// `C[b] = A[b] · B^T` over 2 batches, 48×40 by 24: big enough for the tiled kernel.
+const BATCHED: &str = r#"func.func @bmm(%a: tensor<2x48x24xf32>, %b: tensor<40x24xf32>) -> tensor<2x48x40xf32> {
+  %ma = memory.upload %a {layout = #layout.linear}
+  %mb = memory.upload %b {layout = #layout.linear}
+  %mc = memory.alloc : () -> !memory.buffer<3840, f32>
+  memory.launch %ma, %mb, %mc {kernel = "bmm", source = "tensor.matmul", domain = [2, 48, 40, 24], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d0 * 1152 + d1 * 24 + d3), (d0, d1, d2, d3) -> (d2 * 24 + d3), (d0, d1, d2, d3) -> (d0 * 1920 + d1 * 40 + d2)], body = "x1 * x0", combine = "add"} : (!memory.buffer<2304, f32>, !memory.buffer<960, f32>, !memory.buffer<3840, f32>) -> ()
+  %c = memory.download %mc {layout = #layout.linear} : (!memory.buffer<3840, f32>) -> tensor<2x48x40xf32>
+  func.return %c : (tensor<2x48x40xf32>) -> ()
+}
+"#;
+
+#[test]
+fn contractions_get_the_tiled_kernel_with_the_target_group() {
+    let mali = fbc_target::builtin("mali").expect("mali profile");
+    let opts = Options {
+        kernels: fbc_codegen::opencl::KernelOptions::for_target(&mali),
+        ..Options::default()
+    };
+    let out = Writer::new(opts).write(&parse("bmm.fbir", BATCHED)).expect("writes");
+    insta::assert_snapshot!("bmm_tiled", &out.kernels[0].1);
+    let l = out.manifest.functions[0].launches().next().cloned().expect("a launch");
+    assert!(l.tiled);
+    // Mali prefers 32×8 work-groups; 40 columns get 1 output per work-item along x (40 < 64),
+    // 48 rows 4 along y (48 >= 32): blocks of 32 columns × 32 rows.
+    assert_eq!(l.local, Some(vec![32, 8, 1]));
+    assert_eq!(l.global, vec![2 * 32, 2 * 8, 2]);
+    // Without tiling: the plain kernel, one work-item per output.
+    let mut plain = Options::default();
+    plain.kernels.tiled = false;
+    let out = Writer::new(plain).write(&parse("bmm.fbir", BATCHED)).expect("writes");
+    let l = out.manifest.functions[0].launches().next().cloned().expect("a launch");
+    assert!(!l.tiled);
+    assert_eq!(l.global, vec![3840]);
 }
 
 #[test]
-fn unsupported_ops_and_types_are_named() {
-    let m = parse(
-        "func.func @f(%x: tensor<4x6xf32>, %c: tensor<4x6xf32>, %s: tensor<4x6xf32>) -> tensor<4x6xf32> {\n  %y = tensor.rope %x, %c, %s : (tensor<4x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>\n  func.return %y : tensor<4x6xf32>\n}\n",
-    );
-    let e = Writer::new(Options::default()).write(&m).expect_err("rope is not lowered yet");
-    assert!(matches!(&e, Error::Unsupported { op, .. } if op == "tensor.rope"), "{e}");
-    assert!(
-        e.to_string().starts_with("not yet supported: op tensor.rope at small.fbir:2:3"),
-        "{e}"
-    );
-    let m = parse(
-        "func.func @g(%x: tensor<4xf16>) -> tensor<4xf16> {\n  %y = tensor.neg %x : (tensor<4xf16>) -> tensor<4xf16>\n  func.return %y : tensor<4xf16>\n}\n",
-    );
-    let e = Writer::new(Options::default()).write(&m).expect_err("f16 is not generated yet");
-    assert!(e.to_string().contains("f16"), "{e}");
-    let opts = Options { function: Some("nope".into()) };
-    assert_eq!(
-        Writer::new(opts).write(&parse(SMALL)).err(),
-        Some(Error::NoFunction("nope".into()))
-    );
+fn substituted_kernels_replace_one_kernel() {
+    let out = Writer::new(Options::default()).write(&parse("ops.fbir", OPS)).expect("writes");
+    let text = "__kernel void embed(__global const int* x0, __global const float* x1, __global float* x2) { x2[get_global_id(0)] = 1.0f; }\n";
+    let src = substitute_kernel(&out, "embed", text).expect("substitutes");
+    assert!(src.contains("// substituted kernel embed\n__kernel void embed("));
+    assert!(src.contains("__kernel void relu("), "other kernels stay");
+    assert_eq!(src.matches("void embed(").count(), 1);
+    let e = substitute_kernel(&out, "nope", text).expect_err("no such kernel");
+    assert!(e.contains("no kernel `nope`; the kernels are: matmul_c, relu, embed"), "{e}");
+}
+
+#[test]
+fn tensor_ops_are_refused_with_their_location() {
+    let text = "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = tensor.neg %x\n  func.return %y : tensor<4xf32>\n}\n";
+    let e = Writer::new(Options::default()).write(&parse("t.fbir", text)).expect_err("not lowered");
+    let Error::Unsupported { op, location, reason } = &e else { panic!("{e:?}") };
+    assert_eq!((op.as_str(), location.as_str()), ("tensor.neg", "t.fbir:2:3"));
+    assert!(reason.contains("run lower-to-memory first"), "{reason}");
+    let e = Writer::new(Options { function: Some("g".into()), ..Options::default() })
+        .write(&parse("t.fbir", text))
+        .expect_err("no @g");
+    assert_eq!(e, Error::NoFunction("g".into()));
 }

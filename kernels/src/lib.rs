@@ -1,1 +1,214 @@
-//! OpenCL kernel templates of fbc.
+//! OpenCL C templates of fbc, as data.
+//!
+//! The OpenCL C writer (`fbc_codegen::opencl`) builds most kernels expression by expression from a
+//! launch's [`Kernel`](../fbc_dialects/memory/struct.Kernel.html) description. What is fixed text
+//! lives here: the [`PRELUDE`] of helpers every generated source starts with, and the
+//! [`contraction`] template (a register-blocked, local-memory-tiled matrix product) whose holes the
+//! writer fills with the index arithmetic of one launch.
+
+use std::fmt::Write as _;
+
+/// The helpers every generated source starts with: MLIR floor division and modulo for index
+/// arithmetic that may see negative operands, NaN-propagating `max`/`min` (OpenCL's `fmax`
+/// drops NaN; the tensor dialect propagates it), an overflow-safe sigmoid, channel selection from
+/// a texel, and the one sampler every image read uses (unnormalised integer coordinates, no
+/// filtering, no addressing mode: reads are always in range).
+pub const PRELUDE: &str = "\
+// Floor division and modulo with MLIR affine-map semantics (rounding toward -inf).
+inline long fbc_floordiv(long a, long b) { long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+inline long fbc_ceildiv(long a, long b) { return -fbc_floordiv(-a, b); }
+inline long fbc_mod(long a, long b) { return a - fbc_floordiv(a, b) * b; }
+inline long fbc_iabs(long a) { return a < 0 ? -a : a; }
+// max/min that propagate NaN, as the tensor dialect does.
+inline float fbc_fmax(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmax(a, b); }
+inline float fbc_fmin(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmin(a, b); }
+inline float fbc_sigmoid(float a) { return a >= 0.0f ? 1.0f / (1.0f + exp(-a)) : exp(a) / (1.0f + exp(a)); }
+// Channel c of a texel.
+inline float fbc_ch(float4 v, long c) { return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w)); }
+__constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
+";
+
+/// The holes of the [`contraction`] template: `out[row, col] = epilogue(Σ_k a(row, k) · b(k, col))`
+/// over a batch of independent products.
+///
+/// The expressions are C text over fixed variable names: batch indices `bN` (declared by
+/// `batch_decl` from `bz`), `row`, `col`, and the reduction index `kk`, all `long`.
+#[derive(Debug, Clone)]
+pub struct Contraction<'a> {
+    /// The kernel name.
+    pub name: &'a str,
+    /// The parameter list, without parentheses.
+    pub params: &'a str,
+    /// Comment lines (each starting with `//`) above the kernel.
+    pub comment: &'a str,
+    /// Rows, columns and reduction length.
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// Number of batches (the third global dimension).
+    pub batches: u64,
+    /// Statements that declare the batch indices from `bz` (may be empty).
+    pub batch_decl: &'a str,
+    /// `a(row, kk)` as a `float` expression (it may not use `col`).
+    pub a_at: &'a str,
+    /// `b(kk, col)` as a `float` expression (it may not use `row`).
+    pub b_at: &'a str,
+    /// One statement storing the `float acc` of output `(row, col)`; with `texel_store`, the
+    /// statements storing `acc0..acc3`, outputs `(row, col..col + 3)` (`col` a multiple of 4).
+    pub store: &'a str,
+    /// Each work-item owns 4 consecutive columns (`per_item[0]` is 4) and stores them together:
+    /// an image output, written one RGBA texel at a time.
+    pub texel_store: bool,
+    /// Work-group shape `[x, y]` in work-items (x runs along columns).
+    pub group: [u64; 2],
+    /// Outputs per work-item `[along columns, along rows]` (register blocking).
+    pub per_item: [u64; 2],
+    /// Reduction elements staged in local memory per step.
+    pub tile_k: u64,
+}
+
+impl Contraction<'_> {
+    /// Output columns and rows a work-group computes.
+    pub fn block(&self) -> [u64; 2] {
+        [self.group[0] * self.per_item[0], self.group[1] * self.per_item[1]]
+    }
+
+    /// Bytes of local memory the kernel uses.
+    pub fn local_bytes(&self) -> u64 {
+        let [bn, bm] = self.block();
+        (bn + bm) * self.tile_k * 4
+    }
+
+    /// The global work size `[x, y, z]` (a whole number of work-groups).
+    pub fn global(&self) -> [u64; 3] {
+        let [bn, bm] = self.block();
+        [
+            self.n.div_ceil(bn).max(1) * self.group[0],
+            self.m.div_ceil(bm).max(1) * self.group[1],
+            self.batches.max(1),
+        ]
+    }
+}
+
+/// A tiled, register-blocked contraction kernel.
+///
+/// A work-group of `group = [gx, gy]` work-items computes a block of `gy·py` rows by `gx·px`
+/// columns; each work-item owns `py × px` outputs, strided by the group size (so neighbouring
+/// work-items touch neighbouring columns). Per step of `tile_k` along the reduction, the group
+/// stages `a` for its rows and `b` for its columns in `__local` memory (zero outside the domain),
+/// then every work-item accumulates its outputs from there. With `texel_store` a work-item's
+/// columns are 4 consecutive ones instead, stored together as one texel of an image output. The reduction runs in increasing `k`,
+/// one term at a time per output, like the reference interpreter.
+pub fn contraction(c: &Contraction<'_>) -> String {
+    let [gx, gy] = c.group;
+    let [px, py] = c.per_item;
+    let [bn, bm] = c.block();
+    let tk = c.tile_k;
+    let (m, n, k) = (c.m, c.n, c.k);
+    let threads = gx * gy;
+    let mut s = String::new();
+    s.push_str(c.comment);
+    let _ = writeln!(
+        s,
+        "__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {}({}) {{",
+        c.name, c.params
+    );
+    let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}", c.batches.max(1));
+    s.push_str("  const int lx = get_local_id(0), ly = get_local_id(1);\n");
+    s.push_str("  const int lid = ly * ");
+    let _ = writeln!(s, "{gx} + lx;");
+    let _ = writeln!(
+        s,
+        "  const long row0 = (long)get_group_id(1) * {bm}, col0 = (long)get_group_id(0) * {bn};"
+    );
+    s.push_str("  const long bz = get_global_id(2);\n");
+    s.push_str(c.batch_decl);
+    let _ = writeln!(s, "  __local float As[{tk}][{bm}];\n  __local float Bs[{tk}][{bn}];");
+    let _ = writeln!(s, "  float acc[{py}][{px}];");
+    let _ = writeln!(
+        s,
+        "  for (int i = 0; i < {py}; ++i)\n    for (int j = 0; j < {px}; ++j) acc[i][j] = 0.0f;"
+    );
+    let _ = writeln!(s, "  for (long k0 = 0; k0 < {k}; k0 += {tk}) {{");
+    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bm);
+    let _ = writeln!(s, "      const long row = row0 + t % {bm}, kk = k0 + t / {bm};");
+    let _ = writeln!(
+        s,
+        "      As[t / {bm}][t % {bm}] = (row < {m} && kk < {k}) ? {} : 0.0f;\n    }}",
+        c.a_at
+    );
+    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bn);
+    let _ = writeln!(s, "      const long col = col0 + t % {bn}, kk = k0 + t / {bn};");
+    let _ = writeln!(
+        s,
+        "      Bs[t / {bn}][t % {bn}] = (col < {n} && kk < {k}) ? {} : 0.0f;\n    }}",
+        c.b_at
+    );
+    s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
+    let _ = writeln!(s, "    const int kn = (int)min((long){tk}, {k} - k0);");
+    s.push_str("    for (int q = 0; q < kn; ++q) {\n");
+    let _ = writeln!(s, "      float a[{py}], b[{px}];");
+    let _ = writeln!(s, "      for (int i = 0; i < {py}; ++i) a[i] = As[q][ly + i * {gy}];");
+    if c.texel_store {
+        let _ = writeln!(s, "      for (int j = 0; j < {px}; ++j) b[j] = Bs[q][lx * {px} + j];");
+    } else {
+        let _ = writeln!(s, "      for (int j = 0; j < {px}; ++j) b[j] = Bs[q][lx + j * {gx}];");
+    }
+    let _ = writeln!(
+        s,
+        "      for (int i = 0; i < {py}; ++i)\n        for (int j = 0; j < {px}; ++j) acc[i][j] += a[i] * b[j];"
+    );
+    s.push_str("    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
+    let _ = writeln!(s, "  for (int i = 0; i < {py}; ++i) {{");
+    let _ = writeln!(s, "    const long row = row0 + ly + i * {gy};");
+    let _ = writeln!(s, "    if (row >= {m}) break;");
+    if c.texel_store {
+        let _ = writeln!(s, "    const long col = col0 + lx * {px};");
+        let _ = writeln!(s, "    if (col >= {n}) break;");
+        s.push_str("    const float acc0 = acc[i][0], acc1 = acc[i][1], acc2 = acc[i][2], acc3 = acc[i][3];\n");
+        let _ = writeln!(s, "    {}", c.store);
+        s.push_str("  }\n}\n");
+        return s;
+    }
+    let _ = writeln!(s, "    for (int j = 0; j < {px}; ++j) {{");
+    let _ = writeln!(s, "      const long col = col0 + lx + j * {gx};");
+    let _ = writeln!(s, "      if (col >= {n}) break;");
+    s.push_str("      const float acc_ij = acc[i][j];\n");
+    let _ = writeln!(s, "      {{ const float acc = acc_ij; {} }}", c.store);
+    s.push_str("    }\n  }\n}\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contraction_sizes_follow_the_parameters() {
+        let c = Contraction {
+            name: "k",
+            params: "__global const float* x0, __global const float* x1, __global float* x2",
+            comment: "// test\n",
+            m: 100,
+            n: 70,
+            k: 33,
+            batches: 3,
+            batch_decl: "",
+            a_at: "x0[row * 33 + kk]",
+            b_at: "x1[kk * 70 + col]",
+            store: "x2[bz * 7000 + row * 70 + col] = acc;",
+            group: [16, 8],
+            per_item: [2, 4],
+            tile_k: 8,
+            texel_store: false,
+        };
+        assert_eq!(c.block(), [32, 32]);
+        assert_eq!(c.global(), [3 * 16, 4 * 8, 3]);
+        assert_eq!(c.local_bytes(), (32 + 32) * 8 * 4);
+        let src = contraction(&c);
+        assert!(src.contains("reqd_work_group_size(16, 8, 1)"), "{src}");
+        assert!(src.contains("__local float As[8][32];"), "{src}");
+        assert!(src.contains("(row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f"), "{src}");
+        assert!(src.contains("x2[bz * 7000 + row * 70 + col] = acc;"), "{src}");
+    }
+}

@@ -5,9 +5,13 @@
 //! serve as the golden oracle for every other backend. [`interp`] executes functions of IR
 //! modules with those kernels (in f32 or f64), makes deterministic random inputs, and checks that
 //! two versions of a function compute the same results ([`interp::check_equivalent`]). With the
-//! `opencl` feature, `opencl` runs the kernels `fbc-codegen` writes on an OpenCL device.
+//! `opencl` feature, `opencl` runs the kernels `fbc-codegen` writes on an OpenCL device; with the
+//! `jit` feature, `jit` runs lowered modules with native code from the Cranelift back end.
 
 pub mod interp;
+#[cfg(feature = "jit")]
+pub mod jit;
+pub mod memory;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 pub mod reference;

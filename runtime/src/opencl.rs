@@ -1,30 +1,61 @@
-//! The OpenCL runtime: runs the kernels and launch manifest of `fbc_codegen::opencl` on a device.
+//! The OpenCL runtime: runs a function of the launch manifest `fbc_codegen::opencl` writes, on a
+//! device, through the `ocl` crate.
 //!
-//! Devices are numbered across platforms in the order the ICD loader lists them ([`devices`]);
-//! `fbc devices` prints that list and `fbc run --target opencl --device N` picks one. A run
-//! allocates one buffer per manifest buffer, writes the arguments, enqueues every launch in order
-//! on one in-order queue, and reads the results back. A kernel build failure carries the build log
-//! with every `LINE:COL` it cites followed by that line of the `.cl` source and the op (and `.fbir`
-//! location) whose kernel contains it ([`map_build_log`]).
+//! - **Devices** are numbered across platforms in the order the ICD loader lists them
+//!   ([`devices`]); `fbc devices` prints that list, `--device N|NAME` picks one ([`DeviceSel`]).
+//! - **Programs** are built once per run; a build failure carries the build log with every
+//!   `LINE:COL` it cites followed by that `.cl` line and the op whose kernel holds it
+//!   ([`map_build_log`]). Built binaries are cached on disk ([`cache_dir`]): the key hashes the
+//!   source, the device and platform names, the driver version and the build options; an entry
+//!   that does not read back or does not load is rebuilt from source and replaced.
+//! - **Storage** follows the manifest's steps: buffers and `image2d` (RGBA, FLOAT) objects are
+//!   created at `alloc`/`upload` and released at `dealloc`; uploads are packed by their layout on
+//!   the host ([`crate::memory::pack`]), downloads unpacked. Images are checked against the device's limits
+//!   before anything is created.
+//! - **Launches** go to one in-order queue with profiling enabled; each launch's device time
+//!   (`END - START` of its event, in ns) is reported per kernel and run.
+//!
+//! Nothing here panics on a bad manifest or device: every failure is an [`OpenClError`].
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
 
-use fbc_codegen::opencl::{FunctionManifest, Manifest, MANIFEST_VERSION};
-use ocl::{Buffer, Context, Device, Kernel, Platform, Program, Queue, SpatialDims};
+use fbc_codegen::opencl::{
+    Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind, MANIFEST_VERSION,
+};
+use fbc_dialects::layout::Layout;
+use fbc_dialects::memory::MemType;
+use fbc_ir::ElemType;
+
+use crate::interp::Value;
+use crate::memory::{pack, unpack, MemData};
+use ocl::enums::{
+    DeviceInfo, DeviceInfoResult, ImageChannelDataType, ImageChannelOrder, MemObjectType,
+    ProfilingInfo, ProfilingInfoResult, ProgramInfo, ProgramInfoResult,
+};
+use ocl::flags::{CommandQueueProperties, MemFlags};
+use ocl::{Buffer, Context, Device, Event, Image, Kernel, Platform, Program, Queue, SpatialDims};
 
 /// Why an OpenCL run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenClError {
-    /// No platform or device, or device index out of range.
+    /// No platform or device, or the requested one does not exist.
     #[error("no OpenCL device: {0}")]
     NoDevice(String),
+    /// The device cannot run the module (no image support, an image larger than it allows).
+    #[error("the OpenCL device cannot run this module: {0}")]
+    Unsupported(String),
     /// The OpenCL C did not compile; the log is mapped to the source (see [`map_build_log`]).
     #[error("OpenCL kernel build failed:\n{0}")]
     Build(String),
     /// The manifest does not fit the inputs or the source.
     #[error("{0}")]
     Manifest(String),
+    /// A launch failed for lack of resources (work-group too large, too much local memory or
+    /// too many registers for the device).
+    #[error("out of resources launching {kernel} ({location}): {message}")]
+    OutOfResources { kernel: String, location: String, message: String },
     /// Any other OpenCL error.
     #[error("OpenCL error: {0}")]
     Ocl(String),
@@ -36,14 +67,36 @@ fn ocl_err(e: impl std::fmt::Display) -> OpenClError {
 
 /// One device, as [`devices`] numbers it.
 #[derive(Debug, Clone)]
-pub struct DeviceInfo {
+pub struct DeviceInfoRow {
     pub index: usize,
     pub platform: String,
     pub name: String,
     pub vendor: String,
     pub version: String,
+    pub driver: String,
     device: Device,
     platform_id: Platform,
+}
+
+/// Which device to run on: a number from [`devices`], or a case-insensitive substring of the
+/// device name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSel {
+    Index(usize),
+    Name(String),
+}
+
+impl DeviceSel {
+    /// `"2"` is device 2, anything else a name.
+    pub fn parse(s: &str) -> DeviceSel {
+        s.parse().map_or_else(|_| DeviceSel::Name(s.to_string()), DeviceSel::Index)
+    }
+}
+
+impl Default for DeviceSel {
+    fn default() -> DeviceSel {
+        DeviceSel::Index(0)
+    }
 }
 
 /// Serialises OpenCL use within the process: PoCL crashed (SIGSEGV) when tests created contexts
@@ -52,12 +105,12 @@ static OPENCL: Mutex<()> = Mutex::new(());
 
 /// Every device of every platform, numbered from 0. No ICD loader or no platform gives an empty
 /// list (not an error), so callers decide whether that is fatal.
-pub fn devices() -> Vec<DeviceInfo> {
+pub fn devices() -> Vec<DeviceInfoRow> {
     let _guard = OPENCL.lock().unwrap_or_else(|p| p.into_inner());
     list_devices()
 }
 
-fn list_devices() -> Vec<DeviceInfo> {
+fn list_devices() -> Vec<DeviceInfoRow> {
     // `Platform::list` panics without platforms; the core call reports it as an error instead.
     let Ok(ids) = ocl::core::get_platform_ids() else {
         return Vec::new();
@@ -66,12 +119,17 @@ fn list_devices() -> Vec<DeviceInfo> {
     for p in Platform::list_from_core(ids) {
         let Ok(devs) = Device::list_all(p) else { continue };
         for d in devs {
-            out.push(DeviceInfo {
+            let driver = match d.info(DeviceInfo::DriverVersion) {
+                Ok(DeviceInfoResult::DriverVersion(v)) => v,
+                _ => "?".into(),
+            };
+            out.push(DeviceInfoRow {
                 index: out.len(),
                 platform: p.name().unwrap_or_else(|_| "?".into()),
                 name: d.name().unwrap_or_else(|_| "?".into()),
                 vendor: d.vendor().unwrap_or_else(|_| "?".into()),
                 version: d.version().map(|v| v.to_string()).unwrap_or_else(|_| "?".into()),
+                driver,
                 device: d,
                 platform_id: p,
             });
@@ -80,23 +138,360 @@ fn list_devices() -> Vec<DeviceInfo> {
     out
 }
 
-/// The results of a run and how long the launches took (enqueue to finish, wall clock).
-#[derive(Debug, Clone)]
-pub struct RunOutput {
-    /// One f32 vector per function result, row-major.
-    pub results: Vec<Vec<f32>>,
-    pub device: String,
-    pub kernel_seconds: f64,
+fn select(all: &[DeviceInfoRow], sel: &DeviceSel) -> Result<DeviceInfoRow, OpenClError> {
+    if all.is_empty() {
+        return Err(OpenClError::NoDevice(
+            "no OpenCL platform or device found (install an ICD, e.g. pocl-opencl-icd)".into(),
+        ));
+    }
+    match sel {
+        DeviceSel::Index(i) => all.get(*i).cloned().ok_or_else(|| {
+            OpenClError::NoDevice(format!("device {i} requested, {} available", all.len()))
+        }),
+        DeviceSel::Name(n) => {
+            let low = n.to_lowercase();
+            all.iter().find(|d| d.name.to_lowercase().contains(&low)).cloned().ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+                OpenClError::NoDevice(format!(
+                    "no device named like `{n}`; the devices are: {}",
+                    names.join(", ")
+                ))
+            })
+        }
+    }
 }
 
-/// Runs function `func` of `manifest` (kernels in `source`) on device `device` with one row-major
-/// f32 vector per argument.
+/// Where compiled programs are cached.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Cache {
+    /// [`cache_dir`].
+    #[default]
+    Default,
+    /// This directory.
+    Dir(PathBuf),
+    /// No cache.
+    Off,
+}
+
+/// How to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub device: DeviceSel,
+    /// Timed runs after one warm-up run; 0 runs once (and times that run).
+    pub repeat: usize,
+    pub cache: Cache,
+    /// Options for `clBuildProgram` (`-cl-std=CL3.0`, ...).
+    pub build_options: String,
+}
+
+/// Whether the program came from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    /// Built from source (and stored, when the cache is on).
+    Miss,
+    /// An entry was there but did not load; rebuilt and replaced.
+    Rebuilt,
+    Off,
+}
+
+/// Device time of one launch step.
+#[derive(Debug, Clone)]
+pub struct LaunchTime {
+    pub kernel: String,
+    /// Nanoseconds of each timed run.
+    pub ns: Vec<u64>,
+}
+
+impl LaunchTime {
+    /// The median of the timed runs.
+    pub fn median_ns(&self) -> u64 {
+        let mut v = self.ns.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    }
+}
+
+/// The results of a run and its timings.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// One per function result (`F32` or `I32`).
+    pub results: Vec<Value>,
+    /// `NAME (PLATFORM)`.
+    pub device: String,
+    /// One per launch step, in order.
+    pub launches: Vec<LaunchTime>,
+    pub cache: CacheStatus,
+}
+
+/// The default cache directory: `$FBC_CACHE_DIR`, else `$XDG_CACHE_HOME/fbc`, else
+/// `~/.cache/fbc`; `None` when none of them is set.
+pub fn cache_dir() -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    env("FBC_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("fbc")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache").join("fbc")))
+}
+
+/// FNV-1a, 64 bits: a stable hash for cache keys and entry checksums.
+fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        // Separate the parts, so ("ab", "c") and ("a", "bc") differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+const CACHE_MAGIC: &[u8; 8] = b"FBCCLB1\n";
+
+/// Reads a cache entry: magic, length, checksum, bytes; `None` if anything is off.
+fn read_entry(path: &Path) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(path).ok()?;
+    let rest = bytes.strip_prefix(CACHE_MAGIC.as_slice())?;
+    if rest.len() < 16 {
+        return None;
+    }
+    let len = u64::from_le_bytes(rest[..8].try_into().ok()?);
+    let sum = u64::from_le_bytes(rest[8..16].try_into().ok()?);
+    let body = &rest[16..];
+    (body.len() as u64 == len && fnv(&[body]) == sum).then(|| body.to_vec())
+}
+
+fn write_entry(path: &Path, body: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let mut bytes = CACHE_MAGIC.to_vec();
+    bytes.extend((body.len() as u64).to_le_bytes());
+    bytes.extend(fnv(&[body]).to_le_bytes());
+    bytes.extend(body);
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // A cache that cannot be written is only slower: errors are ignored.
+    if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// The cache file of a program.
+pub fn cache_entry(dir: &Path, source: &str, device: &str, driver: &str, options: &str) -> PathBuf {
+    let key = fnv(&[source.as_bytes(), device.as_bytes(), driver.as_bytes(), options.as_bytes()]);
+    dir.join("opencl").join(format!("{key:016x}.bin"))
+}
+
+fn build_from_source(
+    context: &Context,
+    info: &DeviceInfoRow,
+    source: &str,
+    options: &str,
+) -> Result<Program, OpenClError> {
+    let mut b = Program::builder();
+    // Implementations compile the source after lines of their own (PoCL: 2), which shifts the
+    // line numbers of the build log; `#line 1` makes them the lines of `source` again.
+    b.devices(info.device).src(format!("#line 1\n{source}"));
+    if !options.is_empty() {
+        b.cmplr_opt(options);
+    }
+    b.build(context).map_err(|e| OpenClError::Build(map_build_log(&e.to_string(), source)))
+}
+
+fn program(
+    context: &Context,
+    info: &DeviceInfoRow,
+    source: &str,
+    opts: &RunOptions,
+) -> Result<(Program, CacheStatus), OpenClError> {
+    let dir = match &opts.cache {
+        Cache::Off => None,
+        Cache::Dir(d) => Some(d.clone()),
+        Cache::Default => cache_dir(),
+    };
+    let Some(dir) = dir else {
+        return Ok((
+            build_from_source(context, info, source, &opts.build_options)?,
+            CacheStatus::Off,
+        ));
+    };
+    let platform = format!("{} / {}", info.name, info.platform);
+    let entry = cache_entry(&dir, source, &platform, &info.driver, &opts.build_options);
+    let mut status = CacheStatus::Miss;
+    if let Some(bin) = read_entry(&entry) {
+        let bins = [bin.as_slice()];
+        let mut b = Program::builder();
+        b.devices(info.device).binaries(&bins);
+        if !opts.build_options.is_empty() {
+            b.cmplr_opt(opts.build_options.as_str());
+        }
+        match b.build(context) {
+            Ok(p) => return Ok((p, CacheStatus::Hit)),
+            Err(_) => status = CacheStatus::Rebuilt,
+        }
+    }
+    let p = build_from_source(context, info, source, &opts.build_options)?;
+    if let Ok(ProgramInfoResult::Binaries(bins)) = p.info(ProgramInfo::Binaries) {
+        if let Some(bin) = bins.first().filter(|b| !b.is_empty()) {
+            write_entry(&entry, bin);
+        }
+    }
+    Ok((p, status))
+}
+
+/// A storage object on the device.
+enum Mem {
+    F32(Buffer<f32>),
+    I32(Buffer<i32>),
+    Image(Image<f32>),
+}
+
+fn device_usize(d: &Device, what: DeviceInfo) -> Option<usize> {
+    match d.info(what).ok()? {
+        DeviceInfoResult::MaxWorkGroupSize(v)
+        | DeviceInfoResult::Image2dMaxWidth(v)
+        | DeviceInfoResult::Image2dMaxHeight(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// Checks that the device can hold every image of `f`.
+fn check_images(info: &DeviceInfoRow, f: &FunctionManifest) -> Result<(), OpenClError> {
+    let images: Vec<&StorageDesc> =
+        f.storage.iter().filter(|s| matches!(s.kind, StorageKind::Image2d { .. })).collect();
+    if images.is_empty() {
+        return Ok(());
+    }
+    let support = matches!(
+        info.device.info(DeviceInfo::ImageSupport),
+        Ok(DeviceInfoResult::ImageSupport(true))
+    );
+    if !support {
+        return Err(OpenClError::Unsupported(format!(
+            "{} has no image support, and @{} keeps {} tensor(s) in image2d textures (compile \
+             for a target whose profile says `image.supported = false`, or with R-Tiles in \
+             buffers)",
+            info.name,
+            f.name,
+            images.len()
+        )));
+    }
+    let maxw = device_usize(&info.device, DeviceInfo::Image2dMaxWidth).unwrap_or(usize::MAX) as u64;
+    let maxh =
+        device_usize(&info.device, DeviceInfo::Image2dMaxHeight).unwrap_or(usize::MAX) as u64;
+    for s in images {
+        if let StorageKind::Image2d { width, height } = s.kind {
+            if width > maxw || height > maxh {
+                return Err(OpenClError::Unsupported(format!(
+                    "image `{}` is {width} x {height} texels, larger than the device's maximum \
+                     {maxw} x {maxh}; compile for a target profile with these image limits so \
+                     that lower-to-memory keeps it in a buffer",
+                    s.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
+    let len = usize::try_from(s.elems)
+        .map_err(|_| OpenClError::Manifest(format!("storage {} is too large", s.name)))?
+        .max(1); // OpenCL has no empty buffers.
+    Ok(match (s.kind, s.dtype) {
+        (StorageKind::Image2d { width, height }, _) => {
+            let (w, h) = (
+                usize::try_from(width).map_err(|_| OpenClError::Manifest("image width".into()))?,
+                usize::try_from(height)
+                    .map_err(|_| OpenClError::Manifest("image height".into()))?,
+            );
+            Mem::Image(
+                Image::<f32>::builder()
+                    .channel_order(ImageChannelOrder::Rgba)
+                    .channel_data_type(ImageChannelDataType::Float)
+                    .image_type(MemObjectType::Image2d)
+                    .dims((w, h))
+                    .flags(MemFlags::new().read_write())
+                    .queue(queue.clone())
+                    .build()
+                    .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))?,
+            )
+        }
+        (StorageKind::Buffer, Dtype::F32) => Mem::F32(
+            Buffer::<f32>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?,
+        ),
+        (StorageKind::Buffer, Dtype::I32) => Mem::I32(
+            Buffer::<i32>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?,
+        ),
+    })
+}
+
+/// The memory type of a storage entry.
+fn mem_type(s: &StorageDesc) -> MemType {
+    let elem = match s.dtype {
+        Dtype::F32 => ElemType::F32,
+        Dtype::I32 => ElemType::I32,
+    };
+    match s.kind {
+        StorageKind::Buffer => MemType::buffer(s.elems, elem),
+        StorageKind::Image2d { width, height } => MemType::image(width, height),
+    }
+}
+
+fn write_mem(m: &Mem, data: &MemData, name: &str) -> Result<(), OpenClError> {
+    let bad = || OpenClError::Manifest(format!("storage {name}: element type mismatch"));
+    if data.is_empty() {
+        return Ok(());
+    }
+    match (m, data) {
+        (Mem::F32(b), MemData::F32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
+        (Mem::I32(b), MemData::I32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
+        (Mem::Image(i), MemData::F32(v)) => i.write(v.as_slice()).enq().map_err(ocl_err),
+        _ => Err(bad()),
+    }
+}
+
+fn read_mem(m: &Mem, s: &StorageDesc) -> Result<MemData, OpenClError> {
+    let n = usize::try_from(s.elems).unwrap_or(0);
+    if n == 0 {
+        return Ok(match s.dtype {
+            Dtype::F32 => MemData::F32(Vec::new()),
+            Dtype::I32 => MemData::I32(Vec::new()),
+        });
+    }
+    Ok(match m {
+        Mem::F32(b) => {
+            let mut v = vec![0.0f32; n];
+            b.read(&mut v).enq().map_err(ocl_err)?;
+            MemData::F32(v)
+        }
+        Mem::I32(b) => {
+            let mut v = vec![0i32; n];
+            b.read(&mut v).enq().map_err(ocl_err)?;
+            MemData::I32(v)
+        }
+        Mem::Image(i) => {
+            let mut v = vec![0.0f32; n];
+            i.read(&mut v).enq().map_err(ocl_err)?;
+            MemData::F32(v)
+        }
+    })
+}
+
+fn layout_of(d: &LayoutDesc) -> Result<Layout, OpenClError> {
+    d.layout().map_err(|e| OpenClError::Manifest(format!("layout {}: {e}", d.text)))
+}
+
+/// Runs function `func` of `manifest` (kernels in `source`) with one host tensor per argument.
 pub fn run(
     source: &str,
     manifest: &Manifest,
     func: &str,
-    inputs: &[Vec<f32>],
-    device: usize,
+    inputs: &[Value],
+    opts: &RunOptions,
 ) -> Result<RunOutput, OpenClError> {
     if manifest.version != MANIFEST_VERSION {
         return Err(OpenClError::Manifest(format!(
@@ -109,72 +504,169 @@ pub fn run(
         .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))?;
     check_inputs(f, inputs)?;
     let _guard = OPENCL.lock().unwrap_or_else(|p| p.into_inner());
-    let all = list_devices();
-    let info = all.get(device).ok_or_else(|| {
-        OpenClError::NoDevice(format!("device {device} requested, {} available", all.len()))
-    })?;
+    let info = select(&list_devices(), &opts.device)?;
+    check_images(&info, f)?;
     let context = Context::builder()
         .platform(info.platform_id)
         .devices(info.device)
         .build()
         .map_err(ocl_err)?;
-    let queue = Queue::new(&context, info.device, None).map_err(ocl_err)?;
-    let program = Program::builder()
-        .devices(info.device)
-        .src(source)
-        .build(&context)
-        .map_err(|e| OpenClError::Build(map_build_log(&e.to_string(), source)))?;
-    let mut buffers = Vec::with_capacity(f.buffers.len());
-    for b in &f.buffers {
-        let len = usize::try_from(b.elems)
-            .map_err(|_| OpenClError::Manifest(format!("buffer {} is too large", b.name)))?;
-        // OpenCL has no empty buffers; an empty tensor gets one unused element.
-        let buf = Buffer::<f32>::builder().queue(queue.clone()).len(len.max(1)).build();
-        buffers.push(buf.map_err(ocl_err)?);
-    }
-    for (&id, data) in f.args.iter().zip(inputs) {
-        if !data.is_empty() {
-            buffers[id].write(&data[..]).enq().map_err(ocl_err)?;
-        }
-    }
-    let start = Instant::now();
-    for l in &f.launches {
-        let mut kb = Kernel::builder();
-        kb.program(&program).name(&l.kernel).queue(queue.clone());
-        for &a in &l.args {
-            let b = buffers.get(a).ok_or_else(|| {
-                OpenClError::Manifest(format!("launch {} names buffer {a}", l.kernel))
+    let queue = Queue::new(&context, info.device, Some(CommandQueueProperties::PROFILING_ENABLE))
+        .map_err(ocl_err)?;
+    let (program, cache) = program(&context, &info, source, opts)?;
+    let max_group = device_usize(&info.device, DeviceInfo::MaxWorkGroupSize).unwrap_or(usize::MAX);
+    // Pack the uploads once.
+    let mut packed: HashMap<usize, MemData> = HashMap::new();
+    for s in &f.steps {
+        if let Step::Upload { arg, storage, shape, layout, .. } = s {
+            let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+            let data = inputs
+                .get(*arg)
+                .ok_or_else(|| OpenClError::Manifest(format!("no argument {arg}")))?;
+            let p = pack(&layout_of(layout)?, shape, data, mem_type(desc)).map_err(|e| {
+                OpenClError::Manifest(format!("argument {arg} ({}): {e}", layout.text))
             })?;
-            kb.arg(b);
-        }
-        let kernel = kb.build().map_err(ocl_err)?;
-        let mut cmd = kernel.cmd().global_work_size(dims(&l.global)?);
-        if let Some(local) = &l.local {
-            cmd = cmd.local_work_size(dims(local)?);
-        }
-        // SAFETY: `ocl` marks every kernel enqueue unsafe because the device may access the
-        // buffers out of bounds. Each argument is a live buffer of the manifest's size, and every
-        // generated kernel guards its global id against the element count it was written for, so
-        // the kernel stays inside its buffers.
-        #[allow(unsafe_code)]
-        unsafe {
-            cmd.enq()
-                .map_err(|e| OpenClError::Ocl(format!("{} ({}): {e}", l.kernel, l.location)))?;
+            packed.insert(*storage, p);
         }
     }
-    queue.finish().map_err(ocl_err)?;
-    let kernel_seconds = start.elapsed().as_secs_f64();
-    let mut results = Vec::new();
-    for &id in &f.results {
-        let mut v = vec![0.0f32; buffers[id].len()];
-        buffers[id].read(&mut v).enq().map_err(ocl_err)?;
-        v.truncate(usize::try_from(f.buffers[id].elems).unwrap_or(0));
-        results.push(v);
+    let n_launch = f.launches().count();
+    let mut times: Vec<LaunchTime> =
+        f.launches().map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new() }).collect();
+    let runs = if opts.repeat == 0 { 1 } else { opts.repeat + 1 };
+    let mut results = vec![None; f.results.len()];
+    for run in 0..runs {
+        let timed = opts.repeat == 0 || run > 0;
+        let mut live: HashMap<usize, Mem> = HashMap::new();
+        let mut events: Vec<Event> = Vec::with_capacity(n_launch);
+        for s in &f.steps {
+            match s {
+                Step::Alloc { storage } => {
+                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                    live.insert(*storage, create(&queue, desc)?);
+                }
+                Step::Upload { storage, .. } => {
+                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                    let m = create(&queue, desc)?;
+                    if let Some(p) = packed.get(storage) {
+                        write_mem(&m, p, &desc.name)?;
+                    }
+                    live.insert(*storage, m);
+                }
+                Step::Dealloc { storage } => {
+                    live.remove(storage);
+                }
+                Step::Launch(l) => {
+                    let mut kb = Kernel::builder();
+                    kb.program(&program).name(&l.kernel).queue(queue.clone());
+                    for &a in &l.args {
+                        match live.get(&a) {
+                            Some(Mem::F32(b)) => kb.arg(b),
+                            Some(Mem::I32(b)) => kb.arg(b),
+                            Some(Mem::Image(i)) => kb.arg(i),
+                            None => {
+                                return Err(OpenClError::Manifest(format!(
+                                    "launch {} uses storage {a}, which is not live",
+                                    l.kernel
+                                )))
+                            }
+                        };
+                    }
+                    let kernel = kb.build().map_err(|e| {
+                        OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
+                    })?;
+                    let mut cmd = kernel.cmd().global_work_size(dims(&l.global)?);
+                    if let Some(local) = &l.local {
+                        let size: u64 = local.iter().product();
+                        if size > max_group as u64 {
+                            return Err(OpenClError::OutOfResources {
+                                kernel: l.kernel.clone(),
+                                location: l.location.clone(),
+                                message: format!(
+                                    "work-group of {size} work-items, the device allows {max_group}"
+                                ),
+                            });
+                        }
+                        cmd = cmd.local_work_size(dims(local)?);
+                    }
+                    let mut ev = Event::empty();
+                    // SAFETY: `ocl` marks every kernel enqueue unsafe because the device may
+                    // access memory out of bounds. Each argument is a live storage object of the
+                    // manifest's size and kind, and every generated kernel guards its work-items
+                    // against the domain it was written for and reads only inside its storage.
+                    #[allow(unsafe_code)]
+                    let r = unsafe { cmd.enew(&mut ev).enq() };
+                    r.map_err(|e| {
+                        let message = e.to_string();
+                        if message.contains("OUT_OF_RESOURCES")
+                            || message.contains("INVALID_WORK_GROUP_SIZE")
+                        {
+                            OpenClError::OutOfResources {
+                                kernel: l.kernel.clone(),
+                                location: l.location.clone(),
+                                message,
+                            }
+                        } else {
+                            OpenClError::Ocl(format!("{} ({}): {message}", l.kernel, l.location))
+                        }
+                    })?;
+                    events.push(ev);
+                }
+                Step::Download { storage, result, shape, layout, .. } => {
+                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                    let m = live.get(storage).ok_or_else(|| {
+                        OpenClError::Manifest(format!(
+                            "download of storage {storage}, which is not live"
+                        ))
+                    })?;
+                    let raw = read_mem(m, desc)?;
+                    let t = unpack(&layout_of(layout)?, shape, &raw, mem_type(desc))
+                        .map_err(|e| OpenClError::Manifest(format!("result {result}: {e}")))?;
+                    let slot = results.get_mut(*result).ok_or_else(|| {
+                        OpenClError::Manifest(format!("download to result {result}"))
+                    })?;
+                    *slot = Some(t);
+                }
+            }
+        }
+        queue.finish().map_err(ocl_err)?;
+        if timed {
+            for (t, ev) in times.iter_mut().zip(&events) {
+                t.ns.push(event_ns(ev)?);
+            }
+        }
     }
-    Ok(RunOutput { results, device: format!("{} ({})", info.name, info.platform), kernel_seconds })
+    let results = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.ok_or_else(|| OpenClError::Manifest(format!("result {i} is never downloaded")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RunOutput {
+        results,
+        device: format!("{} ({})", info.name, info.platform),
+        launches: times,
+        cache,
+    })
 }
 
-fn check_inputs(f: &FunctionManifest, inputs: &[Vec<f32>]) -> Result<(), OpenClError> {
+fn bad_id(id: usize) -> OpenClError {
+    OpenClError::Manifest(format!("storage id {id} is not in the storage table"))
+}
+
+fn event_ns(ev: &Event) -> Result<u64, OpenClError> {
+    let start = match ev.profiling_info(ProfilingInfo::Start).map_err(ocl_err)? {
+        ProfilingInfoResult::Start(v) => v,
+        _ => 0,
+    };
+    let end = match ev.profiling_info(ProfilingInfo::End).map_err(ocl_err)? {
+        ProfilingInfoResult::End(v) => v,
+        _ => 0,
+    };
+    Ok(end.saturating_sub(start))
+}
+
+fn check_inputs(f: &FunctionManifest, inputs: &[Value]) -> Result<(), OpenClError> {
     if inputs.len() != f.args.len() {
         return Err(OpenClError::Manifest(format!(
             "@{} takes {} arguments, {} given",
@@ -183,14 +675,13 @@ fn check_inputs(f: &FunctionManifest, inputs: &[Vec<f32>]) -> Result<(), OpenClE
             inputs.len()
         )));
     }
-    for (k, (&id, data)) in f.args.iter().zip(inputs).enumerate() {
-        let b = f.buffers.get(id).ok_or_else(|| OpenClError::Manifest("bad buffer id".into()))?;
-        if data.len() as u64 != b.elems {
+    for (k, (a, data)) in f.args.iter().zip(inputs).enumerate() {
+        let shape_ok = data.shape().iter().map(|&d| d as u64).eq(a.shape.iter().copied());
+        let dtype_ok = data.is_float() == (a.dtype == Dtype::F32);
+        if !shape_ok || !dtype_ok {
             return Err(OpenClError::Manifest(format!(
-                "argument {k} ({}) has {} elements, {} expected",
-                b.name,
-                data.len(),
-                b.elems
+                "argument {k} ({}) is {data}, a {:?} tensor of shape {:?} expected",
+                a.name, a.dtype, a.shape
             )));
         }
     }
@@ -218,9 +709,17 @@ pub fn map_build_log(log: &str, source: &str) -> String {
         let Some(n) = cited_line(l) else { continue };
         let Some(text) = n.checked_sub(1).and_then(|i| lines.get(i)) else { continue };
         out.push_str(&format!("  | .cl line {n}: {}\n", text.trim()));
-        let op = lines[..n].iter().rev().find(|s| s.starts_with("// ") && s.contains(" at "));
-        if let Some(op) = op {
-            out.push_str(&format!("  | in the kernel of {}\n", op.trim_start_matches("// ")));
+        let op = lines[..n].iter().rev().find(|s| {
+            s.starts_with("// ") && (s.contains(" at ") || s.starts_with("// substituted kernel"))
+        });
+        match op {
+            Some(op) if op.starts_with("// substituted kernel") => {
+                out.push_str(&format!("  | in the {}\n", op.trim_start_matches("// ")));
+            }
+            Some(op) => {
+                out.push_str(&format!("  | in the kernel of {}\n", op.trim_start_matches("// ")));
+            }
+            None => {}
         }
     }
     out
@@ -251,5 +750,22 @@ mod tests {
         assert!(m.contains(".cl line 4: oops;"), "{m}");
         assert!(m.contains("in the kernel of tensor.add at a.fbir:3:5"), "{m}");
         assert_eq!(map_build_log("no location here", src), "no location here\n");
+    }
+
+    #[test]
+    fn cache_entries_are_checked_and_keys_separate_their_parts() {
+        let dir = std::env::temp_dir().join(format!("fbc-cache-unit-{}", std::process::id()));
+        let e = cache_entry(&dir, "src", "dev", "drv", "");
+        assert_ne!(e, cache_entry(&dir, "src", "dev", "drv", "-cl-std=CL3.0"));
+        assert_ne!(fnv(&[b"ab", b"c"]), fnv(&[b"a", b"bc"]));
+        write_entry(&e, b"binary");
+        assert_eq!(read_entry(&e).as_deref(), Some(b"binary".as_slice()));
+        // A flipped byte is a miss, not a bad program.
+        let mut bytes = std::fs::read(&e).expect("entry");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&e, bytes).expect("write");
+        assert_eq!(read_entry(&e), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,14 +1,18 @@
-//! The OpenCL C back end: one `.cl` source per module and a JSON launch manifest.
+//! The OpenCL C back end: one `.cl` source per lowered module and a JSON launch manifest.
 //!
-//! Storage is linear, row-major `__global float` buffers, one per tensor value; `tensor.reshape`,
-//! `layout.assign` and `layout.convert` are aliases of their operand's buffer (the data is already
-//! where the result wants it in a linear layout), every other supported op is one kernel launch.
-//! R-Tile texture storage (`image2d`) is not generated yet: a `layout.assign` to an R-Tile is read
-//! as its linear operand, which is value-correct because the layout ops have value semantics.
+//! [`Writer`] takes a module after `lower-to-memory` (and `plan-memory`) and writes one kernel per
+//! `memory.launch` ([`kernel`]: the plain form, and a tiled, register-blocked form for
+//! contractions) plus the [`Manifest`] that `fbc-runtime`'s OpenCL runtime executes: storage
+//! (buffers and `image2d` textures), uploads with their layout, launches, downloads. Maps are C
+//! integer arithmetic; images are read through one nearest, unnormalised sampler.
 
+pub mod kernel;
+pub mod manifest;
 mod writer;
 
-pub use writer::{
-    BufferDesc, Error, FunctionManifest, Launch, Manifest, Options, Output, Writer,
-    MANIFEST_VERSION,
+pub use kernel::{Emitted, KernelOptions};
+pub use manifest::{
+    Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc, StorageKind,
+    TensorDesc, MANIFEST_VERSION,
 };
+pub use writer::{substitute_kernel, Error, Options, Output, Writer};

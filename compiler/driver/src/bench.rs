@@ -114,3 +114,287 @@ pub fn run(registry: &OpRegistry, ops: usize, repeat: usize, json: bool) -> Resu
     }
     Ok(s)
 }
+
+// ----- fbc bench: kernels on a device ---------------------------------------------------------
+
+/// `fbc bench FILE`: device time per kernel of an OpenCL run.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The `.fbir` file (`-` reads standard input).
+    pub file: std::path::PathBuf,
+
+    /// Where to run: `opencl` (the only device target so far).
+    #[arg(long, default_value = "opencl")]
+    pub target: String,
+
+    /// OpenCL device: its number in `fbc devices`, or part of its name.
+    #[arg(long, value_name = "N|NAME", default_value = "0")]
+    pub device: String,
+
+    /// Optimisation level (default: 3).
+    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub opt_level: Option<u8>,
+
+    /// Layout strategy at -O3 (default: fblayout).
+    #[arg(long, value_enum)]
+    pub layout_strategy: Option<crate::cli::LayoutStrategy>,
+
+    /// Run several strategies side by side (`fblayout,reuse,convert`) and print the ratios of
+    /// their total device times to the first one's.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "S,S,...")]
+    pub compare: Vec<crate::cli::LayoutStrategy>,
+
+    /// Hardware profile the module is lowered for (see `fbc targets`).
+    #[arg(long, default_value = "generic")]
+    pub profile: String,
+
+    /// Timed runs after one warm-up run; each kernel's time is the median.
+    #[arg(long, default_value = "5")]
+    pub repeat: usize,
+
+    /// The function to run (default: the module's only function, else `main`).
+    #[arg(long, value_name = "NAME")]
+    pub entry: Option<String>,
+
+    /// Write every contraction as the plain kernel (one work-item per output) instead of the
+    /// tiled one, to compare the two.
+    #[arg(long)]
+    pub plain_kernels: bool,
+
+    /// Seed of the random inputs.
+    #[arg(long, value_name = "SEED", default_value = "1")]
+    pub seed: u64,
+
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One kernel's figures (median device time of the timed runs).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelFigures {
+    pub kernel: String,
+    pub source: String,
+    pub tiled: bool,
+    pub conversion: bool,
+    pub median_ns: u64,
+    pub flops: u64,
+    pub bytes: u64,
+    pub gflops: f64,
+    pub gbps: f64,
+}
+
+/// The figures of one strategy.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StrategyFigures {
+    pub strategy: String,
+    pub level: u8,
+    pub kernels: Vec<KernelFigures>,
+    pub kernel_count: usize,
+    pub conversion_kernels: usize,
+    /// Share of the total device time spent in conversion kernels.
+    pub conversion_share: f64,
+    pub total_ns: u64,
+    pub gflops: f64,
+    pub gbps: f64,
+    /// Peak bytes of live storage (the manifest's schedule after plan-memory).
+    pub peak_bytes: u64,
+    /// plan-memory's statistics, when it ran.
+    pub plan_memory: std::collections::BTreeMap<String, f64>,
+}
+
+/// Rates in units per second, 0 for no time.
+fn per_s(units: u64, ns: u64) -> f64 {
+    if ns == 0 {
+        0.0
+    } else {
+        units as f64 / ns as f64
+    }
+}
+
+/// The figures of a run's launch times against the manifest of its function.
+pub fn figures(
+    strategy: &str,
+    level: u8,
+    f: &fbc_codegen::opencl::FunctionManifest,
+    medians: &[u64],
+    plan_memory: std::collections::BTreeMap<String, f64>,
+) -> StrategyFigures {
+    let kernels: Vec<KernelFigures> = f
+        .launches()
+        .zip(medians)
+        .map(|(l, &ns)| KernelFigures {
+            kernel: l.kernel.clone(),
+            source: l.source.clone(),
+            tiled: l.tiled,
+            conversion: l.source.contains("layout.convert"),
+            median_ns: ns,
+            flops: l.flops,
+            bytes: l.bytes,
+            gflops: per_s(l.flops, ns),
+            gbps: per_s(l.bytes, ns),
+        })
+        .collect();
+    let total_ns: u64 = kernels.iter().map(|k| k.median_ns).sum();
+    let conv_ns: u64 = kernels.iter().filter(|k| k.conversion).map(|k| k.median_ns).sum();
+    StrategyFigures {
+        strategy: strategy.to_string(),
+        level,
+        kernel_count: kernels.len(),
+        conversion_kernels: kernels.iter().filter(|k| k.conversion).count(),
+        conversion_share: if total_ns == 0 { 0.0 } else { conv_ns as f64 / total_ns as f64 },
+        total_ns,
+        gflops: per_s(kernels.iter().map(|k| k.flops).sum(), total_ns),
+        gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
+        peak_bytes: f.peak_bytes,
+        plan_memory,
+        kernels,
+    }
+}
+
+/// The table of one strategy.
+pub fn table(s: &StrategyFigures) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes",
+        s.strategy,
+        s.level,
+        s.kernel_count,
+        s.conversion_kernels,
+        s.conversion_share * 100.0,
+        s.total_ns as f64 * 1e-6,
+        s.gflops,
+        s.gbps,
+        s.peak_bytes
+    );
+    let _ = writeln!(
+        t,
+        "  {:<40} {:<28} {:>11} {:>9} {:>9}",
+        "kernel", "source", "median ms", "GFLOP/s", "GB/s"
+    );
+    for k in &s.kernels {
+        let mut src = k.source.clone();
+        if k.tiled {
+            src.push_str(" [tiled]");
+        }
+        let _ = writeln!(
+            t,
+            "  {:<40} {:<28} {:>11.4} {:>9.2} {:>9.2}",
+            k.kernel,
+            src,
+            k.median_ns as f64 * 1e-6,
+            k.gflops,
+            k.gbps
+        );
+    }
+    t
+}
+
+#[cfg(not(feature = "opencl"))]
+pub(crate) fn device(_driver: &crate::Driver, _a: &BenchArgs) -> Result<(), crate::Failure> {
+    Err(crate::Failure::Usage(
+        "not yet supported: this fbc was built without the `opencl` feature \
+         (cargo build --features opencl)"
+            .into(),
+    ))
+}
+
+#[cfg(feature = "opencl")]
+pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate::Failure> {
+    use crate::run_cmd::opencl as rc;
+    use crate::Failure;
+    use fbc_runtime::interp::Mode;
+    use fbc_runtime::opencl::{DeviceSel, RunOptions};
+
+    if a.target != "opencl" {
+        return Err(Failure::Usage(format!(
+            "--target {}: `fbc bench` runs on opencl only so far",
+            a.target
+        )));
+    }
+    let strategies = if a.compare.is_empty() {
+        vec![a.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout)]
+    } else {
+        a.compare.clone()
+    };
+    let level = a.opt_level.unwrap_or(3);
+    let mut runs = Vec::new();
+    let mut device_name = String::new();
+    for s in &strategies {
+        let c = rc::compile(
+            driver,
+            &a.file,
+            a.entry.as_deref(),
+            level,
+            *s,
+            &a.profile,
+            !a.plain_kernels,
+        )?;
+        let fname = c.module.func(c.func).name.clone();
+        let inputs = crate::run_cmd::io::read_inputs(
+            &c.module,
+            c.func,
+            None,
+            Some(a.seed),
+            Mode::F32,
+            &c.file.name,
+        )?;
+        let opts = RunOptions {
+            device: DeviceSel::parse(&a.device),
+            repeat: a.repeat.max(1),
+            ..RunOptions::default()
+        };
+        let res = fbc_runtime::opencl::run(&c.out.source, &c.out.manifest, &fname, &inputs, &opts)
+            .map_err(|e| rc::device_failure(&c.file.name, &e))?;
+        device_name = res.device.clone();
+        let f = c
+            .out
+            .manifest
+            .function(&fname)
+            .ok_or_else(|| Failure::Usage(format!("no function @{fname} in the manifest")))?;
+        let medians: Vec<u64> = res.launches.iter().map(|l| l.median_ns()).collect();
+        let plan: std::collections::BTreeMap<String, f64> = c
+            .stats
+            .counters
+            .iter()
+            .filter(|((pass, _), _)| pass == "plan-memory")
+            .map(|((_, k), v)| (k.clone(), *v as f64))
+            .collect();
+        runs.push(figures(s.cli_name(), level, f, &medians, plan));
+    }
+    let base = runs.first().map_or(0, |r| r.total_ns);
+    let ratios: Vec<(String, f64)> = runs
+        .iter()
+        .map(|r| {
+            (r.strategy.clone(), if base == 0 { 0.0 } else { r.total_ns as f64 / base as f64 })
+        })
+        .collect();
+    let text = if a.json {
+        let j = serde_json::json!({
+            "file": a.file.display().to_string(),
+            "device": device_name,
+            "profile": a.profile,
+            "repeat": a.repeat.max(1),
+            "runs": runs,
+            "time_ratio_to_first": ratios.iter().map(|(s, r)| (s.clone(), serde_json::json!(r))).collect::<serde_json::Map<_, _>>(),
+        });
+        serde_json::to_string_pretty(&j).unwrap_or_default() + "\n"
+    } else {
+        let mut t = format!(
+            "{} on {device_name}, median of {} run(s) after a warm-up\n",
+            a.file.display(),
+            a.repeat.max(1)
+        );
+        for r in &runs {
+            t.push_str(&table(r));
+        }
+        if runs.len() > 1 {
+            let parts: Vec<String> = ratios.iter().map(|(s, r)| format!("{s} {r:.3}")).collect();
+            let _ =
+                writeln!(t, "device time relative to {}: {}", runs[0].strategy, parts.join(", "));
+        }
+        t
+    };
+    crate::output::write_text(None, &text)
+}

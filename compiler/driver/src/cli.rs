@@ -14,6 +14,8 @@ Examples:
   fbc opt model.fbir --passes 'canonicalize,cse,dce'   run a pipeline, print the IR
   fbc opt model.fbir                                   print the canonical form
   fbc simplify-index '(d0 * 64 + d1) mod 64' --range d0=0:512 --range d1=0:64 --json
+  fbc model.fbir -O3 --target mali -o out/             OpenCL C + launch manifest in out/
+  fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
   fbc passes                                           list passes and their options
   fbc targets                                          list hardware profiles";
 
@@ -56,6 +58,8 @@ pub enum Command {
     SimplifyIndex(SimplifyArgs),
     /// Measure parse, build, verify and print throughput on a generated module.
     BenchParse(BenchParseArgs),
+    /// Run a module's kernels on a device and report the time, GFLOP/s and GB/s of each.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -106,6 +110,15 @@ pub enum LayoutStrategy {
 }
 
 impl LayoutStrategy {
+    /// The name on the command line (`fblayout`, `reuse`, `convert`).
+    pub fn cli_name(self) -> &'static str {
+        match self {
+            LayoutStrategy::Fblayout => "fblayout",
+            LayoutStrategy::Reuse => "reuse",
+            LayoutStrategy::Convert => "convert",
+        }
+    }
+
     pub fn strategy(self) -> fbc_transforms::global_layout::Strategy {
         use fbc_transforms::global_layout::Strategy;
         match self {
@@ -118,25 +131,28 @@ impl LayoutStrategy {
 
 #[derive(Debug, Args)]
 pub struct CompileArgs {
-    /// Optimisation level: 0 runs no pass, 1 canonicalize+dce, 2 and 3 add cse (3 will add the
-    /// FBLayout passes).
+    /// Optimisation level: 0 is the convert baseline (each tensor in its preferred R-Tile with
+    /// explicit layout conversions, no cleanup), 1 canonicalize+dce, 2 adds cse, 3 adds the
+    /// FBLayout passes.
     #[arg(short = 'O', value_name = "LEVEL", default_value = "2", value_parser = clap::value_parser!(u8).range(0..=3))]
     pub opt_level: u8,
 
-    /// Hardware profile to compile for (see `fbc targets`).
-    #[arg(long, default_value = "generic")]
-    pub target: String,
+    /// Hardware profile to compile for (see `fbc targets`; default: generic).
+    #[arg(long)]
+    pub target: Option<String>,
 
-    /// What to write.
-    #[arg(long, value_enum, default_value = "ir")]
-    pub emit: EmitKind,
+    /// What to write (default: opencl when --target names a GPU target — mali, adreno, nvidia,
+    /// generic — else ir).
+    #[arg(long, value_enum)]
+    pub emit: Option<EmitKind>,
 
     /// How layouts are chosen at -O3: fblayout (Sec. 4.4), reuse (MNN: one layout per tensor,
     /// no conversions, no index elimination) or convert (TFLite: explicit conversions).
     #[arg(long, value_enum, default_value = "fblayout")]
     pub layout_strategy: LayoutStrategy,
 
-    /// Output file (default: standard output).
+    /// Output file (default: standard output), or directory for `--emit opencl` (default:
+    /// `NAME.opencl`).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
 
@@ -151,6 +167,20 @@ pub struct CompileArgs {
 impl CompileArgs {
     pub fn level(&self) -> u8 {
         self.opt_level
+    }
+
+    /// The hardware profile's name: `--target`, else `generic`.
+    pub fn target_name(&self) -> &str {
+        self.target.as_deref().unwrap_or("generic")
+    }
+
+    /// What to write: `--emit`, else OpenCL for an explicit GPU `--target`, else IR.
+    pub fn emit_kind(&self) -> EmitKind {
+        match (self.emit, self.target.as_deref()) {
+            (Some(e), _) => e,
+            (None, Some("mali" | "adreno" | "nvidia" | "generic")) => EmitKind::Opencl,
+            _ => EmitKind::Ir,
+        }
     }
 }
 

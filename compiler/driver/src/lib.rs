@@ -111,6 +111,7 @@ impl Driver {
                 output::write_text(None, &fbc_target::summary_table(&profiles))
             }
             Some(Command::SimplifyIndex(a)) => cli::simplify_index(a),
+            Some(Command::Bench(a)) => bench::device(self, a),
             Some(Command::BenchParse(a)) => {
                 let report =
                     bench::run(&self.ops, a.ops, a.repeat, a.json).map_err(Failure::Input)?;
@@ -128,18 +129,17 @@ impl Driver {
     }
 
     fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
-        let target = fbc_target::builtin(&a.target).map_err(|e| Failure::Usage(e.to_string()))?;
-        if a.emit == EmitKind::Opencl && a.output.is_none() {
-            return Err(Failure::Usage("--emit opencl writes a directory: give -o DIR".into()));
-        }
+        let target =
+            fbc_target::builtin(a.target_name()).map_err(|e| Failure::Usage(e.to_string()))?;
+        let emit = a.emit_kind();
         let (file, mut module) = self.load(path)?;
         let transforms_total = report::count_transforms(&module);
         let pipeline = fbc_transforms::pipeline(a.level(), a.layout_strategy.strategy());
         let (timings, stats) =
             self.run_pipeline(&file, &mut module, &pipeline, Some(&target), &a.instr)?;
-        match a.emit {
+        match emit {
             EmitKind::Report => {
-                let r = report::build(&a.target, &module, transforms_total, &stats, &timings);
+                let r = report::build(a.target_name(), &module, transforms_total, &stats, &timings);
                 if a.verbose {
                     let _ = std::io::stderr().write_all(report::summary(&r).as_bytes());
                 }
@@ -147,8 +147,17 @@ impl Driver {
                 output::write_text(a.output.as_deref(), &text)
             }
             EmitKind::Opencl => {
-                let dir = a.output.as_deref().unwrap_or(Path::new("."));
-                opencl_emit::write(&module, path, dir)
+                opencl_emit::lower(self, &file, &mut module, a.target_name(), &a.instr)?;
+                let out = opencl_emit::generate(&module, a.target_name(), true)?;
+                let dir = match &a.output {
+                    Some(d) => d.clone(),
+                    None => opencl_emit::default_dir(&module, path),
+                };
+                opencl_emit::write(&out, &module, path, &dir)?;
+                if a.output.is_none() {
+                    eprintln!("fbc: wrote {}", dir.display());
+                }
+                Ok(())
             }
             _ => output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module)),
         }

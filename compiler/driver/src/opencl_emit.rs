@@ -1,20 +1,59 @@
-//! `--emit opencl -o DIR`: writes `DIR/NAME.cl` and `DIR/NAME.manifest.json`.
+//! OpenCL output: lowering to the memory dialect, the OpenCL C writer, and writing
+//! `DIR/NAME.cl` + `DIR/NAME.manifest.json` (`--emit opencl`) or one `.cl` per kernel
+//! (`--dump-kernels DIR`).
 //!
-//! `NAME` is the module's name (`module @NAME`), else the input file's stem. The directory is
-//! written atomically: both files go to a fresh sibling directory that is renamed to `DIR` at the
+//! `NAME` is the module's name (`module @NAME`), else the input file's stem. A directory is
+//! written atomically: the files go to a fresh sibling directory that is renamed to `DIR` at the
 //! end, so a failed compile leaves no half-written output. An existing `DIR` is replaced only if it
-//! is empty or holds a previous fbc manifest; any other directory (or a file) is refused.
+//! holds nothing but `.cl` and `.manifest.json` files (a previous fbc output); any other directory
+//! (or a file) is refused.
 
 use std::path::{Path, PathBuf};
 
-use fbc_codegen::opencl::{Options, Output, Writer};
-use fbc_ir::Module;
+use fbc_codegen::opencl::{KernelOptions, Options, Output, Writer};
+use fbc_ir::{Module, SourceFile};
 
-use crate::Failure;
+use crate::cli::InstrumentationArgs;
+use crate::{Driver, Failure};
 
-/// Lowers `module` to OpenCL C; an unsupported op is a usage error (exit 2) naming it.
-pub(crate) fn generate(module: &Module) -> Result<Output, Failure> {
-    Writer::new(Options::default()).write(module).map_err(|e| Failure::Usage(e.to_string()))
+/// Whether every function body holds only memory ops (and `func.return`): the module is already
+/// lowered, and the lowering pipeline is skipped.
+pub(crate) fn is_lowered(module: &Module) -> bool {
+    module.func_ids().all(|f| {
+        module.func(f).body.iter().all(|&op| {
+            let n = module.op(op).name();
+            n.starts_with("memory.") || n == "func.return"
+        })
+    })
+}
+
+/// Runs `lower-to-memory{target}` and `plan-memory` unless the module is already lowered.
+/// Returns the statistics of the passes (plan-memory's peak bytes among them).
+pub(crate) fn lower(
+    driver: &Driver,
+    file: &SourceFile,
+    module: &mut Module,
+    target: &str,
+    instr: &InstrumentationArgs,
+) -> Result<fbc_ir::pass::Statistics, Failure> {
+    if is_lowered(module) {
+        return Ok(Default::default());
+    }
+    let pipeline = fbc_transforms::lowering_pipeline(target);
+    let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
+    let (_, stats) = driver.run_pipeline(file, module, &pipeline, Some(&profile), instr)?;
+    Ok(stats)
+}
+
+/// Writes OpenCL C for a lowered module with the kernel shapes of hardware profile `target`
+/// (`tiled`: the tiled contraction kernel where it applies); a launch the writer cannot handle is
+/// an input error at its location (exit 1).
+pub(crate) fn generate(module: &Module, target: &str, tiled: bool) -> Result<Output, Failure> {
+    let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
+    let mut kernels = KernelOptions::for_target(&profile);
+    kernels.tiled = tiled;
+    let opts = Options { kernels, ..Options::default() };
+    Writer::new(opts).write(module).map_err(|e| Failure::Input(format!("{e}\n")))
 }
 
 /// The base name of the output files.
@@ -33,9 +72,49 @@ pub(crate) fn stem(module: &Module, input: &Path) -> String {
     }
 }
 
-pub(crate) fn write(module: &Module, input: &Path, dir: &Path) -> Result<(), Failure> {
-    let out = generate(module)?;
+/// The directory `--emit opencl` writes without `-o`: `NAME.opencl` in the current directory.
+pub(crate) fn default_dir(module: &Module, input: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.opencl", stem(module, input)))
+}
+
+/// `--emit opencl`: `DIR/NAME.cl` and `DIR/NAME.manifest.json`.
+pub(crate) fn write(
+    out: &Output,
+    module: &Module,
+    input: &Path,
+    dir: &Path,
+) -> Result<(), Failure> {
     let name = stem(module, input);
+    write_dir(
+        dir,
+        &[
+            (format!("{name}.cl"), out.source.clone()),
+            (format!("{name}.manifest.json"), out.manifest.to_json()),
+        ],
+    )
+}
+
+/// `--dump-kernels DIR`: `DIR/KERNEL.cl` per kernel (prelude included, so each compiles alone)
+/// and `DIR/NAME.cl`, the whole source, plus the manifest.
+#[cfg_attr(not(feature = "opencl"), allow(dead_code))]
+pub(crate) fn dump_kernels(
+    out: &Output,
+    module: &Module,
+    input: &Path,
+    dir: &Path,
+) -> Result<(), Failure> {
+    let name = stem(module, input);
+    let mut files = vec![
+        (format!("{name}.cl"), out.source.clone()),
+        (format!("{name}.manifest.json"), out.manifest.to_json()),
+    ];
+    for (k, text) in &out.kernels {
+        files.push((format!("{k}.cl"), format!("{}\n{text}", out.header)));
+    }
+    write_dir(dir, &files)
+}
+
+fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), Failure> {
     let io = |what: &str, p: &Path, e: std::io::Error| {
         Failure::Usage(format!("cannot {what} {}: {e}", p.display()))
     };
@@ -63,10 +142,10 @@ pub(crate) fn write(module: &Module, input: &Path, dir: &Path) -> Result<(), Fai
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| io("create", &tmp, e))?;
     let result = (|| {
-        let cl = tmp.join(format!("{name}.cl"));
-        std::fs::write(&cl, &out.source).map_err(|e| io("write", &cl, e))?;
-        let mf = tmp.join(format!("{name}.manifest.json"));
-        std::fs::write(&mf, out.manifest.to_json()).map_err(|e| io("write", &mf, e))?;
+        for (n, text) in files {
+            let p = tmp.join(n);
+            std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
+        }
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| io("replace", dir, e))?;
         }

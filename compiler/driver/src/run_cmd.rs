@@ -17,15 +17,21 @@
 //! - Results are `result0`, `result1`, ... With `--outputs` they are written (atomically) to a
 //!   safetensors file in their declared dtype (every float as F64 with `--f64`); with `-v`, or
 //!   without `--outputs`, a summary of each (type, min/max/mean, first values) goes to stdout.
-//! - `--target opencl [--device N] [-O LEVEL] [--check]` compiles the module, runs the generated
-//!   kernels on an OpenCL device and, with `--check`, compares every result with this interpreter
-//!   (see `run_cmd/opencl.rs`); it needs fbc built with the `opencl` feature. Other targets, and
+//! - `--target cpu-jit [-O LEVEL] [--layout-strategy S] [--profile P] [--check]` lowers the
+//!   module like `--target opencl` and runs every kernel as native code compiled by Cranelift
+//!   (see `run_cmd/jit.rs`).
+//! - `--target opencl [--device N|NAME] [-O LEVEL] [--layout-strategy S] [--profile P]
+//!   [--dump-kernels DIR] [--substitute-kernel NAME=FILE.cl] [--check]` compiles the module (at
+//!   -O3 by default), lowers it to the memory dialect, runs the generated kernels on an OpenCL
+//!   device and, with `--check`, compares every result with this interpreter (see
+//!   `run_cmd/opencl.rs`); it needs fbc built with the `opencl` feature. Other targets, and
 //!   `--check` on `cpu`, are not supported (exit 2). A kernel error while running (an id out of
 //!   range, say) is reported at the op, `FILE:LINE:COL: error: ...` (exit 1).
 
-mod io;
+pub(crate) mod io;
+mod jit;
 mod mapped;
-mod opencl;
+pub(crate) mod opencl;
 
 pub(crate) use opencl::devices;
 
@@ -60,7 +66,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SEED")]
     pub random_inputs: Option<u64>,
 
-    /// Where to run; only `cpu` (the reference interpreter) so far.
+    /// Where to run: `cpu` (the reference interpreter), `cpu-jit` (native code from the
+    /// Cranelift back end) or `opencl`.
     #[arg(long, default_value = "cpu")]
     pub target: String,
 
@@ -72,26 +79,54 @@ pub struct RunArgs {
     #[arg(long)]
     pub check: bool,
 
-    /// OpenCL device number, as `fbc devices` lists them.
-    #[arg(long, value_name = "N", default_value = "0")]
-    pub device: usize,
+    /// OpenCL device: its number in `fbc devices`, or part of its name.
+    #[arg(long, value_name = "N|NAME", default_value = "0")]
+    pub device: String,
 
-    /// Optimisation level the module is compiled at before an OpenCL run.
-    #[arg(short = 'O', value_name = "LEVEL", default_value = "0")]
-    pub opt_level: u8,
+    /// Optimisation level the module is compiled at before an OpenCL run (default: 3).
+    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub opt_level: Option<u8>,
+
+    /// Layout strategy of an OpenCL run's -O3 (default: fblayout).
+    #[arg(long, value_enum)]
+    pub layout_strategy: Option<crate::cli::LayoutStrategy>,
+
+    /// Hardware profile the module is lowered for before an OpenCL run (see `fbc targets`).
+    #[arg(long, default_value = "generic")]
+    pub profile: String,
+
+    /// Write the generated OpenCL (one `.cl` per kernel, the whole source and the manifest) to
+    /// DIR before running.
+    #[arg(long, value_name = "DIR")]
+    pub dump_kernels: Option<PathBuf>,
+
+    /// Replace generated kernel NAME by the `__kernel` in FILE.cl (repeatable).
+    #[arg(long, value_name = "NAME=FILE.cl")]
+    pub substitute_kernel: Vec<String>,
 
     /// Print the result summaries even with --outputs, and the run time (to stderr).
     #[arg(short, long)]
     pub verbose: bool,
 }
 
+impl RunArgs {
+    /// The `-O` level and layout strategy of an OpenCL run: `-O3` and fblayout unless given.
+    pub(crate) fn opencl_level(&self) -> (u8, crate::cli::LayoutStrategy) {
+        let strategy = self.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout);
+        (self.opt_level.unwrap_or(3), strategy)
+    }
+}
+
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
+    if a.target == "cpu-jit" {
+        return jit::run(driver, a);
+    }
     if a.target == "opencl" {
         return opencl::run(driver, a);
     }
     if a.target != "cpu" {
         return Err(Failure::Usage(format!(
-            "--target {} is not yet supported by `fbc run`; supported now: cpu, opencl",
+            "--target {} is not yet supported by `fbc run`; supported now: cpu, cpu-jit, opencl",
             a.target
         )));
     }

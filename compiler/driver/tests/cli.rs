@@ -102,10 +102,14 @@ fn hostile_inputs_are_errors_not_panics() {
 fn usage_errors_exit_2() {
     let dir = scratch("usage");
     let input = write(&dir, "good.fbir", GOOD.as_bytes());
-    let o = fbc(&[&input, "--emit", "opencl"]);
+    // `--emit opencl` writes a directory (`-o DIR`, default `NAME.opencl`) and never replaces
+    // anything but a previous one (tests/opencl.rs covers the rest).
+    let o = fbc(&[&input, "--emit", "opencl", "-o", &input]);
     assert_eq!(o.code, 2);
-    // `--emit opencl` writes a directory, so it needs `-o DIR` (tests/opencl.rs covers the rest).
-    assert_eq!(o.stderr, "fbc: error: --emit opencl writes a directory: give -o DIR\n");
+    assert_eq!(
+        o.stderr,
+        format!("fbc: error: {input} exists and is not an fbc OpenCL output directory; not overwriting it\n")
+    );
     let o = fbc(&["opt", &input, "--passes", "canonicalize,frobnicate"]);
     assert_eq!(o.code, 2);
     let listed = fbc(&["passes"]).stdout;
@@ -183,11 +187,11 @@ fn shipped_examples_round_trip() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "fbir") {
             seen += 1;
-            let o = fbc(&[p.to_str().unwrap(), "-O0", "--emit", "ir"]);
+            let o = fbc(&["opt", p.to_str().unwrap()]);
             assert_eq!(o.code, 0, "{}: {}", p.display(), o.stderr);
             let dir = scratch("rt");
             let printed = write(&dir, "printed.fbir", o.stdout.as_bytes());
-            let again = fbc(&[&printed, "-O0", "--emit", "ir"]);
+            let again = fbc(&["opt", &printed]);
             assert_eq!(again.stdout, o.stdout, "{}: printing is not a fixpoint", p.display());
         }
     }

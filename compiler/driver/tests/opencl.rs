@@ -1,6 +1,9 @@
 //! Generated OpenCL kernels run on a real device (PoCL in CI) and compared with the reference
 //! interpreter through `fbc run --target opencl --check`, whose bound is
-//! `|device - reference| <= 1e-5 + 1e-4·(|reference| + max|reference|)` per element.
+//! `|device - reference| <= 1e-5 + 1e-4·(|reference| + max|reference|)` per element: every op at
+//! -O0 and at -O3 with each layout strategy, attention, generated training steps; the OpenCL C
+//! compiles as CL1.2 and CL3.0; images larger than the device allows are refused clearly;
+//! `--substitute-kernel`, the program cache and `fbc bench --json`.
 //!
 //! No silent skips: without an OpenCL device these tests fail when `CI=true` and only print a
 //! notice and pass when `CI` is unset (a developer machine without PoCL).
@@ -10,6 +13,8 @@ use std::path::PathBuf;
 
 use clap::Parser as _;
 use fbc::{Cli, Driver};
+
+mod common;
 
 /// Whether a device is there; panics under CI when none is.
 fn have_device() -> bool {
@@ -54,6 +59,9 @@ fn module(args: &str, body: &str, ret: &str) -> String {
     format!("func.func @main({args}) -> {ret} {{\n{body}\n  func.return %r : {ret}\n}}\n")
 }
 
+/// The compilations every case runs under: -O0, and -O3 with each layout strategy.
+const CONFIGS: &[(u8, &str)] = &[(0, "fblayout"), (3, "fblayout"), (3, "reuse"), (3, "convert")];
+
 fn run_cases(cases: &[(&str, String)]) {
     if !have_device() {
         return;
@@ -61,9 +69,9 @@ fn run_cases(cases: &[(&str, String)]) {
     let mut failed = Vec::new();
     for (name, text) in cases {
         let p = write_tmp(&format!("{name}.fbir"), text);
-        for level in [0, 3] {
-            if let Err(e) = check(&p, level, &[]) {
-                failed.push(format!("{name} -O{level}: {e}"));
+        for &(level, strategy) in CONFIGS {
+            if let Err(e) = check(&p, level, &["--layout-strategy", strategy]) {
+                failed.push(format!("{name} -O{level} {strategy}: {e}"));
             }
         }
     }
@@ -198,25 +206,389 @@ fn attention_at_o0_and_o3() {
         return;
     }
     let p = write_tmp("attn.fbir", ATTENTION);
-    for level in [0, 3] {
-        check(&p, level, &[]).unwrap_or_else(|e| panic!("-O{level}: {e}"));
+    for &(level, strategy) in CONFIGS {
+        check(&p, level, &["--layout-strategy", strategy])
+            .unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));
     }
-    // The -O3 module really contains remaps (else this test would not cover them).
+}
+
+/// The module's OpenCL C, written by `fbc FILE -O3 --target mali -o DIR` (OpenCL is the default
+/// output for a GPU target).
+fn emitted(p: &std::path::Path, name: &str) -> String {
     let out = p.with_extension("cl.d");
-    let cli = Cli::try_parse_from([
-        "fbc",
+    let o = common::fbc(&[
         p.to_str().unwrap_or_default(),
         "-O3",
-        "--emit",
-        "opencl",
+        "--target",
+        "mali",
         "-o",
         out.to_str().unwrap_or_default(),
-    ])
-    .expect("cli");
-    Driver::default().run(&cli).expect("emit");
-    let cl = std::fs::read_to_string(out.join("attn.cl")).expect("attn.cl written");
-    assert!(cl.contains("// layout.remap at"), "no remap kernel at -O3:\n{cl}");
-    assert!(out.join("attn.manifest.json").exists());
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(out.join(format!("{name}.manifest.json")).exists());
+    std::fs::read_to_string(out.join(format!("{name}.cl"))).expect("the .cl is written")
+}
+
+#[test]
+fn emitted_source_compiles_as_opencl_1_2_and_3_0() {
+    use fbc_runtime::interp::Value;
+    use fbc_runtime::opencl::{run, Cache, RunOptions};
+    use fbc_runtime::reference::Tensor;
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("attn_std.fbir", ATTENTION);
+    let src = emitted(&p, "attn");
+    let manifest = std::fs::read_to_string(p.with_extension("cl.d").join("attn.manifest.json"))
+        .expect("manifest");
+    let manifest = fbc_codegen::opencl::Manifest::from_json(&manifest).expect("reads back");
+    // -O3 for mali keeps tensors in R-Tile textures and uses the tiled contraction.
+    assert!(src.contains("image2d_t"), "no texture at -O3:\n{src}");
+    let f = manifest.function("mha").expect("@mha");
+    let inputs: Vec<Value> = f
+        .args
+        .iter()
+        .map(|a| {
+            let shape: Vec<usize> = a.shape.iter().map(|&d| d as usize).collect();
+            let n = shape.iter().product();
+            Value::F32(Tensor::new(shape, vec![0.5; n]).expect("tensor"))
+        })
+        .collect();
+    for std in ["-cl-std=CL1.2", "-cl-std=CL3.0"] {
+        let opts =
+            RunOptions { build_options: std.into(), cache: Cache::Off, ..RunOptions::default() };
+        let r =
+            run(&src, &manifest, "mha", &inputs, &opts).unwrap_or_else(|e| panic!("{std}: {e}"));
+        assert_eq!(r.results.len(), 1);
+    }
+}
+
+#[test]
+fn generated_training_steps_match_the_interpreter() {
+    if !have_device() {
+        return;
+    }
+    // One Llama layer, its LoRA gradients and the loss: every forward and backward op kind of
+    // a decoder (embedding, RMSNorm, RoPE, attention, SwiGLU, cross-entropy).
+    let dir = common::scratch("ocl-train");
+    let path = dir.join("llama.fbir");
+    let o = common::fbc(&[
+        "gen",
+        "llama3.2-1b",
+        "--layers",
+        "1",
+        "--seq",
+        "8",
+        "--vocab",
+        "64",
+        "--lora-rank",
+        "2",
+        "--training",
+        "-o",
+        path.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for &(level, strategy) in CONFIGS {
+        check(&path, level, &["--layout-strategy", strategy, "--entry", "loss_grad"])
+            .unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));
+    }
+}
+
+/// One buffer copied into an image of `width` texels and back.
+fn image_module(width: u64) -> String {
+    let n = width * 4;
+    format!(
+        r#"func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %b = memory.upload %x {{layout = #layout.linear}} : (tensor<{n}xf32>) -> !memory.buffer<{n}, f32>
+  %i = memory.alloc : () -> !memory.image2d<[{width}, 1], f32>
+  memory.launch %b, %i {{kernel = "to_image", source = "layout.convert", domain = [1, {width}, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0 * 2.0"}} : (!memory.buffer<{n}, f32>, !memory.image2d<[{width}, 1], f32>) -> ()
+  %o = memory.alloc : () -> !memory.buffer<{n}, f32>
+  memory.launch %i, %o {{kernel = "from_image", source = "layout.convert", domain = [{width}, 4], iterators = ["parallel", "parallel"], maps = [(d0, d1) -> (d0, 0, d1), (d0, d1) -> (d0 * 4 + d1)], body = "x0 + 1.0"}} : (!memory.image2d<[{width}, 1], f32>, !memory.buffer<{n}, f32>) -> ()
+  %y = memory.download %o {{layout = #layout.linear}} : (!memory.buffer<{n}, f32>) -> tensor<{n}xf32>
+  func.return %y : tensor<{n}xf32>
+}}
+"#
+    )
+}
+
+#[test]
+fn images_round_trip_and_too_large_images_are_refused() {
+    if !have_device() {
+        return;
+    }
+    // A lowered module runs as it is (no lowering), through an image and back: 2x + 1.
+    let small = write_tmp("img_small.fbir", &image_module(5));
+    let dir = common::scratch("ocl-img");
+    let x: Vec<f32> = (0..20).map(|i| i as f32 * 0.25 - 2.0).collect();
+    let inputs = common::write(&dir, "x.safetensors", &safetensors_f32("x", &x));
+    let out = dir.join("y.safetensors");
+    let o = common::fbc(&[
+        "run",
+        small.to_str().unwrap_or_default(),
+        "--target",
+        "opencl",
+        "--inputs",
+        &inputs,
+        "--outputs",
+        out.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let y = read_safetensors_f32(&std::fs::read(&out).expect("outputs"), "result0");
+    let want: Vec<f32> = x.iter().map(|v| v * 2.0 + 1.0).collect();
+    assert_eq!(y, want);
+    // 2^20 texels wide is beyond any device's image2d limit.
+    let big = write_tmp("img_big.fbir", &image_module(1 << 20));
+    let o = common::fbc(&[
+        "run",
+        big.to_str().unwrap_or_default(),
+        "--target",
+        "opencl",
+        "--random-inputs",
+        "3",
+    ]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("image `i` is 1048576 x 1 texels, larger than the device's maximum"),
+        "{}",
+        o.stderr
+    );
+}
+
+/// `C = A·B` (32×24 by 24×32) written into an image (texel `(n / 4, m)`, channel `n mod 4`) by
+/// the tiled contraction's texel store, then copied to a buffer.
+const MATMUL_TO_IMAGE: &str = r#"func.func @main(%a: tensor<768xf32>, %b: tensor<768xf32>) -> tensor<1024xf32> {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<768xf32>) -> !memory.buffer<768, f32>
+  %mb = memory.upload %b {layout = #layout.linear} : (tensor<768xf32>) -> !memory.buffer<768, f32>
+  %i = memory.alloc : () -> !memory.image2d<[8, 32], f32>
+  memory.launch %ma, %mb, %i {kernel = "mm", source = "tensor.matmul", domain = [32, 8, 4, 24], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d0 * 24 + d3), (d0, d1, d2, d3) -> (d3 * 32 + d1 * 4 + d2), (d0, d1, d2, d3) -> (d1, d0, d2)], body = "x0 * x1", combine = "add", epilogue = "acc + 0.5"} : (!memory.buffer<768, f32>, !memory.buffer<768, f32>, !memory.image2d<[8, 32], f32>) -> ()
+  %o = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %i, %o {kernel = "back", source = "layout.convert", domain = [32, 32], iterators = ["parallel", "parallel"], maps = [(d0, d1) -> (d1 floordiv 4, d0, d1 mod 4), (d0, d1) -> (d0 * 32 + d1)], body = "x0"} : (!memory.image2d<[8, 32], f32>, !memory.buffer<1024, f32>) -> ()
+  %y = memory.download %o {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  func.return %y : tensor<1024xf32>
+}
+"#;
+
+#[test]
+fn a_contraction_into_an_image_is_tiled_and_exact() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("ocl-mm-image");
+    let p = write_tmp("mm_image.fbir", MATMUL_TO_IMAGE);
+    let a: Vec<f32> = (0..768).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
+    let b: Vec<f32> = (0..768).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
+    let mut bytes = safetensors_f32("a", &a);
+    // Two tensors: rebuild the header by hand.
+    let header = r#"{"a":{"dtype":"F32","shape":[768],"data_offsets":[0,3072]},"b":{"dtype":"F32","shape":[768],"data_offsets":[3072,6144]}}"#;
+    bytes.clear();
+    bytes.extend((header.len() as u64).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for x in a.iter().chain(&b) {
+        bytes.extend(x.to_le_bytes());
+    }
+    let inputs = common::write(&dir, "ab.safetensors", &bytes);
+    let out = dir.join("c.safetensors");
+    let dump = dir.join("kernels");
+    let o = common::fbc(&[
+        "run",
+        p.to_str().unwrap_or_default(),
+        "--target",
+        "opencl",
+        "--inputs",
+        &inputs,
+        "--outputs",
+        out.to_str().unwrap_or_default(),
+        "--dump-kernels",
+        dump.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mm = std::fs::read_to_string(dump.join("mm.cl")).expect("mm.cl");
+    assert!(
+        mm.contains("reqd_work_group_size(16, 16, 1)") && mm.contains("acc3 = acc[i][3]"),
+        "{mm}"
+    );
+    let c = read_safetensors_f32(&std::fs::read(&out).expect("outputs"), "result0");
+    for m in 0..32 {
+        for n in 0..32 {
+            // Sums of exact products of quarters and halves: exact in f32 in any order.
+            let want: f32 = (0..24).map(|k| a[m * 24 + k] * b[k * 32 + n]).sum::<f32>() + 0.5;
+            assert_eq!(c[m * 32 + n], want, "C[{m}, {n}]");
+        }
+    }
+}
+
+/// A safetensors file with one F32 vector.
+fn safetensors_f32(name: &str, v: &[f32]) -> Vec<u8> {
+    let header = format!(
+        r#"{{"{name}":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{}]}}}}"#,
+        v.len(),
+        v.len() * 4
+    );
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend(header.as_bytes());
+    for x in v {
+        b.extend(x.to_le_bytes());
+    }
+    b
+}
+
+/// The F32 tensor `name` of a safetensors file.
+fn read_safetensors_f32(bytes: &[u8], name: &str) -> Vec<f32> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("header length")) as usize;
+    let h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let off = &h[name]["data_offsets"];
+    let (s, e) = (off[0].as_u64().expect("start") as usize, off[1].as_u64().expect("end") as usize);
+    assert_eq!(h[name]["dtype"], "F32");
+    bytes[8 + n + s..8 + n + e]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn a_substituted_kernel_is_the_one_that_runs() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("ocl-subst");
+    let p = write_tmp("subst.fbir", &unary("neg", ""));
+    let dump = dir.join("kernels");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            p.to_str().unwrap_or_default(),
+            "--target",
+            "opencl",
+            "-O0",
+            "--random-inputs",
+            "7",
+            "--check",
+        ];
+        args.extend_from_slice(extra);
+        common::fbc(&args)
+    };
+    let o = run(&["--dump-kernels", dump.to_str().unwrap_or_default()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let name = "main_neg_r";
+    let text =
+        std::fs::read_to_string(dump.join(format!("{name}.cl"))).expect("one .cl per kernel");
+    assert!(dump.join("subst.cl").exists(), "and the whole source");
+    // The dumped kernel substituted as it is: same numbers.
+    let same = dir.join("same.cl");
+    std::fs::write(&same, &text).expect("write");
+    let o = run(&["--substitute-kernel", &format!("{name}={}", same.display())]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // A kernel that negates twice: the check fails, so the substitute ran.
+    let body = text.split("__kernel").nth(1).expect("a kernel").replace("(-", "(");
+    let wrong = dir.join("wrong.cl");
+    std::fs::write(&wrong, format!("__kernel{body}")).expect("write");
+    let o = run(&["--substitute-kernel", &format!("{name}={}", wrong.display())]);
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("differ from the reference"), "{}", o.stderr);
+    // A kernel that does not compile: the build log cites its line of the source.
+    let broken = dir.join("broken.cl");
+    std::fs::write(
+        &broken,
+        format!(
+            "__kernel void {name}(__global const float* x0, __global float* x1) {{\n  oops;\n}}\n"
+        ),
+    )
+    .expect("write");
+    let o = run(&["--substitute-kernel", &format!("{name}={}", broken.display())]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains(": oops;\n  | in the substituted kernel main_neg_r"), "{}", o.stderr);
+    let o = run(&["--substitute-kernel", &format!("nope={}", wrong.display())]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("no kernel `nope`"), "{}", o.stderr);
+}
+
+#[test]
+fn the_program_cache_hits_on_the_second_run_and_survives_corruption() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("ocl-cache");
+    let cache = dir.join("cache");
+    let p = write_tmp("cache.fbir", &unary("exp", ""));
+    let run = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fbc"))
+            .args([
+                "run",
+                p.to_str().unwrap_or_default(),
+                "--target",
+                "opencl",
+                "--random-inputs",
+                "1",
+                "--check",
+                "-v",
+            ])
+            .env("FBC_CACHE_DIR", &cache)
+            .output()
+            .expect("fbc runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run().contains("program cache: Miss"));
+    assert!(run().contains("program cache: Hit"));
+    for e in std::fs::read_dir(cache.join("opencl")).expect("entries") {
+        let e = e.expect("entry").path();
+        std::fs::write(&e, b"garbage").expect("corrupt");
+    }
+    assert!(run().contains("program cache: Miss"), "a corrupt entry is rebuilt");
+    assert!(run().contains("program cache: Hit"));
+}
+
+#[test]
+fn bench_json_has_the_documented_shape() {
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("bench.fbir", ATTENTION);
+    let o = common::fbc(&[
+        "bench",
+        p.to_str().unwrap_or_default(),
+        "--compare",
+        "fblayout,reuse",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+    assert_eq!(j["repeat"], 2);
+    let runs = j["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["strategy"], "fblayout");
+    assert_eq!(runs[1]["strategy"], "reuse");
+    for r in runs {
+        let kernels = r["kernels"].as_array().expect("kernels");
+        assert_eq!(r["kernel_count"].as_u64(), Some(kernels.len() as u64));
+        assert!(r["conversion_kernels"].as_u64() <= Some(kernels.len() as u64));
+        assert!(r["peak_bytes"].as_u64().is_some_and(|b| b > 0), "{r}");
+        let total: u64 = kernels.iter().map(|k| k["median_ns"].as_u64().unwrap_or(0)).sum();
+        assert_eq!(r["total_ns"].as_u64(), Some(total));
+        for k in kernels {
+            for key in [
+                "kernel",
+                "source",
+                "median_ns",
+                "flops",
+                "bytes",
+                "gflops",
+                "gbps",
+                "tiled",
+                "conversion",
+            ] {
+                assert!(!k[key].is_null(), "{key} missing in {k}");
+            }
+        }
+        // The 5 matmuls: 2·8·16·16 + ... flops > 0 in total.
+        assert!(kernels.iter().map(|k| k["flops"].as_u64().unwrap_or(0)).sum::<u64>() > 0);
+    }
+    assert_eq!(j["time_ratio_to_first"]["fblayout"], 1.0);
+    let o = common::fbc(&["bench", p.to_str().unwrap_or_default(), "--repeat", "1"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("strategy fblayout (-O3):"), "{}", o.stdout);
 }
 
 #[test]

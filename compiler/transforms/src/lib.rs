@@ -9,6 +9,8 @@ pub mod dce;
 pub mod global_layout;
 pub mod index_elim;
 pub mod layout;
+pub mod lower;
+pub mod plan_memory;
 
 use fbc_ir::pass::{PassInfo, PassRegistry};
 
@@ -30,6 +32,14 @@ pub fn register_passes(r: &mut PassRegistry) {
     index_elim::register(r);
     layout::register(r);
     global_layout::register(r);
+    lower::register(r);
+    plan_memory::register(r);
+}
+
+/// The pipeline that lowers an optimised module to the memory dialect for `target` (a builtin
+/// hardware profile name): `lower-to-memory{target=..},plan-memory`.
+pub fn lowering_pipeline(target: &str) -> String {
+    format!("lower-to-memory{{target={target}}},plan-memory")
 }
 
 /// A registry with every built-in pass.
@@ -39,10 +49,17 @@ pub fn default_registry() -> PassRegistry {
     r
 }
 
-/// The pipeline of an optimisation level (`-O0` .. `-O3`) with the FBLayout strategy.
+/// The `-O0` pipeline: the `convert` baseline (TFLite-style, Sec. 2.3) and nothing else. Every
+/// tensor an FTD-D op reads gets its best R-Tile (`rtile-select`), every kernel writes linear, and
+/// each R-Tile reader gets an explicit `layout.convert`; no cleanup, no index elimination.
+pub const O0_PIPELINE: &str =
+    "fb-classify,rtile-candidates,rtile-select,global-layout{strategy=convert}";
+
+/// The pipeline of an optimisation level (`-O0` .. `-O3`): `-O0` is [`O0_PIPELINE`], `-O1` and
+/// `-O2` clean up without touching layouts, `-O3` runs the FBLayout passes.
 pub fn pipeline_for_level(level: u8) -> &'static str {
     match level {
-        0 => "",
+        0 => O0_PIPELINE,
         1 => "canonicalize,dce",
         2 => "canonicalize,cse,dce",
         _ => {
@@ -52,10 +69,11 @@ pub fn pipeline_for_level(level: u8) -> &'static str {
     }
 }
 
-/// The pipeline of an optimisation level with a layout strategy: `fblayout` is
-/// [`pipeline_for_level`]; the baselines (`reuse`, `convert`, Sec. 2.3) select R-Tiles but keep
-/// reshapes and transposes as physical kernels (no index elimination). Levels below 3 run no
-/// layout pass, whatever the strategy.
+/// The pipeline of an optimisation level with a layout strategy, which applies at `-O3`:
+/// `fblayout` is [`pipeline_for_level`]; the baselines (`reuse`, `convert`, Sec. 2.3) select
+/// R-Tiles but keep reshapes and transposes as physical kernels (no index elimination). Lower
+/// levels ignore the strategy: `-O0` is always the `convert` baseline without cleanups, `-O1` and
+/// `-O2` run no layout pass.
 pub fn pipeline(level: u8, strategy: global_layout::Strategy) -> String {
     match (level, strategy) {
         (0..=2, _) | (_, global_layout::Strategy::FbLayout) => pipeline_for_level(level).to_string(),

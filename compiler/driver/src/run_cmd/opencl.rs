@@ -1,15 +1,38 @@
 //! `fbc run --target opencl` and `fbc devices`.
 //!
-//! The module is compiled at `-O LEVEL`, written by the OpenCL C writer, and run on device
-//! `--device N` with the inputs `fbc run` reads for the interpreter. With `--check` the original
-//! module also runs in the reference interpreter (f32) and every result is compared:
-//! `|device - reference| <= ATOL + RTOL * (|reference| + max |reference|)` elementwise, with the
-//! maximum absolute and relative errors printed per result; any element outside the bound fails
-//! the run (exit 1). The `max |reference|` term is there because f32 sums in another order (the
-//! tiled matmul, a reduction loop) differ by about `K·ε·Σ|terms|`, which for a result near zero
-//! is far more than `ε·|result|`.
-//! Without the `opencl` feature both commands answer that fbc was built without OpenCL (exit 2).
+//! The module is compiled at `-O LEVEL` (default `-O3`) with `--layout-strategy` (default
+//! fblayout), lowered to the memory dialect for hardware profile `--profile` (default `generic`;
+//! skipped when the input is already lowered), written as OpenCL C, and run on device
+//! `--device N|NAME` with the inputs `fbc run` reads for the interpreter. `--dump-kernels DIR`
+//! writes the generated source first (one `.cl` per kernel and the whole); `--substitute-kernel
+//! NAME=FILE.cl` replaces generated kernel `NAME` by the `__kernel` in `FILE.cl` (same name and
+//! parameters) before the program is built, like IREE's executable substitution.
+//!
+//! With `--check` the original module also runs in the reference interpreter, in f64 and in f32,
+//! on the same inputs, and every result is compared with the f64 one:
+//! `|device - ref64| <= ATOL + RTOL * (|ref64| + max |ref64|) + 8 * E32` elementwise, where
+//! `E32 = max |ref32 - ref64|` over the result is the error the interpreter's own f32 computation
+//! makes. The maximum absolute and relative errors are printed per result; any element outside
+//! the bound fails the run (exit 1). The `max |ref|` term is there because f32 sums in another
+//! order differ by about `K·ε·Σ|terms|`, which for a result near zero is far more than
+//! `ε·|result|`; the `E32` term because some results (gradients through a softmax) are
+//! ill-conditioned: f32 evaluation in any order is off by more than the fixed bound. Two f32
+//! evaluations in different orders are off by amounts that vary with the inputs (on the Llama
+//! layer's LoRA gradients we measured the device 3.9x further from f64 than the interpreter on one
+//! seed, 4x closer on another), so the device may be off by up to 8 times the interpreter's own
+//! error — still far below the size of the results, where a wrong kernel lands. Without the `opencl` feature both commands answer that fbc was built without
+//! OpenCL (exit 2).
 
+// Without the `opencl` feature only the stubs are reachable; the compile path stays built.
+#![cfg_attr(not(feature = "opencl"), allow(dead_code))]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fbc_codegen::opencl::Output;
+use fbc_ir::{FuncId, Module, SourceFile};
+
+use crate::cli::LayoutStrategy;
 use crate::{Driver, Failure};
 
 use super::RunArgs;
@@ -18,6 +41,64 @@ use super::RunArgs;
 pub(crate) const ATOL: f64 = 1e-5;
 /// Relative part of the `--check` bound.
 pub(crate) const RTOL: f64 = 1e-4;
+
+/// A module compiled for OpenCL: the original (for the interpreter), the entry function, the
+/// generated source and manifest, and the lowering passes' statistics.
+pub(crate) struct Compiled {
+    pub file: Arc<SourceFile>,
+    pub module: Module,
+    pub func: FuncId,
+    pub out: Output,
+    pub stats: fbc_ir::pass::Statistics,
+}
+
+/// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` and writes OpenCL C
+/// (`tiled`: contractions get the tiled kernel).
+pub(crate) fn compile(
+    driver: &Driver,
+    path: &Path,
+    entry: Option<&str>,
+    level: u8,
+    strategy: LayoutStrategy,
+    profile: &str,
+    tiled: bool,
+) -> Result<Compiled, Failure> {
+    let target = fbc_target::builtin(profile).map_err(|e| Failure::Usage(e.to_string()))?;
+    let (file, module) = driver.load(path)?;
+    let func = super::entry(&module, entry, &file.name)?;
+    let mut lowered = module.clone();
+    let instr = Default::default();
+    if !crate::opencl_emit::is_lowered(&lowered) {
+        let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
+        driver.run_pipeline(&file, &mut lowered, &pipeline, Some(&target), &instr)?;
+    }
+    let stats = crate::opencl_emit::lower(driver, &file, &mut lowered, profile, &instr)?;
+    let out = crate::opencl_emit::generate(&lowered, profile, tiled)?;
+    Ok(Compiled { file, module, func, out, stats })
+}
+
+/// Parses `--substitute-kernel NAME=FILE.cl` and applies every substitution to the source.
+pub(crate) fn substituted_source(out: &Output, subs: &[String]) -> Result<String, Failure> {
+    let mut current = out.clone();
+    for s in subs {
+        let (name, path) = s.split_once('=').ok_or_else(|| {
+            Failure::Usage(format!("--substitute-kernel `{s}`: expected NAME=FILE.cl"))
+        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::Usage(format!("--substitute-kernel {name}: cannot read {path}: {e}"))
+        })?;
+        let src = fbc_codegen::opencl::substitute_kernel(&current, name, &text)
+            .map_err(|e| Failure::Usage(format!("--substitute-kernel {name}: {e}")))?;
+        // Later substitutions see this one: replace the kernel's text in the list too.
+        for k in &mut current.kernels {
+            if k.0 == name {
+                k.1 = format!("// substituted kernel {name}\n{text}");
+            }
+        }
+        current.source = src;
+    }
+    Ok(current.source)
+}
 
 #[cfg(not(feature = "opencl"))]
 fn no_opencl() -> Failure {
@@ -49,73 +130,89 @@ pub(crate) fn devices() -> Result<(), Failure> {
     let mut text = String::new();
     for d in list {
         text.push_str(&format!(
-            "{}: {} — {} ({}, {})\n",
-            d.index, d.name, d.platform, d.vendor, d.version
+            "{}: {} — {} ({}, {}, driver {})\n",
+            d.index, d.name, d.platform, d.vendor, d.version, d.driver
         ));
     }
     crate::output::write_text(None, &text)
 }
 
+/// The OpenCL runtime error as an input error of the file.
+#[cfg(feature = "opencl")]
+pub(crate) fn device_failure(file: &str, e: &fbc_runtime::opencl::OpenClError) -> Failure {
+    use fbc_runtime::opencl::OpenClError;
+    match e {
+        OpenClError::NoDevice(_) => Failure::Usage(e.to_string()),
+        _ => Failure::Input(format!("{file}: error: {e}\n")),
+    }
+}
+
 #[cfg(feature = "opencl")]
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     use fbc_runtime::interp::{Interpreter, Mode, Value};
+    use fbc_runtime::opencl::{DeviceSel, RunOptions};
 
     if a.f64 {
         return Err(Failure::Usage("not yet supported: --f64 with --target opencl".into()));
     }
-    let (file, module) = driver.load(&a.file)?;
-    let func = super::entry(&module, a.entry.as_deref(), &file.name)?;
+    let (level, strategy) = a.opencl_level();
+    let c = compile(driver, &a.file, a.entry.as_deref(), level, strategy, &a.profile, true)?;
+    let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = module.func(func).name.clone();
     let inputs = super::io::read_inputs(
-        &module,
+        module,
         func,
         a.inputs.as_deref(),
         a.random_inputs,
         Mode::F32,
         &file.name,
     )?;
-    let mut compiled = module.clone();
-    let pipeline = fbc_transforms::pipeline_for_level(a.opt_level);
-    driver.run_pipeline(&file, &mut compiled, pipeline, None, &Default::default())?;
-    let out = super::super::opencl_emit::generate(&compiled)?;
-    let mut data = Vec::new();
-    for (k, v) in inputs.iter().enumerate() {
-        match v {
-            Value::F32(t) => data.push(t.data().to_vec()),
-            _ => {
-                return Err(Failure::Usage(format!(
-                    "not yet supported: argument {k} of @{fname} is {} data (OpenCL runs f32 only)",
-                    v.storage_name()
-                )))
-            }
-        }
+    if let Some(dir) = &a.dump_kernels {
+        crate::opencl_emit::dump_kernels(&c.out, module, &a.file, dir)?;
     }
-    let res = fbc_runtime::opencl::run(&out.source, &out.manifest, &fname, &data, a.device)
-        .map_err(|e| Failure::Input(format!("{}: error: {e}\n", file.name)))?;
+    let source = substituted_source(&c.out, &a.substitute_kernel)?;
+    let opts = RunOptions { device: DeviceSel::parse(&a.device), ..RunOptions::default() };
+    let res = fbc_runtime::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
+        .map_err(|e| device_failure(&file.name, &e))?;
     let types = &module.func(func).result_types;
     let mut text = String::new();
     if a.verbose {
-        eprintln!("ran @{fname} on {} in {:.3} s", res.device, res.kernel_seconds);
+        let total: u64 = res.launches.iter().map(|l| l.median_ns()).sum();
+        eprintln!(
+            "ran @{fname} on {}: {} launches, {:.3} ms of device time (program cache: {:?})",
+            res.device,
+            res.launches.len(),
+            total as f64 * 1e-6,
+            res.cache
+        );
     }
     for (i, (v, ty)) in res.results.iter().zip(types).enumerate() {
-        let shape: Vec<usize> = ty
-            .as_tensor()
-            .map(|t| t.shape.iter().map(|&d| d as usize).collect())
-            .unwrap_or_default();
-        let t = fbc_runtime::reference::Tensor::new(shape, v.clone())
-            .map_err(|e| Failure::Input(format!("{}: error: result {i}: {e}\n", file.name)))?;
-        text.push_str(&super::summary(&format!("result{i}"), ty, &Value::F32(t)));
+        text.push_str(&super::summary(&format!("result{i}"), ty, v));
+    }
+    let device_values = res.results;
+    if let Some(path) = &a.outputs {
+        let bytes = super::io::encode_outputs(module, func, &device_values)?;
+        crate::output::write_atomic(path, &bytes)?;
     }
     if a.check {
-        let reference = Interpreter::new(&module)
-            .run_id(func, inputs)
-            .map_err(|e| super::located(&file, &e))?;
+        let wide: Vec<Value> = inputs.iter().map(widen).collect();
+        let reference =
+            Interpreter::new(module).run_id(func, inputs).map_err(|e| super::located(file, &e))?;
+        let opts64 = fbc_runtime::interp::Options { mode: Mode::F64, ..Default::default() };
+        let reference64 = Interpreter::with_options(module, opts64)
+            .run_id(func, wide)
+            .map_err(|e| super::located(file, &e))?;
         let mut failed = Vec::new();
-        for (i, (r, d)) in reference.iter().zip(&res.results).enumerate() {
-            let (max_abs, max_rel, bad) = compare(&r.to_f64_vec(), d);
+        for (i, ((r32, r), d)) in reference.iter().zip(&reference64).zip(&device_values).enumerate()
+        {
+            let r = r.to_f64_vec();
+            let e32 = compare(&r, &r32.to_f64_vec(), 0.0).0;
+            let e32 = if e32.is_finite() { e32 } else { 0.0 };
+            let (max_abs, max_rel, bad) = compare(&r, &d.to_f64_vec(), 8.0 * e32);
             text.push_str(&format!(
-                "check result{i}: max abs error {max_abs:.3e}, max rel error {max_rel:.3e}, \
-                 {bad} element(s) outside {ATOL:e} + {RTOL:e}·(|ref| + max|ref|)\n"
+                "check result{i}: max abs error {max_abs:.3e}, max rel error {max_rel:.3e} \
+                 (reference f32: {e32:.3e}), {bad} element(s) outside {ATOL:e} + \
+                 {RTOL:e}·(|ref| + max|ref|) + 8·{e32:.3e}\n"
             ));
             if bad > 0 {
                 failed.push(format!("result{i}"));
@@ -131,19 +228,37 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         }
         text.push_str("check passed\n");
     }
-    crate::output::write_text(None, &text)
+    if a.outputs.is_none() || a.verbose || a.check {
+        crate::output::write_text(None, &text)?;
+    }
+    Ok(())
 }
 
-/// `(max abs error, max rel error, elements outside the bound)`; NaN must match NaN.
+/// A value in f64 (the f64 interpreter's inputs): f32 data widened, other data as it is.
 #[cfg(feature = "opencl")]
-pub(crate) fn compare(reference: &[f64], device: &[f32]) -> (f64, f64, usize) {
+fn widen(v: &fbc_runtime::interp::Value) -> fbc_runtime::interp::Value {
+    use fbc_runtime::interp::Value;
+    match v {
+        Value::F32(t) => {
+            let d: Vec<f64> = t.data().iter().map(|&x| f64::from(x)).collect();
+            match fbc_runtime::reference::Tensor::new(t.shape().to_vec(), d) {
+                Ok(t) => Value::F64(t),
+                Err(_) => v.clone(),
+            }
+        }
+        _ => v.clone(),
+    }
+}
+
+/// `(max abs error, max rel error, elements outside the bound)` of `device` against
+/// `reference`, the bound being `ATOL + RTOL·(|ref| + max|ref|) + slack`; NaN must match NaN.
+pub(crate) fn compare(reference: &[f64], device: &[f64], slack: f64) -> (f64, f64, usize) {
     let (mut max_abs, mut max_rel, mut bad) = (0.0f64, 0.0f64, 0usize);
     let scale = reference.iter().filter(|r| r.is_finite()).fold(0.0f64, |m, r| m.max(r.abs()));
     if reference.len() != device.len() {
         return (f64::INFINITY, f64::INFINITY, reference.len().max(device.len()));
     }
     for (&r, &d) in reference.iter().zip(device) {
-        let d = f64::from(d);
         if r.is_nan() || d.is_nan() {
             bad += usize::from(r.is_nan() != d.is_nan());
             continue;
@@ -156,25 +271,26 @@ pub(crate) fn compare(reference: &[f64], device: &[f32]) -> (f64, f64, usize) {
         if r != 0.0 {
             max_rel = max_rel.max(err / r.abs());
         }
-        if err > ATOL + RTOL * (r.abs() + scale) {
+        if err > ATOL + RTOL * (r.abs() + scale) + slack {
             bad += 1;
         }
     }
     (max_abs, max_rel, bad)
 }
 
-#[cfg(all(test, feature = "opencl"))]
+#[cfg(test)]
 mod tests {
     use super::compare;
 
     #[test]
     fn compare_rejects_perturbed_results_and_nan_mismatches() {
         let r = [1.0, -2.0, 1000.0, f64::NAN];
-        assert_eq!(compare(&r, &[1.0, -2.0, 1000.0, f32::NAN]).2, 0);
-        // Within 1e-5 + 1e-4·(|ref| + 1000): fine; 0.5 off is not.
-        assert_eq!(compare(&r, &[1.05, -2.0, 1000.0, f32::NAN]).2, 0);
-        assert_eq!(compare(&r, &[1.5, -2.0, 1000.0, f32::NAN]).2, 1);
-        assert_eq!(compare(&r, &[1.0, -2.0, 1000.0, 0.0]).2, 1);
-        assert_eq!(compare(&r, &[1.0]).2, 4);
+        assert_eq!(compare(&r, &[1.0, -2.0, 1000.0, f64::NAN], 0.0).2, 0);
+        // Within 1e-5 + 1e-4·(|ref| + 1000): fine; 0.5 off is not, unless the slack allows it.
+        assert_eq!(compare(&r, &[1.05, -2.0, 1000.0, f64::NAN], 0.0).2, 0);
+        assert_eq!(compare(&r, &[1.5, -2.0, 1000.0, f64::NAN], 0.0).2, 1);
+        assert_eq!(compare(&r, &[1.5, -2.0, 1000.0, f64::NAN], 0.5).2, 0);
+        assert_eq!(compare(&r, &[1.0, -2.0, 1000.0, 0.0], 0.0).2, 1);
+        assert_eq!(compare(&r, &[1.0], 0.0).2, 4);
     }
 }

@@ -48,7 +48,7 @@
 //! `eps` are finite (`eps ≥ 0`), `0 ≤ beta1, beta2 < 1`, `weight_decay` is finite and `≥ 0`.
 
 mod emit;
-mod inline;
+pub(crate) mod inline;
 mod joint;
 mod rules;
 mod train_step;

@@ -1,0 +1,817 @@
+//! One `__kernel` from one [`Kernel`]: the plain form (one work-item per parallel point, loops
+//! over the reduction) and the tiled contraction (`fbc_kernels::contraction`).
+//!
+//! Index maps become C integer expressions over the domain indices `d0..dn` (all `long`, all
+//! non-negative); `floordiv`/`mod` are C's `/`/`%` where the dividend is provably non-negative and
+//! the divisor a positive constant, else the `fbc_floordiv`/`fbc_mod` helpers of the prelude, which
+//! round toward -inf. Scalar values are `float` or `long` as [`Kernel`]'s typing rules say.
+
+use std::cell::{Cell, RefCell};
+use std::fmt::Write as _;
+
+use fbc_dialects::memory::{
+    Combine, Iter, Kernel, MemType, Scalar, ScalarBin, ScalarUn, StorageKind,
+};
+use fbc_ir::attr::BinOp;
+use fbc_ir::{AffineExpr, AffineMap, ElemType};
+
+/// How kernels are shaped (from the target profile).
+#[derive(Debug, Clone)]
+pub struct KernelOptions {
+    /// Work-group shape `[x, y]` of the tiled contraction.
+    pub group: [u64; 2],
+    /// Work-group size of the plain kernels (one dimension).
+    pub group_1d: u64,
+    /// Local memory a work-group may use.
+    pub local_mem_bytes: u64,
+    /// Most work-items per group.
+    pub max_group: u64,
+    /// Use the tiled contraction where it applies.
+    pub tiled: bool,
+}
+
+impl Default for KernelOptions {
+    fn default() -> KernelOptions {
+        KernelOptions {
+            group: [16, 16],
+            group_1d: 64,
+            local_mem_bytes: 32768,
+            max_group: 256,
+            tiled: true,
+        }
+    }
+}
+
+impl KernelOptions {
+    /// The options a hardware profile implies: its first preferred work-group shape that fits its
+    /// maximum group size, and its local memory.
+    pub fn for_target(t: &fbc_target::HardwareProfile) -> KernelOptions {
+        let max = u64::from(t.compute.max_work_group_size.max(1));
+        let group = t
+            .compute
+            .preferred_work_groups
+            .iter()
+            .map(|g| [u64::from(g[0]), u64::from(g[1])])
+            .find(|g| g[0] * g[1] <= max && g[0] > 0 && g[1] > 0)
+            .unwrap_or([8, 8]);
+        KernelOptions {
+            group,
+            group_1d: u64::from(t.compute.simd_width.max(1)).max(64).min(max),
+            local_mem_bytes: t.compute.local_mem_bytes,
+            max_group: max,
+            tiled: true,
+        }
+    }
+}
+
+/// A written kernel and how to launch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Emitted {
+    pub source: String,
+    pub global: Vec<u64>,
+    pub local: Option<Vec<u64>>,
+    pub tiled: bool,
+}
+
+/// Floating-point (and integer) operations of one run of `k`: the body and the combine at every
+/// domain point, the epilogue at every parallel point.
+pub fn kernel_flops(k: &Kernel) -> u64 {
+    let points: u64 = k.domain.iter().product();
+    let par: u64 = k.domain[..k.parallel_dims().min(k.domain.len())].iter().product();
+    let per = k.body.count_ops() + u64::from(k.combine.is_some());
+    points * per + par * k.epilogue.as_ref().map_or(0, Scalar::count_ops)
+}
+
+/// Writes kernel `k`, whose operands have `types`, under the comment lines `comment`.
+pub fn emit(
+    k: &Kernel,
+    types: &[MemType],
+    comment: &str,
+    opts: &KernelOptions,
+) -> Result<Emitted, String> {
+    k.check(types).map_err(|e| e.message)?;
+    check(k, types)?;
+    let cx = Cx { k, types, texels: RefCell::new(None), in_select: Cell::new(0) };
+    if opts.tiled {
+        if let Some(e) = cx.contraction(comment, opts)? {
+            return Ok(e);
+        }
+    }
+    cx.plain(comment, opts)
+}
+
+fn check(k: &Kernel, types: &[MemType]) -> Result<(), String> {
+    let n = k.domain.len();
+    if k.maps.is_empty() || k.maps.len() != types.len() {
+        return Err(format!("{} maps for {} operands", k.maps.len(), types.len()));
+    }
+    if k.iterators.len() != n {
+        return Err(format!("{} iterators for a {n}-dimensional domain", k.iterators.len()));
+    }
+    if k.iterators[k.parallel_dims()..].contains(&Iter::Parallel) {
+        return Err("a parallel dimension after a reduction dimension".into());
+    }
+    for (i, (m, t)) in k.maps.iter().zip(types).enumerate() {
+        if m.dims.len() != n || !m.symbols.is_empty() {
+            return Err(format!("map of operand {i} is not over the {n} domain dimensions"));
+        }
+        if m.results.len() != t.coords() {
+            return Err(format!(
+                "map of operand {i} has {} results, its storage has {} coordinates",
+                m.results.len(),
+                t.coords()
+            ));
+        }
+        if matches!(t.storage, StorageKind::Image { .. }) && t.elem != ElemType::F32 {
+            return Err(format!("operand {i} is an image of {}", t.elem.name()));
+        }
+        if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
+            return Err(format!("operand {i} has elements of {}", t.elem.name()));
+        }
+    }
+    if let Some(g) = &k.guard {
+        if g.map.dims.len() != n || g.map.results.len() != g.bounds.len() {
+            return Err("guard map does not fit the domain or its bounds".into());
+        }
+    }
+    let has_red = k.parallel_dims() < n;
+    if has_red != k.combine.is_some() {
+        return Err("a combine is required exactly when there are reduction dimensions".into());
+    }
+    Ok(())
+}
+
+/// Whether dimension `d` appears in `e`.
+fn uses(e: &AffineExpr, d: &str) -> bool {
+    match e {
+        AffineExpr::Var(v) => v == d,
+        AffineExpr::Const(_) => false,
+        AffineExpr::Neg(a) => uses(a, d),
+        AffineExpr::Bin(_, a, b) => uses(a, d) || uses(b, d),
+    }
+}
+
+fn map_uses(m: &AffineMap, dim: usize) -> bool {
+    m.dims.get(dim).is_some_and(|d| m.results.iter().any(|e| uses(e, d)))
+}
+
+/// Whether `e` is non-negative for non-negative dimension values.
+fn nonneg(e: &AffineExpr) -> bool {
+    match e {
+        AffineExpr::Var(_) => true,
+        AffineExpr::Const(c) => *c >= 0,
+        AffineExpr::Neg(_) => false,
+        AffineExpr::Bin(op, a, b) => match op {
+            BinOp::Add | BinOp::Mul => nonneg(a) && nonneg(b),
+            BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
+                nonneg(a) && matches!(**b, AffineExpr::Const(c) if c > 0)
+            }
+            BinOp::Sub => false,
+        },
+    }
+}
+
+/// An index-map expression as C over the dimension values `dims`.
+fn affine(e: &AffineExpr, names: &[String], dims: &[String]) -> Result<String, String> {
+    Ok(match e {
+        AffineExpr::Var(v) => {
+            let i = names.iter().position(|d| d == v).ok_or(format!("unknown map variable {v}"))?;
+            dims[i].clone()
+        }
+        AffineExpr::Const(c) => format!("{c}L"),
+        AffineExpr::Neg(a) => format!("(-{})", affine(a, names, dims)?),
+        AffineExpr::Bin(op, a, b) => {
+            let fast = nonneg(a) && matches!(**b, AffineExpr::Const(c) if c > 0);
+            let (x, y) = (affine(a, names, dims)?, affine(b, names, dims)?);
+            match op {
+                BinOp::Add => format!("({x} + {y})"),
+                BinOp::Sub => format!("({x} - {y})"),
+                BinOp::Mul => format!("({x} * {y})"),
+                BinOp::FloorDiv if fast => format!("({x} / {y})"),
+                BinOp::Mod if fast => format!("({x} % {y})"),
+                BinOp::CeilDiv if fast => format!("(({x} + {y} - 1L) / {y})"),
+                BinOp::FloorDiv => format!("fbc_floordiv({x}, {y})"),
+                BinOp::CeilDiv => format!("fbc_ceildiv({x}, {y})"),
+                BinOp::Mod => format!("fbc_mod({x}, {y})"),
+            }
+        }
+    })
+}
+
+/// A float literal in OpenCL C.
+pub(crate) fn flit(v: f64) -> String {
+    let f = v as f32;
+    if f.is_nan() {
+        "NAN".into()
+    } else if f.is_infinite() {
+        if f > 0.0 {
+            "INFINITY".into()
+        } else {
+            "(-INFINITY)".into()
+        }
+    } else {
+        let s = format!("{f:?}");
+        let s = if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") };
+        format!("{s}f")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    F,
+    I,
+}
+
+fn as_f((s, t): (String, Ty)) -> String {
+    match t {
+        Ty::F => s,
+        Ty::I => format!("(float)({s})"),
+    }
+}
+
+struct Cx<'a> {
+    k: &'a Kernel,
+    types: &'a [MemType],
+    /// Texel reads hoisted into `const float4` variables: `(read expression, variable)`. `None`
+    /// where reads are not hoisted.
+    texels: RefCell<Option<Vec<(String, String)>>>,
+    /// How many `select` branches the expression being written is inside: a read there may be
+    /// out of range when the branch is not taken, so it is never hoisted.
+    in_select: Cell<u32>,
+}
+
+/// The values scalar expressions see: a C expression per domain dimension and the accumulator.
+struct Env<'a> {
+    dims: &'a [String],
+    acc: &'a str,
+}
+
+impl Cx<'_> {
+    fn out(&self) -> usize {
+        self.k.output()
+    }
+
+    fn is_image(&self, i: usize) -> bool {
+        matches!(self.types[i].storage, StorageKind::Image { .. })
+    }
+
+    fn ctype(&self, i: usize) -> &'static str {
+        if self.types[i].elem == ElemType::I32 {
+            "int"
+        } else {
+            "float"
+        }
+    }
+
+    fn params(&self) -> String {
+        let out = self.out();
+        let mut ps = Vec::new();
+        for i in 0..self.types.len() {
+            ps.push(match (self.is_image(i), i == out) {
+                (true, false) => format!("__read_only image2d_t x{i}"),
+                (true, true) => format!("__write_only image2d_t x{i}"),
+                (false, false) => format!("__global const {}* x{i}", self.ctype(i)),
+                (false, true) => format!("__global {}* x{i}", self.ctype(i)),
+            });
+        }
+        ps.join(", ")
+    }
+
+    fn coord(&self, i: usize, r: usize, dims: &[String]) -> Result<String, String> {
+        let m = &self.k.maps[i];
+        affine(&m.results[r], &m.dims, dims)
+    }
+
+    /// Operand `i` read at its map.
+    fn read(&self, i: usize, dims: &[String]) -> Result<(String, Ty), String> {
+        if i >= self.types.len() {
+            return Err(format!("x{i}: no operand {i}"));
+        }
+        if i == self.out() && self.is_image(i) {
+            return Err(format!("x{i}: the output image is write-only"));
+        }
+        if self.is_image(i) {
+            let (x, y) = (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?);
+            let mut texel = format!("read_imagef(x{i}, fbc_smp, (int2)((int){x}, (int){y}))");
+            if let Some(list) = self.texels.borrow_mut().as_mut() {
+                // Inside a `select` branch only texels read anyway are reused.
+                match list.iter().find(|(e, _)| *e == texel) {
+                    Some((_, v)) => texel = v.clone(),
+                    None if self.in_select.get() == 0 => {
+                        let v = format!("t{}", list.len());
+                        list.push((texel, v.clone()));
+                        texel = v;
+                    }
+                    None => {}
+                }
+            }
+            let c = self.coord(i, 2, dims)?;
+            let v = match c.as_str() {
+                "0L" | "1L" | "2L" | "3L" => format!("{texel}.s{}", &c[..1]),
+                _ => format!("fbc_ch({texel}, {c})"),
+            };
+            return Ok((v, Ty::F));
+        }
+        let v = format!("x{i}[{}]", self.coord(i, 0, dims)?);
+        Ok(self.typed(i, v))
+    }
+
+    fn typed(&self, i: usize, v: String) -> (String, Ty) {
+        if self.types[i].elem == ElemType::I32 {
+            (format!("(long){v}"), Ty::I)
+        } else {
+            (v, Ty::F)
+        }
+    }
+
+    fn scalar(&self, s: &Scalar, env: &Env<'_>) -> Result<(String, Ty), String> {
+        Ok(match s {
+            Scalar::Float(v) => (flit(*v), Ty::F),
+            Scalar::Int(v) => (format!("{v}L"), Ty::I),
+            Scalar::In(i) => self.read(*i, env.dims)?,
+            Scalar::Load(i, e) => {
+                if *i >= self.types.len() || self.is_image(*i) {
+                    return Err(format!("x{i}[...]: operand {i} is not a buffer"));
+                }
+                let (e, t) = self.scalar(e, env)?;
+                if t != Ty::I {
+                    return Err(format!("x{i}[...]: the offset is not an integer"));
+                }
+                self.typed(*i, format!("x{i}[{e}]"))
+            }
+            Scalar::Dim(d) => {
+                (env.dims.get(*d).ok_or(format!("d{d}: no such dimension"))?.clone(), Ty::I)
+            }
+            Scalar::Acc => (env.acc.to_string(), Ty::F),
+            Scalar::Un(op, a) => {
+                let (x, t) = self.scalar(a, env)?;
+                let f = || as_f((x.clone(), t));
+                match op {
+                    ScalarUn::Neg => (format!("(-{x})"), t),
+                    ScalarUn::Not => (format!("(long)({x} == 0)"), Ty::I),
+                    ScalarUn::Exp => (format!("exp({})", f()), Ty::F),
+                    ScalarUn::Log => (format!("log({})", f()), Ty::F),
+                    ScalarUn::Sqrt => (format!("sqrt({})", f()), Ty::F),
+                    ScalarUn::Rsqrt => (format!("(1.0f / sqrt({}))", f()), Ty::F),
+                    ScalarUn::Tanh => (format!("tanh({})", f()), Ty::F),
+                    ScalarUn::Erf => (format!("erf({})", f()), Ty::F),
+                    ScalarUn::Sigmoid => (format!("fbc_sigmoid({})", f()), Ty::F),
+                    ScalarUn::Abs if t == Ty::I => (format!("fbc_iabs({x})"), Ty::I),
+                    ScalarUn::Abs => (format!("fabs({x})"), Ty::F),
+                    ScalarUn::Floor if t == Ty::I => (x, Ty::I),
+                    ScalarUn::Floor => (format!("floor({x})"), Ty::F),
+                    ScalarUn::ToInt => (format!("(long)({x})"), Ty::I),
+                    ScalarUn::ToFloat => (f(), Ty::F),
+                }
+            }
+            Scalar::Bin(op, a, b) => {
+                let (a, b) = (self.scalar(a, env)?, self.scalar(b, env)?);
+                let int = a.1 == Ty::I && b.1 == Ty::I;
+                let cmp = |o: &str| {
+                    let (x, y) = if int {
+                        (a.0.clone(), b.0.clone())
+                    } else {
+                        (as_f(a.clone()), as_f(b.clone()))
+                    };
+                    (format!("(long)({x} {o} {y})"), Ty::I)
+                };
+                match op {
+                    ScalarBin::Lt => cmp("<"),
+                    ScalarBin::Le => cmp("<="),
+                    ScalarBin::Gt => cmp(">"),
+                    ScalarBin::Ge => cmp(">="),
+                    ScalarBin::Eq => cmp("=="),
+                    ScalarBin::Ne => cmp("!="),
+                    ScalarBin::And => (format!("(long)(({} != 0) && ({} != 0))", a.0, b.0), Ty::I),
+                    ScalarBin::Or => (format!("(long)(({} != 0) || ({} != 0))", a.0, b.0), Ty::I),
+                    _ if int => {
+                        let (x, y) = (a.0, b.0);
+                        let s = match op {
+                            ScalarBin::Add => format!("({x} + {y})"),
+                            ScalarBin::Sub => format!("({x} - {y})"),
+                            ScalarBin::Mul => format!("({x} * {y})"),
+                            ScalarBin::Div => format!("fbc_floordiv({x}, {y})"),
+                            ScalarBin::Rem => format!("fbc_mod({x}, {y})"),
+                            ScalarBin::Max => format!("max({x}, {y})"),
+                            _ => format!("min({x}, {y})"),
+                        };
+                        (s, Ty::I)
+                    }
+                    _ => {
+                        let (x, y) = (as_f(a), as_f(b));
+                        let s = match op {
+                            ScalarBin::Add => format!("({x} + {y})"),
+                            ScalarBin::Sub => format!("({x} - {y})"),
+                            ScalarBin::Mul => format!("({x} * {y})"),
+                            ScalarBin::Div => format!("({x} / {y})"),
+                            ScalarBin::Max => format!("fbc_fmax({x}, {y})"),
+                            ScalarBin::Min => format!("fbc_fmin({x}, {y})"),
+                            _ => return Err("`%` on floats".into()),
+                        };
+                        (s, Ty::F)
+                    }
+                }
+            }
+            Scalar::Select(c, a, b) => {
+                let c = self.scalar(c, env)?.0;
+                self.in_select.set(self.in_select.get() + 1);
+                let branches = self.scalar(a, env).and_then(|a| Ok((a, self.scalar(b, env)?)));
+                self.in_select.set(self.in_select.get() - 1);
+                let (a, b) = branches?;
+                if a.1 == Ty::I && b.1 == Ty::I {
+                    (format!("(({c}) != 0 ? {} : {})", a.0, b.0), Ty::I)
+                } else {
+                    (format!("(({c}) != 0 ? {} : {})", as_f(a), as_f(b)), Ty::F)
+                }
+            }
+        })
+    }
+
+    /// The guard condition at `dims` (`None`: no guard).
+    fn guard(&self, dims: &[String]) -> Result<Option<String>, String> {
+        let Some(g) = &self.k.guard else { return Ok(None) };
+        let mut parts = Vec::new();
+        for (e, b) in g.map.results.iter().zip(&g.bounds) {
+            let v = affine(e, &g.map.dims, dims)?;
+            if !nonneg(e) {
+                parts.push(format!("{v} >= 0"));
+            }
+            parts.push(format!("{v} < {b}L"));
+        }
+        Ok(Some(if parts.is_empty() { "1".into() } else { parts.join(" && ") }))
+    }
+
+    /// The value to store, converted to the output's element type.
+    fn store_value(&self, v: (String, Ty)) -> String {
+        if self.types[self.out()].elem == ElemType::I32 {
+            match v.1 {
+                Ty::I => format!("(int)({})", v.0),
+                Ty::F => format!("(int)({})", v.0),
+            }
+        } else {
+            as_f(v)
+        }
+    }
+
+    /// One work-item per parallel point (per texel for an image output).
+    fn plain(&self, comment: &str, opts: &KernelOptions) -> Result<Emitted, String> {
+        let k = self.k;
+        let p = k.parallel_dims();
+        let n = k.domain.len();
+        let out = self.out();
+        let image_out = self.is_image(out);
+        // The work-item dimensions: every parallel dim, except the channel of an image output.
+        let wi = if image_out {
+            if p == 0 || k.domain[p - 1] != 4 {
+                return Err(
+                    "an image output needs the channel (extent 4) as its last parallel dimension"
+                        .into(),
+                );
+            }
+            let m = &k.maps[out];
+            if m.results[2] != AffineExpr::Var(m.dims[p - 1].clone())
+                || map_uses(
+                    &AffineMap {
+                        dims: m.dims.clone(),
+                        symbols: vec![],
+                        results: m.results[..2].to_vec(),
+                    },
+                    p - 1,
+                )
+            {
+                return Err("the output image's channel must be the last parallel dimension, and x and y must not depend on it".into());
+            }
+            p - 1
+        } else {
+            p
+        };
+        let items: u64 = k.domain[..wi].iter().product();
+        let mut s = String::new();
+        s.push_str(comment);
+        let _ = writeln!(s, "__kernel void {}({}) {{", k.name, self.params());
+        let _ = writeln!(s, "  const long gid = get_global_id(0);\n  if (gid >= {items}L) return;");
+        let mut stride = items;
+        for i in 0..wi {
+            stride /= k.domain[i].max(1);
+            let e = match (i, stride) {
+                (0, 1) => "gid".to_string(),
+                (0, _) => format!("gid / {stride}L"),
+                (_, 1) => format!("gid % {}L", k.domain[i]),
+                _ => format!("(gid / {stride}L) % {}L", k.domain[i]),
+            };
+            let _ = writeln!(s, "  const long d{i} = {e};");
+        }
+        let names: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
+        let channels: Vec<Option<u64>> =
+            if image_out { (0..4).map(Some).collect() } else { vec![None] };
+        // dims per channel, and the epilogue's dims (reduction dims at 0).
+        let dims_of = |c: Option<u64>| -> Vec<String> {
+            let mut d = names.clone();
+            if let Some(c) = c {
+                d[p - 1] = format!("{c}L");
+            }
+            d
+        };
+        let suffix = |c: Option<u64>| c.map_or(String::new(), |c| c.to_string());
+        let mut guards = Vec::new();
+        for &c in &channels {
+            let g = self.guard(&dims_of(c))?;
+            if let Some(g) = &g {
+                let _ = writeln!(s, "  const int ok{} = {g};", suffix(c));
+            }
+            guards.push(g.map(|_| format!("ok{}", suffix(c))));
+        }
+        let mut values = Vec::new();
+        if let Some(comb) = k.combine {
+            let init = match comb {
+                Combine::Add => "0.0f",
+                Combine::Max => "(-INFINITY)",
+            };
+            for &c in &channels {
+                let _ = writeln!(s, "  float acc{} = {init};", suffix(c));
+            }
+            let mut indent = String::from("  ");
+            for (i, ext) in k.domain.iter().enumerate().skip(p) {
+                let _ = writeln!(s, "{indent}for (long d{i} = 0; d{i} < {ext}L; ++d{i}) {{");
+                indent.push_str("  ");
+            }
+            // The four channels of an image output share their input texels: each is read once
+            // per step, into a `float4` (see the elementwise case below).
+            if image_out {
+                *self.texels.borrow_mut() = Some(Vec::new());
+            }
+            let mut lines = String::new();
+            for (&c, g) in channels.iter().zip(&guards) {
+                let dims = dims_of(c);
+                let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
+                let a = format!("acc{}", suffix(c));
+                let update = match comb {
+                    Combine::Add => format!("{a} += {v};"),
+                    Combine::Max => {
+                        format!("{{ const float v = {v}; {a} = (isnan(v) || v > {a}) ? v : {a}; }}")
+                    }
+                };
+                match g {
+                    Some(g) => {
+                        let _ = writeln!(lines, "{indent}if ({g}) {update}");
+                    }
+                    None => {
+                        let _ = writeln!(lines, "{indent}{update}");
+                    }
+                }
+            }
+            let texels = self.texels.borrow_mut().take().unwrap_or_default();
+            let any: Vec<&str> = guards.iter().flatten().map(String::as_str).collect();
+            if !texels.is_empty() && !any.is_empty() {
+                let _ = writeln!(s, "{indent}const int any_ok = {};", any.join(" || "));
+            }
+            for (e, v) in &texels {
+                if any.is_empty() {
+                    let _ = writeln!(s, "{indent}const float4 {v} = {e};");
+                } else {
+                    let _ =
+                        writeln!(s, "{indent}const float4 {v} = any_ok ? {e} : (float4)(0.0f);");
+                }
+            }
+            s.push_str(&lines);
+            for i in (p..n).rev() {
+                indent.truncate(indent.len() - 2);
+                let _ = writeln!(s, "{indent}}} // d{i}");
+            }
+            for &c in &channels {
+                let mut dims = dims_of(c);
+                for d in dims.iter_mut().skip(p) {
+                    *d = "0L".into();
+                }
+                let a = format!("acc{}", suffix(c));
+                let v = match &k.epilogue {
+                    Some(e) => self.scalar(e, &Env { dims: &dims, acc: &a })?,
+                    None => (a, Ty::F),
+                };
+                values.push(v);
+            }
+        } else {
+            // The channels of a texel usually read the same input texels: each is read once,
+            // into a `float4`, when at least one channel's guard holds (a texel is in range
+            // wherever a channel that reads it is computed).
+            if image_out {
+                *self.texels.borrow_mut() = Some(Vec::new());
+            }
+            let mut lines = String::new();
+            for (&c, g) in channels.iter().zip(&guards) {
+                let dims = dims_of(c);
+                let v = self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?;
+                let v = match &k.epilogue {
+                    Some(e) => {
+                        let a = format!("v{}", suffix(c));
+                        let body = match g {
+                            Some(g) => format!("{g} ? {} : 0.0f", as_f(v)),
+                            None => as_f(v),
+                        };
+                        let _ = writeln!(lines, "  const float {a} = {body};");
+                        self.scalar(e, &Env { dims: &dims, acc: &a })?
+                    }
+                    None => v,
+                };
+                values.push(v);
+            }
+            let texels = self.texels.borrow_mut().take().unwrap_or_default();
+            let any: Vec<&str> = guards.iter().flatten().map(String::as_str).collect();
+            if !texels.is_empty() && !any.is_empty() {
+                let _ = writeln!(s, "  const int any_ok = {};", any.join(" || "));
+            }
+            for (e, v) in &texels {
+                if any.is_empty() {
+                    let _ = writeln!(s, "  const float4 {v} = {e};");
+                } else {
+                    let _ = writeln!(s, "  const float4 {v} = any_ok ? {e} : (float4)(0.0f);");
+                }
+            }
+            s.push_str(&lines);
+        }
+        if image_out {
+            let dims = dims_of(Some(0));
+            let (x, y) = (self.coord(out, 0, &dims)?, self.coord(out, 1, &dims)?);
+            let vs: Vec<String> = values
+                .into_iter()
+                .zip(&guards)
+                .map(|(v, g)| match g {
+                    Some(g) => format!("({g} ? {} : 0.0f)", as_f(v)),
+                    None => as_f(v),
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "  write_imagef(x{out}, (int2)((int){x}, (int){y}), (float4)({}));",
+                vs.join(", ")
+            );
+        } else {
+            let dims = dims_of(None);
+            let off = self.coord(out, 0, &dims)?;
+            let v = values.into_iter().next().ok_or("no value")?;
+            let v = self.store_value(v);
+            match &guards[0] {
+                Some(g) => {
+                    let zero = if self.types[out].elem == ElemType::I32 { "0" } else { "0.0f" };
+                    let _ = writeln!(s, "  x{out}[{off}] = {g} ? {v} : {zero};");
+                }
+                None => {
+                    let _ = writeln!(s, "  x{out}[{off}] = {v};");
+                }
+            }
+        }
+        s.push_str("}\n");
+        let g = opts.group_1d.clamp(1, opts.max_group.max(1));
+        Ok(Emitted {
+            source: s,
+            global: vec![items.div_ceil(g).max(1) * g],
+            local: Some(vec![g]),
+            tiled: false,
+        })
+    }
+
+    /// The tiled contraction, where `k` is one: `acc += xa * xb` over one reduction dimension,
+    /// `xa` independent of the last parallel dimension (columns), `xb` of the one before (rows),
+    /// a buffer output and no guard.
+    fn contraction(&self, comment: &str, opts: &KernelOptions) -> Result<Option<Emitted>, String> {
+        let k = self.k;
+        let p = k.parallel_dims();
+        let out = self.out();
+        if k.combine != Some(Combine::Add) || k.guard.is_some() || p < 2 || k.domain.len() != p + 1
+        {
+            return Ok(None);
+        }
+        if self.types.iter().any(|t| t.elem != ElemType::F32) {
+            return Ok(None);
+        }
+        let Scalar::Bin(ScalarBin::Mul, a, b) = &k.body else { return Ok(None) };
+        let (Scalar::In(a), Scalar::In(b)) = (&**a, &**b) else { return Ok(None) };
+        // The output's columns: the last parallel dimension of a buffer output; the texel column
+        // and the channel (the last two) of an image output, column = 4·x + c.
+        let texel = self.is_image(out);
+        let cols: Vec<usize> = if texel {
+            let m = &k.maps[out];
+            let ch = AffineExpr::Var(m.dims[p - 1].clone());
+            if p < 3 || k.domain[p - 1] != 4 || m.results[2] != ch {
+                return Ok(None);
+            }
+            if m.results[..2].iter().any(|e| uses(e, &m.dims[p - 1])) {
+                return Ok(None);
+            }
+            vec![p - 2, p - 1]
+        } else {
+            vec![p - 1]
+        };
+        let row = cols[0] - 1;
+        let indep = |x: usize, ds: &[usize]| ds.iter().all(|&d| !map_uses(&k.maps[x], d));
+        let (a, b) = if indep(*a, &cols) && indep(*b, &[row]) {
+            (*a, *b)
+        } else if indep(*b, &cols) && indep(*a, &[row]) {
+            (*b, *a)
+        } else {
+            return Ok(None);
+        };
+        if a == out || b == out {
+            return Ok(None);
+        }
+        let n: u64 = cols.iter().map(|&d| k.domain[d]).product();
+        let (m, kk) = (k.domain[row], k.domain[p]);
+        if m * n < 256 || kk < 8 {
+            return Ok(None);
+        }
+        let batch = &k.domain[..row];
+        let batches: u64 = batch.iter().product();
+        let mut batch_decl = String::new();
+        let mut stride = batches;
+        for (i, &e) in batch.iter().enumerate() {
+            stride /= e.max(1);
+            let _ = writeln!(batch_decl, "  const long d{i} = (bz / {stride}L) % {e}L;");
+        }
+        let mut dims: Vec<String> = (0..row).map(|i| format!("d{i}")).collect();
+        dims.push("row".into());
+        if texel {
+            dims.extend(["(col / 4L)".to_string(), "(col % 4L)".to_string()]);
+        } else {
+            dims.push("col".into());
+        }
+        dims.push("kk".into());
+        let mut a_dims = dims.clone();
+        for &c in &cols {
+            a_dims[c] = "0L".into();
+        }
+        let mut b_dims = dims.clone();
+        b_dims[row] = "0L".into();
+        let a_at = self.read(a, &a_dims)?.0;
+        let b_at = self.read(b, &b_dims)?.0;
+        let mut s_dims = dims.clone();
+        s_dims[p] = "0L".into();
+        let value = |s_dims: &[String], acc: &str| -> Result<String, String> {
+            Ok(match &k.epilogue {
+                Some(e) => as_f(self.scalar(e, &Env { dims: s_dims, acc })?),
+                None => acc.to_string(),
+            })
+        };
+        let store = if texel {
+            let mut vs = Vec::new();
+            for c in 0..4 {
+                s_dims[p - 1] = format!("{c}L");
+                vs.push(value(&s_dims, &format!("acc{c}"))?);
+            }
+            let (x, y) = (self.coord(out, 0, &s_dims)?, self.coord(out, 1, &s_dims)?);
+            format!(
+                "write_imagef(x{out}, (int2)((int){x}, (int){y}), (float4)({}));",
+                vs.join(", ")
+            )
+        } else {
+            format!("x{out}[{}] = {};", self.coord(out, 0, &s_dims)?, value(&s_dims, "acc")?)
+        };
+        let mut group = opts.group;
+        while group[0] * group[1] > opts.max_group && (group[0] > 1 || group[1] > 1) {
+            if group[0] >= group[1] {
+                group[0] = (group[0] / 2).max(1);
+            } else {
+                group[1] = (group[1] / 2).max(1);
+            }
+        }
+        // Fewer outputs per work-item when the product is small along a side.
+        let per = |ext: u64, g: u64| {
+            if ext >= 4 * g {
+                4
+            } else if ext >= 2 * g {
+                2
+            } else {
+                1
+            }
+        };
+        let mut c = fbc_kernels::Contraction {
+            name: &k.name,
+            params: &self.params(),
+            comment,
+            m,
+            n,
+            k: kk,
+            batches,
+            batch_decl: &batch_decl,
+            a_at: &a_at,
+            b_at: &b_at,
+            store: &store,
+            group,
+            per_item: [if texel { 4 } else { per(n, group[0]) }, per(m, group[1])],
+            tile_k: 16,
+            texel_store: texel,
+        };
+        while c.local_bytes() > opts.local_mem_bytes && c.tile_k > 1 {
+            c.tile_k /= 2;
+        }
+        if c.local_bytes() > opts.local_mem_bytes {
+            return Ok(None);
+        }
+        let global = c.global().to_vec();
+        Ok(Some(Emitted {
+            source: fbc_kernels::contraction(&c),
+            global,
+            local: Some(vec![group[0], group[1], 1]),
+            tiled: true,
+        }))
+    }
+}

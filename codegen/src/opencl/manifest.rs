@@ -1,0 +1,236 @@
+//! The launch manifest: what the OpenCL runtime does to run one function of a lowered module.
+//!
+//! One JSON document per module (`NAME.manifest.json` next to `NAME.cl`). Per function: the
+//! storage table (every buffer and image with its size and the `plan-memory` slot) and the ordered
+//! steps — `alloc`, `upload` (a tensor argument packed into storage by its layout), `launch`
+//! (kernel, storage arguments, global and local sizes), `download` (storage unpacked into a result
+//! tensor), `dealloc` — in the order of the function's memory ops, which is the schedule.
+
+use fbc_dialects::layout::{Intra, Layout, RTile, Storage as TexStorage};
+use serde::{Deserialize, Serialize};
+
+/// Version of the manifest format; the runtime refuses other versions. Version 1 was the
+/// tensor-level manifest (one buffer per tensor value).
+pub const MANIFEST_VERSION: u32 = 2;
+
+/// Element type of storage and tensors: `f32` or `i32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F32,
+    I32,
+}
+
+/// Buffer or image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StorageKind {
+    /// `elems` elements, linear.
+    Buffer,
+    /// `width × height` RGBA f32 texels (`4·width·height` elements).
+    Image2d { width: u64, height: u64 },
+}
+
+/// One storage object of a function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageDesc {
+    pub id: usize,
+    /// The IR value's name (`q` for `%q`), or `sN`.
+    pub name: String,
+    #[serde(flatten)]
+    pub kind: StorageKind,
+    pub dtype: Dtype,
+    /// Elements (`4·W·H` for an image).
+    pub elems: u64,
+    pub bytes: u64,
+    /// The `plan-memory` slot of its `memory.alloc`; `None` for uploads and unplanned allocs.
+    pub slot: Option<u64>,
+}
+
+/// How a tensor is placed in storage: the layout attribute, as data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutDesc {
+    /// The attribute as it prints (`#layout.linear`, `#layout.rtile<...>`).
+    pub text: String,
+    /// `"linear"` or `"rtile"`.
+    pub kind: String,
+    /// R-Tile parameters (absent for linear).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tile: Option<[u64; 2]>,
+    /// `[bh, bw]` for `intra = "block"`, absent for `"rows"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<[u64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizontal: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad: Option<[u64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<[u64; 2]>,
+    /// `"image2d"` or `"buffer"` (R-Tile texel storage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+}
+
+impl LayoutDesc {
+    /// The description of a layout.
+    pub fn of(layout: &Layout) -> LayoutDesc {
+        let text = layout.to_attr().to_string();
+        match layout {
+            Layout::Linear => LayoutDesc {
+                text,
+                kind: "linear".into(),
+                tile: None,
+                block: None,
+                horizontal: None,
+                pad: None,
+                image: None,
+                storage: None,
+            },
+            Layout::RTile(r) => LayoutDesc {
+                text,
+                kind: "rtile".into(),
+                tile: Some(r.tile),
+                block: match r.intra {
+                    Intra::Rows => None,
+                    Intra::Block { bh, bw } => Some([bh, bw]),
+                },
+                horizontal: Some(r.horizontal),
+                pad: Some(r.pad),
+                image: r.image,
+                storage: Some(r.storage.name().into()),
+            },
+        }
+    }
+
+    /// The layout it describes.
+    pub fn layout(&self) -> Result<Layout, String> {
+        match self.kind.as_str() {
+            "linear" => Ok(Layout::Linear),
+            "rtile" => {
+                let tile = self.tile.ok_or("rtile layout without `tile`")?;
+                let storage = match self.storage.as_deref() {
+                    None | Some("image2d") => TexStorage::Image2d,
+                    Some("buffer") => TexStorage::Buffer,
+                    Some(o) => return Err(format!("unknown rtile storage `{o}`")),
+                };
+                Ok(Layout::RTile(RTile {
+                    tile,
+                    intra: match self.block {
+                        None => Intra::Rows,
+                        Some([bh, bw]) => Intra::Block { bh, bw },
+                    },
+                    horizontal: self.horizontal.ok_or("rtile layout without `horizontal`")?,
+                    pad: self.pad.unwrap_or([0, 0]),
+                    image: self.image,
+                    storage,
+                }))
+            }
+            o => Err(format!("unknown layout kind `{o}`")),
+        }
+    }
+}
+
+/// One step of a function, in execution order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Step {
+    /// Create storage `storage` (its contents are undefined until written).
+    Alloc { storage: usize },
+    /// Pack argument `arg` (a tensor of `shape`) by `layout` into `storage` (padding zero).
+    Upload { arg: usize, storage: usize, shape: Vec<u64>, dtype: Dtype, layout: LayoutDesc },
+    /// Run kernel `kernel` on the storage `args` (inputs, then the output).
+    Launch(Launch),
+    /// Unpack `storage` by `layout` into result `result`, a tensor of `shape`.
+    Download { storage: usize, result: usize, shape: Vec<u64>, dtype: Dtype, layout: LayoutDesc },
+    /// Release `storage`.
+    Dealloc { storage: usize },
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    pub kernel: String,
+    /// The tensor-level op(s) it computes (`tensor.matmul+tensor.add`; `layout.convert` marks a
+    /// conversion kernel).
+    pub source: String,
+    /// `file:line:col` of the `memory.launch` op (or `unknown`).
+    pub location: String,
+    /// Storage ids in the kernel's parameter order (inputs, then the output).
+    pub args: Vec<usize>,
+    pub global: Vec<u64>,
+    /// `None` lets the OpenCL implementation choose.
+    pub local: Option<Vec<u64>>,
+    /// Floating-point operations of one run (domain points × scalar ops).
+    pub flops: u64,
+    /// Bytes of the distinct storage objects it reads and writes.
+    pub bytes: u64,
+    /// Whether the kernel is the tiled contraction (else the plain one).
+    pub tiled: bool,
+}
+
+/// A tensor argument or result of a function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorDesc {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+}
+
+/// What the runtime needs to run one function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionManifest {
+    pub name: String,
+    pub args: Vec<TensorDesc>,
+    pub results: Vec<TensorDesc>,
+    pub storage: Vec<StorageDesc>,
+    pub steps: Vec<Step>,
+    /// Peak bytes of live storage over the schedule (allocs and uploads until their dealloc or
+    /// the end).
+    pub peak_bytes: u64,
+}
+
+impl FunctionManifest {
+    /// The launches, in order.
+    pub fn launches(&self) -> impl Iterator<Item = &Launch> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Launch(l) => Some(l),
+            _ => None,
+        })
+    }
+}
+
+/// The launch manifest of one module.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    pub module: String,
+    /// The `.fbir` file the module was parsed from, if known.
+    pub source: Option<String>,
+    pub functions: Vec<FunctionManifest>,
+}
+
+impl Manifest {
+    /// The manifest of function `name` (with or without `@`).
+    pub fn function(&self, name: &str) -> Option<&FunctionManifest> {
+        let name = name.strip_prefix('@').unwrap_or(name);
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// Pretty JSON, newline-terminated.
+    pub fn to_json(&self) -> String {
+        // Serialising plain structs of strings and integers cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    /// Reads a manifest, checking its version.
+    pub fn from_json(text: &str) -> Result<Manifest, String> {
+        let m: Manifest = serde_json::from_str(text).map_err(|e| format!("manifest: {e}"))?;
+        if m.version != MANIFEST_VERSION {
+            return Err(format!(
+                "manifest version {} (this fbc reads version {MANIFEST_VERSION})",
+                m.version
+            ));
+        }
+        Ok(m)
+    }
+}

@@ -1,0 +1,177 @@
+//! `fbc run --target cpu-jit`: every function of the op corpus (`tests/ir/ops`) and a generated
+//! one-layer training step, lowered and run as native code, checked against the reference
+//! interpreter on the unlowered module (`--check`, the bound of `--target opencl --check`);
+//! elementwise results bit-identical to `--target cpu`; errors located at the launch.
+
+use std::path::{Path, PathBuf};
+
+mod common;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `fbc run FILE --entry F --target cpu-jit -O LEVEL --random-inputs 7 --check [extra]`.
+fn check(path: &Path, entry: &str, level: u8, extra: &[&str]) -> Result<String, String> {
+    let p = path.to_string_lossy().into_owned();
+    let o = format!("-O{level}");
+    let mut args = vec!["run", &p, "--entry", entry, "--target", "cpu-jit", &o];
+    args.extend(["--random-inputs", "7", "--check"]);
+    args.extend_from_slice(extra);
+    let out = common::fbc(&args);
+    if out.code == 0 && out.stdout.contains("check passed") {
+        Ok(out.stdout)
+    } else {
+        Err(format!("exit {}\n{}\n{}", out.code, out.stdout, out.stderr))
+    }
+}
+
+fn functions(text: &str) -> Vec<String> {
+    text.split("func.func @")
+        .skip(1)
+        .filter_map(|s| s.split('(').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_op_file_matches_the_interpreter() {
+    let dir = repo().join("tests/ir/ops");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/ir/ops")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "fbir"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "the op corpus is missing: {files:?}");
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable");
+        for func in functions(&text) {
+            for (level, strategy) in
+                [(0, "fblayout"), (3, "fblayout"), (3, "reuse"), (3, "convert")]
+            {
+                ran += 1;
+                if let Err(e) = check(f, &func, level, &["--layout-strategy", strategy]) {
+                    failed.push(format!("{} @{func} -O{level} {strategy}: {e}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(ran >= 9 * 4, "{ran} runs");
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+#[test]
+fn generated_training_step_matches_the_interpreter() {
+    // One Llama layer, its LoRA gradients and the loss: embedding, RMSNorm, RoPE, attention,
+    // SwiGLU, cross-entropy, forward and backward.
+    let dir = common::scratch("jit-train");
+    let path = dir.join("llama.fbir");
+    let o = common::fbc(&[
+        "gen",
+        "llama3.2-1b",
+        "--layers",
+        "1",
+        "--seq",
+        "8",
+        "--vocab",
+        "64",
+        "--lora-rank",
+        "2",
+        "--training",
+        "-o",
+        path.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (level, strategy) in [(0, "fblayout"), (3, "fblayout")] {
+        let out = check(&path, "loss_grad", level, &["--layout-strategy", strategy])
+            .unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));
+        // Every result of the step was compared.
+        assert!(out.matches("check result").count() >= 3, "{out}");
+    }
+}
+
+#[test]
+fn elementwise_results_are_bit_identical_to_the_interpreter() {
+    let dir = common::scratch("jit-bits");
+    let f = repo().join("tests/ir/ops/elementwise.fbir");
+    let f = f.to_string_lossy();
+    let run = |target: &str, entry: &str| {
+        let out = dir.join(format!("{target}-{entry}.safetensors"));
+        let o = common::fbc(&[
+            "run",
+            &f,
+            "--entry",
+            entry,
+            "--target",
+            target,
+            "-O0",
+            "--random-inputs",
+            "3",
+            "--outputs",
+            out.to_str().unwrap_or_default(),
+        ]);
+        assert_eq!(o.code, 0, "{target} @{entry}: {}", o.stderr);
+        std::fs::read(out).expect("outputs written")
+    };
+    for entry in ["binary", "unary"] {
+        let (jit, cpu) = (run("cpu-jit", entry), run("cpu", entry));
+        // Same header, same f32 bits; a NaN may differ in sign and payload (the lowering
+        // computes `relu` as the memory dialect's `max`, which returns the canonical NaN).
+        let n = 8 + u64::from_le_bytes(cpu[..8].try_into().expect("header length")) as usize;
+        assert_eq!(jit[..n], cpu[..n], "@{entry}");
+        assert_eq!(jit.len(), cpu.len());
+        for (a, b) in jit[n..].chunks(4).zip(cpu[n..].chunks(4)) {
+            let f = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let (a, b) = (f(a), f(b));
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "@{entry}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+const GATHER: &str = r#"func.func @main(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
+  %mi = memory.upload %ids {layout = #layout.linear} : (tensor<3xi32>) -> !memory.buffer<3, i32>
+  %mt = memory.upload %table {layout = #layout.linear} : (tensor<10x4xf32>) -> !memory.buffer<40, f32>
+  %me = memory.alloc : () -> !memory.buffer<12, f32>
+  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(i, d) -> (i), (i, d) -> (0), (i, d) -> (i * 4 + d + 40)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
+  %e = memory.download %me {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<3x4xf32>
+  func.return %e : (tensor<3x4xf32>) -> ()
+}
+"#;
+
+#[test]
+fn faults_are_located_at_the_launch_and_flags_checked() {
+    let dir = common::scratch("jit-errors");
+    // A lowered module runs as it is; its output map writes past the output: an error at the
+    // launch (line 5), never a write out of bounds.
+    let p = common::write(&dir, "gather.fbir", GATHER.as_bytes());
+    let o = common::fbc(&["run", &p, "--target", "cpu-jit", "--random-inputs", "1"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("gather.fbir:5:3: error: `memory.launch`: kernel `embed`: the output (operand 2) written out of bounds"),
+        "{}",
+        o.stderr
+    );
+    let o = common::fbc(&["run", &p, "--target", "cpu-jit", "--f64", "--random-inputs", "1"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--f64 with --target cpu-jit"), "{}", o.stderr);
+}
+
+#[test]
+fn verbose_reports_launches_and_the_cache() {
+    // Two identical elementwise ops at -O0 (no fusion): two launches, one compiled kernel.
+    let dir = common::scratch("jit-verbose");
+    let p = common::write(
+        &dir,
+        "twice.fbir",
+        b"func.func @main(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {\n  %a = tensor.exp %x : (tensor<4x8xf32>) -> tensor<4x8xf32>\n  %b = tensor.exp %y : (tensor<4x8xf32>) -> tensor<4x8xf32>\n  func.return %a, %b : (tensor<4x8xf32>, tensor<4x8xf32>) -> ()\n}\n",
+    );
+    let o = common::fbc(&["run", &p, "--target", "cpu-jit", "-O0", "--random-inputs", "1", "-v"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains(": 2 launches, 1 kernels compiled in"), "{}", o.stderr);
+}

@@ -1,0 +1,275 @@
+//! Fusion of logical kernels.
+//!
+//! Two rewrites, applied in launch order until nothing changes:
+//! - **inline**: a kernel `P` that computes tensor `T` pointwise (no reduction, identity output
+//!   map, a body without domain indices or loads) and whose only reader is kernel `K` is
+//!   substituted into `K`: each read of `T` at map `m` becomes `P`'s body with `P`'s operand maps
+//!   composed with `m`. `P` disappears and `T` is never stored.
+//! - **epilogue**: when `P` is a reduction (matmul, reductions, row statistics) whose result `T`
+//!   only a pointwise kernel `K` over `T`'s shape reads, at the identity map, `K` becomes `P`'s
+//!   epilogue (`acc` in place of `T`); `K`'s other operands are read at `P`'s output point.
+//!
+//! A tensor is never fused away when it is returned, read by a gather, written by several
+//! kernels (concat, slice_grad) or shares its storage with another tensor (a linear reshape).
+//! The fused kernel takes the position of the later kernel, so every operand it reads is computed
+//! before it.
+
+use fbc_dialects::memory::Scalar;
+
+use super::{compose, identity, LKernel, Lower, Operand, Tid};
+
+/// Rebuilds `e` bottom-up, replacing every node for which `f` returns `Some`.
+pub(crate) fn map_scalar(e: &Scalar, f: &mut dyn FnMut(&Scalar) -> Option<Scalar>) -> Scalar {
+    if let Some(r) = f(e) {
+        return r;
+    }
+    match e {
+        Scalar::Load(k, off) => Scalar::Load(*k, Box::new(map_scalar(off, f))),
+        Scalar::Un(op, a) => Scalar::Un(*op, Box::new(map_scalar(a, f))),
+        Scalar::Bin(op, a, b) => {
+            Scalar::Bin(*op, Box::new(map_scalar(a, f)), Box::new(map_scalar(b, f)))
+        }
+        Scalar::Select(c, a, b) => Scalar::Select(
+            Box::new(map_scalar(c, f)),
+            Box::new(map_scalar(a, f)),
+            Box::new(map_scalar(b, f)),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Whether `e` reads domain indices or explicit offsets (then it cannot move to another domain).
+pub(crate) fn uses_dims(e: &Scalar) -> bool {
+    let mut found = false;
+    e.visit(&mut |s| {
+        if matches!(s, Scalar::Dim(_) | Scalar::Load(..)) {
+            found = true;
+        }
+    });
+    found
+}
+
+/// Renumbers operand reads: `In(k)` → `In(to[k])`, `Load(k, ..)` likewise.
+fn renumber(e: &Scalar, to: &[usize]) -> Scalar {
+    map_scalar(e, &mut |s| match s {
+        Scalar::In(k) => Some(Scalar::In(to[*k])),
+        Scalar::Load(k, off) => Some(Scalar::Load(to[*k], Box::new(renumber(off, to)))),
+        _ => None,
+    })
+}
+
+/// Fuses `l.kernels` in place; returns how many kernels were fused into others.
+pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
+    let mut fused = 0;
+    while let Some((p, k, epilogue)) = find(l) {
+        let pk = l.kernels[p].clone();
+        let kk = l.kernels[k].clone();
+        let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(&pk, &kk) };
+        l.kernels[k] = merged;
+        l.kernels.remove(p);
+        fused += 1;
+    }
+    fused
+}
+
+/// Writers and readers of every tensor's storage.
+struct Uses {
+    writers: Vec<Vec<usize>>,
+    readers: Vec<Vec<usize>>,
+    shared: Vec<bool>,
+    gathered: Vec<bool>,
+}
+
+fn uses(l: &Lower<'_>) -> Uses {
+    let n = l.tensors.len();
+    let mut u = Uses {
+        writers: vec![Vec::new(); n],
+        readers: vec![Vec::new(); n],
+        shared: vec![false; n],
+        gathered: vec![false; n],
+    };
+    let mut per_storage = vec![0usize; l.storages.len()];
+    for t in &l.tensors {
+        per_storage[t.storage] += 1;
+    }
+    for (i, t) in l.tensors.iter().enumerate() {
+        u.shared[i] = per_storage[t.storage] > 1;
+    }
+    for (i, k) in l.kernels.iter().enumerate() {
+        u.writers[k.out.t].push(i);
+        for o in &k.inputs {
+            if !u.readers[o.t].contains(&i) {
+                u.readers[o.t].push(i);
+            }
+            u.gathered[o.t] |= o.gather;
+        }
+    }
+    u
+}
+
+/// Whether `p` computes all of its output pointwise over the output's own index space.
+fn pointwise(k: &LKernel, shape: &[u64]) -> bool {
+    !shape.is_empty()
+        && k.combine.is_none()
+        && k.domain == shape
+        && k.out.map == identity(shape.len())
+        && !uses_dims(&k.body)
+}
+
+/// The next fusion: (producer index, consumer index, as epilogue).
+fn find(l: &Lower<'_>) -> Option<(usize, usize, bool)> {
+    let u = uses(l);
+    for (k, kk) in l.kernels.iter().enumerate() {
+        for o in &kk.inputs {
+            let t: Tid = o.t;
+            if l.pinned.contains(&t)
+                || u.shared[t]
+                || u.gathered[t]
+                || u.writers[t].len() != 1
+                || u.readers[t] != [k]
+            {
+                continue;
+            }
+            let p = u.writers[t][0];
+            if p >= k {
+                continue;
+            }
+            let shape = &l.tensors[t].shape;
+            let pk = &l.kernels[p];
+            // Conversions stay explicit kernels (the layout strategies are measured by them).
+            if is_conversion(pk) || is_conversion(kk) {
+                continue;
+            }
+            // Inline only where each element of T is computed once: a consumer iterating over
+            // more points than T has (a broadcast, a matmul reading T per column) would
+            // recompute the producer's body.
+            let numel: u64 = shape.iter().product();
+            if pointwise(pk, shape) && kk.domain.iter().product::<u64>() == numel {
+                return Some((p, k, false));
+            }
+            // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
+            let reads_identity =
+                kk.inputs.iter().filter(|i| i.t == t).all(|i| i.map == identity(shape.len()));
+            if pk.combine.is_some()
+                && kk.combine.is_none()
+                && reads_identity
+                && kk.domain == *shape
+                && !shape.is_empty()
+                && kk.out.map == identity(shape.len())
+                && !uses_dims(&kk.body)
+                && pk.epilogue.as_ref().is_none_or(|e| !uses_dims(e))
+            {
+                return Some((p, k, true));
+            }
+        }
+    }
+    None
+}
+
+fn is_conversion(k: &LKernel) -> bool {
+    k.source.iter().any(|s| matches!(*s, "layout.convert" | "layout.assign"))
+}
+
+/// Appends `extra` operands to `base` (reusing equal ones); returns the new index of each.
+fn merge_operands(base: &mut Vec<Operand>, extra: Vec<Operand>) -> Vec<usize> {
+    extra
+        .into_iter()
+        .map(|o| match base.iter().position(|b| *b == o) {
+            Some(i) => i,
+            None => {
+                base.push(o);
+                base.len() - 1
+            }
+        })
+        .collect()
+}
+
+/// `P` substituted into `K` at every read of `P`'s output.
+fn inline(p: &LKernel, k: &LKernel) -> LKernel {
+    let t = p.out.t;
+    let mut inputs: Vec<Operand> = Vec::new();
+    // K's operands other than T keep their order.
+    let mut k_to: Vec<Option<usize>> = Vec::new();
+    for o in &k.inputs {
+        if o.t == t {
+            k_to.push(None);
+        } else {
+            let idx = merge_operands(&mut inputs, vec![o.clone()])[0];
+            k_to.push(Some(idx));
+        }
+    }
+    // Each read of T at map m: P's body with P's operands read at (P map ∘ m).
+    let mut subst: Vec<Option<Scalar>> = vec![None; k.inputs.len()];
+    for (slot, o) in k.inputs.iter().enumerate() {
+        if o.t != t {
+            continue;
+        }
+        let extra: Vec<Operand> = p
+            .inputs
+            .iter()
+            .map(|pi| Operand { t: pi.t, map: compose(&pi.map, &o.map), gather: pi.gather })
+            .collect();
+        let to = merge_operands(&mut inputs, extra);
+        subst[slot] = Some(renumber(&p.body, &to));
+    }
+    let body = map_scalar(&k.body, &mut |s| match s {
+        Scalar::In(i) => Some(match (&subst[*i], k_to[*i]) {
+            (Some(e), _) => e.clone(),
+            (None, Some(j)) => Scalar::In(j),
+            (None, None) => s.clone(),
+        }),
+        Scalar::Load(i, off) => {
+            let off = map_scalar(off, &mut |x| match x {
+                Scalar::In(j) => {
+                    Some(subst[*j].clone().unwrap_or_else(|| Scalar::In(k_to[*j].unwrap_or(*j))))
+                }
+                _ => None,
+            });
+            Some(Scalar::Load(k_to[*i].unwrap_or(*i), Box::new(off)))
+        }
+        _ => None,
+    });
+    let epilogue = k.epilogue.as_ref().map(|e| {
+        map_scalar(e, &mut |s| match s {
+            Scalar::In(i) => {
+                Some(subst[*i].clone().unwrap_or_else(|| Scalar::In(k_to[*i].unwrap_or(*i))))
+            }
+            _ => None,
+        })
+    });
+    let mut source = p.source.clone();
+    source.extend(k.source.iter().copied());
+    LKernel { inputs, body, epilogue, source, ..k.clone() }
+}
+
+/// `K` as the epilogue of reduction `P`.
+fn into_epilogue(p: &LKernel, k: &LKernel) -> LKernel {
+    let t = p.out.t;
+    let mut inputs = p.inputs.clone();
+    let acc = p.epilogue.clone().unwrap_or(Scalar::Acc);
+    let mut subst: Vec<Scalar> = Vec::with_capacity(k.inputs.len());
+    for o in &k.inputs {
+        if o.t == t {
+            subst.push(acc.clone());
+        } else {
+            let moved = Operand { t: o.t, map: compose(&o.map, &p.out.map), gather: o.gather };
+            let idx = merge_operands(&mut inputs, vec![moved])[0];
+            subst.push(Scalar::In(idx));
+        }
+    }
+    let epilogue = map_scalar(&k.body, &mut |s| match s {
+        Scalar::In(i) => Some(subst[*i].clone()),
+        _ => None,
+    });
+    let mut source = p.source.clone();
+    source.extend(k.source.iter().copied());
+    LKernel {
+        op: p.op.clone(),
+        result: k.result.clone(),
+        source,
+        inputs,
+        out: Operand { t: k.out.t, map: p.out.map.clone(), gather: false },
+        epilogue: if epilogue == Scalar::Acc { None } else { Some(epilogue) },
+        ..p.clone()
+    }
+}

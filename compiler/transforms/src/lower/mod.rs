@@ -1,0 +1,778 @@
+//! `lower-to-memory{target= fuse=true simplify=true}`: tensor and layout ops to memory-dialect
+//! kernel launches.
+//!
+//! Every function keeps its signature (tensor arguments and results); its body becomes
+//! `memory.upload` of each argument that is read, `memory.alloc` of intermediate storage, one
+//! `memory.launch` per tensor op or fused group (several for ops that need several passes over
+//! their input), `memory.download` of the results and `func.return`.
+//!
+//! # Steps
+//!
+//! 1. `func.call`s are inlined (the autodiff inliner), so every function is one straight-line
+//!    graph.
+//! 2. **Storage** (`Lower::new_tensor`): every value that has storage gets a logical tensor
+//!    (`Tensor`) with its physical layout: `fbc.arg_layouts[i]` for an argument, the op's
+//!    `fbc.layout` for a result (`global-layout` sets it), else `#layout.linear`. An R-Tile whose
+//!    rtile says `storage = "image2d"` and whose image fits the target's limits is an
+//!    `!memory.image2d`; otherwise a buffer holding the same texel array.
+//!    Views cost nothing: `layout.remap`, `tensor.transpose`, `tensor.broadcast`, `tensor.slice`
+//!    and `tensor.reshape` of a non-linear tensor become an index map that consumers compose
+//!    into their reads (`Access`); `tensor.reshape` of a linear tensor and `layout.assign`
+//!    (when the layout is the one its operand is stored in) are aliases of the same storage.
+//!    A view is materialised (a copy kernel) only where a reader cannot read through it: a
+//!    returned value, the table of a gather.
+//! 3. **Logical kernels** (`ops.rs`): each op becomes one or more `LKernel`s whose operand
+//!    maps go from the iteration domain to the operand's *logical* index.
+//! 4. **Fusion** (`fusion.rs`, option `fuse`): elementwise producers whose result one kernel
+//!    reads are substituted into that kernel; elementwise consumers of a reduction (matmul,
+//!    reductions, normalisation statistics) become its `epilogue`.
+//! 5. **Storage maps** (`storage.rs`): each logical map is composed with its operand's physical
+//!    map (linear offset, or the R-Tile texel formulas of `dialects/src/layout/attr.rs` as
+//!    `floordiv`/`mod` maps); a kernel writing an image iterates over the image's texels
+//!    `(y, x, c)` and reads its inputs through the inverse map, guarded against padding. The
+//!    maps are simplified with the egg rules of `fbc-index`.
+//!
+//! Statistics: `launches`, `fused-ops`, `copies` (materialised views), `converts`
+//! (`layout.convert` kernels), `images`, `divmod-before` / `divmod-after` (div/mod operations
+//! in all launch maps before and after simplification).
+
+mod fusion;
+mod ops;
+mod storage;
+
+use std::collections::HashMap;
+
+use fbc_dialects::layout::{Layout, Storage};
+use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar};
+use fbc_index::Expr;
+use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
+use fbc_ir::{
+    Attr, Diagnostic, ElemType, FuncId, Module, Op, OpDef, Pass, PassContext, Span, TensorType,
+    Value,
+};
+use fbc_target::HardwareProfile;
+
+/// The pass's registered name.
+pub const NAME: &str = "lower-to-memory";
+
+/// Registers `lower-to-memory`.
+pub fn register(r: &mut PassRegistry) {
+    r.register(PassInfo::new(
+        NAME,
+        "lower tensor and layout ops to memory-dialect storage and kernel launches",
+        vec![
+            OptionSpec::new(
+                "target",
+                OptionKind::Str,
+                Some(""),
+                "builtin hardware profile for image limits (default: the pipeline's, else generic)",
+            ),
+            OptionSpec::new("fuse", OptionKind::Bool, Some("true"), "fuse elementwise ops"),
+            OptionSpec::new(
+                "simplify",
+                OptionKind::Bool,
+                Some("true"),
+                "simplify launch maps with the egg rules",
+            ),
+        ],
+        |o| {
+            Ok(Box::new(LowerToMemory {
+                target: o.str("target").unwrap_or("").into(),
+                fuse: o.bool("fuse"),
+                simplify: o.bool("simplify"),
+            }))
+        },
+    ));
+}
+
+/// The `lower-to-memory` pass.
+#[derive(Debug, Clone)]
+pub struct LowerToMemory {
+    /// Builtin profile name; empty: the pipeline's target, else `generic`.
+    pub target: String,
+    /// Fuse elementwise chains and epilogues.
+    pub fuse: bool,
+    /// Simplify launch maps with egg.
+    pub simplify: bool,
+}
+
+impl Pass for LowerToMemory {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
+        let profile = crate::layout::rtile::profile(&self.target, cx, NAME)?;
+        let defs = Defs::new(cx)?;
+        let funcs: Vec<FuncId> = m.func_ids().collect();
+        for &f in &funcs {
+            inline_calls(m, f).map_err(|d| vec![d])?;
+        }
+        let mut names = Names::default();
+        let mut stats = Stats::default();
+        let mut errors = Vec::new();
+        for &f in &funcs {
+            // Already lowered (the pass ran before): nothing to do.
+            if m.func(f).body.iter().any(|&op| m.op(op).def.dialect() == "memory") {
+                continue;
+            }
+            let lowered = Lower::new(m, f, &profile, self.fuse).and_then(|mut l| {
+                l.lower_body()?;
+                l.finish(&mut names, self.simplify, &mut stats)
+            });
+            match lowered {
+                Ok(plan) => emit(m, f, &defs, &plan),
+                Err(d) => errors.push(d),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        for (k, v) in [
+            ("launches", stats.launches),
+            ("fused-ops", stats.fused),
+            ("copies", stats.copies),
+            ("converts", stats.converts),
+            ("images", stats.images),
+            ("divmod-before", stats.divmod_before),
+            ("divmod-after", stats.divmod_after),
+        ] {
+            cx.stats.add(NAME, k, v as i64);
+        }
+        Ok(())
+    }
+}
+
+/// Counters of one run.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub launches: usize,
+    pub fused: usize,
+    pub copies: usize,
+    pub converts: usize,
+    pub images: usize,
+    pub divmod_before: usize,
+    pub divmod_after: usize,
+}
+
+/// The memory ops' definitions.
+struct Defs {
+    alloc: &'static OpDef,
+    upload: &'static OpDef,
+    download: &'static OpDef,
+    launch: &'static OpDef,
+    ret: &'static OpDef,
+}
+
+impl Defs {
+    fn new(cx: &PassContext<'_>) -> Result<Defs, Vec<Diagnostic>> {
+        let get = |name: &str| {
+            cx.registry.get(name).ok_or_else(|| {
+                vec![Diagnostic::error(format!("{NAME}: op `{name}` is not registered"))
+                    .with_note("the memory dialect must be in the op registry")]
+            })
+        };
+        Ok(Defs {
+            alloc: get("memory.alloc")?,
+            upload: get("memory.upload")?,
+            download: get("memory.download")?,
+            launch: get("memory.launch")?,
+            ret: get("func.return")?,
+        })
+    }
+}
+
+/// Replaces every `func.call` in `f` by the callee's body (recursively).
+fn inline_calls(m: &mut Module, f: FuncId) -> Result<(), Diagnostic> {
+    let body = m.func(f).body.clone();
+    if !body.iter().any(|&op| m.op(op).def.is("func.call")) {
+        return Ok(());
+    }
+    if let Some(callee) = recursive_call(m, f, &mut Vec::new()) {
+        let span = m.func(f).name_span;
+        return Err(located(span, format!("cannot inline the recursive call to @{callee}"))
+            .with_note("lower-to-memory inlines every call, so the call graph must be acyclic"));
+    }
+    let args = m.func(f).args.clone();
+    let mut stack = Vec::new();
+    let returned = crate::autodiff::inline::inline_body(m, f, f, &args, &mut stack)?;
+    let ret_span = body.last().map_or(Span::default(), |&op| m.op(op).span);
+    let ret_def = m.op(*body.last().ok_or_else(|| Diagnostic::error("empty function"))?).def;
+    // The copies follow the originals: drop the originals (uses first, then in bulk).
+    for &op in &body {
+        m.drop_uses(op);
+    }
+    m.erase_ops(&body);
+    m.append_op(f, ret_def, &returned, Vec::new(), Vec::new(), ret_span);
+    Ok(())
+}
+
+/// A callee reached again from inside itself, following `func.call`s from `f`.
+fn recursive_call(m: &Module, f: FuncId, stack: &mut Vec<FuncId>) -> Option<String> {
+    if stack.contains(&f) {
+        return Some(m.func(f).name.clone());
+    }
+    stack.push(f);
+    for &op in &m.func(f).body {
+        let d = m.op(op);
+        if !d.def.is("func.call") {
+            continue;
+        }
+        let Some(Attr::Symbol(callee)) = d.attr("callee") else { continue };
+        if let Some(g) = m.find_func(callee) {
+            if let Some(r) = recursive_call(m, g, stack) {
+                return Some(r);
+            }
+        }
+    }
+    stack.pop();
+    None
+}
+
+/// Unique kernel names in a module.
+#[derive(Debug, Default)]
+pub(crate) struct Names {
+    used: HashMap<String, usize>,
+}
+
+impl Names {
+    fn unique(&mut self, base: &str) -> String {
+        let n = self.used.entry(base.to_string()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            base.to_string()
+        } else {
+            let name = format!("{base}_{n}");
+            // A name like `f_exp_y_2` may itself be taken by a value called `y_2`.
+            if self.used.contains_key(&name) {
+                return self.unique(&name);
+            }
+            self.used.insert(name.clone(), 1);
+            name
+        }
+    }
+}
+
+// ----- logical tensors, storage, accesses -----
+
+/// Index of a logical tensor of the function being lowered.
+pub(crate) type Tid = usize;
+/// Index of a storage object.
+pub(crate) type Sid = usize;
+
+/// An index map as expressions over the domain dimensions `d0, d1, ...`.
+pub(crate) type Map = Vec<Expr>;
+
+pub(crate) fn dim(k: usize) -> Expr {
+    Expr::Var(format!("d{k}"))
+}
+
+pub(crate) fn identity(rank: usize) -> Map {
+    (0..rank).map(dim).collect()
+}
+
+/// Substitutes `d_k := with[k]` in every expression of `map` (simultaneously).
+pub(crate) fn compose(map: &[Expr], with: &[Expr]) -> Map {
+    let subst: HashMap<String, Expr> =
+        with.iter().enumerate().map(|(k, e)| (format!("d{k}"), e.clone())).collect();
+    map.iter().map(|e| e.substitute_all(&subst)).collect()
+}
+
+/// A tensor with storage: a value computed by kernels, an argument, or a temporary of a
+/// multi-pass op. Several tensors (a linear tensor and its reshapes) may share one storage.
+#[derive(Debug, Clone)]
+pub(crate) struct Tensor {
+    pub shape: Vec<u64>,
+    pub elem: ElemType,
+    pub storage: Sid,
+}
+
+/// Where a tensor's elements live.
+#[derive(Debug, Clone)]
+pub(crate) struct StorageObj {
+    /// The layout, R-Tile `storage` already fitted to the target.
+    pub layout: Layout,
+    /// The logical shape the layout places (the first tensor of the storage).
+    pub shape: Vec<u64>,
+    pub ty: MemType,
+    /// Name for printing (`%q`).
+    pub name: String,
+    /// Argument index when the storage is an uploaded argument.
+    pub arg: Option<usize>,
+}
+
+/// How a value is read: tensor `t` through `map` (value index → `t` index; `None`: identity).
+#[derive(Debug, Clone)]
+pub(crate) struct Access {
+    pub t: Tid,
+    pub map: Option<Map>,
+    /// The ops whose views `map` composes (`tensor.transpose`, `layout.remap`, ...).
+    pub via: Vec<&'static str>,
+}
+
+/// One operand of a logical kernel: a tensor read (or written) at `map` (domain → tensor index).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Operand {
+    pub t: Tid,
+    pub map: Map,
+    /// Read through [`Scalar::Load`] at computed linear offsets (a gather): the tensor must stay
+    /// a linear buffer and cannot be fused away.
+    pub gather: bool,
+}
+
+/// A launch before storage mapping: maps go to logical tensor indices.
+#[derive(Debug, Clone)]
+pub(crate) struct LKernel {
+    /// Short name of the op the kernel is named after (`matmul`).
+    pub op: String,
+    /// Name of the value it computes (`q`), plus a suffix for the passes of multi-pass ops.
+    pub result: String,
+    pub source: Vec<&'static str>,
+    pub domain: Vec<u64>,
+    /// Parallel dimensions (the first ones); the rest are reductions.
+    pub n_par: usize,
+    pub inputs: Vec<Operand>,
+    pub out: Operand,
+    pub body: Scalar,
+    pub combine: Option<Combine>,
+    pub epilogue: Option<Scalar>,
+    /// Span of the op it came from.
+    pub span: Span,
+}
+
+/// A lowered function before it is written back: storage, kernels in launch order, results.
+pub(crate) struct Plan {
+    pub storages: Vec<StorageObj>,
+    pub launches: Vec<(Kernel, Vec<Sid>, Span)>,
+    /// Per function result: the storage and the tensor (shape and layout) to download.
+    pub results: Vec<(Sid, Layout)>,
+}
+
+/// Lowering state of one function.
+pub(crate) struct Lower<'m> {
+    pub m: &'m Module,
+    pub f: FuncId,
+    pub fname: String,
+    pub profile: &'m HardwareProfile,
+    pub fuse: bool,
+    pub tensors: Vec<Tensor>,
+    pub storages: Vec<StorageObj>,
+    pub access: HashMap<Value, Access>,
+    pub kernels: Vec<LKernel>,
+    /// Tensors the function returns (never fused away).
+    pub pinned: Vec<Tid>,
+    pub results: Vec<Tid>,
+    pub copies: usize,
+    pub converts: usize,
+}
+
+pub(crate) fn located(span: Span, msg: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(format!("{NAME}: {}", msg.into())).at(span)
+}
+
+/// The value's printable name (`q` for `%q`), made an identifier.
+pub(crate) fn value_name(m: &Module, v: Value) -> String {
+    let raw = m.value(v).name.as_deref().map_or_else(|| format!("v{}", v.0), str::to_string);
+    let s: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("v{s}")
+    } else {
+        s
+    }
+}
+
+fn layout_attr(a: Option<&Attr>) -> Option<Layout> {
+    a.and_then(|a| Layout::from_attr(a).ok())
+}
+
+impl<'m> Lower<'m> {
+    fn new(
+        m: &'m Module,
+        f: FuncId,
+        profile: &'m HardwareProfile,
+        fuse: bool,
+    ) -> Result<Lower<'m>, Diagnostic> {
+        let mut l = Lower {
+            m,
+            f,
+            fname: m.func(f).name.clone(),
+            profile,
+            fuse,
+            tensors: Vec::new(),
+            storages: Vec::new(),
+            access: HashMap::new(),
+            kernels: Vec::new(),
+            pinned: Vec::new(),
+            results: Vec::new(),
+            copies: 0,
+            converts: 0,
+        };
+        let fd = m.func(f);
+        let arg_layouts: Vec<Attr> = fd
+            .attr("fbc.arg_layouts")
+            .and_then(Attr::as_array)
+            .map(<[Attr]>::to_vec)
+            .unwrap_or_default();
+        for (i, &a) in fd.args.iter().enumerate() {
+            let layout = layout_attr(arg_layouts.get(i)).unwrap_or(Layout::Linear);
+            let t = l.new_tensor(a, &layout, fd.span)?;
+            l.storages[l.tensors[t].storage].arg = Some(i);
+            l.access.insert(a, Access { t, map: None, via: Vec::new() });
+        }
+        Ok(l)
+    }
+
+    pub(crate) fn tensor_type(&self, v: Value) -> Option<&'m TensorType> {
+        self.m.value_type(v).as_tensor()
+    }
+
+    /// A new tensor with its own storage for value `v` in `layout` (fitted to the target).
+    pub(crate) fn new_tensor(
+        &mut self,
+        v: Value,
+        layout: &Layout,
+        span: Span,
+    ) -> Result<Tid, Diagnostic> {
+        let t = self
+            .tensor_type(v)
+            .ok_or_else(|| {
+                located(span, format!("expected a tensor, found {}", self.m.value_type(v)))
+            })?
+            .clone();
+        let name = value_name(self.m, v);
+        self.new_storage_tensor(&t, layout, name, span)
+    }
+
+    /// A new tensor of type `t` with its own storage.
+    pub(crate) fn new_storage_tensor(
+        &mut self,
+        t: &TensorType,
+        layout: &Layout,
+        name: String,
+        span: Span,
+    ) -> Result<Tid, Diagnostic> {
+        if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
+            return Err(located(span, format!("memory holds f32 or i32 tensors, found {t}")));
+        }
+        let layout = self.fit(layout, t);
+        let ty = fbc_dialects::memory::ops::default_storage(&layout, t)
+            .map_err(|e| located(span, format!("no storage for {t} in {layout}: {e}")))?;
+        let s = self.storages.len();
+        self.storages.push(StorageObj { layout, shape: t.shape.to_vec(), ty, name, arg: None });
+        let id = self.tensors.len();
+        self.tensors.push(Tensor { shape: t.shape.to_vec(), elem: t.elem, storage: s });
+        Ok(id)
+    }
+
+    /// A linear temporary of `shape`.
+    pub(crate) fn temp(
+        &mut self,
+        shape: &[u64],
+        elem: ElemType,
+        name: String,
+        span: Span,
+    ) -> Result<Tid, Diagnostic> {
+        self.new_storage_tensor(&TensorType::new(shape.to_vec(), elem), &Layout::Linear, name, span)
+    }
+
+    /// The layout storage can have: R-Tiles only for f32 tensors of rank ≥ 2 (else linear), images
+    /// only when the target supports them at this size (else the texel array in a buffer).
+    pub(crate) fn fit(&self, layout: &Layout, t: &TensorType) -> Layout {
+        let Layout::RTile(mut r) = *layout else { return Layout::Linear };
+        if t.elem != ElemType::F32 || t.rank() < 2 || r.check_type(t).is_err() {
+            return Layout::Linear;
+        }
+        if r.storage == Storage::Image2d {
+            let p = &self.profile.image;
+            let fits = r.image_extent(&t.shape).is_some_and(|[w, h]| {
+                p.supported && w <= u64::from(p.max_width) && h <= u64::from(p.max_height)
+            });
+            if !fits {
+                r.storage = Storage::Buffer;
+            }
+        }
+        Layout::RTile(r)
+    }
+
+    pub(crate) fn layout_of_tensor(&self, t: Tid) -> &Layout {
+        &self.storages[self.tensors[t].storage].layout
+    }
+
+    /// Whether `t` is a linear tensor owning its whole storage's shape (row-major offsets work).
+    pub(crate) fn is_linear(&self, t: Tid) -> bool {
+        matches!(self.layout_of_tensor(t), Layout::Linear)
+    }
+
+    /// How value `v` is read; an error (not a panic) for a value with no storage.
+    pub(crate) fn access_of(&self, v: Value, span: Span) -> Result<Access, Diagnostic> {
+        self.access.get(&v).cloned().ok_or_else(|| {
+            located(span, format!("operand of type {} has no storage", self.m.value_type(v)))
+        })
+    }
+
+    /// The operand reading value `v` at `map` (domain → `v`'s index), through `v`'s views.
+    pub(crate) fn read(&self, v: Value, map: Map, span: Span) -> Result<Operand, Diagnostic> {
+        let a = self.access_of(v, span)?;
+        let map = match &a.map {
+            None => map,
+            Some(view) => compose(view, &map),
+        };
+        Ok(Operand { t: a.t, map, gather: false })
+    }
+
+    /// Reads `v` as a linear buffer at its own row-major offsets (gathers): materialises a copy
+    /// when `v` is a view or stored otherwise.
+    pub(crate) fn read_linear(&mut self, v: Value, span: Span) -> Result<Operand, Diagnostic> {
+        let a = self.access_of(v, span)?;
+        let t =
+            if a.map.is_none() && self.is_linear(a.t) { a.t } else { self.materialize(v, span)? };
+        Ok(Operand { t, map: Vec::new(), gather: true })
+    }
+
+    /// A linear copy of `v` (a kernel), for readers that cannot read through its view.
+    pub(crate) fn materialize(&mut self, v: Value, span: Span) -> Result<Tid, Diagnostic> {
+        let ty = self.tensor_type(v).ok_or_else(|| located(span, "not a tensor"))?.clone();
+        let via = self.access_of(v, span)?.via;
+        let source = via.last().copied().unwrap_or("layout.assign");
+        let name = value_name(self.m, v);
+        let t = self.temp(&ty.shape, ty.elem, name.clone(), span)?;
+        let rank = ty.rank();
+        let input = self.read(v, identity(rank), span)?;
+        self.copies += 1;
+        self.push_copy(t, input, "copy", &name, source, span);
+        if let Some(k) = self.kernels.last_mut() {
+            k.source = if via.is_empty() { vec![source] } else { via };
+        }
+        Ok(t)
+    }
+
+    /// Appends an elementwise copy kernel writing all of tensor `out` from `input`.
+    pub(crate) fn push_copy(
+        &mut self,
+        out: Tid,
+        input: Operand,
+        op: &str,
+        result: &str,
+        source: &'static str,
+        span: Span,
+    ) {
+        let shape = self.tensors[out].shape.clone();
+        let (domain, out_map) = domain_of(&shape);
+        let input = Operand { map: if shape.is_empty() { Vec::new() } else { input.map }, ..input };
+        self.kernels.push(LKernel {
+            op: op.to_string(),
+            result: result.to_string(),
+            source: vec![source],
+            domain,
+            n_par: shape.len().max(1),
+            inputs: vec![input],
+            out: Operand { t: out, map: out_map, gather: false },
+            body: Scalar::In(0),
+            combine: None,
+            epilogue: None,
+            span,
+        });
+    }
+
+    /// Lowers every op of the body into logical kernels.
+    fn lower_body(&mut self) -> Result<(), Diagnostic> {
+        let body = self.m.func(self.f).body.clone();
+        for op in body {
+            let d = self.m.op(op);
+            if d.def.is("func.return") {
+                for &v in &d.operands.clone() {
+                    let t = self.result_tensor(v, d.span)?;
+                    self.pinned.push(t);
+                    self.results.push(t);
+                }
+                continue;
+            }
+            self.lower_op(op)?;
+        }
+        Ok(())
+    }
+
+    /// The tensor to download for returned value `v`: its storage when it is stored as itself,
+    /// else a linear copy.
+    fn result_tensor(&mut self, v: Value, span: Span) -> Result<Tid, Diagnostic> {
+        let a = self
+            .access
+            .get(&v)
+            .cloned()
+            .ok_or_else(|| located(span, "returned value has no storage"))?;
+        let ty = self.tensor_type(v).ok_or_else(|| located(span, "returns a non-tensor"))?;
+        let s = &self.storages[self.tensors[a.t].storage];
+        let own = a.map.is_none()
+            && (s.shape == self.tensors[a.t].shape.as_slice()
+                || matches!(s.layout, Layout::Linear))
+            && self.tensors[a.t].shape == ty.shape.as_slice();
+        if own {
+            Ok(a.t)
+        } else {
+            self.materialize(v, span)
+        }
+    }
+
+    /// Drops kernels whose storage nothing reads and the function does not return (dead tensor
+    /// ops, and the parts of multi-pass ops whose result is unused).
+    fn prune_dead(&mut self) {
+        loop {
+            let mut live = vec![false; self.storages.len()];
+            for &t in &self.pinned {
+                live[self.tensors[t].storage] = true;
+            }
+            for k in &self.kernels {
+                for o in &k.inputs {
+                    live[self.tensors[o.t].storage] = true;
+                }
+            }
+            let before = self.kernels.len();
+            let tensors = &self.tensors;
+            self.kernels.retain(|k| live[tensors[k.out.t].storage]);
+            if self.kernels.len() == before {
+                break;
+            }
+        }
+    }
+
+    /// Fuses, orders, maps to storage and builds the final kernels.
+    fn finish(
+        mut self,
+        names: &mut Names,
+        simplify: bool,
+        stats: &mut Stats,
+    ) -> Result<Plan, Diagnostic> {
+        self.prune_dead();
+        if self.fuse {
+            stats.fused += fusion::fuse(&mut self);
+        }
+        storage::retarget_images(&mut self)?;
+        let mut launches = Vec::new();
+        let mut mapper = storage::Mapper::new(simplify);
+        for k in &self.kernels {
+            let base = format!("{}_{}_{}", self.fname, k.op, k.result);
+            let name = names.unique(&base);
+            let (kernel, sids) = mapper.build(&self, k, name)?;
+            launches.push((kernel, sids, k.span));
+        }
+        stats.launches += launches.len();
+        stats.copies += self.copies;
+        stats.converts += self.converts;
+        stats.divmod_before += mapper.divmod_before;
+        stats.divmod_after += mapper.divmod_after;
+        stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();
+        let results = self
+            .results
+            .iter()
+            .map(|&t| {
+                let s = self.tensors[t].storage;
+                (s, self.storages[s].layout.clone())
+            })
+            .collect();
+        Ok(Plan { storages: self.storages, launches, results })
+    }
+}
+
+/// The iteration domain of an elementwise kernel over `shape` and its identity output map
+/// (rank 0: one point, `[1]`, and an empty index).
+pub(crate) fn domain_of(shape: &[u64]) -> (Vec<u64>, Map) {
+    if shape.is_empty() {
+        (vec![1], Vec::new())
+    } else {
+        (shape.to_vec(), identity(shape.len()))
+    }
+}
+
+/// Writes the plan back as the body of `f`.
+fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
+    let old = m.func(f).body.clone();
+    let span = m.func(f).span;
+    let args = m.func(f).args.clone();
+    let result_types = m.func(f).result_types.clone();
+    let mut mem: Vec<Option<Value>> = vec![None; plan.storages.len()];
+    let mut body: Vec<Op> = Vec::new();
+    let layout_kv = |l: &Layout| vec![("layout".to_string(), l.to_attr())];
+    // Uploads of the arguments that are read, in argument order.
+    let read: Vec<bool> = {
+        let mut r = vec![false; plan.storages.len()];
+        for (_, sids, _) in &plan.launches {
+            for &s in sids {
+                r[s] = true;
+            }
+        }
+        for (s, _) in &plan.results {
+            r[*s] = true;
+        }
+        r
+    };
+    let mut by_arg: Vec<(usize, Sid)> =
+        plan.storages.iter().enumerate().filter_map(|(s, o)| o.arg.map(|a| (a, s))).collect();
+    by_arg.sort_unstable();
+    for (a, s) in by_arg {
+        if !read[s] {
+            continue;
+        }
+        let o = &plan.storages[s];
+        let op = m.create_op(
+            f,
+            defs.upload,
+            &[args[a]],
+            layout_kv(&o.layout),
+            vec![o.ty.to_type()],
+            span,
+        );
+        let v = m.op(op).results[0];
+        m.set_value_name(v, format!("{}_m", o.name));
+        mem[s] = Some(v);
+        body.push(op);
+    }
+    for (kernel, sids, kspan) in &plan.launches {
+        let mut operands = Vec::with_capacity(sids.len());
+        for &s in sids {
+            let v = match mem[s] {
+                Some(v) => v,
+                None => {
+                    let o = &plan.storages[s];
+                    let op =
+                        m.create_op(f, defs.alloc, &[], Vec::new(), vec![o.ty.to_type()], *kspan);
+                    let v = m.op(op).results[0];
+                    m.set_value_name(v, format!("{}_m", o.name));
+                    body.push(op);
+                    mem[s] = Some(v);
+                    v
+                }
+            };
+            operands.push(v);
+        }
+        let op = m.create_op(f, defs.launch, &operands, kernel.to_attrs(), Vec::new(), *kspan);
+        body.push(op);
+    }
+    let mut returned = Vec::new();
+    for ((s, layout), ty) in plan.results.iter().zip(&result_types) {
+        let src = match mem[*s] {
+            Some(v) => v,
+            None => {
+                // A result no kernel writes (an empty tensor): fresh zero storage.
+                let o = &plan.storages[*s];
+                let op = m.create_op(f, defs.alloc, &[], Vec::new(), vec![o.ty.to_type()], span);
+                body.push(op);
+                let v = m.op(op).results[0];
+                mem[*s] = Some(v);
+                v
+            }
+        };
+        let op = m.create_op(f, defs.download, &[src], layout_kv(layout), vec![ty.clone()], span);
+        let v = m.op(op).results[0];
+        m.set_value_name(v, plan.storages[*s].name.clone());
+        returned.push(v);
+        body.push(op);
+    }
+    let ret = m.create_op(f, defs.ret, &returned, Vec::new(), Vec::new(), span);
+    body.push(ret);
+    for &op in &old {
+        m.drop_uses(op);
+    }
+    m.erase_ops(&old);
+    m.func_mut(f).body = body;
+}

@@ -1,0 +1,1238 @@
+//! One op → its logical kernels: domain, iterators, body, and per operand a map from the domain
+//! to the operand's logical index.
+//!
+//! Numbers follow the reference kernels (`runtime/src/reference/`): the same formulas in the same
+//! association, and reductions in row-major order over the reduced axes (the reference's
+//! summation order). Ops that need several passes over a row (softmax, the normalisations,
+//! cross-entropy and their gradients) compute row statistics into small linear temporaries first.
+
+use fbc_dialects::layout::Layout;
+use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U};
+use fbc_index::Expr;
+use fbc_ir::{Attr, Diagnostic, ElemType, Op, Span, Value};
+
+use super::{
+    dim, domain_of, identity, located, value_name, Access, LKernel, Lower, Map, Operand, Tid,
+};
+use crate::index_elim::maps::{broadcast_map, reshape_map, to_index_map, transpose_map};
+
+// ----- scalar builders -----
+
+fn x(k: usize) -> Scalar {
+    Scalar::In(k)
+}
+fn f(v: f64) -> Scalar {
+    Scalar::Float(v)
+}
+fn dk(k: usize) -> Scalar {
+    Scalar::Dim(k)
+}
+fn int(v: i64) -> Scalar {
+    Scalar::Int(v)
+}
+fn un(op: U, a: Scalar) -> Scalar {
+    Scalar::Un(op, Box::new(a))
+}
+fn bin(op: B, a: Scalar, b: Scalar) -> Scalar {
+    Scalar::Bin(op, Box::new(a), Box::new(b))
+}
+fn add(a: Scalar, b: Scalar) -> Scalar {
+    bin(B::Add, a, b)
+}
+fn sub(a: Scalar, b: Scalar) -> Scalar {
+    bin(B::Sub, a, b)
+}
+fn mul(a: Scalar, b: Scalar) -> Scalar {
+    bin(B::Mul, a, b)
+}
+fn div(a: Scalar, b: Scalar) -> Scalar {
+    bin(B::Div, a, b)
+}
+fn select(c: Scalar, a: Scalar, b: Scalar) -> Scalar {
+    Scalar::Select(Box::new(c), Box::new(a), Box::new(b))
+}
+/// `1 / sqrt(v)`, as the reference computes `sqrt().recip()`.
+fn rsqrt(v: Scalar) -> Scalar {
+    div(f(1.0), un(U::Sqrt, v))
+}
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_CUBIC: f64 = 0.044_715;
+const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+const DEFAULT_EPS: f64 = 1e-5;
+
+/// The body of an elementwise op over its operands `x0, x1, ...`; `None` for other ops.
+fn pointwise(name: &str, op: &fbc_ir::OpData) -> Option<Scalar> {
+    let tanh_form = op.attr("approximate").and_then(Attr::as_str) == Some("tanh");
+    let half = || f(0.5);
+    Some(match name {
+        "tensor.add" => add(x(0), x(1)),
+        "tensor.sub" => sub(x(0), x(1)),
+        "tensor.mul" => mul(x(0), x(1)),
+        "tensor.div" => div(x(0), x(1)),
+        "tensor.max" => bin(B::Max, x(0), x(1)),
+        "tensor.min" => bin(B::Min, x(0), x(1)),
+        "tensor.ge" => select(bin(B::Ge, x(0), x(1)), f(1.0), f(0.0)),
+        "tensor.neg" => un(U::Neg, x(0)),
+        "tensor.exp" => un(U::Exp, x(0)),
+        "tensor.log" => un(U::Log, x(0)),
+        "tensor.sqrt" => un(U::Sqrt, x(0)),
+        "tensor.rsqrt" => rsqrt(x(0)),
+        "tensor.tanh" => un(U::Tanh, x(0)),
+        "tensor.sigmoid" => un(U::Sigmoid, x(0)),
+        "tensor.relu" => bin(B::Max, x(0), f(0.0)),
+        "tensor.silu" => mul(x(0), un(U::Sigmoid, x(0))),
+        "tensor.scale" => mul(x(0), f(op.attr("factor").and_then(Attr::as_float)?)),
+        "tensor.gelu" if tanh_form => {
+            let inner =
+                mul(f(SQRT_2_OVER_PI), add(x(0), mul(mul(mul(f(GELU_CUBIC), x(0)), x(0)), x(0))));
+            mul(mul(half(), x(0)), add(f(1.0), un(U::Tanh, inner)))
+        }
+        "tensor.gelu" => mul(
+            mul(half(), x(0)),
+            add(f(1.0), un(U::Erf, mul(x(0), f(std::f64::consts::FRAC_1_SQRT_2)))),
+        ),
+        "tensor.gelu_grad" if tanh_form => {
+            let v = || x(0);
+            let t = un(
+                U::Tanh,
+                mul(f(SQRT_2_OVER_PI), add(v(), mul(mul(mul(f(GELU_CUBIC), v()), v()), v()))),
+            );
+            let du =
+                mul(f(SQRT_2_OVER_PI), add(f(1.0), mul(mul(mul(f(3.0), f(GELU_CUBIC)), v()), v())));
+            let t2 = || t.clone();
+            mul(
+                x(1),
+                add(
+                    mul(half(), add(f(1.0), t2())),
+                    mul(mul(mul(half(), v()), sub(f(1.0), mul(t2(), t2()))), du),
+                ),
+            )
+        }
+        "tensor.gelu_grad" => {
+            let v = || x(0);
+            let cdf =
+                mul(half(), add(f(1.0), un(U::Erf, mul(v(), f(std::f64::consts::FRAC_1_SQRT_2)))));
+            let pdf = mul(f(INV_SQRT_2PI), un(U::Exp, mul(mul(f(-0.5), v()), v())));
+            mul(x(1), add(cdf, mul(v(), pdf)))
+        }
+        "tensor.silu_grad" => {
+            let s = || un(U::Sigmoid, x(0));
+            mul(mul(x(1), s()), add(f(1.0), mul(x(0), sub(f(1.0), s()))))
+        }
+        "tensor.sigmoid_grad" => mul(mul(x(1), x(0)), sub(f(1.0), x(0))),
+        "tensor.tanh_grad" => mul(x(1), sub(f(1.0), mul(x(0), x(0)))),
+        "tensor.relu_grad" => select(bin(B::Gt, x(0), f(0.0)), x(1), f(0.0)),
+        _ => return None,
+    })
+}
+
+/// Normalises an axis attribute against `rank`.
+fn axis_of(a: i64, rank: usize, span: Span) -> Result<usize, Diagnostic> {
+    let r = rank as i64;
+    let k = if a < 0 { a + r } else { a };
+    if (0..r).contains(&k) {
+        Ok(k as usize)
+    } else {
+        Err(located(span, format!("axis {a} out of range for rank {rank}")))
+    }
+}
+
+/// A row-wise op's iteration space around `axis` of `shape`: the statistics tensor has the
+/// shape without `axis`; its reduction kernels run over `[rows..., len]`.
+struct Rows {
+    shape: Vec<u64>,
+    axis: usize,
+}
+
+impl Rows {
+    fn len(&self) -> u64 {
+        self.shape[self.axis]
+    }
+    /// Shape of a per-row statistic.
+    fn stat_shape(&self) -> Vec<u64> {
+        self.shape.iter().enumerate().filter(|(k, _)| *k != self.axis).map(|(_, &n)| n).collect()
+    }
+    /// Parallel dims of a reduction kernel (at least one).
+    fn n_par(&self) -> usize {
+        (self.shape.len() - 1).max(1)
+    }
+    /// Domain of a reduction kernel over rows.
+    fn red_domain(&self) -> Vec<u64> {
+        let mut dom = self.stat_shape();
+        if dom.is_empty() {
+            dom.push(1);
+        }
+        dom.push(self.len());
+        dom
+    }
+    /// Reduction kernel: the full tensor's index (the reduced axis is the last dim).
+    fn red_full(&self) -> Map {
+        let r = self.n_par();
+        let mut j = 0;
+        (0..self.shape.len())
+            .map(|k| {
+                if k == self.axis {
+                    dim(r)
+                } else {
+                    j += 1;
+                    dim(j - 1)
+                }
+            })
+            .collect()
+    }
+    /// Reduction kernel: the statistic's index.
+    fn red_stat(&self) -> Map {
+        identity(self.shape.len() - 1)
+    }
+    /// Reduction kernel: the index along the axis (for `[len]` parameters).
+    fn red_axis(&self) -> Map {
+        vec![dim(self.n_par())]
+    }
+    /// Elementwise kernel over the full shape: the statistic's index.
+    fn full_stat(&self) -> Map {
+        (0..self.shape.len()).filter(|&k| k != self.axis).map(dim).collect()
+    }
+    /// Elementwise kernel over the full shape: the index along the axis.
+    fn full_axis(&self) -> Map {
+        vec![dim(self.axis)]
+    }
+    /// Column-sum kernel (`dgamma`): domain `[len, other axes...]`, the full index.
+    fn col_full(&self) -> Map {
+        let mut j = 0;
+        (0..self.shape.len())
+            .map(|k| {
+                if k == self.axis {
+                    dim(0)
+                } else {
+                    j += 1;
+                    dim(j)
+                }
+            })
+            .collect()
+    }
+    fn col_domain(&self) -> Vec<u64> {
+        let mut dom = vec![self.len()];
+        dom.extend(self.stat_shape());
+        dom
+    }
+    /// Column-sum kernel: the statistic's index.
+    fn col_stat(&self) -> Map {
+        (1..self.shape.len()).map(dim).collect()
+    }
+}
+
+impl Lower<'_> {
+    /// The shape of value `v`.
+    fn shape(&self, v: Value) -> Vec<u64> {
+        self.tensor_type(v).map(|t| t.shape.to_vec()).unwrap_or_default()
+    }
+
+    /// The tensor result `i` of `op` is written into: the op's `fbc.layout` (single-result ops),
+    /// else linear.
+    fn output(&mut self, op: Op, i: usize) -> Result<Tid, Diagnostic> {
+        let d = self.m.op(op);
+        let v = d.results[i];
+        let layout = if d.results.len() == 1 {
+            d.attr("fbc.layout").and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear)
+        } else {
+            Layout::Linear
+        };
+        let t = self.new_tensor(v, &layout, d.span)?;
+        self.access.insert(v, Access { t, map: None, via: Vec::new() });
+        Ok(t)
+    }
+
+    /// A temporary for a statistic of the op's result `v`.
+    fn stat(
+        &mut self,
+        v: Value,
+        shape: &[u64],
+        suffix: &str,
+        span: Span,
+    ) -> Result<Tid, Diagnostic> {
+        let name = format!("{}_{suffix}", value_name(self.m, v));
+        self.temp(shape, ElemType::F32, name, span)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        op: Op,
+        result: String,
+        domain: Vec<u64>,
+        n_par: usize,
+        inputs: Vec<Operand>,
+        out: Operand,
+        body: Scalar,
+        combine: Option<Combine>,
+        epilogue: Option<Scalar>,
+    ) {
+        let d = self.m.op(op);
+        if domain.contains(&0) {
+            return;
+        }
+        // No reduction dims left (a reduction over nothing): the epilogue applies to the body.
+        let (body, combine, epilogue) = if domain.len() == n_par {
+            let body = match epilogue {
+                Some(e) => substitute_acc(&e, &body),
+                None => body,
+            };
+            (body, None, None)
+        } else {
+            (body, combine, epilogue)
+        };
+        let short = d.name().split('.').nth(1).unwrap_or(d.name()).to_string();
+        self.kernels.push(LKernel {
+            op: short,
+            result,
+            source: vec![d.name()],
+            domain,
+            n_par,
+            inputs,
+            out,
+            body,
+            combine,
+            epilogue,
+            span: d.span,
+        });
+    }
+
+    /// Reads of value `v` from a kernel over `out_shape` with NumPy broadcasting.
+    fn read_bcast(&self, v: Value, out_shape: &[u64], span: Span) -> Result<Operand, Diagnostic> {
+        let shape = self.shape(v);
+        if shape.is_empty() {
+            return self.read(v, Vec::new(), span);
+        }
+        let m = broadcast_map(&shape, out_shape);
+        self.read(v, m.results, span)
+    }
+
+    /// A view: `v` reads its operand through `map` (result index → operand index).
+    fn view(&mut self, op: Op, v: Value, src: Value, map: Map) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let a = self.access_of(src, d.span)?;
+        let map = match a.map {
+            None => map,
+            Some(inner) => super::compose(&inner, &map),
+        };
+        let mut via = a.via;
+        via.push(d.name());
+        self.access.insert(v, Access { t: a.t, map: Some(map), via });
+        Ok(())
+    }
+
+    pub(crate) fn lower_op(&mut self, op: Op) -> Result<(), Diagnostic> {
+        let d = self.m.op(op).clone();
+        let name = d.name();
+        let span = d.span;
+        let ops: Vec<Value> = d.operands.to_vec();
+        let res: Vec<Value> = d.results.to_vec();
+        let rname = |i: usize| value_name(self.m, res[i]);
+        if let Some(body) = pointwise(name, &d) {
+            let shape = self.shape(res[0]);
+            let inputs = ops
+                .iter()
+                .map(|&v| self.read_bcast(v, &shape, span))
+                .collect::<Result<Vec<_>, _>>()?;
+            let t = self.output(op, 0)?;
+            let (domain, out_map) = domain_of(&shape);
+            let n = domain.len();
+            self.push(op, rname(0), domain, n, inputs, out(t, out_map), body, None, None);
+            return Ok(());
+        }
+        match name {
+            "tensor.constant" => {
+                let value = d.attr("value").and_then(Attr::as_float).unwrap_or(0.0);
+                let shape = self.shape(res[0]);
+                let t = self.output(op, 0)?;
+                let body = if self.tensors[t].elem == ElemType::I32 {
+                    int(value as i64)
+                } else {
+                    f(value)
+                };
+                let (domain, out_map) = domain_of(&shape);
+                let n = domain.len();
+                self.push(op, rname(0), domain, n, Vec::new(), out(t, out_map), body, None, None);
+            }
+            "tensor.matmul" => self.matmul(op, &ops, res[0])?,
+            "tensor.reduce_sum" | "tensor.reduce_max" | "tensor.reduce_mean" => {
+                let shape = self.shape(ops[0]);
+                let axes = d.attr("axes").and_then(Attr::as_ints).unwrap_or_default();
+                let mut mask = vec![false; shape.len()];
+                for a in axes {
+                    mask[axis_of(a, shape.len(), span)?] = true;
+                }
+                let keep = d.attr("keepdim").and_then(Attr::as_bool).unwrap_or(false);
+                let count: u64 =
+                    shape.iter().zip(&mask).filter(|(_, &m)| m).map(|(n, _)| n).product();
+                let (combine, epi) = match name {
+                    "tensor.reduce_max" => (Combine::Max, None),
+                    "tensor.reduce_mean" => (Combine::Add, Some(div(Scalar::Acc, f(count as f64)))),
+                    _ => (Combine::Add, None),
+                };
+                self.reduce(op, ops[0], res[0], &mask, keep, combine, epi)?;
+            }
+            "tensor.unbroadcast" => {
+                let shape = self.shape(ops[0]);
+                let target = self.shape(res[0]);
+                let lead = shape.len() - target.len();
+                let mask: Vec<bool> = (0..shape.len())
+                    .map(|k| k < lead || (target[k - lead] == 1 && shape[k] != 1))
+                    .collect();
+                // Leading axes disappear, size-1 axes stay: keep the kept-size-1 form per axis.
+                self.reduce_to(op, ops[0], res[0], &mask, lead)?;
+            }
+            "tensor.reshape" => {
+                let (si, so) = (self.shape(ops[0]), self.shape(res[0]));
+                let a = self.access_of(ops[0], span)?;
+                if a.map.is_none() && self.is_linear(a.t) {
+                    // Same row-major elements: an alias of the storage with the new shape.
+                    let storage = self.tensors[a.t].storage;
+                    let elem = self.tensors[a.t].elem;
+                    let t = self.tensors.len();
+                    self.tensors.push(super::Tensor { shape: so, elem, storage });
+                    self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
+                } else {
+                    self.view(op, res[0], ops[0], reshape_map(&si, &so).results)?;
+                }
+            }
+            "tensor.transpose" => {
+                let perm: Vec<usize> = d
+                    .attr("perm")
+                    .and_then(Attr::as_ints)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| p.max(0) as usize)
+                    .collect();
+                self.view(op, res[0], ops[0], transpose_map(&perm).results)?;
+            }
+            "tensor.broadcast" => {
+                let (si, so) = (self.shape(ops[0]), self.shape(res[0]));
+                self.view(op, res[0], ops[0], broadcast_map(&si, &so).results)?;
+            }
+            "tensor.slice" => {
+                let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
+                let map = start
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &s)| {
+                        if s == 0 {
+                            dim(k)
+                        } else {
+                            Expr::Add(Box::new(dim(k)), Box::new(Expr::Const(s)))
+                        }
+                    })
+                    .collect();
+                self.view(op, res[0], ops[0], map)?;
+            }
+            "layout.remap" => {
+                let Some(Attr::Map(map)) = d.attr("map") else {
+                    return Err(located(span, "layout.remap without a map"));
+                };
+                let im = to_index_map(map);
+                // Rename the map's dimensions to d0, d1, ... (the convention of every map here).
+                let ren: Map = (0..im.dims.len()).map(dim).collect();
+                let subst = im.dims.iter().cloned().zip(ren).collect();
+                let results = im.results.iter().map(|e| e.substitute_all(&subst)).collect();
+                self.view(op, res[0], ops[0], results)?;
+            }
+            "layout.assign" => {
+                let want = d
+                    .attr("layout")
+                    .and_then(|a| Layout::from_attr(a).ok())
+                    .unwrap_or(Layout::Linear);
+                let a = self.access_of(ops[0], span)?;
+                let ty = self.tensor_type(res[0]).cloned();
+                let fitted = ty.as_ref().map(|t| self.fit(&want, t));
+                let same = a.map.is_some() || fitted.as_ref() == Some(self.layout_of_tensor(a.t));
+                if same {
+                    self.access.insert(res[0], a);
+                } else {
+                    // The operand is stored otherwise: a conversion kernel.
+                    let t = self.new_tensor(res[0], &want, span)?;
+                    self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
+                    let input = self.read(ops[0], identity(self.shape(res[0]).len()), span)?;
+                    self.push_copy(t, input, "assign", &rname(0), "layout.assign", span);
+                    self.converts += 1;
+                }
+            }
+            "layout.convert" => {
+                let to =
+                    d.attr("to").and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear);
+                let t = self.new_tensor(res[0], &to, span)?;
+                self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
+                let input = self.read(ops[0], identity(self.shape(res[0]).len()), span)?;
+                self.push_copy(t, input, "convert", &rname(0), "layout.convert", span);
+                self.converts += 1;
+            }
+            "tensor.concat" => {
+                let so = self.shape(res[0]);
+                let axis =
+                    axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(0), so.len(), span)?;
+                let t = self.output(op, 0)?;
+                let mut offset = 0u64;
+                for (i, &v) in ops.iter().enumerate() {
+                    let si = self.shape(v);
+                    let input = self.read(v, identity(si.len()), span)?;
+                    let mut omap = identity(si.len());
+                    omap[axis] = shift(dim(axis), offset);
+                    let n = si.len();
+                    self.push(
+                        op,
+                        format!("{}_{i}", rname(0)),
+                        si.clone(),
+                        n,
+                        vec![input],
+                        out(t, omap),
+                        x(0),
+                        None,
+                        None,
+                    );
+                    offset += si[axis];
+                }
+            }
+            "tensor.slice_grad" => {
+                let so = self.shape(res[0]);
+                let si = self.shape(ops[0]);
+                let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
+                let t = self.output(op, 0)?;
+                let n = so.len();
+                self.push(
+                    op,
+                    format!("{}_zero", rname(0)),
+                    so.clone(),
+                    n,
+                    Vec::new(),
+                    out(t, identity(n)),
+                    f(0.0),
+                    None,
+                    None,
+                );
+                let input = self.read(ops[0], identity(si.len()), span)?;
+                let omap = (0..si.len())
+                    .map(|k| shift(dim(k), start.get(k).copied().unwrap_or(0) as u64))
+                    .collect();
+                self.push(
+                    op,
+                    rname(0),
+                    si.clone(),
+                    si.len(),
+                    vec![input],
+                    out(t, omap),
+                    x(0),
+                    None,
+                    None,
+                );
+            }
+            "tensor.softmax" => {
+                let shape = self.shape(ops[0]);
+                let axis = axis_of(
+                    d.attr("axis").and_then(Attr::as_int).unwrap_or(-1),
+                    shape.len(),
+                    span,
+                )?;
+                let rows = Rows { shape: shape.clone(), axis };
+                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
+                let t = self.output(op, 0)?;
+                let inputs = vec![
+                    self.read(ops[0], identity(shape.len()), span)?,
+                    opnd(mx, rows.full_stat()),
+                    opnd(sm, rows.full_stat()),
+                ];
+                let body = div(un(U::Exp, sub(x(0), x(1))), x(2));
+                let n = shape.len();
+                self.push(op, rname(0), shape, n, inputs, out(t, identity(n)), body, None, None);
+            }
+            "tensor.softmax_grad" => {
+                let shape = self.shape(ops[0]);
+                let axis = axis_of(
+                    d.attr("axis").and_then(Attr::as_int).unwrap_or(-1),
+                    shape.len(),
+                    span,
+                )?;
+                let rows = Rows { shape: shape.clone(), axis };
+                let s = self.stat(res[0], &rows.stat_shape(), "dot", span)?;
+                let inputs = vec![
+                    self.read(ops[1], rows.red_full(), span)?,
+                    self.read(ops[0], rows.red_full(), span)?,
+                ];
+                self.push(
+                    op,
+                    format!("{}_dot", rname(0)),
+                    rows.red_domain(),
+                    rows.n_par(),
+                    inputs,
+                    out(s, rows.red_stat()),
+                    mul(x(0), x(1)),
+                    Some(Combine::Add),
+                    None,
+                );
+                let t = self.output(op, 0)?;
+                let n = shape.len();
+                let inputs = vec![
+                    self.read(ops[0], identity(n), span)?,
+                    self.read(ops[1], identity(n), span)?,
+                    opnd(s, rows.full_stat()),
+                ];
+                self.push(
+                    op,
+                    rname(0),
+                    shape,
+                    n,
+                    inputs,
+                    out(t, identity(n)),
+                    mul(x(0), sub(x(1), x(2))),
+                    None,
+                    None,
+                );
+            }
+            "tensor.layernorm" => {
+                let shape = self.shape(ops[0]);
+                let axis = axis_of(
+                    d.attr("axis").and_then(Attr::as_int).unwrap_or(-1),
+                    shape.len(),
+                    span,
+                )?;
+                let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
+                let rows = Rows { shape: shape.clone(), axis };
+                let (mean, rstd) = self.moments(op, ops[0], res[0], &rows, eps)?;
+                let t = self.output(op, 0)?;
+                let n = shape.len();
+                let inputs = vec![
+                    self.read(ops[0], identity(n), span)?,
+                    opnd(mean, rows.full_stat()),
+                    opnd(rstd, rows.full_stat()),
+                    self.read(ops[1], rows.full_axis(), span)?,
+                    self.read(ops[2], rows.full_axis(), span)?,
+                ];
+                let body = add(mul(mul(sub(x(0), x(1)), x(2)), x(3)), x(4));
+                self.push(op, rname(0), shape, n, inputs, out(t, identity(n)), body, None, None);
+            }
+            "tensor.rmsnorm" => {
+                let shape = self.shape(ops[0]);
+                let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
+                let rows = Rows { shape: shape.clone(), axis: shape.len().saturating_sub(1) };
+                if shape.is_empty() {
+                    return Err(located(span, "rmsnorm of a rank-0 tensor"));
+                }
+                let r = self.rms(op, ops[0], res[0], &rows, eps)?;
+                let t = self.output(op, 0)?;
+                let n = shape.len();
+                let inputs = vec![
+                    self.read(ops[0], identity(n), span)?,
+                    opnd(r, rows.full_stat()),
+                    self.read(ops[1], rows.full_axis(), span)?,
+                ];
+                self.push(
+                    op,
+                    rname(0),
+                    shape,
+                    n,
+                    inputs,
+                    out(t, identity(n)),
+                    mul(mul(x(0), x(1)), x(2)),
+                    None,
+                    None,
+                );
+            }
+            "tensor.layernorm_grad" => self.layernorm_grad(op, &ops, &res)?,
+            "tensor.rmsnorm_grad" => self.rmsnorm_grad(op, &ops, &res)?,
+            "tensor.rope" | "tensor.rope_grad" => {
+                let shape = self.shape(ops[0]);
+                let n = shape.len();
+                if n < 2 {
+                    return Err(located(span, format!("{name} needs rank ≥ 2")));
+                }
+                let dd = shape[n - 1];
+                if dd == 0 {
+                    let _ = self.output(op, 0)?;
+                    return Ok(());
+                }
+                let h = dd / 2;
+                let last = dim(n - 1);
+                let rot =
+                    Expr::Mod(Box::new(shift(last.clone(), h)), Box::new(Expr::Const(dd as i64)));
+                let mut rot_full = identity(n);
+                rot_full[n - 1] = rot.clone();
+                let sd = vec![dim(n - 2), last];
+                let sd_rot = vec![dim(n - 2), rot];
+                let first_half = bin(B::Lt, dk(n - 1), int(h as i64));
+                let t = self.output(op, 0)?;
+                let (inputs, body) = if name == "tensor.rope" {
+                    // y = x·cos + rotate_half(x)·sin
+                    let inputs = vec![
+                        self.read(ops[0], identity(n), span)?,
+                        self.read(ops[1], sd.clone(), span)?,
+                        self.read(ops[2], sd, span)?,
+                        self.read(ops[0], rot_full, span)?,
+                    ];
+                    let rotated = select(first_half, un(U::Neg, x(3)), x(3));
+                    (inputs, add(mul(x(0), x(1)), mul(rotated, x(2))))
+                } else {
+                    // dx = dy·cos + (j < h ? dy[j+h]·sin[j+h] : -(dy[j-h]·sin[j-h]))
+                    let inputs = vec![
+                        self.read(ops[0], identity(n), span)?,
+                        self.read(ops[1], sd, span)?,
+                        self.read(ops[0], rot_full, span)?,
+                        self.read(ops[2], sd_rot, span)?,
+                    ];
+                    let p = mul(x(2), x(3));
+                    (inputs, add(mul(x(0), x(1)), select(first_half, p.clone(), un(U::Neg, p))))
+                };
+                self.push(op, rname(0), shape, n, inputs, out(t, identity(n)), body, None, None);
+            }
+            "tensor.embedding" => {
+                let so = self.shape(res[0]);
+                let n = so.len();
+                let dd = so[n - 1] as i64;
+                let table = self.read_linear(ops[0], span)?;
+                let ids = self.read(ops[1], identity(n - 1), span)?;
+                let t = self.output(op, 0)?;
+                let off = add(mul(x(1), int(dd)), dk(n - 1));
+                let body = Scalar::Load(0, Box::new(off));
+                self.push(
+                    op,
+                    rname(0),
+                    so,
+                    n,
+                    vec![table, ids],
+                    out(t, identity(n)),
+                    body,
+                    None,
+                    None,
+                );
+            }
+            "tensor.embedding_grad" => {
+                let so = self.shape(res[0]); // [V, D]
+                let si = self.shape(ops[0]); // ids shape
+                let q = si.len();
+                let mut domain = so.clone();
+                domain.extend(&si);
+                let ids_map: Map = (0..q).map(|k| dim(2 + k)).collect();
+                let mut dy_map = ids_map.clone();
+                dy_map.push(dim(1));
+                let inputs =
+                    vec![self.read(ops[0], ids_map, span)?, self.read(ops[1], dy_map, span)?];
+                let t = self.output(op, 0)?;
+                let body = select(bin(B::Eq, x(0), dk(0)), x(1), f(0.0));
+                self.push(
+                    op,
+                    rname(0),
+                    domain,
+                    2,
+                    inputs,
+                    out(t, identity(2)),
+                    body,
+                    Some(Combine::Add),
+                    None,
+                );
+            }
+            "tensor.cross_entropy" | "tensor.cross_entropy_grad" => {
+                let shape = self.shape(ops[0]); // [N, C]
+                if shape.len() != 2 {
+                    return Err(located(span, format!("{name} needs [N, C] logits")));
+                }
+                let (nn, cc) = (shape[0], shape[1]);
+                if cc == 0 || nn == 0 {
+                    let _ = self.output(op, 0)?;
+                    return Ok(());
+                }
+                let rows = Rows { shape: shape.clone(), axis: 1 };
+                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
+                let t = self.output(op, 0)?;
+                if name == "tensor.cross_entropy" {
+                    let logits = self.read_linear(ops[0], span)?;
+                    let inputs = vec![
+                        opnd(mx, vec![dim(1)]),
+                        opnd(sm, vec![dim(1)]),
+                        self.read(ops[1], vec![dim(1)], span)?,
+                        logits,
+                    ];
+                    let picked = Scalar::Load(3, Box::new(add(mul(dk(1), int(cc as i64)), x(2))));
+                    let body = sub(add(x(0), un(U::Log, x(1))), picked);
+                    let epi = div(Scalar::Acc, f(nn as f64));
+                    self.push(
+                        op,
+                        rname(0),
+                        vec![1, nn],
+                        1,
+                        inputs,
+                        out(t, Vec::new()),
+                        body,
+                        Some(Combine::Add),
+                        Some(epi),
+                    );
+                } else {
+                    let inputs = vec![
+                        self.read(ops[0], identity(2), span)?,
+                        opnd(mx, vec![dim(0)]),
+                        opnd(sm, vec![dim(0)]),
+                        self.read(ops[2], Vec::new(), span)?,
+                        self.read(ops[1], vec![dim(0)], span)?,
+                    ];
+                    let scale = || div(x(3), f(nn as f64));
+                    let p = mul(un(U::Exp, sub(x(0), add(x(1), un(U::Log, x(2))))), scale());
+                    let body = sub(p, select(bin(B::Eq, dk(1), x(4)), scale(), f(0.0)));
+                    self.push(
+                        op,
+                        rname(0),
+                        shape,
+                        2,
+                        inputs,
+                        out(t, identity(2)),
+                        body,
+                        None,
+                        None,
+                    );
+                }
+            }
+            "func.call" => return Err(located(span, "func.call left after inlining")),
+            other => return Err(located(span, format!("no lowering for `{other}`"))),
+        }
+        Ok(())
+    }
+
+    fn matmul(&mut self, op: Op, ops: &[Value], res: Value) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let span = d.span;
+        let ta = d.attr("transpose_a").and_then(Attr::as_bool).unwrap_or(false);
+        let tb = d.attr("transpose_b").and_then(Attr::as_bool).unwrap_or(false);
+        let (sa, sb, so) = (self.shape(ops[0]), self.shape(ops[1]), self.shape(res));
+        if sa.len() < 2 || sb.len() < 2 || so.len() < 2 {
+            return Err(located(span, "matmul operands need rank ≥ 2"));
+        }
+        let nb = so.len() - 2;
+        let kk = if ta { sa[sa.len() - 2] } else { sa[sa.len() - 1] };
+        let (mdim, ndim, kdim) = (dim(nb), dim(nb + 1), dim(nb + 2));
+        let operand_map = |s: &[u64], rows: Expr, cols: Expr, t: bool| -> Map {
+            let b = s.len() - 2;
+            let mut m: Map = (0..b)
+                .map(|i| {
+                    let o = i + nb - b;
+                    if s[i] == 1 && so[o] != 1 {
+                        Expr::Const(0)
+                    } else {
+                        dim(o)
+                    }
+                })
+                .collect();
+            if t {
+                m.push(cols);
+                m.push(rows);
+            } else {
+                m.push(rows);
+                m.push(cols);
+            }
+            m
+        };
+        let am = operand_map(&sa, mdim, kdim.clone(), ta);
+        let bm = operand_map(&sb, kdim, ndim, tb);
+        let inputs = vec![self.read(ops[0], am, span)?, self.read(ops[1], bm, span)?];
+        let t = self.output(op, 0)?;
+        let mut domain = so.clone();
+        domain.push(kk);
+        let rn = value_name(self.m, res);
+        self.push(
+            op,
+            rn,
+            domain,
+            nb + 2,
+            inputs,
+            out(t, identity(nb + 2)),
+            mul(x(0), x(1)),
+            Some(Combine::Add),
+            None,
+        );
+        Ok(())
+    }
+
+    /// A reduction of `src` over the axes in `mask` into result `res`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &mut self,
+        op: Op,
+        src: Value,
+        res: Value,
+        mask: &[bool],
+        keep: bool,
+        combine: Combine,
+        epi: Option<Scalar>,
+    ) -> Result<(), Diagnostic> {
+        let span = self.m.op(op).span;
+        let shape = self.shape(src);
+        let kept: Vec<usize> = (0..shape.len()).filter(|&k| !mask[k]).collect();
+        let red: Vec<usize> = (0..shape.len()).filter(|&k| mask[k]).collect();
+        let n_par = kept.len().max(1);
+        let mut domain: Vec<u64> = kept.iter().map(|&k| shape[k]).collect();
+        if domain.is_empty() {
+            domain.push(1);
+        }
+        domain.extend(red.iter().map(|&k| shape[k]));
+        let mut xm = vec![Expr::Const(0); shape.len()];
+        for (j, &k) in kept.iter().enumerate() {
+            xm[k] = dim(j);
+        }
+        for (j, &k) in red.iter().enumerate() {
+            xm[k] = dim(n_par + j);
+        }
+        let mut om = Vec::new();
+        let mut j = 0;
+        for &m in mask {
+            if !m {
+                om.push(dim(j));
+                j += 1;
+            } else if keep {
+                om.push(Expr::Const(0));
+            }
+        }
+        let input = self.read(src, xm, span)?;
+        let t = self.output(op, 0)?;
+        let rn = value_name(self.m, res);
+        self.push(op, rn, domain, n_par, vec![input], out(t, om), x(0), Some(combine), epi);
+        Ok(())
+    }
+
+    /// `unbroadcast`: sums over `mask`; the first `lead` axes disappear, the others stay size 1.
+    fn reduce_to(
+        &mut self,
+        op: Op,
+        src: Value,
+        res: Value,
+        mask: &[bool],
+        lead: usize,
+    ) -> Result<(), Diagnostic> {
+        let span = self.m.op(op).span;
+        let shape = self.shape(src);
+        let kept: Vec<usize> = (0..shape.len()).filter(|&k| !mask[k]).collect();
+        let red: Vec<usize> = (0..shape.len()).filter(|&k| mask[k]).collect();
+        let n_par = kept.len().max(1);
+        let mut domain: Vec<u64> = kept.iter().map(|&k| shape[k]).collect();
+        if domain.is_empty() {
+            domain.push(1);
+        }
+        domain.extend(red.iter().map(|&k| shape[k]));
+        let mut xm = vec![Expr::Const(0); shape.len()];
+        for (j, &k) in kept.iter().enumerate() {
+            xm[k] = dim(j);
+        }
+        for (j, &k) in red.iter().enumerate() {
+            xm[k] = dim(n_par + j);
+        }
+        let mut om = Vec::new();
+        let mut j = 0;
+        for (k, &m) in mask.iter().enumerate() {
+            if !m {
+                om.push(dim(j));
+                j += 1;
+            } else if k >= lead {
+                om.push(Expr::Const(0));
+            }
+        }
+        let input = self.read(src, xm, span)?;
+        let t = self.output(op, 0)?;
+        let rn = value_name(self.m, res);
+        self.push(op, rn, domain, n_par, vec![input], out(t, om), x(0), Some(Combine::Add), None);
+        Ok(())
+    }
+
+    /// Row max, then row sum of `exp(x - max)` (softmax, cross-entropy).
+    fn max_and_expsum(
+        &mut self,
+        op: Op,
+        src: Value,
+        res: Value,
+        rows: &Rows,
+    ) -> Result<(Tid, Tid), Diagnostic> {
+        let span = self.m.op(op).span;
+        let rn = value_name(self.m, res);
+        let mx = self.stat(res, &rows.stat_shape(), "max", span)?;
+        let input = self.read(src, rows.red_full(), span)?;
+        self.push(
+            op,
+            format!("{rn}_max"),
+            rows.red_domain(),
+            rows.n_par(),
+            vec![input],
+            out(mx, rows.red_stat()),
+            x(0),
+            Some(Combine::Max),
+            None,
+        );
+        let sm = self.stat(res, &rows.stat_shape(), "sum", span)?;
+        let inputs = vec![self.read(src, rows.red_full(), span)?, opnd(mx, rows.red_stat())];
+        self.push(
+            op,
+            format!("{rn}_sum"),
+            rows.red_domain(),
+            rows.n_par(),
+            inputs,
+            out(sm, rows.red_stat()),
+            un(U::Exp, sub(x(0), x(1))),
+            Some(Combine::Add),
+            None,
+        );
+        Ok((mx, sm))
+    }
+
+    /// Row mean, then `1/sqrt(var + eps)` with the two-pass variance (layernorm).
+    fn moments(
+        &mut self,
+        op: Op,
+        src: Value,
+        res: Value,
+        rows: &Rows,
+        eps: f64,
+    ) -> Result<(Tid, Tid), Diagnostic> {
+        let span = self.m.op(op).span;
+        let rn = value_name(self.m, res);
+        let n = rows.len() as f64;
+        let mean = self.stat(res, &rows.stat_shape(), "mean", span)?;
+        let input = self.read(src, rows.red_full(), span)?;
+        self.push(
+            op,
+            format!("{rn}_mean"),
+            rows.red_domain(),
+            rows.n_par(),
+            vec![input],
+            out(mean, rows.red_stat()),
+            x(0),
+            Some(Combine::Add),
+            Some(div(Scalar::Acc, f(n))),
+        );
+        let rstd = self.stat(res, &rows.stat_shape(), "rstd", span)?;
+        let inputs = vec![self.read(src, rows.red_full(), span)?, opnd(mean, rows.red_stat())];
+        let dev = || sub(x(0), x(1));
+        let epi = rsqrt(add(div(Scalar::Acc, f(n)), f(eps)));
+        self.push(
+            op,
+            format!("{rn}_rstd"),
+            rows.red_domain(),
+            rows.n_par(),
+            inputs,
+            out(rstd, rows.red_stat()),
+            mul(dev(), dev()),
+            Some(Combine::Add),
+            Some(epi),
+        );
+        Ok((mean, rstd))
+    }
+
+    /// `1/sqrt(mean(x²) + eps)` per row (rmsnorm).
+    fn rms(
+        &mut self,
+        op: Op,
+        src: Value,
+        res: Value,
+        rows: &Rows,
+        eps: f64,
+    ) -> Result<Tid, Diagnostic> {
+        let span = self.m.op(op).span;
+        let rn = value_name(self.m, res);
+        let n = rows.len() as f64;
+        let r = self.stat(res, &rows.stat_shape(), "rstd", span)?;
+        let input = self.read(src, rows.red_full(), span)?;
+        let epi = rsqrt(add(div(Scalar::Acc, f(n)), f(eps)));
+        self.push(
+            op,
+            format!("{rn}_rstd"),
+            rows.red_domain(),
+            rows.n_par(),
+            vec![input],
+            out(r, rows.red_stat()),
+            mul(x(0), x(0)),
+            Some(Combine::Add),
+            Some(epi),
+        );
+        Ok(r)
+    }
+
+    fn layernorm_grad(&mut self, op: Op, ops: &[Value], res: &[Value]) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let span = d.span;
+        let shape = self.shape(ops[0]);
+        let axis = axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(-1), shape.len(), span)?;
+        let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
+        let rows = Rows { shape: shape.clone(), axis };
+        let n = rows.len() as f64;
+        let rn = value_name(self.m, res[0]);
+        let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
+        let (mean, rstd) = self.moments(op, x_, res[0], &rows, eps)?;
+        // mean_g = Σ dy·gamma / n; mean_gx = Σ dy·gamma·x̂ / n, x̂ = (x - mean)·r.
+        let mg = self.stat(res[0], &rows.stat_shape(), "mean_g", span)?;
+        let inputs =
+            vec![self.read(dy, rows.red_full(), span)?, self.read(gamma, rows.red_axis(), span)?];
+        self.push(
+            op,
+            format!("{rn}_mean_g"),
+            rows.red_domain(),
+            rows.n_par(),
+            inputs,
+            out(mg, rows.red_stat()),
+            mul(x(0), x(1)),
+            Some(Combine::Add),
+            Some(div(Scalar::Acc, f(n))),
+        );
+        let mgx = self.stat(res[0], &rows.stat_shape(), "mean_gx", span)?;
+        let inputs = vec![
+            self.read(dy, rows.red_full(), span)?,
+            self.read(gamma, rows.red_axis(), span)?,
+            self.read(x_, rows.red_full(), span)?,
+            opnd(mean, rows.red_stat()),
+            opnd(rstd, rows.red_stat()),
+        ];
+        let body = mul(mul(x(0), x(1)), mul(sub(x(2), x(3)), x(4)));
+        self.push(
+            op,
+            format!("{rn}_mean_gx"),
+            rows.red_domain(),
+            rows.n_par(),
+            inputs,
+            out(mgx, rows.red_stat()),
+            body,
+            Some(Combine::Add),
+            Some(div(Scalar::Acc, f(n))),
+        );
+        // dx = r·(dy·gamma - mean_g - x̂·mean_gx)
+        let k = shape.len();
+        let t = self.output(op, 0)?;
+        let inputs = vec![
+            self.read(dy, identity(k), span)?,
+            self.read(gamma, rows.full_axis(), span)?,
+            self.read(x_, identity(k), span)?,
+            opnd(mean, rows.full_stat()),
+            opnd(rstd, rows.full_stat()),
+            opnd(mg, rows.full_stat()),
+            opnd(mgx, rows.full_stat()),
+        ];
+        let xhat = mul(sub(x(2), x(3)), x(4));
+        let body = mul(x(4), sub(sub(mul(x(0), x(1)), x(5)), mul(xhat, x(6))));
+        self.push(op, rn, shape.clone(), k, inputs, out(t, identity(k)), body, None, None);
+        // dgamma = Σ dy·x̂, dbeta = Σ dy over every axis but `axis`.
+        let tg = self.output(op, 1)?;
+        let inputs = vec![
+            self.read(dy, rows.col_full(), span)?,
+            self.read(x_, rows.col_full(), span)?,
+            opnd(mean, rows.col_stat()),
+            opnd(rstd, rows.col_stat()),
+        ];
+        let body = mul(x(0), mul(sub(x(1), x(2)), x(3)));
+        let gname = value_name(self.m, res[1]);
+        self.push(
+            op,
+            gname,
+            rows.col_domain(),
+            1,
+            inputs,
+            out(tg, vec![dim(0)]),
+            body,
+            Some(Combine::Add),
+            None,
+        );
+        let tb = self.output(op, 2)?;
+        let inputs = vec![self.read(dy, rows.col_full(), span)?];
+        let bname = value_name(self.m, res[2]);
+        self.push(
+            op,
+            bname,
+            rows.col_domain(),
+            1,
+            inputs,
+            out(tb, vec![dim(0)]),
+            x(0),
+            Some(Combine::Add),
+            None,
+        );
+        Ok(())
+    }
+
+    fn rmsnorm_grad(&mut self, op: Op, ops: &[Value], res: &[Value]) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let span = d.span;
+        let shape = self.shape(ops[0]);
+        if shape.is_empty() {
+            return Err(located(span, "rmsnorm_grad of a rank-0 tensor"));
+        }
+        let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
+        let rows = Rows { shape: shape.clone(), axis: shape.len() - 1 };
+        let n = rows.len() as f64;
+        let rn = value_name(self.m, res[0]);
+        let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
+        let r = self.rms(op, x_, res[0], &rows, eps)?;
+        // s = Σ dy·gamma·x / n
+        let s = self.stat(res[0], &rows.stat_shape(), "dot", span)?;
+        let inputs = vec![
+            self.read(dy, rows.red_full(), span)?,
+            self.read(gamma, rows.red_axis(), span)?,
+            self.read(x_, rows.red_full(), span)?,
+        ];
+        self.push(
+            op,
+            format!("{rn}_dot"),
+            rows.red_domain(),
+            rows.n_par(),
+            inputs,
+            out(s, rows.red_stat()),
+            mul(mul(x(0), x(1)), x(2)),
+            Some(Combine::Add),
+            Some(div(Scalar::Acc, f(n))),
+        );
+        // dx = r·dy·gamma - x·r·r·r·s
+        let k = shape.len();
+        let t = self.output(op, 0)?;
+        let inputs = vec![
+            self.read(dy, identity(k), span)?,
+            self.read(gamma, rows.full_axis(), span)?,
+            self.read(x_, identity(k), span)?,
+            opnd(r, rows.full_stat()),
+            opnd(s, rows.full_stat()),
+        ];
+        let body =
+            sub(mul(mul(x(3), x(0)), x(1)), mul(mul(mul(mul(x(2), x(3)), x(3)), x(3)), x(4)));
+        self.push(op, rn, shape.clone(), k, inputs, out(t, identity(k)), body, None, None);
+        // dgamma = Σ dy·x·r over the leading axes.
+        let tg = self.output(op, 1)?;
+        let inputs = vec![
+            self.read(dy, rows.col_full(), span)?,
+            self.read(x_, rows.col_full(), span)?,
+            opnd(r, rows.col_stat()),
+        ];
+        let gname = value_name(self.m, res[1]);
+        self.push(
+            op,
+            gname,
+            rows.col_domain(),
+            1,
+            inputs,
+            out(tg, vec![dim(0)]),
+            mul(mul(x(0), x(1)), x(2)),
+            Some(Combine::Add),
+            None,
+        );
+        Ok(())
+    }
+}
+
+fn out(t: Tid, map: Map) -> Operand {
+    Operand { t, map, gather: false }
+}
+
+fn opnd(t: Tid, map: Map) -> Operand {
+    Operand { t, map, gather: false }
+}
+
+fn shift(e: Expr, by: u64) -> Expr {
+    if by == 0 {
+        e
+    } else {
+        Expr::Add(Box::new(e), Box::new(Expr::Const(by as i64)))
+    }
+}
+
+/// `e` with [`Scalar::Acc`] replaced by `acc`.
+pub(crate) fn substitute_acc(e: &Scalar, acc: &Scalar) -> Scalar {
+    super::fusion::map_scalar(e, &mut |s| match s {
+        Scalar::Acc => Some(acc.clone()),
+        _ => None,
+    })
+}

@@ -1,0 +1,567 @@
+//! Storage maps: logical index → storage coordinates, the image-output domain change, and the
+//! egg simplification of the composed maps.
+//!
+//! - A linear buffer: the row-major offset `Σ i_k · stride_k`.
+//! - An R-Tile (see `dialects/src/layout/attr.rs`): with `b` the linearised batch index, `(i, j)`
+//!   the last two indices, tile `(a, c) = (i floordiv th, j floordiv tw)`, in-tile `(r, s) =
+//!   (i mod th, j mod tw)`, footprint position `(fr, fc)` (`rows`: `(r, s)`; `block`: `((r
+//!   floordiv bh)·(tw/bw) + s floordiv bw)·bh + r mod bh`, `s mod bw`), the texel is `x = col·fw +
+//!   fc floordiv 4`, `y = row·fh + fr`, channel `fc mod 4`, where `(col, row)` is `(c, b·gh + a)`
+//!   or, with the tile grid transposed (`horizontal = rank-2`), `(a, b·gw + c)`. In an image the
+//!   map has the three results `(x, y, c)`; in a buffer the one result `(y·W + x)·4 + c`.
+//! - A kernel writing an image iterates over its texels: the domain becomes `[H, W, 4,
+//!   reductions...]` (dims `y, x, c`), every operand map is composed with the inverse map (texel →
+//!   logical index), and a guard keeps the points that hold an element (`i < H`, `j < W`, the
+//!   channel inside the tile's footprint), so padding is written as 0.
+
+use std::collections::HashMap;
+
+use fbc_dialects::layout::attr::CHANNELS;
+use fbc_dialects::layout::{Intra, Layout, Matrix, RTile};
+use fbc_dialects::memory::{Guard, Iter, Kernel, Scalar, ScalarBin};
+use fbc_index::{simplify_map, Expr, IndexMap, Limits, Ranges};
+use fbc_ir::{AffineMap, Diagnostic, Span};
+
+use super::fusion::map_scalar;
+use super::{compose, dim, identity, located, LKernel, Lower, Map, Operand, Sid};
+use crate::index_elim::maps::from_index_expr;
+
+fn c(v: u64) -> Expr {
+    Expr::Const(v as i64)
+}
+fn add(a: Expr, b: Expr) -> Expr {
+    match (&a, &b) {
+        (Expr::Const(0), _) => b,
+        (_, Expr::Const(0)) => a,
+        _ => Expr::Add(Box::new(a), Box::new(b)),
+    }
+}
+fn mul(a: Expr, k: u64) -> Expr {
+    match (&a, k) {
+        (_, 0) => Expr::Const(0),
+        (_, 1) => a,
+        (Expr::Const(0), _) => a,
+        _ => Expr::Mul(Box::new(a), Box::new(c(k))),
+    }
+}
+fn fdiv(a: Expr, k: u64) -> Expr {
+    if k == 1 {
+        a
+    } else {
+        Expr::FloorDiv(Box::new(a), Box::new(c(k)))
+    }
+}
+fn fmod(a: Expr, k: u64) -> Expr {
+    if k == 1 {
+        Expr::Const(0)
+    } else {
+        Expr::Mod(Box::new(a), Box::new(c(k)))
+    }
+}
+
+/// Row-major offset of `idx` in `shape` (axes of extent 1 contribute nothing: their index is 0).
+fn linear_offset(shape: &[u64], idx: &[Expr]) -> Expr {
+    let mut strides = vec![1u64; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1].saturating_mul(shape[k + 1]);
+    }
+    let mut off = Expr::Const(0);
+    for k in 0..shape.len() {
+        if shape[k] != 1 {
+            off = add(off, mul(idx[k].clone(), strides[k]));
+        }
+    }
+    off
+}
+
+/// The texel `(x, y, c)` of logical index `idx` of a tensor of `shape` in R-Tile `r`.
+fn rtile_texel(r: &RTile, shape: &[u64], idx: &[Expr]) -> [Expr; 3] {
+    let n = shape.len();
+    let m = Matrix::of(shape).unwrap_or(Matrix { batch: 1, h: 1, w: 1 });
+    let b = linear_offset(&shape[..n - 2], &idx[..n - 2]);
+    let (i, j) = (idx[n - 2].clone(), idx[n - 1].clone());
+    let [th, tw] = r.tile;
+    let (a, cc) = (fdiv(i.clone(), th), fdiv(j.clone(), tw));
+    let (rr, s) = (fmod(i, th), fmod(j, tw));
+    let (fr, fc) = match r.intra {
+        Intra::Rows => (rr, s),
+        Intra::Block { bh, bw } => {
+            let blk = add(mul(fdiv(rr.clone(), bh), tw / bw.max(1)), fdiv(s.clone(), bw));
+            (add(mul(blk, bh), fmod(rr, bh)), fmod(s, bw))
+        }
+    };
+    let (gh, gw) = r.grid(m);
+    let (fh, fw) = r.footprint();
+    let (col, row) = if r.horizontal as usize == n - 2 {
+        (a, add(mul(b, gw), cc))
+    } else {
+        (cc, add(mul(b, gh), a))
+    };
+    let x = add(mul(col, fw), fdiv(fc.clone(), CHANNELS));
+    let y = add(mul(row, fh), fr);
+    [x, y, fmod(fc, CHANNELS)]
+}
+
+/// The inverse of [`rtile_texel`] on texel dims `(d0, d1, d2) = (y, x, c)`: the logical index,
+/// and the guard `(i, j, fc)` with its bounds `(H, W, footprint columns holding elements)`.
+fn rtile_inverse(r: &RTile, shape: &[u64]) -> (Map, Map, Vec<u64>) {
+    let n = shape.len();
+    let m = Matrix::of(shape).unwrap_or(Matrix { batch: 1, h: 1, w: 1 });
+    let (y, x, ch) = (dim(0), dim(1), dim(2));
+    let [th, tw] = r.tile;
+    let (gh, gw) = r.grid(m);
+    let (fh, fw) = r.footprint();
+    let (row, fr) = (fdiv(y.clone(), fh), fmod(y, fh));
+    let (col, fc) = (fdiv(x.clone(), fw), add(mul(fmod(x, fw), CHANNELS), ch));
+    let (b, a, cc) = if r.horizontal as usize == n - 2 {
+        (fdiv(row.clone(), gw), col, fmod(row, gw))
+    } else {
+        (fdiv(row.clone(), gh), fmod(row, gh), col)
+    };
+    let (rr, s, width) = match r.intra {
+        Intra::Rows => (fr, fc.clone(), tw),
+        Intra::Block { bh, bw } => {
+            let per = tw / bw.max(1);
+            let blk = fdiv(fr.clone(), bh);
+            let rr = add(mul(fdiv(blk.clone(), per), bh), fmod(fr, bh));
+            let s = add(mul(fmod(blk, per), bw), fc.clone());
+            (rr, s, bw)
+        }
+    };
+    let i = add(mul(a, th), rr);
+    let j = add(mul(cc, tw), s);
+    let mut idx: Map = Vec::with_capacity(n);
+    // Delinearise the batch index into the leading dims.
+    let lead = &shape[..n - 2];
+    let mut stride: u64 = lead.iter().product();
+    for (k, &e) in lead.iter().enumerate() {
+        stride /= e.max(1);
+        let q = fdiv(b.clone(), stride);
+        idx.push(if k == 0 { q } else { fmod(q, e) });
+    }
+    idx.push(i.clone());
+    idx.push(j.clone());
+    (idx, vec![i, j, fc], vec![m.h, m.w, width])
+}
+
+/// Gives every image output a kernel that can write it: kernels writing an image whose output map
+/// is not the identity, or images written by several kernels, write a linear temporary that one
+/// copy kernel moves into the image.
+pub(crate) fn retarget_images(l: &mut Lower<'_>) -> Result<(), Diagnostic> {
+    let mut writers: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, k) in l.kernels.iter().enumerate() {
+        writers.entry(k.out.t).or_default().push(i);
+    }
+    let mut fix: Vec<(usize, Vec<usize>)> = writers
+        .into_iter()
+        .filter(|(t, ks)| {
+            let s = &l.storages[l.tensors[*t].storage];
+            s.ty.is_image()
+                && (ks.len() > 1 || l.kernels[ks[0]].out.map != identity(l.tensors[*t].shape.len()))
+        })
+        .collect();
+    fix.sort_unstable();
+    // Insert from the back so indices stay valid.
+    fix.sort_by_key(|(_, ks)| std::cmp::Reverse(*ks.last().unwrap_or(&0)));
+    for (t, ks) in fix {
+        let shape = l.tensors[t].shape.clone();
+        let elem = l.tensors[t].elem;
+        let span: Span = l.kernels[ks[0]].span;
+        let name = format!("{}_lin", l.storages[l.tensors[t].storage].name);
+        let tmp = l.temp(&shape, elem, name.clone(), span)?;
+        for &k in &ks {
+            l.kernels[k].out.t = tmp;
+        }
+        let last = *ks.last().unwrap_or(&0);
+        let before = l.kernels.len();
+        l.push_copy(
+            t,
+            Operand { t: tmp, map: identity(shape.len()), gather: false },
+            "copy",
+            &name,
+            "layout.convert",
+            span,
+        );
+        let copy = l.kernels.remove(before);
+        l.kernels.insert(last + 1, copy);
+        l.copies += 1;
+    }
+    Ok(())
+}
+
+/// Builds final kernels, simplifying maps (memoised: equal maps over equal domains recur).
+pub(crate) struct Mapper {
+    simplify: bool,
+    memo: HashMap<(Vec<Expr>, Vec<u64>), Vec<Expr>>,
+    pub divmod_before: usize,
+    pub divmod_after: usize,
+}
+
+impl Mapper {
+    pub(crate) fn new(simplify: bool) -> Mapper {
+        Mapper { simplify, memo: HashMap::new(), divmod_before: 0, divmod_after: 0 }
+    }
+
+    fn simplify(&mut self, results: Vec<Expr>, domain: &[u64]) -> Vec<Expr> {
+        let before: usize = results.iter().map(Expr::count_divmod).sum();
+        self.divmod_before += before;
+        if !self.simplify || before == 0 {
+            self.divmod_after += before;
+            return results;
+        }
+        let key = (results.clone(), domain.to_vec());
+        let out = match self.memo.get(&key) {
+            Some(r) => r.clone(),
+            None => {
+                let dims: Vec<String> = (0..domain.len()).map(|k| format!("d{k}")).collect();
+                let mut ranges = Ranges::new();
+                for (k, &n) in domain.iter().enumerate() {
+                    let _ = ranges.insert(format!("d{k}"), 0, n as i64);
+                }
+                let map = IndexMap { dims, symbols: Vec::new(), results: results.clone() };
+                let limits = Limits {
+                    time_limit: std::time::Duration::from_millis(100),
+                    ..Limits::default()
+                };
+                let (simple, _) = simplify_map(&map, &ranges, &limits);
+                // Only keep what converts back to the IR's syntax.
+                let r = if simple.results.iter().all(|e| from_index_expr(e).is_some()) {
+                    simple.results
+                } else {
+                    results
+                };
+                self.memo.insert(key, r.clone());
+                r
+            }
+        };
+        self.divmod_after += out.iter().map(Expr::count_divmod).sum::<usize>();
+        out
+    }
+
+    fn affine(&self, results: &[Expr], n: usize, span: Span) -> Result<AffineMap, Diagnostic> {
+        let results = results
+            .iter()
+            .map(|e| {
+                from_index_expr(e)
+                    .ok_or_else(|| located(span, format!("index `{e}` has no affine form")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AffineMap {
+            dims: (0..n).map(|k| format!("d{k}")).collect(),
+            symbols: Vec::new(),
+            results,
+        })
+    }
+
+    /// Storage coordinates of tensor operand `o` (logical map already over the final domain).
+    fn storage_map(l: &Lower<'_>, o: &Operand) -> Vec<Expr> {
+        let t = &l.tensors[o.t];
+        let s = &l.storages[t.storage];
+        if o.gather {
+            return vec![Expr::Const(0)];
+        }
+        match &s.layout {
+            Layout::Linear => vec![linear_offset(&t.shape, &o.map)],
+            Layout::RTile(r) => {
+                let [x, y, ch] = rtile_texel(r, &t.shape, &o.map);
+                if s.ty.is_image() {
+                    vec![x, y, ch]
+                } else {
+                    let w = r.image_extent(&t.shape).map_or(1, |[w, _]| w);
+                    vec![add(mul(add(mul(y, w), x), CHANNELS), ch)]
+                }
+            }
+        }
+    }
+
+    /// The final kernel of `k` and the storages of its operands (inputs, then output).
+    pub(crate) fn build(
+        &mut self,
+        l: &Lower<'_>,
+        k: &LKernel,
+        name: String,
+    ) -> Result<(Kernel, Vec<Sid>), Diagnostic> {
+        let out_t = &l.tensors[k.out.t];
+        let out_s = &l.storages[out_t.storage];
+        let mut k = k.clone();
+        let mut guard = None;
+        if let (true, Layout::RTile(r)) = (out_s.ty.is_image(), &out_s.layout) {
+            // Iterate over texels: (y, x, c) then the reductions.
+            let (inv, gmap, bounds) = rtile_inverse(r, &out_t.shape);
+            let [w, h] = r.image_extent(&out_t.shape).unwrap_or([1, 1]);
+            let red = k.domain.len() - k.n_par;
+            // Old parallel dim p → inv[p]; old reduction dim n_par + q → new dim 3 + q.
+            let mut with: Map = inv.clone();
+            with.truncate(k.n_par);
+            for q in 0..red {
+                with.push(dim(3 + q));
+            }
+            for o in &mut k.inputs {
+                if !o.gather {
+                    o.map = compose(&o.map, &with);
+                }
+            }
+            let to_scalar = |e: &Expr| expr_scalar(e);
+            let dims: Vec<Scalar> = with.iter().map(to_scalar).collect();
+            k.body = subst_dims(&k.body, &dims);
+            k.epilogue = k.epilogue.as_ref().map(|e| subst_dims(e, &dims));
+            let mut domain = vec![h, w, CHANNELS];
+            domain.extend_from_slice(&k.domain[k.n_par..]);
+            k.domain = domain;
+            k.n_par = 3;
+            k.out.map = inv;
+            guard = Some((gmap, bounds));
+        }
+        let n = k.domain.len();
+        let mut maps = Vec::new();
+        let mut sids = Vec::new();
+        for o in k.inputs.iter().chain(std::iter::once(&k.out)) {
+            let results = if std::ptr::eq(o, &k.out) && out_s.ty.is_image() {
+                vec![dim(1), dim(0), dim(2)]
+            } else {
+                Self::storage_map(l, o)
+            };
+            let results = self.simplify(results, &k.domain);
+            maps.push(self.affine(&results, n, k.span)?);
+            sids.push(l.tensors[o.t].storage);
+        }
+        let guard = match guard {
+            Some((g, bounds)) => {
+                let g = self.simplify(g, &k.domain);
+                // Conditions that hold on the whole domain (no padding there) are dropped.
+                let (g, bounds): (Vec<Expr>, Vec<u64>) = g
+                    .into_iter()
+                    .zip(bounds)
+                    .filter(|(e, b)| {
+                        !interval(e, &k.domain).is_some_and(|(lo, hi)| lo >= 0 && (hi as u64) < *b)
+                    })
+                    .unzip();
+                if g.is_empty() {
+                    None
+                } else {
+                    Some(Guard { map: self.affine(&g, n, k.span)?, bounds })
+                }
+            }
+            None => None,
+        };
+        let iterators =
+            (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { Iter::Reduction }).collect();
+        let kernel = Kernel {
+            name,
+            source: k.source.join("+"),
+            domain: k.domain.clone(),
+            iterators,
+            maps,
+            body: k.body.clone(),
+            combine: k.combine,
+            epilogue: k.epilogue.clone(),
+            guard,
+        };
+        Ok((kernel, sids))
+    }
+}
+
+/// `e` with every domain index `Dim(i)` replaced by `dims[i]`.
+fn subst_dims(e: &Scalar, dims: &[Scalar]) -> Scalar {
+    map_scalar(e, &mut |s| match s {
+        Scalar::Dim(i) => dims.get(*i).cloned(),
+        _ => None,
+    })
+}
+
+/// An index expression as integer scalar arithmetic (`/` and `%` floor on integers).
+fn expr_scalar(e: &Expr) -> Scalar {
+    let b = |op, a: &Expr, c: &Expr| {
+        Scalar::Bin(op, Box::new(expr_scalar(a)), Box::new(expr_scalar(c)))
+    };
+    match e {
+        Expr::Const(v) => Scalar::Int(*v),
+        Expr::Var(v) => Scalar::Dim(v.trim_start_matches('d').parse().unwrap_or(0)),
+        Expr::Add(a, c) => b(ScalarBin::Add, a, c),
+        Expr::Sub(a, c) => b(ScalarBin::Sub, a, c),
+        Expr::Mul(a, c) => b(ScalarBin::Mul, a, c),
+        Expr::FloorDiv(a, c) => b(ScalarBin::Div, a, c),
+        Expr::Mod(a, c) => b(ScalarBin::Rem, a, c),
+        Expr::Neg(a) => {
+            Scalar::Bin(ScalarBin::Sub, Box::new(Scalar::Int(0)), Box::new(expr_scalar(a)))
+        }
+        // Not produced by the maps built here.
+        other => Scalar::Int(other.eval(&|_| None).unwrap_or(0)),
+    }
+}
+
+/// The range `[lo, hi]` of `e` when every `dK` lies in `0..domain[K]`; `None` when unknown.
+fn interval(e: &Expr, domain: &[u64]) -> Option<(i64, i64)> {
+    let konst = |e: &Expr| match e {
+        Expr::Const(c) => Some(*c),
+        _ => None,
+    };
+    Some(match e {
+        Expr::Const(c) => (*c, *c),
+        Expr::Var(v) => {
+            let k: usize = v.strip_prefix('d')?.parse().ok()?;
+            (0, i64::try_from(*domain.get(k)?).ok()?.checked_sub(1)?)
+        }
+        Expr::Add(a, b) => {
+            let (a, b) = (interval(a, domain)?, interval(b, domain)?);
+            (a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)
+        }
+        Expr::Sub(a, b) => {
+            let (a, b) = (interval(a, domain)?, interval(b, domain)?);
+            (a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)
+        }
+        Expr::Mul(a, b) => {
+            let (a, c) = match (konst(a), konst(b)) {
+                (_, Some(c)) => (interval(a, domain)?, c),
+                (Some(c), _) => (interval(b, domain)?, c),
+                _ => return None,
+            };
+            let (x, y) = (a.0.checked_mul(c)?, a.1.checked_mul(c)?);
+            (x.min(y), x.max(y))
+        }
+        Expr::FloorDiv(a, b) | Expr::Shr(a, b) => {
+            let c = konst(b)?;
+            let c = if matches!(e, Expr::Shr(..)) {
+                1i64.checked_shl(u32::try_from(c).ok()?)?
+            } else {
+                c
+            };
+            if c <= 0 {
+                return None;
+            }
+            let a = interval(a, domain)?;
+            (a.0.div_euclid(c), a.1.div_euclid(c))
+        }
+        Expr::Shl(a, b) => {
+            let c = 1i64.checked_shl(u32::try_from(konst(b)?).ok()?)?;
+            let a = interval(a, domain)?;
+            (a.0.checked_mul(c)?, a.1.checked_mul(c)?)
+        }
+        Expr::And(a, b) => {
+            // `x & (2^k - 1)` is `x mod 2^k`.
+            let c = konst(b)?.checked_add(1)?;
+            if c <= 0 || c & (c - 1) != 0 {
+                return None;
+            }
+            let a = interval(a, domain)?;
+            if a.0 >= 0 && a.1 < c {
+                a
+            } else {
+                (0, c - 1)
+            }
+        }
+        Expr::Mod(a, b) => {
+            let c = konst(b)?;
+            if c <= 0 {
+                return None;
+            }
+            let a = interval(a, domain)?;
+            if a.0 >= 0 && a.1 < c {
+                a
+            } else {
+                (0, c - 1)
+            }
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use fbc_dialects::layout::Storage;
+
+    use super::*;
+
+    fn eval(e: &Expr, vals: &[i64]) -> i64 {
+        e.eval(&|v: &str| {
+            v.strip_prefix('d').and_then(|k| k.parse::<usize>().ok()).map(|k| vals[k])
+        })
+        .expect("defined")
+    }
+
+    /// Every index of `shape` in every layout below: the texel map agrees with
+    /// `RTile::texel_of`, and the inverse map on every texel of the image gives back the index
+    /// whose texel it is (guard true) or lies in the padding (guard false).
+    #[test]
+    fn texel_maps_agree_with_the_layout_and_invert() {
+        let layouts = [
+            ([4, 4], Intra::Rows, 1),
+            ([4, 4], Intra::Rows, 0),
+            ([2, 8], Intra::Block { bh: 2, bw: 4 }, 0),
+            ([4, 8], Intra::Block { bh: 2, bw: 4 }, 1),
+            ([3, 5], Intra::Rows, 1),
+            ([2, 2], Intra::Rows, 0),
+        ];
+        for shape in [vec![6u64, 10], vec![2, 5, 7], vec![3, 2, 4, 8]] {
+            let n = shape.len();
+            for (tile, intra, h) in layouts {
+                let horizontal = if h == 1 { n as u64 - 1 } else { n as u64 - 2 };
+                let r =
+                    RTile::for_shape(&shape, tile, intra, horizontal, Storage::Image2d).unwrap();
+                let idx: Map = (0..n).map(dim).collect();
+                let map = rtile_texel(&r, &shape, &idx);
+                let mut seen = std::collections::HashSet::new();
+                let total: u64 = shape.iter().product();
+                for flat in 0..total {
+                    let mut i = vec![0u64; n];
+                    let mut f = flat;
+                    for k in (0..n).rev() {
+                        i[k] = f % shape[k];
+                        f /= shape[k];
+                    }
+                    let vals: Vec<i64> = i.iter().map(|&v| v as i64).collect();
+                    let want = r.texel_of(&shape, &i).unwrap();
+                    let got: Vec<i64> = map.iter().map(|e| eval(e, &vals)).collect();
+                    assert_eq!(
+                        got,
+                        vec![want.x as i64, want.y as i64, want.c as i64],
+                        "{r} {shape:?} {i:?}"
+                    );
+                    seen.insert(got);
+                }
+                let [w, hh] = r.image_extent(&shape).unwrap();
+                let (inv, guard, bounds) = rtile_inverse(&r, &shape);
+                let mut valid = 0;
+                for y in 0..hh as i64 {
+                    for x in 0..w as i64 {
+                        for c in 0..4 {
+                            let t = [y, x, c];
+                            let ok = guard.iter().zip(&bounds).all(|(g, &b)| {
+                                let v = eval(g, &t);
+                                v >= 0 && (v as u64) < b
+                            });
+                            assert_eq!(
+                                ok,
+                                seen.contains(&vec![x, y, c]),
+                                "{r} {shape:?} texel {t:?}"
+                            );
+                            if ok {
+                                valid += 1;
+                                let i: Vec<i64> = inv.iter().map(|e| eval(e, &t)).collect();
+                                let back: Vec<i64> = map.iter().map(|e| eval(e, &i)).collect();
+                                assert_eq!(back, vec![x, y, c], "{r} {shape:?} {i:?}");
+                            }
+                        }
+                    }
+                }
+                assert_eq!(valid, total, "{r} {shape:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn linear_offsets_skip_unit_axes() {
+        let idx: Map = (0..3).map(dim).collect();
+        assert_eq!(linear_offset(&[1, 4, 5], &idx).to_string(), "d1 * 5 + d2");
+        assert_eq!(linear_offset(&[], &[]), Expr::Const(0));
+    }
+
+    #[test]
+    fn intervals_bound_guard_expressions() {
+        let e = Expr::parse("d0 * 4 + d1 mod 4").unwrap();
+        assert_eq!(interval(&e, &[8, 100]), Some((0, 31)));
+        let e = Expr::parse("(d0 floordiv 4) - 1").unwrap();
+        assert_eq!(interval(&e, &[8]), Some((-1, 0)));
+        assert_eq!(interval(&Expr::parse("d0 * d1").unwrap(), &[2, 2]), None);
+    }
+}

@@ -1,0 +1,497 @@
+//! `lower-to-memory` and `plan-memory`: the lowered module computes what the tensor module
+//! computes (the interpreter runs both on the same random inputs; tolerance `rtol = 1e-4`,
+//! `atol = 1e-5`: matmuls and reductions may sum in another order than the reference's blocked
+//! kernels), for every op of the tensor dialect (the round-trip corpus of `tests/ir/ops/` and
+//! the backward helpers below), with and without fusion, unoptimised and after `-O3` with every
+//! layout strategy, and on generated 1-layer training graphs; fusion, storage and planning
+//! decisions are checked on small graphs.
+
+use std::sync::Arc;
+
+use clap::Parser as _;
+use fbc_dialects::memory::{Kernel, MemType};
+use fbc_ir::pass::Statistics;
+use fbc_ir::{Module, PassContext, PassManager, SourceFile, Type};
+use fbc_runtime::interp::{check_equivalent, Tolerance};
+
+const TOL: Tolerance = Tolerance { rtol: 1e-4, atol: 1e-5 };
+
+fn parse(text: &str) -> Module {
+    let reg = fbc_dialects::registry();
+    fbc_ir::parse_module(&Arc::new(SourceFile::new("t.fbir", text)), &reg)
+        .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+}
+
+fn run(m: &mut Module, pipeline: &str, target: &str) -> Statistics {
+    run_for(m, pipeline, &fbc_target::builtin(target).expect("target"))
+}
+
+fn run_for(m: &mut Module, pipeline: &str, p: &fbc_target::HardwareProfile) -> Statistics {
+    let reg = fbc_dialects::registry();
+    let steps = fbc_transforms::default_registry().parse_pipeline(pipeline).expect("pipeline");
+    let mut pm = PassManager::new(steps);
+    pm.instrumentation.verify_each = true;
+    let mut cx = PassContext::new(&reg);
+    cx.target = Some(p);
+    pm.run(m, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
+    cx.stats
+}
+
+fn lowered(m: &Module, pipeline: &str, target: &str) -> (Module, Statistics) {
+    let mut after = m.clone();
+    let st = run(&mut after, pipeline, target);
+    (after, st)
+}
+
+/// Every function of `before` and `after` agree on random inputs.
+fn same_numbers(before: &Module, after: &Module, what: &str) {
+    for f in &before.funcs {
+        if f.args.iter().any(|&a| !matches!(before.value_type(a), Type::Tensor(_))) {
+            continue;
+        }
+        if let Err(e) = check_equivalent(before, after, &f.name, 7, TOL) {
+            panic!("{what}: {e}\n{}", fbc_ir::print_module(after));
+        }
+    }
+}
+
+/// Every op of the function bodies is a memory op or the return.
+fn assert_memory_only(m: &Module) {
+    for op in m.all_ops() {
+        let name = m.op(op).name();
+        assert!(name.starts_with("memory.") || name == "func.return", "{name} left after lowering");
+    }
+}
+
+fn kernels(m: &Module) -> Vec<Kernel> {
+    m.all_ops()
+        .filter(|&o| m.op(o).def.is("memory.launch"))
+        .map(|o| Kernel::from_op(m.op(o)).expect("launch"))
+        .collect()
+}
+
+fn corpus(name: &str) -> String {
+    let path = format!("{}/../../tests/ir/ops/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `tests/ir/ops/shape.fbir` at a size the interpreter runs quickly, plus a reshape of a view
+/// and a concat along an inner axis.
+const SHAPES: &str = r#"
+func.func @shape(%x: tensor<1x8x16xf32>, %y: tensor<4x1xf32>, %z: tensor<4x3xf32>) -> (tensor<1x2x8x8xf32>, tensor<4x6xf32>, tensor<1x2x8xf32>, tensor<8x1xf32>, tensor<16x8xf32>, tensor<4x5xf32>) {
+  %0 = tensor.reshape %x {shape = [1, 8, 2, 8]} : (tensor<1x8x16xf32>) -> tensor<1x8x2x8xf32>
+  %1 = tensor.transpose %0 {perm = [0, 2, 1, 3]} : (tensor<1x8x2x8xf32>) -> tensor<1x2x8x8xf32>
+  %2 = tensor.broadcast %y {shape = [4, 6]} : (tensor<4x1xf32>) -> tensor<4x6xf32>
+  %3 = tensor.slice %x {end = [1, 4, 10], start = [0, 2, 2]} : (tensor<1x8x16xf32>) -> tensor<1x2x8xf32>
+  %4 = tensor.concat %y, %y {axis = 0} : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<8x1xf32>
+  %5 = tensor.transpose %x {perm = [0, 2, 1]} : (tensor<1x8x16xf32>) -> tensor<1x16x8xf32>
+  %6 = tensor.reshape %5 {shape = [16, 8]} : (tensor<1x16x8xf32>) -> tensor<16x8xf32>
+  %7 = tensor.concat %y, %z, %y {axis = 1} : (tensor<4x1xf32>, tensor<4x3xf32>, tensor<4x1xf32>) -> tensor<4x5xf32>
+  func.return %1, %2, %3, %4, %6, %7 : (tensor<1x2x8x8xf32>, tensor<4x6xf32>, tensor<1x2x8xf32>, tensor<8x1xf32>, tensor<16x8xf32>, tensor<4x5xf32>) -> ()
+}
+"#;
+
+/// Every backward helper of the tensor dialect (the corpus has the forward ops).
+const GRADS: &str = r#"
+func.func @pointwise_grads(%x: tensor<3x5xf32>, %dy: tensor<3x5xf32>, %y: tensor<3x5xf32>) -> (tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>) {
+  %a = tensor.gelu_grad %x, %dy : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %b = tensor.gelu_grad %x, %dy {approximate = "tanh"} : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %c = tensor.silu_grad %x, %dy : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %d = tensor.sigmoid_grad %y, %dy : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %e = tensor.tanh_grad %y, %dy : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %f = tensor.relu_grad %x, %dy : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %g = tensor.ge %x, %y : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  func.return %a, %b, %c, %d, %e, %f, %g : (tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>) -> ()
+}
+
+func.func @row_grads(%x: tensor<2x3x8xf32>, %dy: tensor<2x3x8xf32>, %g: tensor<8xf32>, %g3: tensor<3xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3x8xf32>, tensor<3xf32>, tensor<3xf32>) {
+  %y = tensor.softmax %x {axis = 1} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %sg = tensor.softmax_grad %y, %dy {axis = 1} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %dx, %dg, %db = tensor.layernorm_grad %x, %g, %dy {eps = 1.0e-3} : (tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %rx, %rg = tensor.rmsnorm_grad %x, %g, %dy : (tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>)
+  %mx, %mg, %mb = tensor.layernorm_grad %x, %g3, %dy {axis = 1} : (tensor<2x3x8xf32>, tensor<3xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<3xf32>, tensor<3xf32>)
+  func.return %sg, %dx, %dg, %db, %rx, %rg, %mx, %mg, %mb : (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3x8xf32>, tensor<3xf32>, tensor<3xf32>) -> ()
+}
+
+func.func @nn_grads(%dy: tensor<2x4x6xf32>, %cos: tensor<4x6xf32>, %sin: tensor<4x6xf32>, %logits: tensor<5x7xf32>, %labels: tensor<5xi32>, %dloss: tensor<f32>, %ids: tensor<2x4xi32>) -> (tensor<2x4x6xf32>, tensor<5x7xf32>, tensor<9x6xf32>) {
+  %r = tensor.rope_grad %dy, %cos, %sin : (tensor<2x4x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<2x4x6xf32>
+  %c = tensor.cross_entropy_grad %logits, %labels, %dloss : (tensor<5x7xf32>, tensor<5xi32>, tensor<f32>) -> tensor<5x7xf32>
+  %e = tensor.embedding_grad %ids, %dy {vocab = 9} : (tensor<2x4xi32>, tensor<2x4x6xf32>) -> tensor<9x6xf32>
+  func.return %r, %c, %e : (tensor<2x4x6xf32>, tensor<5x7xf32>, tensor<9x6xf32>) -> ()
+}
+
+func.func @shape_grads(%x: tensor<2x3x4xf32>, %s: tensor<2x2xf32>) -> (tensor<3x1xf32>, tensor<4xf32>, tensor<3x5xf32>) {
+  %u = tensor.unbroadcast %x {shape = [3, 1]} : (tensor<2x3x4xf32>) -> tensor<3x1xf32>
+  %v = tensor.unbroadcast %x {shape = [4]} : (tensor<2x3x4xf32>) -> tensor<4xf32>
+  %w = tensor.slice_grad %s {shape = [3, 5], start = [1, 2]} : (tensor<2x2xf32>) -> tensor<3x5xf32>
+  func.return %u, %v, %w : (tensor<3x1xf32>, tensor<4xf32>, tensor<3x5xf32>) -> ()
+}
+"#;
+
+fn every_op() -> Vec<(String, Module)> {
+    let mut out: Vec<(String, Module)> =
+        ["elementwise.fbir", "matmul.fbir", "nn.fbir", "reduce.fbir", "func.fbir"]
+            .iter()
+            .map(|f| (f.to_string(), parse(&corpus(f))))
+            .collect();
+    out.push(("shapes".into(), parse(SHAPES)));
+    out.push(("grads".into(), parse(GRADS)));
+    out
+}
+
+/// The op names a module uses.
+fn op_names(m: &Module) -> std::collections::BTreeSet<&'static str> {
+    m.all_ops().map(|o| m.op(o).name()).collect()
+}
+
+#[test]
+fn every_tensor_op_keeps_its_numbers() {
+    let cases = every_op();
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, m) in &cases {
+        seen.extend(op_names(m).into_iter().filter(|n| n.starts_with("tensor.")));
+        for pipeline in ["lower-to-memory,plan-memory", "lower-to-memory{fuse=false},plan-memory"] {
+            let (after, _) = lowered(m, pipeline, "generic");
+            assert_memory_only(&after);
+            same_numbers(m, &after, &format!("{name} with {pipeline}"));
+        }
+    }
+    // The corpus covers the whole dialect (docs/ops.md: 47 tensor ops).
+    let all: Vec<&str> = fbc_dialects::registry()
+        .iter()
+        .map(|d| d.name)
+        .filter(|n| n.starts_with("tensor."))
+        .collect();
+    let missing: Vec<&&str> = all.iter().filter(|n| !seen.contains(**n)).collect();
+    assert!(missing.is_empty(), "ops without a lowering test: {missing:?}");
+    assert_eq!(all.len(), 47);
+}
+
+#[test]
+fn every_tensor_op_after_o3_and_each_strategy() {
+    for (name, m) in every_op() {
+        for strategy in ["fblayout", "reuse", "convert"] {
+            let s = fbc_transforms::global_layout::Strategy::parse(strategy).expect("strategy");
+            let o3 = fbc_transforms::pipeline(3, s);
+            let (opt, _) = lowered(&m, &o3, "mali");
+            let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline("mali"), "mali");
+            assert_memory_only(&after);
+            same_numbers(&m, &after, &format!("{name} at -O3 ({strategy})"));
+            assert_eq!(st.get("lower-to-memory", "launches"), kernels(&after).len() as i64);
+        }
+    }
+    // These graphs are too small for R-Tiles on mali: the generated-model tests below cover
+    // images under every strategy.
+}
+
+#[test]
+fn matmul_bias_gelu_is_one_kernel() {
+    let src = r#"func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>) -> tensor<4x6xf32> {
+  %y = tensor.matmul %x, %w : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %z = tensor.add %y, %b : (tensor<4x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  %g = tensor.gelu %z : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  func.return %g : tensor<4x6xf32>
+}"#;
+    let m = parse(src);
+    let (after, st) = lowered(&m, "lower-to-memory", "generic");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 1);
+    let k = &ks[0];
+    assert_eq!(k.name, "f_matmul_g");
+    assert_eq!(k.source, "tensor.matmul+tensor.add+tensor.gelu");
+    assert_eq!(k.domain, vec![4, 6, 8]);
+    assert_eq!(
+        k.epilogue.as_ref().map(ToString::to_string).as_deref(),
+        Some("0.5 * (acc + x2) * (1.0 + erf((acc + x2) * 0.7071067811865476))")
+    );
+    let maps: Vec<String> = k.maps.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        maps,
+        [
+            "(d0, d1, d2) -> (d0 * 8 + d2)",
+            "(d0, d1, d2) -> (d2 * 6 + d1)",
+            "(d0, d1, d2) -> (d1)",
+            "(d0, d1, d2) -> (d0 * 6 + d1)"
+        ]
+    );
+    assert_eq!(st.get("lower-to-memory", "fused-ops"), 2);
+    same_numbers(&m, &after, "fused");
+    // Without fusion: three kernels, same numbers.
+    let (plain, st) = lowered(&m, "lower-to-memory{fuse=false}", "generic");
+    assert_eq!(kernels(&plain).len(), 3);
+    assert_eq!(st.get("lower-to-memory", "fused-ops"), 0);
+    same_numbers(&m, &plain, "unfused");
+}
+
+#[test]
+fn softmax_is_three_passes_over_rows() {
+    let src = r#"func.func @f(%x: tensor<3x5x4xf32>) -> tensor<3x5x4xf32> {
+  %y = tensor.softmax %x {axis = 1} : (tensor<3x5x4xf32>) -> tensor<3x5x4xf32>
+  func.return %y : tensor<3x5x4xf32>
+}"#;
+    let m = parse(src);
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "generic");
+    let ks = kernels(&after);
+    let names: Vec<&str> = ks.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["f_softmax_y_max", "f_softmax_y_sum", "f_softmax_y"]);
+    assert_eq!(ks[0].domain, vec![3, 4, 5]);
+    assert_eq!(ks[0].maps[0].to_string(), "(d0, d1, d2) -> (d0 * 20 + d2 * 4 + d1)");
+    assert_eq!(ks[2].body.to_string(), "exp(x0 - x1) / x2");
+    same_numbers(&m, &after, "softmax");
+}
+
+/// An R-Tile with padding written as an image: the kernel iterates over texels, reads through
+/// the inverse map, and guards the padding.
+#[test]
+fn rtile_image_with_padding() {
+    let src = r#"func.func @f(%x: tensor<6x10xf32>, %w: tensor<10x6xf32>) -> (tensor<6x6xf32>, tensor<6x6xf32>) {
+  %y = tensor.matmul %x, %w {fbc.layout = #layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>} : (tensor<6x10xf32>, tensor<10x6xf32>) -> tensor<6x6xf32>
+  %z = tensor.exp %y : (tensor<6x6xf32>) -> tensor<6x6xf32>
+  func.return %y, %z : (tensor<6x6xf32>, tensor<6x6xf32>) -> ()
+}"#;
+    let m = parse(src);
+    let (after, st) = lowered(&m, "lower-to-memory,plan-memory", "mali");
+    let ks = kernels(&after);
+    let mm = ks.iter().find(|k| k.source == "tensor.matmul").expect("matmul kernel");
+    // The image is 2 texels wide and 8 high; the domain is (y, x, c, k).
+    assert_eq!(mm.domain, vec![8, 2, 4, 10]);
+    let guard = mm.guard.as_ref().expect("padding is guarded");
+    assert_eq!(guard.bounds, vec![6, 6]);
+    assert_eq!(guard.map.to_string(), "(d0, d1, d2, d3) -> (d0, d1 * 4 + d2)");
+    assert_eq!(st.get("lower-to-memory", "images"), 1);
+    let exp = ks.iter().find(|k| k.source == "tensor.exp").expect("exp kernel");
+    assert_eq!(exp.maps[0].results.len(), 3, "exp reads the image by texel");
+    same_numbers(&m, &after, "rtile image");
+    // A profile whose images are too small keeps the texel array in a buffer.
+    let mut small = fbc_target::builtin("mali").expect("mali");
+    small.image.max_height = 4;
+    let mut buf = m.clone();
+    let st = run_for(&mut buf, "lower-to-memory,plan-memory", &small);
+    assert_eq!(st.get("lower-to-memory", "images"), 0);
+    let mm = kernels(&buf).into_iter().find(|k| k.source == "tensor.matmul").expect("matmul");
+    assert_eq!(mm.domain, vec![6, 6, 10], "a buffer output keeps the logical domain");
+    assert_eq!(mm.maps[2].results.len(), 1);
+    same_numbers(&m, &buf, "rtile buffer");
+}
+
+/// Every kind of kernel writing a padded R-Tile image: domain indices in the body (rope), a
+/// gather (embedding), several writers (concat), a non-identity output map (a keepdim
+/// reduction), a row-wise op (softmax) and an elementwise op reading an image.
+#[test]
+fn image_outputs_of_every_kernel_kind() {
+    let rt = "#layout.rtile<tile = [4, 4], horizontal = 1, pad = [PH, PW]>";
+    let l = |ph: u64, pw: u64| rt.replace("PH", &ph.to_string()).replace("PW", &pw.to_string());
+    let src = format!(
+        r#"func.func @f(%x: tensor<2x6x6xf32>, %cos: tensor<6x6xf32>, %sin: tensor<6x6xf32>, %table: tensor<9x6xf32>, %ids: tensor<2x5xi32>, %y: tensor<6x3xf32>) -> (tensor<2x6x6xf32>, tensor<2x5x6xf32>, tensor<6x9xf32>, tensor<2x6x1xf32>, tensor<2x6x6xf32>) {{
+  %r = tensor.rope %x, %cos, %sin {{fbc.layout = {a}}} : (tensor<2x6x6xf32>, tensor<6x6xf32>, tensor<6x6xf32>) -> tensor<2x6x6xf32>
+  %e = tensor.embedding %table, %ids {{fbc.layout = {b}}} : (tensor<9x6xf32>, tensor<2x5xi32>) -> tensor<2x5x6xf32>
+  %c = tensor.concat %cos, %y {{axis = 1, fbc.layout = {c}}} : (tensor<6x6xf32>, tensor<6x3xf32>) -> tensor<6x9xf32>
+  %m = tensor.reduce_max %r {{axes = [2], keepdim = true, fbc.layout = {d}}} : (tensor<2x6x6xf32>) -> tensor<2x6x1xf32>
+  %s = tensor.softmax %r {{fbc.layout = {a}}} : (tensor<2x6x6xf32>) -> tensor<2x6x6xf32>
+  func.return %r, %e, %c, %m, %s : (tensor<2x6x6xf32>, tensor<2x5x6xf32>, tensor<6x9xf32>, tensor<2x6x1xf32>, tensor<2x6x6xf32>) -> ()
+}}"#,
+        a = l(2, 2),
+        b = l(3, 2),
+        c = l(2, 3),
+        d = l(2, 3),
+    );
+    let m = parse(&src);
+    for pipeline in ["lower-to-memory,plan-memory", "lower-to-memory{fuse=false},plan-memory"] {
+        let (after, st) = lowered(&m, pipeline, "mali");
+        assert_eq!(st.get("lower-to-memory", "images"), 5, "{pipeline}");
+        // concat (two writers) and the keepdim reduction write linear temporaries, copied.
+        assert_eq!(st.get("lower-to-memory", "copies"), 2, "{pipeline}");
+        let ks = kernels(&after);
+        let rope = ks.iter().find(|k| k.source == "tensor.rope").expect("rope");
+        assert_eq!(rope.domain, vec![16, 2, 4], "texels of a 2x(8x8) padded image");
+        assert!(rope.guard.is_some());
+        same_numbers(&m, &after, pipeline);
+    }
+}
+
+#[test]
+fn attention_remap_chain_reads_through_one_map() {
+    let src = std::fs::read_to_string(format!(
+        "{}/../../tests/ir/passes/lower-attention.fbir",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("lower-attention.fbir");
+    let m = parse(&src);
+    let (opt, _) = lowered(&m, fbc_transforms::pipeline_for_level(3), "mali");
+    assert!(opt.all_ops().any(|o| opt.op(o).def.is("layout.remap")));
+    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    // No kernel copies a view: the remaps are read through.
+    assert!(kernels(&after).iter().all(|k| !k.name.contains("copy")));
+    assert_eq!(st.get("lower-to-memory", "copies"), 0);
+    assert!(st.get("lower-to-memory", "divmod-after") < st.get("lower-to-memory", "divmod-before"));
+    same_numbers(&m, &after, "attention");
+}
+
+/// The matmul of `examples/matmul_fb.fbir` at a small size, after `rtile-select` alone: the
+/// R-Tile `%b`'s two readers want is assigned, but no pass made the upload write it, so the
+/// assign is a conversion kernel (`source = "layout.assign"`); after `global-layout` the
+/// argument is uploaded in it and nothing converts.
+#[test]
+fn an_assign_to_another_layout_is_a_conversion() {
+    let src = r#"func.func @matmul_fb(%a: tensor<16x64xf32>, %b: tensor<64x128xf32>, %do: tensor<16x128xf32>) -> (tensor<16x128xf32>, tensor<16x64xf32>) {
+  %o = tensor.matmul %a, %b : (tensor<16x64xf32>, tensor<64x128xf32>) -> tensor<16x128xf32>
+  %da = tensor.matmul %do, %b {transpose_b = true} : (tensor<16x128xf32>, tensor<64x128xf32>) -> tensor<16x64xf32>
+  func.return %o, %da : (tensor<16x128xf32>, tensor<16x64xf32>) -> ()
+}"#;
+    let m = parse(src);
+    let (sel, _) = lowered(&m, "fb-classify,rtile-candidates,rtile-select", "mali");
+    let assigns = sel.all_ops().filter(|&o| sel.op(o).def.is("layout.assign")).count();
+    assert_eq!(assigns, 1);
+    let (after, st) = lowered(&sel, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    assert_eq!(st.get("lower-to-memory", "converts"), 1);
+    assert!(kernels(&after).iter().any(|k| k.source == "layout.assign"));
+    same_numbers(&m, &after, "assign converted");
+    let (global, _) = lowered(&sel, "global-layout", "mali");
+    let (after, st) = lowered(&global, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    assert_eq!(st.get("lower-to-memory", "converts"), 0);
+    assert!(st.get("lower-to-memory", "images") > 0);
+    same_numbers(&m, &after, "uploaded in the R-Tile");
+}
+
+/// `fbc gen MODEL --layers 1 --training ...` through the driver, as a module.
+fn generate(args: &[&str]) -> Module {
+    let driver = fbc::Driver::default();
+    let dir = std::env::temp_dir().join(format!("fbc-lower-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join(format!("{}.fbir", args[0]));
+    let mut argv = vec!["fbc", "gen"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--layers", "1", "--training", "-o", out.to_str().expect("utf-8")]);
+    let cli = fbc::Cli::try_parse_from(&argv).expect("gen arguments");
+    driver.run(&cli).unwrap_or_else(|e| panic!("fbc gen {args:?}: {e:?}"));
+    parse(&std::fs::read_to_string(out).expect("generated file"))
+}
+
+fn bytes_of(m: &Module) -> u64 {
+    m.all_ops()
+        .filter(|&o| m.op(o).def.is("memory.alloc"))
+        .filter_map(|o| MemType::from_type(m.value_type(m.op(o).results[0])))
+        .map(|t| t.bytes())
+        .sum()
+}
+
+/// The smallest generated model (hidden 1024), at sequence 2: a 1-layer LoRA training graph.
+fn bert() -> Module {
+    generate(&["bert-large", "--seq", "2", "--batch", "1", "--lora-rank", "2"])
+}
+
+#[test]
+fn generated_model_unoptimised_keeps_its_numbers_and_reuses_memory() {
+    let m = bert();
+    let (after, st) = lowered(&m, "lower-to-memory,plan-memory", "mali");
+    assert_memory_only(&after);
+    same_numbers(&m, &after, "bert-large, no pass before lowering");
+    let peak = st.get("plan-memory", "peak-bytes");
+    let no_reuse = st.get("plan-memory", "peak-bytes-no-reuse");
+    assert!(peak < no_reuse, "reuse saves nothing: {peak} vs {no_reuse}");
+    assert!(st.get("plan-memory", "slots") < st.get("plan-memory", "allocations"));
+    assert_eq!(u64::try_from(no_reuse).unwrap() - bytes_uploaded(&after), bytes_of(&after));
+    assert!(st.get("lower-to-memory", "fused-ops") > 0);
+}
+
+/// `-O3` with `strategy`, then the lowering pipeline: same numbers as the unoptimised graph.
+fn generated_model_at_o3(strategy: &str) -> Statistics {
+    let m = bert();
+    let s = fbc_transforms::global_layout::Strategy::parse(strategy).expect("strategy");
+    let (opt, _) = lowered(&m, &fbc_transforms::pipeline(3, s), "mali");
+    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    assert_memory_only(&after);
+    same_numbers(&m, &after, &format!("bert-large -O3 {strategy}"));
+    assert!(st.get("plan-memory", "peak-bytes") < st.get("plan-memory", "peak-bytes-no-reuse"));
+    st
+}
+
+#[test]
+fn generated_model_at_o3_fblayout() {
+    let st = generated_model_at_o3("fblayout");
+    assert!(st.get("lower-to-memory", "images") > 0, "R-Tiles become images on mali");
+}
+
+#[test]
+fn generated_model_at_o3_reuse() {
+    let st = generated_model_at_o3("reuse");
+    assert!(st.get("lower-to-memory", "images") > 0);
+}
+
+#[test]
+fn generated_model_at_o3_convert() {
+    let st = generated_model_at_o3("convert");
+    // The baseline converts every R-Tile reader's operand from linear: conversion kernels.
+    assert!(st.get("lower-to-memory", "converts") > 0);
+    assert!(st.get("plan-memory", "convert-allocations") > 0);
+}
+
+fn bytes_uploaded(m: &Module) -> u64 {
+    m.all_ops()
+        .filter(|&o| m.op(o).def.is("memory.upload"))
+        .filter_map(|o| MemType::from_type(m.value_type(m.op(o).results[0])))
+        .map(|t| t.bytes())
+        .sum()
+}
+
+#[test]
+fn plan_memory_reuses_a_dead_buffer_and_deallocs_after_last_use() {
+    let src = r#"func.func @f(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %a = tensor.exp %x : (tensor<64xf32>) -> tensor<64xf32>
+  %s = tensor.reduce_sum %a {axes = [0], keepdim = true} : (tensor<64xf32>) -> tensor<1xf32>
+  %b = tensor.sub %a, %s : (tensor<64xf32>, tensor<1xf32>) -> tensor<64xf32>
+  %c = tensor.reduce_max %b {axes = [0], keepdim = true} : (tensor<64xf32>) -> tensor<1xf32>
+  %d = tensor.mul %b, %c : (tensor<64xf32>, tensor<1xf32>) -> tensor<64xf32>
+  func.return %d : tensor<64xf32>
+}"#;
+    let m = parse(src);
+    let (after, st) = lowered(&m, "lower-to-memory{fuse=false},plan-memory", "generic");
+    let text = fbc_ir::print_module(&after);
+    // %a dies after %b is computed, so %d takes its slot.
+    let slot = |name: &str| {
+        let line =
+            text.lines().find(|l| l.contains(&format!("%{name}_m = memory.alloc"))).expect(name);
+        line.split("slot = ").nth(1).and_then(|s| s.split('}').next()).map(str::to_string)
+    };
+    assert_eq!(slot("a"), slot("d"));
+    assert_ne!(slot("a"), slot("b"));
+    assert_eq!(st.get("plan-memory", "allocations"), 5);
+    // %c (4 bytes) takes %s's slot, %d takes %a's: 3 slots.
+    assert_eq!(st.get("plan-memory", "slots"), 3);
+    assert_eq!(st.get("plan-memory", "peak-bytes-no-reuse"), 256 + 256 * 3 + 4 * 2);
+    assert_eq!(st.get("plan-memory", "peak-bytes"), 256 + 256 * 2 + 4);
+    // Every storage value is deallocated once, after its last use.
+    assert_eq!(st.get("plan-memory", "deallocs"), 6);
+    let pos = |pat: &str| text.find(pat).unwrap_or_else(|| panic!("{pat}\n{text}"));
+    assert!(pos("memory.dealloc %a_m") > pos("memory.launch %a_m, %s_m, %b_m"));
+    same_numbers(&m, &after, "planned");
+    // Planning twice gives the same module.
+    let mut again = after.clone();
+    run(&mut again, "plan-memory", "generic");
+    assert_eq!(fbc_ir::print_module(&again), text);
+}
+
+/// Input the lowering cannot handle is a located error, not a panic.
+#[test]
+fn unsupported_input_is_a_located_error() {
+    let cases = [
+        (
+            "func.func @h(%x: tensor<4xf32>) -> tensor<4xf16> {\n  %y = tensor.constant {value = 1.0} : () -> tensor<4xf16>\n  func.return %y : tensor<4xf16>\n}\n",
+            "t.fbir:2:3: error: lower-to-memory: memory holds f32 or i32 tensors, found tensor<4xf16>",
+        ),
+        (
+            "func.func @r(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = func.call %x {callee = @r} : (tensor<4xf32>) -> tensor<4xf32>\n  func.return %y : tensor<4xf32>\n}\n",
+            "t.fbir:1:11: error: lower-to-memory: cannot inline the recursive call to @r",
+        ),
+    ];
+    for (src, want) in cases {
+        let file = Arc::new(SourceFile::new("t.fbir", src));
+        let reg = fbc_dialects::registry();
+        let mut m = fbc_ir::parse_module(&file, &reg).expect("parses");
+        let steps = fbc_transforms::default_registry().parse_pipeline("lower-to-memory").unwrap();
+        let mut cx = PassContext::new(&reg);
+        let err = PassManager::new(steps).run(&mut m, &mut cx, &mut |_| {}).expect_err(src);
+        let text = fbc_grammar::diag::render_all(&file, &err);
+        assert!(text.starts_with(want), "{text}");
+    }
+}

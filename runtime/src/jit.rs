@@ -1,0 +1,201 @@
+//! Lowered modules on native code: a [`Launcher`] that runs every `memory.launch` through
+//! `fbc-codegen`'s Cranelift JIT instead of the reference executor ([`run_kernel`]).
+//!
+//! The interpreter keeps doing what is not a launch (uploads pack by layout, downloads unpack,
+//! allocations, frees), so a lowered function run with [`JitLauncher`] differs from the reference
+//! run only in who executes the kernels; the JIT computes the reference's values bit for bit
+//! (see `fbc_codegen::cranelift`). Compiled kernels are cached by attributes and operand types
+//! for the launcher's lifetime. No unsafe code here: the one call into native code, with its
+//! checks, is `fbc_codegen::cranelift`'s.
+//!
+//! [`run_kernel`]: crate::memory::run_kernel
+
+use std::time::{Duration, Instant};
+
+use fbc_codegen::cranelift::{Jit, OperandMut};
+use fbc_dialects::memory::{Kernel, MemType};
+use fbc_ir::{FuncId, Module};
+
+use crate::interp::{InterpError, Interpreter, Options, Value};
+use crate::memory::{Launcher, MemData};
+
+/// Counters of a [`JitLauncher`]'s work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JitStats {
+    /// `memory.launch` ops executed.
+    pub launches: u64,
+    /// Distinct native functions compiled.
+    pub compiled: u64,
+    /// Time spent compiling (Cranelift, including the cache look-ups).
+    pub compile_time: Duration,
+    /// Time spent in native code.
+    pub run_time: Duration,
+}
+
+/// Runs launches as native code; see the module docs.
+#[derive(Debug)]
+pub struct JitLauncher {
+    jit: Jit,
+    stats: JitStats,
+}
+
+impl JitLauncher {
+    /// A launcher for the host CPU; an error when Cranelift does not support it.
+    pub fn new() -> Result<JitLauncher, String> {
+        Ok(JitLauncher { jit: Jit::new().map_err(|e| e.to_string())?, stats: JitStats::default() })
+    }
+
+    /// What the launcher has done so far.
+    pub fn stats(&self) -> JitStats {
+        JitStats { compiled: self.jit.compiled() as u64, ..self.stats }
+    }
+}
+
+impl Launcher for JitLauncher {
+    fn launch(
+        &mut self,
+        k: &Kernel,
+        types: &[MemType],
+        operands: &mut [&mut MemData],
+    ) -> Result<(), String> {
+        let start = Instant::now();
+        let id = self.jit.compile(k, types).map_err(|e| e.to_string())?;
+        let compiled = Instant::now();
+        let mut views: Vec<OperandMut<'_>> = operands
+            .iter_mut()
+            .map(|m| match &mut **m {
+                MemData::F32(v) => OperandMut::F32(v),
+                MemData::I32(v) => OperandMut::I32(v),
+            })
+            .collect();
+        let r = self.jit.run(id, &mut views).map_err(|e| e.to_string());
+        self.stats.launches += 1;
+        self.stats.compile_time += compiled - start;
+        self.stats.run_time += compiled.elapsed();
+        r
+    }
+}
+
+/// Runs function `func` of a lowered `module` with its launches compiled by the JIT; returns
+/// the results and the launcher's counters.
+pub fn run(
+    module: &Module,
+    func: FuncId,
+    inputs: Vec<Value>,
+    options: Options,
+) -> Result<(Vec<Value>, JitStats), InterpError> {
+    let mut launcher = JitLauncher::new().map_err(|message| InterpError::Op {
+        op: "memory.launch".into(),
+        message,
+        span: module.func(func).span,
+    })?;
+    let out = Interpreter::with_options(module, options).run_id_with_launcher(
+        func,
+        inputs,
+        &mut launcher,
+    )?;
+    Ok((out, launcher.stats()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fbc_ir::SourceFile;
+
+    use super::*;
+    use crate::interp::random_inputs;
+    use crate::memory::ReferenceLauncher;
+    use crate::reference::Tensor;
+
+    fn parse(text: &str) -> Module {
+        let file = Arc::new(SourceFile::new("t.fbir", text));
+        fbc_ir::parse_module(&file, &fbc_dialects::registry())
+            .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+    }
+
+    /// Runs `@f` with the reference executor and with the JIT on the same random inputs; the
+    /// results must be identical (bit for bit: `Value`'s equality compares the f32 data).
+    fn same(text: &str) -> (Vec<Value>, JitStats) {
+        let m = parse(text);
+        let inputs = random_inputs(&m, "f", 11).unwrap();
+        let want = Interpreter::new(&m)
+            .run_with_launcher("f", inputs.clone(), &mut ReferenceLauncher)
+            .unwrap();
+        let mut jit = JitLauncher::new().unwrap();
+        let got = Interpreter::new(&m).run_with_launcher("f", inputs, &mut jit).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            let bits = |v: &Value| v.to_f64_vec().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(g), bits(w), "jit {g:?}\nreference {w:?}");
+        }
+        assert_eq!(got.len(), want.len());
+        (got, jit.stats())
+    }
+
+    const MATMUL: &str = r#"
+func.func @f(%a: tensor<5x7xf32>, %b: tensor<7x3xf32>, %c: tensor<3xf32>) -> tensor<5x3xf32> {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<5x7xf32>) -> !memory.buffer<35, f32>
+  %mb = memory.upload %b {layout = #layout.linear} : (tensor<7x3xf32>) -> !memory.buffer<21, f32>
+  %mc = memory.upload %c {layout = #layout.linear} : (tensor<3xf32>) -> !memory.buffer<3, f32>
+  %mo = memory.alloc : () -> !memory.buffer<15, f32>
+  memory.launch %ma, %mb, %mc, %mo {kernel = "mm", domain = [5, 3, 7], iterators = ["parallel", "parallel", "reduction"], maps = [(i, j, k) -> (i * 7 + k), (i, j, k) -> (k * 3 + j), (i, j, k) -> (j), (i, j, k) -> (i * 3 + j)], body = "x0 * x1", combine = "add", epilogue = "tanh(acc + x2)"} : (!memory.buffer<35, f32>, !memory.buffer<21, f32>, !memory.buffer<3, f32>, !memory.buffer<15, f32>) -> ()
+  %mr = memory.alloc : () -> !memory.buffer<15, f32>
+  memory.launch %mo, %mr {kernel = "mm2", domain = [5, 3, 7], iterators = ["parallel", "parallel", "reduction"], maps = [(i, j, k) -> (i * 3 + j), (i, j, k) -> (i * 3 + j)], body = "x0", combine = "max"} : (!memory.buffer<15, f32>, !memory.buffer<15, f32>) -> ()
+  %o = memory.download %mr {layout = #layout.linear} : (!memory.buffer<15, f32>) -> tensor<5x3xf32>
+  func.return %o : (tensor<5x3xf32>) -> ()
+}"#;
+
+    #[test]
+    fn matmul_epilogue_and_max_match_the_reference() {
+        let (_, stats) = same(MATMUL);
+        assert_eq!((stats.launches, stats.compiled), (2, 2));
+    }
+
+    #[test]
+    fn rtile_image_with_guard_matches_the_reference() {
+        let rt = "#layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>";
+        same(&format!(
+            r#"
+func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {{
+  %i = memory.upload %x {{layout = {rt}}} : (tensor<6x6xf32>) -> !memory.image2d<[2, 8], f32>
+  %o = memory.alloc : () -> !memory.image2d<[2, 8], f32>
+  memory.launch %i, %o {{kernel = "gelu", domain = [8, 2, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(y, x, c) -> (x, y, c), (y, x, c) -> (x, y, c)], body = "x0 * 0.5 * (1.0 + erf(x0 * 0.70710677))", guard = (y, x, c) -> (y, x * 4 + c), guard_bounds = [6, 6]}} : (!memory.image2d<[2, 8], f32>, !memory.image2d<[2, 8], f32>) -> ()
+  %y = memory.download %o {{layout = {rt}}} : (!memory.image2d<[2, 8], f32>) -> tensor<6x6xf32>
+  func.return %y : (tensor<6x6xf32>) -> ()
+}}"#
+        ));
+    }
+
+    const EMBED: &str = r#"
+func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
+  %mi = memory.upload %ids {layout = #layout.linear} : (tensor<3xi32>) -> !memory.buffer<3, i32>
+  %mt = memory.upload %table {layout = #layout.linear} : (tensor<10x4xf32>) -> !memory.buffer<40, f32>
+  %me = memory.alloc : () -> !memory.buffer<12, f32>
+  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(i, d) -> (i), (i, d) -> (0), (i, d) -> (i * 4 + d)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
+  %e = memory.download %me {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<3x4xf32>
+  func.return %e : (tensor<3x4xf32>) -> ()
+}"#;
+
+    #[test]
+    fn gathers_match_and_fault_at_the_op() {
+        same(EMBED);
+        let m = parse(EMBED);
+        let table =
+            Value::F32(Tensor::new(vec![10, 4], (0..40).map(|v| v as f32).collect()).unwrap());
+        let bad = Value::I32(Tensor::new(vec![3], vec![2, 10, 0]).unwrap());
+        let e = run(&m, FuncId(0), vec![table, bad], Options::default()).unwrap_err();
+        assert_eq!(e.to_string(), "`memory.launch`: kernel `embed`: `x1[..]` loads out of bounds");
+        let InterpError::Op { span, .. } = e else { panic!("{e:?}") };
+        assert_eq!(span.start as usize, EMBED.find("memory.launch %mi").unwrap());
+    }
+
+    #[test]
+    fn identical_launches_compile_once() {
+        let twice = MATMUL.replace(
+            "%o = memory.download %mr",
+            "%mr2 = memory.alloc : () -> !memory.buffer<15, f32>\n  memory.launch %mo, %mr2 {kernel = \"again\", domain = [5, 3, 7], iterators = [\"parallel\", \"parallel\", \"reduction\"], maps = [(i, j, k) -> (i * 3 + j), (i, j, k) -> (i * 3 + j)], body = \"x0\", combine = \"max\"} : (!memory.buffer<15, f32>, !memory.buffer<15, f32>) -> ()\n  %o = memory.download %mr2",
+        );
+        let (_, stats) = same(&twice);
+        assert_eq!((stats.launches, stats.compiled), (3, 2));
+    }
+}
