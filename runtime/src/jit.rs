@@ -99,20 +99,11 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use fbc_ir::SourceFile;
-
     use super::*;
     use crate::interp::random_inputs;
+    use crate::memory::tests::{parse, EMBED};
     use crate::memory::ReferenceLauncher;
     use crate::reference::Tensor;
-
-    fn parse(text: &str) -> Module {
-        let file = Arc::new(SourceFile::new("t.fbir", text));
-        fbc_ir::parse_module(&file, &fbc_dialects::registry())
-            .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
-    }
 
     /// Runs `@f` with the reference executor and with the JIT on the same random inputs; the
     /// results must be identical (bit for bit: `Value`'s equality compares the f32 data).
@@ -165,16 +156,6 @@ func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {{
 }}"#
         ));
     }
-
-    const EMBED: &str = r#"
-func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
-  %mi = memory.upload %ids {layout = #layout.linear} : (tensor<3xi32>) -> !memory.buffer<3, i32>
-  %mt = memory.upload %table {layout = #layout.linear} : (tensor<10x4xf32>) -> !memory.buffer<40, f32>
-  %me = memory.alloc : () -> !memory.buffer<12, f32>
-  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(i, d) -> (i), (i, d) -> (0), (i, d) -> (i * 4 + d)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
-  %e = memory.download %me {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<3x4xf32>
-  func.return %e : (tensor<3x4xf32>) -> ()
-}"#;
 
     #[test]
     fn gathers_match_and_fault_at_the_op() {

@@ -215,9 +215,7 @@ impl Tree {
             Tree::Dim(k) => idx.get(*k).copied(),
             Tree::Const(c) => Some(*c),
             Tree::Neg(a) => a.eval(idx)?.checked_neg(),
-            Tree::Bin(op, a, b) => {
-                fbc_ir::attr::eval_binop(*op, a.eval(idx)?, b.eval(idx)?)
-            }
+            Tree::Bin(op, a, b) => fbc_ir::attr::eval_binop(*op, a.eval(idx)?, b.eval(idx)?),
         }
     }
 
@@ -810,7 +808,7 @@ impl Launcher for ReferenceLauncher {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use fbc_dialects::layout::{Intra, RTile, Storage};
@@ -819,7 +817,8 @@ mod tests {
     use super::*;
     use crate::interp::{random_inputs, Interpreter, Mode};
 
-    fn parse(text: &str) -> Module {
+    /// Parses a test module (panics with the diagnostics on an error).
+    pub(crate) fn parse(text: &str) -> Module {
         let file = Arc::new(SourceFile::new("t.fbir", text));
         fbc_ir::parse_module(&file, &fbc_dialects::registry())
             .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
@@ -990,7 +989,8 @@ func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {
         assert_eq!(d.iter().filter(|&&v| v == 0.0).count(), 28);
     }
 
-    const EMBED: &str = r#"
+    /// An embedding lookup: a gather through `i32` ids (`x1[x0 * 4 + d1]`).
+    pub(crate) const EMBED: &str = r#"
 func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
   %mi = memory.upload %ids {layout = #layout.linear} : (tensor<3xi32>) -> !memory.buffer<3, i32>
   %mt = memory.upload %table {layout = #layout.linear} : (tensor<10x4xf32>) -> !memory.buffer<40, f32>

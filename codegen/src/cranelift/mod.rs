@@ -237,26 +237,14 @@ impl Jit {
         };
         let module = self.module.as_mut().ok_or_else(|| cg(&"the JIT module is gone"))?;
         let mut ctx = module.make_context();
-        let ptr = module.target_config().pointer_type();
-        ctx.func.signature.params.push(AbiParam::new(ptr));
-        ctx.func.signature.returns.push(AbiParam::new(cranelift_codegen::ir::types::I32));
+        kernel_signature(&mut ctx.func, module);
         let symbol = format!("fbc_kernel_{}", self.kernels.len());
         let id: FuncId = module
             .declare_function(&symbol, Linkage::Local, &ctx.func.signature)
             .map_err(|e| cg(&e))?;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
-        let math = self.math.in_func(module, &mut ctx.func);
-        let scratch = lower::interchange(kernel, types);
-        lower::lower(
-            &mut ctx.func,
-            &mut self.fctx,
-            kernel,
-            types,
-            module.target_config(),
-            &math,
-            scratch,
-        )
-        .map_err(kerr)?;
+        let scratch = lower_body(module, &mut self.fctx, &self.math, &mut ctx.func, kernel, types)
+            .map_err(kerr)?;
         module.define_function(id, &mut ctx).map_err(|e| cg(&format!("{e:?}")))?;
         module.clear_context(&mut ctx);
         module.finalize_definitions().map_err(|e| cg(&e))?;
@@ -329,23 +317,34 @@ impl Jit {
         kernel.check(types).map_err(|e| kerr(e.message))?;
         let module = self.module.as_mut().ok_or_else(|| kerr("the JIT module is gone".into()))?;
         let mut func = cranelift_codegen::ir::Function::new();
-        let ptr = module.target_config().pointer_type();
-        func.signature.params.push(AbiParam::new(ptr));
-        func.signature.returns.push(AbiParam::new(cranelift_codegen::ir::types::I32));
-        let math = self.math.in_func(module, &mut func);
-        let scratch = lower::interchange(kernel, types);
-        lower::lower(
-            &mut func,
-            &mut self.fctx,
-            kernel,
-            types,
-            module.target_config(),
-            &math,
-            scratch,
-        )
-        .map_err(kerr)?;
+        kernel_signature(&mut func, module);
+        lower_body(module, &mut self.fctx, &self.math, &mut func, kernel, types).map_err(kerr)?;
         Ok(func.display().to_string())
     }
+}
+
+/// Sets the signature every kernel function has: the operand table's address in, the fault code
+/// (`i32`, 0 when none) out.
+fn kernel_signature(func: &mut cranelift_codegen::ir::Function, module: &JITModule) {
+    let ptr = module.target_config().pointer_type();
+    func.signature.params.push(AbiParam::new(ptr));
+    func.signature.returns.push(AbiParam::new(cranelift_codegen::ir::types::I32));
+}
+
+/// Lowers `kernel` for operands of `types` into `func` (its signature set), with the math
+/// imports declared in it; returns the reduction interchange used ([`lower::interchange`]).
+fn lower_body(
+    module: &mut JITModule,
+    fctx: &mut FunctionBuilderContext,
+    math: &math::Imports,
+    func: &mut cranelift_codegen::ir::Function,
+    kernel: &Kernel,
+    types: &[MemType],
+) -> Result<Option<(usize, u64)>, String> {
+    let refs = math.in_func(module, func);
+    let scratch = lower::interchange(kernel, types);
+    lower::lower(func, fctx, kernel, types, module.target_config(), &refs, scratch)?;
+    Ok(scratch)
 }
 
 impl Drop for Jit {

@@ -84,14 +84,15 @@ pub(crate) fn write(
     input: &Path,
     dir: &Path,
 ) -> Result<(), Failure> {
-    let name = stem(module, input);
-    write_dir(
-        dir,
-        &[
-            (format!("{name}.cl"), out.source.clone()),
-            (format!("{name}.manifest.json"), out.manifest.to_json()),
-        ],
-    )
+    write_dir(dir, &whole(out, &stem(module, input)))
+}
+
+/// The whole source and the manifest as files `NAME.cl` and `NAME.manifest.json`.
+fn whole(out: &Output, name: &str) -> Vec<(String, String)> {
+    vec![
+        (format!("{name}.cl"), out.source.clone()),
+        (format!("{name}.manifest.json"), out.manifest.to_json()),
+    ]
 }
 
 /// `--dump-kernels DIR`: `DIR/KERNEL.cl` per kernel (prelude included, so each compiles alone)
@@ -103,11 +104,7 @@ pub(crate) fn dump_kernels(
     input: &Path,
     dir: &Path,
 ) -> Result<(), Failure> {
-    let name = stem(module, input);
-    let mut files = vec![
-        (format!("{name}.cl"), out.source.clone()),
-        (format!("{name}.manifest.json"), out.manifest.to_json()),
-    ];
+    let mut files = whole(out, &stem(module, input));
     for (k, text) in &out.kernels {
         files.push((format!("{k}.cl"), format!("{}\n{text}", out.header)));
     }

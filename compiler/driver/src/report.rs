@@ -2,7 +2,7 @@
 //!
 //! ```json
 //! {"target": "mali", "ops": 41,
-//!  "transforms": {"total": 12, "eliminated": 12, "fallback": 0},
+//!  "transforms": {"total": 12, "eliminated": 12, "folded": 0, "fallback": 0},
 //!  "layout_converts": 0, "divmod": {"before": 24, "after": 0},
 //!  "tensors": [{"name": "wq", "layout": "#layout.rtile<...>"}],
 //!  "passes": [{"name": "canonicalize", "ms": 0.41}]}
@@ -11,8 +11,11 @@
 //! Where each figure comes from, which is the contract with the passes:
 //! - `transforms.total`: `tensor.reshape` and `tensor.transpose` ops of the input graph, counted
 //!   before any pass runs;
-//! - `transforms.eliminated` / `fallback`: the `index-elim` pass's statistics `eliminated` and
-//!   `fallback` (0 when it did not run);
+//! - `transforms.eliminated` / `fallback`: the `index-elim` pass's statistics `eliminated` (became
+//!   one `layout.remap` index map) and `fallback` (left as copies; 0 when it did not run);
+//! - `transforms.folded`: removed by other passes before `index-elim` saw them (`canonicalize`
+//!   folding `transpose∘transpose` or `reshape∘reshape`, `cse` merging duplicates, `dce`):
+//!   `total − eliminated −` the reshape/transpose ops of the final graph;
 //! - `layout_converts`: `layout.convert` ops in the final graph;
 //! - `divmod.before` / `after`: the `index-simplify` pass's statistics `divmod-before` and
 //!   `divmod-after`;
@@ -46,7 +49,10 @@ fn tensors(m: &Module) -> Vec<Value> {
     for f in &m.funcs {
         if let Some(Attr::Array(layouts)) = f.attr("fbc.arg_layouts") {
             for (&a, l) in f.args.iter().zip(layouts) {
-                if !matches!(l, Attr::Unit) {
+                // Arguments stored linearly need no conversion at the boundary.
+                let linear = fbc_dialects::layout::Layout::from_attr(l)
+                    .is_ok_and(|l| matches!(l, fbc_dialects::layout::Layout::Linear));
+                if !matches!(l, Attr::Unit) && !linear {
                     out.push(json!({"name": value_name(m, a), "layout": l.to_string()}));
                 }
             }
@@ -72,6 +78,10 @@ pub fn build(
     timings: &Timings,
 ) -> Value {
     let converts = m.all_ops().filter(|&o| m.op(o).def.is("layout.convert")).count();
+    let eliminated = stats.get("index-elim", "eliminated");
+    let remaining = i64::try_from(count_transforms(m)).unwrap_or(i64::MAX);
+    let total = i64::try_from(transforms_total).unwrap_or(i64::MAX);
+    let folded = (total - eliminated - remaining).max(0);
     let gl = stats.records.get("global-layout");
     let model = gl.and_then(|r| r["functions"].as_array()).map(|funcs| {
         let sum = |k: &str| funcs.iter().filter_map(|f| f[k].as_f64()).sum::<f64>();
@@ -89,7 +99,8 @@ pub fn build(
         "ops": m.num_ops(),
         "transforms": {
             "total": transforms_total,
-            "eliminated": stats.get("index-elim", "eliminated"),
+            "eliminated": eliminated,
+            "folded": folded,
             "fallback": stats.get("index-elim", "fallback"),
         },
         "layout_converts": converts,
@@ -115,8 +126,8 @@ pub fn summary(report: &Value) -> String {
     let _ = writeln!(s, "ops               {}", report["ops"]);
     let _ = writeln!(
         s,
-        "transforms        {} total, {} eliminated, {} fallback",
-        t["total"], t["eliminated"], t["fallback"]
+        "transforms        {} total, {} eliminated, {} folded, {} fallback",
+        t["total"], t["eliminated"], t["folded"], t["fallback"]
     );
     let _ = writeln!(s, "layout converts   {}", report["layout_converts"]);
     if let Some(model) = report["model"].as_object() {

@@ -28,6 +28,7 @@
 //!   `--check` on `cpu`, are not supported (exit 2). A kernel error while running (an id out of
 //!   range, say) is reported at the op, `FILE:LINE:COL: error: ...` (exit 1).
 
+mod check;
 pub(crate) mod io;
 mod jit;
 mod mapped;

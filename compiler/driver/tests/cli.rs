@@ -247,7 +247,7 @@ fn emit_report_is_json_with_the_documented_fields() {
     assert_eq!(r["target"], "mali");
     // 4 reshapes and 4 transposes in the input graph.
     assert_eq!(r["transforms"]["total"], 8);
-    for key in ["eliminated", "fallback"] {
+    for key in ["eliminated", "folded", "fallback"] {
         assert!(r["transforms"][key].is_i64(), "{r}");
     }
     assert!(r["divmod"]["before"].is_i64() && r["divmod"]["after"].is_i64(), "{r}");

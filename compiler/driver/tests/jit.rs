@@ -67,24 +67,7 @@ fn every_op_file_matches_the_interpreter() {
 fn generated_training_step_matches_the_interpreter() {
     // One Llama layer, its LoRA gradients and the loss: embedding, RMSNorm, RoPE, attention,
     // SwiGLU, cross-entropy, forward and backward.
-    let dir = common::scratch("jit-train");
-    let path = dir.join("llama.fbir");
-    let o = common::fbc(&[
-        "gen",
-        "llama3.2-1b",
-        "--layers",
-        "1",
-        "--seq",
-        "8",
-        "--vocab",
-        "64",
-        "--lora-rank",
-        "2",
-        "--training",
-        "-o",
-        path.to_str().unwrap_or_default(),
-    ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    let path = common::training_step("jit-train");
     for (level, strategy) in [(0, "fblayout"), (3, "fblayout")] {
         let out = check(&path, "loss_grad", level, &["--layout-strategy", strategy])
             .unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));

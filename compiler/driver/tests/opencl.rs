@@ -270,24 +270,7 @@ fn generated_training_steps_match_the_interpreter() {
     }
     // One Llama layer, its LoRA gradients and the loss: every forward and backward op kind of
     // a decoder (embedding, RMSNorm, RoPE, attention, SwiGLU, cross-entropy).
-    let dir = common::scratch("ocl-train");
-    let path = dir.join("llama.fbir");
-    let o = common::fbc(&[
-        "gen",
-        "llama3.2-1b",
-        "--layers",
-        "1",
-        "--seq",
-        "8",
-        "--vocab",
-        "64",
-        "--lora-rank",
-        "2",
-        "--training",
-        "-o",
-        path.to_str().unwrap_or_default(),
-    ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    let path = common::training_step("ocl-train");
     for &(level, strategy) in CONFIGS {
         check(&path, level, &["--layout-strategy", strategy, "--entry", "loss_grad"])
             .unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));
@@ -511,22 +494,11 @@ fn the_program_cache_hits_on_the_second_run_and_survives_corruption() {
     let cache = dir.join("cache");
     let p = write_tmp("cache.fbir", &unary("exp", ""));
     let run = || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fbc"))
-            .args([
-                "run",
-                p.to_str().unwrap_or_default(),
-                "--target",
-                "opencl",
-                "--random-inputs",
-                "1",
-                "--check",
-                "-v",
-            ])
-            .env("FBC_CACHE_DIR", &cache)
-            .output()
-            .expect("fbc runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let p = p.to_str().unwrap_or_default();
+        let args = ["run", p, "--target", "opencl", "--random-inputs", "1", "--check", "-v"];
+        let o = common::fbc_env(&args, &[("FBC_CACHE_DIR", &cache)]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.stderr
     };
     assert!(run().contains("program cache: Miss"));
     assert!(run().contains("program cache: Hit"));
@@ -593,7 +565,7 @@ fn bench_json_has_the_documented_shape() {
 
 #[test]
 fn a_missing_device_is_an_error() {
-    // (That `--check` rejects wrong results is unit-tested on `compare` in run_cmd/opencl.rs.)
+    // (That `--check` rejects wrong results is unit-tested on `compare` in run_cmd/check.rs.)
     if !have_device() {
         return;
     }

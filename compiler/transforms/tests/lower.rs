@@ -259,6 +259,7 @@ fn rtile_image_with_padding() {
     assert_eq!(guard.bounds, vec![6, 6]);
     assert_eq!(guard.map.to_string(), "(d0, d1, d2, d3) -> (d0, d1 * 4 + d2)");
     assert_eq!(st.get("lower-to-memory", "images"), 1);
+    assert_eq!(st.get("lower-to-memory", "image-fallbacks"), 0);
     let exp = ks.iter().find(|k| k.source == "tensor.exp").expect("exp kernel");
     assert_eq!(exp.maps[0].results.len(), 3, "exp reads the image by texel");
     same_numbers(&m, &after, "rtile image");
@@ -268,6 +269,7 @@ fn rtile_image_with_padding() {
     let mut buf = m.clone();
     let st = run_for(&mut buf, "lower-to-memory,plan-memory", &small);
     assert_eq!(st.get("lower-to-memory", "images"), 0);
+    assert_eq!(st.get("lower-to-memory", "image-fallbacks"), 1, "the fallback is reported");
     let mm = kernels(&buf).into_iter().find(|k| k.source == "tensor.matmul").expect("matmul");
     assert_eq!(mm.domain, vec![6, 6, 10], "a buffer output keeps the logical domain");
     assert_eq!(mm.maps[2].results.len(), 1);

@@ -18,6 +18,10 @@ use crate::layout::{Layout, Storage};
 const EFFECTS: OpTraits =
     OpTraits { pure: false, elementwise: false, commutative: false, terminator: false };
 
+/// The attributes of `memory.upload` and `memory.download`: the required `layout`.
+const LAYOUT_ATTRS: &[AttrDef] =
+    &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")];
+
 pub static OPS: &[OpDef] = &[
     OpDef {
         name: "memory.alloc",
@@ -84,7 +88,7 @@ pub static OPS: &[OpDef] = &[
               **FBLayout class:** none.",
         operands: Arity::Exactly(1),
         results: Arity::Exactly(1),
-        attrs: &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")],
+        attrs: LAYOUT_ATTRS,
         traits: EFFECTS,
         class: None,
         infer: infer_upload,
@@ -108,7 +112,7 @@ pub static OPS: &[OpDef] = &[
               **FBLayout class:** none.",
         operands: Arity::Exactly(1),
         results: Arity::Exactly(1),
-        attrs: &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")],
+        attrs: LAYOUT_ATTRS,
         traits: EFFECTS,
         class: None,
         infer: infer_download,

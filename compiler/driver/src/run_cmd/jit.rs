@@ -7,14 +7,13 @@
 //! kernels the OpenCL back end would); an input that is already lowered runs as it is. Inputs are
 //! read as for the interpreter, outputs written the same way. With `--check` the original module
 //! also runs in the reference interpreter (f64 and f32) and every result is compared with the
-//! bound and the report of `--target opencl --check` (`run_cmd/opencl.rs`); with `-v` the launch
+//! bound and the report of `--target opencl --check` (`run_cmd/check.rs`); with `-v` the launch
 //! count, the compile and native times go to stderr.
 
 use std::time::Instant;
 
-use fbc_runtime::interp::{Interpreter, Mode, Options, Value};
+use fbc_runtime::interp::{Mode, Options};
 
-use super::opencl::{compare, ATOL, RTOL};
 use super::RunArgs;
 use crate::{Driver, Failure};
 
@@ -88,55 +87,10 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     if a.check {
         // The comparison of `--target opencl --check`: against the f64 interpreter, with the
         // f32 interpreter's own error as slack.
-        let wide: Vec<Value> = inputs.iter().map(widen).collect();
-        let reference = Interpreter::new(&module)
-            .run_id(func, inputs)
-            .map_err(|e| super::located(&file, &e))?;
-        let reference64 =
-            Interpreter::with_options(&module, Options { mode: Mode::F64, ..Default::default() })
-                .run_id(func, wide)
-                .map_err(|e| super::located(&file, &e))?;
-        let mut failed = Vec::new();
-        for (i, ((r32, r), d)) in reference.iter().zip(&reference64).zip(&results).enumerate() {
-            let r = r.to_f64_vec();
-            let e32 = compare(&r, &r32.to_f64_vec(), 0.0).0;
-            let e32 = if e32.is_finite() { e32 } else { 0.0 };
-            let (max_abs, max_rel, bad) = compare(&r, &d.to_f64_vec(), 8.0 * e32);
-            text.push_str(&format!(
-                "check result{i}: max abs error {max_abs:.3e}, max rel error {max_rel:.3e} \
-                 (reference f32: {e32:.3e}), {bad} element(s) outside {ATOL:e} + \
-                 {RTOL:e}·(|ref| + max|ref|) + 8·{e32:.3e}\n"
-            ));
-            if bad > 0 {
-                failed.push(format!("result{i}"));
-            }
-        }
-        if !failed.is_empty() {
-            crate::output::write_text(None, &text)?;
-            return Err(Failure::Input(format!(
-                "{}: error: CPU JIT results differ from the reference interpreter: {}\n",
-                file.name,
-                failed.join(", ")
-            )));
-        }
-        text.push_str("check passed\n");
+        super::check::check(&file, &module, func, inputs, &results, "CPU JIT", &mut text)?;
     }
     if !text.is_empty() {
         crate::output::write_text(None, &text)?;
     }
     Ok(())
-}
-
-/// A value in f64 (the f64 interpreter's inputs): f32 data widened, other data as it is.
-fn widen(v: &Value) -> Value {
-    match v {
-        Value::F32(t) => {
-            let d: Vec<f64> = t.data().iter().map(|&x| f64::from(x)).collect();
-            match fbc_runtime::reference::Tensor::new(t.shape().to_vec(), d) {
-                Ok(t) => Value::F64(t),
-                Err(_) => v.clone(),
-            }
-        }
-        _ => v.clone(),
-    }
 }

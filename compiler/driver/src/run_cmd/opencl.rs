@@ -37,11 +37,6 @@ use crate::{Driver, Failure};
 
 use super::RunArgs;
 
-/// Absolute part of the `--check` bound.
-pub(crate) const ATOL: f64 = 1e-5;
-/// Relative part of the `--check` bound.
-pub(crate) const RTOL: f64 = 1e-4;
-
 /// A module compiled for OpenCL: the original (for the interpreter), the entry function, the
 /// generated source and manifest, and the lowering passes' statistics.
 pub(crate) struct Compiled {
@@ -149,7 +144,7 @@ pub(crate) fn device_failure(file: &str, e: &fbc_runtime::opencl::OpenClError) -
 
 #[cfg(feature = "opencl")]
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
-    use fbc_runtime::interp::{Interpreter, Mode, Value};
+    use fbc_runtime::interp::Mode;
     use fbc_runtime::opencl::{DeviceSel, RunOptions};
 
     if a.f64 {
@@ -195,102 +190,10 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         crate::output::write_atomic(path, &bytes)?;
     }
     if a.check {
-        let wide: Vec<Value> = inputs.iter().map(widen).collect();
-        let reference =
-            Interpreter::new(module).run_id(func, inputs).map_err(|e| super::located(file, &e))?;
-        let opts64 = fbc_runtime::interp::Options { mode: Mode::F64, ..Default::default() };
-        let reference64 = Interpreter::with_options(module, opts64)
-            .run_id(func, wide)
-            .map_err(|e| super::located(file, &e))?;
-        let mut failed = Vec::new();
-        for (i, ((r32, r), d)) in reference.iter().zip(&reference64).zip(&device_values).enumerate()
-        {
-            let r = r.to_f64_vec();
-            let e32 = compare(&r, &r32.to_f64_vec(), 0.0).0;
-            let e32 = if e32.is_finite() { e32 } else { 0.0 };
-            let (max_abs, max_rel, bad) = compare(&r, &d.to_f64_vec(), 8.0 * e32);
-            text.push_str(&format!(
-                "check result{i}: max abs error {max_abs:.3e}, max rel error {max_rel:.3e} \
-                 (reference f32: {e32:.3e}), {bad} element(s) outside {ATOL:e} + \
-                 {RTOL:e}·(|ref| + max|ref|) + 8·{e32:.3e}\n"
-            ));
-            if bad > 0 {
-                failed.push(format!("result{i}"));
-            }
-        }
-        if !failed.is_empty() {
-            crate::output::write_text(None, &text)?;
-            return Err(Failure::Input(format!(
-                "{}: error: OpenCL results differ from the reference interpreter: {}\n",
-                file.name,
-                failed.join(", ")
-            )));
-        }
-        text.push_str("check passed\n");
+        super::check::check(file, module, func, inputs, &device_values, "OpenCL", &mut text)?;
     }
     if a.outputs.is_none() || a.verbose || a.check {
         crate::output::write_text(None, &text)?;
     }
     Ok(())
-}
-
-/// A value in f64 (the f64 interpreter's inputs): f32 data widened, other data as it is.
-#[cfg(feature = "opencl")]
-fn widen(v: &fbc_runtime::interp::Value) -> fbc_runtime::interp::Value {
-    use fbc_runtime::interp::Value;
-    match v {
-        Value::F32(t) => {
-            let d: Vec<f64> = t.data().iter().map(|&x| f64::from(x)).collect();
-            match fbc_runtime::reference::Tensor::new(t.shape().to_vec(), d) {
-                Ok(t) => Value::F64(t),
-                Err(_) => v.clone(),
-            }
-        }
-        _ => v.clone(),
-    }
-}
-
-/// `(max abs error, max rel error, elements outside the bound)` of `device` against
-/// `reference`, the bound being `ATOL + RTOL·(|ref| + max|ref|) + slack`; NaN must match NaN.
-pub(crate) fn compare(reference: &[f64], device: &[f64], slack: f64) -> (f64, f64, usize) {
-    let (mut max_abs, mut max_rel, mut bad) = (0.0f64, 0.0f64, 0usize);
-    let scale = reference.iter().filter(|r| r.is_finite()).fold(0.0f64, |m, r| m.max(r.abs()));
-    if reference.len() != device.len() {
-        return (f64::INFINITY, f64::INFINITY, reference.len().max(device.len()));
-    }
-    for (&r, &d) in reference.iter().zip(device) {
-        if r.is_nan() || d.is_nan() {
-            bad += usize::from(r.is_nan() != d.is_nan());
-            continue;
-        }
-        if r == d {
-            continue;
-        }
-        let err = (r - d).abs();
-        max_abs = max_abs.max(err);
-        if r != 0.0 {
-            max_rel = max_rel.max(err / r.abs());
-        }
-        if err > ATOL + RTOL * (r.abs() + scale) + slack {
-            bad += 1;
-        }
-    }
-    (max_abs, max_rel, bad)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::compare;
-
-    #[test]
-    fn compare_rejects_perturbed_results_and_nan_mismatches() {
-        let r = [1.0, -2.0, 1000.0, f64::NAN];
-        assert_eq!(compare(&r, &[1.0, -2.0, 1000.0, f64::NAN], 0.0).2, 0);
-        // Within 1e-5 + 1e-4·(|ref| + 1000): fine; 0.5 off is not, unless the slack allows it.
-        assert_eq!(compare(&r, &[1.05, -2.0, 1000.0, f64::NAN], 0.0).2, 0);
-        assert_eq!(compare(&r, &[1.5, -2.0, 1000.0, f64::NAN], 0.0).2, 1);
-        assert_eq!(compare(&r, &[1.5, -2.0, 1000.0, f64::NAN], 0.5).2, 0);
-        assert_eq!(compare(&r, &[1.0, -2.0, 1000.0, 0.0], 0.0).2, 1);
-        assert_eq!(compare(&r, &[1.0], 0.0).2, 4);
-    }
 }

@@ -13,7 +13,17 @@ pub struct Out {
 
 /// Runs the `fbc` binary built for these tests.
 pub fn fbc(args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_fbc")).args(args).output().expect("fbc runs");
+    fbc_env(args, &[])
+}
+
+/// Runs the `fbc` binary built for these tests with environment variables `env` set.
+pub fn fbc_env(args: &[&str], env: &[(&str, &Path)]) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fbc"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("fbc runs");
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -33,4 +43,28 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
     let p = dir.join(name);
     std::fs::write(&p, bytes).expect("write");
     p.to_string_lossy().into_owned()
+}
+
+/// Generates one Llama layer's training step (`fbc gen llama3.2-1b --layers 1 --seq 8 --vocab 64
+/// --lora-rank 2 --training`: its LoRA gradients and the loss, every forward and backward op kind
+/// of a decoder) into `llama.fbir` of scratch directory `name`, and returns the path.
+pub fn training_step(name: &str) -> PathBuf {
+    let path = scratch(name).join("llama.fbir");
+    let o = fbc(&[
+        "gen",
+        "llama3.2-1b",
+        "--layers",
+        "1",
+        "--seq",
+        "8",
+        "--vocab",
+        "64",
+        "--lora-rank",
+        "2",
+        "--training",
+        "-o",
+        path.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    path
 }

@@ -33,7 +33,7 @@
 //!    maps are simplified with the egg rules of `fbc-index`.
 //!
 //! Statistics: `launches`, `fused-ops`, `copies` (materialised views), `converts`
-//! (`layout.convert` kernels), `images`, `divmod-before` / `divmod-after` (div/mod operations
+//! (`layout.convert` kernels), `images`, `image-fallbacks`, `divmod-before` / `divmod-after` (div/mod operations
 //! in all launch maps before and after simplification).
 
 mod fusion;
@@ -134,6 +134,7 @@ impl Pass for LowerToMemory {
             ("copies", stats.copies),
             ("converts", stats.converts),
             ("images", stats.images),
+            ("image-fallbacks", stats.image_fallbacks),
             ("divmod-before", stats.divmod_before),
             ("divmod-after", stats.divmod_after),
         ] {
@@ -151,6 +152,8 @@ pub(crate) struct Stats {
     pub copies: usize,
     pub converts: usize,
     pub images: usize,
+    /// R-Tiles whose layout asks for an image2d the target cannot hold: stored as a buffer.
+    pub image_fallbacks: usize,
     pub divmod_before: usize,
     pub divmod_after: usize,
 }
@@ -364,6 +367,8 @@ pub(crate) struct Lower<'m> {
     pub results: Vec<Tid>,
     pub copies: usize,
     pub converts: usize,
+    /// R-Tiles stored as texel arrays in buffers because their image exceeds the target.
+    pub image_fallbacks: usize,
 }
 
 pub(crate) fn located(span: Span, msg: impl Into<String>) -> Diagnostic {
@@ -407,6 +412,7 @@ impl<'m> Lower<'m> {
             results: Vec::new(),
             copies: 0,
             converts: 0,
+            image_fallbacks: 0,
         };
         let fd = m.func(f);
         let arg_layouts: Vec<Attr> = fd
@@ -455,7 +461,13 @@ impl<'m> Lower<'m> {
         if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
             return Err(located(span, format!("memory holds f32 or i32 tensors, found {t}")));
         }
-        let layout = self.fit(layout, t);
+        let fitted = self.fit(layout, t);
+        if let (Layout::RTile(want), Layout::RTile(got)) = (layout, &fitted) {
+            if want.storage == Storage::Image2d && got.storage == Storage::Buffer {
+                self.image_fallbacks += 1;
+            }
+        }
+        let layout = fitted;
         let ty = fbc_dialects::memory::ops::default_storage(&layout, t)
             .map_err(|e| located(span, format!("no storage for {t} in {layout}: {e}")))?;
         let s = self.storages.len();
@@ -659,6 +671,7 @@ impl<'m> Lower<'m> {
         stats.launches += launches.len();
         stats.copies += self.copies;
         stats.converts += self.converts;
+        stats.image_fallbacks += self.image_fallbacks;
         stats.divmod_before += mapper.divmod_before;
         stats.divmod_after += mapper.divmod_after;
         stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();

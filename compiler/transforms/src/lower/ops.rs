@@ -541,8 +541,7 @@ impl Lower<'_> {
                     opnd(sm, rows.full_stat()),
                 ];
                 let body = div(un(U::Exp, sub(x(0), x(1))), x(2));
-                let n = shape.len();
-                self.push(op, rname(0), shape, n, inputs, out(t, identity(n)), body, None, None);
+                self.elementwise(op, rname(0), shape, inputs, t, body);
             }
             "tensor.softmax_grad" => {
                 let shape = self.shape(ops[0]);
@@ -552,22 +551,13 @@ impl Lower<'_> {
                     span,
                 )?;
                 let rows = Rows { shape: shape.clone(), axis };
-                let s = self.stat(res[0], &rows.stat_shape(), "dot", span)?;
                 let inputs = vec![
                     self.read(ops[1], rows.red_full(), span)?,
                     self.read(ops[0], rows.red_full(), span)?,
                 ];
-                self.push(
-                    op,
-                    format!("{}_dot", rname(0)),
-                    rows.red_domain(),
-                    rows.n_par(),
-                    inputs,
-                    out(s, rows.red_stat()),
-                    mul(x(0), x(1)),
-                    Some(Combine::Add),
-                    None,
-                );
+                let body = mul(x(0), x(1));
+                let s =
+                    self.row_stat(op, res[0], &rows, "dot", inputs, body, Combine::Add, None)?;
                 let t = self.output(op, 0)?;
                 let n = shape.len();
                 let inputs = vec![
@@ -575,17 +565,7 @@ impl Lower<'_> {
                     self.read(ops[1], identity(n), span)?,
                     opnd(s, rows.full_stat()),
                 ];
-                self.push(
-                    op,
-                    rname(0),
-                    shape,
-                    n,
-                    inputs,
-                    out(t, identity(n)),
-                    mul(x(0), sub(x(1), x(2))),
-                    None,
-                    None,
-                );
+                self.elementwise(op, rname(0), shape, inputs, t, mul(x(0), sub(x(1), x(2))));
             }
             "tensor.layernorm" => {
                 let shape = self.shape(ops[0]);
@@ -607,7 +587,7 @@ impl Lower<'_> {
                     self.read(ops[2], rows.full_axis(), span)?,
                 ];
                 let body = add(mul(mul(sub(x(0), x(1)), x(2)), x(3)), x(4));
-                self.push(op, rname(0), shape, n, inputs, out(t, identity(n)), body, None, None);
+                self.elementwise(op, rname(0), shape, inputs, t, body);
             }
             "tensor.rmsnorm" => {
                 let shape = self.shape(ops[0]);
@@ -624,17 +604,7 @@ impl Lower<'_> {
                     opnd(r, rows.full_stat()),
                     self.read(ops[1], rows.full_axis(), span)?,
                 ];
-                self.push(
-                    op,
-                    rname(0),
-                    shape,
-                    n,
-                    inputs,
-                    out(t, identity(n)),
-                    mul(mul(x(0), x(1)), x(2)),
-                    None,
-                    None,
-                );
+                self.elementwise(op, rname(0), shape, inputs, t, mul(mul(x(0), x(1)), x(2)));
             }
             "tensor.layernorm_grad" => self.layernorm_grad(op, &ops, &res)?,
             "tensor.rmsnorm_grad" => self.rmsnorm_grad(op, &ops, &res)?,
@@ -680,7 +650,7 @@ impl Lower<'_> {
                     let p = mul(x(2), x(3));
                     (inputs, add(mul(x(0), x(1)), select(first_half, p.clone(), un(U::Neg, p))))
                 };
-                self.push(op, rname(0), shape, n, inputs, out(t, identity(n)), body, None, None);
+                self.elementwise(op, rname(0), shape, inputs, t, body);
             }
             "tensor.embedding" => {
                 let so = self.shape(res[0]);
@@ -691,17 +661,7 @@ impl Lower<'_> {
                 let t = self.output(op, 0)?;
                 let off = add(mul(x(1), int(dd)), dk(n - 1));
                 let body = Scalar::Load(0, Box::new(off));
-                self.push(
-                    op,
-                    rname(0),
-                    so,
-                    n,
-                    vec![table, ids],
-                    out(t, identity(n)),
-                    body,
-                    None,
-                    None,
-                );
+                self.elementwise(op, rname(0), so, vec![table, ids], t, body);
             }
             "tensor.embedding_grad" => {
                 let so = self.shape(res[0]); // [V, D]
@@ -774,17 +734,7 @@ impl Lower<'_> {
                     let scale = || div(x(3), f(nn as f64));
                     let p = mul(un(U::Exp, sub(x(0), add(x(1), un(U::Log, x(2))))), scale());
                     let body = sub(p, select(bin(B::Eq, dk(1), x(4)), scale(), f(0.0)));
-                    self.push(
-                        op,
-                        rname(0),
-                        shape,
-                        2,
-                        inputs,
-                        out(t, identity(2)),
-                        body,
-                        None,
-                        None,
-                    );
+                    self.elementwise(op, rname(0), shape, inputs, t, body);
                 }
             }
             "func.call" => return Err(located(span, "func.call left after inlining")),
@@ -859,38 +809,7 @@ impl Lower<'_> {
         combine: Combine,
         epi: Option<Scalar>,
     ) -> Result<(), Diagnostic> {
-        let span = self.m.op(op).span;
-        let shape = self.shape(src);
-        let kept: Vec<usize> = (0..shape.len()).filter(|&k| !mask[k]).collect();
-        let red: Vec<usize> = (0..shape.len()).filter(|&k| mask[k]).collect();
-        let n_par = kept.len().max(1);
-        let mut domain: Vec<u64> = kept.iter().map(|&k| shape[k]).collect();
-        if domain.is_empty() {
-            domain.push(1);
-        }
-        domain.extend(red.iter().map(|&k| shape[k]));
-        let mut xm = vec![Expr::Const(0); shape.len()];
-        for (j, &k) in kept.iter().enumerate() {
-            xm[k] = dim(j);
-        }
-        for (j, &k) in red.iter().enumerate() {
-            xm[k] = dim(n_par + j);
-        }
-        let mut om = Vec::new();
-        let mut j = 0;
-        for &m in mask {
-            if !m {
-                om.push(dim(j));
-                j += 1;
-            } else if keep {
-                om.push(Expr::Const(0));
-            }
-        }
-        let input = self.read(src, xm, span)?;
-        let t = self.output(op, 0)?;
-        let rn = value_name(self.m, res);
-        self.push(op, rn, domain, n_par, vec![input], out(t, om), x(0), Some(combine), epi);
-        Ok(())
+        self.reduce_axes(op, src, res, mask, &|_| keep, combine, epi)
     }
 
     /// `unbroadcast`: sums over `mask`; the first `lead` axes disappear, the others stay size 1.
@@ -901,6 +820,22 @@ impl Lower<'_> {
         res: Value,
         mask: &[bool],
         lead: usize,
+    ) -> Result<(), Diagnostic> {
+        self.reduce_axes(op, src, res, mask, &|k| k >= lead, Combine::Add, None)
+    }
+
+    /// A reduction of `src` over the axes in `mask` into result `res`; reduced axis `k` stays
+    /// (size 1) in the result when `keep(k)`, else it disappears.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_axes(
+        &mut self,
+        op: Op,
+        src: Value,
+        res: Value,
+        mask: &[bool],
+        keep: &dyn Fn(usize) -> bool,
+        combine: Combine,
+        epi: Option<Scalar>,
     ) -> Result<(), Diagnostic> {
         let span = self.m.op(op).span;
         let shape = self.shape(src);
@@ -925,15 +860,77 @@ impl Lower<'_> {
             if !m {
                 om.push(dim(j));
                 j += 1;
-            } else if k >= lead {
+            } else if keep(k) {
                 om.push(Expr::Const(0));
             }
         }
         let input = self.read(src, xm, span)?;
         let t = self.output(op, 0)?;
         let rn = value_name(self.m, res);
-        self.push(op, rn, domain, n_par, vec![input], out(t, om), x(0), Some(Combine::Add), None);
+        self.push(op, rn, domain, n_par, vec![input], out(t, om), x(0), Some(combine), epi);
         Ok(())
+    }
+
+    /// A per-row statistic `{res}_{suffix}` of the op's result `res`: a reduction of `body` over
+    /// `inputs` (read with the `red_*` maps of `rows`) along the rows' axis, finished by `epi`.
+    #[allow(clippy::too_many_arguments)]
+    fn row_stat(
+        &mut self,
+        op: Op,
+        res: Value,
+        rows: &Rows,
+        suffix: &str,
+        inputs: Vec<Operand>,
+        body: Scalar,
+        combine: Combine,
+        epi: Option<Scalar>,
+    ) -> Result<Tid, Diagnostic> {
+        let span = self.m.op(op).span;
+        let t = self.stat(res, &rows.stat_shape(), suffix, span)?;
+        let name = format!("{}_{suffix}", value_name(self.m, res));
+        let (domain, n_par) = (rows.red_domain(), rows.n_par());
+        self.push(
+            op,
+            name,
+            domain,
+            n_par,
+            inputs,
+            out(t, rows.red_stat()),
+            body,
+            Some(combine),
+            epi,
+        );
+        Ok(t)
+    }
+
+    /// A column sum (`dgamma`, `dbeta`) of `body` over `inputs` (read with the `col_*` maps of
+    /// `rows`) into the `[len]` result `t` named `name`.
+    fn col_sum(
+        &mut self,
+        op: Op,
+        name: String,
+        rows: &Rows,
+        t: Tid,
+        inputs: Vec<Operand>,
+        body: Scalar,
+    ) {
+        let dom = rows.col_domain();
+        self.push(op, name, dom, 1, inputs, out(t, vec![dim(0)]), body, Some(Combine::Add), None);
+    }
+
+    /// An elementwise launch over `shape` writing `body` of `inputs` into result `t` at the
+    /// identity map.
+    fn elementwise(
+        &mut self,
+        op: Op,
+        name: String,
+        shape: Vec<u64>,
+        inputs: Vec<Operand>,
+        t: Tid,
+        body: Scalar,
+    ) {
+        let n = shape.len();
+        self.push(op, name, shape, n, inputs, out(t, identity(n)), body, None, None);
     }
 
     /// Row max, then row sum of `exp(x - max)` (softmax, cross-entropy).
@@ -945,33 +942,11 @@ impl Lower<'_> {
         rows: &Rows,
     ) -> Result<(Tid, Tid), Diagnostic> {
         let span = self.m.op(op).span;
-        let rn = value_name(self.m, res);
-        let mx = self.stat(res, &rows.stat_shape(), "max", span)?;
         let input = self.read(src, rows.red_full(), span)?;
-        self.push(
-            op,
-            format!("{rn}_max"),
-            rows.red_domain(),
-            rows.n_par(),
-            vec![input],
-            out(mx, rows.red_stat()),
-            x(0),
-            Some(Combine::Max),
-            None,
-        );
-        let sm = self.stat(res, &rows.stat_shape(), "sum", span)?;
+        let mx = self.row_stat(op, res, rows, "max", vec![input], x(0), Combine::Max, None)?;
         let inputs = vec![self.read(src, rows.red_full(), span)?, opnd(mx, rows.red_stat())];
-        self.push(
-            op,
-            format!("{rn}_sum"),
-            rows.red_domain(),
-            rows.n_par(),
-            inputs,
-            out(sm, rows.red_stat()),
-            un(U::Exp, sub(x(0), x(1))),
-            Some(Combine::Add),
-            None,
-        );
+        let body = un(U::Exp, sub(x(0), x(1)));
+        let sm = self.row_stat(op, res, rows, "sum", inputs, body, Combine::Add, None)?;
         Ok((mx, sm))
     }
 
@@ -985,36 +960,15 @@ impl Lower<'_> {
         eps: f64,
     ) -> Result<(Tid, Tid), Diagnostic> {
         let span = self.m.op(op).span;
-        let rn = value_name(self.m, res);
         let n = rows.len() as f64;
-        let mean = self.stat(res, &rows.stat_shape(), "mean", span)?;
         let input = self.read(src, rows.red_full(), span)?;
-        self.push(
-            op,
-            format!("{rn}_mean"),
-            rows.red_domain(),
-            rows.n_par(),
-            vec![input],
-            out(mean, rows.red_stat()),
-            x(0),
-            Some(Combine::Add),
-            Some(div(Scalar::Acc, f(n))),
-        );
-        let rstd = self.stat(res, &rows.stat_shape(), "rstd", span)?;
+        let epi = Some(div(Scalar::Acc, f(n)));
+        let mean = self.row_stat(op, res, rows, "mean", vec![input], x(0), Combine::Add, epi)?;
         let inputs = vec![self.read(src, rows.red_full(), span)?, opnd(mean, rows.red_stat())];
         let dev = || sub(x(0), x(1));
-        let epi = rsqrt(add(div(Scalar::Acc, f(n)), f(eps)));
-        self.push(
-            op,
-            format!("{rn}_rstd"),
-            rows.red_domain(),
-            rows.n_par(),
-            inputs,
-            out(rstd, rows.red_stat()),
-            mul(dev(), dev()),
-            Some(Combine::Add),
-            Some(epi),
-        );
+        let epi = Some(rsqrt(add(div(Scalar::Acc, f(n)), f(eps))));
+        let body = mul(dev(), dev());
+        let rstd = self.row_stat(op, res, rows, "rstd", inputs, body, Combine::Add, epi)?;
         Ok((mean, rstd))
     }
 
@@ -1028,23 +982,11 @@ impl Lower<'_> {
         eps: f64,
     ) -> Result<Tid, Diagnostic> {
         let span = self.m.op(op).span;
-        let rn = value_name(self.m, res);
         let n = rows.len() as f64;
-        let r = self.stat(res, &rows.stat_shape(), "rstd", span)?;
         let input = self.read(src, rows.red_full(), span)?;
-        let epi = rsqrt(add(div(Scalar::Acc, f(n)), f(eps)));
-        self.push(
-            op,
-            format!("{rn}_rstd"),
-            rows.red_domain(),
-            rows.n_par(),
-            vec![input],
-            out(r, rows.red_stat()),
-            mul(x(0), x(0)),
-            Some(Combine::Add),
-            Some(epi),
-        );
-        Ok(r)
+        let epi = Some(rsqrt(add(div(Scalar::Acc, f(n)), f(eps))));
+        let body = mul(x(0), x(0));
+        self.row_stat(op, res, rows, "rstd", vec![input], body, Combine::Add, epi)
     }
 
     fn layernorm_grad(&mut self, op: Op, ops: &[Value], res: &[Value]) -> Result<(), Diagnostic> {
@@ -1059,21 +1001,12 @@ impl Lower<'_> {
         let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
         let (mean, rstd) = self.moments(op, x_, res[0], &rows, eps)?;
         // mean_g = Σ dy·gamma / n; mean_gx = Σ dy·gamma·x̂ / n, x̂ = (x - mean)·r.
-        let mg = self.stat(res[0], &rows.stat_shape(), "mean_g", span)?;
         let inputs =
             vec![self.read(dy, rows.red_full(), span)?, self.read(gamma, rows.red_axis(), span)?];
-        self.push(
-            op,
-            format!("{rn}_mean_g"),
-            rows.red_domain(),
-            rows.n_par(),
-            inputs,
-            out(mg, rows.red_stat()),
-            mul(x(0), x(1)),
-            Some(Combine::Add),
-            Some(div(Scalar::Acc, f(n))),
-        );
-        let mgx = self.stat(res[0], &rows.stat_shape(), "mean_gx", span)?;
+        let mean_n = || Some(div(Scalar::Acc, f(n)));
+        let body = mul(x(0), x(1));
+        let mg =
+            self.row_stat(op, res[0], &rows, "mean_g", inputs, body, Combine::Add, mean_n())?;
         let inputs = vec![
             self.read(dy, rows.red_full(), span)?,
             self.read(gamma, rows.red_axis(), span)?,
@@ -1082,17 +1015,8 @@ impl Lower<'_> {
             opnd(rstd, rows.red_stat()),
         ];
         let body = mul(mul(x(0), x(1)), mul(sub(x(2), x(3)), x(4)));
-        self.push(
-            op,
-            format!("{rn}_mean_gx"),
-            rows.red_domain(),
-            rows.n_par(),
-            inputs,
-            out(mgx, rows.red_stat()),
-            body,
-            Some(Combine::Add),
-            Some(div(Scalar::Acc, f(n))),
-        );
+        let mgx =
+            self.row_stat(op, res[0], &rows, "mean_gx", inputs, body, Combine::Add, mean_n())?;
         // dx = r·(dy·gamma - mean_g - x̂·mean_gx)
         let k = shape.len();
         let t = self.output(op, 0)?;
@@ -1107,7 +1031,7 @@ impl Lower<'_> {
         ];
         let xhat = mul(sub(x(2), x(3)), x(4));
         let body = mul(x(4), sub(sub(mul(x(0), x(1)), x(5)), mul(xhat, x(6))));
-        self.push(op, rn, shape.clone(), k, inputs, out(t, identity(k)), body, None, None);
+        self.elementwise(op, rn, shape.clone(), inputs, t, body);
         // dgamma = Σ dy·x̂, dbeta = Σ dy over every axis but `axis`.
         let tg = self.output(op, 1)?;
         let inputs = vec![
@@ -1117,32 +1041,10 @@ impl Lower<'_> {
             opnd(rstd, rows.col_stat()),
         ];
         let body = mul(x(0), mul(sub(x(1), x(2)), x(3)));
-        let gname = value_name(self.m, res[1]);
-        self.push(
-            op,
-            gname,
-            rows.col_domain(),
-            1,
-            inputs,
-            out(tg, vec![dim(0)]),
-            body,
-            Some(Combine::Add),
-            None,
-        );
+        self.col_sum(op, value_name(self.m, res[1]), &rows, tg, inputs, body);
         let tb = self.output(op, 2)?;
         let inputs = vec![self.read(dy, rows.col_full(), span)?];
-        let bname = value_name(self.m, res[2]);
-        self.push(
-            op,
-            bname,
-            rows.col_domain(),
-            1,
-            inputs,
-            out(tb, vec![dim(0)]),
-            x(0),
-            Some(Combine::Add),
-            None,
-        );
+        self.col_sum(op, value_name(self.m, res[2]), &rows, tb, inputs, x(0));
         Ok(())
     }
 
@@ -1160,23 +1062,13 @@ impl Lower<'_> {
         let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
         let r = self.rms(op, x_, res[0], &rows, eps)?;
         // s = Σ dy·gamma·x / n
-        let s = self.stat(res[0], &rows.stat_shape(), "dot", span)?;
         let inputs = vec![
             self.read(dy, rows.red_full(), span)?,
             self.read(gamma, rows.red_axis(), span)?,
             self.read(x_, rows.red_full(), span)?,
         ];
-        self.push(
-            op,
-            format!("{rn}_dot"),
-            rows.red_domain(),
-            rows.n_par(),
-            inputs,
-            out(s, rows.red_stat()),
-            mul(mul(x(0), x(1)), x(2)),
-            Some(Combine::Add),
-            Some(div(Scalar::Acc, f(n))),
-        );
+        let (body, epi) = (mul(mul(x(0), x(1)), x(2)), Some(div(Scalar::Acc, f(n))));
+        let s = self.row_stat(op, res[0], &rows, "dot", inputs, body, Combine::Add, epi)?;
         // dx = r·dy·gamma - x·r·r·r·s
         let k = shape.len();
         let t = self.output(op, 0)?;
@@ -1189,7 +1081,7 @@ impl Lower<'_> {
         ];
         let body =
             sub(mul(mul(x(3), x(0)), x(1)), mul(mul(mul(mul(x(2), x(3)), x(3)), x(3)), x(4)));
-        self.push(op, rn, shape.clone(), k, inputs, out(t, identity(k)), body, None, None);
+        self.elementwise(op, rn, shape.clone(), inputs, t, body);
         // dgamma = Σ dy·x·r over the leading axes.
         let tg = self.output(op, 1)?;
         let inputs = vec![
@@ -1197,18 +1089,8 @@ impl Lower<'_> {
             self.read(x_, rows.col_full(), span)?,
             opnd(r, rows.col_stat()),
         ];
-        let gname = value_name(self.m, res[1]);
-        self.push(
-            op,
-            gname,
-            rows.col_domain(),
-            1,
-            inputs,
-            out(tg, vec![dim(0)]),
-            mul(mul(x(0), x(1)), x(2)),
-            Some(Combine::Add),
-            None,
-        );
+        let body = mul(mul(x(0), x(1)), x(2));
+        self.col_sum(op, value_name(self.m, res[1]), &rows, tg, inputs, body);
         Ok(())
     }
 }
