@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use fbc_codegen::opencl::{KernelOptions, Options, Output, Writer};
 use fbc_ir::{Module, SourceFile};
 
-use crate::cli::InstrumentationArgs;
+use crate::cli::{InstrumentationArgs, LayoutStrategy};
 use crate::{Driver, Failure};
 
 /// Whether every function body holds only memory ops (and `func.return`): the module is already
@@ -39,9 +39,42 @@ pub(crate) fn lower(
     if is_lowered(module) {
         return Ok(Default::default());
     }
-    let pipeline = fbc_transforms::lowering_pipeline(target);
     let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
-    let (_, stats) = driver.run_pipeline(file, module, &pipeline, Some(&profile), instr)?;
+    lower_for(driver, file, module, target, &profile, instr)
+}
+
+/// Runs the `-O level` pipeline with `strategy`, then the lowering pipeline, both for hardware
+/// profile `target` (already looked up as `profile`), unless the module is already lowered (what
+/// `fbc run --target opencl|cpu-jit` and `fbc bench` do). Returns the lowering passes'
+/// statistics.
+pub(crate) fn optimize_and_lower(
+    driver: &Driver,
+    file: &SourceFile,
+    module: &mut Module,
+    level: u8,
+    strategy: LayoutStrategy,
+    target: &str,
+    profile: &fbc_target::HardwareProfile,
+) -> Result<fbc_ir::pass::Statistics, Failure> {
+    if is_lowered(module) {
+        return Ok(Default::default());
+    }
+    let instr = InstrumentationArgs::default();
+    let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
+    driver.run_pipeline(file, module, &pipeline, Some(profile), &instr)?;
+    lower_for(driver, file, module, target, profile, &instr)
+}
+
+fn lower_for(
+    driver: &Driver,
+    file: &SourceFile,
+    module: &mut Module,
+    target: &str,
+    profile: &fbc_target::HardwareProfile,
+    instr: &InstrumentationArgs,
+) -> Result<fbc_ir::pass::Statistics, Failure> {
+    let pipeline = fbc_transforms::lowering_pipeline(target);
+    let (_, stats) = driver.run_pipeline(file, module, &pipeline, Some(profile), instr)?;
     Ok(stats)
 }
 

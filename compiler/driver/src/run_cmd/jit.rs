@@ -38,12 +38,15 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let fname = module.func(func).name.clone();
     let compile_start = Instant::now();
     let mut lowered = module.clone();
-    let instr = Default::default();
-    if !crate::opencl_emit::is_lowered(&lowered) {
-        let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
-        driver.run_pipeline(&file, &mut lowered, &pipeline, Some(&profile), &instr)?;
-        crate::opencl_emit::lower(driver, &file, &mut lowered, &a.profile, &instr)?;
-    }
+    crate::opencl_emit::optimize_and_lower(
+        driver,
+        &file,
+        &mut lowered,
+        level,
+        strategy,
+        &a.profile,
+        &profile,
+    )?;
     let lowering = compile_start.elapsed();
     let lfunc = lowered.find_func(&fname).ok_or_else(|| {
         Failure::Input(format!("{}: error: @{fname} disappeared while lowering\n", file.name))

@@ -62,12 +62,15 @@ pub(crate) fn compile(
     let (file, module) = driver.load(path)?;
     let func = super::entry(&module, entry, &file.name)?;
     let mut lowered = module.clone();
-    let instr = Default::default();
-    if !crate::opencl_emit::is_lowered(&lowered) {
-        let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
-        driver.run_pipeline(&file, &mut lowered, &pipeline, Some(&target), &instr)?;
-    }
-    let stats = crate::opencl_emit::lower(driver, &file, &mut lowered, profile, &instr)?;
+    let stats = crate::opencl_emit::optimize_and_lower(
+        driver,
+        &file,
+        &mut lowered,
+        level,
+        strategy,
+        profile,
+        &target,
+    )?;
     let out = crate::opencl_emit::generate(&lowered, profile, tiled)?;
     Ok(Compiled { file, module, func, out, stats })
 }

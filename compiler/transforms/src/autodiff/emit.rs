@@ -136,10 +136,7 @@ impl<'r> Emitter<'r> {
         x: Value,
         shape: &[u64],
     ) -> Result<Value, Diagnostic> {
-        if self.tensor(m, x)?.shape.as_slice() == shape {
-            return Ok(x);
-        }
-        self.op(m, "tensor.reshape", &[x], vec![("shape".into(), dims_attr(shape))])
+        self.shape_op(m, "tensor.reshape", x, shape)
     }
 
     /// `x` broadcast to `shape`; `x` itself when it has that shape already.
@@ -149,10 +146,21 @@ impl<'r> Emitter<'r> {
         x: Value,
         shape: &[u64],
     ) -> Result<Value, Diagnostic> {
+        self.shape_op(m, "tensor.broadcast", x, shape)
+    }
+
+    /// `op {shape}` applied to `x`, or `x` itself when it has `shape` already.
+    fn shape_op(
+        &mut self,
+        m: &mut Module,
+        op: &str,
+        x: Value,
+        shape: &[u64],
+    ) -> Result<Value, Diagnostic> {
         if self.tensor(m, x)?.shape.as_slice() == shape {
             return Ok(x);
         }
-        self.op(m, "tensor.broadcast", &[x], vec![("shape".into(), dims_attr(shape))])
+        self.op(m, op, &[x], vec![("shape".into(), dims_attr(shape))])
     }
 
     /// The gradient `g` (of a broadcast result) summed back to the shape of `like`; `g` itself
