@@ -93,9 +93,10 @@ fn contractions_get_the_tiled_kernel_with_the_target_group() {
     let l = out.manifest.functions[0].launches().next().cloned().expect("a launch");
     assert!(l.tiled);
     // Mali prefers 32×8 work-groups; 40 columns get 1 output per work-item along x (40 < 64),
-    // 48 rows 4 along y (48 >= 32): blocks of 32 columns × 32 rows.
+    // the batch and the 48 rows flatten into 96 rows, 4 along y (96 >= 32): blocks of 32
+    // columns × 32 rows, 2 × 3 of them.
     assert_eq!(l.local, Some(vec![32, 8, 1]));
-    assert_eq!(l.global, vec![2 * 32, 2 * 8, 2]);
+    assert_eq!(l.global, vec![2 * 32, 3 * 8, 1]);
     // Without tiling: the plain kernel, one work-item per output.
     let mut plain = Options::default();
     plain.kernels.tiled = false;

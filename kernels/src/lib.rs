@@ -28,6 +28,25 @@ inline float fbc_ch(float4 v, long c) { return c == 0 ? v.x : (c == 1 ? v.y : (c
 __constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
 ";
 
+/// Which index of a staged operand a [`TexelRead`] runs along: four consecutive values of it are
+/// the four channels of one texel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Along {
+    /// The reduction index `kk`.
+    K,
+    /// The other index: `row` for `a`, `col` for `b`.
+    Outer,
+}
+
+/// A staged operand read one RGBA texel at a time: `texel` is a `float4` expression over the same
+/// variables as the scalar form, whose channel `c` is the operand at index `i + c` along `along`
+/// for an index `i` that is a multiple of 4. The extent along `along` is a multiple of 4.
+#[derive(Debug, Clone, Copy)]
+pub struct TexelRead<'a> {
+    pub texel: &'a str,
+    pub along: Along,
+}
+
 /// The holes of the [`contraction`] template: `out[row, col] = epilogue(Σ_k a(row, k) · b(k, col))`
 /// over a batch of independent products.
 ///
@@ -53,6 +72,10 @@ pub struct Contraction<'a> {
     pub a_at: &'a str,
     /// `b(kk, col)` as a `float` expression (it may not use `row`).
     pub b_at: &'a str,
+    /// `a` staged a texel at a time instead of through `a_at`.
+    pub a_texel: Option<TexelRead<'a>>,
+    /// `b` staged a texel at a time instead of through `b_at`.
+    pub b_texel: Option<TexelRead<'a>>,
     /// One statement storing the `float acc` of output `(row, col)`; with `texel_store`, the
     /// statements storing `acc0..acc3`, outputs `(row, col..col + 3)` (`col` a multiple of 4).
     pub store: &'a str,
@@ -90,6 +113,63 @@ impl Contraction<'_> {
     }
 }
 
+/// One operand's staging into local memory: `tile[kk - k0][outer - outer0]` for a `tk × block`
+/// tile.
+struct Stage<'a> {
+    tile: &'a str,
+    outer: &'a str,
+    extent: u64,
+    block: u64,
+    at: &'a str,
+    texel: Option<TexelRead<'a>>,
+}
+
+/// The loop that stages one tile, spread over the work-group's `threads` work-items: an element
+/// per step, or a texel (four elements along `kk` or along the outer index) per step.
+fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
+    let Stage { tile, outer, extent, block: bx, at, texel } = *st;
+    let o0 = if outer == "row" { "row0" } else { "col0" };
+    match texel {
+        Some(TexelRead { texel, along: Along::K }) => {
+            let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk / 4 * bx);
+            let _ = writeln!(
+                s,
+                "      const long {outer} = {o0} + t % {bx}, kk = k0 + 4 * (t / {bx});"
+            );
+            let _ = writeln!(
+                s,
+                "      const float4 v = ({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f);"
+            );
+            for (q, ch) in ["x", "y", "z", "w"].iter().enumerate() {
+                let _ = writeln!(s, "      {tile}[4 * (t / {bx}) + {q}][t % {bx}] = v.{ch};");
+            }
+            s.push_str("    }\n");
+        }
+        Some(TexelRead { texel, along: Along::Outer }) => {
+            let q4 = bx / 4;
+            let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * q4);
+            let _ = writeln!(
+                s,
+                "      const long {outer} = {o0} + 4 * (t % {q4}), kk = k0 + t / {q4};"
+            );
+            let _ = writeln!(
+                s,
+                "      const float4 v = ({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f);"
+            );
+            let _ = writeln!(s, "      vstore4(v, 0, &{tile}[t / {q4}][4 * (t % {q4})]);");
+            s.push_str("    }\n");
+        }
+        None => {
+            let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bx);
+            let _ = writeln!(s, "      const long {outer} = {o0} + t % {bx}, kk = k0 + t / {bx};");
+            let _ = writeln!(
+                s,
+                "      {tile}[t / {bx}][t % {bx}] = ({outer} < {extent} && kk < {k}) ? {at} : 0.0f;\n    }}"
+            );
+        }
+    }
+}
+
 /// A tiled, register-blocked contraction kernel.
 ///
 /// A work-group of `group = [gx, gy]` work-items computes a block of `gy·py` rows by `gx·px`
@@ -123,34 +203,34 @@ pub fn contraction(c: &Contraction<'_>) -> String {
     );
     s.push_str("  const long bz = get_global_id(2);\n");
     s.push_str(c.batch_decl);
-    let _ = writeln!(s, "  __local float As[{tk}][{bm}];\n  __local float Bs[{tk}][{bn}];");
+    let _ = writeln!(s, "  __local float As[{tk}][{bm}];");
+    if c.texel_store {
+        // Each work-item reads its four columns as one aligned float4: four scalar reads at a
+        // stride of 4 would hit the same local-memory banks.
+        let _ = writeln!(s, "  __local float4 Bs4[{tk}][{}];", bn / 4);
+        let _ = writeln!(s, "  __local float (*Bs)[{bn}] = (__local float (*)[{bn}])Bs4;");
+    } else {
+        let _ = writeln!(s, "  __local float Bs[{tk}][{bn}];");
+    }
     let _ = writeln!(s, "  float acc[{py}][{px}];");
     let _ = writeln!(
         s,
         "  for (int i = 0; i < {py}; ++i)\n    for (int j = 0; j < {px}; ++j) acc[i][j] = 0.0f;"
     );
     let _ = writeln!(s, "  for (long k0 = 0; k0 < {k}; k0 += {tk}) {{");
-    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bm);
-    let _ = writeln!(s, "      const long row = row0 + t % {bm}, kk = k0 + t / {bm};");
-    let _ = writeln!(
-        s,
-        "      As[t / {bm}][t % {bm}] = (row < {m} && kk < {k}) ? {} : 0.0f;\n    }}",
-        c.a_at
-    );
-    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bn);
-    let _ = writeln!(s, "      const long col = col0 + t % {bn}, kk = k0 + t / {bn};");
-    let _ = writeln!(
-        s,
-        "      Bs[t / {bn}][t % {bn}] = (col < {n} && kk < {k}) ? {} : 0.0f;\n    }}",
-        c.b_at
-    );
+    let a = Stage { tile: "As", outer: "row", extent: m, block: bm, at: c.a_at, texel: c.a_texel };
+    let b = Stage { tile: "Bs", outer: "col", extent: n, block: bn, at: c.b_at, texel: c.b_texel };
+    for st in [a, b] {
+        stage(&mut s, &st, k, tk, threads);
+    }
     s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
     let _ = writeln!(s, "    const int kn = (int)min((long){tk}, {k} - k0);");
     s.push_str("    for (int q = 0; q < kn; ++q) {\n");
     let _ = writeln!(s, "      float a[{py}], b[{px}];");
     let _ = writeln!(s, "      for (int i = 0; i < {py}; ++i) a[i] = As[q][ly + i * {gy}];");
     if c.texel_store {
-        let _ = writeln!(s, "      for (int j = 0; j < {px}; ++j) b[j] = Bs[q][lx * {px} + j];");
+        s.push_str("      const float4 bv = Bs4[q][lx];\n");
+        s.push_str("      b[0] = bv.x; b[1] = bv.y; b[2] = bv.z; b[3] = bv.w;\n");
     } else {
         let _ = writeln!(s, "      for (int j = 0; j < {px}; ++j) b[j] = Bs[q][lx + j * {gx}];");
     }
@@ -196,6 +276,8 @@ mod tests {
             batch_decl: "",
             a_at: "x0[row * 33 + kk]",
             b_at: "x1[kk * 70 + col]",
+            a_texel: None,
+            b_texel: None,
             store: "x2[bz * 7000 + row * 70 + col] = acc;",
             group: [16, 8],
             per_item: [2, 4],

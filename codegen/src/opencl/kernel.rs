@@ -198,6 +198,29 @@ fn affine(e: &AffineExpr, names: &[String], dims: &[String]) -> Result<String, S
     })
 }
 
+/// How a contraction's parallel dimensions are grouped (see [`Cx::contraction`]).
+struct Split {
+    batch: Vec<usize>,
+    rows: Vec<usize>,
+    cols: Vec<usize>,
+}
+
+/// The value of each dimension in `dims` (in domain order, the last fastest) from their
+/// flattened index `var`, as C expressions.
+fn flatten(dims: &[usize], var: &str, domain: &[u64]) -> Vec<(usize, String)> {
+    let mut stride: u64 = dims.iter().map(|&d| domain[d]).product();
+    dims.iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            let ext = domain[d];
+            stride /= ext.max(1);
+            let q = if stride == 1 { var.to_string() } else { format!("({var} / {stride}L)") };
+            let e = if i == 0 { q } else { format!("({q} % {ext}L)") };
+            (d, e)
+        })
+        .collect()
+}
+
 /// A float literal in OpenCL C.
 pub(crate) fn flit(v: f64) -> String {
     let f = v as f32;
@@ -425,6 +448,26 @@ impl Cx<'_> {
                 }
             }
         })
+    }
+
+    /// The parallel dimensions of a contraction `xa · xb`: rows are read by `xa` only, columns
+    /// by `xb` only, batches by both or neither. `None` without rows or columns.
+    fn split_parallel(&self, a: usize, b: usize) -> Option<Split> {
+        let mut s = Split { batch: Vec::new(), rows: Vec::new(), cols: Vec::new() };
+        for d in 0..self.k.parallel_dims() {
+            match (map_uses(&self.k.maps[a], d), map_uses(&self.k.maps[b], d)) {
+                (true, false) => s.rows.push(d),
+                (false, true) => s.cols.push(d),
+                _ => s.batch.push(d),
+            }
+        }
+        (!s.rows.is_empty() && !s.cols.is_empty()).then_some(s)
+    }
+
+    /// The whole texel operand `i` (an image) reads at `dims`, as a `float4` expression.
+    fn texel(&self, i: usize, dims: &[String]) -> Result<String, String> {
+        let (x, y) = (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?);
+        Ok(format!("read_imagef(x{i}, fbc_smp, (int2)((int){x}, (int){y}))"))
     }
 
     /// The guard condition at `dims` (`None`: no guard).
@@ -670,15 +713,17 @@ impl Cx<'_> {
         })
     }
 
-    /// The tiled contraction, where `k` is one: `acc += xa * xb` over one reduction dimension,
-    /// `xa` independent of the last parallel dimension (columns), `xb` of the one before (rows),
-    /// a buffer output and no guard.
+    /// The tiled contraction, where `k` is one: `acc += xa * xb` over the reduction dimensions,
+    /// no guard, `f32` operands. The parallel dimensions fall into rows (read by `xa` only),
+    /// columns (read by `xb` only) and batches (the rest); rows, columns and the reduction are
+    /// each flattened in domain order, so the reduction still runs in domain order. An image
+    /// output needs its channel among the columns (then a work-item stores a whole texel).
     fn contraction(&self, comment: &str, opts: &KernelOptions) -> Result<Option<Emitted>, String> {
         let k = self.k;
         let p = k.parallel_dims();
+        let nd = k.domain.len();
         let out = self.out();
-        if k.combine != Some(Combine::Add) || k.guard.is_some() || p < 2 || k.domain.len() != p + 1
-        {
+        if k.combine != Some(Combine::Add) || k.guard.is_some() || p < 2 || nd == p {
             return Ok(None);
         }
         if self.types.iter().any(|t| t.elem != ElemType::F32) {
@@ -686,65 +731,75 @@ impl Cx<'_> {
         }
         let Scalar::Bin(ScalarBin::Mul, a, b) = &k.body else { return Ok(None) };
         let (Scalar::In(a), Scalar::In(b)) = (&**a, &**b) else { return Ok(None) };
-        // The output's columns: the last parallel dimension of a buffer output; the texel column
-        // and the channel (the last two) of an image output, column = 4·x + c.
-        let texel = self.is_image(out);
-        let cols: Vec<usize> = if texel {
-            let m = &k.maps[out];
-            let ch = AffineExpr::Var(m.dims[p - 1].clone());
-            if p < 3 || k.domain[p - 1] != 4 || m.results[2] != ch {
-                return Ok(None);
-            }
-            if m.results[..2].iter().any(|e| uses(e, &m.dims[p - 1])) {
-                return Ok(None);
-            }
-            vec![p - 2, p - 1]
-        } else {
-            vec![p - 1]
-        };
-        let row = cols[0] - 1;
-        let indep = |x: usize, ds: &[usize]| ds.iter().all(|&d| !map_uses(&k.maps[x], d));
-        let (a, b) = if indep(*a, &cols) && indep(*b, &[row]) {
-            (*a, *b)
-        } else if indep(*b, &cols) && indep(*a, &[row]) {
-            (*b, *a)
-        } else {
-            return Ok(None);
-        };
-        if a == out || b == out {
+        if *a == out || *b == out {
             return Ok(None);
         }
-        let n: u64 = cols.iter().map(|&d| k.domain[d]).product();
-        let (m, kk) = (k.domain[row], k.domain[p]);
+        let texel = self.is_image(out);
+        // The last parallel dimension is best a column: it is usually the output's contiguous
+        // one (neighbouring work-items then store neighbouring elements), and an image
+        // output's channel must be the last column.
+        let orders: Vec<(usize, usize, Split)> = [(*a, *b), (*b, *a)]
+            .into_iter()
+            .filter_map(|(a, b)| Some((a, b, self.split_parallel(a, b)?)))
+            .collect();
+        let last_col = |s: &Split| s.cols.last() == Some(&(p - 1));
+        let pick = match orders.iter().position(|(_, _, s)| last_col(s)) {
+            Some(i) => Some(i),
+            None if !texel && !orders.is_empty() => Some(0),
+            None => None,
+        };
+        let Some((a, b, split)) = pick.and_then(|i| orders.into_iter().nth(i)) else {
+            return Ok(None);
+        };
+        let ext = |ds: &[usize]| -> u64 { ds.iter().map(|&d| k.domain[d]).product() };
+        let red: Vec<usize> = (p..nd).collect();
+        let (m, n, kk) = (ext(&split.rows), ext(&split.cols), ext(&red));
         if m * n < 256 || kk < 8 {
             return Ok(None);
         }
-        let batch = &k.domain[..row];
-        let batches: u64 = batch.iter().product();
+        let batches = ext(&split.batch);
+        let mut dims: Vec<String> = (0..nd).map(|i| format!("d{i}")).collect();
         let mut batch_decl = String::new();
-        let mut stride = batches;
-        for (i, &e) in batch.iter().enumerate() {
-            stride /= e.max(1);
-            let _ = writeln!(batch_decl, "  const long d{i} = (bz / {stride}L) % {e}L;");
+        for (d, e) in flatten(&split.batch, "bz", &k.domain) {
+            let _ = writeln!(batch_decl, "  const long d{d} = {e};");
         }
-        let mut dims: Vec<String> = (0..row).map(|i| format!("d{i}")).collect();
-        dims.push("row".into());
-        if texel {
-            dims.extend(["(col / 4L)".to_string(), "(col % 4L)".to_string()]);
-        } else {
-            dims.push("col".into());
+        for (d, e) in flatten(&split.rows, "row", &k.domain)
+            .into_iter()
+            .chain(flatten(&split.cols, "col", &k.domain))
+            .chain(flatten(&red, "kk", &k.domain))
+        {
+            dims[d] = e;
         }
-        dims.push("kk".into());
-        let mut a_dims = dims.clone();
-        for &c in &cols {
-            a_dims[c] = "0L".into();
-        }
-        let mut b_dims = dims.clone();
-        b_dims[row] = "0L".into();
+        let zero = |ds: &[usize]| {
+            let mut v = dims.clone();
+            for &d in ds {
+                v[d] = "0L".into();
+            }
+            v
+        };
+        let (a_dims, b_dims) = (zero(&split.cols), zero(&split.rows));
         let a_at = self.read(a, &a_dims)?.0;
         let b_at = self.read(b, &b_dims)?.0;
-        let mut s_dims = dims.clone();
-        s_dims[p] = "0L".into();
+        // Texel-wide staging: the operand's channel is the innermost dimension (extent 4) of the
+        // reduction or of its own rows/columns, and x and y do not depend on it.
+        let texel_read = |i: usize, ds: &[String], along: [(&[usize], fbc_kernels::Along); 2]| {
+            along.into_iter().find_map(|(axis, al)| {
+                let j = *axis.last()?;
+                let mp = &k.maps[i];
+                let ch = AffineExpr::Var(mp.dims[j].clone());
+                let ok = self.is_image(i)
+                    && k.domain[j] == 4
+                    && mp.results[2] == ch
+                    && !mp.results[..2].iter().any(|e| uses(e, &mp.dims[j]));
+                ok.then(|| self.texel(i, ds).map(|t| (t, al)))
+            })
+        };
+        use fbc_kernels::Along;
+        let a_tex =
+            texel_read(a, &a_dims, [(&red, Along::K), (&split.rows, Along::Outer)]).transpose()?;
+        let b_tex =
+            texel_read(b, &b_dims, [(&split.cols, Along::Outer), (&red, Along::K)]).transpose()?;
+        let mut s_dims = zero(&red);
         let value = |s_dims: &[String], acc: &str| -> Result<String, String> {
             Ok(match &k.epilogue {
                 Some(e) => as_f(self.scalar(e, &Env { dims: s_dims, acc })?),
@@ -773,6 +828,14 @@ impl Cx<'_> {
                 group[1] = (group[1] / 2).max(1);
             }
         }
+        // A side shorter than the group leaves work-items idle: move them to the other side.
+        let px_min = if texel { 4 } else { 1 };
+        while group[0] > 1 && group[0] * px_min > n && group[1] * 2 <= m {
+            group = [group[0] / 2, group[1] * 2];
+        }
+        while group[1] > 1 && group[1] > m && group[0] * 2 * px_min <= n {
+            group = [group[0] * 2, group[1] / 2];
+        }
         // Fewer outputs per work-item when the product is small along a side.
         let per = |ext: u64, g: u64| {
             if ext >= 4 * g {
@@ -794,6 +857,8 @@ impl Cx<'_> {
             batch_decl: &batch_decl,
             a_at: &a_at,
             b_at: &b_at,
+            a_texel: None,
+            b_texel: None,
             store: &store,
             group,
             per_item: [if texel { 4 } else { per(n, group[0]) }, per(m, group[1])],
@@ -802,6 +867,22 @@ impl Cx<'_> {
         };
         while c.local_bytes() > opts.local_mem_bytes && c.tile_k > 1 {
             c.tile_k /= 2;
+        }
+        // Texel staging needs whole texels per step: `tile_k` (along `kk`) or the block (along
+        // rows or columns) a multiple of 4.
+        let [bn, bm] = c.block();
+        let fits = |t: &Option<(String, fbc_kernels::Along)>, block: u64| match t {
+            Some((_, fbc_kernels::Along::K)) => c.tile_k % 4 == 0,
+            Some((_, fbc_kernels::Along::Outer)) => block % 4 == 0,
+            None => false,
+        };
+        if fits(&a_tex, bm) {
+            c.a_texel =
+                a_tex.as_ref().map(|(t, al)| fbc_kernels::TexelRead { texel: t, along: *al });
+        }
+        if fits(&b_tex, bn) {
+            c.b_texel =
+                b_tex.as_ref().map(|(t, al)| fbc_kernels::TexelRead { texel: t, along: *al });
         }
         if c.local_bytes() > opts.local_mem_bytes {
             return Ok(None);

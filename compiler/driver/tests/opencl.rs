@@ -360,16 +360,7 @@ fn a_contraction_into_an_image_is_tiled_and_exact() {
     let p = write_tmp("mm_image.fbir", MATMUL_TO_IMAGE);
     let a: Vec<f32> = (0..768).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
     let b: Vec<f32> = (0..768).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
-    let mut bytes = safetensors_f32("a", &a);
-    // Two tensors: rebuild the header by hand.
-    let header = r#"{"a":{"dtype":"F32","shape":[768],"data_offsets":[0,3072]},"b":{"dtype":"F32","shape":[768],"data_offsets":[3072,6144]}}"#;
-    bytes.clear();
-    bytes.extend((header.len() as u64).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    for x in a.iter().chain(&b) {
-        bytes.extend(x.to_le_bytes());
-    }
-    let inputs = common::write(&dir, "ab.safetensors", &bytes);
+    let inputs = common::write(&dir, "ab.safetensors", &safetensors_ab(&a, &b));
     let out = dir.join("c.safetensors");
     let dump = dir.join("kernels");
     let o = common::fbc(&[
@@ -386,8 +377,10 @@ fn a_contraction_into_an_image_is_tiled_and_exact() {
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let mm = std::fs::read_to_string(dump.join("mm.cl")).expect("mm.cl");
+    // The generic 16×16 group would leave half its columns idle on 32 columns of 4-wide
+    // texels: it becomes 8×32.
     assert!(
-        mm.contains("reqd_work_group_size(16, 16, 1)") && mm.contains("acc3 = acc[i][3]"),
+        mm.contains("reqd_work_group_size(8, 32, 1)") && mm.contains("acc3 = acc[i][3]"),
         "{mm}"
     );
     let c = read_safetensors_f32(&std::fs::read(&out).expect("outputs"), "result0");
@@ -396,6 +389,96 @@ fn a_contraction_into_an_image_is_tiled_and_exact() {
             // Sums of exact products of quarters and halves: exact in f32 in any order.
             let want: f32 = (0..24).map(|k| a[m * 24 + k] * b[k * 32 + n]).sum::<f32>() + 0.5;
             assert_eq!(c[m * 32 + n], want, "C[{m}, {n}]");
+        }
+    }
+}
+
+/// Two contractions on images whose channels the tiled kernel stages a texel at a time: in `mm1`
+/// `a`'s channel runs along the reduction and `b`'s along the columns, in `mm2` `a`'s along the
+/// rows and `b`'s along the reduction. `pack_*` copy the linear inputs into the images.
+const TEXEL_STAGING: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<1024xf32>) -> (tensor<1024xf32>, tensor<1024xf32>) {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<1024xf32>) -> !memory.buffer<1024, f32>
+  %mb = memory.upload %b {layout = #layout.linear} : (tensor<1024xf32>) -> !memory.buffer<1024, f32>
+  %ia = memory.alloc : () -> !memory.image2d<[8, 32], f32>
+  memory.launch %ma, %ia {kernel = "pack_a", source = "layout.convert", domain = [32, 8, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d0 * 32 + d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<1024, f32>, !memory.image2d<[8, 32], f32>) -> ()
+  %ib = memory.alloc : () -> !memory.image2d<[8, 32], f32>
+  memory.launch %mb, %ib {kernel = "pack_b", source = "layout.convert", domain = [32, 8, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d0 * 32 + d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<1024, f32>, !memory.image2d<[8, 32], f32>) -> ()
+  %c1 = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %ia, %ib, %c1 {kernel = "mm1", source = "tensor.matmul", domain = [32, 8, 4, 8, 4], iterators = ["parallel", "parallel", "parallel", "reduction", "reduction"], maps = [(d0, d1, d2, d3, d4) -> (d3, d0, d4), (d0, d1, d2, d3, d4) -> (d1, d3 * 4 + d4, d2), (d0, d1, d2, d3, d4) -> (d0 * 32 + d1 * 4 + d2)], body = "x0 * x1", combine = "add"} : (!memory.image2d<[8, 32], f32>, !memory.image2d<[8, 32], f32>, !memory.buffer<1024, f32>) -> ()
+  %ja = memory.alloc : () -> !memory.image2d<[32, 8], f32>
+  memory.launch %ma, %ja {kernel = "pack_a2", source = "layout.convert", domain = [8, 32, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d0 * 128 + d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<1024, f32>, !memory.image2d<[32, 8], f32>) -> ()
+  %jb = memory.alloc : () -> !memory.image2d<[32, 8], f32>
+  memory.launch %mb, %jb {kernel = "pack_b2", source = "layout.convert", domain = [8, 32, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d0 * 128 + d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<1024, f32>, !memory.image2d<[32, 8], f32>) -> ()
+  %c2 = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %ja, %jb, %c2 {kernel = "mm2", source = "tensor.matmul", domain = [8, 4, 32, 8, 4], iterators = ["parallel", "parallel", "parallel", "reduction", "reduction"], maps = [(d0, d1, d2, d3, d4) -> (d3 * 4 + d4, d0, d1), (d0, d1, d2, d3, d4) -> (d2, d3, d4), (d0, d1, d2, d3, d4) -> ((d0 * 4 + d1) * 32 + d2)], body = "x0 * x1", combine = "add"} : (!memory.image2d<[32, 8], f32>, !memory.image2d<[32, 8], f32>, !memory.buffer<1024, f32>) -> ()
+  %y1 = memory.download %c1 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  %y2 = memory.download %c2 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  func.return %y1, %y2 : (tensor<1024xf32>, tensor<1024xf32>) -> ()
+}
+"#;
+
+/// A safetensors file with the F32 vectors `a` and `b`.
+fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
+    let (na, nb) = (a.len() * 4, b.len() * 4);
+    let header = format!(
+        r#"{{"a":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{na}]}},"b":{{"dtype":"F32","shape":[{}],"data_offsets":[{na},{}]}}}}"#,
+        a.len(),
+        b.len(),
+        na + nb
+    );
+    let mut bytes = Vec::new();
+    bytes.extend((header.len() as u64).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for x in a.iter().chain(b) {
+        bytes.extend(x.to_le_bytes());
+    }
+    bytes
+}
+
+#[test]
+fn contractions_stage_whole_texels_along_any_side() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("ocl-texel-staging");
+    let p = write_tmp("texel_staging.fbir", TEXEL_STAGING);
+    let a: Vec<f32> = (0..1024).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
+    let b: Vec<f32> = (0..1024).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
+    let inputs = common::write(&dir, "ab.safetensors", &safetensors_ab(&a, &b));
+    let out = dir.join("c.safetensors");
+    let dump = dir.join("kernels");
+    let o = common::fbc(&[
+        "run",
+        p.to_str().unwrap_or_default(),
+        "--target",
+        "opencl",
+        "--inputs",
+        &inputs,
+        "--outputs",
+        out.to_str().unwrap_or_default(),
+        "--dump-kernels",
+        dump.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let src = |k: &str| std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
+    let (mm1, mm2) = (src("mm1"), src("mm2"));
+    // mm1: `a` four reduction steps per texel, `b` four columns per texel.
+    assert!(mm1.contains("As[4 * (t / ") && mm1.contains("vstore4(v, 0, &Bs["), "{mm1}");
+    // mm2: `a` four rows per texel, `b` four reduction steps per texel.
+    assert!(mm2.contains("vstore4(v, 0, &As[") && mm2.contains("Bs[4 * (t / "), "{mm2}");
+    let bytes = std::fs::read(&out).expect("outputs");
+    let (c1, c2) =
+        (read_safetensors_f32(&bytes, "result0"), read_safetensors_f32(&bytes, "result1"));
+    // Image element (x, y, c) of a [W, H] image packed from v is v[(y·W + x)·4 + c].
+    let a2 = |m: usize, k: usize| a[((m / 4) * 32 + k) * 4 + m % 4];
+    let b2 = |k: usize, n: usize| b[((k / 4) * 32 + n) * 4 + k % 4];
+    for m in 0..32 {
+        for n in 0..32 {
+            // Sums of exact products of quarters and halves: exact in f32 in any order.
+            let want1: f32 = (0..32).map(|k| a[m * 32 + k] * b[k * 32 + n]).sum();
+            assert_eq!(c1[m * 32 + n], want1, "C1[{m}, {n}]");
+            let want2: f32 = (0..32).map(|k| a2(m, k) * b2(k, n)).sum();
+            assert_eq!(c2[m * 32 + n], want2, "C2[{m}, {n}]");
         }
     }
 }

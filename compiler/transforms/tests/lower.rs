@@ -305,7 +305,9 @@ fn image_outputs_of_every_kernel_kind() {
         assert_eq!(st.get("lower-to-memory", "copies"), 2, "{pipeline}");
         let ks = kernels(&after);
         let rope = ks.iter().find(|k| k.source == "tensor.rope").expect("rope");
-        assert_eq!(rope.domain, vec![16, 2, 4], "texels of a 2x(8x8) padded image");
+        // The texels of a 2x(8x8) padded image, [16, 2, 4], with the 16 rows split into
+        // (batch, tile row, row in tile) = (2, 2, 4) by the maps' div/mod.
+        assert_eq!(rope.domain, vec![2, 2, 4, 2, 4], "texels of a 2x(8x8) padded image");
         assert!(rope.guard.is_some());
         same_numbers(&m, &after, pipeline);
     }
@@ -495,5 +497,70 @@ fn unsupported_input_is_a_located_error() {
         let err = PassManager::new(steps).run(&mut m, &mut cx, &mut |_| {}).expect_err(src);
         let text = fbc_grammar::diag::render_all(&file, &err);
         assert!(text.starts_with(want), "{text}");
+    }
+}
+
+/// Rows holding NaN or `+inf`: the lowered row maximum and log-sum-exp give what the reference
+/// gives (NaN propagates through the maximum; log-sum-exp of a row with `+inf` is `+inf`).
+#[test]
+fn softmax_and_cross_entropy_of_rows_with_nan_and_inf() {
+    use fbc_runtime::interp::{Interpreter, Value};
+    use fbc_runtime::reference::Tensor;
+    let m = parse(
+        r#"
+func.func @f(%x: tensor<3x4xf32>, %l: tensor<1xi32>, %r: tensor<1x4xf32>) -> (tensor<3x4xf32>, tensor<f32>) {
+  %s = tensor.softmax %x {axis = -1} : (tensor<3x4xf32>) -> tensor<3x4xf32>
+  %c = tensor.cross_entropy %r, %l : (tensor<1x4xf32>, tensor<1xi32>) -> tensor<f32>
+  func.return %s, %c : (tensor<3x4xf32>, tensor<f32>) -> ()
+}
+"#,
+    );
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let x = vec![1.0, 2.0, 3.0, 4.0, 1.0, nan, 3.0, 4.0, 1.0, inf, 3.0, 4.0];
+    let case = |r: [f32; 4], label: i32| {
+        vec![
+            Value::F32(Tensor::new(vec![3, 4], x.clone()).unwrap()),
+            Value::I32(Tensor::new(vec![1], vec![label]).unwrap()),
+            Value::F32(Tensor::new(vec![1, 4], r.to_vec()).unwrap()),
+        ]
+    };
+    let (after, _) = lowered(&m, "lower-to-memory", "generic");
+    let bits = |v: &[Value]| -> Vec<Vec<u32>> {
+        v.iter()
+            .map(|v| {
+                v.as_f32()
+                    .expect("f32")
+                    .data()
+                    .iter()
+                    .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                    .collect()
+            })
+            .collect()
+    };
+    for (r, label, want) in [
+        ([0.5, inf, 1.0, 2.0], 0, inf),
+        ([0.5, inf, 1.0, 2.0], 1, nan),
+        ([0.5, nan, 1.0, 2.0], 0, nan),
+        (
+            [0.5, 1.5, 1.0, 2.0],
+            3,
+            2.0 - (0.5f32.exp() + 1.5f32.exp() + 1.0f32.exp() + 2.0f32.exp()).ln(),
+        ),
+    ] {
+        let want_ref = Interpreter::new(&m).run("f", case(r, label)).expect("reference");
+        let got = Interpreter::new(&after).run("f", case(r, label)).expect("lowered");
+        assert_eq!(bits(&got), bits(&want_ref), "row {r:?}, label {label}");
+        let loss = want_ref[1].as_f32().unwrap().data()[0];
+        let want = -want;
+        assert!(
+            (loss.is_nan() && want.is_nan())
+                || (loss - want).abs() <= 1e-6 * want.abs().max(1.0)
+                || loss == want,
+            "loss {loss}, want {want}"
+        );
+        let s = bits(&want_ref)[0].clone();
+        // Row 0 is finite, rows 1 (NaN) and 2 (+inf) are NaN.
+        assert!(s[..4].iter().all(|&b| b != u32::MAX));
+        assert!(s[4..].iter().all(|&b| b == u32::MAX), "{s:?}");
     }
 }

@@ -5,6 +5,7 @@
 //! `(outer, inner)` pair as one row; statistics are accumulated in `T` in row order, with the
 //! two-pass (mean, then squared deviations) variance.
 
+use super::elementwise::max1;
 use super::error::{KernelError, Result};
 use super::layout::{checked_numel, normalize_axis, split_at_axis, unravel};
 use super::scalar::Real;
@@ -27,13 +28,13 @@ pub(crate) fn for_each_row(shape: &[usize], axis: usize, mut f: impl FnMut(&[usi
 
 /// `tensor.softmax`: `exp(x - max) / Σ exp(x - max)` along `axis` (negative counts from the
 /// end), subtracting the row maximum first so no finite input overflows. A row of all `-inf`
-/// gives NaN, as `0/0`.
+/// gives NaN, as `0/0`; so does a row holding NaN or `+inf`.
 pub fn softmax<T: Real>(x: &Tensor<T>, axis: i64) -> Result<Tensor<T>> {
     let axis = normalize_axis("softmax", axis, x.rank())?;
     let mut out = x.clone();
     let data = out.data_mut();
     for_each_row(x.shape(), axis, |row| {
-        let max = row.iter().fold(T::neg_infinity(), |m, &o| m.max(data[o]));
+        let max = row.iter().fold(T::neg_infinity(), |m, &o| max1(m, data[o]));
         let mut sum = T::zero();
         for &o in row {
             data[o] = (data[o] - max).exp();
@@ -61,9 +62,10 @@ pub fn log_softmax<T: Real>(x: &Tensor<T>, axis: i64) -> Result<Tensor<T>> {
     Ok(out)
 }
 
-/// `ln Σ exp(v)`, stably.
+/// `ln Σ exp(v)`, stably: `+inf` when some `v` is `+inf`, NaN when some `v` is NaN (the row
+/// maximum propagates NaN, like `tensor.reduce_max`).
 pub(crate) fn logsumexp<T: Real>(values: impl Iterator<Item = T> + Clone) -> T {
-    let max = values.clone().fold(T::neg_infinity(), |m, v| m.max(v));
+    let max = values.clone().fold(T::neg_infinity(), max1);
     if max == T::infinity() {
         return max;
     }

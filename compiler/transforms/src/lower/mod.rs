@@ -137,6 +137,7 @@ impl Pass for LowerToMemory {
             ("image-fallbacks", stats.image_fallbacks),
             ("divmod-before", stats.divmod_before),
             ("divmod-after", stats.divmod_after),
+            ("split-dims", stats.split_dims),
         ] {
             cx.stats.add(NAME, k, v as i64);
         }
@@ -156,6 +157,8 @@ pub(crate) struct Stats {
     pub image_fallbacks: usize,
     pub divmod_before: usize,
     pub divmod_after: usize,
+    /// Launch dimensions split in two because maps read them through `floordiv`/`mod`.
+    pub split_dims: usize,
 }
 
 /// The memory ops' definitions.
@@ -674,6 +677,7 @@ impl<'m> Lower<'m> {
         stats.image_fallbacks += self.image_fallbacks;
         stats.divmod_before += mapper.divmod_before;
         stats.divmod_after += mapper.divmod_after;
+        stats.split_dims += mapper.split;
         stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();
         let results = self
             .results

@@ -710,7 +710,14 @@ impl Lower<'_> {
                         logits,
                     ];
                     let picked = Scalar::Load(3, Box::new(add(mul(dk(1), int(cc as i64)), x(2))));
-                    let body = sub(add(x(0), un(U::Log, x(1))), picked);
+                    // log-sum-exp is +inf on a row holding +inf (there `Σ exp(x - max)` is
+                    // NaN), as in the reference.
+                    let lse = select(
+                        bin(B::Ge, x(0), f(f64::INFINITY)),
+                        x(0),
+                        add(x(0), un(U::Log, x(1))),
+                    );
+                    let body = sub(lse, picked);
                     let epi = div(Scalar::Acc, f(nn as f64));
                     self.push(
                         op,

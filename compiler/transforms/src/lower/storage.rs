@@ -195,47 +195,131 @@ pub(crate) struct Mapper {
     memo: HashMap<(Vec<Expr>, Vec<u64>), Vec<Expr>>,
     pub divmod_before: usize,
     pub divmod_after: usize,
+    /// Domain dimensions split in two (see [`Mapper::split_dims`]).
+    pub split: usize,
 }
 
 impl Mapper {
     pub(crate) fn new(simplify: bool) -> Mapper {
-        Mapper { simplify, memo: HashMap::new(), divmod_before: 0, divmod_after: 0 }
+        Mapper { simplify, memo: HashMap::new(), divmod_before: 0, divmod_after: 0, split: 0 }
     }
 
+    /// `results` simplified over `domain`, with the div/mod counts it adds to the statistics.
     fn simplify(&mut self, results: Vec<Expr>, domain: &[u64]) -> Vec<Expr> {
         let before: usize = results.iter().map(Expr::count_divmod).sum();
         self.divmod_before += before;
-        if !self.simplify || before == 0 {
-            self.divmod_after += before;
+        let out = self.simplified(results, domain);
+        self.divmod_after += out.iter().map(Expr::count_divmod).sum::<usize>();
+        out
+    }
+
+    /// `results` simplified over `domain` (memoised; no statistics).
+    fn simplified(&mut self, results: Vec<Expr>, domain: &[u64]) -> Vec<Expr> {
+        if !self.simplify || results.iter().all(|e| div_like(e) == 0) {
             return results;
         }
         let key = (results.clone(), domain.to_vec());
-        let out = match self.memo.get(&key) {
-            Some(r) => r.clone(),
-            None => {
-                let dims: Vec<String> = (0..domain.len()).map(|k| format!("d{k}")).collect();
-                let mut ranges = Ranges::new();
-                for (k, &n) in domain.iter().enumerate() {
-                    let _ = ranges.insert(format!("d{k}"), 0, n as i64);
-                }
-                let map = IndexMap { dims, symbols: Vec::new(), results: results.clone() };
-                let limits = Limits {
-                    time_limit: std::time::Duration::from_millis(100),
-                    ..Limits::default()
-                };
-                let (simple, _) = simplify_map(&map, &ranges, &limits);
-                // Only keep what converts back to the IR's syntax.
-                let r = if simple.results.iter().all(|e| from_index_expr(e).is_some()) {
-                    simple.results
-                } else {
-                    results
-                };
-                self.memo.insert(key, r.clone());
-                r
-            }
+        if let Some(r) = self.memo.get(&key) {
+            return r.clone();
+        }
+        let dims: Vec<String> = (0..domain.len()).map(|k| format!("d{k}")).collect();
+        let mut ranges = Ranges::new();
+        for (k, &n) in domain.iter().enumerate() {
+            let _ = ranges.insert(format!("d{k}"), 0, n as i64);
+        }
+        let map = IndexMap { dims, symbols: Vec::new(), results: results.clone() };
+        let limits =
+            Limits { time_limit: std::time::Duration::from_millis(100), ..Limits::default() };
+        let (simple, _) = simplify_map(&map, &ranges, &limits);
+        // Only keep what converts back to the IR's syntax.
+        let r = if simple.results.iter().all(|e| from_index_expr(e).is_some()) {
+            simple.results
+        } else {
+            results
         };
-        self.divmod_after += out.iter().map(Expr::count_divmod).sum::<usize>();
-        out
+        self.memo.insert(key, r.clone());
+        r
+    }
+
+    /// Splits domain dimensions that the maps only use through `d floordiv c` and `d mod c`.
+    ///
+    /// A dimension `d` of extent `n` that a map reads as `d floordiv c` or `d mod c` (with `c`
+    /// dividing `n`) becomes two, `(e, f)` of extents `(n / c, c)` with `d = c·e + f`; the maps are
+    /// re-simplified, and the split is kept when it removes div/mod operations. Points are visited
+    /// in the same order (`e` outer), so reductions still combine in domain order. This turns the
+    /// texel arithmetic of R-Tile layouts into plain dimensions: heads folded into a row index
+    /// become a batch dimension, and a reduction over texel channels becomes its own dimension,
+    /// which the back ends' contraction kernels and vector reads recognise.
+    fn split_dims(&mut self, k: &mut LKernel, exprs: &mut [Vec<Expr>], image_out: bool) -> usize {
+        const MAX_DIMS: usize = 8;
+        const MAX_SPLITS: usize = 6;
+        let total = |ex: &[Vec<Expr>]| -> usize { ex.iter().flatten().map(div_like).sum() };
+        let mut splits = 0;
+        while splits < MAX_SPLITS && k.domain.len() < MAX_DIMS {
+            let now = total(exprs);
+            if now == 0 {
+                break;
+            }
+            let mut cands = Vec::new();
+            for e in exprs.iter().flatten() {
+                split_candidates(e, &k.domain, &mut cands);
+            }
+            // The channel of an image output stays one dimension (back ends write whole texels).
+            cands.retain(|&(d, _)| !(image_out && d + 1 == k.n_par));
+            cands.sort_unstable();
+            cands.dedup();
+            // (div-like operations left, (dimension, factor), the split maps)
+            type Trial = (usize, (usize, u64), Vec<Vec<Expr>>);
+            let mut best: Option<Trial> = None;
+            for &(d, c) in &cands {
+                let mut domain = k.domain.clone();
+                domain.splice(d..=d, [domain[d] / c, c]);
+                let sub = split_subst(k.domain.len(), d, c);
+                let var = format!("d{d}");
+                let trial: Vec<Vec<Expr>> = exprs
+                    .iter()
+                    .map(|r| {
+                        let uses = r.iter().any(|e| e.vars().contains(&var));
+                        let r: Vec<Expr> = r.iter().map(|e| e.substitute_all(&sub)).collect();
+                        if uses {
+                            self.simplified(r, &domain)
+                        } else {
+                            r
+                        }
+                    })
+                    .collect();
+                let n = total(&trial);
+                if n < now && best.as_ref().is_none_or(|b| n < b.0) {
+                    best = Some((n, (d, c), trial));
+                }
+            }
+            let Some((_, (d, c), trial)) = best else { break };
+            exprs.clone_from_slice(&trial);
+            let dims: Vec<Scalar> = (0..k.domain.len())
+                .map(|j| match j.cmp(&d) {
+                    std::cmp::Ordering::Less => Scalar::Dim(j),
+                    std::cmp::Ordering::Equal => Scalar::Bin(
+                        ScalarBin::Add,
+                        Box::new(Scalar::Bin(
+                            ScalarBin::Mul,
+                            Box::new(Scalar::Dim(d)),
+                            Box::new(Scalar::Int(c as i64)),
+                        )),
+                        Box::new(Scalar::Dim(d + 1)),
+                    ),
+                    std::cmp::Ordering::Greater => Scalar::Dim(j + 1),
+                })
+                .collect();
+            k.body = subst_dims(&k.body, &dims);
+            k.epilogue = k.epilogue.as_ref().map(|e| subst_dims(e, &dims));
+            let n = k.domain[d];
+            k.domain.splice(d..=d, [n / c, c]);
+            if d < k.n_par {
+                k.n_par += 1;
+            }
+            splits += 1;
+        }
+        splits
     }
 
     fn affine(&self, results: &[Expr], n: usize, span: Span) -> Result<AffineMap, Diagnostic> {
@@ -312,22 +396,33 @@ impl Mapper {
             k.out.map = inv;
             guard = Some((gmap, bounds));
         }
-        let n = k.domain.len();
-        let mut maps = Vec::new();
+        let image_out = out_s.ty.is_image();
         let mut sids = Vec::new();
+        let mut exprs = Vec::new();
         for o in k.inputs.iter().chain(std::iter::once(&k.out)) {
-            let results = if std::ptr::eq(o, &k.out) && out_s.ty.is_image() {
+            let results = if std::ptr::eq(o, &k.out) && image_out {
                 vec![dim(1), dim(0), dim(2)]
             } else {
                 Self::storage_map(l, o)
             };
-            let results = self.simplify(results, &k.domain);
-            maps.push(self.affine(&results, n, k.span)?);
+            exprs.push(self.simplify(results, &k.domain));
             sids.push(l.tensors[o.t].storage);
         }
-        let guard = match guard {
-            Some((g, bounds)) => {
-                let g = self.simplify(g, &k.domain);
+        let bounds = guard.as_ref().map(|(g, b): &(Map, Vec<u64>)| {
+            exprs.push(self.simplify(g.clone(), &k.domain));
+            b.clone()
+        });
+        // The split changes the div/mod left over: count the final maps.
+        let left_before: usize = exprs.iter().flatten().map(Expr::count_divmod).sum();
+        if self.simplify {
+            self.split += self.split_dims(&mut k, &mut exprs, image_out);
+        }
+        let left_after: usize = exprs.iter().flatten().map(Expr::count_divmod).sum();
+        self.divmod_after = self.divmod_after + left_after - left_before;
+        let n = k.domain.len();
+        let guard = match bounds {
+            Some(bounds) => {
+                let g = exprs.pop().unwrap_or_default();
                 // Conditions that hold on the whole domain (no padding there) are dropped.
                 let (g, bounds): (Vec<Expr>, Vec<u64>) = g
                     .into_iter()
@@ -344,6 +439,8 @@ impl Mapper {
             }
             None => None,
         };
+        let maps =
+            exprs.iter().map(|r| self.affine(r, n, k.span)).collect::<Result<Vec<_>, _>>()?;
         let iterators =
             (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { Iter::Reduction }).collect();
         let kernel = Kernel {
@@ -359,6 +456,63 @@ impl Mapper {
         };
         Ok((kernel, sids))
     }
+}
+
+/// Adds `(d, c)` for every `dK floordiv c` and `dK mod c` in `e` where `c` properly divides the
+/// extent of `dK`.
+fn split_candidates(e: &Expr, domain: &[u64], out: &mut Vec<(usize, u64)>) {
+    // The simplifier writes power-of-two division and modulo as `>>` and `&`.
+    let by = match e {
+        Expr::FloorDiv(a, b) | Expr::Mod(a, b) => match **b {
+            Expr::Const(c) => Some((a, c)),
+            _ => None,
+        },
+        Expr::Shr(a, b) => match **b {
+            Expr::Const(k) if (0..62).contains(&k) => Some((a, 1i64 << k)),
+            _ => None,
+        },
+        Expr::And(a, b) => match **b {
+            Expr::Const(m) if m > 0 && (m & (m + 1)) == 0 => Some((a, m + 1)),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some((a, c)) = by {
+        if let Expr::Var(v) = &**a {
+            let d = v.strip_prefix('d').and_then(|k| k.parse::<usize>().ok());
+            if let (Some(d), Ok(c)) = (d, u64::try_from(c)) {
+                if let Some(&n) = domain.get(d) {
+                    if c > 1 && c < n && n % c == 0 {
+                        out.push((d, c));
+                    }
+                }
+            }
+        }
+    }
+    for ch in e.children() {
+        split_candidates(ch, domain, out);
+    }
+}
+
+/// Division-like operations in `e`: `floordiv`, `ceildiv`, `mod`, and the shifts and masks the
+/// simplifier writes for powers of two.
+fn div_like(e: &Expr) -> usize {
+    let own = usize::from(matches!(
+        e,
+        Expr::FloorDiv(..) | Expr::CeilDiv(..) | Expr::Mod(..) | Expr::Shr(..) | Expr::And(..)
+    ));
+    own + e.children().map(div_like).sum::<usize>()
+}
+
+/// The substitution that splits dimension `d` of an `n`-dimensional domain by `c`: `dd → c·dd +
+/// d(d+1)`, later dimensions move up by one.
+fn split_subst(n: usize, d: usize, c: u64) -> HashMap<String, Expr> {
+    (d..n)
+        .map(|j| {
+            let to = if j == d { add(mul(dim(d), c), dim(d + 1)) } else { dim(j + 1) };
+            (format!("d{j}"), to)
+        })
+        .collect()
 }
 
 /// `e` with every domain index `Dim(i)` replaced by `dims[i]`.
