@@ -351,18 +351,21 @@ const MATMUL_TO_IMAGE: &str = r#"func.func @main(%a: tensor<768xf32>, %b: tensor
 }
 "#;
 
-#[test]
-fn a_contraction_into_an_image_is_tiled_and_exact() {
-    if !have_device() {
-        return;
-    }
-    let dir = common::scratch("ocl-mm-image");
-    let p = write_tmp("mm_image.fbir", MATMUL_TO_IMAGE);
-    let a: Vec<f32> = (0..768).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
-    let b: Vec<f32> = (0..768).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
-    let inputs = common::write(&dir, "ab.safetensors", &safetensors_ab(&a, &b));
-    let out = dir.join("c.safetensors");
-    let dump = dir.join("kernels");
+/// Two vectors of quarters and halves: their products and sums of up to a few hundred of them
+/// are exact in f32, in any order.
+fn exact_inputs(n: usize) -> (Vec<f32>, Vec<f32>) {
+    let a = (0..n).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
+    let b = (0..n).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
+    (a, b)
+}
+
+/// `fbc run` of the memory-level module `text` (arguments `a`, `b`) on the device, dumping its
+/// kernels: the outputs file and the dump folder.
+fn run_exact(name: &str, text: &str, a: &[f32], b: &[f32]) -> (PathBuf, PathBuf) {
+    let dir = common::scratch(&format!("ocl-{name}"));
+    let p = write_tmp(&format!("{name}.fbir"), text);
+    let inputs = common::write(&dir, "ab.safetensors", &safetensors_ab(a, b));
+    let (out, dump) = (dir.join("c.safetensors"), dir.join("kernels"));
     let o = common::fbc(&[
         "run",
         p.to_str().unwrap_or_default(),
@@ -376,6 +379,16 @@ fn a_contraction_into_an_image_is_tiled_and_exact() {
         dump.to_str().unwrap_or_default(),
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
+    (out, dump)
+}
+
+#[test]
+fn a_contraction_into_an_image_is_tiled_and_exact() {
+    if !have_device() {
+        return;
+    }
+    let (a, b) = exact_inputs(768);
+    let (out, dump) = run_exact("mm_image", MATMUL_TO_IMAGE, &a, &b);
     let mm = std::fs::read_to_string(dump.join("mm.cl")).expect("mm.cl");
     // The generic 16×16 group would leave half its columns idle on 32 columns of 4-wide
     // texels: it becomes 8×32.
@@ -440,26 +453,8 @@ fn contractions_stage_whole_texels_along_any_side() {
     if !have_device() {
         return;
     }
-    let dir = common::scratch("ocl-texel-staging");
-    let p = write_tmp("texel_staging.fbir", TEXEL_STAGING);
-    let a: Vec<f32> = (0..1024).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
-    let b: Vec<f32> = (0..1024).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
-    let inputs = common::write(&dir, "ab.safetensors", &safetensors_ab(&a, &b));
-    let out = dir.join("c.safetensors");
-    let dump = dir.join("kernels");
-    let o = common::fbc(&[
-        "run",
-        p.to_str().unwrap_or_default(),
-        "--target",
-        "opencl",
-        "--inputs",
-        &inputs,
-        "--outputs",
-        out.to_str().unwrap_or_default(),
-        "--dump-kernels",
-        dump.to_str().unwrap_or_default(),
-    ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    let (a, b) = exact_inputs(1024);
+    let (out, dump) = run_exact("texel_staging", TEXEL_STAGING, &a, &b);
     let src = |k: &str| std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
     let (mm1, mm2) = (src("mm1"), src("mm2"));
     // mm1: `a` four reduction steps per texel, `b` four columns per texel.
