@@ -130,3 +130,38 @@ fn tensor_ops_are_refused_with_their_location() {
         .expect_err("no @g");
     assert_eq!(e, Error::NoFunction("g".into()));
 }
+
+/// A store into an `f16` image rounds each channel to nearest even in the kernel
+/// (`fbc_rte_half4`): `write_imagef` may round toward zero, the reference executor does not. The
+/// tiled contraction into such an image does the same.
+#[test]
+fn stores_into_f16_images_round_to_nearest_even_first() {
+    let text = r#"func.func @f(%a: tensor<768xf32>, %b: tensor<768xf32>) -> tensor<12xf32> {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<768xf32>) -> !memory.buffer<768, f32>
+  %mb = memory.upload %b {layout = #layout.linear} : (tensor<768xf32>) -> !memory.buffer<768, f32>
+  %i = memory.alloc : () -> !memory.image2d<[3, 1], f16>
+  memory.launch %ma, %i {kernel = "to_half", source = "layout.convert", domain = [1, 3, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<768, f32>, !memory.image2d<[3, 1], f16>) -> ()
+  %c = memory.alloc : () -> !memory.image2d<[8, 32], f16>
+  memory.launch %ma, %mb, %c {kernel = "mm", source = "tensor.matmul", domain = [32, 8, 4, 24], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d0 * 24 + d3), (d0, d1, d2, d3) -> (d3 * 32 + d1 * 4 + d2), (d0, d1, d2, d3) -> (d1, d0, d2)], body = "x0 * x1", combine = "add"} : (!memory.buffer<768, f32>, !memory.buffer<768, f32>, !memory.image2d<[8, 32], f16>) -> ()
+  %o = memory.alloc : () -> !memory.buffer<12, f32>
+  memory.launch %i, %o {kernel = "from_half", source = "layout.convert", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(d0, d1) -> (d0, 0, d1), (d0, d1) -> (d0 * 4 + d1)], body = "x0"} : (!memory.image2d<[3, 1], f16>, !memory.buffer<12, f32>) -> ()
+  %y = memory.download %o {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<12xf32>
+  func.return %y : tensor<12xf32>
+}
+"#;
+    let out = Writer::new(Options::default()).write(&parse("half.fbir", text)).expect("writes");
+    let src =
+        |k: &str| out.kernels.iter().find(|(n, _)| n == k).map(|(_, s)| s.clone()).expect("kernel");
+    let plain = src("to_half");
+    assert!(
+        plain.contains("write_imagef(x1, (int2)((int)d1, (int)d0), fbc_rte_half4((float4)("),
+        "{plain}"
+    );
+    let tiled = src("mm");
+    assert!(
+        tiled.contains("reqd_work_group_size")
+            && tiled.contains("fbc_rte_half4((float4)(acc0, acc1, acc2, acc3))"),
+        "{tiled}"
+    );
+    assert!(!src("from_half").contains("fbc_rte_half4("), "reads need no rounding");
+}

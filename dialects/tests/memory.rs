@@ -48,7 +48,19 @@ fn mem_types_read_and_print() {
     }
     assert_eq!(
         MemType::parse_type(&ty("!memory.image2d<[16, 64], i32>")).unwrap_err(),
-        "the element type of !memory.image2d<[16, 64], i32> must be f32, found `i32`"
+        "the element type of !memory.image2d<[16, 64], i32> must be f32 or f16, found `i32`"
+    );
+    // f16 images: 2 bytes an element, read and written as f32 values.
+    let h = MemType::from_type(&ty("!memory.image2d<[16, 64], f16>")).unwrap();
+    assert_eq!(h, MemType::image_f16(16, 64));
+    assert_eq!(h.to_type().to_string(), "!memory.image2d<[16, 64], f16>");
+    assert_eq!((h.elems(), h.bytes(), i.bytes()), (4096, 8192, 16384));
+    assert_eq!((h.value_elem(), h.is_half(), i.is_half()), (ElemType::F32, true, false));
+    assert_eq!(i.to_half_image(), h);
+    assert_eq!(b.to_half_image(), b, "buffers stay f32");
+    assert_eq!(
+        MemType::parse_type(&ty("!memory.buffer<4, f16>")).unwrap_err(),
+        "the element type of !memory.buffer<4, f16> must be f32 or i32, found `f16`"
     );
 }
 

@@ -10,9 +10,10 @@ use std::fmt::Write as _;
 
 /// The helpers every generated source starts with: MLIR floor division and modulo for index
 /// arithmetic that may see negative operands, NaN-propagating `max`/`min` (OpenCL's `fmax`
-/// drops NaN; the tensor dialect propagates it), an overflow-safe sigmoid, channel selection from
-/// a texel, and the one sampler every image read uses (unnormalised integer coordinates, no
-/// filtering, no addressing mode: reads are always in range).
+/// drops NaN; the tensor dialect propagates it), an overflow-safe sigmoid, round-to-nearest-even
+/// `f16` rounding for stores into `f16` images, channel selection from a texel, and the one
+/// sampler every image read uses (unnormalised integer coordinates, no filtering, no addressing
+/// mode: reads are always in range).
 pub const PRELUDE: &str = "\
 // Floor division and modulo with MLIR affine-map semantics (rounding toward -inf).
 inline long fbc_floordiv(long a, long b) { long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
@@ -23,6 +24,10 @@ inline long fbc_iabs(long a) { return a < 0 ? -a : a; }
 inline float fbc_fmax(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmax(a, b); }
 inline float fbc_fmin(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmin(a, b); }
 inline float fbc_sigmoid(float a) { return a >= 0.0f ? 1.0f / (1.0f + exp(-a)) : exp(a) / (1.0f + exp(a)); }
+// Each channel rounded to the nearest f16 (ties to even), as a float: what an f16 image holds.
+// write_imagef to a CL_HALF_FLOAT image may round toward zero; values already exact in f16 are
+// stored unchanged. vstore_half/vload_half are core OpenCL (no cl_khr_fp16).
+inline float4 fbc_rte_half4(float4 v) { ushort h[4]; vstore_half4_rte(v, 0, (__private half*)h); return vload_half4(0, (__private half*)h); }
 // Channel c of a texel.
 inline float fbc_ch(float4 v, long c) { return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w)); }
 __constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;

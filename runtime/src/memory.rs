@@ -11,13 +11,17 @@
 //!   is stored at the output map; where the guard fails the output element becomes 0;
 //! - index maps are evaluated with MLIR's floor `floordiv`/`mod` (and checked arithmetic); an
 //!   undefined map or an access outside an operand's storage is an error, never a panic;
-//! - an image is its texel array: element `(x, y, c)` of a `W × H` image is `(y·W + x)·4 + c`.
+//! - an image is its texel array: element `(x, y, c)` of a `W × H` image is `(y·W + x)·4 + c`;
+//! - an `f16` image is held as `f32` values that `f16` represents exactly: [`pack`] and every
+//!   store of a launch into it round to the nearest `f16` with
+//!   [`round_f16`](fbc_dialects::memory::scalar::round_f16), so the executor models a device's
+//!   `CL_HALF_FLOAT` image value for value.
 //!
 //! Speed: maps and expressions are compiled once per launch (maps that are linear in the domain
 //! indices become dot products, expressions a flat stack program); nothing is allocated per point.
 
 use fbc_dialects::layout::Layout;
-use fbc_dialects::memory::scalar::{apply_bin, apply_un, fmax_nan};
+use fbc_dialects::memory::scalar::{apply_bin, apply_un, fmax_nan, round_f16};
 use fbc_dialects::memory::{
     check_storage, Combine, Kernel, MemType, Scalar, ScalarUn, ScalarValue, StorageKind,
 };
@@ -30,7 +34,7 @@ use crate::reference::Tensor;
 /// The contents of one storage: `f32` or `i32` elements (an image: its texel array).
 #[derive(Debug, Clone, PartialEq)]
 pub enum MemData {
-    /// `f32` storage (buffers and images).
+    /// `f32` storage (buffers and images; an `f16` image's values, each exact in `f16`).
     F32(Vec<f32>),
     /// `i32` buffers.
     I32(Vec<i32>),
@@ -63,7 +67,7 @@ impl MemData {
     /// Whether the contents can be storage of type `ty` (element type and count).
     pub fn fits(&self, ty: MemType) -> bool {
         let kind_ok = matches!(
-            (self, ty.elem),
+            (self, ty.value_elem()),
             (MemData::F32(_), ElemType::F32) | (MemData::I32(_), ElemType::I32)
         );
         kind_ok && self.len() as u64 == ty.elems()
@@ -124,7 +128,8 @@ fn tensor_type(shape: &[u64], elem: ElemType) -> TensorType {
 
 /// Places tensor `t` (of shape `shape`) in new storage of type `ty` by `layout`; elements no
 /// tensor element maps to are 0. Float tensors are stored as `f32` (an `F64` value, in the
-/// interpreter's f64 mode, is rounded to nearest), `i32` tensors as `i32`.
+/// interpreter's f64 mode, is rounded to nearest), and into an `f16` image rounded on to the
+/// nearest `f16`; `i32` tensors as `i32`.
 pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<MemData, String> {
     let elem = if t.is_float() { ElemType::F32 } else { ElemType::I32 };
     check_storage(layout, &tensor_type(shape, elem), ty)?;
@@ -135,10 +140,13 @@ pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<Me
     let place = Placement::new(layout, shape, ty)?;
     let mut idx = vec![0u64; shape.len()];
     let n = t.numel();
+    let half = ty.is_half();
     let put = |flat: usize, idx: &[u64], out: &mut MemData, v: ScalarValue| {
         let o = place.offset(layout, shape, flat, idx);
         let ok = match (out, o, v) {
-            (MemData::F32(d), Some(o), ScalarValue::F32(v)) => d.get_mut(o).map(|e| *e = v),
+            (MemData::F32(d), Some(o), ScalarValue::F32(v)) => {
+                d.get_mut(o).map(|e| *e = if half { round_f16(v) } else { v })
+            }
             (MemData::I32(d), Some(o), ScalarValue::Int(v)) => d.get_mut(o).map(|e| *e = v as i32),
             _ => None,
         };
@@ -157,9 +165,10 @@ pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<Me
 }
 
 /// The tensor of shape `shape` that storage `m` of type `ty` holds by `layout` (the inverse of
-/// [`pack`]; padding is ignored): `Value::F32` or `Value::I32` as the storage is.
+/// [`pack`]; padding is ignored): `Value::F32` or `Value::I32` as the storage is (`F32` for an
+/// `f16` image).
 pub fn unpack(layout: &Layout, shape: &[u64], m: &MemData, ty: MemType) -> Result<Value, String> {
-    let elem = ty.elem;
+    let elem = ty.value_elem();
     check_storage(layout, &tensor_type(shape, elem), ty)?;
     if !m.fits(ty) {
         return Err(format!("the storage holds {} elements, not a {ty}", m.len()));
@@ -611,6 +620,7 @@ pub fn run_kernel(
     let depth = body.max_stack.max(epilogue.as_ref().map_or(0, |e| e.max_stack));
     let mut stack = Vec::with_capacity(depth + 1);
     let out_int = types[out].elem == ElemType::I32;
+    let out_half = types[out].is_half();
     let zero = if out_int { ScalarValue::Int(0) } else { ScalarValue::F32(0.0) };
     loop {
         // One parallel point.
@@ -692,6 +702,7 @@ pub fn run_kernel(
         };
         let o = maps[out].offset(&idx, out).map_err(fail)?;
         match (&mut *out_data, value) {
+            (MemData::F32(d), v) if out_half => d[o] = round_f16(v.as_f32()),
             (MemData::F32(d), v) => d[o] = v.as_f32(),
             (MemData::I32(d), ScalarValue::Int(v)) => d[o] = v as i32,
             (MemData::I32(_), ScalarValue::F32(_)) => {
@@ -987,6 +998,106 @@ func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {
         let MemData::F32(d) = o else { panic!() };
         assert_eq!(d.iter().filter(|&&v| v == 1.0).count(), 36);
         assert_eq!(d.iter().filter(|&&v| v == 0.0).count(), 28);
+    }
+
+    #[test]
+    fn round_f16_hand_worked_values() {
+        let r = fbc_dialects::memory::scalar::round_f16;
+        // f16 has 10 fraction bits: spacing 2^-10 in [1, 2), so 1.0001 is 1.
+        assert_eq!(r(1.0001), 1.0);
+        // 0.1 is 0x2E66 in f16.
+        assert_eq!(r(0.1), 0.099_975_586);
+        // Ties go to even: 1 + 2^-11 -> 1; 1 + 3·2^-11 -> 1 + 2^-9.
+        assert_eq!(r(1.0 + 2f32.powi(-11)), 1.0);
+        assert_eq!(r(1.0 + 3.0 * 2f32.powi(-11)), 1.0 + 2f32.powi(-9));
+        // The largest f16 is 65504; 65520 is the tie with 2^16 and overflows to inf.
+        assert_eq!(r(65519.0), 65504.0);
+        assert_eq!(r(65520.0), f32::INFINITY);
+        assert_eq!(r(-1.0e6), f32::NEG_INFINITY);
+        // Subnormals: 2^-24 is the smallest; 2^-25 ties to 0 (even), 0.75·2^-24 rounds up.
+        assert_eq!(r(2f32.powi(-24)), 2f32.powi(-24));
+        assert_eq!(r(2f32.powi(-25)), 0.0);
+        assert_eq!(r(0.75 * 2f32.powi(-24)), 2f32.powi(-24));
+        assert_eq!(r(3.0 * 2f32.powi(-24) + 2f32.powi(-30)), 3.0 * 2f32.powi(-24));
+        assert_eq!(r(1.0e-8), 0.0);
+        assert_eq!(r(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert!(r(f32::NAN).is_nan());
+    }
+
+    /// `x0 * 1.0001` from one R-Tile image into another of element type `T`.
+    fn scale_module(t: &str) -> String {
+        format!(
+            r#"
+func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {{
+  %i = memory.upload %x {{layout = {RT}}} : (tensor<6x6xf32>) -> !memory.image2d<[2, 8], {t}>
+  %o = memory.alloc : () -> !memory.image2d<[2, 8], {t}>
+  memory.launch %i, %o {{kernel = "scale", domain = [8, 2, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(y, x, c) -> (x, y, c), (y, x, c) -> (x, y, c)], body = "x0 * 1.0001", guard = (y, x, c) -> (y, x * 4 + c), guard_bounds = [6, 6]}} : (!memory.image2d<[2, 8], {t}>, !memory.image2d<[2, 8], {t}>) -> ()
+  %y = memory.download %o {{layout = {RT}}} : (!memory.image2d<[2, 8], {t}>) -> tensor<6x6xf32>
+  func.return %y : (tensor<6x6xf32>) -> ()
+}}"#
+        )
+    }
+
+    #[test]
+    fn f16_images_round_at_upload_and_at_every_store() {
+        let l = Layout::RTile(
+            RTile::for_shape(&[6, 6], [4, 4], Intra::Rows, 1, Storage::Image2d).unwrap(),
+        );
+        let ty = MemType::image_f16(2, 8);
+        assert_eq!((ty.bytes(), MemType::image(2, 8).bytes()), (128, 256));
+        let mut v = vec![1.0f32; 36];
+        v[0] = 1.0001; // upload: -> 1
+        v[1] = 65519.0; // upload: -> 65504, then 65504·1.0001 = 65510.55 -> 65504
+        v[2] = 65520.0; // upload: -> inf
+        v[3] = 2f32.powi(-25); // upload: -> 0
+        v[4] = 0.1; // upload: -> 0.099975586; ·1.0001 = 0.099985583 -> 0.099975586
+        v[5] = 2047.0; // exact; ·1.0001 = 2047.2047 -> 2047 (spacing 1 in [1024, 2048))
+        v[6] = 4000.0; // exact; ·1.0001 = 4000.4 -> 4000 (spacing 2 in [2048, 4096))
+        v[7] = 60000.0; // exact; ·1.0001 = 60006 -> 60000 (spacing 32 in [32768, 65504])
+        v[8] = 1.0 + 2f32.powi(-9); // exact; ·1.0001 = 1.0020532 -> 1.0019531
+        let x = f32_tensor(&[6, 6], v);
+        let m = pack(&l, &[6, 6], &x, ty).unwrap();
+        let back = unpack(&l, &[6, 6], &m, ty).unwrap();
+        let uploaded = f32s(&back);
+        assert_eq!(
+            &uploaded[..9],
+            &[
+                1.0,
+                65504.0,
+                f32::INFINITY,
+                0.0,
+                0.099_975_586,
+                2047.0,
+                4000.0,
+                60000.0,
+                1.001_953_1
+            ]
+        );
+        // A launch into an f16 image rounds its stores; into an f32 image it does not.
+        let run = |t: &str| {
+            let module = parse(&scale_module(t));
+            f32s(&Interpreter::new(&module).run("f", vec![x.clone()]).unwrap()[0])
+        };
+        let half = run("f16");
+        assert_eq!(
+            &half[..9],
+            &[
+                1.0,
+                65504.0,
+                f32::INFINITY,
+                0.0,
+                0.099_975_586,
+                2047.0,
+                4000.0,
+                60000.0,
+                1.001_953_1
+            ]
+        );
+        assert!(half.iter().all(|&h| fbc_dialects::memory::scalar::round_f16(h) == h));
+        let full = run("f32");
+        assert_eq!(full[0], 1.0001f32 * 1.0001);
+        assert_eq!(full[9], 1.0001);
+        assert_eq!(half[9], 1.0);
     }
 
     /// An embedding lookup: a gather through `i32` ids (`x1[x0 * 4 + d1]`).

@@ -8,10 +8,13 @@
 //!   ([`map_build_log`]). Built binaries are cached on disk ([`cache_dir`]): the key hashes the
 //!   source, the device and platform names, the driver version and the build options; an entry
 //!   that does not read back or does not load is rebuilt from source and replaced.
-//! - **Storage** follows the manifest's steps: buffers and `image2d` (RGBA, FLOAT) objects are
-//!   created at `alloc`/`upload` and released at `dealloc`; uploads are packed by their layout on
-//!   the host ([`crate::memory::pack`]), downloads unpacked. Images are checked against the device's limits
-//!   before anything is created.
+//! - **Storage** follows the manifest's steps: buffers and `image2d` (RGBA, FLOAT; RGBA,
+//!   HALF_FLOAT for `f16` storage) objects are created at `alloc`/`upload` and released at
+//!   `dealloc`; uploads are packed by their layout on the host ([`crate::memory::pack`], which
+//!   rounds to `f16` for an `f16` image; the rounded values are then converted to `f16` bits
+//!   exactly), downloads read back (`f16` bits widened to `f32`) and unpacked. Images are checked
+//!   against the device's limits, and `f16` images against its supported image formats, before
+//!   anything is created.
 //! - **Launches** go to one in-order queue with profiling enabled; each launch's device time
 //!   (`END - START` of its event, in ns) is reported per kernel and run.
 //!
@@ -347,6 +350,8 @@ enum Mem {
     F32(Buffer<f32>),
     I32(Buffer<i32>),
     Image(Image<f32>),
+    /// An RGBA `CL_HALF_FLOAT` image; the host side is the `f16` bit patterns.
+    HalfImage(Image<u16>),
 }
 
 fn device_usize(d: &Device, what: DeviceInfo) -> Option<usize> {
@@ -397,11 +402,77 @@ fn check_images(info: &DeviceInfoRow, f: &FunctionManifest) -> Result<(), OpenCl
     Ok(())
 }
 
+/// Checks that the device supports RGBA `CL_HALF_FLOAT` read-write 2D images when `f` keeps
+/// any storage in `f16` images.
+fn check_half_images(
+    context: &Context,
+    info: &DeviceInfoRow,
+    f: &FunctionManifest,
+) -> Result<(), OpenClError> {
+    let half: Vec<&str> = f
+        .storage
+        .iter()
+        .filter(|s| matches!(s.kind, StorageKind::Image2d { .. }) && s.dtype == Dtype::F16)
+        .map(|s| s.name.as_str())
+        .collect();
+    if half.is_empty() {
+        return Ok(());
+    }
+    let formats = Image::<u16>::supported_formats(
+        context,
+        MemFlags::new().read_write(),
+        MemObjectType::Image2d,
+    )
+    .map_err(|e| OpenClError::Ocl(format!("listing the supported image formats: {e}")))?;
+    half_format_check(&formats, &info.name, &f.name, &half)
+}
+
+/// `Ok` when `formats` (a device's supported image formats) has RGBA `CL_HALF_FLOAT`; else the
+/// error naming `device`, function `func` and its f16 images `half`.
+fn half_format_check(
+    formats: &[ocl::core::ImageFormatParseResult],
+    device: &str,
+    func: &str,
+    half: &[&str],
+) -> Result<(), OpenClError> {
+    let ok = formats.iter().flatten().any(|f| {
+        matches!(f.channel_order, ImageChannelOrder::Rgba)
+            && matches!(f.channel_data_type, ImageChannelDataType::HalfFloat)
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(OpenClError::Unsupported(format!(
+        "{device} does not support RGBA CL_HALF_FLOAT images, and @{func} keeps {} tensor(s) in \
+         f16 image2d textures ({}); compile without --half-images",
+        half.len(),
+        half.join(", ")
+    )))
+}
+
 fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
     let len = usize::try_from(s.elems)
         .map_err(|_| OpenClError::Manifest(format!("storage {} is too large", s.name)))?
         .max(1); // OpenCL has no empty buffers.
     Ok(match (s.kind, s.dtype) {
+        (StorageKind::Image2d { width, height }, Dtype::F16) => {
+            let (w, h) = (
+                usize::try_from(width).map_err(|_| OpenClError::Manifest("image width".into()))?,
+                usize::try_from(height)
+                    .map_err(|_| OpenClError::Manifest("image height".into()))?,
+            );
+            Mem::HalfImage(
+                Image::<u16>::builder()
+                    .channel_order(ImageChannelOrder::Rgba)
+                    .channel_data_type(ImageChannelDataType::HalfFloat)
+                    .image_type(MemObjectType::Image2d)
+                    .dims((w, h))
+                    .flags(MemFlags::new().read_write())
+                    .queue(queue.clone())
+                    .build()
+                    .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))?,
+            )
+        }
         (StorageKind::Image2d { width, height }, _) => {
             let (w, h) = (
                 usize::try_from(width).map_err(|_| OpenClError::Manifest("image width".into()))?,
@@ -426,6 +497,12 @@ fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
         (StorageKind::Buffer, Dtype::I32) => Mem::I32(
             Buffer::<i32>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?,
         ),
+        (StorageKind::Buffer, Dtype::F16) => {
+            return Err(OpenClError::Manifest(format!(
+                "storage {}: f16 storage must be an image2d",
+                s.name
+            )))
+        }
     })
 }
 
@@ -434,9 +511,13 @@ fn mem_type(s: &StorageDesc) -> MemType {
     let elem = match s.dtype {
         Dtype::F32 => ElemType::F32,
         Dtype::I32 => ElemType::I32,
+        Dtype::F16 => ElemType::F16,
     };
     match s.kind {
         StorageKind::Buffer => MemType::buffer(s.elems, elem),
+        StorageKind::Image2d { width, height } if elem == ElemType::F16 => {
+            MemType::image_f16(width, height)
+        }
         StorageKind::Image2d { width, height } => MemType::image(width, height),
     }
 }
@@ -450,6 +531,11 @@ fn write_mem(m: &Mem, data: &MemData, name: &str) -> Result<(), OpenClError> {
         (Mem::F32(b), MemData::F32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::I32(b), MemData::I32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::Image(i), MemData::F32(v)) => i.write(v.as_slice()).enq().map_err(ocl_err),
+        (Mem::HalfImage(i), MemData::F32(v)) => {
+            // `pack` rounded every value to f16 already: the conversion to bits is exact.
+            let bits: Vec<u16> = v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+            i.write(bits.as_slice()).enq().map_err(ocl_err)
+        }
         _ => Err(bad()),
     }
 }
@@ -458,7 +544,7 @@ fn read_mem(m: &Mem, s: &StorageDesc) -> Result<MemData, OpenClError> {
     let n = usize::try_from(s.elems).unwrap_or(0);
     if n == 0 {
         return Ok(match s.dtype {
-            Dtype::F32 => MemData::F32(Vec::new()),
+            Dtype::F32 | Dtype::F16 => MemData::F32(Vec::new()),
             Dtype::I32 => MemData::I32(Vec::new()),
         });
     }
@@ -477,6 +563,11 @@ fn read_mem(m: &Mem, s: &StorageDesc) -> Result<MemData, OpenClError> {
             let mut v = vec![0.0f32; n];
             i.read(&mut v).enq().map_err(ocl_err)?;
             MemData::F32(v)
+        }
+        Mem::HalfImage(i) => {
+            let mut bits = vec![0u16; n];
+            i.read(&mut bits).enq().map_err(ocl_err)?;
+            MemData::F32(bits.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect())
         }
     })
 }
@@ -513,6 +604,7 @@ pub fn run(
         .map_err(ocl_err)?;
     let queue = Queue::new(&context, info.device, Some(CommandQueueProperties::PROFILING_ENABLE))
         .map_err(ocl_err)?;
+    check_half_images(&context, &info, f)?;
     let (program, cache) = program(&context, &info, source, opts)?;
     let max_group = device_usize(&info.device, DeviceInfo::MaxWorkGroupSize).unwrap_or(usize::MAX);
     // Pack the uploads once.
@@ -563,6 +655,7 @@ pub fn run(
                             Some(Mem::F32(b)) => kb.arg(b),
                             Some(Mem::I32(b)) => kb.arg(b),
                             Some(Mem::Image(i)) => kb.arg(i),
+                            Some(Mem::HalfImage(i)) => kb.arg(i),
                             None => {
                                 return Err(OpenClError::Manifest(format!(
                                     "launch {} uses storage {a}, which is not live",
@@ -741,6 +834,24 @@ fn cited_line(l: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_without_half_images_is_refused_clearly() {
+        use ocl::core::ImageFormat;
+        let f = |o, t| Ok(ImageFormat::new(o, t));
+        let float = [
+            f(ImageChannelOrder::Rgba, ImageChannelDataType::Float),
+            f(ImageChannelOrder::R, ImageChannelDataType::HalfFloat),
+        ];
+        let e = half_format_check(&float, "dev", "main", &["q", "k"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the OpenCL device cannot run this module: dev does not support RGBA CL_HALF_FLOAT images, and @main keeps 2 tensor(s) in f16 \
+             image2d textures (q, k); compile without --half-images"
+        );
+        let half = [f(ImageChannelOrder::Rgba, ImageChannelDataType::HalfFloat)];
+        assert!(half_format_check(&half, "dev", "main", &["q"]).is_ok());
+    }
 
     #[test]
     fn build_log_lines_are_mapped_to_source_and_op() {

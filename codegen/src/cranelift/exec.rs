@@ -93,12 +93,13 @@ pub(super) fn call(
     for (k, (o, t)) in operands.iter().zip(types).enumerate() {
         let want = usize::try_from(t.elems())
             .map_err(|_| format!("operand {k} ({t}) does not fit in memory"))?;
-        if o.len() != want || o.elem() != t.elem {
+        // An `f16` image is held as `f32` values (each exact in `f16`).
+        if o.len() != want || o.elem() != t.value_elem() {
             return Err(format!(
                 "operand {k} has {} {} elements, the kernel was compiled for {t} ({want} {} elements)",
                 o.len(),
                 o.elem().name(),
-                t.elem.name()
+                t.value_elem().name()
             ));
         }
     }

@@ -691,6 +691,12 @@ impl<'a, 'f> Lower<'a, 'f> {
             (true, V::F(_)) => {
                 return Err("the kernel computes f32 values for an integer output".into())
             }
+            (false, v) if self.types[self.k.output()].is_half() => {
+                // An `f16` image stores the value rounded to `f16`: the reference's function.
+                let f = self.as_f(v);
+                let call = self.b.ins().call(self.math.round_f16(), &[f]);
+                self.b.inst_results(call)[0]
+            }
             (false, v) => self.as_f(v),
         })
     }

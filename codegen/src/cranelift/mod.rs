@@ -16,7 +16,9 @@
 //! - payload arithmetic is `f32` or wrapping `i64` with floor `/` and `%`; `max`/`min` propagate
 //!   NaN; `exp log tanh erf sigmoid` call the very Rust functions the reference evaluator calls
 //!   (registered as JIT symbols), so results are bit-identical; `sqrt floor abs` are native;
-//! - reductions combine in row-major order over the reduction dimensions, like the reference.
+//! - reductions combine in row-major order over the reduction dimensions, like the reference;
+//! - an `f16` image is held as `f32` values and read as `f32`; the value stored into one is
+//!   rounded by a call to the reference's `round_f16`, so it is bit-identical too.
 //!
 //! Safety of generated code: every storage access is checked against its operand's length (an
 //! image: each coordinate against its extent). A check that an interval analysis of the map over

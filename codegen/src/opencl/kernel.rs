@@ -122,10 +122,13 @@ fn check(k: &Kernel, types: &[MemType]) -> Result<(), String> {
                 t.coords()
             ));
         }
-        if matches!(t.storage, StorageKind::Image { .. }) && t.elem != ElemType::F32 {
+        // f16 images hold f32 values: `read_imagef`/`write_imagef` convert (core OpenCL 1.2).
+        if matches!(t.storage, StorageKind::Image { .. })
+            && !matches!(t.elem, ElemType::F32 | ElemType::F16)
+        {
             return Err(format!("operand {i} is an image of {}", t.elem.name()));
         }
-        if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
+        if !matches!(t.value_elem(), ElemType::F32 | ElemType::I32) {
             return Err(format!("operand {i} has elements of {}", t.elem.name()));
         }
     }
@@ -464,6 +467,18 @@ impl Cx<'_> {
         (!s.rows.is_empty() && !s.cols.is_empty()).then_some(s)
     }
 
+    /// The `float4` an image output is written with, from its four channel values: for an `f16`
+    /// image each is rounded to the nearest `f16` first (`fbc_rte_half4`), since `write_imagef`
+    /// may round to zero (the OpenCL specification allows either) and the reference executor
+    /// rounds to nearest even.
+    fn texel_value(&self, channels: &str) -> String {
+        if self.types[self.out()].is_half() {
+            format!("fbc_rte_half4((float4)({channels}))")
+        } else {
+            format!("(float4)({channels})")
+        }
+    }
+
     /// The whole texel operand `i` (an image) reads at `dims`, as a `float4` expression.
     fn texel(&self, i: usize, dims: &[String]) -> Result<String, String> {
         let (x, y) = (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?);
@@ -685,8 +700,8 @@ impl Cx<'_> {
                 .collect();
             let _ = writeln!(
                 s,
-                "  write_imagef(x{out}, (int2)((int){x}, (int){y}), (float4)({}));",
-                vs.join(", ")
+                "  write_imagef(x{out}, (int2)((int){x}, (int){y}), {});",
+                self.texel_value(&vs.join(", "))
             );
         } else {
             let dims = dims_of(None);
@@ -726,7 +741,8 @@ impl Cx<'_> {
         if k.combine != Some(Combine::Add) || k.guard.is_some() || p < 2 || nd == p {
             return Ok(None);
         }
-        if self.types.iter().any(|t| t.elem != ElemType::F32) {
+        // An f16 image reads and writes f32 values (`read_imagef`/`write_imagef` convert).
+        if self.types.iter().any(|t| t.value_elem() != ElemType::F32) {
             return Ok(None);
         }
         let Scalar::Bin(ScalarBin::Mul, a, b) = &k.body else { return Ok(None) };
@@ -814,8 +830,8 @@ impl Cx<'_> {
             }
             let (x, y) = (self.coord(out, 0, &s_dims)?, self.coord(out, 1, &s_dims)?);
             format!(
-                "write_imagef(x{out}, (int2)((int){x}, (int){y}), (float4)({}));",
-                vs.join(", ")
+                "write_imagef(x{out}, (int2)((int){x}, (int){y}), {});",
+                self.texel_value(&vs.join(", "))
             )
         } else {
             format!("x{out}[{}] = {};", self.coord(out, 0, &s_dims)?, value(&s_dims, "acc")?)

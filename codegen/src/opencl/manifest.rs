@@ -13,12 +13,15 @@ use serde::{Deserialize, Serialize};
 /// tensor-level manifest (one buffer per tensor value).
 pub const MANIFEST_VERSION: u32 = 2;
 
-/// Element type of storage and tensors: `f32` or `i32`.
+/// Element type of storage and tensors: `f32` or `i32`; storage may also be `f16` (an image of
+/// `CL_HALF_FLOAT` texels holding an `f32` tensor rounded to `f16`: the runtime converts at upload
+/// and download).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     F32,
     I32,
+    F16,
 }
 
 /// Buffer or image.
@@ -27,7 +30,7 @@ pub enum Dtype {
 pub enum StorageKind {
     /// `elems` elements, linear.
     Buffer,
-    /// `width × height` RGBA f32 texels (`4·width·height` elements).
+    /// `width × height` RGBA texels of `dtype` (`4·width·height` elements).
     Image2d { width: u64, height: u64 },
 }
 

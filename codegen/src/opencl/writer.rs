@@ -234,7 +234,11 @@ impl FuncWriter<'_> {
             MemStorage::Buffer { .. } => StorageKind::Buffer,
             MemStorage::Image { width, height } => StorageKind::Image2d { width, height },
         };
-        let dt = dtype(t.elem).ok_or_else(|| self.unsupported(op, "storage element type"))?;
+        // Storage (unlike tensors) may be f16: an image of CL_HALF_FLOAT texels.
+        let dt = match t.elem {
+            ElemType::F16 if t.is_image() => Dtype::F16,
+            e => dtype(e).ok_or_else(|| self.unsupported(op, "storage element type"))?,
+        };
         self.storage.push(StorageDesc {
             id,
             name,

@@ -168,6 +168,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,
+
+    /// Store every image2d texture as f16 (see `fbc run --half-images`).
+    #[arg(long)]
+    pub half_images: bool,
 }
 
 /// One kernel's figures (median device time of the timed runs).
@@ -329,6 +333,7 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
             level,
             *s,
             &a.profile,
+            a.half_images,
             !a.plain_kernels,
         )?;
         let fname = c.module.func(c.func).name.clone();

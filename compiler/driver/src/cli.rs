@@ -160,6 +160,11 @@ pub struct CompileArgs {
     #[arg(short, long)]
     pub verbose: bool,
 
+    /// Store every image2d texture as f16 (`CL_HALF_FLOAT`; values rounded to f16 at every
+    /// store, arithmetic in f32): half the texture memory. With `--emit opencl`.
+    #[arg(long)]
+    pub half_images: bool,
+
     #[command(flatten)]
     pub instr: InstrumentationArgs,
 }

@@ -132,6 +132,13 @@ impl Driver {
         let target =
             fbc_target::builtin(a.target_name()).map_err(|e| Failure::Usage(e.to_string()))?;
         let emit = a.emit_kind();
+        if a.half_images && emit != EmitKind::Opencl {
+            return Err(Failure::Usage(format!(
+                "--half-images sets the storage of lowered code; it needs --emit opencl, not \
+                 --emit {}",
+                emit.name()
+            )));
+        }
         let (file, mut module) = self.load(path)?;
         let transforms_total = report::count_transforms(&module);
         let pipeline = fbc_transforms::pipeline(a.level(), a.layout_strategy.strategy());
@@ -147,7 +154,14 @@ impl Driver {
                 output::write_text(a.output.as_deref(), &text)
             }
             EmitKind::Opencl => {
-                opencl_emit::lower(self, &file, &mut module, a.target_name(), &a.instr)?;
+                opencl_emit::lower(
+                    self,
+                    &file,
+                    &mut module,
+                    a.target_name(),
+                    a.half_images,
+                    &a.instr,
+                )?;
                 let out = opencl_emit::generate(&module, a.target_name(), true)?;
                 let dir = match &a.output {
                     Some(d) => d.clone(),

@@ -27,26 +27,37 @@ pub(crate) fn is_lowered(module: &Module) -> bool {
     })
 }
 
-/// Runs `lower-to-memory{target}` and `plan-memory` unless the module is already lowered.
+/// Whether any value of the module is an `f16` image (`--half-images` storage).
+pub(crate) fn has_half_images(module: &Module) -> bool {
+    module
+        .values
+        .iter()
+        .any(|v| fbc_dialects::memory::MemType::from_type(&v.ty).is_some_and(|t| t.is_half()))
+}
+
+/// Runs `lower-to-memory{target}` and `plan-memory` unless the module is already lowered
+/// (`half_images`: every image2d texture stored as `f16`, `lower-to-memory{half-images=true}`).
 /// Returns the statistics of the passes (plan-memory's peak bytes among them).
 pub(crate) fn lower(
     driver: &Driver,
     file: &SourceFile,
     module: &mut Module,
     target: &str,
+    half_images: bool,
     instr: &InstrumentationArgs,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
     if is_lowered(module) {
         return Ok(Default::default());
     }
     let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
-    lower_for(driver, file, module, target, &profile, instr)
+    lower_for(driver, file, module, target, &profile, half_images, instr)
 }
 
 /// Runs the `-O level` pipeline with `strategy`, then the lowering pipeline, both for hardware
 /// profile `target` (already looked up as `profile`), unless the module is already lowered (what
-/// `fbc run --target opencl|cpu-jit` and `fbc bench` do). Returns the lowering passes'
-/// statistics.
+/// `fbc run --target opencl|cpu-jit` and `fbc bench` do; `half_images` as for [`lower`]).
+/// Returns the lowering passes' statistics.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn optimize_and_lower(
     driver: &Driver,
     file: &SourceFile,
@@ -55,6 +66,7 @@ pub(crate) fn optimize_and_lower(
     strategy: LayoutStrategy,
     target: &str,
     profile: &fbc_target::HardwareProfile,
+    half_images: bool,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
     if is_lowered(module) {
         return Ok(Default::default());
@@ -62,7 +74,7 @@ pub(crate) fn optimize_and_lower(
     let instr = InstrumentationArgs::default();
     let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
     driver.run_pipeline(file, module, &pipeline, Some(profile), &instr)?;
-    lower_for(driver, file, module, target, profile, &instr)
+    lower_for(driver, file, module, target, profile, half_images, &instr)
 }
 
 fn lower_for(
@@ -71,9 +83,10 @@ fn lower_for(
     module: &mut Module,
     target: &str,
     profile: &fbc_target::HardwareProfile,
+    half_images: bool,
     instr: &InstrumentationArgs,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
-    let pipeline = fbc_transforms::lowering_pipeline(target);
+    let pipeline = fbc_transforms::lowering_pipeline_with(target, half_images);
     let (_, stats) = driver.run_pipeline(file, module, &pipeline, Some(profile), instr)?;
     Ok(stats)
 }

@@ -25,7 +25,10 @@
 //!   -O3 by default), lowers it to the memory dialect, runs the generated kernels on an OpenCL
 //!   device and, with `--check`, compares every result with this interpreter (see
 //!   `run_cmd/opencl.rs`); it needs fbc built with the `opencl` feature. Other targets, and
-//!   `--check` on `cpu`, are not supported (exit 2). A kernel error while running (an id out of
+//!   `--check` on `cpu`, are not supported (exit 2).
+//! - `--half-images` (with `--target opencl|cpu-jit`) lowers with `f16` image2d textures
+//!   (`lower-to-memory{half-images=true}`); `--check` then uses the `f16` bound of
+//!   `run_cmd/check.rs`. A kernel error while running (an id out of
 //!   range, say) is reported at the op, `FILE:LINE:COL: error: ...` (exit 1).
 
 mod check;
@@ -108,6 +111,13 @@ pub struct RunArgs {
     /// Print the result summaries even with --outputs, and the run time (to stderr).
     #[arg(short, long)]
     pub verbose: bool,
+
+    /// With `--target opencl|cpu-jit`: store every image2d texture as f16 (values rounded to
+    /// the nearest f16 at every store, arithmetic in f32). `--check` then compares with the
+    /// reference executor on the lowered module, which rounds the same way, within
+    /// 1e-5 + 8·2^-11·(|ref| + max|ref|), and reports the error against the f64 interpreter.
+    #[arg(long)]
+    pub half_images: bool,
 }
 
 impl RunArgs {
@@ -130,6 +140,13 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             "--target {} is not yet supported by `fbc run`; supported now: cpu, cpu-jit, opencl",
             a.target
         )));
+    }
+    if a.half_images {
+        return Err(Failure::Usage(
+            "--half-images sets the storage of lowered kernels; it needs --target opencl or \
+             cpu-jit (the interpreter computes on tensors)"
+                .into(),
+        ));
     }
     if a.check {
         return Err(Failure::Usage(

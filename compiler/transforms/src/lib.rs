@@ -39,7 +39,17 @@ pub fn register_passes(r: &mut PassRegistry) {
 /// The pipeline that lowers an optimised module to the memory dialect for `target` (a builtin
 /// hardware profile name): `lower-to-memory{target=..},plan-memory`.
 pub fn lowering_pipeline(target: &str) -> String {
-    format!("lower-to-memory{{target={target}}},plan-memory")
+    lowering_pipeline_with(target, false)
+}
+
+/// [`lowering_pipeline`] with `half_images`: every image2d texture stored as `f16`
+/// (`lower-to-memory{target=.. half-images=true},plan-memory`).
+pub fn lowering_pipeline_with(target: &str, half_images: bool) -> String {
+    if half_images {
+        format!("lower-to-memory{{target={target} half-images=true}},plan-memory")
+    } else {
+        format!("lower-to-memory{{target={target}}},plan-memory")
+    }
 }
 
 /// A registry with every built-in pass.

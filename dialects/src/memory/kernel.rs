@@ -42,6 +42,9 @@
 //!   of `xK[e]` are integers, both branches of `select` have one kind, an `i32` output gets
 //!   integer values (an `f32` output converts integers), a reduction combines `f32` values.
 //! - Reads of the output operand (`xN` or `xN[e]`) see its contents before the launch.
+//! - An `f16` image is read as `f32` (its values are exact `f32` numbers); a value stored into
+//!   one is first rounded to the nearest `f16` (ties to even, overflow to `±inf`, NaN stays NaN):
+//!   [`round_f16`](super::scalar::round_f16), the one function every back end reproduces.
 //! - An empty reduction sub-domain leaves `acc` at the identity (0 or -inf); an empty parallel
 //!   sub-domain writes nothing.
 //! - Integer arithmetic wraps on overflow; integer division or modulo by zero, `int(NaN)`, an
@@ -57,14 +60,17 @@ use super::scalar::ScalarKind;
 pub enum StorageKind {
     /// `!memory.buffer<N, T>`: `elems` elements, linear.
     Buffer { elems: u64 },
-    /// `!memory.image2d<[W, H], f32>`: `width × height` RGBA texels.
+    /// `!memory.image2d<[W, H], f32|f16>`: `width × height` RGBA texels.
     Image { width: u64, height: u64 },
 }
 
 /// The type of a memory value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemType {
-    /// `F32` or `I32` (images: `F32` only).
+    /// `F32` or `I32` for a buffer, `F32` or `F16` for an image. An `f16` image holds `f32`
+    /// values rounded to the nearest `f16` ([`round_f16`](super::scalar::round_f16)): kernels
+    /// read and compute in `f32`, every store into it rounds (OpenCL `read_imagef` /
+    /// `write_imagef` on a `CL_HALF_FLOAT` image).
     pub elem: ElemType,
     pub storage: StorageKind,
 }
@@ -78,9 +84,34 @@ impl MemType {
         }
     }
 
-    /// Bytes of storage (every element type is 4 bytes wide).
+    /// Bytes of storage: 2 per element of an `f16` image, 4 for every other element type.
     pub fn bytes(&self) -> u64 {
-        self.elems() * 4
+        self.elems() * self.elem_bytes()
+    }
+
+    /// Bytes of one element: 2 for `f16`, else 4.
+    pub fn elem_bytes(&self) -> u64 {
+        if self.elem == ElemType::F16 {
+            2
+        } else {
+            4
+        }
+    }
+
+    /// The element type of the values a kernel reads from and writes to it, and of the host
+    /// copy the reference executor and the JIT keep: `f32` for an `f16` image (its values are
+    /// `f32` numbers that `f16` represents exactly), else its element type.
+    pub fn value_elem(&self) -> ElemType {
+        if self.elem == ElemType::F16 {
+            ElemType::F32
+        } else {
+            self.elem
+        }
+    }
+
+    /// Whether it is an `f16` image (stores into it round to `f16`).
+    pub fn is_half(&self) -> bool {
+        self.elem == ElemType::F16
     }
 
     /// Number of storage coordinates an operand map of this type has: 1 (offset) or 3 (x, y, c).
@@ -229,8 +260,23 @@ impl MemType {
         MemType { elem: ElemType::F32, storage: StorageKind::Image { width, height } }
     }
 
-    /// Reads `!memory.buffer<N, f32|i32>` or `!memory.image2d<[W, H], f32>` (`<WxH, f32>` reads
-    /// the same); `None` for any other type, or parameters that do not fit.
+    /// An `f16` image of `width × height` texels.
+    pub fn image_f16(width: u64, height: u64) -> MemType {
+        MemType { elem: ElemType::F16, storage: StorageKind::Image { width, height } }
+    }
+
+    /// The same storage with `f16` elements when it is an `f32` image; anything else unchanged.
+    pub fn to_half_image(self) -> MemType {
+        match self.storage {
+            StorageKind::Image { .. } if self.elem == ElemType::F32 => {
+                MemType { elem: ElemType::F16, ..self }
+            }
+            _ => self,
+        }
+    }
+
+    /// Reads `!memory.buffer<N, f32|i32>` or `!memory.image2d<[W, H], f32|f16>` (`<WxH, f32>`
+    /// reads the same); `None` for any other type, or parameters that do not fit.
     pub fn from_type(t: &Type) -> Option<MemType> {
         Self::parse_type(t).ok()
     }
@@ -280,18 +326,18 @@ impl MemType {
                 if w.checked_mul(h).and_then(|n| n.checked_mul(4)).is_none() {
                     return Err(format!("{t} has more elements than fit in 64 bits"));
                 }
-                elem(e, &[ElemType::F32])?;
-                Ok(MemType::image(w, h))
+                let elem = elem(e, &[ElemType::F32, ElemType::F16])?;
+                Ok(MemType { elem, storage: StorageKind::Image { width: w, height: h } })
             }
             ("buffer", _) => Err(format!("expected !memory.buffer<N, f32|i32>, found {t}")),
-            ("image2d", _) => Err(format!("expected !memory.image2d<[W, H], f32>, found {t}")),
+            ("image2d", _) => Err(format!("expected !memory.image2d<[W, H], f32|f16>, found {t}")),
             _ => Err(format!(
-                "unknown memory type {t}; the memory types are !memory.buffer<N, f32|i32> and !memory.image2d<[W, H], f32>"
+                "unknown memory type {t}; the memory types are !memory.buffer<N, f32|i32> and !memory.image2d<[W, H], f32|f16>"
             )),
         }
     }
 
-    /// The IR type: `!memory.buffer<N, T>` or `!memory.image2d<[W, H], f32>`.
+    /// The IR type: `!memory.buffer<N, T>` or `!memory.image2d<[W, H], T>`.
     pub fn to_type(&self) -> Type {
         let (name, first) = match self.storage {
             StorageKind::Buffer { elems } => ("buffer", Attr::Int(elems as i64)),

@@ -12,6 +12,10 @@
 //! - `!memory.buffer<N, T>`: `N` elements of `T` (`f32` or `i32`), linear.
 //! - `!memory.image2d<[W, H], f32>`: an OpenCL `image2d_t` of `W × H` RGBA texels of `f32`, i.e.
 //!   `4·W·H` elements; element `(x, y, c)` is channel `c` of texel `(x, y)`.
+//! - `!memory.image2d<[W, H], f16>`: the same with `f16` texels (`CL_HALF_FLOAT`, 2 bytes an
+//!   element). Kernels still read and compute `f32`; every value stored into it (an upload, a
+//!   launch's output) is rounded to the nearest `f16`, ties to even (`scalar::round_f16`);
+//!   values beyond `f16`'s range become `±inf`. `lower-to-memory{half-images=true}` makes them.
 //!
 //! # Ops
 //!

@@ -30,8 +30,8 @@ pub static OPS: &[OpDef] = &[
               result type, zero-filled by the reference executor (back ends may leave it\n\
               undefined: every launch writes its whole output or guards it to zero).\n\
               \n\
-              **Result:** `!memory.buffer<N, f32|i32>` or `!memory.image2d<[W, H], f32>`, written\n\
-              in the signature (it cannot be inferred).\n\
+              **Result:** `!memory.buffer<N, f32|i32>` or `!memory.image2d<[W, H], f32|f16>`,\n\
+              written in the signature (it cannot be inferred).\n\
               \n\
               **Attributes:** `slot` (optional): the storage slot `plan-memory` assigned; allocations\n\
               with the same slot share storage, their lifetimes are disjoint.\n\
@@ -74,15 +74,17 @@ pub static OPS: &[OpDef] = &[
               **Operand:** `t` — a tensor of `f32` or `i32`.\n\
               \n\
               **Result:** with `#layout.linear`, `!memory.buffer<numel, T>` (row-major); with an\n\
-              R-Tile, `!memory.image2d<[W, H], f32>` (`[W, H]` its image extent), or — when the\n\
-              R-Tile says `storage = \"buffer\"`, or the result type is written so (an image over\n\
-              the device limits) — `!memory.buffer<4·W·H, f32>` holding the same texel array,\n\
-              element `(y·W + x)·4 + c`. Without a signature the result type is the first choice.\n\
+              R-Tile, `!memory.image2d<[W, H], f32>` (`[W, H]` its image extent; written as\n\
+              `f16`, an image of `f16` texels holding each value rounded to the nearest `f16`),\n\
+              or — when the R-Tile says `storage = \"buffer\"`, or the result type is written so\n\
+              (an image over the device limits) — `!memory.buffer<4·W·H, f32>` holding the same\n\
+              texel array, element `(y·W + x)·4 + c`. Without a signature the result type is the\n\
+              first choice.\n\
               \n\
               **Attributes:** `layout` (required): `#layout.linear` or `#layout.rtile<...>`.\n\
               \n\
               **Verifier:** `layout` fits `t` (see `layout.assign`); the storage type has `t`'s\n\
-              element type and the size the layout needs (an R-Tile in an image: extent equal to\n\
+              element type (an `f16` image holds an `f32` tensor) and the size the layout needs (an R-Tile in an image: extent equal to\n\
               its image extent; in a buffer: `4·W·H` elements; linear: the element count).\n\
               \n\
               **FBLayout class:** none.",
@@ -263,11 +265,12 @@ fn texels4(w: u64, h: u64, t: &TensorType) -> Result<u64, String> {
 }
 
 /// Whether storage `m` can hold a tensor of type `t` in layout `l`: the layout fits the tensor,
-/// the element types agree, and the size is what the layout needs (a linear buffer: the element
-/// count; an image: the layout's image extent; an R-Tile in a buffer: `4·W·H` elements).
+/// the element types agree (an `f16` image holds an `f32` tensor, rounded), and the size is what
+/// the layout needs (a linear buffer: the element count; an image: the layout's image extent; an
+/// R-Tile in a buffer: `4·W·H` elements).
 pub fn check_storage(l: &Layout, t: &TensorType, m: MemType) -> Result<(), String> {
     let default = default_storage(l, t)?;
-    if m.elem != t.elem {
+    if m.value_elem() != t.elem {
         return Err(format!("{m} holds {}, but the tensor is {t}", m.elem));
     }
     match (l, m.storage) {

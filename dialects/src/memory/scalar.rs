@@ -729,6 +729,15 @@ pub fn fmin_nan(a: f32, b: f32) -> f32 {
     }
 }
 
+/// The value an `f16` image stores for `x`: `x` rounded to the nearest `f16` (ties to even),
+/// as an `f32`. Beyond `f16`'s range (`|x| >= 65520`) it is `±inf`; below its smallest subnormal
+/// (`2^-24`) it rounds to a subnormal or `±0`; NaN stays NaN. Every store into an `f16` image
+/// (upload, launch output) goes through it in the reference executor and the JIT, and
+/// `write_imagef` to a `CL_HALF_FLOAT` image does the same on a device that rounds to nearest even.
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
 /// `1 / (1 + e^-x)` without overflow, exactly as the reference interpreter computes it.
 pub fn sigmoid_f32(x: f32) -> f32 {
     if x >= 0.0 {

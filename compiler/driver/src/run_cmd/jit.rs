@@ -46,6 +46,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         strategy,
         &a.profile,
         &profile,
+        a.half_images,
     )?;
     let lowering = compile_start.elapsed();
     let lfunc = lowered.find_func(&fname).ok_or_else(|| {
@@ -90,7 +91,9 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     if a.check {
         // The comparison of `--target opencl --check`: against the f64 interpreter, with the
         // f32 interpreter's own error as slack.
-        super::check::check(&file, &module, func, inputs, &results, "CPU JIT", &mut text)?;
+        let half = crate::opencl_emit::has_half_images(&lowered)
+            .then_some(super::check::HalfModel { module: &lowered, func: lfunc, jit: false });
+        super::check::check(&file, &module, func, inputs, &results, "CPU JIT", half, &mut text)?;
     }
     if !text.is_empty() {
         crate::output::write_text(None, &text)?;

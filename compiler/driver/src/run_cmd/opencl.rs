@@ -38,17 +38,19 @@ use crate::{Driver, Failure};
 use super::RunArgs;
 
 /// A module compiled for OpenCL: the original (for the interpreter), the entry function, the
-/// generated source and manifest, and the lowering passes' statistics.
+/// lowered module, the generated source and manifest, and the lowering passes' statistics.
 pub(crate) struct Compiled {
     pub file: Arc<SourceFile>,
     pub module: Module,
     pub func: FuncId,
+    pub lowered: Module,
     pub out: Output,
     pub stats: fbc_ir::pass::Statistics,
 }
 
-/// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` and writes OpenCL C
-/// (`tiled`: contractions get the tiled kernel).
+/// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` (`half_images`: image2d
+/// textures of `f16`) and writes OpenCL C (`tiled`: contractions get the tiled kernel).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn compile(
     driver: &Driver,
     path: &Path,
@@ -56,6 +58,7 @@ pub(crate) fn compile(
     level: u8,
     strategy: LayoutStrategy,
     profile: &str,
+    half_images: bool,
     tiled: bool,
 ) -> Result<Compiled, Failure> {
     let target = fbc_target::builtin(profile).map_err(|e| Failure::Usage(e.to_string()))?;
@@ -70,9 +73,10 @@ pub(crate) fn compile(
         strategy,
         profile,
         &target,
+        half_images,
     )?;
     let out = crate::opencl_emit::generate(&lowered, profile, tiled)?;
-    Ok(Compiled { file, module, func, out, stats })
+    Ok(Compiled { file, module, func, lowered, out, stats })
 }
 
 /// Parses `--substitute-kernel NAME=FILE.cl` and applies every substitution to the source.
@@ -154,7 +158,16 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         return Err(Failure::Usage("not yet supported: --f64 with --target opencl".into()));
     }
     let (level, strategy) = a.opencl_level();
-    let c = compile(driver, &a.file, a.entry.as_deref(), level, strategy, &a.profile, true)?;
+    let c = compile(
+        driver,
+        &a.file,
+        a.entry.as_deref(),
+        level,
+        strategy,
+        &a.profile,
+        a.half_images,
+        true,
+    )?;
     let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = module.func(func).name.clone();
     let inputs = super::io::read_inputs(
@@ -193,7 +206,12 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         crate::output::write_atomic(path, &bytes)?;
     }
     if a.check {
-        super::check::check(file, module, func, inputs, &device_values, "OpenCL", &mut text)?;
+        let lfunc = c.lowered.find_func(&fname).ok_or_else(|| {
+            Failure::Input(format!("{}: error: @{fname} disappeared while lowering\n", file.name))
+        })?;
+        let half = crate::opencl_emit::has_half_images(&c.lowered)
+            .then_some(super::check::HalfModel { module: &c.lowered, func: lfunc, jit: true });
+        super::check::check(file, module, func, inputs, &device_values, "OpenCL", half, &mut text)?;
     }
     if a.outputs.is_none() || a.verbose || a.check {
         crate::output::write_text(None, &text)?;

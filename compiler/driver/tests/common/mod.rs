@@ -4,6 +4,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+
+use fbc_ir::pass::Statistics;
+use fbc_ir::{Module, PassContext, PassManager, SourceFile};
 
 pub struct Out {
     pub code: i32,
@@ -67,4 +71,76 @@ pub fn training_step(name: &str) -> PathBuf {
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     path
+}
+
+// ----- f16 images (`half_images.rs`, `opencl.rs`) -----
+
+/// One function `@main` with the given arguments, body and result.
+fn main_module(args: &str, body: &str, ret: &str) -> String {
+    format!("func.func @main({args}) -> {ret} {{\n{body}\n  func.return %r : {ret}\n}}\n")
+}
+
+/// The cases of the f16 image tests: a matmul, a small attention (matmul, scale, softmax, matmul) and a matmul with an
+/// elementwise chain (bias, gelu, residual) fused as its epilogue.
+pub fn half_image_cases() -> Vec<(&'static str, String)> {
+    // Sizes where -O3 for the generic profile chooses R-Tiles in images.
+    vec![
+        (
+            "matmul",
+            main_module(
+                "%a: tensor<64x64xf32>, %b: tensor<64x64xf32>",
+                "  %r = tensor.matmul %a, %b : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>",
+                "tensor<64x64xf32>",
+            ),
+        ),
+        (
+            "attention",
+            main_module(
+                "%q: tensor<2x64x64xf32>, %k: tensor<2x64x64xf32>, %v: tensor<2x64x64xf32>",
+                "  %s = tensor.matmul %q, %k {transpose_b = true} : (tensor<2x64x64xf32>, tensor<2x64x64xf32>) -> tensor<2x64x64xf32>\n  \
+                 %s1 = tensor.scale %s {factor = 0.125} : (tensor<2x64x64xf32>) -> tensor<2x64x64xf32>\n  \
+                 %p = tensor.softmax %s1 {axis = -1} : (tensor<2x64x64xf32>) -> tensor<2x64x64xf32>\n  \
+                 %r = tensor.matmul %p, %v : (tensor<2x64x64xf32>, tensor<2x64x64xf32>) -> tensor<2x64x64xf32>",
+                "tensor<2x64x64xf32>",
+            ),
+        ),
+        (
+            "elementwise_chain",
+            main_module(
+                "%x: tensor<64x64xf32>, %w: tensor<64x64xf32>, %b: tensor<64xf32>, %y: tensor<64x64xf32>",
+                "  %m = tensor.matmul %x, %w : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>\n  \
+                 %mb = tensor.add %m, %b : (tensor<64x64xf32>, tensor<64xf32>) -> tensor<64x64xf32>\n  \
+                 %g = tensor.gelu %mb : (tensor<64x64xf32>) -> tensor<64x64xf32>\n  \
+                 %r = tensor.add %g, %y : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>",
+                "tensor<64x64xf32>",
+            ),
+        ),
+    ]
+}
+
+pub fn parse(text: &str) -> Module {
+    let file = Arc::new(SourceFile::new("t.fbir", text));
+    fbc_ir::parse_module(&file, &fbc_dialects::registry()).unwrap_or_else(|d| panic!("{d:?}"))
+}
+
+/// `text` at -O3, lowered for `profile` (`half`: f16 images); the pipeline's error as text.
+pub fn lower_o3(
+    text: &str,
+    half: bool,
+    profile: &fbc_target::HardwareProfile,
+) -> Result<(Module, Statistics), String> {
+    let reg = fbc_dialects::registry();
+    let mut m = parse(text);
+    // The lowering takes the profile from the pass context (it need not be a builtin one).
+    let pipeline = format!(
+        "{},lower-to-memory{{half-images={half}}},plan-memory",
+        fbc_transforms::pipeline_for_level(3)
+    );
+    let steps = fbc_transforms::default_registry().parse_pipeline(&pipeline).expect("pipeline");
+    let mut pm = PassManager::new(steps);
+    pm.instrumentation.verify_each = true;
+    let mut cx = PassContext::new(&reg);
+    cx.target = Some(profile);
+    pm.run(&mut m, &mut cx, &mut |_| {}).map_err(|d| format!("{d:?}"))?;
+    Ok((m, cx.stats))
 }

@@ -1,5 +1,5 @@
-//! `lower-to-memory{target= fuse=true simplify=true}`: tensor and layout ops to memory-dialect
-//! kernel launches.
+//! `lower-to-memory{target= fuse=true simplify=true half-images=false}`: tensor and layout ops
+//! to memory-dialect kernel launches.
 //!
 //! Every function keeps its signature (tensor arguments and results); its body becomes
 //! `memory.upload` of each argument that is read, `memory.alloc` of intermediate storage, one
@@ -32,9 +32,17 @@
 //!    `(y, x, c)` and reads its inputs through the inverse map, guarded against padding. The
 //!    maps are simplified with the egg rules of `fbc-index`.
 //!
+//! With `half-images=true` every image2d storage (of an `f32` tensor: images hold nothing else) is
+//! an `!memory.image2d<[W, H], f16>`: half the bytes, values rounded to `f16` at every store,
+//! arithmetic still `f32`. It needs only image support (`CL_RGBA`/`CL_HALF_FLOAT` is in OpenCL
+//! 1.2's list of formats every image-capable device supports, and `read_imagef`/`write_imagef`
+//! convert without `cl_khr_fp16`), so it is refused only for a target whose profile has no images.
+//!
 //! Statistics: `launches`, `fused-ops`, `copies` (materialised views), `converts`
-//! (`layout.convert` kernels), `images`, `image-fallbacks`, `divmod-before` / `divmod-after` (div/mod operations
-//! in all launch maps before and after simplification).
+//! (`layout.convert` kernels), `images`, `half-images` (images of `f16`), `image-fallbacks`,
+//! `divmod-before` / `divmod-after` (div/mod operations in all launch maps before and after
+//! simplification), `split-dims` (launch dimensions split where maps read them through
+//! `floordiv`/`mod`, see `storage::Mapper::split_dims`).
 
 mod fusion;
 mod ops;
@@ -74,12 +82,19 @@ pub fn register(r: &mut PassRegistry) {
                 Some("true"),
                 "simplify launch maps with the egg rules",
             ),
+            OptionSpec::new(
+                "half-images",
+                OptionKind::Bool,
+                Some("false"),
+                "store image2d textures as f16 (values rounded to f16, computed in f32)",
+            ),
         ],
         |o| {
             Ok(Box::new(LowerToMemory {
                 target: o.str("target").unwrap_or("").into(),
                 fuse: o.bool("fuse"),
                 simplify: o.bool("simplify"),
+                half_images: o.bool("half-images"),
             }))
         },
     ));
@@ -94,6 +109,8 @@ pub struct LowerToMemory {
     pub fuse: bool,
     /// Simplify launch maps with egg.
     pub simplify: bool,
+    /// Store every image2d texture as `f16`.
+    pub half_images: bool,
 }
 
 impl Pass for LowerToMemory {
@@ -103,6 +120,17 @@ impl Pass for LowerToMemory {
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
         let profile = crate::layout::rtile::profile(&self.target, cx, NAME)?;
+        if self.half_images && !profile.image.supported {
+            return Err(vec![Diagnostic::error(format!(
+                "{NAME}: half-images=true, but target `{}` has no image support, so no f16 image \
+                 storage",
+                profile.name
+            ))
+            .with_note(
+                "f16 textures are CL_RGBA/CL_HALF_FLOAT image2d objects; drop half-images or \
+                 compile for a target whose profile says `image.supported = true`",
+            )]);
+        }
         let defs = Defs::new(cx)?;
         let funcs: Vec<FuncId> = m.func_ids().collect();
         for &f in &funcs {
@@ -116,10 +144,11 @@ impl Pass for LowerToMemory {
             if m.func(f).body.iter().any(|&op| m.op(op).def.dialect() == "memory") {
                 continue;
             }
-            let lowered = Lower::new(m, f, &profile, self.fuse).and_then(|mut l| {
-                l.lower_body()?;
-                l.finish(&mut names, self.simplify, &mut stats)
-            });
+            let lowered =
+                Lower::new(m, f, &profile, self.fuse, self.half_images).and_then(|mut l| {
+                    l.lower_body()?;
+                    l.finish(&mut names, self.simplify, &mut stats)
+                });
             match lowered {
                 Ok(plan) => emit(m, f, &defs, &plan),
                 Err(d) => errors.push(d),
@@ -134,6 +163,7 @@ impl Pass for LowerToMemory {
             ("copies", stats.copies),
             ("converts", stats.converts),
             ("images", stats.images),
+            ("half-images", stats.half_images),
             ("image-fallbacks", stats.image_fallbacks),
             ("divmod-before", stats.divmod_before),
             ("divmod-after", stats.divmod_after),
@@ -153,6 +183,8 @@ pub(crate) struct Stats {
     pub copies: usize,
     pub converts: usize,
     pub images: usize,
+    /// Images of `f16` (`half-images=true`).
+    pub half_images: usize,
     /// R-Tiles whose layout asks for an image2d the target cannot hold: stored as a buffer.
     pub image_fallbacks: usize,
     pub divmod_before: usize,
@@ -361,6 +393,8 @@ pub(crate) struct Lower<'m> {
     pub fname: String,
     pub profile: &'m HardwareProfile,
     pub fuse: bool,
+    /// Images get `f16` texels.
+    pub half_images: bool,
     pub tensors: Vec<Tensor>,
     pub storages: Vec<StorageObj>,
     pub access: HashMap<Value, Access>,
@@ -400,6 +434,7 @@ impl<'m> Lower<'m> {
         f: FuncId,
         profile: &'m HardwareProfile,
         fuse: bool,
+        half_images: bool,
     ) -> Result<Lower<'m>, Diagnostic> {
         let mut l = Lower {
             m,
@@ -407,6 +442,7 @@ impl<'m> Lower<'m> {
             fname: m.func(f).name.clone(),
             profile,
             fuse,
+            half_images,
             tensors: Vec::new(),
             storages: Vec::new(),
             access: HashMap::new(),
@@ -473,6 +509,7 @@ impl<'m> Lower<'m> {
         let layout = fitted;
         let ty = fbc_dialects::memory::ops::default_storage(&layout, t)
             .map_err(|e| located(span, format!("no storage for {t} in {layout}: {e}")))?;
+        let ty = if self.half_images { ty.to_half_image() } else { ty };
         let s = self.storages.len();
         self.storages.push(StorageObj { layout, shape: t.shape.to_vec(), ty, name, arg: None });
         let id = self.tensors.len();
@@ -679,6 +716,7 @@ impl<'m> Lower<'m> {
         stats.divmod_after += mapper.divmod_after;
         stats.split_dims += mapper.split;
         stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();
+        stats.half_images += self.storages.iter().filter(|s| s.ty.is_half()).count();
         let results = self
             .results
             .iter()
