@@ -487,9 +487,21 @@ impl Cx<'_> {
 
     /// The guard condition at `dims` (`None`: no guard).
     fn guard(&self, dims: &[String]) -> Result<Option<String>, String> {
+        self.guard_where(dims, |_| true)
+    }
+
+    /// The conditions `i` of the guard for which `pick(i)` holds, at `dims` (`None`: no guard).
+    fn guard_where(
+        &self,
+        dims: &[String],
+        pick: impl Fn(usize) -> bool,
+    ) -> Result<Option<String>, String> {
         let Some(g) = &self.k.guard else { return Ok(None) };
         let mut parts = Vec::new();
-        for (e, b) in g.map.results.iter().zip(&g.bounds) {
+        for (i, (e, b)) in g.map.results.iter().zip(&g.bounds).enumerate() {
+            if !pick(i) {
+                continue;
+            }
             let v = affine(e, &g.map.dims, dims)?;
             if !nonneg(e) {
                 parts.push(format!("{v} >= 0"));
@@ -729,16 +741,17 @@ impl Cx<'_> {
     }
 
     /// The tiled contraction, where `k` is one: `acc += xa * xb` over the reduction dimensions,
-    /// no guard, `f32` operands. The parallel dimensions fall into rows (read by `xa` only),
-    /// columns (read by `xb` only) and batches (the rest); rows, columns and the reduction are
-    /// each flattened in domain order, so the reduction still runs in domain order. An image
-    /// output needs its channel among the columns (then a work-item stores a whole texel).
+    /// `f32` values, any guard whose conditions each read rows or columns (not both). The
+    /// parallel dimensions fall into rows (read by `xa` only), columns (read by `xb` only) and
+    /// batches (the rest); rows, columns and the reduction are each flattened in domain order, so
+    /// the reduction still runs in domain order. An image output needs its channel among the
+    /// columns (then a work-item stores a whole texel).
     fn contraction(&self, comment: &str, opts: &KernelOptions) -> Result<Option<Emitted>, String> {
         let k = self.k;
         let p = k.parallel_dims();
         let nd = k.domain.len();
         let out = self.out();
-        if k.combine != Some(Combine::Add) || k.guard.is_some() || p < 2 || nd == p {
+        if k.combine != Some(Combine::Add) || p < 2 || nd == p {
             return Ok(None);
         }
         // An f16 image reads and writes f32 values (`read_imagef`/`write_imagef` convert).
@@ -769,6 +782,22 @@ impl Cx<'_> {
         };
         let ext = |ds: &[usize]| -> u64 { ds.iter().map(|&d| k.domain[d]).product() };
         let red: Vec<usize> = (p..nd).collect();
+        // A guard (the padding of an R-Tile output) is fine when each of its conditions depends
+        // on rows or on columns (and batches), never on both or on the reduction: the staging of
+        // `xa` skips padded rows, that of `xb` padded columns (their reads could be out of
+        // range), and the store writes 0 where the whole guard fails.
+        let mut on_cols = Vec::new();
+        if let Some(g) = &k.guard {
+            for e in &g.map.results {
+                let used = |ds: &[usize]| ds.iter().any(|&d| uses(e, &g.map.dims[d]));
+                let (r, c) = (used(&split.rows), used(&split.cols));
+                if used(&red) || (r && c) {
+                    return Ok(None);
+                }
+                on_cols.push(c);
+            }
+        }
+        let guarded = k.guard.is_some();
         let (m, n, kk) = (ext(&split.rows), ext(&split.cols), ext(&red));
         if m * n < 256 || kk < 8 {
             return Ok(None);
@@ -794,12 +823,25 @@ impl Cx<'_> {
             v
         };
         let (a_dims, b_dims) = (zero(&split.cols), zero(&split.rows));
-        let a_at = self.read(a, &a_dims)?.0;
-        let b_at = self.read(b, &b_dims)?.0;
+        let (a_ok, b_ok) = (
+            self.guard_where(&a_dims, |i| !on_cols[i])?,
+            self.guard_where(&b_dims, |i| on_cols[i])?,
+        );
+        let when = |ok: &Option<String>, v: String, zero: &str| match ok {
+            Some(ok) => format!("(({ok}) ? {v} : {zero})"),
+            None => v,
+        };
+        let a_at = when(&a_ok, self.read(a, &a_dims)?.0, "0.0f");
+        let b_at = when(&b_ok, self.read(b, &b_dims)?.0, "0.0f");
         // Texel-wide staging: the operand's channel is the innermost dimension (extent 4) of the
         // reduction or of its own rows/columns, and x and y do not depend on it.
         let texel_read = |i: usize, ds: &[String], along: [(&[usize], fbc_kernels::Along); 2]| {
             along.into_iter().find_map(|(axis, al)| {
+                // Under a guard only along the reduction: four rows or columns of one texel
+                // could be partly padding, and the guard is checked once per texel.
+                if guarded && al == fbc_kernels::Along::Outer {
+                    return None;
+                }
                 let j = *axis.last()?;
                 let mp = &k.maps[i];
                 let ch = AffineExpr::Var(mp.dims[j].clone());
@@ -811,10 +853,13 @@ impl Cx<'_> {
             })
         };
         use fbc_kernels::Along;
-        let a_tex =
-            texel_read(a, &a_dims, [(&red, Along::K), (&split.rows, Along::Outer)]).transpose()?;
-        let b_tex =
-            texel_read(b, &b_dims, [(&split.cols, Along::Outer), (&red, Along::K)]).transpose()?;
+        let zero4 = "(float4)(0.0f)";
+        let a_tex = texel_read(a, &a_dims, [(&red, Along::K), (&split.rows, Along::Outer)])
+            .transpose()?
+            .map(|(t, al)| (when(&a_ok, t, zero4), al));
+        let b_tex = texel_read(b, &b_dims, [(&split.cols, Along::Outer), (&red, Along::K)])
+            .transpose()?
+            .map(|(t, al)| (when(&b_ok, t, zero4), al));
         let mut s_dims = zero(&red);
         let value = |s_dims: &[String], acc: &str| -> Result<String, String> {
             Ok(match &k.epilogue {
@@ -826,7 +871,8 @@ impl Cx<'_> {
             let mut vs = Vec::new();
             for c in 0..4 {
                 s_dims[p - 1] = format!("{c}L");
-                vs.push(value(&s_dims, &format!("acc{c}"))?);
+                let v = value(&s_dims, &format!("acc{c}"))?;
+                vs.push(when(&self.guard(&s_dims)?, v, "0.0f"));
             }
             let (x, y) = (self.coord(out, 0, &s_dims)?, self.coord(out, 1, &s_dims)?);
             format!(
@@ -834,7 +880,8 @@ impl Cx<'_> {
                 self.texel_value(&vs.join(", "))
             )
         } else {
-            format!("x{out}[{}] = {};", self.coord(out, 0, &s_dims)?, value(&s_dims, "acc")?)
+            let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
+            format!("x{out}[{}] = {v};", self.coord(out, 0, &s_dims)?)
         };
         let mut group = opts.group;
         while group[0] * group[1] > opts.max_group && (group[0] > 1 || group[1] > 1) {

@@ -430,6 +430,31 @@ const TEXEL_STAGING: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<
 }
 "#;
 
+/// A matmul into a padded R-Tile image (30×30 in 4×4 tiles: 32×32 texel rows and columns, 2 of
+/// each padding) reading a padded block R-Tile: `-O1` keeps the layouts written here.
+const PADDED_MATMUL: &str = r#"func.func @main(%x: tensor<30x40xf32>, %w: tensor<40x30xf32>) -> (tensor<30x30xf32>, tensor<30x30xf32>) attributes {fbc.arg_layouts = [#layout.linear, #layout.rtile<tile = [4, 8], horizontal = 1, pad = [0, 2]>]} {
+  %y = tensor.matmul %x, %w {fbc.layout = #layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>} : (tensor<30x40xf32>, tensor<40x30xf32>) -> tensor<30x30xf32>
+  %r = tensor.tanh %y : (tensor<30x30xf32>) -> tensor<30x30xf32>
+  func.return %y, %r : (tensor<30x30xf32>, tensor<30x30xf32>) -> ()
+}
+"#;
+
+#[test]
+fn a_contraction_into_a_padded_image_is_tiled_under_its_guard() {
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("padded_matmul.fbir", PADDED_MATMUL);
+    let dump = common::scratch("ocl-padded").join("kernels");
+    check(&p, 1, &["--dump-kernels", dump.to_str().unwrap_or_default()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mm = std::fs::read_to_string(dump.join("main_matmul_y.cl")).expect("dumped");
+    // Tiled; padded rows of x and padded columns of w are not read; padding is stored as 0.
+    assert!(mm.contains("reqd_work_group_size"), "{mm}");
+    assert!(mm.contains("((row < 30L) ? x0[((row * 40L) + kk)] : 0.0f)"), "{mm}");
+    assert!(mm.contains("((row < 30L && (((col / 4L) * 4L) + 3L) < 30L) ? acc3 : 0.0f)"), "{mm}");
+}
+
 /// A safetensors file with the F32 vectors `a` and `b`.
 fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
     let (na, nb) = (a.len() * 4, b.len() * 4);
