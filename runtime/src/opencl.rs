@@ -450,46 +450,38 @@ fn half_format_check(
     )))
 }
 
+/// A read-write RGBA image of `[width, height]` texels of `channels` (`T` its host element: `f32`
+/// for `Float`, the `u16` bit patterns for `HalfFloat`).
+fn rgba_image<T: ocl::OclPrm>(
+    queue: &Queue,
+    s: &StorageDesc,
+    [width, height]: [u64; 2],
+    channels: ImageChannelDataType,
+) -> Result<Image<T>, OpenClError> {
+    let dim = |v: u64, what: &str| {
+        usize::try_from(v).map_err(|_| OpenClError::Manifest(format!("image {what}")))
+    };
+    Image::<T>::builder()
+        .channel_order(ImageChannelOrder::Rgba)
+        .channel_data_type(channels)
+        .image_type(MemObjectType::Image2d)
+        .dims((dim(width, "width")?, dim(height, "height")?))
+        .flags(MemFlags::new().read_write())
+        .queue(queue.clone())
+        .build()
+        .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))
+}
+
 fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
     let len = usize::try_from(s.elems)
         .map_err(|_| OpenClError::Manifest(format!("storage {} is too large", s.name)))?
         .max(1); // OpenCL has no empty buffers.
     Ok(match (s.kind, s.dtype) {
         (StorageKind::Image2d { width, height }, Dtype::F16) => {
-            let (w, h) = (
-                usize::try_from(width).map_err(|_| OpenClError::Manifest("image width".into()))?,
-                usize::try_from(height)
-                    .map_err(|_| OpenClError::Manifest("image height".into()))?,
-            );
-            Mem::HalfImage(
-                Image::<u16>::builder()
-                    .channel_order(ImageChannelOrder::Rgba)
-                    .channel_data_type(ImageChannelDataType::HalfFloat)
-                    .image_type(MemObjectType::Image2d)
-                    .dims((w, h))
-                    .flags(MemFlags::new().read_write())
-                    .queue(queue.clone())
-                    .build()
-                    .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))?,
-            )
+            Mem::HalfImage(rgba_image(queue, s, [width, height], ImageChannelDataType::HalfFloat)?)
         }
         (StorageKind::Image2d { width, height }, _) => {
-            let (w, h) = (
-                usize::try_from(width).map_err(|_| OpenClError::Manifest("image width".into()))?,
-                usize::try_from(height)
-                    .map_err(|_| OpenClError::Manifest("image height".into()))?,
-            );
-            Mem::Image(
-                Image::<f32>::builder()
-                    .channel_order(ImageChannelOrder::Rgba)
-                    .channel_data_type(ImageChannelDataType::Float)
-                    .image_type(MemObjectType::Image2d)
-                    .dims((w, h))
-                    .flags(MemFlags::new().read_write())
-                    .queue(queue.clone())
-                    .build()
-                    .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))?,
-            )
+            Mem::Image(rgba_image(queue, s, [width, height], ImageChannelDataType::Float)?)
         }
         (StorageKind::Buffer, Dtype::F32) => Mem::F32(
             Buffer::<f32>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?,
