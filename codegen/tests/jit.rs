@@ -198,8 +198,17 @@ fn run_jit(jit: &mut Jit, k: &Kernel, types: &[MemType], ops: &mut [Data]) -> Re
     jit.launch(k, types, &mut views)
 }
 
+/// A JIT on at most `threads` threads that splits even the smallest launches (one point per
+/// thread is enough), so the tests' small kernels exercise the threaded paths.
+fn jit_with(threads: usize) -> Jit {
+    let mut jit = Jit::with_threads(threads).expect("a host JIT");
+    jit.set_min_points_per_thread(1);
+    jit
+}
+
 /// Runs the launch both ways on the same inputs and checks bit equality of every operand
-/// (the output, and that inputs are untouched). Returns the JIT's output.
+/// (the output, and that inputs are untouched), with the JIT on 1 and on 4 threads. Returns
+/// the JIT's output.
 fn check_with(types: &[&str], launch: &str, modulo: i32, setup: impl Fn(&mut [Data])) -> Data {
     let (k, tys) = kernel(types, launch);
     let mut ops: Vec<Data> =
@@ -207,19 +216,23 @@ fn check_with(types: &[&str], launch: &str, modulo: i32, setup: impl Fn(&mut [Da
     setup(&mut ops);
     let mut want = ops.clone();
     naive(&k, &tys, &mut want).unwrap_or_else(|f| panic!("naive evaluation faulted: {f}"));
-    let mut jit = Jit::new().expect("a host JIT");
-    let mut got = ops;
-    run_jit(&mut jit, &k, &tys, &mut got)
-        .unwrap_or_else(|e| panic!("{e}\n{}", jit.ir_text(&k, &tys).unwrap_or_default()));
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (gb, wb) = (g.bits(), w.bits());
-        let first = gb.iter().zip(&wb).position(|(a, b)| a != b);
-        assert!(
-            first.is_none(),
-            "operand {i} differs first at element {first:?}: jit {g:?}\nnaive {w:?}"
-        );
+    let mut out = None;
+    for threads in [1, 4] {
+        let mut jit = jit_with(threads);
+        let mut got = ops.clone();
+        run_jit(&mut jit, &k, &tys, &mut got)
+            .unwrap_or_else(|e| panic!("{e}\n{}", jit.ir_text(&k, &tys).unwrap_or_default()));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (gb, wb) = (g.bits(), w.bits());
+            let first = gb.iter().zip(&wb).position(|(a, b)| a != b);
+            assert!(
+                first.is_none(),
+                "{threads} threads: operand {i} differs first at element {first:?}: jit {g:?}\nnaive {w:?}"
+            );
+        }
+        out = got.pop();
     }
-    got.pop().expect("an output")
+    out.expect("an output")
 }
 
 fn check(types: &[&str], launch: &str) -> Data {
@@ -233,15 +246,19 @@ fn fault(types: &[&str], launch: &str, setup: impl Fn(&mut [Data])) -> Fault {
         tys.iter().enumerate().map(|(i, &t)| data(t, i as u32 + 1, 8)).collect();
     setup(&mut ops);
     let want = naive(&k, &tys, &mut ops.clone()).expect_err("the naive evaluation faults");
-    let mut jit = Jit::new().expect("a host JIT");
-    match run_jit(&mut jit, &k, &tys, &mut ops) {
-        Err(Error::Runtime { kernel, reason }) => {
-            assert_eq!(kernel, "k");
-            assert_eq!(reason, want);
-            reason
+    let mut reported = Vec::new();
+    for threads in [1, 4] {
+        let mut jit = jit_with(threads);
+        match run_jit(&mut jit, &k, &tys, &mut ops.clone()) {
+            Err(Error::Runtime { kernel, reason }) => {
+                assert_eq!(kernel, "k");
+                assert_eq!(reason, want, "{threads} threads");
+                reported.push(reason);
+            }
+            other => panic!("{threads} threads: expected a runtime fault, got {other:?}"),
         }
-        other => panic!("expected a runtime fault, got {other:?}"),
     }
+    reported[0]
 }
 
 const P: &str = "\"parallel\"";
@@ -692,4 +709,124 @@ fn interchange_over_an_inner_parallel_dimension() {
     let (k, tys) = kernel(&types, &launch);
     let ir = Jit::new().unwrap().ir_text(&k, &tys).unwrap();
     assert!(ir.contains("load.i64 notrap aligned v0+16"), "no scratch operand:\n{ir}");
+}
+
+/// The operands after a JIT run, or its error.
+type Run = Result<Vec<Data>, Error>;
+
+/// Runs the launch on 1 and on 4 threads (after `setup` of the data); returns both results
+/// and how many of the 4-thread JIT's runs were split.
+fn on_threads(types: &[&str], launch: &str, setup: impl Fn(&mut [Data])) -> (Run, Run, u64) {
+    let (k, tys) = kernel(types, launch);
+    let mut ops: Vec<Data> =
+        tys.iter().enumerate().map(|(i, &t)| data(t, i as u32 + 1, 1 << 30)).collect();
+    setup(&mut ops);
+    let run = |jit: &mut Jit| {
+        let mut got = ops.clone();
+        run_jit(jit, &k, &tys, &mut got).map(|()| got)
+    };
+    let (mut one, mut four) = (jit_with(1), jit_with(4));
+    let (a, b) = (run(&mut one), run(&mut four));
+    assert_eq!(one.parallel_runs(), 0);
+    (a, b, four.parallel_runs())
+}
+
+#[test]
+fn threaded_launches_are_bit_identical() {
+    // A matmul with a transcendental epilogue, an interchanged one (split along the rows, the
+    // accumulators per thread), and rows packed four to a texel (chunks aligned to 4).
+    let cases = [
+        (
+            vec!["!memory.buffer<1920, f32>", "!memory.buffer<1600, f32>", "!memory.buffer<40, f32>", "!memory.buffer<1920, f32>"],
+            format!(
+                "domain = [48, 40, 40], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 40 + d2), \
+                 (d0, d1, d2) -> (d1 * 40 + d2), (d0, d1, d2) -> (d1), (d0, d1, d2) -> (d0 * 40 + d1)], \
+                 body = \"x0 * x1\", combine = \"add\", epilogue = \"tanh(acc + x2)\""
+            ),
+        ),
+        (
+            vec!["!memory.buffer<1200, f32>", "!memory.buffer<1200, f32>", "!memory.buffer<900, f32>"],
+            format!(
+                "domain = [30, 30, 40], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 40 + d2), \
+                 (d0, d1, d2) -> (d2 * 30 + d1), (d0, d1, d2) -> (d0 * 30 + d1)], body = \"x0 * x1\", combine = \"add\""
+            ),
+        ),
+        (
+            vec!["!memory.buffer<1560, f32>", "!memory.image2d<[52, 8], f32>"],
+            format!(
+                "domain = [30, 13, 4], iterators = [{P}, {P}, {P}], maps = [(d0, d1, d2) -> (d0 * 52 + d1 * 4 + d2), \
+                 (d0, d1, d2) -> (d1 + (d0 mod 4) * 13, d0 floordiv 4, d2)], body = \"exp(x0) - x0 * float(d0)\""
+            ),
+        ),
+    ];
+    for (types, launch) in &cases {
+        check(types, launch);
+        let (one, four, split) = on_threads(types, launch, |_| {});
+        let (one, four) = (one.expect("runs"), four.expect("runs"));
+        assert_eq!(split, 1, "{launch}");
+        for (a, b) in one.iter().zip(&four) {
+            assert_eq!(a.bits(), b.bits(), "{launch}");
+        }
+    }
+}
+
+#[test]
+fn racy_splits_run_on_one_thread() {
+    // Reads its own output (a snapshot): never split, still the values before the launch.
+    let types = ["!memory.buffer<256, f32>", "!memory.buffer<256, f32>"];
+    let reads_out = format!(
+        "domain = [16, 16], iterators = [{P}, {P}], maps = [(d0, d1) -> (d0 * 16 + d1), (d0, d1) -> (d0 * 16 + d1)], \
+         body = \"x1 + x1[(d0 * 16 + d1 + 17) % 256] + x0\""
+    );
+    check(&types, &reads_out);
+    let (one, four, split) = on_threads(&types, &reads_out, |_| {});
+    assert_eq!(split, 0);
+    assert_eq!(one.expect("runs")[1].bits(), four.expect("runs")[1].bits());
+    // The split dimension is the fast one of the output: chunks would interleave.
+    let strided = format!(
+        "domain = [16, 16], iterators = [{P}, {P}], maps = [(d0, d1) -> (d0 * 16 + d1), (d0, d1) -> (d1 * 16 + d0)], \
+         body = \"x0 * 2.0\""
+    );
+    check(&types, &strided);
+    assert_eq!(on_threads(&types, &strided, |_| {}).2, 0);
+}
+
+#[test]
+fn faults_in_chunks_are_the_single_threaded_fault() {
+    // Gather rows by index, divide by a per-row integer: a bad index in one row and a zero
+    // divisor in another, in different chunks of four rows; the first in order is reported.
+    let types = [
+        "!memory.buffer<16, i32>",
+        "!memory.buffer<64, f32>",
+        "!memory.buffer<16, i32>",
+        "!memory.buffer<64, f32>",
+    ];
+    let launch = format!(
+        "domain = [16, 4], iterators = [{P}, {P}], maps = [(d0, d1) -> (d0), (d0, d1) -> (0), (d0, d1) -> (d0), \
+         (d0, d1) -> (d0 * 4 + d1)], body = \"x1[x0 * 4 + d1] + float(10 / x2)\""
+    );
+    let set = |bad_row: usize, zero_row: usize| {
+        move |ops: &mut [Data]| {
+            if let Data::I32(v) = &mut ops[0] {
+                v.iter_mut().enumerate().for_each(|(i, x)| *x = (i as i32 * 7) % 16);
+                v[bad_row] = 16;
+            }
+            if let Data::I32(v) = &mut ops[2] {
+                v.iter_mut().for_each(|x| *x = 3);
+                v[zero_row] = 0;
+            }
+        }
+    };
+    for (bad_row, zero_row, want) in [
+        (13, 6, Fault::DivisionByZero),
+        (2, 13, Fault::LoadOutOfBounds(1)),
+        (9, 9, Fault::LoadOutOfBounds(1)),
+    ] {
+        assert_eq!(fault(&types, &launch, set(bad_row, zero_row)), want);
+        let (one, four, split) = on_threads(&types, &launch, set(bad_row, zero_row));
+        assert_eq!(split, 1);
+        let (Err(a), Err(b)) = (one, four) else { panic!("both runs fault") };
+        assert_eq!(a, Error::Runtime { kernel: "k".into(), reason: want });
+        assert_eq!(a, b);
+    }
 }

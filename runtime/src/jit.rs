@@ -30,6 +30,10 @@ pub struct JitStats {
     pub compile_time: Duration,
     /// Time spent in native code.
     pub run_time: Duration,
+    /// The most threads one launch may run on (`FBC_JIT_THREADS`, else the core count).
+    pub threads: usize,
+    /// Launches that ran split over more than one thread.
+    pub parallel_launches: u64,
 }
 
 /// Runs launches as native code; see the module docs.
@@ -47,7 +51,17 @@ impl JitLauncher {
 
     /// What the launcher has done so far.
     pub fn stats(&self) -> JitStats {
-        JitStats { compiled: self.jit.compiled() as u64, ..self.stats }
+        JitStats {
+            compiled: self.jit.compiled() as u64,
+            threads: self.jit.threads(),
+            parallel_launches: self.jit.parallel_runs(),
+            ..self.stats
+        }
+    }
+
+    /// The JIT, to configure its threads ([`Jit::set_threads`]).
+    pub fn jit_mut(&mut self) -> &mut Jit {
+        &mut self.jit
     }
 }
 
@@ -113,14 +127,26 @@ mod tests {
         let want = Interpreter::new(&m)
             .run_with_launcher("f", inputs.clone(), &mut ReferenceLauncher)
             .unwrap();
-        let mut jit = JitLauncher::new().unwrap();
-        let got = Interpreter::new(&m).run_with_launcher("f", inputs, &mut jit).unwrap();
-        for (g, w) in got.iter().zip(&want) {
-            let bits = |v: &Value| v.to_f64_vec().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(g), bits(w), "jit {g:?}\nreference {w:?}");
+        let mut out = None;
+        // On one thread, and on four with every launch split as far as it provably can be.
+        for threads in [1, 4] {
+            let mut jit = JitLauncher::new().unwrap();
+            jit.jit_mut().set_threads(threads);
+            jit.jit_mut().set_min_points_per_thread(1);
+            let got =
+                Interpreter::new(&m).run_with_launcher("f", inputs.clone(), &mut jit).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                let bits =
+                    |v: &Value| v.to_f64_vec().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(g), bits(w), "{threads} threads: jit {g:?}\nreference {w:?}");
+            }
+            assert_eq!(got.len(), want.len());
+            if threads == 1 {
+                assert_eq!(jit.stats().parallel_launches, 0);
+            }
+            out = Some((got, jit.stats()));
         }
-        assert_eq!(got.len(), want.len());
-        (got, jit.stats())
+        out.expect("two runs")
     }
 
     const MATMUL: &str = r#"
@@ -140,6 +166,8 @@ func.func @f(%a: tensor<5x7xf32>, %b: tensor<7x3xf32>, %c: tensor<3xf32>) -> ten
     fn matmul_epilogue_and_max_match_the_reference() {
         let (_, stats) = same(MATMUL);
         assert_eq!((stats.launches, stats.compiled), (2, 2));
+        // Both launches split along their 5 rows on 4 threads.
+        assert_eq!((stats.threads, stats.parallel_launches), (4, 2));
     }
 
     #[test]

@@ -1,14 +1,22 @@
 //! Calling compiled kernels: the only unsafe code of the CPU back end.
 //!
-//! A compiled kernel is `extern "C" fn(*const *mut u8) -> u32`. It reads operand `k` only at
-//! element offsets in `[0, types[k].elems())` (every access is either proven in range at compile
-//! time or checked at run time, see the `lower` module) and writes only its last operand. So it
+//! A compiled kernel is `extern "C" fn(*const *mut u8, i64, i64) -> u32`. It reads operand `k`
+//! only at element offsets in `[0, types[k].elems())` (every access is either proven in range at
+//! compile time or checked at run time, see the `lower` module, whatever chunk it is given) and
+//! writes only its last operand. So it
 //! is sound to call exactly when each pointer is valid for reads and writes of that many
 //! elements of the operand's element type, the output does not alias anything else, and nothing
 //! else accesses the storage during the call: [`call`] establishes all three from `&mut` slices
 //! whose lengths and element types it checks against the types the kernel was compiled for.
 //! A kernel with an interchanged reduction also gets a scratch array of accumulators, allocated
 //! here with the length it was compiled for.
+//!
+//! Threads: [`call`] may run the kernel on several chunks of its split dimension at once, on
+//! scoped threads, each with its own operand table and scratch array. Inputs are then read by
+//! several threads (no one writes them); the output is written by several threads, which is
+//! sound only when no element is written by two chunks: the caller passes several chunks only
+//! when `parallel::Split::chunks` proved their writes disjoint and the kernel does not read its
+//! output.
 #![allow(unsafe_code)]
 
 use cranelift_jit::JITModule;
@@ -76,16 +84,28 @@ impl Owned {
     }
 }
 
-type KernelFn = unsafe extern "C" fn(*const *mut u8) -> u32;
+type KernelFn = unsafe extern "C" fn(*const *mut u8, i64, i64) -> u32;
 
-/// Calls the kernel at `code`, compiled for `types`, on `operands`. `Err(message)` when the
-/// operands do not match the types (nothing ran); `Ok(Err(code))` when the kernel stopped with a
-/// fault code.
+/// The operand base pointers, shared by the threads of one call.
+#[derive(Clone, Copy)]
+struct Bases<'p>(&'p [*mut u8]);
+
+// SAFETY: the pointers are only dereferenced by the kernel calls of `call`, all of which end
+// before `call` returns (scoped threads), while the storage is exclusively borrowed by `call`;
+// concurrent accesses are reads of inputs and writes of disjoint output elements (module doc).
+unsafe impl Send for Bases<'_> {}
+
+/// Calls the kernel at `code`, compiled for `types`, on `operands`, once per chunk `[lo, hi)`
+/// of its split dimension (`chunks[0]` on this thread, the others on scoped threads; several
+/// chunks only when their writes are proven disjoint, see the module doc). `Err(message)` when
+/// the operands do not match the types (nothing ran); `Ok(Err(code))` when a chunk stopped with
+/// a fault code: the first such chunk in order.
 pub(super) fn call(
     code: *const u8,
     types: &[MemType],
     scratch: Option<u64>,
     operands: &mut [OperandMut<'_>],
+    chunks: &[(i64, i64)],
 ) -> Result<Result<(), u32>, String> {
     if operands.len() != types.len() {
         return Err(format!("{} operands given, the kernel takes {}", operands.len(), types.len()));
@@ -103,32 +123,67 @@ pub(super) fn call(
             ));
         }
     }
-    let mut ptrs: Vec<*mut u8> = operands.iter_mut().map(OperandMut::as_mut_ptr).collect();
-    // The accumulators of an interchanged reduction, read and written at `[0, n)` only.
-    let mut acc: Vec<f32> = match scratch {
-        Some(n) => vec![
-            0.0;
-            usize::try_from(n)
-                .map_err(|_| format!("{n} accumulators do not fit in memory"))?
-        ],
-        None => Vec::new(),
+    let scratch = match scratch {
+        Some(n) => {
+            Some(usize::try_from(n).map_err(|_| format!("{n} accumulators do not fit in memory"))?)
+        }
+        None => None,
     };
-    if scratch.is_some() {
-        ptrs.push(acc.as_mut_ptr().cast());
-    }
+    let ptrs: Vec<*mut u8> = operands.iter_mut().map(OperandMut::as_mut_ptr).collect();
+    let bases = Bases(&ptrs);
     // SAFETY: `code` is the finalized address of a function this module's `Jit` compiled with the
-    // signature `KernelFn` (one pointer parameter, an `i32` result, the host's C calling
-    // convention), and the `Jit` that owns the code outlives this call (`Jit::run` borrows it).
+    // signature `KernelFn` (a pointer and two `i64` parameters, an `i32` result, the host's C
+    // calling convention), and the `Jit` that owns the code outlives this call (`Jit::run`
+    // borrows it).
     let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
-    // SAFETY: see the module doc. `ptrs[k]` points at `types[k].elems()` elements of
-    // `types[k].elem` (checked above), valid for reads and writes for the whole call because the
-    // slices are exclusively borrowed; distinct `&mut` slices do not overlap; the kernel accesses
-    // no element outside those ranges, and `ptrs` outlives the call. With `scratch`, the last
-    // pointer is `acc`'s, `n` elements that the kernel compiled with that `scratch` indexes
-    // only by the loop over a dimension of extent `n`; `acc` lives until the function returns.
-    let rc = unsafe { f(ptrs.as_ptr()) };
-    drop(acc);
-    Ok(if rc == 0 { Ok(()) } else { Err(rc) })
+    let run = move |bases: Bases<'_>, (lo, hi): (i64, i64)| -> u32 {
+        let mut table = bases.0.to_vec();
+        // The accumulators of an interchanged reduction, read and written at `[0, n)` only;
+        // one array per chunk.
+        let mut acc: Vec<f32> = vec![0.0; scratch.unwrap_or(0)];
+        if scratch.is_some() {
+            table.push(acc.as_mut_ptr().cast());
+        }
+        // SAFETY: see the module doc. `table[k]` points at `types[k].elems()` elements of
+        // `types[k].elem` (checked above), valid for reads and writes for the whole call because
+        // the slices are exclusively borrowed by `call`, which outlives every chunk's call;
+        // distinct `&mut` slices do not overlap; the kernel accesses no element outside those
+        // ranges (any `lo`, `hi` are clamped by the code); chunks running at once only read the
+        // inputs and write disjoint output elements (the caller's proof). With `scratch`, the
+        // last pointer is this chunk's own `acc`, `n` elements that the kernel compiled with
+        // that `scratch` indexes only by the loop over a dimension of extent `n`; `acc` and
+        // `table` live until the function returns.
+        let rc = unsafe { f(table.as_ptr(), lo, hi) };
+        drop(acc);
+        rc
+    };
+    let codes: Vec<u32> = match chunks {
+        [] => Vec::new(),
+        [one] => vec![run(bases, *one)],
+        [first, rest @ ..] => std::thread::scope(|s| {
+            let spawned: Vec<_> = rest
+                .iter()
+                .map(|&c| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, move || run(bases, c))
+                        .map_err(|_| c)
+                })
+                .collect();
+            let mut codes = vec![run(bases, *first)];
+            for h in spawned {
+                codes.push(match h {
+                    Ok(h) => h.join().unwrap_or(u32::MAX),
+                    // No thread could be started: this chunk runs here.
+                    Err(c) => run(bases, c),
+                });
+            }
+            codes
+        }),
+    };
+    Ok(match codes.into_iter().find(|&rc| rc != 0) {
+        None => Ok(()),
+        Some(rc) => Err(rc),
+    })
 }
 
 /// Releases the module's code memory. Called only when the owning `Jit` is dropped, after its

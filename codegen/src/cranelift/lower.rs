@@ -1,10 +1,11 @@
-//! Lowering one [`Kernel`] to a Cranelift function `(operands: ptr) -> i32`.
+//! Lowering one [`Kernel`] to a Cranelift function `(operands: ptr, lo: i64, hi: i64) -> i32`.
 //!
 //! Shape of the generated code (`P` parallel, `R` reduction dimensions):
 //!
 //! ```text
 //! entry:   base_k = operands[k]                       (one load per operand)
-//! for p in P (row-major, do-while loops, extent-1 dimensions are the constant 0):
+//! for p in P (row-major, do-while loops, extent-1 dimensions are the constant 0; the
+//!             outermost loop, the split dimension, over [max(lo, 0), min(hi, extent))):
 //!     if guard(p):  acc = identity; for r in R: acc = combine(acc, body(p, r))
 //!                   v = epilogue(acc)
 //!     else:         v = 0
@@ -44,13 +45,13 @@ use super::Fault;
 /// A closed integer interval `[lo, hi]` (`lo > hi`: empty, only for zero-extent dimensions that
 /// are never entered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Iv {
-    lo: i128,
-    hi: i128,
+pub(crate) struct Iv {
+    pub(crate) lo: i128,
+    pub(crate) hi: i128,
 }
 
 impl Iv {
-    fn point(v: i128) -> Iv {
+    pub(crate) fn point(v: i128) -> Iv {
         Iv { lo: v, hi: v }
     }
 
@@ -68,6 +69,89 @@ impl Iv {
 
     fn constant(self) -> Option<i64> {
         (self.lo == self.hi).then(|| i64::try_from(self.lo).ok()).flatten()
+    }
+}
+
+/// The interval of `a op c` (`floordiv`, `ceildiv`, `mod`) for `a` in `ia` and a divisor in
+/// `ic`, which must be positive (`ic.lo >= 1`).
+fn div_iv(op: BinOp, ia: Iv, ic: Iv) -> Iv {
+    match op {
+        BinOp::FloorDiv => Iv::of_corners(
+            [ia.lo, ia.hi]
+                .map(|x| [floor_div(x, ic.lo), floor_div(x, ic.hi)])
+                .as_flattened()
+                .try_into()
+                .unwrap_or([0; 4]),
+        ),
+        BinOp::CeilDiv => Iv::of_corners(
+            [ia.lo, ia.hi]
+                .map(|x| [ceil_div(x, ic.lo), ceil_div(x, ic.hi)])
+                .as_flattened()
+                .try_into()
+                .unwrap_or([0; 4]),
+        ),
+        _ if ic.lo == ic.hi && ia.within(0, ic.lo - 1) => ia,
+        _ => Iv { lo: 0, hi: ic.hi - 1 },
+    }
+}
+
+/// The interval of map result `e` of `map` when its dimensions range over `ranges`, as the
+/// generated code computes it ([`Lower::affine`]); `None` when a value could leave `i64` (such
+/// a map is rejected at compile time) or `e` names an unknown dimension. A divisor that may be
+/// non-positive is narrowed to its positive part: the code faults before using the others.
+pub(crate) fn map_iv(e: &AffineExpr, map: &AffineMap, ranges: &[Iv]) -> Option<Iv> {
+    let iv = match e {
+        AffineExpr::Var(name) => ranges[map.dims.iter().position(|d| d == name)?],
+        AffineExpr::Const(c) => Iv::point(i128::from(*c)),
+        AffineExpr::Neg(a) => {
+            let ia = map_iv(a, map, ranges)?;
+            Iv { lo: -ia.hi, hi: -ia.lo }
+        }
+        AffineExpr::Bin(op, a, c) => {
+            let ia = map_iv(a, map, ranges)?;
+            let ic = map_iv(c, map, ranges)?;
+            match op {
+                BinOp::Add => Iv { lo: ia.lo + ic.lo, hi: ia.hi + ic.hi },
+                BinOp::Sub => Iv { lo: ia.lo - ic.hi, hi: ia.hi - ic.lo },
+                BinOp::Mul => {
+                    Iv::of_corners([ia.lo * ic.lo, ia.lo * ic.hi, ia.hi * ic.lo, ia.hi * ic.hi])
+                }
+                BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
+                    if ic.hi <= 0 {
+                        // Always undefined: the code faults before any use.
+                        return None;
+                    }
+                    div_iv(*op, ia, Iv { lo: ic.lo.max(1), hi: ic.hi })
+                }
+            }
+        }
+    };
+    iv.fits_i64().then_some(iv)
+}
+
+/// The element offsets operand `t` (map `map`) can be written at when the domain indices range
+/// over `ranges`: an interval containing every in-range offset the map yields (an offset or
+/// image coordinate outside the operand faults instead of being written). `None`: unknown, or
+/// no offset can be in range.
+pub(crate) fn write_span(map: &AffineMap, t: MemType, ranges: &[Iv]) -> Option<Iv> {
+    let clamp = |iv: Iv, n: i128| {
+        let c = Iv { lo: iv.lo.max(0), hi: iv.hi.min(n - 1) };
+        (c.lo <= c.hi).then_some(c)
+    };
+    match t.storage {
+        StorageKind::Buffer { .. } => {
+            clamp(map_iv(map.results.first()?, map, ranges)?, i128::from(t.elems()))
+        }
+        StorageKind::Image { width, height } => {
+            let ext = [i128::from(width), i128::from(height), 4];
+            let mut c = [Iv::point(0); 3];
+            for i in 0..3 {
+                c[i] = clamp(map_iv(map.results.get(i)?, map, ranges)?, ext[i])?;
+            }
+            // (y·W + x)·4 + c is increasing in each coordinate within its extent.
+            let at = |x: i128, y: i128, ch: i128| (y * ext[0] + x) * 4 + ch;
+            Some(Iv { lo: at(c[0].lo, c[1].lo, c[2].lo), hi: at(c[0].hi, c[1].hi, c[2].hi) })
+        }
     }
 }
 
@@ -114,10 +198,32 @@ struct Lower<'a, 'f> {
     acc: Option<V>,
     /// Base of the accumulator row of an interchanged reduction (see [`interchange`]).
     scratch: Option<Value>,
+    /// The dimension whose loop runs over the chunk `[lo, hi)` given by the caller (clamped to
+    /// `[0, extent]`) instead of its whole extent; see [`split_dim`].
+    split: Option<(usize, Value, Value)>,
+}
+
+/// The parallel dimension a launch is split along for threads: the outermost loop of the nest
+/// (the first parallel dimension of extent > 1, not counting the accumulator dimension of an
+/// interchanged reduction), so that chunks in order run the points in the single-threaded
+/// order. `None` when every loop has one iteration.
+pub(crate) fn split_dim(k: &Kernel, scratch: Option<(usize, u64)>) -> Option<usize> {
+    (0..k.parallel_dims()).find(|&d| k.domain[d] > 1 && scratch.map(|(j, _)| j) != Some(d))
+}
+
+/// How the loop nest of a kernel is arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Nest {
+    /// The reduction interchange ([`interchange`]): the accumulator dimension and its extent.
+    pub(crate) scratch: Option<(usize, u64)>,
+    /// The dimension run over the caller's chunk ([`split_dim`]).
+    pub(crate) split: Option<usize>,
 }
 
 /// Emits `kernel` (already checked against `types`) into `func`, whose signature is
-/// `(ptr) -> i32`.
+/// `(ptr, lo: i64, hi: i64) -> i32`: with `nest.split = Some(d)`, the loop over dimension `d` runs
+/// over `[max(lo, 0), min(hi, extent))` only (nothing when that is empty); without, `lo` and
+/// `hi` are ignored.
 pub(crate) fn lower(
     func: &mut Function,
     fctx: &mut FunctionBuilderContext,
@@ -125,7 +231,7 @@ pub(crate) fn lower(
     types: &[MemType],
     fconfig: TargetFrontendConfig,
     math: &FuncRefs,
-    scratch: Option<(usize, u64)>,
+    Nest { scratch, split }: Nest,
 ) -> Result<(), String> {
     let ptr = fconfig.pointer_type();
     for (k, t) in types.iter().enumerate() {
@@ -155,6 +261,24 @@ pub(crate) fn lower(
         )
     });
     let zero = b.ins().iconst(I64, 0);
+    let split = match split {
+        Some(d) => {
+            let n = kernel
+                .domain
+                .get(d)
+                .and_then(|&n| i64::try_from(n).ok())
+                .ok_or_else(|| format!("internal: no dimension {d} to split"))?;
+            let params = b.block_params(entry).to_vec();
+            let (lo, hi) = (params[1], params[2]);
+            // The chunk clamped to the extent, so the index ranges of the interval analysis
+            // hold whatever the caller passes.
+            let lo = b.ins().smax(lo, zero);
+            let n = b.ins().iconst(I64, n);
+            let hi = b.ins().smin(hi, n);
+            Some((d, lo, hi))
+        }
+        None => None,
+    };
     let rank = kernel.domain.len();
     let mut l = Lower {
         b,
@@ -169,6 +293,7 @@ pub(crate) fn lower(
         reads: HashMap::new(),
         acc: None,
         scratch: scratch_base,
+        split,
     };
     let np = kernel.parallel_dims();
     // An empty domain (any extent 0, a reduction one too) computes nothing and writes nothing,
@@ -244,17 +369,33 @@ impl<'a, 'f> Lower<'a, 'f> {
             self.b.append_block_param(head, t);
             self.b.append_block_param(done, t);
         }
-        let start = self.iconst(0);
+        let chunk = self.split.filter(|&(d, ..)| d == from).map(|(_, lo, hi)| (lo, hi));
+        let (start, end) = match chunk {
+            Some((lo, hi)) => (lo, Some(hi)),
+            None => (self.iconst(0), None),
+        };
+        let leave: Vec<BlockArg> = carried.iter().copied().map(BlockArg::from).collect();
         let args: Vec<BlockArg> =
             std::iter::once(start).chain(carried).map(BlockArg::from).collect();
-        self.b.ins().jump(head, &args);
+        match end {
+            Some(hi) => {
+                let any = self.b.ins().icmp(IntCC::SignedLessThan, start, hi);
+                self.b.ins().brif(any, head, &args, done, &leave);
+            }
+            None => {
+                self.b.ins().jump(head, &args);
+            }
+        }
         self.b.switch_to_block(head);
         let params = self.b.block_params(head).to_vec();
         self.dims[from] = params[0];
         self.ranges[from] = Iv { lo: 0, hi: i128::from(n - 1) };
         let out = self.nest_dims(rest, params[1..].to_vec(), body)?;
         let next = self.b.ins().iadd_imm_s(params[0], 1);
-        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, next, n);
+        let more = match end {
+            Some(hi) => self.b.ins().icmp(IntCC::SignedLessThan, next, hi),
+            None => self.b.ins().icmp_imm_s(IntCC::SignedLessThan, next, n),
+        };
         let again: Vec<BlockArg> =
             std::iter::once(next).chain(out.iter().copied()).map(BlockArg::from).collect();
         let leave: Vec<BlockArg> = out.into_iter().map(BlockArg::from).collect();
@@ -346,24 +487,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             self.fail_if(bad, Fault::MapUndefined(who));
             ic = Iv { lo: 1, hi: ic.hi.max(1) };
         }
-        let iv = match op {
-            BinOp::FloorDiv => Iv::of_corners(
-                [ia.lo, ia.hi]
-                    .map(|x| [floor_div(x, ic.lo), floor_div(x, ic.hi)])
-                    .as_flattened()
-                    .try_into()
-                    .unwrap_or([0; 4]),
-            ),
-            BinOp::CeilDiv => Iv::of_corners(
-                [ia.lo, ia.hi]
-                    .map(|x| [ceil_div(x, ic.lo), ceil_div(x, ic.hi)])
-                    .as_flattened()
-                    .try_into()
-                    .unwrap_or([0; 4]),
-            ),
-            _ if ic.lo == ic.hi && ia.within(0, ic.lo - 1) => ia,
-            _ => Iv { lo: 0, hi: ic.hi - 1 },
-        };
+        let iv = div_iv(op, ia, ic);
         // Constant divisor: the cheap forms.
         if let Some(d) = ic.constant() {
             if ia.within(0, i128::from(d) - 1) {

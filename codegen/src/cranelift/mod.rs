@@ -1,13 +1,14 @@
 //! The Cranelift CPU back end: every `memory.launch` compiled to native code at run time.
 //!
 //! [`Jit`] turns one [`Kernel`] with its operand types into a native function
-//! `extern "C" fn(operands: *const *mut u8) -> u32` (one base pointer per operand, inputs then
-//! the output; 0 on success, an error code otherwise) and runs it on host storage
-//! ([`OperandMut`]). The function is a loop nest in Cranelift IR: the parallel dimensions outside,
-//! the guard, the reduction dimensions inside with the accumulator as a block parameter, then the
-//! epilogue and one store (a reduction that reads an input down a column is interchanged: the
-//! reduction outside one parallel dimension, with a scratch array of accumulators, which keeps
-//! every element's combine order). Its semantics are exactly [`Kernel`]'s and the reference
+//! `extern "C" fn(operands: *const *mut u8, lo: i64, hi: i64) -> u32` (one base pointer per
+//! operand, inputs then the output; the chunk `[lo, hi)` of the outermost loop; 0 on success,
+//! an error code otherwise) and runs it on host storage ([`OperandMut`]). The function is a
+//! loop nest in Cranelift IR: the parallel dimensions outside, the guard, the reduction
+//! dimensions inside with the accumulator as a block parameter, then the epilogue and one store
+//! (a reduction that reads an input down a column is interchanged: the reduction outside one
+//! parallel dimension, with a scratch array of accumulators, which keeps every element's
+//! combine order). Its semantics are exactly [`Kernel`]'s and the reference
 //! executor's:
 //!
 //! - index maps are `i64` arithmetic with floor `floordiv`/`mod`/`ceildiv` (power-of-two divisors
@@ -30,11 +31,23 @@
 //!
 //! Compiled kernels are cached by their attributes (without the name) and operand types, so the
 //! launches of one run that compute the same thing share one function.
+//!
+//! Threads: the outermost loop of the nest takes a chunk `[lo, hi)` as two more parameters
+//! (`fn(operands, lo: i64, hi: i64) -> u32`), and [`Jit::run`] runs a large enough launch as
+//! one chunk per thread on scoped threads when that is provably race-free (the kernel does not
+//! read its output, and interval analysis of the output map shows the chunks write disjoint
+//! elements; see the `parallel` module). Every element is still computed by one thread in the
+//! same order, so results do not depend on the thread count; a fault is the first failing
+//! chunk's, the one a single-threaded run reports. The thread count is
+//! `std::thread::available_parallelism()` or [`THREADS_ENV`] (`FBC_JIT_THREADS`), or
+//! [`Jit::set_threads`].
 
 mod exec;
 mod lower;
 mod math;
+mod parallel;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -46,6 +59,7 @@ use cranelift_module::{FuncId, Linkage, Module};
 use fbc_dialects::memory::{Kernel, MemType, Scalar};
 
 pub use exec::OperandMut;
+pub use parallel::{CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV};
 
 /// Why a kernel could not be compiled or run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +67,9 @@ pub enum Error {
     /// Cranelift has no back end for this machine.
     #[error("the CPU JIT does not support this machine: {0}")]
     Host(String),
+    /// The JIT's configuration is invalid (`FBC_JIT_THREADS` is not a positive number).
+    #[error("{0}")]
+    Config(String),
     /// The kernel is invalid for its operand types, or uses something the JIT cannot compile.
     #[error("kernel `{kernel}`: {message}")]
     Kernel { kernel: String, message: String },
@@ -160,6 +177,8 @@ struct Compiled {
     /// Accumulators of an interchanged reduction (`lower::interchange`): the native function
     /// takes a scratch array of that many `f32` after its operands.
     scratch: Option<u64>,
+    /// How the launch may be split over threads; `None`: always in one piece.
+    split: Option<parallel::Split>,
 }
 
 /// The JIT: a Cranelift module for the host, the compiled kernels and their cache.
@@ -171,6 +190,10 @@ pub struct Jit {
     cache: HashMap<String, KernelId>,
     math: math::Imports,
     hits: u64,
+    threads: usize,
+    min_points: u64,
+    /// Runs split over more than one thread.
+    parallel_runs: Cell<u64>,
 }
 
 impl fmt::Debug for Jit {
@@ -178,13 +201,25 @@ impl fmt::Debug for Jit {
         f.debug_struct("Jit")
             .field("kernels", &self.kernels.len())
             .field("cache_hits", &self.hits)
+            .field("threads", &self.threads)
             .finish_non_exhaustive()
     }
 }
 
 impl Jit {
-    /// A JIT for the host machine (Cranelift's `speed` optimisation level, host CPU features).
+    /// A JIT for the host machine (Cranelift's `speed` optimisation level, host CPU features),
+    /// running launches on `FBC_JIT_THREADS` threads ([`THREADS_ENV`]) or, when that is not set,
+    /// as many as the machine has cores; an error when the variable is not a positive number.
     pub fn new() -> Result<Jit, Error> {
+        let threads = parallel::default_threads().map_err(Error::Config)?;
+        let mut jit = Jit::with_threads(1)?;
+        jit.set_threads(threads);
+        Ok(jit)
+    }
+
+    /// A JIT for the host machine running launches on at most `threads` threads (1: on the
+    /// calling thread only); the environment is not consulted.
+    pub fn with_threads(threads: usize) -> Result<Jit, Error> {
         let mut flags = settings::builder();
         let host = |e: &dyn fmt::Display| Error::Host(e.to_string());
         flags.set("opt_level", "speed").map_err(|e| host(&e))?;
@@ -208,7 +243,33 @@ impl Jit {
             cache: HashMap::new(),
             math,
             hits: 0,
+            threads: threads.max(1),
+            min_points: MIN_POINTS_PER_THREAD,
+            parallel_runs: Cell::new(0),
         })
+    }
+
+    /// Runs later launches on at most `threads` threads (0 counts as 1).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    /// The most threads one launch runs on.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Gives each thread of a split launch at least `points` domain points of work (parallel
+    /// points times the reduction extent, times 1 + [`CALL_WEIGHT`] per transcendental call of
+    /// the payload; default [`MIN_POINTS_PER_THREAD`]): smaller launches run on fewer threads,
+    /// or on the calling thread alone.
+    pub fn set_min_points_per_thread(&mut self, points: u64) {
+        self.min_points = points.max(1);
+    }
+
+    /// Number of [`Jit::run`] calls that ran on more than one thread.
+    pub fn parallel_runs(&self) -> u64 {
+        self.parallel_runs.get()
     }
 
     /// Number of distinct native functions compiled so far.
@@ -245,7 +306,7 @@ impl Jit {
             .declare_function(&symbol, Linkage::Local, &ctx.func.signature)
             .map_err(|e| cg(&e))?;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
-        let scratch = lower_body(module, &mut self.fctx, &self.math, &mut ctx.func, kernel, types)
+        let nest = lower_body(module, &mut self.fctx, &self.math, &mut ctx.func, kernel, types)
             .map_err(kerr)?;
         module.define_function(id, &mut ctx).map_err(|e| cg(&format!("{e:?}")))?;
         module.clear_context(&mut ctx);
@@ -257,14 +318,17 @@ impl Jit {
             types: types.clone(),
             code,
             snapshot,
-            scratch: scratch.map(|(_, n)| n),
+            scratch: nest.scratch.map(|(_, n)| n),
+            split: parallel::Split::new(kernel, types, nest.split, snapshot),
         });
         self.cache.insert(key, kid);
         Ok(kid)
     }
 
     /// Runs a compiled kernel on `operands` (inputs, then the output), which must have exactly the
-    /// types the kernel was compiled for.
+    /// types the kernel was compiled for; split over up to [`Jit::threads`] threads when large
+    /// enough and provably race-free (see the module docs), with the same results and faults as
+    /// on one thread.
     pub fn run(&self, id: KernelId, operands: &mut [OperandMut<'_>]) -> Result<(), Error> {
         let k = self.kernels.get(id.0).ok_or_else(|| Error::Operands {
             kernel: format!("#{}", id.0),
@@ -281,6 +345,10 @@ impl Jit {
                 ),
             });
         }
+        let chunks = match &k.split {
+            Some(s) => s.chunks(self.threads, self.min_points),
+            None => vec![(0, i64::MAX)],
+        };
         let called = if k.snapshot {
             let Some((out, inputs)) = operands.split_last_mut() else {
                 return Err(Error::Operands {
@@ -293,13 +361,19 @@ impl Jit {
                 inputs.iter_mut().map(OperandMut::reborrow).collect();
             with_copy.push(copy.as_operand());
             with_copy.push(out.reborrow());
-            exec::call(k.code, &k.types, k.scratch, &mut with_copy)
+            exec::call(k.code, &k.types, k.scratch, &mut with_copy, &chunks)
         } else {
-            exec::call(k.code, &k.types, k.scratch, operands)
+            exec::call(k.code, &k.types, k.scratch, operands, &chunks)
         };
-        called.map_err(|message| Error::Operands { kernel: k.name.clone(), message })?.map_err(
-            |code| Error::Runtime { kernel: k.name.clone(), reason: Fault::from_code(code) },
-        )
+        let called =
+            called.map_err(|message| Error::Operands { kernel: k.name.clone(), message })?;
+        if chunks.len() > 1 {
+            self.parallel_runs.set(self.parallel_runs.get() + 1);
+        }
+        called.map_err(|code| Error::Runtime {
+            kernel: k.name.clone(),
+            reason: Fault::from_code(code),
+        })
     }
 
     /// [`Jit::compile`] then [`Jit::run`].
@@ -325,16 +399,20 @@ impl Jit {
     }
 }
 
-/// Sets the signature every kernel function has: the operand table's address in, the fault code
-/// (`i32`, 0 when none) out.
+/// Sets the signature every kernel function has: the operand table's address and the chunk of
+/// the split dimension in, the fault code (`i32`, 0 when none) out.
 fn kernel_signature(func: &mut cranelift_codegen::ir::Function, module: &JITModule) {
     let ptr = module.target_config().pointer_type();
     func.signature.params.push(AbiParam::new(ptr));
+    // The chunk `[lo, hi)` of the split dimension (see `lower::split_dim`).
+    func.signature.params.push(AbiParam::new(cranelift_codegen::ir::types::I64));
+    func.signature.params.push(AbiParam::new(cranelift_codegen::ir::types::I64));
     func.signature.returns.push(AbiParam::new(cranelift_codegen::ir::types::I32));
 }
 
 /// Lowers `kernel` for operands of `types` into `func` (its signature set), with the math
-/// imports declared in it; returns the reduction interchange used ([`lower::interchange`]).
+/// imports declared in it; returns the reduction interchange used ([`lower::interchange`]) and
+/// the dimension split into chunks ([`lower::split_dim`]).
 fn lower_body(
     module: &mut JITModule,
     fctx: &mut FunctionBuilderContext,
@@ -342,11 +420,12 @@ fn lower_body(
     func: &mut cranelift_codegen::ir::Function,
     kernel: &Kernel,
     types: &[MemType],
-) -> Result<Option<(usize, u64)>, String> {
+) -> Result<lower::Nest, String> {
     let refs = math.in_func(module, func);
     let scratch = lower::interchange(kernel, types);
-    lower::lower(func, fctx, kernel, types, module.target_config(), &refs, scratch)?;
-    Ok(scratch)
+    let nest = lower::Nest { scratch, split: lower::split_dim(kernel, scratch) };
+    lower::lower(func, fctx, kernel, types, module.target_config(), &refs, nest)?;
+    Ok(nest)
 }
 
 impl Drop for Jit {

@@ -156,5 +156,59 @@ fn verbose_reports_launches_and_the_cache() {
     );
     let o = common::fbc(&["run", &p, "--target", "cpu-jit", "-O0", "--random-inputs", "1", "-v"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stderr.contains(": 2 launches, 1 kernels compiled in"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(": 2 launches (0 split over up to "),
+        "small launches run on one thread: {}",
+        o.stderr
+    );
+    assert!(o.stderr.contains(" threads), 1 kernels compiled in"), "{}", o.stderr);
+}
+
+#[test]
+fn threads_give_bit_identical_training_steps() {
+    // The generated step on 1 and on 4 threads (FBC_JIT_THREADS): identical output bytes, and
+    // the large launches do run split.
+    let path = common::training_step("jit-threads");
+    let dir = common::scratch("jit-threads-out");
+    let p = path.to_string_lossy();
+    let run = |threads: &str| {
+        let out = dir.join(format!("t{threads}.safetensors"));
+        let args = [
+            "run",
+            &p,
+            "--entry",
+            "loss_grad",
+            "--target",
+            "cpu-jit",
+            "--random-inputs",
+            "5",
+            "-v",
+            "--outputs",
+            out.to_str().unwrap_or_default(),
+        ];
+        let o = common::fbc_env(&args, &[("FBC_JIT_THREADS", Path::new(threads))]);
+        assert_eq!(o.code, 0, "{threads} threads: {}", o.stderr);
+        (std::fs::read(out).expect("outputs written"), o.stderr)
+    };
+    let ((one, log1), (four, log4)) = (run("1"), run("4"));
+    assert!(log1.contains(" launches (0 split over up to 1 threads)"), "{log1}");
+    let split: u64 = log4
+        .split(" launches (")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log4}"));
+    assert!(split > 0 && log4.contains("split over up to 4 threads"), "{log4}");
+    assert!(one == four, "outputs differ between 1 and 4 threads");
+    let g = common::write(&dir, "gather.fbir", GATHER.as_bytes());
+    let o = common::fbc_env(
+        &["run", &g, "--target", "cpu-jit", "--random-inputs", "1"],
+        &[("FBC_JIT_THREADS", Path::new("0"))],
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("FBC_JIT_THREADS=`0`: expected a positive number of threads"),
+        "{}",
+        o.stderr
+    );
 }

@@ -67,10 +67,13 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let elapsed = start.elapsed();
     if a.verbose {
         eprintln!(
-            "ran @{fname} with the CPU JIT in {:.3} s: {} launches, {} kernels compiled in \
-             {:.3} s, {:.3} s in native code (compile and lower: {:.3} s)",
+            "ran @{fname} with the CPU JIT in {:.3} s: {} launches ({} split over up to {} \
+             threads), {} kernels compiled in {:.3} s, {:.3} s in native code (compile and \
+             lower: {:.3} s)",
             elapsed.as_secs_f64(),
             stats.launches,
+            stats.parallel_launches,
+            stats.threads,
             stats.compiled,
             stats.compile_time.as_secs_f64(),
             stats.run_time.as_secs_f64(),
