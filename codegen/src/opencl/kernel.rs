@@ -786,7 +786,9 @@ impl Cx<'_> {
         // on rows or on columns (and batches), never on both or on the reduction: the staging of
         // `xa` skips padded rows, that of `xb` padded columns (their reads could be out of
         // range), and the store writes 0 where the whole guard fails.
-        let mut on_cols = Vec::new();
+        // Per condition: (reads rows, reads columns); one reading neither (batches only)
+        // applies to the staging of both operands.
+        let mut reads = Vec::new();
         if let Some(g) = &k.guard {
             for e in &g.map.results {
                 let used = |ds: &[usize]| ds.iter().any(|&d| uses(e, &g.map.dims[d]));
@@ -794,7 +796,7 @@ impl Cx<'_> {
                 if used(&red) || (r && c) {
                     return Ok(None);
                 }
-                on_cols.push(c);
+                reads.push((r, c));
             }
         }
         let guarded = k.guard.is_some();
@@ -824,8 +826,8 @@ impl Cx<'_> {
         };
         let (a_dims, b_dims) = (zero(&split.cols), zero(&split.rows));
         let (a_ok, b_ok) = (
-            self.guard_where(&a_dims, |i| !on_cols[i])?,
-            self.guard_where(&b_dims, |i| on_cols[i])?,
+            self.guard_where(&a_dims, |i| !reads[i].1)?,
+            self.guard_where(&b_dims, |i| !reads[i].0)?,
         );
         let when = |ok: &Option<String>, v: String, zero: &str| match ok {
             Some(ok) => format!("(({ok}) ? {v} : {zero})"),
