@@ -204,15 +204,6 @@ impl Mapper {
         Mapper { simplify, memo: HashMap::new(), divmod_before: 0, divmod_after: 0, split: 0 }
     }
 
-    /// `results` simplified over `domain`, with the div/mod counts it adds to the statistics.
-    fn simplify(&mut self, results: Vec<Expr>, domain: &[u64]) -> Vec<Expr> {
-        let before: usize = results.iter().map(Expr::count_divmod).sum();
-        self.divmod_before += before;
-        let out = self.simplified(results, domain);
-        self.divmod_after += out.iter().map(Expr::count_divmod).sum::<usize>();
-        out
-    }
-
     /// `results` simplified over `domain` (memoised; no statistics).
     fn simplified(&mut self, results: Vec<Expr>, domain: &[u64]) -> Vec<Expr> {
         if !self.simplify || results.iter().all(|e| div_like(e) == 0) {
@@ -295,20 +286,10 @@ impl Mapper {
             }
             let Some((_, (d, c), trial)) = best else { break };
             exprs.clone_from_slice(&trial);
+            // The same substitution on the payload's domain indices.
+            let sub = split_subst(k.domain.len(), d, c);
             let dims: Vec<Scalar> = (0..k.domain.len())
-                .map(|j| match j.cmp(&d) {
-                    std::cmp::Ordering::Less => Scalar::Dim(j),
-                    std::cmp::Ordering::Equal => Scalar::Bin(
-                        ScalarBin::Add,
-                        Box::new(Scalar::Bin(
-                            ScalarBin::Mul,
-                            Box::new(Scalar::Dim(d)),
-                            Box::new(Scalar::Int(c as i64)),
-                        )),
-                        Box::new(Scalar::Dim(d + 1)),
-                    ),
-                    std::cmp::Ordering::Greater => Scalar::Dim(j + 1),
-                })
+                .map(|j| sub.get(&format!("d{j}")).map_or(Scalar::Dim(j), expr_scalar))
                 .collect();
             k.body = subst_dims(&k.body, &dims);
             k.epilogue = k.epilogue.as_ref().map(|e| subst_dims(e, &dims));
@@ -405,20 +386,22 @@ impl Mapper {
             } else {
                 Self::storage_map(l, o)
             };
-            exprs.push(self.simplify(results, &k.domain));
+            exprs.push(results);
             sids.push(l.tensors[o.t].storage);
         }
         let bounds = guard.as_ref().map(|(g, b): &(Map, Vec<u64>)| {
-            exprs.push(self.simplify(g.clone(), &k.domain));
+            exprs.push(g.clone());
             b.clone()
         });
-        // The split changes the div/mod left over: count the final maps.
-        let left_before: usize = exprs.iter().flatten().map(Expr::count_divmod).sum();
+        // div/mod before simplification, and left in the final (simplified, split) maps.
+        self.divmod_before += exprs.iter().flatten().map(Expr::count_divmod).sum::<usize>();
+        for r in &mut exprs {
+            *r = self.simplified(std::mem::take(r), &k.domain);
+        }
         if self.simplify {
             self.split += self.split_dims(&mut k, &mut exprs, image_out);
         }
-        let left_after: usize = exprs.iter().flatten().map(Expr::count_divmod).sum();
-        self.divmod_after = self.divmod_after + left_after - left_before;
+        self.divmod_after += exprs.iter().flatten().map(Expr::count_divmod).sum::<usize>();
         let n = k.domain.len();
         let guard = match bounds {
             Some(bounds) => {
