@@ -523,6 +523,24 @@ impl Cx<'_> {
         }
     }
 
+    /// Declares the texels hoisted while writing the channels' expressions (and stops hoisting):
+    /// each read once into a `const float4`, under the OR of the channels' `guards` when there
+    /// are any (a texel is in range wherever a channel that reads it is computed).
+    fn declare_texels(&self, s: &mut String, indent: &str, guards: &[Option<String>]) {
+        let texels = self.texels.borrow_mut().take().unwrap_or_default();
+        let any: Vec<&str> = guards.iter().flatten().map(String::as_str).collect();
+        if !texels.is_empty() && !any.is_empty() {
+            let _ = writeln!(s, "{indent}const int any_ok = {};", any.join(" || "));
+        }
+        for (e, v) in &texels {
+            if any.is_empty() {
+                let _ = writeln!(s, "{indent}const float4 {v} = {e};");
+            } else {
+                let _ = writeln!(s, "{indent}const float4 {v} = any_ok ? {e} : (float4)(0.0f);");
+            }
+        }
+    }
+
     /// One work-item per parallel point (per texel for an image output).
     fn plain(&self, comment: &str, opts: &KernelOptions) -> Result<Emitted, String> {
         let k = self.k;
@@ -630,19 +648,7 @@ impl Cx<'_> {
                     }
                 }
             }
-            let texels = self.texels.borrow_mut().take().unwrap_or_default();
-            let any: Vec<&str> = guards.iter().flatten().map(String::as_str).collect();
-            if !texels.is_empty() && !any.is_empty() {
-                let _ = writeln!(s, "{indent}const int any_ok = {};", any.join(" || "));
-            }
-            for (e, v) in &texels {
-                if any.is_empty() {
-                    let _ = writeln!(s, "{indent}const float4 {v} = {e};");
-                } else {
-                    let _ =
-                        writeln!(s, "{indent}const float4 {v} = any_ok ? {e} : (float4)(0.0f);");
-                }
-            }
+            self.declare_texels(&mut s, &indent, &guards);
             s.push_str(&lines);
             for i in (p..n).rev() {
                 indent.truncate(indent.len() - 2);
@@ -685,18 +691,7 @@ impl Cx<'_> {
                 };
                 values.push(v);
             }
-            let texels = self.texels.borrow_mut().take().unwrap_or_default();
-            let any: Vec<&str> = guards.iter().flatten().map(String::as_str).collect();
-            if !texels.is_empty() && !any.is_empty() {
-                let _ = writeln!(s, "  const int any_ok = {};", any.join(" || "));
-            }
-            for (e, v) in &texels {
-                if any.is_empty() {
-                    let _ = writeln!(s, "  const float4 {v} = {e};");
-                } else {
-                    let _ = writeln!(s, "  const float4 {v} = any_ok ? {e} : (float4)(0.0f);");
-                }
-            }
+            self.declare_texels(&mut s, "  ", &guards);
             s.push_str(&lines);
         }
         if image_out {
