@@ -222,6 +222,17 @@ pub(crate) fn entry(
     }
 }
 
+/// Function `fname` of `lowered`, the module an entry point of `file` was lowered to.
+pub(crate) fn lowered_func(
+    lowered: &Module,
+    fname: &str,
+    file: &SourceFile,
+) -> Result<FuncId, Failure> {
+    lowered.find_func(fname).ok_or_else(|| {
+        Failure::Input(format!("{}: error: @{fname} disappeared while lowering\n", file.name))
+    })
+}
+
 /// An interpreter error rendered at its op, as the compiler renders diagnostics.
 pub(crate) fn located(file: &SourceFile, e: &fbc_runtime::InterpError) -> Failure {
     Failure::input(file, &[e.to_diagnostic()])

@@ -40,6 +40,23 @@ pub(crate) struct HalfModel<'a> {
     pub jit: bool,
 }
 
+impl<'a> HalfModel<'a> {
+    /// The model of function `fname` of `lowered` (the module an entry point of `file` was
+    /// lowered to), when that lowering stored images as `f16`; `jit` as in [`HalfModel`].
+    pub(crate) fn of(
+        lowered: &'a Module,
+        fname: &str,
+        file: &SourceFile,
+        jit: bool,
+    ) -> Result<Option<HalfModel<'a>>, Failure> {
+        if !crate::opencl_emit::has_half_images(lowered) {
+            return Ok(None);
+        }
+        let func = super::lowered_func(lowered, fname, file)?;
+        Ok(Some(HalfModel { module: lowered, func, jit }))
+    }
+}
+
 /// Runs `func` of `module` in the f32 and f64 interpreters on `inputs` and compares each of
 /// `results` (what `target` computed, e.g. "OpenCL") with them: one `check result{i}: ...` line
 /// per result is appended to `text`, then `check passed`. When a result is outside the bound,

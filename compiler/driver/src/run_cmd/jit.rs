@@ -49,9 +49,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         a.half_images,
     )?;
     let lowering = compile_start.elapsed();
-    let lfunc = lowered.find_func(&fname).ok_or_else(|| {
-        Failure::Input(format!("{}: error: @{fname} disappeared while lowering\n", file.name))
-    })?;
+    let lfunc = super::lowered_func(&lowered, &fname, &file)?;
     let inputs = super::io::read_inputs(
         &module,
         func,
@@ -94,8 +92,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     if a.check {
         // The comparison of `--target opencl --check`: against the f64 interpreter, with the
         // f32 interpreter's own error as slack.
-        let half = crate::opencl_emit::has_half_images(&lowered)
-            .then_some(super::check::HalfModel { module: &lowered, func: lfunc, jit: false });
+        let half = super::check::HalfModel::of(&lowered, &fname, &file, false)?;
         super::check::check(&file, &module, func, inputs, &results, "CPU JIT", half, &mut text)?;
     }
     if !text.is_empty() {

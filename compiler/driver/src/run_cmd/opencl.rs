@@ -206,11 +206,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         crate::output::write_atomic(path, &bytes)?;
     }
     if a.check {
-        let lfunc = c.lowered.find_func(&fname).ok_or_else(|| {
-            Failure::Input(format!("{}: error: @{fname} disappeared while lowering\n", file.name))
-        })?;
-        let half = crate::opencl_emit::has_half_images(&c.lowered)
-            .then_some(super::check::HalfModel { module: &c.lowered, func: lfunc, jit: true });
+        let half = super::check::HalfModel::of(&c.lowered, &fname, file, true)?;
         super::check::check(file, module, func, inputs, &device_values, "OpenCL", half, &mut text)?;
     }
     if a.outputs.is_none() || a.verbose || a.check {
