@@ -133,7 +133,7 @@ struct Stage<'a> {
 /// per step, or a texel (four elements along `kk` or along the outer index) per step.
 fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
     let Stage { tile, outer, extent, block: bx, at, texel } = *st;
-    let o0 = if outer == "row" { "row0" } else { "col0" };
+    let o0 = format!("{outer}0");
     match texel {
         Some(TexelRead { texel, along: Along::K }) => {
             let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk / 4 * bx);
