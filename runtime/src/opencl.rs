@@ -185,6 +185,22 @@ pub struct RunOptions {
     pub cache: Cache,
     /// Options for `clBuildProgram` (`-cl-std=CL3.0`, ...).
     pub build_options: String,
+    /// Let the OpenCL compiler print its warnings (PoCL writes "N warnings generated." to this
+    /// process's stderr); off by default, where `-w` is added to the build options. Build errors
+    /// are reported either way.
+    pub show_build_warnings: bool,
+}
+
+impl RunOptions {
+    /// The options `clBuildProgram` gets: [`RunOptions::build_options`], with `-w` unless
+    /// warnings are shown.
+    fn effective_build_options(&self) -> String {
+        match (self.show_build_warnings, self.build_options.is_empty()) {
+            (true, _) => self.build_options.clone(),
+            (false, true) => "-w".into(),
+            (false, false) => format!("-w {}", self.build_options),
+        }
+    }
 }
 
 /// Whether the program came from the cache.
@@ -315,28 +331,26 @@ fn program(
         Cache::Dir(d) => Some(d.clone()),
         Cache::Default => cache_dir(),
     };
+    let options = opts.effective_build_options();
     let Some(dir) = dir else {
-        return Ok((
-            build_from_source(context, info, source, &opts.build_options)?,
-            CacheStatus::Off,
-        ));
+        return Ok((build_from_source(context, info, source, &options)?, CacheStatus::Off));
     };
     let platform = format!("{} / {}", info.name, info.platform);
-    let entry = cache_entry(&dir, source, &platform, &info.driver, &opts.build_options);
+    let entry = cache_entry(&dir, source, &platform, &info.driver, &options);
     let mut status = CacheStatus::Miss;
     if let Some(bin) = read_entry(&entry) {
         let bins = [bin.as_slice()];
         let mut b = Program::builder();
         b.devices(info.device).binaries(&bins);
-        if !opts.build_options.is_empty() {
-            b.cmplr_opt(opts.build_options.as_str());
+        if !options.is_empty() {
+            b.cmplr_opt(options.as_str());
         }
         match b.build(context) {
             Ok(p) => return Ok((p, CacheStatus::Hit)),
             Err(_) => status = CacheStatus::Rebuilt,
         }
     }
-    let p = build_from_source(context, info, source, &opts.build_options)?;
+    let p = build_from_source(context, info, source, &options)?;
     if let Ok(ProgramInfoResult::Binaries(bins)) = p.info(ProgramInfo::Binaries) {
         if let Some(bin) = bins.first().filter(|b| !b.is_empty()) {
             write_entry(&entry, bin);
@@ -640,6 +654,8 @@ pub fn run(
                     live.remove(storage);
                 }
                 Step::Launch(l) => {
+                    let _activity =
+                        fbc_ir::activity::enter(format!("launch `{}` ({})", l.kernel, l.location));
                     let mut kb = Kernel::builder();
                     kb.program(&program).name(&l.kernel).queue(queue.clone());
                     for &a in &l.args {

@@ -193,6 +193,18 @@ impl FuncWriter<'_> {
         }
     }
 
+    /// `FILE:LINE:COL` of the function's name (errors about its signature).
+    fn func_location(&self) -> String {
+        let f = self.module.func(self.func);
+        match &self.module.source {
+            Some(file) if f.name_span.end > f.name_span.start => {
+                let (l, c) = file.line_col(f.name_span.start);
+                format!("{}:{l}:{c}", file.name)
+            }
+            _ => "unknown".into(),
+        }
+    }
+
     fn unsupported(&self, op: &OpData, reason: impl Into<String>) -> Error {
         Error::Unsupported {
             op: op.name().into(),
@@ -270,7 +282,7 @@ impl FuncWriter<'_> {
                     None => {
                         return Err(Error::Unsupported {
                             op: format!("func.func @{fname}"),
-                            location: "argument".into(),
+                            location: self.func_location(),
                             reason: format!("argument {k} of type {t} (OpenCL runs f32 and i32)"),
                         })
                     }
@@ -278,7 +290,7 @@ impl FuncWriter<'_> {
                 t => {
                     return Err(Error::Unsupported {
                         op: format!("func.func @{fname}"),
-                        location: "argument".into(),
+                        location: self.func_location(),
                         reason: format!("argument {k} of type {t}"),
                     })
                 }

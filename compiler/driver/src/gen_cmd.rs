@@ -75,6 +75,8 @@ pub struct GenArgs {
 /// realistic setting.
 const MAX_LAYERS: u64 = 1024;
 const MAX_BATCH: u64 = 4096;
+/// 2^24 tokens: 65 times the largest published vocabulary (Gemma 2's 256,000).
+const MAX_VOCAB: u64 = 1 << 24;
 /// The LoRA rank (and ViT adapter width) when `--lora-rank` is not given: the rank of the
 /// examples and a common LoRA setting.
 const DEFAULT_RANK: u64 = 8;
@@ -199,8 +201,9 @@ fn resolve(model: &ModelInfo, a: &GenArgs) -> Result<Spec, Failure> {
     };
     let vocab = match (a.vocab, &model.kind) {
         (None, _) => None,
-        (Some(0), _) => return Err(Failure::Usage("--vocab must be at least 1".into())),
-        (Some(v), generate::Kind::Decoder(_) | generate::Kind::Whisper) => Some(v),
+        (Some(v), generate::Kind::Decoder(_) | generate::Kind::Whisper) => {
+            Some(in_range("--vocab", v, 1, MAX_VOCAB)?)
+        }
         (Some(_), _) => {
             return Err(Failure::Usage(format!(
                 "--vocab applies to decoder models and whisper-large-decoder, not {}",

@@ -35,6 +35,8 @@ pub use run_cmd::RunArgs;
 pub const EXIT_INPUT: u8 = 1;
 /// Exit status for a bad command line or an unsupported request.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit status for an internal error (a panic: a bug in fbc), as `sysexits.h`'s `EX_SOFTWARE`.
+pub const EXIT_INTERNAL: u8 = 70;
 
 /// An error that ends a command: diagnostics about the input, or a usage problem.
 #[derive(Debug)]
@@ -43,11 +45,60 @@ pub enum Failure {
     Input(String),
     /// A command-line problem (exit status 2).
     Usage(String),
+    /// A bug in fbc: a panic caught by [`Driver::main`]'s safety net, rendered with what was
+    /// running (exit status 70).
+    Internal(String),
 }
 
 impl Failure {
     pub(crate) fn input(file: &SourceFile, diags: &[Diagnostic]) -> Failure {
         Failure::Input(fbc_grammar::diag::render_all(file, diags))
+    }
+}
+
+/// Runs `command`, turning a panic into [`Failure::Internal`]: the message names the pass or
+/// launch that was running and the panic's place, asks for a report, and every temporary output
+/// is removed first. The default panic message is held back while `command` runs (it would
+/// repeat the report in a worse form); panics of other threads outside `command` print as usual.
+fn catch_internal_errors(command: impl FnOnce() -> Result<(), Failure>) -> Result<(), Failure> {
+    use std::sync::{Arc, Mutex};
+    let caught: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let previous = std::panic::take_hook();
+    let sink = Arc::clone(&caught);
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        let place = info.location().map_or(String::new(), |l| format!(" at {l}"));
+        let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+        // The first panic is the cause; a scoped thread's panic re-raised by its joiner is not.
+        slot.get_or_insert(format!("{message}{place}"));
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(command));
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(previous);
+    match result {
+        Ok(r) => r,
+        Err(_) => {
+            output::remove_pending();
+            let during = fbc_ir::activity::current()
+                .map_or(String::new(), |a| format!(" while running {a}"));
+            fbc_ir::activity::clear();
+            let what = caught
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_else(|| "a panic".into());
+            Err(Failure::Internal(format!(
+                "fbc: internal error{during}: {what}\n\
+                 note: this is a bug in fbc, not in the input; please report it with the command \
+                 line and the input file\n\
+                 note: no output was written\n"
+            )))
+        }
     }
 }
 
@@ -78,7 +129,7 @@ impl Driver {
                 return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
             }
         };
-        match self.run(&cli) {
+        match self.run_guarded(&cli) {
             Ok(()) => ExitCode::SUCCESS,
             Err(Failure::Input(text)) => {
                 let _ = std::io::stderr().write_all(text.as_bytes());
@@ -88,7 +139,18 @@ impl Driver {
                 let _ = writeln!(std::io::stderr(), "fbc: error: {text}");
                 ExitCode::from(EXIT_USAGE)
             }
+            Err(Failure::Internal(text)) => {
+                let _ = std::io::stderr().write_all(text.as_bytes());
+                ExitCode::from(EXIT_INTERNAL)
+            }
         }
+    }
+
+    /// [`Driver::run`] under the panic safety net: a panic (a bug in fbc or in a pass it runs)
+    /// becomes [`Failure::Internal`], naming the pass or launch that was running, and no output
+    /// file is left behind. This is what [`Driver::main`] runs.
+    pub fn run_guarded(&self, cli: &Cli) -> Result<(), Failure> {
+        catch_internal_errors(|| self.run(cli))
     }
 
     /// Runs a parsed command line.
@@ -222,6 +284,16 @@ impl Driver {
                 e.offset, e.message
             ))
         })?;
+        // Option values are part of the command line: a value a pass refuses (`lr=nan`,
+        // `tile-h=0`) is a usage error, found before any pass runs.
+        for step in &steps {
+            if let Err(m) = step.info.instantiate(&step.options) {
+                return Err(Failure::Usage(format!(
+                    "invalid pipeline `{pipeline}`: pass `{}`: {m}",
+                    step.info.name
+                )));
+            }
+        }
         let mut pm = PassManager::new(steps);
         pm.instrumentation = Instrumentation {
             verify_each: flags.verify_each || cfg!(debug_assertions),

@@ -183,7 +183,11 @@ fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), Failure> {
     let base = dir.file_name().map_or("out".into(), |n| n.to_string_lossy().into_owned());
     let tmp = parent.join(format!(".{base}.fbc-tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|e| io("create", &tmp, e))?;
+    crate::output::pending(&tmp);
+    if let Err(e) = std::fs::create_dir_all(&tmp) {
+        crate::output::done(&tmp);
+        return Err(io("create", &tmp, e));
+    }
     let result = (|| {
         for (n, text) in files {
             let p = tmp.join(n);
@@ -197,5 +201,6 @@ fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), Failure> {
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
+    crate::output::done(&tmp);
     result
 }

@@ -1,12 +1,40 @@
 //! Writing outputs so that a failed command leaves nothing behind.
 //!
 //! A file output is written to a temporary sibling and renamed over the destination only once it
-//! is complete; a rename within one directory is atomic on POSIX file systems.
+//! is complete; a rename within one directory is atomic on POSIX file systems. Temporaries are
+//! registered while they exist, so that the driver's panic safety net can remove them
+//! ([`remove_pending`]): not even an internal error leaves a partial output behind.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::Failure;
+
+/// Temporary files and directories being written, not yet renamed into place.
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Registers a temporary output until [`done`] (or [`remove_pending`]).
+pub(crate) fn pending(tmp: &Path) {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).push(tmp.to_path_buf());
+}
+
+/// The temporary `tmp` was renamed into place or removed.
+pub(crate) fn done(tmp: &Path) {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).retain(|p| p != tmp);
+}
+
+/// Removes every temporary output still being written (after a panic).
+pub(crate) fn remove_pending() {
+    let list = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    for p in list {
+        if p.is_dir() {
+            let _ = std::fs::remove_dir_all(&p);
+        } else {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
 
 /// Writes `text` to `path`, or to standard output when `path` is `None` or `-`.
 pub(crate) fn write_text(path: Option<&Path>, text: &str) -> Result<(), Failure> {
@@ -32,9 +60,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.fbc-tmp-{}", std::process::id()));
+    pending(&tmp);
     let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    result.map_err(|e| {
+    if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        Failure::Usage(format!("cannot write {}: {e}", path.display()))
-    })
+    }
+    done(&tmp);
+    result.map_err(|e| Failure::Usage(format!("cannot write {}: {e}", path.display())))
 }

@@ -156,7 +156,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         ));
     }
     let (file, module) = driver.load(&a.file)?;
-    let func = entry(&module, a.entry.as_deref(), &file.name)?;
+    let func = entry(&module, a.entry.as_deref(), &file)?;
     let mode = if a.f64 { Mode::F64 } else { Mode::F32 };
     let inputs =
         io::read_inputs(&module, func, a.inputs.as_deref(), a.random_inputs, mode, &file.name)?;
@@ -193,8 +193,9 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
 pub(crate) fn entry(
     module: &Module,
     requested: Option<&str>,
-    file: &str,
+    source: &SourceFile,
 ) -> Result<FuncId, Failure> {
+    let file = source.name.as_str();
     let names = || {
         let all: Vec<String> = module.funcs.iter().map(|f| format!("@{}", f.name)).collect();
         all.join(", ")
@@ -210,7 +211,15 @@ pub(crate) fn entry(
         });
     }
     match module.funcs.len() {
-        0 => Err(Failure::Input(format!("{file}: error: the module has no function to run\n"))),
+        0 => {
+            // At the last character of the text (the module's closing brace, say).
+            let end = source.text.trim_end().len();
+            let last = end.saturating_sub(1);
+            let d = fbc_ir::Diagnostic::error("the module has no function to run")
+                .at(fbc_ir::Span::new(last, end))
+                .with_label("the module ends here");
+            Err(Failure::input(source, &[d]))
+        }
         1 => Ok(FuncId(0)),
         _ => module.find_func("main").ok_or_else(|| {
             Failure::Usage(format!(

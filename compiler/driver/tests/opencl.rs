@@ -568,9 +568,24 @@ fn a_substituted_kernel_is_the_one_that_runs() {
     let body = text.split("__kernel").nth(1).expect("a kernel").replace("(-", "(");
     let wrong = dir.join("wrong.cl");
     std::fs::write(&wrong, format!("__kernel{body}")).expect("write");
-    let o = run(&["--substitute-kernel", &format!("{name}={}", wrong.display())]);
+    // The failed check is located at the function and leaves no outputs file.
+    let outputs = dir.join("out.safetensors");
+    let o = run(&[
+        "--substitute-kernel",
+        &format!("{name}={}", wrong.display()),
+        "--outputs",
+        outputs.to_str().unwrap_or_default(),
+    ]);
     assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
-    assert!(o.stderr.contains("differ from the reference"), "{}", o.stderr);
+    assert!(
+        o.stderr.starts_with(&format!(
+            "{}:1:11: error: OpenCL results differ from the reference interpreter: result0\n",
+            p.display()
+        )),
+        "{}",
+        o.stderr
+    );
+    assert!(!outputs.exists(), "a failed check writes no outputs");
     // A kernel that does not compile: the build log cites its line of the source.
     let broken = dir.join("broken.cl");
     std::fs::write(

@@ -338,7 +338,13 @@ func.func @b() -> tensor<2xf32> {
     let o = fbc(&["run", &empty]);
     assert_eq!(
         (o.code, o.stderr),
-        (1, format!("{empty}: error: the module has no function to run\n"))
+        (
+            1,
+            format!(
+                "{empty}:2:1: error: the module has no function to run\n  |\n2 | }}\n  | ^ the \
+                 module ends here\n"
+            )
+        )
     );
 }
 

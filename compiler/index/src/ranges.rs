@@ -104,9 +104,19 @@ impl Ranges {
         Ok((name.to_string(), lo, hi))
     }
 
-    /// Parses and inserts one `name=lo:hi` spec.
+    /// Parses and inserts one `name=lo:hi` spec; a variable that already has a range is an
+    /// error (which of two ranges was meant is not for the parser to guess).
     pub fn add_spec(&mut self, spec: &str) -> Result<(), RangeError> {
         let (name, lo, hi) = Ranges::parse_spec(spec)?;
+        if let Some((plo, phi)) = self.get(&name) {
+            return Err(RangeError {
+                spec: spec.to_string(),
+                offset: 0,
+                message: format!(
+                    "`{name}` already has the range {plo}:{phi}; give each variable one range"
+                ),
+            });
+        }
         self.insert(name, lo, hi)
     }
 
@@ -150,5 +160,8 @@ mod tests {
         assert!(Ranges::parse_spec("0d=0:1").is_err());
         assert!(Ranges::parse_spec("d0=0:99999999999999999999").is_err());
         assert!(Ranges::new().insert("x", 3, 3).is_err());
+        let e = Ranges::from_specs(["x=0:4", "x=0:8"]).unwrap_err();
+        assert_eq!(e.message, "`x` already has the range 0:4; give each variable one range");
+        assert_eq!(e.spec, "x=0:8");
     }
 }

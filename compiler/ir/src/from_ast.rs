@@ -24,7 +24,13 @@ static UNRESOLVED: OpDef = OpDef {
     operands: Arity::AtLeast(0),
     results: Arity::AtLeast(0),
     attrs: &[],
-    traits: OpTraits { pure: false, elementwise: false, commutative: false, terminator: false },
+    traits: OpTraits {
+        pure: false,
+        elementwise: false,
+        commutative: false,
+        terminator: false,
+        consumes: false,
+    },
     class: None,
     infer: |_| Ok(Vec::new()),
 };
@@ -62,8 +68,8 @@ pub fn build_module(ast: &ast::Module, registry: &OpRegistry) -> Result<Module, 
                     .with_secondary(prev, "first defined here"),
             );
         }
-        let arg_types = f.args.iter().map(|a| b.ty(&a.ty)).collect();
-        let result_types = f.results.iter().map(|t| b.ty(t)).collect();
+        let arg_types = f.args.iter().map(|a| b.signature_ty(&a.ty)).collect();
+        let result_types = f.results.iter().map(|t| b.signature_ty(t)).collect();
         let id = b.module.add_func(f.name.name.clone(), arg_types, result_types);
         let data = b.module.func_mut(id);
         data.span = f.span;
@@ -343,6 +349,19 @@ impl Builder<'_> {
             self.error(span, format!("integer {c} does not fit in 64 bits"));
             0
         })
+    }
+
+    /// A type of a function signature: [`Builder::ty`], then its dialect's type check (ops check
+    /// the dialect types of their operands and results themselves, where the error is clearer).
+    fn signature_ty(&mut self, t: &ast::Type) -> Type {
+        let ty = self.ty(t);
+        match self.registry.check_type(&ty) {
+            Ok(()) => ty,
+            Err(m) => {
+                self.error(t.span, m);
+                Type::Unknown
+            }
+        }
     }
 
     fn ty(&mut self, t: &ast::Type) -> Type {

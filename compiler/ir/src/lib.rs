@@ -5,6 +5,7 @@
 //! The usual flow: [`parse_module`] (text → verified [`Module`]), passes through a
 //! [`pass::PassManager`], then [`print_module`]. See `docs/writing-a-pass.md` for the pass API.
 
+pub mod activity;
 pub mod attr;
 pub mod docgen;
 pub mod from_ast;

@@ -469,7 +469,9 @@ impl PassManager {
                 vec![Diagnostic::error(format!("cannot create pass `{}`: {m}", step.info.name))]
             })?;
             let start = Instant::now();
+            let activity = crate::activity::enter(format!("pass `{}`", step.info.name));
             pass.run(module, cx)?;
+            drop(activity);
             timings.passes.push((step.describe(), start.elapsed()));
             if self.instrumentation.verify_each {
                 let errors = crate::verify::verify_module(module);

@@ -156,15 +156,32 @@ pub struct OpTraits {
     pub commutative: bool,
     /// Ends a function body.
     pub terminator: bool,
+    /// Ends the lifetime of its operands (`memory.dealloc`): the verifier rejects any later use.
+    pub consumes: bool,
 }
 
 impl OpTraits {
-    pub const PURE: OpTraits =
-        OpTraits { pure: true, elementwise: false, commutative: false, terminator: false };
-    pub const ELEMENTWISE: OpTraits =
-        OpTraits { pure: true, elementwise: true, commutative: false, terminator: false };
-    pub const COMMUTATIVE: OpTraits =
-        OpTraits { pure: true, elementwise: true, commutative: true, terminator: false };
+    pub const PURE: OpTraits = OpTraits {
+        pure: true,
+        elementwise: false,
+        commutative: false,
+        terminator: false,
+        consumes: false,
+    };
+    pub const ELEMENTWISE: OpTraits = OpTraits {
+        pure: true,
+        elementwise: true,
+        commutative: false,
+        terminator: false,
+        consumes: false,
+    };
+    pub const COMMUTATIVE: OpTraits = OpTraits {
+        pure: true,
+        elementwise: true,
+        commutative: true,
+        terminator: false,
+        consumes: false,
+    };
 }
 
 /// What an op's verifier may look at.
@@ -298,10 +315,15 @@ impl OpDef {
     }
 }
 
-/// All ops fbc knows, by name.
+/// Checks a dialect type's parameters (`!memory.image2d<[W, H], f32>`): `Err` says why they do not
+/// describe a valid type of the dialect.
+pub type TypeCheck = fn(&crate::Type) -> Result<(), String>;
+
+/// All ops fbc knows, by name, and the type checks of the dialects that define types.
 #[derive(Debug, Default, Clone)]
 pub struct OpRegistry {
     ops: BTreeMap<&'static str, &'static OpDef>,
+    type_checks: BTreeMap<&'static str, TypeCheck>,
 }
 
 impl OpRegistry {
@@ -324,6 +346,24 @@ impl OpRegistry {
 
     pub fn get(&self, name: &str) -> Option<&'static OpDef> {
         self.ops.get(name).copied()
+    }
+
+    /// Registers the check of dialect `dialect`'s types (`!dialect.name<...>`); a later
+    /// registration replaces the earlier one.
+    pub fn register_type_check(&mut self, dialect: &'static str, check: TypeCheck) {
+        self.type_checks.insert(dialect, check);
+    }
+
+    /// Checks a type with its dialect's registered check; types of dialects without one, and
+    /// builtin types, pass.
+    pub fn check_type(&self, t: &crate::Type) -> Result<(), String> {
+        match t {
+            crate::Type::Dialect(d) => match self.type_checks.get(d.dialect.as_str()) {
+                Some(check) => check(t),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &'static OpDef> + '_ {

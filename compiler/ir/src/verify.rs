@@ -6,7 +6,8 @@
 //! - required attributes are present and every attribute has the declared kind; attributes the op
 //!   does not declare are errors unless their name contains a `.` (MLIR's discardable attributes,
 //!   such as `fbc.backward`);
-//! - operands are defined before use in the same function (SSA dominance in a single block);
+//! - operands are defined before use in the same function (SSA dominance in a single block), and
+//!   not used after an op that consumes them (`memory.dealloc`);
 //! - the op's own verifier accepts it, and the result types it infers equal the declared ones;
 //! - a function body ends with exactly one terminator (`func.return`), and nothing follows it.
 //!
@@ -27,9 +28,30 @@ pub fn verify_module(m: &Module) -> Vec<Diagnostic> {
             defined[a.index()] = true;
         }
         let n = f.body.len();
+        // Values whose lifetime an earlier op ended, with that op's span.
+        let mut consumed: std::collections::HashMap<crate::module::Value, Span> =
+            std::collections::HashMap::new();
         for (pos, &op) in f.body.iter().enumerate() {
             verify_op(m, op, &defined, &mut diags);
             let data = m.op(op);
+            for (i, v) in data.operands.iter().enumerate() {
+                if let Some(&end) = consumed.get(v) {
+                    let name = m.value(*v).name.as_deref().unwrap_or("?");
+                    diags.push(
+                        Diagnostic::error(format!(
+                            "%{name} is used after its lifetime ended (operand {i} of {})",
+                            data.name()
+                        ))
+                        .at(data.operand_span(i))
+                        .with_secondary(end, "its lifetime ends here"),
+                    );
+                }
+            }
+            if data.def.traits.consumes {
+                for &v in &data.operands {
+                    consumed.entry(v).or_insert(data.span);
+                }
+            }
             for &r in &data.results {
                 defined[r.index()] = true;
             }

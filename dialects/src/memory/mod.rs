@@ -47,7 +47,9 @@ pub fn ops() -> impl Iterator<Item = &'static OpDef> {
     ops::OPS.iter()
 }
 
-/// Registers every memory op in `registry`.
+/// Registers every memory op in `registry`, and the check of `!memory.*` types (a function
+/// argument `!memory.image2d<[2^62, 4], f32>` is refused as `memory.alloc` refuses it).
 pub fn register(registry: &mut OpRegistry) {
     registry.register_all(ops::OPS);
+    registry.register_type_check("memory", |t| MemType::parse_type(t).map(|_| ()));
 }

@@ -15,8 +15,16 @@ use super::kernel::{Kernel, MemType, StorageKind};
 use crate::layout::{Layout, Storage};
 
 /// Memory ops have effects: not pure, not elementwise, not terminators.
-const EFFECTS: OpTraits =
-    OpTraits { pure: false, elementwise: false, commutative: false, terminator: false };
+const EFFECTS: OpTraits = OpTraits {
+    pure: false,
+    elementwise: false,
+    commutative: false,
+    terminator: false,
+    consumes: false,
+};
+
+/// `memory.dealloc` has effects and ends its operand's lifetime.
+const FREES: OpTraits = OpTraits { consumes: true, ..EFFECTS };
 
 /// The attributes of `memory.upload` and `memory.download`: the required `layout`.
 const LAYOUT_ATTRS: &[AttrDef] =
@@ -54,13 +62,14 @@ pub static OPS: &[OpDef] = &[
               \n\
               **Operand:** `m` — a memory value.\n\
               \n\
-              **Verifier:** `m` has a memory type.\n\
+              **Verifier:** `m` has a memory type; no op after it uses `m` (a second dealloc\n\
+              included).\n\
               \n\
               **FBLayout class:** none.",
         operands: Arity::Exactly(1),
         results: Arity::Exactly(0),
         attrs: &[],
-        traits: EFFECTS,
+        traits: FREES,
         class: None,
         infer: infer_dealloc,
     },

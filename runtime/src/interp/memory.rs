@@ -106,6 +106,7 @@ pub(crate) fn execute(
             // The output is always written back; a repeated output overwrites the original.
             let out_first = d.operands.iter().position(|&w| w == d.operands[out]);
             let r = {
+                let _activity = fbc_ir::activity::enter(launch_activity(module, d, &k.name));
                 let mut refs: Vec<&mut MemData> = owned.iter_mut().collect();
                 launcher.launch(&k, &types, &mut refs)
             };
@@ -122,4 +123,15 @@ pub(crate) fn execute(
         other => return Err(op_err(d, format!("internal: `{other}` is not a memory op"))),
     }
     Ok(())
+}
+
+/// `launch `KERNEL` (FILE:LINE:COL)`: the activity an internal error names.
+fn launch_activity(module: &Module, d: &fbc_ir::OpData, kernel: &str) -> String {
+    match &module.source {
+        Some(file) => {
+            let (line, col) = file.line_col(d.span.start);
+            format!("launch `{kernel}` ({}:{line}:{col})", file.name)
+        }
+        None => format!("launch `{kernel}`"),
+    }
 }

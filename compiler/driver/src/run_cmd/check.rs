@@ -141,11 +141,14 @@ pub(crate) fn check(
         } else {
             "the reference interpreter"
         };
-        return Err(Failure::Input(format!(
-            "{}: error: {target} results differ from {what}: {}\n",
-            file.name,
+        let f = module.func(func);
+        let d = fbc_ir::Diagnostic::error(format!(
+            "{target} results differ from {what}: {}",
             failed.join(", ")
-        )));
+        ))
+        .at(f.name_span)
+        .with_label(format!("results of @{}", f.name));
+        return Err(Failure::input(file, &[d]));
     }
     text.push_str("check passed\n");
     Ok(())

@@ -37,6 +37,11 @@ pub(crate) fn read_inputs(
     if let Some(path) = inputs {
         let map = map_file(path)
             .map_err(|e| Failure::Input(format!("{origin}: error: cannot read: {e}\n")))?;
+        if let Some(key) = duplicate_header_key(&map) {
+            return Err(Failure::Input(format!(
+                "{origin}: error: not a valid safetensors file: the header names `{key}` twice\n"
+            )));
+        }
         let st = SafeTensors::deserialize(&map).map_err(|e| {
             Failure::Input(format!("{origin}: error: not a valid safetensors file: {e}\n"))
         })?;
@@ -178,4 +183,34 @@ pub(crate) fn encode_outputs(
         std::collections::HashMap::from([("fbc.entry".to_string(), format!("@{}", f.name))]);
     safetensors::serialize(views, Some(metadata))
         .map_err(|e| Failure::Usage(format!("cannot encode the results: {e}")))
+}
+
+/// The first key that the JSON header of safetensors bytes `file` gives twice. The safetensors
+/// crate keeps the last of duplicates silently; a file that names one tensor twice is ambiguous,
+/// so it is refused. `None` for a header that is not a JSON object (the crate reports that).
+fn duplicate_header_key(file: &[u8]) -> Option<String> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    struct FirstDuplicate;
+    impl<'de> Visitor<'de> for FirstDuplicate {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                if !seen.insert(key.clone()) {
+                    return Ok(Some(key));
+                }
+            }
+            Ok(None)
+        }
+    }
+
+    let len = u64::from_le_bytes(file.get(..8)?.try_into().ok()?);
+    let end = usize::try_from(len).ok()?.checked_add(8)?;
+    let header = file.get(8..end)?;
+    serde_json::Deserializer::from_slice(header).deserialize_map(FirstDuplicate).ok().flatten()
 }

@@ -34,7 +34,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let (level, strategy) = a.opencl_level();
     let profile = fbc_target::builtin(&a.profile).map_err(|e| Failure::Usage(e.to_string()))?;
     let (file, module) = driver.load(&a.file)?;
-    let func = super::entry(&module, a.entry.as_deref(), &file.name)?;
+    let func = super::entry(&module, a.entry.as_deref(), &file)?;
     let fname = module.func(func).name.clone();
     let compile_start = Instant::now();
     let mut lowered = module.clone();
@@ -78,10 +78,6 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             lowering.as_secs_f64()
         );
     }
-    if let Some(path) = &a.outputs {
-        let bytes = super::io::encode_outputs(&module, func, &results)?;
-        crate::output::write_atomic(path, &bytes)?;
-    }
     let types = &module.func(func).result_types;
     let mut text = String::new();
     if a.verbose || a.outputs.is_none() {
@@ -94,6 +90,11 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         // f32 interpreter's own error as slack.
         let half = super::check::HalfModel::of(&lowered, &fname, &file, false)?;
         super::check::check(&file, &module, func, inputs, &results, "CPU JIT", half, &mut text)?;
+    }
+    // Written only once the run (and its check) succeeded: a failure leaves no outputs file.
+    if let Some(path) = &a.outputs {
+        let bytes = super::io::encode_outputs(&module, func, &results)?;
+        crate::output::write_atomic(path, &bytes)?;
     }
     if !text.is_empty() {
         crate::output::write_text(None, &text)?;

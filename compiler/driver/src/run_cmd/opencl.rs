@@ -63,7 +63,7 @@ pub(crate) fn compile(
 ) -> Result<Compiled, Failure> {
     let target = fbc_target::builtin(profile).map_err(|e| Failure::Usage(e.to_string()))?;
     let (file, module) = driver.load(path)?;
-    let func = super::entry(&module, entry, &file.name)?;
+    let func = super::entry(&module, entry, &file)?;
     let mut lowered = module.clone();
     let stats = crate::opencl_emit::optimize_and_lower(
         driver,
@@ -145,6 +145,10 @@ pub(crate) fn device_failure(file: &str, e: &fbc_runtime::opencl::OpenClError) -
     use fbc_runtime::opencl::OpenClError;
     match e {
         OpenClError::NoDevice(_) => Failure::Usage(e.to_string()),
+        // At the launch's op when the error belongs to one.
+        OpenClError::OutOfResources { kernel, location, message } => Failure::Input(format!(
+            "{location}: error: out of resources launching {kernel}: {message}\n"
+        )),
         _ => Failure::Input(format!("{file}: error: {e}\n")),
     }
 }
@@ -182,7 +186,11 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         crate::opencl_emit::dump_kernels(&c.out, module, &a.file, dir)?;
     }
     let source = substituted_source(&c.out, &a.substitute_kernel)?;
-    let opts = RunOptions { device: DeviceSel::parse(&a.device), ..RunOptions::default() };
+    let opts = RunOptions {
+        device: DeviceSel::parse(&a.device),
+        show_build_warnings: a.verbose,
+        ..RunOptions::default()
+    };
     let res = fbc_runtime::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
         .map_err(|e| device_failure(&file.name, &e))?;
     let types = &module.func(func).result_types;
@@ -201,13 +209,14 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         text.push_str(&super::summary(&format!("result{i}"), ty, v));
     }
     let device_values = res.results;
-    if let Some(path) = &a.outputs {
-        let bytes = super::io::encode_outputs(module, func, &device_values)?;
-        crate::output::write_atomic(path, &bytes)?;
-    }
     if a.check {
         let half = super::check::HalfModel::of(&c.lowered, &fname, file, true)?;
         super::check::check(file, module, func, inputs, &device_values, "OpenCL", half, &mut text)?;
+    }
+    // Written only once the run (and its check) succeeded: a failure leaves no outputs file.
+    if let Some(path) = &a.outputs {
+        let bytes = super::io::encode_outputs(module, func, &device_values)?;
+        crate::output::write_atomic(path, &bytes)?;
     }
     if a.outputs.is_none() || a.verbose || a.check {
         crate::output::write_text(None, &text)?;
