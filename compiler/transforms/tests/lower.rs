@@ -564,3 +564,37 @@ func.func @f(%x: tensor<3x4xf32>, %l: tensor<1xi32>, %r: tensor<1x4xf32>) -> (te
         assert!(s[4..].iter().all(|&b| b == u32::MAX), "{s:?}");
     }
 }
+
+/// A conversion between two layouts that place every element at the same offset (here
+/// `#layout.linear` and an R-Tile stored as a texel array in a buffer, as the embedding table
+/// at Llama's full vocabulary is) moves nothing: no launch, the download reads the input's
+/// storage, the numbers are the input's; a real reordering keeps its kernel.
+#[test]
+fn a_conversion_between_layouts_that_place_alike_is_dropped() {
+    let rt = |horizontal: u8, image: &str| {
+        format!(
+            "#layout.rtile<tile = [4, 4], intra = \"rows\", inter = \"row-major\", \
+             horizontal = {horizontal}, pack = \"w\", pad = [0, 0], image = {image}, \
+             storage = \"buffer\">"
+        )
+    };
+    let module = |to: &str| {
+        parse(&format!(
+            "func.func @f(%x: tensor<64x8xf32>) -> tensor<64x8xf32> {{\n  \
+             %y = layout.convert %x {{from = #layout.linear, to = {to}}} : (tensor<64x8xf32>) -> tensor<64x8xf32>\n  \
+             func.return %y : (tensor<64x8xf32>) -> ()\n}}\n"
+        ))
+    };
+    let same = module(&rt(1, "[2, 64]"));
+    let (after, st) = lowered(&same, "lower-to-memory{target=mali},plan-memory", "mali");
+    assert_eq!(st.get("lower-to-memory", "identity-copies"), 1);
+    assert!(kernels(&after).is_empty(), "{}", fbc_ir::print_module(&after));
+    assert_memory_only(&after);
+    same_numbers(&same, &after, "identity conversion");
+    // Rows along the image's width (axis 0 horizontal) transpose the elements: the kernel stays.
+    let moved = module(&rt(0, "[16, 8]"));
+    let (after, st) = lowered(&moved, "lower-to-memory{target=mali},plan-memory", "mali");
+    assert_eq!(st.get("lower-to-memory", "identity-copies"), 0);
+    assert_eq!(kernels(&after).len(), 1, "{}", fbc_ir::print_module(&after));
+    same_numbers(&moved, &after, "reordering conversion");
+}

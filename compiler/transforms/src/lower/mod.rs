@@ -45,6 +45,7 @@
 //! `floordiv`/`mod`, see `storage::Mapper::split_dims`).
 
 mod fusion;
+mod identity;
 mod ops;
 mod storage;
 
@@ -168,6 +169,7 @@ impl Pass for LowerToMemory {
             ("divmod-before", stats.divmod_before),
             ("divmod-after", stats.divmod_after),
             ("split-dims", stats.split_dims),
+            ("identity-copies", stats.identity_copies),
         ] {
             cx.stats.add(NAME, k, v as i64);
         }
@@ -191,6 +193,8 @@ pub(crate) struct Stats {
     pub divmod_after: usize,
     /// Launch dimensions split in two because maps read them through `floordiv`/`mod`.
     pub split_dims: usize,
+    /// Copies dropped because input and output storage place every element alike.
+    pub identity_copies: usize,
 }
 
 /// The memory ops' definitions.
@@ -708,6 +712,10 @@ impl<'m> Lower<'m> {
             let (kernel, sids) = mapper.build(&self, k, name)?;
             launches.push((kernel, sids, k.span));
         }
+        let mut result_sids: Vec<Sid> =
+            self.results.iter().map(|&t| self.tensors[t].storage).collect();
+        stats.identity_copies +=
+            identity::drop_identity_copies(&mut launches, &mut result_sids, &self.storages);
         stats.launches += launches.len();
         stats.copies += self.copies;
         stats.converts += self.converts;
@@ -717,13 +725,13 @@ impl<'m> Lower<'m> {
         stats.split_dims += mapper.split;
         stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();
         stats.half_images += self.storages.iter().filter(|s| s.ty.is_half()).count();
+        // A result renamed to the storage it was an identity copy of keeps its own layout
+        // (the two place every element alike).
         let results = self
             .results
             .iter()
-            .map(|&t| {
-                let s = self.tensors[t].storage;
-                (s, self.storages[s].layout.clone())
-            })
+            .zip(result_sids)
+            .map(|(&t, s)| (s, self.storages[self.tensors[t].storage].layout.clone()))
             .collect();
         Ok(Plan { storages: self.storages, launches, results })
     }
