@@ -165,3 +165,40 @@ fn stores_into_f16_images_round_to_nearest_even_first() {
     );
     assert!(!src("from_half").contains("fbc_rte_half4("), "reads need no rounding");
 }
+
+/// Two layers' worth of the same kernel (equal code, other names and places) and one that
+/// differs in a constant: the source holds two kernels, both same-code launches run the first
+/// one, whose comment names the other (snapshot), and the launches keep their own arguments.
+#[test]
+fn kernels_with_equal_code_are_emitted_once() {
+    let text = r#"module @layers {
+func.func @f(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %mx = memory.upload %x {layout = #layout.linear} : (tensor<8xf32>) -> !memory.buffer<8, f32>
+  %m0 = memory.alloc : () -> !memory.buffer<8, f32>
+  memory.launch %mx, %m0 {kernel = "f_relu_l0", source = "tensor.relu", domain = [8], iterators = ["parallel"], maps = [(d0) -> (d0), (d0) -> (d0)], body = "max(x0, 0.0)"} : (!memory.buffer<8, f32>, !memory.buffer<8, f32>) -> ()
+  %m1 = memory.alloc : () -> !memory.buffer<8, f32>
+  memory.launch %m0, %m1 {kernel = "f_relu_l1", source = "tensor.relu", domain = [8], iterators = ["parallel"], maps = [(d0) -> (d0), (d0) -> (d0)], body = "max(x0, 0.0)"} : (!memory.buffer<8, f32>, !memory.buffer<8, f32>) -> ()
+  %m2 = memory.alloc : () -> !memory.buffer<8, f32>
+  memory.launch %m1, %m2 {kernel = "f_relu_l2", source = "tensor.relu", domain = [8], iterators = ["parallel"], maps = [(d0) -> (d0), (d0) -> (d0)], body = "max(x0, 1.0)"} : (!memory.buffer<8, f32>, !memory.buffer<8, f32>) -> ()
+  %r0 = memory.download %m0 {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
+  %r1 = memory.download %m1 {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
+  %r2 = memory.download %m2 {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
+  func.return %r0, %r1, %r2 : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> ()
+}
+}
+"#;
+    let out = Writer::new(Options::default()).write(&parse("layers.fbir", text)).expect("writes");
+    let names: Vec<&str> = out.kernels.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["f_relu_l0", "f_relu_l2"]);
+    assert_eq!(out.source.matches("__kernel").count(), 2);
+    let f = out.manifest.function("f").expect("@f");
+    let launches: Vec<(&str, &[usize])> =
+        f.launches().map(|l| (l.kernel.as_str(), l.args.as_slice())).collect();
+    assert_eq!(launches.len(), 3);
+    assert_eq!(
+        (launches[0].0, launches[1].0, launches[2].0),
+        ("f_relu_l0", "f_relu_l0", "f_relu_l2")
+    );
+    assert_ne!(launches[0].1, launches[1].1, "each launch keeps its own storage");
+    insta::assert_snapshot!("dedup_kernel", out.kernels[0].1);
+}

@@ -104,6 +104,7 @@ impl Writer {
         if let (Some(want), false) = (&self.options.function, found) {
             return Err(Error::NoFunction(want.clone()));
         }
+        super::dedup::dedup_kernels(&mut kernels, &mut functions);
         let header = src.clone();
         for (_, k) in &kernels {
             src.push('\n');
