@@ -145,6 +145,9 @@ pub(crate) fn device_failure(file: &str, e: &fbc_runtime::opencl::OpenClError) -
     use fbc_runtime::opencl::OpenClError;
     match e {
         OpenClError::NoDevice(_) => Failure::Usage(e.to_string()),
+        OpenClError::Fault { location, message } => {
+            Failure::Input(format!("{location}: error: {message}\n"))
+        }
         _ => Failure::Input(format!("{file}: error: {e}\n")),
     }
 }
