@@ -780,7 +780,10 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     let long = |at: usize| i64::from(e[at] as u32) | (i64::from(e[at + 1]) << 32);
     let id = u32::try_from(e[0]).ok();
     let Some(l) = f.launches().find(|l| l.fault_id.is_some() && l.fault_id == id) else {
-        return OpenClError::Manifest(format!("a kernel recorded fault id {}, no launch has it", e[0]));
+        return OpenClError::Manifest(format!(
+            "a kernel recorded fault id {}, no launch has it",
+            e[0]
+        ));
     };
     let k = usize::try_from(e[2]).unwrap_or(usize::MAX);
     let rank = usize::try_from(e[9]).unwrap_or(0);
@@ -794,7 +797,10 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     let (v0, v1, v2) = (long(3), long(5), long(7));
     let what = match (e[1], desc) {
         (2, Some(d)) => {
-            format!("x{k}[{v0}] is outside operand {k} ({} elements) at domain index {idx}", d.elems)
+            format!(
+                "x{k}[{v0}] is outside operand {k} ({} elements) at domain index {idx}",
+                d.elems
+            )
         }
         (_, Some(d)) => {
             let ty = mem_type(d);

@@ -268,8 +268,7 @@ impl Condition {
 
     /// Whether the condition holds at `p` (an undefined condition does not).
     pub fn holds(&self, p: &[i64]) -> bool {
-        let p: Vec<i64> =
-            p.iter().zip(&self.zero).map(|(&v, &z)| if z { 0 } else { v }).collect();
+        let p: Vec<i64> = p.iter().zip(&self.zero).map(|(&v, &z)| if z { 0 } else { v }).collect();
         self.exprs
             .iter()
             .zip(&self.bounds)
@@ -363,10 +362,7 @@ fn prove_with(
 
 /// The box `[0, extent)` of every dimension; `None` when one is empty (no point at all).
 pub fn domain_box(extents: &[u64]) -> Option<Vec<Interval>> {
-    extents
-        .iter()
-        .map(|&e| below(e).map(|r| Interval { lo: 0, hi: r.hi }))
-        .collect()
+    extents.iter().map(|&e| below(e).map(|r| Interval { lo: 0, hi: r.hi })).collect()
 }
 
 /// Whether every result of `map` is defined and inside `[0, shape[i])` at every point of
@@ -445,7 +441,9 @@ impl fmt::Display for Violation {
         let verb = match self.kind {
             AccessKind::Read => "read".to_string(),
             AccessKind::Write => "written".to_string(),
-            AccessKind::Load => format!("loaded by `x{k}[{}]`", self.load.as_deref().unwrap_or("..")),
+            AccessKind::Load => {
+                format!("loaded by `x{k}[{}]`", self.load.as_deref().unwrap_or(".."))
+            }
         };
         let Some(v) = self.value else {
             return write!(
@@ -465,7 +463,10 @@ impl fmt::Display for Violation {
                     1 => ("y", height, "texels in y"),
                     _ => ("channel", 4, "channels"),
                 };
-                write!(f, "operand {k} ({ty}) is {verb} at {what} = {v} at {at}, outside its {n} {unit}")
+                write!(
+                    f,
+                    "operand {k} ({ty}) is {verb} at {what} = {v} at {at}, outside its {n} {unit}"
+                )
             }
         }
     }
@@ -767,7 +768,11 @@ mod tests {
 
     fn map(text: &str) -> AffineMap {
         let m = fbc_index::IndexMap::parse(text).expect("parses");
-        AffineMap { dims: m.dims, symbols: m.symbols, results: m.results.iter().map(affine).collect() }
+        AffineMap {
+            dims: m.dims,
+            symbols: m.symbols,
+            results: m.results.iter().map(affine).collect(),
+        }
     }
 
     fn b(extents: &[u64]) -> Vec<Interval> {
@@ -818,7 +823,11 @@ mod tests {
     fn the_guard_is_respected() {
         // Out of range for d0 >= 6, which the guard d0 < 6 excludes.
         let e = ix("d0 * 8 + d1", &["d0", "d1"]);
-        let g = Condition { exprs: vec![ix("d0", &["d0", "d1"])], bounds: vec![6], zero: vec![false; 2] };
+        let g = Condition {
+            exprs: vec![ix("d0", &["d0", "d1"])],
+            bounds: vec![6],
+            zero: vec![false; 2],
+        };
         assert_eq!(prove(&e, len(48), &b(&[8, 8]), Some(&g)), Bound::Proven);
         assert_eq!(prove(&e, len(48), &b(&[8, 8]), None), violated(&[6, 0], Some(48)));
         // With the guard d0 < 7 the witness is inside it.
@@ -849,23 +858,32 @@ mod tests {
         let start = Instant::now();
         // 10^12 points, in range.
         let e = ix("d0 * 1000000 + d1", &["d0", "d1"]);
-        assert_eq!(prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), None), Bound::Proven);
+        assert_eq!(
+            prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), None),
+            Bound::Proven
+        );
         // Out of range only at the last point, which the guard (d0 mod 1000 == 0) excludes;
         // with the guard d0 mod 1000 != 1 it is the witness.
-        let e = ix("d0 * 1000000 + d1 + (d0 floordiv 999999) * (d1 floordiv 999999)", &["d0", "d1"]);
+        let e =
+            ix("d0 * 1000000 + d1 + (d0 floordiv 999999) * (d1 floordiv 999999)", &["d0", "d1"]);
         let g = Condition {
             exprs: vec![ix("d0 mod 1000", &["d0", "d1"])],
             bounds: vec![1],
             zero: vec![false; 2],
         };
-        assert_eq!(prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), Some(&g)), Bound::Proven);
-        let g = Condition { exprs: vec![ix("d0 mod 1000 - 1", &["d0", "d1"])], bounds: vec![999], ..g };
+        assert_eq!(
+            prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), Some(&g)),
+            Bound::Proven
+        );
+        let g =
+            Condition { exprs: vec![ix("d0 mod 1000 - 1", &["d0", "d1"])], bounds: vec![999], ..g };
         assert_eq!(
             prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), Some(&g)),
             violated(&[999_999, 999_999], Some(1_000_000_000_000))
         );
         // 10^12 points, out of range only at the last.
-        let e = ix("d0 * 1000000 + d1 + (d0 floordiv 999999) * (d1 floordiv 999999)", &["d0", "d1"]);
+        let e =
+            ix("d0 * 1000000 + d1 + (d0 floordiv 999999) * (d1 floordiv 999999)", &["d0", "d1"]);
         assert_eq!(
             prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), None),
             violated(&[999_999, 999_999], Some(1_000_000_000_000))
