@@ -330,9 +330,7 @@ fn prove_with(
         }
         let outside =
             s.surely_undef || range.is_none_or(|r| s.iv.intersect(r).is_none()) && !s.maybe_undef;
-        let widest = (0..n)
-            .filter(|&d| used[d] && b[d].lo < b[d].hi)
-            .max_by_key(|&d| (i128::from(b[d].hi) - i128::from(b[d].lo), std::cmp::Reverse(d)));
+        let widest = split_dim(expr, cond.filter(|_| g == Tri::Maybe), &b, &used);
         if widest.is_none() || (outside && g == Tri::Always) {
             // A point (in the dimensions that matter), or a box out of range everywhere: its
             // lowest corner decides, and a violation there is the witness.
@@ -358,6 +356,49 @@ fn prove_with(
         stack.push(lower);
     }
     Bound::Proven
+}
+
+/// The dimension to split a box along: the one whose range contributes most to the widths of
+/// the expression's interval and (where the condition is undecided) of the condition's
+/// intervals, measured as the relative shrinking when that dimension is fixed; ties go to the
+/// widest range, then the lowest dimension. `None` when no dimension that matters has more than
+/// one value.
+fn split_dim(expr: &Ix, cond: Option<&Condition>, b: &[Interval], used: &[bool]) -> Option<usize> {
+    let candidates: Vec<usize> = (0..b.len()).filter(|&d| used[d] && b[d].lo < b[d].hi).collect();
+    if candidates.len() <= 1 {
+        return candidates.first().copied();
+    }
+    let width = |iv: Interval| (i128::from(iv.hi) - i128::from(iv.lo)) as f64;
+    let widths = |b: &[Interval]| -> Vec<f64> {
+        let mut w = vec![width(expr.span(b).iv)];
+        if let Some(c) = cond {
+            let zb: Vec<Interval> = b
+                .iter()
+                .zip(&c.zero)
+                .map(|(&iv, &z)| if z { Interval::point(0) } else { iv })
+                .collect();
+            w.extend(c.exprs.iter().map(|e| width(e.span(&zb).iv)));
+        }
+        w
+    };
+    let base = widths(b);
+    let mut fixed = b.to_vec();
+    let mut best: Option<(f64, i128, usize)> = None;
+    for d in candidates {
+        fixed[d] = Interval::point(b[d].lo);
+        let score: f64 = base
+            .iter()
+            .zip(widths(&fixed))
+            .map(|(&w0, w1)| if w0 > 0.0 { (w0 - w1) / w0 } else { 0.0 })
+            .sum();
+        fixed[d] = b[d];
+        let span = i128::from(b[d].hi) - i128::from(b[d].lo);
+        let better = best.is_none_or(|(s, w, _)| score > s || (score == s && span > w));
+        if better {
+            best = Some((score, span, d));
+        }
+    }
+    best.map(|(_, _, d)| d)
 }
 
 /// The box `[0, extent)` of every dimension; `None` when one is empty (no point at all).
