@@ -460,8 +460,26 @@ fn remap_rules() {
     assert_err(
         &[T816],
         "layout.remap %a0 {map = (d0, d1) -> (d0, d1), shape = [16, 8]}",
-        "the index map sends [15, 0] to [15, 0], outside tensor<8x16xf32> — `map` of layout.remap",
+        "the index map sends [8, 0] to [8, 0], outside tensor<8x16xf32> — `map` of layout.remap",
         place,
+    );
+    // Out of range only inside the box (every corner is in range): the witness is exact.
+    assert_err(
+        &["tensor<8x8xf32>"],
+        "layout.remap %a0 {map = (d0, d1) -> (d0 * (7 - d0) * 100000000, d1), shape = [8, 8]}",
+        "the index map sends [1, 0] to [600000000, 0], outside tensor<8x8xf32> — `map` of layout.remap",
+        place,
+    );
+    assert_err(
+        &["tensor<8x8xf32>"],
+        "layout.remap %a0 {map = (d0, d1) -> ((d0 * 5) mod 11, d1), shape = [8, 8]}",
+        "the index map sends [2, 0] to [10, 0], outside tensor<8x8xf32> — `map` of layout.remap",
+        place,
+    );
+    // In range though not monotonic: d0 * (7 - d0) <= 12.
+    assert_eq!(
+        infer(&["tensor<13xf32>"], "layout.remap %a0 {map = (d0) -> (d0 * (7 - d0)), shape = [8]}"),
+        "tensor<8xf32>"
     );
     assert_err(
         &[T816],

@@ -31,6 +31,42 @@ inline float4 fbc_rte_half4(float4 v) { ushort h[4]; vstore_half4_rte(v, 0, (__p
 // Channel c of a texel.
 inline float fbc_ch(float4 v, long c) { return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w)); }
 __constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
+// Run-time bounds checks, for accesses the compiler could not prove in range (data-dependent
+// offsets). A failed check does not touch memory (a read gives 0, a write is skipped) and records
+// the run's first fault in the error buffer e (the first atomic_cmpxchg of e[0] wins): e[0] the
+// launch's fault id, e[1] kind (1 read, 2 load, 3 write), e[2] operand, e[3..8] the coordinates
+// (offset, or x, y, channel) as lo/hi halves, e[9] the domain rank, e[10..25] the domain point.
+#define FBC_PT long p0, long p1, long p2, long p3, long p4, long p5, long p6, long p7
+inline void fbc_half(__global int* e, int at, long v) { e[at] = (int)v; e[at + 1] = (int)(v >> 32); }
+inline void fbc_fault(__global int* e, int id, int kind, int op, long v0, long v1, long v2, int rank, FBC_PT) {
+  if (atomic_cmpxchg((volatile __global int*)e, 0, id) != 0) return;
+  e[1] = kind; e[2] = op; fbc_half(e, 3, v0); fbc_half(e, 5, v1); fbc_half(e, 7, v2); e[9] = rank;
+  fbc_half(e, 10, p0); fbc_half(e, 12, p1); fbc_half(e, 14, p2); fbc_half(e, 16, p3);
+  fbc_half(e, 18, p4); fbc_half(e, 20, p5); fbc_half(e, 22, p6); fbc_half(e, 24, p7);
+}
+#define FBC_PASS p0, p1, p2, p3, p4, p5, p6, p7
+inline float fbc_ldf(__global const float* x, long o, long n, __global int* e, int id, int kind, int op, int rank, FBC_PT) {
+  if (o >= 0 && o < n) return x[o];
+  fbc_fault(e, id, kind, op, o, 0, 0, rank, FBC_PASS); return 0.0f;
+}
+inline int fbc_ldi(__global const int* x, long o, long n, __global int* e, int id, int kind, int op, int rank, FBC_PT) {
+  if (o >= 0 && o < n) return x[o];
+  fbc_fault(e, id, kind, op, o, 0, 0, rank, FBC_PASS); return 0;
+}
+inline void fbc_stf(__global float* x, long o, long n, float v, __global int* e, int id, int op, int rank, FBC_PT) {
+  if (o >= 0 && o < n) x[o] = v; else fbc_fault(e, id, 3, op, o, 0, 0, rank, FBC_PASS);
+}
+inline void fbc_sti(__global int* x, long o, long n, int v, __global int* e, int id, int op, int rank, FBC_PT) {
+  if (o >= 0 && o < n) x[o] = v; else fbc_fault(e, id, 3, op, o, 0, 0, rank, FBC_PASS);
+}
+inline float fbc_rdch(__read_only image2d_t x, long px, long py, long c, long w, long h, __global int* e, int id, int op, int rank, FBC_PT) {
+  if (px >= 0 && px < w && py >= 0 && py < h && c >= 0 && c < 4) return fbc_ch(read_imagef(x, fbc_smp, (int2)((int)px, (int)py)), c);
+  fbc_fault(e, id, 1, op, px, py, c, rank, FBC_PASS); return 0.0f;
+}
+inline void fbc_wrimg(__write_only image2d_t x, long px, long py, long w, long h, float4 v, __global int* e, int id, int op, int rank, FBC_PT) {
+  if (px >= 0 && px < w && py >= 0 && py < h) write_imagef(x, (int2)((int)px, (int)py), v);
+  else fbc_fault(e, id, 3, op, px, py, 0, rank, FBC_PASS);
+}
 ";
 
 /// Which index of a staged operand a [`TexelRead`] runs along: four consecutive values of it are

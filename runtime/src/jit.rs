@@ -17,7 +17,7 @@ use fbc_dialects::memory::{Kernel, MemType};
 use fbc_ir::{FuncId, Module};
 
 use crate::interp::{InterpError, Interpreter, Options, Value};
-use crate::memory::{Launcher, MemData};
+use crate::memory::{run_kernel, Launcher, MemData};
 
 /// Counters of a [`JitLauncher`]'s work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -82,11 +82,26 @@ impl Launcher for JitLauncher {
                 MemData::I32(v) => OperandMut::I32(v),
             })
             .collect();
-        let r = self.jit.run(id, &mut views).map_err(|e| e.to_string());
+        let r = self.jit.run(id, &mut views);
+        drop(views);
         self.stats.launches += 1;
         self.stats.compile_time += compiled - start;
         self.stats.run_time += compiled.elapsed();
-        r
+        match r {
+            Ok(()) => Ok(()),
+            Err(e @ fbc_codegen::cranelift::Error::Runtime { .. }) => {
+                // The native code reports only the kind of fault; the reference executor, run
+                // again on copies of the operands, finds the same first fault in the same order
+                // and words it with the offending value and point, as the other back ends do.
+                let mut copies: Vec<MemData> = operands.iter().map(|m| (**m).clone()).collect();
+                let mut refs: Vec<&mut MemData> = copies.iter_mut().collect();
+                Err(match run_kernel(k, types, &mut refs) {
+                    Err(message) => message,
+                    Ok(()) => e.to_string(),
+                })
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 
@@ -193,7 +208,11 @@ func.func @f(%x: tensor<6x6xf32>) -> tensor<6x6xf32> {{
             Value::F32(Tensor::new(vec![10, 4], (0..40).map(|v| v as f32).collect()).unwrap());
         let bad = Value::I32(Tensor::new(vec![3], vec![2, 10, 0]).unwrap());
         let e = run(&m, FuncId(0), vec![table, bad], Options::default()).unwrap_err();
-        assert_eq!(e.to_string(), "`memory.launch`: kernel `embed`: `x1[..]` loads out of bounds");
+        // Worded as the reference executor words it: the offset and the point.
+        assert_eq!(
+            e.to_string(),
+            "`memory.launch`: kernel `embed`: x1[40] is outside operand 1 (40 elements) at domain index [1, 0]"
+        );
         let InterpError::Op { span, .. } = e else { panic!("{e:?}") };
         assert_eq!(span.start as usize, EMBED.find("memory.launch %mi").unwrap());
     }

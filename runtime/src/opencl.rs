@@ -17,6 +17,11 @@
 //!   anything is created.
 //! - **Launches** go to one in-order queue with profiling enabled; each launch's device time
 //!   (`END - START` of its event, in ns) is reported per kernel and run.
+//! - **Faults**: launches with a `fault_id` check the accesses the compiler could not prove in
+//!   range (data-dependent `xK[e]` loads); they take one error buffer, created and zero-filled
+//!   once per run and read once after the queue finishes (no synchronisation per launch). A
+//!   recorded fault becomes [`OpenClError::Fault`], at the launch's op, worded as the reference
+//!   executor words the same fault; no results are returned.
 //!
 //! Nothing here panics on a bad manifest or device: every failure is an [`OpenClError`].
 
@@ -25,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use fbc_codegen::opencl::{
-    Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind, MANIFEST_VERSION,
+    Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind, FAULT_DIMS,
+    FAULT_INTS, MANIFEST_VERSION,
 };
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::MemType;
@@ -59,6 +65,10 @@ pub enum OpenClError {
     /// too many registers for the device).
     #[error("out of resources launching {kernel} ({location}): {message}")]
     OutOfResources { kernel: String, location: String, message: String },
+    /// A kernel's run-time bounds check failed (a data-dependent index out of range): the
+    /// launch's `.fbir` location and the message, in the reference executor's words.
+    #[error("{message}")]
+    Fault { location: String, message: String },
     /// Any other OpenCL error.
     #[error("OpenCL error: {0}")]
     Ocl(String),
@@ -632,8 +642,22 @@ pub fn run(
         f.launches().map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new() }).collect();
     let runs = if opts.repeat == 0 { 1 } else { opts.repeat + 1 };
     let mut results = vec![None; f.results.len()];
+    let errors = if f.launches().any(|l| l.fault_id.is_some()) {
+        Some(
+            Buffer::<i32>::builder()
+                .queue(queue.clone())
+                .len(FAULT_INTS)
+                .build()
+                .map_err(ocl_err)?,
+        )
+    } else {
+        None
+    };
     for run in 0..runs {
         let timed = opts.repeat == 0 || run > 0;
+        if let Some(e) = &errors {
+            e.write(&[0i32; FAULT_INTS][..]).enq().map_err(ocl_err)?;
+        }
         let mut live: HashMap<usize, Mem> = HashMap::new();
         let mut events: Vec<Event> = Vec::with_capacity(n_launch);
         for s in &f.steps {
@@ -672,6 +696,12 @@ pub fn run(
                             }
                         };
                     }
+                    if l.fault_id.is_some() {
+                        let e = errors.as_ref().ok_or_else(|| {
+                            OpenClError::Manifest("no error buffer for a checked launch".into())
+                        })?;
+                        kb.arg(e);
+                    }
                     let kernel = kb.build().map_err(|e| {
                         OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
                     })?;
@@ -693,7 +723,9 @@ pub fn run(
                     // SAFETY: `ocl` marks every kernel enqueue unsafe because the device may
                     // access memory out of bounds. Each argument is a live storage object of the
                     // manifest's size and kind, and every generated kernel guards its work-items
-                    // against the domain it was written for and reads only inside its storage.
+                    // against the domain it was written for and accesses only its storage: the
+                    // verifier's bounds prover proved the access in range, or the kernel checks
+                    // it (a launch with a `fault_id`, which gets the error buffer).
                     #[allow(unsafe_code)]
                     let r = unsafe { cmd.enew(&mut ev).enq() };
                     r.map_err(|e| {
@@ -730,6 +762,13 @@ pub fn run(
             }
         }
         queue.finish().map_err(ocl_err)?;
+        if let Some(e) = &errors {
+            let mut record = [0i32; FAULT_INTS];
+            e.read(&mut record[..]).enq().map_err(ocl_err)?;
+            if record[0] != 0 {
+                return Err(fault(f, &record));
+            }
+        }
         if timed {
             for (t, ev) in times.iter_mut().zip(&events) {
                 t.ns.push(event_ns(ev)?);
@@ -749,6 +788,54 @@ pub fn run(
         launches: times,
         cache,
     })
+}
+
+/// The fault an error buffer records (see the prelude's `fbc_fault`), in the reference
+/// executor's words (`crate::memory::run_kernel`), at the launch that recorded it.
+fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
+    let long = |at: usize| i64::from(e[at] as u32) | (i64::from(e[at + 1]) << 32);
+    let id = u32::try_from(e[0]).ok();
+    let Some(l) = f.launches().find(|l| l.fault_id.is_some() && l.fault_id == id) else {
+        return OpenClError::Manifest(format!(
+            "a kernel recorded fault id {}, no launch has it",
+            e[0]
+        ));
+    };
+    let k = usize::try_from(e[2]).unwrap_or(usize::MAX);
+    let rank = usize::try_from(e[9]).unwrap_or(0);
+    let mut point: Vec<String> =
+        (0..rank.min(FAULT_DIMS)).map(|d| long(10 + 2 * d).to_string()).collect();
+    if rank > FAULT_DIMS {
+        point.push("..".into());
+    }
+    let idx = format!("[{}]", point.join(", "));
+    let desc = l.args.get(k).and_then(|&a| f.storage.get(a));
+    let (v0, v1, v2) = (long(3), long(5), long(7));
+    let what = match (e[1], desc) {
+        (2, Some(d)) => {
+            format!(
+                "x{k}[{v0}] is outside operand {k} ({} elements) at domain index {idx}",
+                d.elems
+            )
+        }
+        (_, Some(d)) => {
+            let ty = mem_type(d);
+            match d.kind {
+                StorageKind::Buffer => format!(
+                    "operand {k} ({ty}) accessed at element {v0}, outside its {} elements (domain index {idx})",
+                    d.elems
+                ),
+                StorageKind::Image2d { .. } => format!(
+                    "operand {k} ({ty}) accessed at texel ({v0}, {v1}) channel {v2}, outside the image (domain index {idx})"
+                ),
+            }
+        }
+        (_, None) => format!("operand {k} accessed out of bounds at domain index {idx}"),
+    };
+    OpenClError::Fault {
+        location: l.location.clone(),
+        message: format!("kernel `{}`: {what}", l.kernel),
+    }
 }
 
 fn bad_id(id: usize) -> OpenClError {

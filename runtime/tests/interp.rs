@@ -462,9 +462,34 @@ func.func @f(%x: tensor<2x3xf32>, %i: tensor<6xi32>) -> (tensor<2x3xf32>, tensor
 
 #[test]
 fn layout_remap_checks_every_element() {
-    // The verifier checks the corners (0 and 2 map to 0); the middle element reads x[5].
-    let src = "func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\n  %0 = layout.remap %x {map = (d0) -> ((d0 mod 2) * 5), shape = [3]}\n  func.return %0 : tensor<3xf32>\n}";
-    let m = module(src);
+    // The corners 0 and 2 map to 0; the middle element reads x[5]: the verifier's bounds prover
+    // finds it.
+    let bad = "func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\n  %0 = layout.remap %x {map = (d0) -> ((d0 mod 2) * 5), shape = [3]}\n  func.return %0 : tensor<3xf32>\n}";
+    let file = Arc::new(SourceFile::new("test.fbir", bad));
+    let d = fbc_ir::parse_module(&file, &fbc_dialects::registry()).unwrap_err();
+    assert_eq!(
+        d[0].message,
+        "the index map sends [1] to [5], outside tensor<3xf32> — `map` of layout.remap (and the \
+         result types cannot be inferred)"
+    );
+    // A map the prover leaves undecided is checked per element when it runs: the same map put
+    // on a verified module behind the verifier's back.
+    let mut m = module(&bad.replace("(d0 mod 2) * 5", "d0"));
+    let op = m.funcs[0].body[0];
+    let Some(fbc_ir::Attr::Map(map)) = fbc_ir::parse_module(
+        &Arc::new(SourceFile::new(
+            "m.fbir",
+            bad.replace("shape = [3]", "shape = [1]")
+                .replace("> tensor<3xf32> {", "> tensor<1xf32> {")
+                .replace(": tensor<3xf32>\n}", ": tensor<1xf32>\n}"),
+        )),
+        &fbc_dialects::registry(),
+    )
+    .ok()
+    .and_then(|m2| m2.op(m2.funcs[0].body[0]).attr("map").cloned()) else {
+        panic!("the map parses")
+    };
+    m.set_attr(op, "map", fbc_ir::Attr::Map(map));
     let e = Interpreter::new(&m).run("f", vec![f32s(&[3], &[1.0, 2.0, 3.0])]).unwrap_err();
     assert_eq!(e.to_string(), "`layout.remap`: result index [1] reads x[5], outside x's shape [3]");
 }

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 
 use fbc_dialects::memory::{
-    Combine, Iter, Kernel, MemType, Scalar, ScalarBin, ScalarUn, StorageKind,
+    Combine, Iter, Kernel, LaunchBounds, MemType, Scalar, ScalarBin, ScalarUn, StorageKind,
 };
 use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap, ElemType};
@@ -71,7 +71,17 @@ pub struct Emitted {
     pub global: Vec<u64>,
     pub local: Option<Vec<u64>>,
     pub tiled: bool,
+    /// The kernel checks accesses when it runs and takes the error buffer as its last
+    /// parameter (`__global int* fbc_err`, [`FAULT_INTS`] ints), where a failed check records
+    /// the fault id it was written with.
+    pub checked: bool,
 }
+
+/// Ints of the error buffer: see the prelude's `fbc_fault` for the layout.
+pub const FAULT_INTS: usize = 26;
+
+/// How many domain indices a fault records (the rest of a deeper domain is not recorded).
+pub const FAULT_DIMS: usize = 8;
 
 /// Floating-point (and integer) operations of one run of `k`: the body and the combine at every
 /// domain point, the epilogue at every parallel point.
@@ -82,17 +92,32 @@ pub fn kernel_flops(k: &Kernel) -> u64 {
     points * per + par * k.epilogue.as_ref().map_or(0, Scalar::count_ops)
 }
 
-/// Writes kernel `k`, whose operands have `types`, under the comment lines `comment`.
+/// Writes kernel `k`, whose operands have `types`, under the comment lines `comment`. Every
+/// access the bounds prover (`fbc_dialects::memory::bounds`) does not prove in range, and every
+/// data-dependent `xK[e]` load, is checked when the kernel runs; a failed check records
+/// `fault_id` (non-zero) in the error buffer (see [`Emitted::checked`]).
 pub fn emit(
     k: &Kernel,
     types: &[MemType],
     comment: &str,
     opts: &KernelOptions,
+    fault_id: u32,
 ) -> Result<Emitted, String> {
     k.check(types).map_err(|e| e.message)?;
     check(k, types)?;
-    let cx = Cx { k, types, texels: RefCell::new(None), in_select: Cell::new(0) };
-    if opts.tiled {
+    let bounds = k.bounds(types);
+    let checked = bounds.any_checked();
+    let cx = Cx {
+        k,
+        types,
+        texels: RefCell::new(None),
+        in_select: Cell::new(0),
+        bounds,
+        checked,
+        fault_id,
+    };
+    // Generated contractions are always proven; a checked one takes the plain kernel.
+    if opts.tiled && !checked {
         if let Some(e) = cx.contraction(comment, opts)? {
             return Ok(e);
         }
@@ -264,6 +289,12 @@ struct Cx<'a> {
     /// How many `select` branches the expression being written is inside: a read there may be
     /// out of range when the branch is not taken, so it is never hoisted.
     in_select: Cell<u32>,
+    /// What the bounds prover proved of every access.
+    bounds: LaunchBounds,
+    /// Some access is checked: the kernel takes `fbc_err`.
+    checked: bool,
+    /// The id a failed check records.
+    fault_id: u32,
 }
 
 /// The values scalar expressions see: a C expression per domain dimension and the accumulator.
@@ -300,7 +331,23 @@ impl Cx<'_> {
                 (false, true) => format!("__global {}* x{i}", self.ctype(i)),
             });
         }
+        if self.checked {
+            ps.push("__global int* fbc_err".into());
+        }
         ps.join(", ")
+    }
+
+    /// The arguments every check passes after its own: the error buffer, the fault id, and
+    /// (after `kind`/operand arguments the caller writes) the rank and the domain point.
+    fn fault_args(&self, dims: &[String]) -> String {
+        let mut pt: Vec<String> = dims.iter().take(FAULT_DIMS).cloned().collect();
+        pt.resize(FAULT_DIMS, "0L".into());
+        format!("{}, {}", dims.len(), pt.join(", "))
+    }
+
+    /// Whether reads and writes of operand `i` at its map are checked.
+    fn map_checked(&self, i: usize) -> bool {
+        self.checked && self.bounds.map_checked(i)
     }
 
     fn coord(&self, i: usize, r: usize, dims: &[String]) -> Result<String, String> {
@@ -315,6 +362,19 @@ impl Cx<'_> {
         }
         if i == self.out() && self.is_image(i) {
             return Err(format!("x{i}: the output image is write-only"));
+        }
+        if self.is_image(i) && self.map_checked(i) {
+            let (x, y, c) =
+                (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?, self.coord(i, 2, dims)?);
+            let StorageKind::Image { width, height } = self.types[i].storage else {
+                return Err(format!("x{i}: not an image"));
+            };
+            let v = format!(
+                "fbc_rdch(x{i}, {x}, {y}, {c}, {width}L, {height}L, fbc_err, {}, {i}, {})",
+                self.fault_id,
+                self.fault_args(dims)
+            );
+            return Ok((v, Ty::F));
         }
         if self.is_image(i) {
             let (x, y) = (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?);
@@ -338,8 +398,53 @@ impl Cx<'_> {
             };
             return Ok((v, Ty::F));
         }
-        let v = format!("x{i}[{}]", self.coord(i, 0, dims)?);
-        Ok(self.typed(i, v))
+        let off = self.coord(i, 0, dims)?;
+        if self.map_checked(i) {
+            return Ok(self.typed(i, self.checked_load(i, &off, 1, dims)));
+        }
+        Ok(self.typed(i, format!("x{i}[{off}]")))
+    }
+
+    /// Buffer operand `i` read at element offset `off` (a C `long`) with its bounds checked:
+    /// `kind` 1 for a read at its map, 2 for an `xK[e]` load.
+    fn checked_load(&self, i: usize, off: &str, kind: u32, dims: &[String]) -> String {
+        let f = if self.types[i].elem == ElemType::I32 { "fbc_ldi" } else { "fbc_ldf" };
+        format!(
+            "{f}(x{i}, {off}, {}L, fbc_err, {}, {kind}, {i}, {})",
+            self.types[i].elems(),
+            self.fault_id,
+            self.fault_args(dims)
+        )
+    }
+
+    /// The statement storing `v` (already of the output's C type) into a buffer output at
+    /// offset `off`, checked when the output map is not proven.
+    fn buffer_store(&self, off: &str, v: &str, dims: &[String]) -> String {
+        let out = self.out();
+        if !self.map_checked(out) {
+            return format!("x{out}[{off}] = {v};");
+        }
+        let f = if self.types[out].elem == ElemType::I32 { "fbc_sti" } else { "fbc_stf" };
+        format!(
+            "{f}(x{out}, {off}, {}L, {v}, fbc_err, {}, {out}, {});",
+            self.types[out].elems(),
+            self.fault_id,
+            self.fault_args(dims)
+        )
+    }
+
+    /// The statement writing texel value `v` (a `float4`) into the image output at `(x, y)`,
+    /// checked when the output map is not proven.
+    fn image_store(&self, x: &str, y: &str, v: &str, dims: &[String]) -> String {
+        let out = self.out();
+        match self.types[out].storage {
+            StorageKind::Image { width, height } if self.map_checked(out) => format!(
+                "fbc_wrimg(x{out}, {x}, {y}, {width}L, {height}L, {v}, fbc_err, {}, {out}, {});",
+                self.fault_id,
+                self.fault_args(dims)
+            ),
+            _ => format!("write_imagef(x{out}, (int2)((int){x}, (int){y}), {v});"),
+        }
     }
 
     fn typed(&self, i: usize, v: String) -> (String, Ty) {
@@ -359,11 +464,15 @@ impl Cx<'_> {
                 if *i >= self.types.len() || self.is_image(*i) {
                     return Err(format!("x{i}[...]: operand {i} is not a buffer"));
                 }
-                let (e, t) = self.scalar(e, env)?;
+                let (off, t) = self.scalar(e, env)?;
                 if t != Ty::I {
                     return Err(format!("x{i}[...]: the offset is not an integer"));
                 }
-                self.typed(*i, format!("x{i}[{e}]"))
+                if self.checked && self.bounds.load_checked(*i, e) {
+                    self.typed(*i, self.checked_load(*i, &off, 2, env.dims))
+                } else {
+                    self.typed(*i, format!("x{i}[{off}]"))
+                }
             }
             Scalar::Dim(d) => {
                 (env.dims.get(*d).ok_or(format!("d{d}: no such dimension"))?.clone(), Ty::I)
@@ -695,7 +804,10 @@ impl Cx<'_> {
             s.push_str(&lines);
         }
         if image_out {
-            let dims = dims_of(Some(0));
+            let mut dims = dims_of(Some(0));
+            for d in dims.iter_mut().skip(p) {
+                *d = "0L".into();
+            }
             let (x, y) = (self.coord(out, 0, &dims)?, self.coord(out, 1, &dims)?);
             let vs: Vec<String> = values
                 .into_iter()
@@ -705,25 +817,24 @@ impl Cx<'_> {
                     None => as_f(v),
                 })
                 .collect();
-            let _ = writeln!(
-                s,
-                "  write_imagef(x{out}, (int2)((int){x}, (int){y}), {});",
-                self.texel_value(&vs.join(", "))
-            );
+            let v = self.texel_value(&vs.join(", "));
+            let _ = writeln!(s, "  {}", self.image_store(&x, &y, &v, &dims));
         } else {
-            let dims = dims_of(None);
+            let mut dims = dims_of(None);
+            for d in dims.iter_mut().skip(p) {
+                *d = "0L".into();
+            }
             let off = self.coord(out, 0, &dims)?;
             let v = values.into_iter().next().ok_or("no value")?;
             let v = self.store_value(v);
-            match &guards[0] {
+            let v = match &guards[0] {
                 Some(g) => {
                     let zero = if self.types[out].elem == ElemType::I32 { "0" } else { "0.0f" };
-                    let _ = writeln!(s, "  x{out}[{off}] = {g} ? {v} : {zero};");
+                    format!("{g} ? {v} : {zero}")
                 }
-                None => {
-                    let _ = writeln!(s, "  x{out}[{off}] = {v};");
-                }
-            }
+                None => v,
+            };
+            let _ = writeln!(s, "  {}", self.buffer_store(&off, &v, &dims));
         }
         s.push_str("}\n");
         let g = opts.group_1d.clamp(1, opts.max_group.max(1));
@@ -732,6 +843,7 @@ impl Cx<'_> {
             global: vec![items.div_ceil(g).max(1) * g],
             local: Some(vec![g]),
             tiled: false,
+            checked: self.checked,
         })
     }
 
@@ -953,6 +1065,7 @@ impl Cx<'_> {
             global,
             local: Some(vec![group[0], group[1], 1]),
             tiled: true,
+            checked: false,
         }))
     }
 }

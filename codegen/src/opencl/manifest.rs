@@ -10,8 +10,9 @@ use fbc_dialects::layout::{Intra, Layout, RTile, Storage as TexStorage};
 use serde::{Deserialize, Serialize};
 
 /// Version of the manifest format; the runtime refuses other versions. Version 1 was the
-/// tensor-level manifest (one buffer per tensor value).
-pub const MANIFEST_VERSION: u32 = 2;
+/// tensor-level manifest (one buffer per tensor value); version 2 had no `fault_id` on launches
+/// (kernels did not check accesses when they ran).
+pub const MANIFEST_VERSION: u32 = 3;
 
 /// Element type of storage and tensors: `f32` or `i32`; storage may also be `f16` (an image of
 /// `CL_HALF_FLOAT` texels holding an `f32` tensor rounded to `f16`: the runtime converts at upload
@@ -169,6 +170,12 @@ pub struct Launch {
     pub bytes: u64,
     /// Whether the kernel is the tiled contraction (else the plain one).
     pub tiled: bool,
+    /// Present when the kernel checks accesses the compiler could not prove in range (a
+    /// data-dependent `xK[e]` load): it then takes the run's error buffer
+    /// (`FAULT_INTS` ints, zero-filled once per run) as one more, last, argument, and a failed
+    /// check records this id (non-zero, unique in the module) there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_id: Option<u32>,
 }
 
 /// A tensor argument or result of a function.

@@ -11,7 +11,7 @@ pub mod kernel;
 pub mod manifest;
 mod writer;
 
-pub use kernel::{Emitted, KernelOptions};
+pub use kernel::{Emitted, KernelOptions, FAULT_DIMS, FAULT_INTS};
 pub use manifest::{
     Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc, StorageKind,
     TensorDesc, MANIFEST_VERSION,

@@ -450,8 +450,10 @@ impl FuncWriter<'_> {
         for (i, (m, t)) in k.maps.iter().zip(&types).enumerate() {
             let _ = writeln!(comment, "// x{i}: {t} at {m}");
         }
-        let e =
-            kernel::emit(&k, &types, &comment, self.opts).map_err(|e| self.unsupported(d, e))?;
+        // Fault ids are 1-based (0 in the error buffer means no fault) and unique in the module.
+        let fault_id = u32::try_from(self.kernels.len() + 1).unwrap_or(u32::MAX);
+        let e = kernel::emit(&k, &types, &comment, self.opts, fault_id)
+            .map_err(|e| self.unsupported(d, e))?;
         let mut distinct: Vec<usize> = ids.clone();
         distinct.sort_unstable();
         distinct.dedup();
@@ -466,6 +468,7 @@ impl FuncWriter<'_> {
             flops: kernel::kernel_flops(&k),
             bytes,
             tiled: e.tiled,
+            fault_id: e.checked.then_some(fault_id),
         }));
         self.kernels.push((name, e.source));
         Ok(())

@@ -74,7 +74,15 @@ pub(crate) fn optimize_and_lower(
     let instr = InstrumentationArgs::default();
     let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
     driver.run_pipeline(file, module, &pipeline, Some(profile), &instr)?;
-    lower_for(driver, file, module, target, profile, half_images, &instr)
+    let stats = lower_for(driver, file, module, target, profile, half_images, &instr)?;
+    // Nothing runs before the lowered module verifies: a launch the bounds prover shows out of
+    // bounds is an error at its op here, whatever the build's pass-manager checks (an input
+    // that is already lowered was verified when it was loaded).
+    let errors = fbc_ir::verify::verify_module(module);
+    if !errors.is_empty() {
+        return Err(Failure::input(file, &errors));
+    }
+    Ok(stats)
 }
 
 fn lower_for(

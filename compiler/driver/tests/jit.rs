@@ -212,3 +212,38 @@ fn threads_give_bit_identical_training_steps() {
         o.stderr
     );
 }
+
+/// A `layout.remap` whose map the bounds prover can neither prove nor refute within its budget
+/// passes the verifier; where it reads outside its operand at run time, the error is at the
+/// remap op (the copy kernel of a returned view is located at the op that made the view, not
+/// at `func.return`) and names the interpreter's point.
+#[test]
+fn a_remap_fault_is_located_at_the_remap() {
+    let dir = common::scratch("jit-remap");
+    let text = "func.func @main(%x: tensor<10006xf32>) -> tensor<1000x1000xf32> {\n  %y = layout.remap %x {map = (d0, d1) -> ((d0 * d1 + d0 * 7919 + d1 * 104729) mod 10007), shape = [1000, 1000]} : (tensor<10006xf32>) -> tensor<1000x1000xf32>\n  func.return %y : tensor<1000x1000xf32>\n}\n";
+    let file = common::write(&dir, "remap.fbir", text.as_bytes());
+    let at = format!("{file}:2:3: error: ");
+    let o = common::fbc(&["run", &file, "--random-inputs", "1"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.starts_with(&format!(
+            "{at}`layout.remap`: result index [21, 777] reads x[10006], outside x's shape [10006]"
+        )),
+        "{}",
+        o.stderr
+    );
+    for level in ["-O0", "-O3"] {
+        let o = common::fbc(&["run", &file, "--random-inputs", "1", "--target", "cpu-jit", level]);
+        assert_eq!(o.code, 1, "{}", o.stderr);
+        let first = o.stderr.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!(
+                "{at}`memory.launch`: kernel `main_copy_y`: operand 0 (!memory.buffer<10006, f32>) \
+                 accessed at element 10006, outside its 10006 elements (domain index [21, 777])"
+            ),
+            "{}",
+            o.stderr
+        );
+    }
+}

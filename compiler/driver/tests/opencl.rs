@@ -857,3 +857,169 @@ fn attention_with_half_images_passes_check_with_the_f16_bound() {
     // the results (softmax-weighted averages of values in [-1, 1)).
     assert!(half > 10.0 * full && half < 1e-2, "f16 images {half:e}, f32 images {full:e}");
 }
+
+/// A safetensors file of an `F32` tensor `f` (shape `fs`) and an `I32` tensor `i` (shape `is`).
+fn safetensors_f32_i32(f: (&str, &[u64], &[f32]), i: (&str, &[u64], &[i32])) -> Vec<u8> {
+    let (nf, ni) = (f.2.len() * 4, i.2.len() * 4);
+    let shape = |s: &[u64]| s.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let header = format!(
+        r#"{{"{}":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{nf}]}},"{}":{{"dtype":"I32","shape":[{}],"data_offsets":[{nf},{}]}}}}"#,
+        f.0,
+        shape(f.1),
+        i.0,
+        shape(i.1),
+        nf + ni
+    );
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend(header.as_bytes());
+    f.2.iter().for_each(|x| b.extend(x.to_le_bytes()));
+    i.2.iter().for_each(|x| b.extend(x.to_le_bytes()));
+    b
+}
+
+/// Data-dependent indices out of range (embedding ids of -2^31, the table size and 2^31-1;
+/// cross-entropy labels of -2^31, the class count and 2^31-1) stop every back end with an error
+/// at the op (exit 1, no outputs file): the interpreter names the id or label, the CPU JIT and
+/// the OpenCL kernels (which check the gather when they run: PoCL's device memory is this
+/// process's heap, unchecked they crashed or read another row) the same offset and point, in
+/// the reference executor's words. In range, `--check` passes.
+#[test]
+fn out_of_range_ids_and_labels_are_located_errors_on_every_back_end() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("gathers");
+    let emb = common::write(
+        &dir,
+        "emb.fbir",
+        module(
+            "%table: tensor<10x4xf32>, %ids: tensor<3xi32>",
+            "  %r = tensor.embedding %table, %ids : (tensor<10x4xf32>, tensor<3xi32>) -> tensor<3x4xf32>",
+            "tensor<3x4xf32>",
+        )
+        .as_bytes(),
+    );
+    let ce = common::write(
+        &dir,
+        "ce.fbir",
+        module(
+            "%x: tensor<4x5xf32>, %labels: tensor<4xi32>",
+            "  %r = tensor.cross_entropy %x, %labels : (tensor<4x5xf32>, tensor<4xi32>) -> tensor<f32>",
+            "tensor<f32>",
+        )
+        .as_bytes(),
+    );
+    let table: Vec<f32> = (0..40).map(|v| v as f32).collect();
+    let logits: Vec<f32> = (0..20).map(|v| v as f32 * 0.1).collect();
+    // (file, inputs, what the interpreter says, what the kernels say)
+    let mut cases = Vec::new();
+    for (id, off) in [(i32::MIN, -8589934592i64), (10, 40), (i32::MAX, 8589934588)] {
+        let inputs = safetensors_f32_i32(("table", &[10, 4], &table), ("ids", &[3], &[2, id, 0]));
+        cases.push((
+            &emb,
+            common::write(&dir, &format!("emb{id}.safetensors"), &inputs),
+            format!("embedding: id {id} at index [1] is out of range 0..10"),
+            format!("x0[{off}] is outside operand 0 (40 elements) at domain index [1, 0]"),
+        ));
+    }
+    // Label 5 would read the next row's first logit (offset 15) without the lowering's check.
+    for (label, off) in [(i32::MIN, i64::from(i32::MIN)), (5, 20), (i32::MAX, 2147483662)] {
+        let inputs =
+            safetensors_f32_i32(("x", &[4, 5], &logits), ("labels", &[4], &[1, 0, label, 4]));
+        cases.push((
+            &ce,
+            common::write(&dir, &format!("ce{label}.safetensors"), &inputs),
+            format!("cross_entropy: label {label} at index [2] is out of range 0..5"),
+            format!("x3[{off}] is outside operand 3 (20 elements) at domain index [0, 2]"),
+        ));
+    }
+    let mut failed = Vec::new();
+    for (file, inputs, interp, kernel) in &cases {
+        for (target, level) in [
+            ("cpu", "-O3"),
+            ("cpu-jit", "-O0"),
+            ("cpu-jit", "-O3"),
+            ("opencl", "-O0"),
+            ("opencl", "-O3"),
+        ] {
+            let out = dir.join("out.safetensors");
+            let _ = std::fs::remove_file(&out);
+            let o = common::fbc(&[
+                "run",
+                file,
+                "--inputs",
+                inputs,
+                "--target",
+                target,
+                level,
+                "--outputs",
+                out.to_str().unwrap_or_default(),
+            ]);
+            let want = if target == "cpu" { interp } else { kernel };
+            let at = format!("{file}:2:3: error: ");
+            let ok = o.code == 1
+                && o.stderr.starts_with(&at)
+                && o.stderr.lines().next().is_some_and(|l| l.ends_with(want.as_str()))
+                && !out.exists();
+            if !ok {
+                failed.push(format!("{target} {level} {inputs}: exit {}\n{}", o.code, o.stderr));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    // In range, the checked gathers compute the interpreter's values.
+    let ok = std::path::Path::new(&emb);
+    check(ok, 3, &[]).expect("embedding -O3");
+    check(ok, 0, &[]).expect("embedding -O0");
+    let ok = std::path::Path::new(&ce);
+    check(ok, 3, &[]).expect("cross_entropy -O3");
+    check(ok, 0, &[]).expect("cross_entropy -O0");
+}
+
+/// Accesses the bounds prover leaves undecided are checked by the kernel when it runs (a remap
+/// whose map is too irregular for the prover's budget: the same error and point as the CPU
+/// JIT); accesses it refutes are verifier errors before any device work, however large the
+/// domain (10^12 points under a guard).
+#[test]
+fn undecided_accesses_are_checked_and_refuted_ones_never_run() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("opencl-bounds");
+    let text = "func.func @main(%x: tensor<10006xf32>) -> tensor<1000x1000xf32> {\n  %y = layout.remap %x {map = (d0, d1) -> ((d0 * d1 + d0 * 7919 + d1 * 104729) mod 10007), shape = [1000, 1000]} : (tensor<10006xf32>) -> tensor<1000x1000xf32>\n  func.return %y : tensor<1000x1000xf32>\n}\n";
+    let file = common::write(&dir, "remap.fbir", text.as_bytes());
+    for level in ["-O0", "-O3"] {
+        let o = common::fbc(&["run", &file, "--random-inputs", "1", "--target", "opencl", level]);
+        assert_eq!(o.code, 1, "{}", o.stderr);
+        let first = o.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with(&format!("{file}:2:3: error: `memory.launch`: kernel `main_copy_y`: operand 0 (!memory.buffer<10006, f32>) accessed at element 10006, outside its 10006 elements (domain index [")),
+            "{}",
+            o.stderr
+        );
+    }
+    let huge = "func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %m = memory.upload %x {layout = #layout.linear} : (tensor<8xf32>) -> !memory.buffer<8, f32>\n  %o = memory.alloc : () -> !memory.buffer<8, f32>\n  memory.launch %m, %o {kernel = \"k\", domain = [1000000, 1000000], iterators = [\"parallel\", \"parallel\"], maps = [(d0, d1) -> (d0 + d1), (d0, d1) -> (d0 + d1)], body = \"x0\", guard = (d0, d1) -> (d0 + d1), guard_bounds = [8]} : (!memory.buffer<8, f32>, !memory.buffer<8, f32>) -> ()\n  %y = memory.download %o {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>\n  func.return %y : tensor<8xf32>\n}\n";
+    let file = common::write(&dir, "huge.fbir", huge.as_bytes());
+    let out = dir.join("huge.safetensors");
+    for target in ["opencl", "cpu-jit", "cpu"] {
+        let start = std::time::Instant::now();
+        let o = common::fbc(&[
+            "run",
+            &file,
+            "--random-inputs",
+            "1",
+            "--target",
+            target,
+            "--outputs",
+            out.to_str().unwrap_or_default(),
+        ]);
+        assert_eq!(o.code, 1, "{}", o.stderr);
+        assert!(
+            o.stderr.starts_with(&format!("{file}:4:3: error: operand 1 (!memory.buffer<8, f32>) is written at offset 8 at d0=1, d1=7, outside its 8 elements")),
+            "{target}: {}",
+            o.stderr
+        );
+        assert!(!out.exists());
+        assert!(start.elapsed().as_secs() < 10, "{target}: {:?}", start.elapsed());
+    }
+}

@@ -89,6 +89,18 @@ impl Interval {
         Interval::exact(al + bl, ah + bh)
     }
 
+    /// Interval of `a - b`, or `None` if some difference could overflow.
+    pub fn checked_sub(self, b: Interval) -> Option<Interval> {
+        let ((al, ah), (bl, bh)) = (self.wide(), b.wide());
+        Interval::exact(al - bh, ah - bl)
+    }
+
+    /// Interval of `-a`, or `None` if `a` may be `i64::MIN` (whose negation overflows).
+    pub fn checked_neg(self) -> Option<Interval> {
+        let (l, h) = self.wide();
+        Interval::exact(-h, -l)
+    }
+
     /// Interval of `a * b`, or `None` if some product could overflow.
     pub fn checked_mul(self, b: Interval) -> Option<Interval> {
         let (lo, hi) = self.mul_wide(b);
@@ -308,6 +320,10 @@ mod tests {
         assert_eq!(-Interval::FULL, iv(i64::MIN + 1, i64::MAX));
         assert_eq!(Interval::FULL.floordiv(Interval::point(0)), Interval::FULL);
         assert!(Interval::FULL.checked_add(Interval::point(1)).is_none());
+        assert!(Interval::point(i64::MIN).checked_neg().is_none());
+        assert_eq!(iv(-3, 5).checked_neg(), Some(iv(-5, 3)));
+        assert!(iv(i64::MIN, 0).checked_sub(Interval::point(1)).is_none());
+        assert_eq!(iv(0, 7).checked_sub(iv(1, 2)), Some(iv(-2, 6)));
         assert_eq!(iv(0, 63).modulo(Interval::point(64)), iv(0, 63));
         assert_eq!(iv(64, 100).modulo(Interval::point(64)), iv(0, 36));
     }

@@ -14,6 +14,7 @@ use fbc_ir::{
 
 use super::attr::Layout;
 use super::map::{eval_map, MapEval};
+use crate::memory::bounds::{prove_map, Bound};
 
 pub static OPS: &[OpDef] = &[
     OpDef {
@@ -97,9 +98,11 @@ pub static OPS: &[OpDef] = &[
               \n\
               **Verifier:** `x` is a tensor; `map` is an index map with no symbols, as many\n\
               dimensions as `shape` has entries and as many results as `x` has axes; `shape` entries\n\
-              are ≥ 0 and their product fits in 64 bits; at every corner of the result's index box\n\
-              (all corners up to rank 10) the map is defined and lands inside `x` — a map that\n\
-              fails there is certainly wrong; maps that pass are checked per element at run time.\n\
+              are ≥ 0 and their product fits in 64 bits; the bounds prover\n\
+              (`dialects/src/memory/bounds.rs`: interval arithmetic refined by branch and bound,\n\
+              never enumerating points) finds no index of the result's box where the map is\n\
+              undefined or lands outside `x` — an error names such an index; a map it can neither\n\
+              prove nor refute within its budget is checked per element at run time.\n\
               \n\
               **FBLayout class:** FTI-D: it is the index-map form of an FTI-D op (reshape,\n\
               transpose); its backward reads `dy` through the inverse map, with no forward tensor.",
@@ -173,9 +176,6 @@ fn list(xs: &[impl std::fmt::Display]) -> String {
     let items: Vec<String> = xs.iter().map(ToString::to_string).collect();
     format!("[{}]", items.join(", "))
 }
-
-/// Corners of the box `[0, shape)` checked by the verifier: all of them up to this rank.
-const MAX_CORNER_RANK: usize = 10;
 
 fn infer_remap(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     const NAME: &str = "layout.remap";
@@ -253,61 +253,43 @@ fn infer_remap(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
         )
         .note(format!("operand 0 (`x`) is {x}")));
     }
-    check_corners(map, &shape, x, NAME)?;
+    check_in_bounds(map, &shape, x, NAME)?;
     Ok(vec![Type::Tensor(result)])
 }
 
-/// Evaluates the map at the corners of `[0, shape)`; any corner that is undefined or lands
-/// outside `x` proves the map wrong.
-fn check_corners(
+/// Proves that the map sends every index of `[0, shape)` inside `x`; an index where it is
+/// undefined or lands outside proves the map wrong. Unknown (the prover's budget ran out) passes:
+/// such reads are checked per element when they run.
+fn check_in_bounds(
     map: &AffineMap,
     shape: &[u64],
     x: &TensorType,
     name: &str,
 ) -> Result<(), OpError> {
-    if shape.contains(&0) {
-        return Ok(()); // An empty result reads nothing.
+    // Indices are i64; a dimension beyond i64 cannot be indexed by a map at all.
+    if shape.iter().any(|&d| i64::try_from(d).is_err()) {
+        return Ok(());
     }
-    // Corners are i64 indices; a dimension beyond i64 cannot be indexed by a map at all.
-    let Ok(last): Result<Vec<i64>, _> = shape.iter().map(|&d| i64::try_from(d - 1)).collect()
-    else {
+    let Some((Bound::Violated { point, .. }, _)) = prove_map(map, shape, &x.shape) else {
         return Ok(());
     };
-    let rank = shape.len();
-    let corners: Vec<Vec<i64>> = if rank <= MAX_CORNER_RANK {
-        (0..1u32 << rank)
-            .map(|bits| (0..rank).map(|k| if bits >> k & 1 == 1 { last[k] } else { 0 }).collect())
-            .collect()
-    } else {
-        vec![vec![0; rank], last.clone()]
-    };
-    for c in corners {
-        match eval_map(map, &c) {
-            MapEval::Ok(src) => {
-                let inside = src.iter().zip(&x.shape).all(|(&s, &d)| s >= 0 && (s as u64) < d);
-                if !inside {
-                    return Err(OpError::attr(
-                        "map",
-                        format!(
-                            "the index map sends {} to {}, outside {x} — `map` of {name}",
-                            list(&c),
-                            list(&src)
-                        ),
-                    ));
-                }
-            }
-            MapEval::Undefined => {
-                return Err(OpError::attr(
-                    "map",
-                    format!(
-                        "the index map is undefined at {} (a division by a non-positive number, or \
-                         an overflow) — `map` of {name}",
-                        list(&c)
-                    ),
-                ))
-            }
-            MapEval::Arity => {} // Checked above.
-        }
+    match eval_map(map, &point) {
+        MapEval::Ok(src) => Err(OpError::attr(
+            "map",
+            format!(
+                "the index map sends {} to {}, outside {x} — `map` of {name}",
+                list(&point),
+                list(&src)
+            ),
+        )),
+        MapEval::Undefined => Err(OpError::attr(
+            "map",
+            format!(
+                "the index map is undefined at {} (a division by a non-positive number, or \
+                 an overflow) — `map` of {name}",
+                list(&point)
+            ),
+        )),
+        MapEval::Arity => Ok(()), // Checked above.
     }
-    Ok(())
 }

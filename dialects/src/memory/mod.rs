@@ -30,10 +30,12 @@
 //! Memory ops have side effects (a launch writes its last operand); their order in the function
 //! is the schedule.
 
+pub mod bounds;
 pub mod kernel;
 pub mod ops;
 pub mod scalar;
 
+pub use bounds::{AccessKind, Bound, LaunchBounds, Violation};
 pub use kernel::{
     Combine, Guard, Iter, Kernel, KernelError, MemType, Scalar, ScalarBin, ScalarUn, StorageKind,
 };

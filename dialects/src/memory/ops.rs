@@ -157,7 +157,10 @@ pub static OPS: &[OpDef] = &[
               integer-valued offsets and `%` operands, `acc` only in the epilogue, which reads only\n\
               operands whose maps use only parallel dimensions; an integer output gets integer values;\n\
               an image output has a last parallel dimension of extent 4 that is exactly the third\n\
-              result of its map (a work-item writes a whole texel).\n\
+              result of its map (a work-item writes a whole texel); no access is proven out of\n\
+              bounds: the bounds prover (`dialects/src/memory/bounds.rs`) looks for a point of the\n\
+              domain (inside the guard for reads) where a map, the guard or an `xK[e]` offset that\n\
+              reads only domain indices is undefined or outside its storage, and names it.\n\
               \n\
               **FBLayout class:** none.",
         operands: Arity::AtLeast(1),
@@ -370,6 +373,9 @@ fn infer_launch(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
         .collect::<Result<Vec<_>, _>>()?;
     let k = Kernel::from_attrs(v.attrs).map_err(|e| at(v, e, NAME))?;
     k.check(&types).map_err(|e| at(v, e, NAME))?;
+    if let Some(bad) = k.bounds(&types).violation {
+        return Err(OpError::new(bad.to_string()));
+    }
     Ok(vec![])
 }
 

@@ -149,7 +149,32 @@ pub(crate) fn device_failure(file: &str, e: &fbc_runtime::opencl::OpenClError) -
         OpenClError::OutOfResources { kernel, location, message } => Failure::Input(format!(
             "{location}: error: out of resources launching {kernel}: {message}\n"
         )),
+        OpenClError::Fault { location, message } => {
+            Failure::Input(format!("{location}: error: `memory.launch`: {message}\n"))
+        }
         _ => Failure::Input(format!("{file}: error: {e}\n")),
+    }
+}
+
+/// A kernel's run-time fault rendered at its `memory.launch` op (found in `lowered` by the
+/// manifest's `location`), as the interpreter and the CPU JIT render their launch errors.
+#[cfg(feature = "opencl")]
+fn fault_at(lowered: &Module, file: &SourceFile, location: &str, message: &str) -> Failure {
+    let message = format!("`memory.launch`: {message}");
+    let span = lowered
+        .funcs
+        .iter()
+        .flat_map(|f| &f.body)
+        .map(|&op| lowered.op(op))
+        .filter(|d| d.name() == "memory.launch" && d.span.end > d.span.start)
+        .map(|d| d.span)
+        .find(|s| {
+            let (l, c) = file.line_col(s.start);
+            format!("{}:{l}:{c}", file.name) == location
+        });
+    match span {
+        Some(s) => Failure::input(file, &[fbc_ir::Diagnostic::error(message).at(s)]),
+        None => Failure::Input(format!("{location}: error: {message}\n")),
     }
 }
 
@@ -191,8 +216,14 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         show_build_warnings: a.verbose,
         ..RunOptions::default()
     };
-    let res = fbc_runtime::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
-        .map_err(|e| device_failure(&file.name, &e))?;
+    let res = fbc_runtime::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts).map_err(
+        |e| match &e {
+            fbc_runtime::opencl::OpenClError::Fault { location, message } => {
+                fault_at(&c.lowered, file, location, message)
+            }
+            _ => device_failure(&file.name, &e),
+        },
+    )?;
     let types = &module.func(func).result_types;
     let mut text = String::new();
     if a.verbose {

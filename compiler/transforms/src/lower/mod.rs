@@ -666,6 +666,12 @@ impl<'m> Lower<'m> {
         if own {
             Ok(a.t)
         } else {
+            // The copy reads through the view: its faults are the view's (a `layout.remap`
+            // reading outside its operand), so it is located at the op that made the view.
+            let span = match (&a.map, self.m.defining_op(v)) {
+                (Some(_), Some(op)) => self.m.op(op).span,
+                _ => span,
+            };
             self.materialize(v, span)
         }
     }

@@ -709,7 +709,18 @@ impl Lower<'_> {
                         self.read(ops[1], vec![dim(1)], span)?,
                         logits,
                     ];
-                    let picked = Scalar::Load(3, Box::new(add(mul(dk(1), int(cc as i64)), x(2))));
+                    // A label outside 0..C must not read another row's logit: its offset is
+                    // sent outside the logits (the label itself when negative, past the end
+                    // when too large), where every back end stops with an error at this op.
+                    let c = cc as i64;
+                    let valid = bin(B::And, bin(B::Ge, x(2), int(0)), bin(B::Lt, x(2), int(c)));
+                    let wild = select(
+                        bin(B::Lt, x(2), int(0)),
+                        x(2),
+                        add(x(2), int(c.saturating_mul(nn as i64 - 1))),
+                    );
+                    let off = select(valid, add(mul(dk(1), int(c)), x(2)), wild);
+                    let picked = Scalar::Load(3, Box::new(off));
                     // log-sum-exp is +inf on a row holding +inf (there `Σ exp(x - max)` is
                     // NaN), as in the reference.
                     let lse = select(

@@ -1,0 +1,955 @@
+//! The bounds prover: is every storage access of a launch (or every read of a `layout.remap`)
+//! inside its storage, at every point of the domain where it happens?
+//!
+//! One question is an index expression `e` over a box of dimension values (inclusive ranges),
+//! an allowed range of values, and optionally a condition (a launch's guard: `0 <= g_i < b_i`
+//! for every result `g_i` of the guard map) outside of which the access does not happen. The
+//! answer ([`Bound`]) is
+//!
+//! - [`Bound::Proven`]: at every point of the box where the condition holds, `e` is defined and
+//!   in range;
+//! - [`Bound::Violated`]: a concrete point of the box, where the condition holds, at which `e` is
+//!   undefined (a division by a non-positive number, an overflow) or out of range, with the
+//!   value there;
+//! - [`Bound::Unknown`]: the work budget ([`BUDGET`] boxes) ran out before either was shown.
+//!
+//! How: sound interval arithmetic of `e` over the box (`fbc_index::Interval`, with a flag for
+//! operations that may be undefined), refined by branch and bound. When the interval of a box
+//! is neither inside nor outside the range, the widest dimension that `e` or the condition
+//! reads is split in two and both halves are examined, the lower half first; a box that has
+//! shrunk to a point (in the dimensions that matter) is decided by evaluating `e` there. A box
+//! whose interval is entirely out of range, where the condition certainly holds, is a violation
+//! at its lowest corner. Nothing ever enumerates the points of the domain, so a domain of 10^12
+//! points costs what a small one does; maps the compiler writes are proven by the first
+//! interval evaluation.
+//!
+//! Every [`Bound::Violated`] witness is confirmed by a concrete evaluation with the semantics of
+//! the reference executor before it is reported, so a violation is never a false alarm.
+//!
+//! [`LaunchBounds`] asks these questions for every access of a [`Kernel`]: each operand's map
+//! (inputs where the body or the epilogue reads them, under the guard; the output where it is
+//! written, everywhere), the guard map itself (defined everywhere), and every `xK[e]` load whose
+//! offset depends only on domain indices. Loads whose offset depends on data (an embedding id,
+//! a cross-entropy label) cannot be decided here: back ends check them when they run. Reads
+//! under a `select` branch happen only where the branch is taken, so a violation there is not
+//! certain and counts as [`Bound::Unknown`].
+
+use std::fmt;
+
+use fbc_index::Interval;
+use fbc_ir::attr::{eval_binop, BinOp};
+use fbc_ir::{AffineExpr, AffineMap};
+
+use super::kernel::{Kernel, MemType, Scalar, ScalarBin, ScalarUn, StorageKind};
+
+/// Boxes examined per question before the answer is [`Bound::Unknown`].
+pub const BUDGET: usize = 4096;
+
+/// The answer to one bounds question (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// In range at every point where the access happens.
+    Proven,
+    /// Out of range (or undefined: `value` is `None`) at `point`, where the access happens.
+    Violated { point: Vec<i64>, value: Option<i64> },
+    /// The budget ran out.
+    Unknown,
+}
+
+impl Bound {
+    /// Whether the access needs no check when it runs.
+    pub fn is_proven(&self) -> bool {
+        matches!(self, Bound::Proven)
+    }
+
+    /// The worse of two answers: a violation, else unknown, else proven.
+    fn worst(self, other: Bound) -> Bound {
+        match (self, other) {
+            (v @ Bound::Violated { .. }, _) | (_, v @ Bound::Violated { .. }) => v,
+            (Bound::Unknown, _) | (_, Bound::Unknown) => Bound::Unknown,
+            _ => Bound::Proven,
+        }
+    }
+}
+
+/// An index expression with its variables resolved to dimension positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ix {
+    Dim(usize),
+    Const(i64),
+    Neg(Box<Ix>),
+    Bin(BinOp, Box<Ix>, Box<Ix>),
+}
+
+/// The interval of an expression over a box, and whether it may be (or surely is) undefined.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    iv: Interval,
+    maybe_undef: bool,
+    surely_undef: bool,
+}
+
+impl Ix {
+    /// `e` with each variable replaced by its position in `dims`; `None` if a variable is not
+    /// one of them.
+    pub fn of(e: &AffineExpr, dims: &[String]) -> Option<Ix> {
+        Some(match e {
+            AffineExpr::Var(v) => Ix::Dim(dims.iter().position(|d| d == v)?),
+            AffineExpr::Const(c) => Ix::Const(*c),
+            AffineExpr::Neg(a) => Ix::Neg(Box::new(Ix::of(a, dims)?)),
+            AffineExpr::Bin(op, a, b) => {
+                Ix::Bin(*op, Box::new(Ix::of(a, dims)?), Box::new(Ix::of(b, dims)?))
+            }
+        })
+    }
+
+    /// The value at `p` with the semantics of index maps (`fbc_ir::attr::eval_binop`): `None`
+    /// where undefined.
+    pub fn eval(&self, p: &[i64]) -> Option<i64> {
+        match self {
+            Ix::Dim(d) => p.get(*d).copied(),
+            Ix::Const(c) => Some(*c),
+            Ix::Neg(a) => a.eval(p)?.checked_neg(),
+            Ix::Bin(op, a, b) => eval_binop(*op, a.eval(p)?, b.eval(p)?),
+        }
+    }
+
+    /// The value at `p` with the integer semantics of scalar payloads: `+ - *` wrap; only
+    /// divisions by a positive literal are ever built (see [`Ix::of_scalar`]).
+    fn eval_wrapping(&self, p: &[i64]) -> Option<i64> {
+        match self {
+            Ix::Dim(d) => p.get(*d).copied(),
+            Ix::Const(c) => Some(*c),
+            Ix::Neg(a) => Some(a.eval_wrapping(p)?.wrapping_neg()),
+            Ix::Bin(op, a, b) => {
+                let (a, b) = (a.eval_wrapping(p)?, b.eval_wrapping(p)?);
+                match op {
+                    BinOp::Add => Some(a.wrapping_add(b)),
+                    BinOp::Sub => Some(a.wrapping_sub(b)),
+                    BinOp::Mul => Some(a.wrapping_mul(b)),
+                    _ => eval_binop(*op, a, b),
+                }
+            }
+        }
+    }
+
+    /// An integer scalar expression that reads only domain indices and literals, through
+    /// `+ - *`, unary `-`, and `/` or `%` by a positive literal (floor semantics, as index
+    /// maps); `None` for anything else (a data-dependent offset).
+    pub fn of_scalar(s: &Scalar) -> Option<Ix> {
+        Some(match s {
+            Scalar::Int(v) => Ix::Const(*v),
+            Scalar::Dim(d) => Ix::Dim(*d),
+            Scalar::Un(ScalarUn::Neg, a) => Ix::Neg(Box::new(Ix::of_scalar(a)?)),
+            Scalar::Un(ScalarUn::Floor, a) => Ix::of_scalar(a)?,
+            Scalar::Bin(op, a, b) => {
+                let op = match op {
+                    ScalarBin::Add => BinOp::Add,
+                    ScalarBin::Sub => BinOp::Sub,
+                    ScalarBin::Mul => BinOp::Mul,
+                    ScalarBin::Div if matches!(**b, Scalar::Int(c) if c > 0) => BinOp::FloorDiv,
+                    ScalarBin::Rem if matches!(**b, Scalar::Int(c) if c > 0) => BinOp::Mod,
+                    _ => return None,
+                };
+                Ix::Bin(op, Box::new(Ix::of_scalar(a)?), Box::new(Ix::of_scalar(b)?))
+            }
+            _ => return None,
+        })
+    }
+
+    /// Marks the dimensions the expression reads.
+    fn mark(&self, used: &mut [bool]) {
+        match self {
+            Ix::Dim(d) => {
+                if let Some(u) = used.get_mut(*d) {
+                    *u = true;
+                }
+            }
+            Ix::Const(_) => {}
+            Ix::Neg(a) => a.mark(used),
+            Ix::Bin(_, a, b) => {
+                a.mark(used);
+                b.mark(used);
+            }
+        }
+    }
+
+    /// Sound interval of the expression over box `b`, with its definedness.
+    fn span(&self, b: &[Interval]) -> Span {
+        let ok = |iv| Span { iv, maybe_undef: false, surely_undef: false };
+        match self {
+            Ix::Dim(d) => ok(b.get(*d).copied().unwrap_or(Interval::FULL)),
+            Ix::Const(c) => ok(Interval::point(*c)),
+            Ix::Neg(a) => {
+                let s = a.span(b);
+                let checked = s.iv.checked_neg();
+                Span {
+                    iv: checked.unwrap_or(-s.iv),
+                    maybe_undef: s.maybe_undef || checked.is_none(),
+                    surely_undef: s.surely_undef || s.iv == Interval::point(i64::MIN),
+                }
+            }
+            Ix::Bin(op, a, c) => {
+                let (sa, sc) = (a.span(b), c.span(b));
+                let (a, c) = (sa.iv, sc.iv);
+                let mut maybe = sa.maybe_undef || sc.maybe_undef;
+                let mut surely = sa.surely_undef || sc.surely_undef;
+                let iv = match op {
+                    BinOp::Add | BinOp::Sub | BinOp::Mul => {
+                        let (checked, clamped) = match op {
+                            BinOp::Add => (a.checked_add(c), a + c),
+                            BinOp::Sub => (a.checked_sub(c), a - c),
+                            _ => (a.checked_mul(c), a * c),
+                        };
+                        maybe |= checked.is_none();
+                        checked.unwrap_or(clamped)
+                    }
+                    BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
+                        maybe |= c.lo < 1;
+                        surely |= c.hi < 1;
+                        match op {
+                            BinOp::FloorDiv => a.floordiv(c),
+                            BinOp::CeilDiv => a.ceildiv(c),
+                            _ => a.modulo(c),
+                        }
+                    }
+                };
+                Span { iv, maybe_undef: maybe || surely, surely_undef: surely }
+            }
+        }
+    }
+}
+
+/// The condition under which an access happens: every `exprs[i]` defined and in
+/// `[0, bounds[i])`, with the dimensions marked in `zero` read as 0 (a launch's guard is
+/// evaluated once per parallel point, with the reduction dimensions at 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    pub exprs: Vec<Ix>,
+    pub bounds: Vec<u64>,
+    pub zero: Vec<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tri {
+    Never,
+    Maybe,
+    Always,
+}
+
+/// `[0, len)` as an inclusive interval; `None` when empty.
+fn below(len: u64) -> Option<Interval> {
+    let hi = i64::try_from(len.checked_sub(1)?).unwrap_or(i64::MAX);
+    Some(Interval { lo: 0, hi })
+}
+
+impl Condition {
+    fn on_box(&self, b: &[Interval]) -> Tri {
+        let b: Vec<Interval> = b
+            .iter()
+            .zip(&self.zero)
+            .map(|(&iv, &z)| if z { Interval::point(0) } else { iv })
+            .collect();
+        let mut all = true;
+        for (e, &n) in self.exprs.iter().zip(&self.bounds) {
+            let s = e.span(&b);
+            let Some(r) = below(n) else { return Tri::Never };
+            if s.surely_undef || s.iv.intersect(r).is_none() {
+                return Tri::Never;
+            }
+            all &= !s.maybe_undef && s.iv.lo >= r.lo && s.iv.hi <= r.hi;
+        }
+        if all {
+            Tri::Always
+        } else {
+            Tri::Maybe
+        }
+    }
+
+    /// Whether the condition holds at `p` (an undefined condition does not).
+    pub fn holds(&self, p: &[i64]) -> bool {
+        let p: Vec<i64> = p.iter().zip(&self.zero).map(|(&v, &z)| if z { 0 } else { v }).collect();
+        self.exprs
+            .iter()
+            .zip(&self.bounds)
+            .all(|(e, &n)| e.eval(&p).is_some_and(|v| v >= 0 && (v as u64) < n))
+    }
+
+    fn mark(&self, used: &mut [bool]) {
+        let mut g = vec![false; used.len()];
+        for e in &self.exprs {
+            e.mark(&mut g);
+        }
+        for ((u, g), z) in used.iter_mut().zip(g).zip(&self.zero) {
+            *u |= g && !z;
+        }
+    }
+}
+
+/// One bounds question: is `expr` (evaluated by `eval`) defined and inside `range` (`None`:
+/// nothing is allowed) at every point of `domain` where `cond` holds? See the module docs.
+pub fn prove(
+    expr: &Ix,
+    range: Option<Interval>,
+    domain: &[Interval],
+    cond: Option<&Condition>,
+) -> Bound {
+    prove_with(expr, &|p| expr.eval(p), range, domain, cond, BUDGET)
+}
+
+/// [`prove`] with the concrete evaluation used to confirm a witness (`eval`) and the budget.
+fn prove_with(
+    expr: &Ix,
+    eval: &dyn Fn(&[i64]) -> Option<i64>,
+    range: Option<Interval>,
+    domain: &[Interval],
+    cond: Option<&Condition>,
+    budget: usize,
+) -> Bound {
+    let n = domain.len();
+    let mut used = vec![false; n];
+    expr.mark(&mut used);
+    if let Some(c) = cond {
+        c.mark(&mut used);
+    }
+    let inside = |v: i64| range.is_some_and(|r| r.lo <= v && v <= r.hi);
+    let mut stack = vec![domain.to_vec()];
+    let mut boxes = 0usize;
+    while let Some(b) = stack.pop() {
+        boxes += 1;
+        if boxes > budget {
+            return Bound::Unknown;
+        }
+        let g = cond.map_or(Tri::Always, |c| c.on_box(&b));
+        if g == Tri::Never {
+            continue;
+        }
+        let s = expr.span(&b);
+        if !s.maybe_undef && inside(s.iv.lo) && inside(s.iv.hi) {
+            continue;
+        }
+        let outside =
+            s.surely_undef || range.is_none_or(|r| s.iv.intersect(r).is_none()) && !s.maybe_undef;
+        let widest = split_dim(expr, cond.filter(|_| g == Tri::Maybe), &b, &used);
+        if widest.is_none() || (outside && g == Tri::Always) {
+            // A point (in the dimensions that matter), or a box out of range everywhere: its
+            // lowest corner decides, and a violation there is the witness.
+            let p: Vec<i64> = b.iter().map(|i| i.lo).collect();
+            if cond.is_none_or(|c| c.holds(&p)) {
+                match eval(&p) {
+                    Some(v) if inside(v) => {}
+                    value => return Bound::Violated { point: p, value },
+                }
+            }
+            if widest.is_none() {
+                continue;
+            }
+        }
+        let Some(d) = widest else { continue };
+        let (lo, hi) = (b[d].lo, b[d].hi);
+        let mid = (i128::from(lo) + (i128::from(hi) - i128::from(lo)) / 2) as i64;
+        let mut upper = b.clone();
+        upper[d] = Interval { lo: mid + 1, hi };
+        let mut lower = b;
+        lower[d] = Interval { lo, hi: mid };
+        stack.push(upper);
+        stack.push(lower);
+    }
+    Bound::Proven
+}
+
+/// The dimension to split a box along: the one whose range contributes most to the widths of
+/// the expression's interval and (where the condition is undecided) of the condition's
+/// intervals, measured as the relative shrinking when that dimension is fixed; ties go to the
+/// widest range, then the lowest dimension. `None` when no dimension that matters has more than
+/// one value.
+fn split_dim(expr: &Ix, cond: Option<&Condition>, b: &[Interval], used: &[bool]) -> Option<usize> {
+    let candidates: Vec<usize> = (0..b.len()).filter(|&d| used[d] && b[d].lo < b[d].hi).collect();
+    if candidates.len() <= 1 {
+        return candidates.first().copied();
+    }
+    let width = |iv: Interval| (i128::from(iv.hi) - i128::from(iv.lo)) as f64;
+    let widths = |b: &[Interval]| -> Vec<f64> {
+        let mut w = vec![width(expr.span(b).iv)];
+        if let Some(c) = cond {
+            let zb: Vec<Interval> = b
+                .iter()
+                .zip(&c.zero)
+                .map(|(&iv, &z)| if z { Interval::point(0) } else { iv })
+                .collect();
+            w.extend(c.exprs.iter().map(|e| width(e.span(&zb).iv)));
+        }
+        w
+    };
+    let base = widths(b);
+    let mut fixed = b.to_vec();
+    let mut best: Option<(f64, i128, usize)> = None;
+    for d in candidates {
+        fixed[d] = Interval::point(b[d].lo);
+        let score: f64 = base
+            .iter()
+            .zip(widths(&fixed))
+            .map(|(&w0, w1)| if w0 > 0.0 { (w0 - w1) / w0 } else { 0.0 })
+            .sum();
+        fixed[d] = b[d];
+        let span = i128::from(b[d].hi) - i128::from(b[d].lo);
+        let better = best.is_none_or(|(s, w, _)| score > s || (score == s && span > w));
+        if better {
+            best = Some((score, span, d));
+        }
+    }
+    best.map(|(_, _, d)| d)
+}
+
+/// The box `[0, extent)` of every dimension; `None` when one is empty (no point at all).
+pub fn domain_box(extents: &[u64]) -> Option<Vec<Interval>> {
+    extents.iter().map(|&e| below(e).map(|r| Interval { lo: 0, hi: r.hi })).collect()
+}
+
+/// Whether every result of `map` is defined and inside `[0, shape[i])` at every point of
+/// `[0, box)`: the check of `layout.remap` (no condition). `Violated` names the first result
+/// found out of range; `None` when the map's variables are not its dimensions or the ranks
+/// disagree.
+pub fn prove_map(map: &AffineMap, domain: &[u64], shape: &[u64]) -> Option<(Bound, usize)> {
+    if map.results.len() != shape.len() || map.dims.len() != domain.len() {
+        return None;
+    }
+    let Some(b) = domain_box(domain) else { return Some((Bound::Proven, 0)) };
+    let mut unknown = None;
+    for (i, (e, &n)) in map.results.iter().zip(shape).enumerate() {
+        let ix = Ix::of(e, &map.dims)?;
+        match prove(&ix, below(n), &b, None) {
+            Bound::Proven => {}
+            Bound::Unknown => unknown = unknown.or(Some(i)),
+            v @ Bound::Violated { .. } => return Some((v, i)),
+        }
+    }
+    Some(match unknown {
+        Some(i) => (Bound::Unknown, i),
+        None => (Bound::Proven, 0),
+    })
+}
+
+// ----- launches ----------------------------------------------------------------------------------
+
+/// What an access does with its operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    /// `xK`: the operand read at its map.
+    Read,
+    /// The output written at its map.
+    Write,
+    /// `xK[e]`: a buffer read at an explicit offset.
+    Load,
+}
+
+/// A violated access of a launch: what, where and the offending value. `Display` is the
+/// verifier's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The operand, or `None` for the guard map.
+    pub operand: Option<usize>,
+    pub kind: AccessKind,
+    /// The operand's type (for the guard: unused).
+    pub ty: Option<MemType>,
+    /// The map result (storage coordinate) at fault: 0 the offset or x, 1 y, 2 the channel.
+    pub coord: usize,
+    /// The offset expression of a load.
+    pub load: Option<String>,
+    pub point: Vec<i64>,
+    /// `None`: the map is undefined there.
+    pub value: Option<i64>,
+}
+
+/// `d0=8, d1=0`.
+pub fn point_text(p: &[i64]) -> String {
+    if p.is_empty() {
+        return "the single point of the domain".into();
+    }
+    let parts: Vec<String> = p.iter().enumerate().map(|(i, v)| format!("d{i}={v}")).collect();
+    parts.join(", ")
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = point_text(&self.point);
+        let (Some(k), Some(ty)) = (self.operand, self.ty) else {
+            return write!(
+                f,
+                "the guard is undefined at {at} (a division by a non-positive number, or an overflow)"
+            );
+        };
+        let verb = match self.kind {
+            AccessKind::Read => "read".to_string(),
+            AccessKind::Write => "written".to_string(),
+            AccessKind::Load => {
+                format!("loaded by `x{k}[{}]`", self.load.as_deref().unwrap_or(".."))
+            }
+        };
+        let Some(v) = self.value else {
+            return write!(
+                f,
+                "the map of operand {k} ({ty}) is undefined at {at} (a division by a non-positive \
+                 number, or an overflow)"
+            );
+        };
+        match ty.storage {
+            StorageKind::Buffer { elems } => write!(
+                f,
+                "operand {k} ({ty}) is {verb} at offset {v} at {at}, outside its {elems} elements"
+            ),
+            StorageKind::Image { width, height } => {
+                let (what, n, unit) = match self.coord {
+                    0 => ("x", width, "texels in x"),
+                    1 => ("y", height, "texels in y"),
+                    _ => ("channel", 4, "channels"),
+                };
+                write!(
+                    f,
+                    "operand {k} ({ty}) is {verb} at {what} = {v} at {at}, outside its {n} {unit}"
+                )
+            }
+        }
+    }
+}
+
+/// Where an operand is read: in the body (over the whole domain) or in the epilogue (once per
+/// parallel point), and whether only under a `select` branch.
+#[derive(Debug, Clone, Copy, Default)]
+struct Uses {
+    body: bool,
+    body_always: bool,
+    epilogue: bool,
+    epilogue_always: bool,
+}
+
+/// Visits `e`, calling `f(scalar, under_select_branch)` for every subexpression.
+fn walk(e: &Scalar, cond: bool, f: &mut dyn FnMut(&Scalar, bool)) {
+    f(e, cond);
+    match e {
+        Scalar::Load(_, a) | Scalar::Un(_, a) => walk(a, cond, f),
+        Scalar::Bin(_, a, b) => {
+            walk(a, cond, f);
+            walk(b, cond, f);
+        }
+        Scalar::Select(c, a, b) => {
+            walk(c, cond, f);
+            walk(a, true, f);
+            walk(b, true, f);
+        }
+        _ => {}
+    }
+}
+
+/// The bounds of every access of one launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchBounds {
+    /// Per operand: its map's reads (and, for the output, writes); `Proven` for an operand the
+    /// launch never accesses at its map.
+    pub maps: Vec<Bound>,
+    /// The guard map defined at every parallel point (`Proven` without a guard).
+    pub guard: Bound,
+    /// Every `xK[e]` load, in body-then-epilogue order: the operand, the offset, and its bound
+    /// (`None`: the offset depends on data, so it is checked when the kernel runs).
+    pub loads: Vec<(usize, Scalar, Option<Bound>)>,
+    /// The first certain violation, for the verifier.
+    pub violation: Option<Violation>,
+}
+
+impl LaunchBounds {
+    /// Whether reads and writes of operand `k` at its map need a check when the kernel runs.
+    pub fn map_checked(&self, k: usize) -> bool {
+        self.maps.get(k).is_some_and(|b| !b.is_proven())
+    }
+
+    /// Whether a load of operand `k` at `offset` needs a check when the kernel runs.
+    pub fn load_checked(&self, k: usize, offset: &Scalar) -> bool {
+        self.loads
+            .iter()
+            .find(|(j, e, _)| *j == k && e == offset)
+            .is_none_or(|(_, _, b)| !b.as_ref().is_some_and(Bound::is_proven))
+    }
+
+    /// Whether anything needs a check when the kernel runs.
+    pub fn any_checked(&self) -> bool {
+        !self.guard.is_proven()
+            || self.maps.iter().any(|b| !b.is_proven())
+            || self.loads.iter().any(|(_, _, b)| !b.as_ref().is_some_and(Bound::is_proven))
+    }
+}
+
+impl Kernel {
+    /// Proves or refutes every access of the launch against its operand `types` (see the module
+    /// docs). The kernel must have passed [`Kernel::check`].
+    pub fn bounds(&self, types: &[MemType]) -> LaunchBounds {
+        let n = self.maps.len();
+        let rank = self.domain.len();
+        let np = self.parallel_dims();
+        let mut out = LaunchBounds {
+            maps: vec![Bound::Proven; n],
+            guard: Bound::Proven,
+            loads: Vec::new(),
+            violation: None,
+        };
+        // The boxes: the whole domain (the body), and the parallel points with the reduction
+        // dimensions at 0 (the guard, the epilogue, the store).
+        let Some(full) = domain_box(&self.domain) else {
+            // Some extent is 0. An empty reduction still runs the epilogue and the store.
+            if domain_box(&self.domain[..np]).is_none() {
+                return out;
+            }
+            return self.bounds_parallel_only(types, out);
+        };
+        let mut par = full.clone();
+        for d in par.iter_mut().skip(np) {
+            *d = Interval::point(0);
+        }
+        self.fill(types, &full, Some(&par), &mut out, rank);
+        out
+    }
+
+    /// [`Kernel::bounds`] when the reduction sub-domain is empty: the body never runs.
+    fn bounds_parallel_only(&self, types: &[MemType], mut out: LaunchBounds) -> LaunchBounds {
+        let np = self.parallel_dims();
+        let mut ext = self.domain.clone();
+        for e in ext.iter_mut().skip(np) {
+            *e = 1;
+        }
+        if let Some(par) = domain_box(&ext) {
+            let rank = self.domain.len();
+            self.fill(types, &par, None, &mut out, rank);
+        }
+        out
+    }
+
+    /// Asks every question. `full`: the body's box, or with `par = None` the parallel box when
+    /// the body never runs (then `full` is the parallel box).
+    fn fill(
+        &self,
+        types: &[MemType],
+        full: &[Interval],
+        par: Option<&[Interval]>,
+        out: &mut LaunchBounds,
+        rank: usize,
+    ) {
+        let body_runs = par.is_some();
+        let par = par.unwrap_or(full);
+        let np = self.parallel_dims();
+        let n = self.maps.len();
+        let zero: Vec<bool> = (0..rank).map(|d| d >= np).collect();
+        let cond = self.guard.as_ref().and_then(|g| {
+            let exprs =
+                g.map.results.iter().map(|e| Ix::of(e, &g.map.dims)).collect::<Option<Vec<_>>>()?;
+            Some(Condition { exprs, bounds: g.bounds.clone(), zero: zero.clone() })
+        });
+        let mut first: Option<Violation> = None;
+        let mut note = |v: Violation| {
+            if first.is_none() {
+                first = Some(v);
+            }
+        };
+        // The guard: defined everywhere (no condition).
+        if let Some(c) = &cond {
+            let mut b = Bound::Proven;
+            for e in &c.exprs {
+                let r = prove(e, Some(Interval::FULL), par, None);
+                if let Bound::Violated { point, .. } = &r {
+                    note(Violation {
+                        operand: None,
+                        kind: AccessKind::Read,
+                        ty: None,
+                        coord: 0,
+                        load: None,
+                        point: point.clone(),
+                        value: None,
+                    });
+                }
+                b = b.worst(r);
+            }
+            out.guard = b;
+        }
+        // Where each operand is read.
+        let mut uses = vec![Uses::default(); n];
+        let mut loads: Vec<(usize, Scalar, bool, bool)> = Vec::new(); // (k, offset, epilogue, conditional)
+        let mut scan = |e: &Scalar, epilogue: bool, uses: &mut Vec<Uses>| {
+            walk(e, false, &mut |s, c| match s {
+                Scalar::In(k) if *k < n => {
+                    let u = &mut uses[*k];
+                    if epilogue {
+                        u.epilogue = true;
+                        u.epilogue_always |= !c;
+                    } else {
+                        u.body = true;
+                        u.body_always |= !c;
+                    }
+                }
+                Scalar::Load(k, off) if *k < n => loads.push((*k, (**off).clone(), epilogue, c)),
+                _ => {}
+            });
+        };
+        if body_runs {
+            scan(&self.body, false, &mut uses);
+        }
+        if let Some(e) = &self.epilogue {
+            scan(e, true, &mut uses);
+        }
+        let out_k = self.output();
+        for (k, (m, ty)) in self.maps.iter().zip(types).enumerate() {
+            let u = uses[k];
+            let ranges = coord_ranges(ty);
+            let mut b = Bound::Proven;
+            let mut ask = |bx: &[Interval], c: Option<&Condition>, kind, certain: bool| {
+                for (i, (e, r)) in m.results.iter().zip(&ranges).enumerate() {
+                    let Some(ix) = Ix::of(e, &m.dims) else {
+                        b = b.clone().worst(Bound::Unknown);
+                        continue;
+                    };
+                    let mut r = prove(&ix, *r, bx, c);
+                    if let Bound::Violated { point, value } = &r {
+                        if certain {
+                            note(Violation {
+                                operand: Some(k),
+                                kind,
+                                ty: Some(*ty),
+                                coord: i,
+                                load: None,
+                                point: point.clone(),
+                                value: *value,
+                            });
+                        } else {
+                            r = Bound::Unknown;
+                        }
+                    }
+                    b = b.clone().worst(r);
+                }
+            };
+            if u.body {
+                ask(full, cond.as_ref(), AccessKind::Read, u.body_always);
+            }
+            if u.epilogue {
+                ask(par, cond.as_ref(), AccessKind::Read, u.epilogue_always);
+            }
+            if k == out_k {
+                ask(par, None, AccessKind::Write, true);
+            }
+            out.maps[k] = b;
+        }
+        for (k, off, epilogue, conditional) in loads {
+            let ty = types[k];
+            let bound = Ix::of_scalar(&off).map(|ix| {
+                let bx = if epilogue { par } else { full };
+                let eval = |p: &[i64]| ix.eval_wrapping(p);
+                let r = prove_with(&ix, &eval, below(ty.elems()), bx, cond.as_ref(), BUDGET);
+                match r {
+                    Bound::Violated { point, value } if !conditional => {
+                        note(Violation {
+                            operand: Some(k),
+                            kind: AccessKind::Load,
+                            ty: Some(ty),
+                            coord: 0,
+                            load: Some(off.to_string()),
+                            point: point.clone(),
+                            value,
+                        });
+                        Bound::Violated { point, value }
+                    }
+                    Bound::Violated { .. } => Bound::Unknown,
+                    r => r,
+                }
+            });
+            out.loads.push((k, off, bound));
+        }
+        out.violation = first;
+    }
+}
+
+/// The allowed range of each storage coordinate: the offset of a buffer; x, y and the channel of
+/// an image.
+fn coord_ranges(t: &MemType) -> Vec<Option<Interval>> {
+    match t.storage {
+        StorageKind::Buffer { elems } => vec![below(elems)],
+        StorageKind::Image { width, height } => vec![below(width), below(height), below(4)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use fbc_ir::ElemType;
+
+    use super::*;
+
+    fn ix(text: &str, dims: &[&str]) -> Ix {
+        let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+        Ix::of(&parse_expr(text, &dims), &dims).expect("dims")
+    }
+
+    /// `fbc_index`'s text form of an expression, as the IR's affine expression.
+    fn affine(e: &fbc_index::Expr) -> AffineExpr {
+        use fbc_index::Expr as E;
+        let bin = |op, a: &E, b: &E| AffineExpr::Bin(op, Box::new(affine(a)), Box::new(affine(b)));
+        match e {
+            E::Const(c) => AffineExpr::Const(*c),
+            E::Var(v) => AffineExpr::Var(v.clone()),
+            E::Neg(a) => AffineExpr::Neg(Box::new(affine(a))),
+            E::Add(a, b) => bin(BinOp::Add, a, b),
+            E::Sub(a, b) => bin(BinOp::Sub, a, b),
+            E::Mul(a, b) => bin(BinOp::Mul, a, b),
+            E::FloorDiv(a, b) => bin(BinOp::FloorDiv, a, b),
+            E::CeilDiv(a, b) => bin(BinOp::CeilDiv, a, b),
+            E::Mod(a, b) => bin(BinOp::Mod, a, b),
+            other => panic!("not an affine operator: {other}"),
+        }
+    }
+
+    fn parse_expr(text: &str, _dims: &[String]) -> AffineExpr {
+        affine(&fbc_index::Expr::parse(text).expect("parses"))
+    }
+
+    fn map(text: &str) -> AffineMap {
+        let m = fbc_index::IndexMap::parse(text).expect("parses");
+        AffineMap {
+            dims: m.dims,
+            symbols: m.symbols,
+            results: m.results.iter().map(affine).collect(),
+        }
+    }
+
+    fn b(extents: &[u64]) -> Vec<Interval> {
+        domain_box(extents).expect("non-empty")
+    }
+
+    fn len(n: u64) -> Option<Interval> {
+        below(n)
+    }
+
+    fn violated(point: &[i64], value: Option<i64>) -> Bound {
+        Bound::Violated { point: point.to_vec(), value }
+    }
+
+    #[test]
+    fn out_of_range_only_inside_the_box_has_an_exact_witness() {
+        // 0 at both corners d0 = 0 and d0 = 7, 6e8 at d0 = 1.
+        let e = ix("d0 * (7 - d0) * 100000000", &["d0", "d1"]);
+        assert_eq!(prove(&e, len(8), &b(&[8, 8]), None), violated(&[1, 0], Some(600000000)));
+        // (d0 * 5) mod 11 over [0, 8): 0 5 10 4 9 3 8 2; the first out of [0, 8) is d0 = 2.
+        let e = ix("(d0 * 5) mod 11", &["d0", "d1"]);
+        assert_eq!(prove(&e, len(8), &b(&[8, 8]), None), violated(&[2, 0], Some(10)));
+        // Corners: d0 * 10000000 at d0 = 1.
+        let e = ix("d0 * 10000000", &["d0"]);
+        assert_eq!(prove(&e, len(64), &b(&[8]), None), violated(&[1], Some(10000000)));
+        // d0 + 1 reads one past the end.
+        let e = ix("d0 + 1", &["d0"]);
+        assert_eq!(prove(&e, len(64), &b(&[64]), None), violated(&[63], Some(64)));
+        // Negative offsets.
+        let e = ix("d0 - 3", &["d0"]);
+        assert_eq!(prove(&e, len(64), &b(&[8]), None), violated(&[0], Some(-3)));
+    }
+
+    #[test]
+    fn non_monotonic_maps_in_range_are_proven() {
+        // d0 * (7 - d0) <= 12 on [0, 8): the interval [0, 49] is refined by splitting.
+        let e = ix("d0 * (7 - d0)", &["d0"]);
+        assert_eq!(prove(&e, len(13), &b(&[8]), None), Bound::Proven);
+        assert_eq!(prove(&e, len(12), &b(&[8]), None), violated(&[3], Some(12)));
+        let e = ix("(d0 * 5) mod 11", &["d0"]);
+        assert_eq!(prove(&e, len(11), &b(&[8]), None), Bound::Proven);
+        // Generated maps are proven by one interval evaluation.
+        let e = ix("d0 * 64 + d1", &["d0", "d1"]);
+        assert_eq!(prove(&e, len(64 * 64), &b(&[64, 64]), None), Bound::Proven);
+    }
+
+    #[test]
+    fn the_guard_is_respected() {
+        // Out of range for d0 >= 6, which the guard d0 < 6 excludes.
+        let e = ix("d0 * 8 + d1", &["d0", "d1"]);
+        let g = Condition {
+            exprs: vec![ix("d0", &["d0", "d1"])],
+            bounds: vec![6],
+            zero: vec![false; 2],
+        };
+        assert_eq!(prove(&e, len(48), &b(&[8, 8]), Some(&g)), Bound::Proven);
+        assert_eq!(prove(&e, len(48), &b(&[8, 8]), None), violated(&[6, 0], Some(48)));
+        // With the guard d0 < 7 the witness is inside it.
+        let g7 = Condition { bounds: vec![7], ..g.clone() };
+        assert_eq!(prove(&e, len(48), &b(&[8, 8]), Some(&g7)), violated(&[6, 0], Some(48)));
+        // A guard on a dimension read as 0 constrains nothing beyond d = 0.
+        let gz = Condition { zero: vec![true, false], ..g };
+        assert_eq!(prove(&e, len(48), &b(&[8, 8]), Some(&gz)), violated(&[6, 0], Some(48)));
+    }
+
+    #[test]
+    fn divisions_by_non_positive_numbers_are_violations() {
+        let e = ix("d0 floordiv (d0 - 3)", &["d0"]);
+        // d0 - 3 <= 0 for d0 <= 3: undefined at d0 = 0.
+        assert_eq!(prove(&e, len(100), &b(&[8]), None), violated(&[0], None));
+        let e = ix("d0 mod 0", &["d0"]);
+        assert_eq!(prove(&e, len(100), &b(&[8]), None), violated(&[0], None));
+        let e = ix("d0 ceildiv (2 - d0)", &["d0"]);
+        assert_eq!(prove(&e, len(100), &b(&[2]), None), Bound::Proven);
+        assert_eq!(prove(&e, len(100), &b(&[3]), None), violated(&[2], None));
+        // Overflow is undefined too.
+        let e = ix("d0 * 9223372036854775807 * 2", &["d0"]);
+        assert_eq!(prove(&e, len(100), &b(&[4]), None), violated(&[1], None));
+    }
+
+    #[test]
+    fn huge_domains_are_decided_fast() {
+        let start = Instant::now();
+        // 10^12 points, in range.
+        let e = ix("d0 * 1000000 + d1", &["d0", "d1"]);
+        assert_eq!(
+            prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), None),
+            Bound::Proven
+        );
+        // Out of range only at the last point, which the guard (d0 mod 1000 == 0) excludes;
+        // with the guard d0 mod 1000 != 1 it is the witness.
+        let e =
+            ix("d0 * 1000000 + d1 + (d0 floordiv 999999) * (d1 floordiv 999999)", &["d0", "d1"]);
+        let g = Condition {
+            exprs: vec![ix("d0 mod 1000", &["d0", "d1"])],
+            bounds: vec![1],
+            zero: vec![false; 2],
+        };
+        assert_eq!(
+            prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), Some(&g)),
+            Bound::Proven
+        );
+        let g =
+            Condition { exprs: vec![ix("d0 mod 1000 - 1", &["d0", "d1"])], bounds: vec![999], ..g };
+        assert_eq!(
+            prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), Some(&g)),
+            violated(&[999_999, 999_999], Some(1_000_000_000_000))
+        );
+        // 10^12 points, out of range only at the last.
+        let e =
+            ix("d0 * 1000000 + d1 + (d0 floordiv 999999) * (d1 floordiv 999999)", &["d0", "d1"]);
+        assert_eq!(
+            prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), None),
+            violated(&[999_999, 999_999], Some(1_000_000_000_000))
+        );
+        assert!(start.elapsed().as_millis() < 500, "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn launch_bounds_name_the_access() {
+        let k = Kernel {
+            name: "k".into(),
+            source: String::new(),
+            domain: vec![8],
+            iterators: vec![super::super::Iter::Parallel],
+            maps: vec![map("(d0) -> (d0 + 1)"), map("(d0) -> (d0 * 10000000)")],
+            body: Scalar::parse("x0").unwrap(),
+            combine: None,
+            epilogue: None,
+            guard: None,
+        };
+        let t = MemType::buffer(8, ElemType::F32);
+        let lb = k.bounds(&[t, MemType::buffer(64, ElemType::F32)]);
+        assert_eq!(
+            lb.violation.map(|v| v.to_string()).as_deref(),
+            Some("operand 0 (!memory.buffer<8, f32>) is read at offset 8 at d0=7, outside its 8 elements")
+        );
+    }
+}
