@@ -30,6 +30,7 @@
 //! Memory ops have side effects (a launch writes its last operand); their order in the function
 //! is the schedule.
 
+pub mod init;
 pub mod kernel;
 pub mod ops;
 pub mod scalar;
