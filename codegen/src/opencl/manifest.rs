@@ -2,9 +2,11 @@
 //!
 //! One JSON document per module (`NAME.manifest.json` next to `NAME.cl`). Per function: the
 //! storage table (every buffer and image with its size and the `plan-memory` slot) and the ordered
-//! steps — `alloc`, `upload` (a tensor argument packed into storage by its layout), `launch`
-//! (kernel, storage arguments, global and local sizes), `download` (storage unpacked into a result
-//! tensor), `dealloc` — in the order of the function's memory ops, which is the schedule.
+//! steps — `alloc`, `fill` (zeros, only where an allocation may be read before it is fully
+//! written), `upload` (a tensor argument packed into storage by its layout), `copy` (the snapshot
+//! of an output that its launch also reads), `launch` (kernel, storage arguments, global and local
+//! sizes), `download` (storage unpacked into a result tensor), `dealloc` — in the order of the
+//! function's memory ops, which is the schedule.
 
 use fbc_dialects::layout::{Intra, Layout, RTile, Storage as TexStorage};
 use serde::{Deserialize, Serialize};
@@ -137,8 +139,15 @@ impl LayoutDesc {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Step {
-    /// Create storage `storage` (its contents are undefined until written).
+    /// Create storage `storage` (its contents are undefined until written: a `fill` follows
+    /// where they may be read before every element is written).
     Alloc { storage: usize },
+    /// Set every element of `storage` to 0: a fresh `memory.alloc` is zero-filled, and this
+    /// allocation may be read before it is fully written (`fbc_dialects::memory::init`).
+    Fill { storage: usize },
+    /// Copy storage `from` into `to` (same type): the snapshot of a launch's output that its
+    /// reads of that output see (the contents before the launch).
+    Copy { from: usize, to: usize },
     /// Pack argument `arg` (a tensor of `shape`) by `layout` into `storage` (padding zero).
     Upload { arg: usize, storage: usize, shape: Vec<u64>, dtype: Dtype, layout: LayoutDesc },
     /// Run kernel `kernel` on the storage `args` (inputs, then the output).
