@@ -120,7 +120,8 @@ fn naive(k: &Kernel, types: &[MemType], ops: &mut [Data]) -> Result<(), Fault> {
         MapEval::Ok(v) => Ok(v),
         _ => Err(Fault::MapUndefined(m)),
     };
-    if k.domain.contains(&0) {
+    // No parallel point: nothing is written (an empty reduction leaves the identity below).
+    if k.domain[..np].contains(&0) {
         return Ok(());
     }
     // Reads of the output see its contents before the launch.
@@ -502,13 +503,30 @@ fn two_reduction_dims_sum_in_row_major_order() {
 }
 
 #[test]
-fn empty_domains_write_nothing() {
-    // An extent of 0 anywhere, a reduction one too: the reference executor writes nothing.
+fn empty_domains_write_nothing_or_the_identity() {
+    // An empty reduction leaves `acc` at the identity, then the epilogue runs.
     let out = check(
         &["!memory.buffer<1, f32>", "!memory.buffer<3, f32>"],
         &format!(
             "domain = [3, 0], iterators = [{P}, {R}], maps = [(d0, d1) -> (d1), (d0, d1) -> (d0)], \
-             body = \"x0\", combine = \"max\", epilogue = \"acc\""
+             body = \"x0\", combine = \"max\", epilogue = \"max(acc, -5.0) + float(d0)\""
+        ),
+    );
+    assert_eq!(out, Data::F32(vec![-5.0, -4.0, -3.0]));
+    let out = check(
+        &["!memory.buffer<1, f32>", "!memory.buffer<3, f32>"],
+        &format!(
+            "domain = [3, 0, 2], iterators = [{P}, {R}, {R}], \
+             maps = [(d0, d1, d2) -> (d1), (d0, d1, d2) -> (d0)], body = \"x0\", combine = \"add\""
+        ),
+    );
+    assert_eq!(out, Data::F32(vec![0.0; 3]));
+    // An empty parallel sub-domain writes nothing.
+    let out = check(
+        &["!memory.buffer<1, f32>", "!memory.buffer<3, f32>"],
+        &format!(
+            "domain = [0, 3], iterators = [{P}, {R}], maps = [(d0, d1) -> (0), (d0, d1) -> (d0)], \
+             body = \"x0\", combine = \"add\", epilogue = \"acc + 1.0\""
         ),
     );
     assert_eq!(out, data(MemType::buffer(3, ElemType::F32), 2, 0));

@@ -61,6 +61,8 @@ fn small_module_source_and_manifest() {
             Step::Launch(_) => "launch",
             Step::Download { .. } => "download",
             Step::Dealloc { .. } => "dealloc",
+            Step::Fill { .. } => "fill",
+            Step::Copy { .. } => "copy",
         })
         .collect();
     assert_eq!(ops, ["upload", "upload", "alloc", "launch", "dealloc", "download"]);

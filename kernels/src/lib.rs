@@ -11,15 +11,17 @@ use std::fmt::Write as _;
 /// The helpers every generated source starts with: MLIR floor division and modulo for index
 /// arithmetic that may see negative operands, NaN-propagating `max`/`min` (OpenCL's `fmax`
 /// drops NaN; the tensor dialect propagates it), an overflow-safe sigmoid, round-to-nearest-even
-/// `f16` rounding for stores into `f16` images, channel selection from a texel, and the one
+/// `f16` rounding for stores into `f16` images, channel selection from a texel, the one
 /// sampler every image read uses (unnormalised integer coordinates, no filtering, no addressing
-/// mode: reads are always in range).
+/// mode: reads are always in range), and the payload's integer arithmetic without C's undefined
+/// behaviour (wrapping `+ - * neg abs`, floor `/ %` with `MIN / -1 = MIN`, saturating `int()`,
+/// the low 32 bits for an `i32` store).
 pub const PRELUDE: &str = "\
 // Floor division and modulo with MLIR affine-map semantics (rounding toward -inf).
 inline long fbc_floordiv(long a, long b) { long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 inline long fbc_ceildiv(long a, long b) { return -fbc_floordiv(-a, b); }
 inline long fbc_mod(long a, long b) { return a - fbc_floordiv(a, b) * b; }
-inline long fbc_iabs(long a) { return a < 0 ? -a : a; }
+inline long fbc_iabs(long a) { return a < 0 ? as_long(0UL - as_ulong(a)) : a; }
 // max/min that propagate NaN, as the tensor dialect does.
 inline float fbc_fmax(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmax(a, b); }
 inline float fbc_fmin(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmin(a, b); }
@@ -67,6 +69,30 @@ inline void fbc_wrimg(__write_only image2d_t x, long px, long py, long w, long h
   if (px >= 0 && px < w && py >= 0 && py < h) write_imagef(x, (int2)((int)px, (int)py), v);
   else fbc_fault(e, id, 3, op, px, py, 0, rank, FBC_PASS);
 }
+// Payload integers: 64-bit two's complement that wraps (computed on ulong: signed overflow is
+// undefined in C), floor division and modulo with MIN / -1 = MIN and MIN % -1 = 0.
+inline long fbc_iadd(long a, long b) { return as_long(as_ulong(a) + as_ulong(b)); }
+inline long fbc_isub(long a, long b) { return as_long(as_ulong(a) - as_ulong(b)); }
+inline long fbc_imul(long a, long b) { return as_long(as_ulong(a) * as_ulong(b)); }
+inline long fbc_ineg(long a) { return as_long(0UL - as_ulong(a)); }
+// A zero divisor, and int() of NaN, fail the run on the reference executor and the CPU JIT; a
+// kernel cannot raise, so here they give 0. FBC-HOOK(run-error): report them through the per-run
+// error flag when kernels get one.
+inline long fbc_idiv(long a, long b) {
+  if (b == 0) return 0;
+  if (b == -1) return fbc_ineg(a);
+  const long q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+inline long fbc_imod(long a, long b) {
+  if (b == 0 || b == -1) return 0;
+  const long r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+// int(x): toward zero, saturating at the long range (convert_long_sat_rtz); NaN gives 0 (hook above).
+inline long fbc_toint(float x) { return convert_long_sat_rtz(x); }
+// The i32 element a long stores: the low 32 bits (as_int: no implementation-defined conversion).
+inline int fbc_toi32(long a) { return as_int((uint)as_ulong(a)); }
 ";
 
 /// Which index of a staged operand a [`TexelRead`] runs along: four consecutive values of it are

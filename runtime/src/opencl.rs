@@ -10,7 +10,9 @@
 //!   that does not read back or does not load is rebuilt from source and replaced.
 //! - **Storage** follows the manifest's steps: buffers and `image2d` (RGBA, FLOAT; RGBA,
 //!   HALF_FLOAT for `f16` storage) objects are created at `alloc`/`upload` and released at
-//!   `dealloc`; uploads are packed by their layout on the host ([`crate::memory::pack`], which
+//!   `dealloc` (a `fill` step zeroes an allocation that may be read before it is fully written;
+//!   a `copy` step snapshots a launch's output that the launch also reads); uploads are packed by
+//!   their layout on the host ([`crate::memory::pack`], which
 //!   rounds to `f16` for an `f16` image; the rounded values are then converted to `f16` bits
 //!   exactly), downloads read back (`f16` bits widened to `f32`) and unpacked. Images are checked
 //!   against the device's limits, and `f16` images against its supported image formats, before
@@ -677,6 +679,16 @@ pub fn run(
                 Step::Dealloc { storage } => {
                     live.remove(storage);
                 }
+                Step::Fill { storage } => {
+                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                    let m = live.get(storage).ok_or_else(|| not_live("fill", *storage))?;
+                    fill_zero(m, desc)?;
+                }
+                Step::Copy { from, to } => {
+                    let src = live.get(from).ok_or_else(|| not_live("copy", *from))?;
+                    let dst = live.get(to).ok_or_else(|| not_live("copy", *to))?;
+                    copy_mem(src, dst)?;
+                }
                 Step::Launch(l) => {
                     let _activity =
                         fbc_ir::activity::enter(format!("launch `{}` ({})", l.kernel, l.location));
@@ -836,6 +848,34 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
         location: l.location.clone(),
         message: format!("kernel `{}`: {what}", l.kernel),
     }
+}
+
+/// Sets every element of `m` to 0 (the contents of a fresh `memory.alloc`): buffers by
+/// `clEnqueueFillBuffer`, images by writing zeros from the host (`clEnqueueFillImage` takes a
+/// four-channel colour that `ocl` passes as one element).
+fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
+    let n = usize::try_from(s.elems).unwrap_or(0);
+    match m {
+        Mem::F32(b) => b.cmd().fill(0.0, None).enq().map_err(ocl_err),
+        Mem::I32(b) => b.cmd().fill(0, None).enq().map_err(ocl_err),
+        Mem::Image(i) => i.write(vec![0.0f32; n].as_slice()).enq().map_err(ocl_err),
+        Mem::HalfImage(i) => i.write(vec![0u16; n].as_slice()).enq().map_err(ocl_err),
+    }
+}
+
+/// Copies `src` into `dst`, storage of the same type (the snapshot of a launch's output).
+fn copy_mem(src: &Mem, dst: &Mem) -> Result<(), OpenClError> {
+    match (src, dst) {
+        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
+        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
+        (Mem::Image(a), Mem::Image(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
+        (Mem::HalfImage(a), Mem::HalfImage(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
+        _ => Err(OpenClError::Manifest("copy between storage of different types".into())),
+    }
+}
+
+fn not_live(what: &str, id: usize) -> OpenClError {
+    OpenClError::Manifest(format!("{what} of storage {id}, which is not live"))
 }
 
 fn bad_id(id: usize) -> OpenClError {

@@ -296,9 +296,10 @@ pub(crate) fn lower(
         split,
     };
     let np = kernel.parallel_dims();
-    // An empty domain (any extent 0, a reduction one too) computes nothing and writes nothing,
-    // as in the reference executor.
-    if !kernel.domain.contains(&0) {
+    // An empty parallel sub-domain writes nothing; an empty reduction leaves every accumulator
+    // at the identity and the epilogue still runs ([`Lower::compute`]), as in the reference
+    // executor.
+    if !kernel.domain[..np].contains(&0) {
         if let Some((j, _)) = scratch {
             let outer: Vec<usize> = (0..np).filter(|&d| d != j).collect();
             l.nest_dims(&outer, Vec::new(), &mut |l, _| {
@@ -775,6 +776,9 @@ impl<'a, 'f> Lower<'a, 'f> {
                 self.reads.clear();
                 self.scalar(&self.k.body)?
             }
+            Some(combine) if self.k.domain[np..].contains(&0) => {
+                V::F(self.b.ins().f32const(combine.identity()))
+            }
             Some(combine) => {
                 let init = self.b.ins().f32const(combine.identity());
                 {
@@ -1126,7 +1130,8 @@ pub(crate) fn interchange(k: &Kernel, types: &[MemType]) -> Option<(usize, u64)>
     use fbc_dialects::layout::{eval_map, MapEval};
     let np = k.parallel_dims();
     let rank = k.domain.len();
-    if k.combine.is_none() || np == 0 || np == rank || k.guard.is_some() {
+    // An empty reduction has no loop to interchange.
+    if k.combine.is_none() || np == 0 || np == rank || k.guard.is_some() || k.domain.contains(&0) {
         return None;
     }
     let r = rank - 1;

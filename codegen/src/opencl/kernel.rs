@@ -4,7 +4,10 @@
 //! Index maps become C integer expressions over the domain indices `d0..dn` (all `long`, all
 //! non-negative); `floordiv`/`mod` are C's `/`/`%` where the dividend is provably non-negative and
 //! the divisor a positive constant, else the `fbc_floordiv`/`fbc_mod` helpers of the prelude, which
-//! round toward -inf. Scalar values are `float` or `long` as [`Kernel`]'s typing rules say.
+//! round toward -inf. Scalar values are `float` or `long` as [`Kernel`]'s typing rules say; integer
+//! payload arithmetic goes through the prelude's `fbc_iadd`..`fbc_imod`, `fbc_toint`, `fbc_toi32`
+//! (wrapping, floor division with `MIN / -1 = MIN`, saturating conversions: never C's undefined
+//! behaviour).
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
@@ -206,7 +209,7 @@ fn affine(e: &AffineExpr, names: &[String], dims: &[String]) -> Result<String, S
             let i = names.iter().position(|d| d == v).ok_or(format!("unknown map variable {v}"))?;
             dims[i].clone()
         }
-        AffineExpr::Const(c) => format!("{c}L"),
+        AffineExpr::Const(c) => int_lit(*c),
         AffineExpr::Neg(a) => format!("(-{})", affine(a, names, dims)?),
         AffineExpr::Bin(op, a, b) => {
             let fast = nonneg(a) && matches!(**b, AffineExpr::Const(c) if c > 0);
@@ -250,6 +253,15 @@ fn flatten(dims: &[usize], var: &str, domain: &[u64]) -> Vec<(usize, String)> {
 }
 
 /// A float literal in OpenCL C.
+/// An integer literal of the payload as a C `long` (`i64::MIN` has no literal of its own).
+fn int_lit(v: i64) -> String {
+    if v == i64::MIN {
+        "(-9223372036854775807L - 1L)".into()
+    } else {
+        format!("{v}L")
+    }
+}
+
 pub(crate) fn flit(v: f64) -> String {
     let f = v as f32;
     if f.is_nan() {
@@ -458,7 +470,7 @@ impl Cx<'_> {
     fn scalar(&self, s: &Scalar, env: &Env<'_>) -> Result<(String, Ty), String> {
         Ok(match s {
             Scalar::Float(v) => (flit(*v), Ty::F),
-            Scalar::Int(v) => (format!("{v}L"), Ty::I),
+            Scalar::Int(v) => (int_lit(*v), Ty::I),
             Scalar::In(i) => self.read(*i, env.dims)?,
             Scalar::Load(i, e) => {
                 if *i >= self.types.len() || self.is_image(*i) {
@@ -482,6 +494,7 @@ impl Cx<'_> {
                 let (x, t) = self.scalar(a, env)?;
                 let f = || as_f((x.clone(), t));
                 match op {
+                    ScalarUn::Neg if t == Ty::I => (format!("fbc_ineg({x})"), Ty::I),
                     ScalarUn::Neg => (format!("(-{x})"), t),
                     ScalarUn::Not => (format!("(long)({x} == 0)"), Ty::I),
                     ScalarUn::Exp => (format!("exp({})", f()), Ty::F),
@@ -495,7 +508,8 @@ impl Cx<'_> {
                     ScalarUn::Abs => (format!("fabs({x})"), Ty::F),
                     ScalarUn::Floor if t == Ty::I => (x, Ty::I),
                     ScalarUn::Floor => (format!("floor({x})"), Ty::F),
-                    ScalarUn::ToInt => (format!("(long)({x})"), Ty::I),
+                    ScalarUn::ToInt if t == Ty::I => (x, Ty::I),
+                    ScalarUn::ToInt => (format!("fbc_toint({x})"), Ty::I),
                     ScalarUn::ToFloat => (f(), Ty::F),
                 }
             }
@@ -522,11 +536,11 @@ impl Cx<'_> {
                     _ if int => {
                         let (x, y) = (a.0, b.0);
                         let s = match op {
-                            ScalarBin::Add => format!("({x} + {y})"),
-                            ScalarBin::Sub => format!("({x} - {y})"),
-                            ScalarBin::Mul => format!("({x} * {y})"),
-                            ScalarBin::Div => format!("fbc_floordiv({x}, {y})"),
-                            ScalarBin::Rem => format!("fbc_mod({x}, {y})"),
+                            ScalarBin::Add => format!("fbc_iadd({x}, {y})"),
+                            ScalarBin::Sub => format!("fbc_isub({x}, {y})"),
+                            ScalarBin::Mul => format!("fbc_imul({x}, {y})"),
+                            ScalarBin::Div => format!("fbc_idiv({x}, {y})"),
+                            ScalarBin::Rem => format!("fbc_imod({x}, {y})"),
                             ScalarBin::Max => format!("max({x}, {y})"),
                             _ => format!("min({x}, {y})"),
                         };
@@ -624,7 +638,7 @@ impl Cx<'_> {
     fn store_value(&self, v: (String, Ty)) -> String {
         if self.types[self.out()].elem == ElemType::I32 {
             match v.1 {
-                Ty::I => format!("(int)({})", v.0),
+                Ty::I => format!("fbc_toi32({})", v.0),
                 Ty::F => format!("(int)({})", v.0),
             }
         } else {
@@ -908,10 +922,11 @@ impl Cx<'_> {
         }
         let guarded = k.guard.is_some();
         let (m, n, kk) = (ext(&split.rows), ext(&split.cols), ext(&red));
-        if m * n < 256 || kk < 8 {
+        let batches = ext(&split.batch);
+        // No batch: nothing is written, and the template's grid always has a batch.
+        if m * n < 256 || kk < 8 || batches == 0 {
             return Ok(None);
         }
-        let batches = ext(&split.batch);
         let mut dims: Vec<String> = (0..nd).map(|i| format!("d{i}")).collect();
         let mut batch_decl = String::new();
         for (d, e) in flatten(&split.batch, "bz", &k.domain) {

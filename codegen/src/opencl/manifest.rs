@@ -2,17 +2,19 @@
 //!
 //! One JSON document per module (`NAME.manifest.json` next to `NAME.cl`). Per function: the
 //! storage table (every buffer and image with its size and the `plan-memory` slot) and the ordered
-//! steps — `alloc`, `upload` (a tensor argument packed into storage by its layout), `launch`
-//! (kernel, storage arguments, global and local sizes), `download` (storage unpacked into a result
-//! tensor), `dealloc` — in the order of the function's memory ops, which is the schedule.
+//! steps — `alloc`, `fill` (zeros, only where an allocation may be read before it is fully
+//! written), `upload` (a tensor argument packed into storage by its layout), `copy` (the snapshot
+//! of an output that its launch also reads), `launch` (kernel, storage arguments, global and local
+//! sizes), `download` (storage unpacked into a result tensor), `dealloc` — in the order of the
+//! function's memory ops, which is the schedule.
 
 use fbc_dialects::layout::{Intra, Layout, RTile, Storage as TexStorage};
 use serde::{Deserialize, Serialize};
 
 /// Version of the manifest format; the runtime refuses other versions. Version 1 was the
 /// tensor-level manifest (one buffer per tensor value); version 2 had no `fault_id` on launches
-/// (kernels did not check accesses when they ran).
-pub const MANIFEST_VERSION: u32 = 3;
+/// (kernels did not check accesses when they ran); version 3 had no `fill` and `copy` steps.
+pub const MANIFEST_VERSION: u32 = 4;
 
 /// Element type of storage and tensors: `f32` or `i32`; storage may also be `f16` (an image of
 /// `CL_HALF_FLOAT` texels holding an `f32` tensor rounded to `f16`: the runtime converts at upload
@@ -138,8 +140,15 @@ impl LayoutDesc {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Step {
-    /// Create storage `storage` (its contents are undefined until written).
+    /// Create storage `storage` (its contents are undefined until written: a `fill` follows
+    /// where they may be read before every element is written).
     Alloc { storage: usize },
+    /// Set every element of `storage` to 0: a fresh `memory.alloc` is zero-filled, and this
+    /// allocation may be read before it is fully written (`fbc_dialects::memory::init`).
+    Fill { storage: usize },
+    /// Copy storage `from` into `to` (same type): the snapshot of a launch's output that its
+    /// reads of that output see (the contents before the launch).
+    Copy { from: usize, to: usize },
     /// Pack argument `arg` (a tensor of `shape`) by `layout` into `storage` (padding zero).
     Upload { arg: usize, storage: usize, shape: Vec<u64>, dtype: Dtype, layout: LayoutDesc },
     /// Run kernel `kernel` on the storage `args` (inputs, then the output).

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use fbc_dialects::layout::Layout;
-use fbc_dialects::memory::{Kernel, MemType, StorageKind as MemStorage};
+use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
 use fbc_ir::{ElemType, FuncId, Module, OpData, Type, Value};
 
 use super::kernel::{self, KernelOptions};
@@ -301,6 +301,9 @@ impl FuncWriter<'_> {
             args.push(TensorDesc { name, dtype: dt, shape });
             arg_index.insert(a, k);
         }
+        // Allocations that may be read before they are fully written get a zero fill.
+        let fills: HashSet<Value> =
+            init::allocs_to_fill(self.module, self.func).into_iter().collect();
         // Which result each downloaded tensor is.
         let mut downloads: HashMap<Value, (usize, Vec<u64>, Dtype, LayoutDesc)> = HashMap::new();
         let mut results = Vec::new();
@@ -314,6 +317,9 @@ impl FuncWriter<'_> {
                         .and_then(|s| u64::try_from(s).ok());
                     let id = self.new_storage(d, d.results[0], slot)?;
                     self.steps.push(Step::Alloc { storage: id });
+                    if fills.contains(&d.results[0]) {
+                        self.steps.push(Step::Fill { storage: id });
+                    }
                 }
                 "memory.dealloc" => {
                     let id = self.storage_of(d, d.operands[0])?;
@@ -425,10 +431,9 @@ impl FuncWriter<'_> {
             ids.push(self.storage_of(d, v)?);
         }
         k.check(&types).map_err(|e| self.unsupported(d, e.message))?;
-        let out = k.output();
-        if types[out].is_image() && ids[..out].contains(&ids[out]) {
-            return Err(self.unsupported(d, "an image both read and written by one launch"));
-        }
+        // Reads of the output see its contents before the launch: a kernel whose work-items
+        // could read what others write reads a snapshot instead.
+        let (k, types, ids, snapshot) = self.snapshot_output(k, types, ids);
         let mut name = ident(&k.name);
         if !self.names.insert(name.clone()) {
             let mut i = 1;
@@ -470,7 +475,48 @@ impl FuncWriter<'_> {
             tiled: e.tiled,
             fault_id: e.checked.then_some(fault_id),
         }));
+        if let Some(id) = snapshot {
+            self.steps.push(Step::Dealloc { storage: id });
+        }
         self.kernels.push((name, e.source));
         Ok(())
+    }
+
+    /// For a launch that reads its output storage (`xN`/`xN[e]` in its payload, or the same
+    /// storage as an input): a new storage entry, allocated and filled with a copy of the
+    /// output right before the launch (the `Dealloc` after it is the caller's), which those
+    /// reads use instead. The kernel gets the snapshot as one more input before the output (same
+    /// map and type), so the payload's `xN` now names the snapshot and the output moves up by one.
+    /// Returns the kernel, types and storage ids to launch with, and the snapshot's id.
+    fn snapshot_output(
+        &mut self,
+        k: Kernel,
+        mut types: Vec<MemType>,
+        mut ids: Vec<usize>,
+    ) -> (Kernel, Vec<MemType>, Vec<usize>, Option<usize>) {
+        let out = k.output();
+        let reads = init::reads_output(&k);
+        if !reads && !ids[..out].contains(&ids[out]) {
+            return (k, types, ids, None);
+        }
+        let from = ids[out];
+        let id = self.storage.len();
+        let mut desc = self.storage[from].clone();
+        desc.id = id;
+        desc.name = format!("{}_before", desc.name);
+        desc.slot = None;
+        self.storage.push(desc);
+        self.steps.push(Step::Alloc { storage: id });
+        self.steps.push(Step::Copy { from, to: id });
+        for i in ids[..out].iter_mut().filter(|i| **i == from) {
+            *i = id;
+        }
+        let mut k = k;
+        if reads {
+            k.maps.insert(out, k.maps[out].clone());
+            types.insert(out, types[out]);
+            ids.insert(out, id);
+        }
+        (k, types, ids, Some(id))
     }
 }

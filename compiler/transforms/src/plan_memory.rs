@@ -11,7 +11,9 @@
 //! Statistics: `allocations`, `slots`, `deallocs`, `peak-bytes` (uploaded storage plus one
 //! buffer per slot at its largest size), `peak-bytes-no-reuse` (uploaded storage plus every
 //! allocation on its own), `live-peak-bytes` (the most bytes live at once), `convert-allocations`
-//! (allocations first written by a `layout.convert` kernel).
+//! (allocations first written by a `layout.convert` kernel), `zero-fills` (allocations that may
+//! be read before they are fully written, which a back end without zeroed allocations must fill:
+//! [`fbc_dialects::memory::init::allocs_to_fill`]).
 
 use std::collections::HashMap;
 
@@ -53,6 +55,8 @@ pub struct MemoryPlan {
     pub live_peak_bytes: u64,
     /// Allocations first written by a `layout.convert` kernel.
     pub convert_allocations: u64,
+    /// Allocations that may be read before they are fully written (zero-filled on OpenCL).
+    pub zero_fills: u64,
 }
 
 struct Slot {
@@ -80,6 +84,7 @@ impl Pass for PlanMemory {
             total.peak_bytes_no_reuse += p.peak_bytes_no_reuse;
             total.live_peak_bytes = total.live_peak_bytes.max(p.live_peak_bytes);
             total.convert_allocations += p.convert_allocations;
+            total.zero_fills += p.zero_fills;
         }
         for (k, v) in [
             ("allocations", total.allocations),
@@ -89,6 +94,7 @@ impl Pass for PlanMemory {
             ("peak-bytes-no-reuse", total.peak_bytes_no_reuse),
             ("live-peak-bytes", total.live_peak_bytes),
             ("convert-allocations", total.convert_allocations),
+            ("zero-fills", total.zero_fills),
         ] {
             cx.stats.add(NAME, k, i64::try_from(v).unwrap_or(i64::MAX));
         }
@@ -217,5 +223,6 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
     plan.slots = slots.len() as u64;
     plan.peak_bytes = uploads + slots.iter().map(|s| s.bytes).sum::<u64>();
     plan.peak_bytes_no_reuse += uploads;
+    plan.zero_fills = fbc_dialects::memory::init::allocs_to_fill(m, f).len() as u64;
     plan
 }

@@ -41,14 +41,25 @@
 //! - Static kinds are checked by the verifier ([`Kernel::check`]): `%` needs integers, offsets
 //!   of `xK[e]` are integers, both branches of `select` have one kind, an `i32` output gets
 //!   integer values (an `f32` output converts integers), a reduction combines `f32` values.
-//! - Reads of the output operand (`xN` or `xN[e]`) see its contents before the launch.
+//! - A fresh `memory.alloc` holds zeros. (Rejecting reads before writes would refuse legal
+//!   launches: an output only partly written, a zero-extent launch before a download.) Back ends
+//!   whose allocations start undefined fill only what [`allocs_to_fill`](super::init) cannot
+//!   prove fully written before it is read; no generated model needs a fill.
+//! - Reads of the output storage — `xN` or `xN[e]`, or the output passed as an input too — see
+//!   its contents before the launch, wherever they read: `out[d0] = out[d0 + 1]` shifts. A back
+//!   end running points in parallel reads a snapshot (the JIT and OpenCL copy the output first).
 //! - An `f16` image is read as `f32` (its values are exact `f32` numbers); a value stored into
 //!   one is first rounded to the nearest `f16` (ties to even, overflow to `±inf`, NaN stays NaN):
 //!   [`round_f16`](super::scalar::round_f16), the one function every back end reproduces.
-//! - An empty reduction sub-domain leaves `acc` at the identity (0 or -inf); an empty parallel
-//!   sub-domain writes nothing.
-//! - Integer arithmetic wraps on overflow; integer division or modulo by zero, `int(NaN)`, an
-//!   undefined map and an access outside an operand's storage are run-time errors.
+//! - An empty reduction sub-domain leaves `acc` at the identity (0 or -inf) and the epilogue
+//!   still runs for every parallel point; an empty parallel sub-domain writes nothing.
+//! - Integers are 64-bit two's complement and wrap on overflow (`+ - *`, negation, `abs(MIN) =
+//!   MIN`); `/` and `%` floor, with `MIN / -1 = MIN` and `MIN % -1 = 0`; `int(x)` truncates
+//!   toward zero and saturates at the `i64` range (`int(inf)` is `i64::MAX`); a store into `i32`
+//!   storage keeps the low 32 bits.
+//! - Integer division or modulo by zero, `int(NaN)`, an undefined map and an access outside an
+//!   operand's storage are run-time errors. (An OpenCL kernel cannot raise: there the first two
+//!   give 0, see `docs/ir.md`, *Defined memory*.)
 
 use fbc_ir::types::DialectType;
 use fbc_ir::{AffineExpr, AffineMap, Attr, ElemType, OpData, Type};

@@ -31,6 +31,7 @@
 //! is the schedule.
 
 pub mod bounds;
+pub mod init;
 pub mod kernel;
 pub mod ops;
 pub mod scalar;
