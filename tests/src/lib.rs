@@ -20,6 +20,8 @@
 //! Any other kind, or a file without a header, is an error: a test that silently does nothing is
 //! worse than no test.
 
+pub mod fuzz;
+
 use std::sync::Arc;
 
 use fbc_ir::pass::{PassContext, PassManager};
