@@ -29,5 +29,14 @@ for g in mha_c1 mha_c2 mha_c3 mfb; do
   echo "=== $g $B --half-images" >> $R
   timeout 100 $B bench $T/$g.fbir --device $D --profile nvidia --half-images --repeat 10 >> $R 2>&1
 done
+# Split-K (issue 10): the skinny LoRA products alone and a one-layer Llama training step at
+# sequence 512, split-k auto and off side by side.
+$B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
+echo "=== lora_products split-k" >> $R
+timeout 150 $B bench tests/bench/lora_products.fbir --device $D --profile nvidia --split-k auto,off --repeat 10 >> $R 2>&1
+echo "=== llama step seq 512 split-k" >> $R
+timeout 300 $B bench $T/l512.fbir --entry loss_grad --device $D --profile nvidia --split-k auto,off --repeat 10 >> $R 2>&1
+echo "== lora_products split-k auto" >> $C
+timeout 120 $B run tests/bench/lora_products.fbir --target opencl --device $D --profile nvidia --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
 timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 echo done >> $C

@@ -172,6 +172,12 @@ pub struct BenchArgs {
     /// Store every image2d texture as f16 (see `fbc run --half-images`).
     #[arg(long)]
     pub half_images: bool,
+
+    /// When contractions split their reduction into parallel chunks (lower-to-memory's
+    /// `split-k`): auto, off or a chunk count N; several (`auto,off`) run side by side, each
+    /// with every strategy.
+    #[arg(long, value_name = "auto|off|N,...", value_delimiter = ',', value_parser = crate::cli::parse_split_k)]
+    pub split_k: Vec<fbc_transforms::lower::SplitK>,
 }
 
 /// One kernel's figures (median device time of the timed runs).
@@ -323,17 +329,29 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         a.compare.clone()
     };
     let level = a.opt_level.unwrap_or(3);
+    let splits = if a.split_k.is_empty() {
+        vec![fbc_transforms::lower::SplitK::Auto]
+    } else {
+        a.split_k.clone()
+    };
+    let mut variants = Vec::new();
+    for s in &strategies {
+        for &k in &splits {
+            variants.push((*s, k));
+        }
+    }
     let mut runs = Vec::new();
     let mut device_name = String::new();
-    for s in &strategies {
+    for (s, split_k) in variants {
+        let lowering = fbc_transforms::LoweringOptions { half_images: a.half_images, split_k };
         let c = rc::compile(
             driver,
             &a.file,
             a.entry.as_deref(),
             level,
-            *s,
+            s,
             &a.profile,
-            a.half_images,
+            lowering,
             !a.plain_kernels,
         )?;
         let fname = c.module.func(c.func).name.clone();
@@ -366,7 +384,12 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
             .filter(|((pass, _), _)| pass == "plan-memory")
             .map(|((_, k), v)| (k.clone(), *v as f64))
             .collect();
-        runs.push(figures(s.cli_name(), level, f, &medians, plan));
+        let label = if a.split_k.is_empty() {
+            s.cli_name().to_string()
+        } else {
+            format!("{} split-k={split_k}", s.cli_name())
+        };
+        runs.push(figures(&label, level, f, &medians, plan));
     }
     let base = runs.first().map_or(0, |r| r.total_ns);
     let ratios: Vec<(String, f64)> = runs

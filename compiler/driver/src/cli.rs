@@ -165,8 +165,19 @@ pub struct CompileArgs {
     #[arg(long)]
     pub half_images: bool,
 
+    /// When contractions split their reduction into parallel chunks (lower-to-memory's
+    /// `split-k`): auto (where the output cannot fill the device), off, or a chunk count N.
+    /// With `--emit opencl`.
+    #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = parse_split_k)]
+    pub split_k: fbc_transforms::lower::SplitK,
+
     #[command(flatten)]
     pub instr: InstrumentationArgs,
+}
+
+/// `--split-k auto|off|N`.
+pub fn parse_split_k(s: &str) -> Result<fbc_transforms::lower::SplitK, String> {
+    fbc_transforms::lower::SplitK::parse(s)
 }
 
 impl CompileArgs {

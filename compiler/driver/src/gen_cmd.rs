@@ -63,6 +63,11 @@ pub struct GenArgs {
     #[arg(long, value_name = "V")]
     pub vocab: Option<u64>,
 
+    /// The products of matmul-fb (matmul-fb only; default all three): `o` = a·b (forward),
+    /// `da` = do·bᵀ, `db` = aᵀ·do (the backward products); `o,da` is Fig. 16's pair.
+    #[arg(long, value_name = "o,da,db", value_delimiter = ',')]
+    pub products: Vec<String>,
+
     /// Output file (default: standard output).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -211,5 +216,24 @@ fn resolve(model: &ModelInfo, a: &GenArgs) -> Result<Spec, Failure> {
             )))
         }
     };
-    Ok(Spec { layers, batch, seq, rank, encoder_len, config, vocab })
+    let products = match (model.kind, a.products.is_empty()) {
+        (_, true) => generate::ALL_PRODUCTS,
+        (generate::Kind::MatmulFb, false) => {
+            let mut p = [false; 3];
+            for name in &a.products {
+                let i = generate::PRODUCTS.iter().position(|n| n == name).ok_or_else(|| {
+                    usage(format!(
+                        "unknown matmul-fb product `{name}`; known: {}",
+                        generate::PRODUCTS.join(", ")
+                    ))
+                })?;
+                p[i] = true;
+            }
+            p
+        }
+        (_, false) => {
+            return Err(usage(format!("`--products` applies only to matmul-fb, not to {name}")))
+        }
+    };
+    Ok(Spec { layers, batch, seq, rank, encoder_len, config, vocab, products })
 }

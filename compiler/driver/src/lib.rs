@@ -221,7 +221,10 @@ impl Driver {
                     &file,
                     &mut module,
                     a.target_name(),
-                    a.half_images,
+                    fbc_transforms::LoweringOptions {
+                        half_images: a.half_images,
+                        split_k: a.split_k,
+                    },
                     &a.instr,
                 )?;
                 let out = opencl_emit::generate(&module, a.target_name(), true)?;

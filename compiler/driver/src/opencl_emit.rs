@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use fbc_codegen::opencl::{KernelOptions, Options, Output, Writer};
 use fbc_ir::{Module, SourceFile};
+use fbc_transforms::LoweringOptions;
 
 use crate::cli::{InstrumentationArgs, LayoutStrategy};
 use crate::{Driver, Failure};
@@ -36,26 +37,27 @@ pub(crate) fn has_half_images(module: &Module) -> bool {
 }
 
 /// Runs `lower-to-memory{target}` and `plan-memory` unless the module is already lowered
-/// (`half_images`: every image2d texture stored as `f16`, `lower-to-memory{half-images=true}`).
-/// Returns the statistics of the passes (plan-memory's peak bytes among them).
+/// (`opts`: the pass's options, e.g. `half_images`: every image2d texture stored as `f16`,
+/// `lower-to-memory{half-images=true}`). Returns the statistics of the passes (plan-memory's
+/// peak bytes among them).
 pub(crate) fn lower(
     driver: &Driver,
     file: &SourceFile,
     module: &mut Module,
     target: &str,
-    half_images: bool,
+    opts: LoweringOptions,
     instr: &InstrumentationArgs,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
     if is_lowered(module) {
         return Ok(Default::default());
     }
     let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
-    lower_for(driver, file, module, target, &profile, half_images, instr)
+    lower_for(driver, file, module, target, &profile, opts, instr)
 }
 
 /// Runs the `-O level` pipeline with `strategy`, then the lowering pipeline, both for hardware
 /// profile `target` (already looked up as `profile`), unless the module is already lowered (what
-/// `fbc run --target opencl|cpu-jit` and `fbc bench` do; `half_images` as for [`lower`]).
+/// `fbc run --target opencl|cpu-jit` and `fbc bench` do; `opts` as for [`lower`]).
 /// Returns the lowering passes' statistics.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn optimize_and_lower(
@@ -66,7 +68,7 @@ pub(crate) fn optimize_and_lower(
     strategy: LayoutStrategy,
     target: &str,
     profile: &fbc_target::HardwareProfile,
-    half_images: bool,
+    opts: LoweringOptions,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
     if is_lowered(module) {
         return Ok(Default::default());
@@ -74,7 +76,7 @@ pub(crate) fn optimize_and_lower(
     let instr = InstrumentationArgs::default();
     let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
     driver.run_pipeline(file, module, &pipeline, Some(profile), &instr)?;
-    let stats = lower_for(driver, file, module, target, profile, half_images, &instr)?;
+    let stats = lower_for(driver, file, module, target, profile, opts, &instr)?;
     // Nothing runs before the lowered module verifies: a launch the bounds prover shows out of
     // bounds is an error at its op here, whatever the build's pass-manager checks (an input
     // that is already lowered was verified when it was loaded).
@@ -91,10 +93,10 @@ fn lower_for(
     module: &mut Module,
     target: &str,
     profile: &fbc_target::HardwareProfile,
-    half_images: bool,
+    opts: LoweringOptions,
     instr: &InstrumentationArgs,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
-    let pipeline = fbc_transforms::lowering_pipeline_with(target, half_images);
+    let pipeline = fbc_transforms::lowering_pipeline_for(target, opts);
     let (_, stats) = driver.run_pipeline(file, module, &pipeline, Some(profile), instr)?;
     Ok(stats)
 }

@@ -118,6 +118,11 @@ pub struct RunArgs {
     /// 1e-5 + 8·2^-11·(|ref| + max|ref|), and reports the error against the f64 interpreter.
     #[arg(long)]
     pub half_images: bool,
+
+    /// With `--target opencl|cpu-jit`: when contractions split their reduction into parallel
+    /// chunks (lower-to-memory's `split-k`): auto, off, or a chunk count N.
+    #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = crate::cli::parse_split_k)]
+    pub split_k: fbc_transforms::lower::SplitK,
 }
 
 impl RunArgs {
@@ -125,6 +130,11 @@ impl RunArgs {
     pub(crate) fn opencl_level(&self) -> (u8, crate::cli::LayoutStrategy) {
         let strategy = self.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout);
         (self.opt_level.unwrap_or(3), strategy)
+    }
+
+    /// The options of `lower-to-memory` before an OpenCL or JIT run.
+    pub(crate) fn lowering(&self) -> fbc_transforms::LoweringOptions {
+        fbc_transforms::LoweringOptions { half_images: self.half_images, split_k: self.split_k }
     }
 }
 

@@ -102,10 +102,17 @@ fn llama_one_layer_snapshot() {
 #[test]
 fn microbenchmarks_match_the_examples() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/");
-    let fb = gen("matmul-fb", &[]);
+    let fb = gen("matmul-fb", &["--products", "o,da"]);
     let want = fbc(&["opt", &format!("{root}matmul_fb.fbir")]);
     assert_eq!(want.code, 0, "{}", want.stderr);
     assert_eq!(fb.stdout, want.stdout);
+    // The default adds the weight gradient db = aᵀ·do.
+    let all = gen("matmul-fb", &[]).stdout;
+    let db = "    %db = tensor.matmul %a, %do {transpose_a = true} : (tensor<512x2048xf32>, tensor<512x8192xf32>) -> tensor<2048x8192xf32>\n";
+    assert!(all.contains(db), "{all}");
+    assert!(all.contains("func.return %o, %da, %db : (tensor<512x8192xf32>, tensor<512x2048xf32>, tensor<2048x8192xf32>) -> ()"), "{all}");
+    let only = gen("matmul-fb", &["--products", "db"]).stdout;
+    assert!(only.contains("@matmul_fb(%a: tensor<512x2048xf32>, %do: tensor<512x8192xf32>) -> tensor<2048x8192xf32>"), "{only}");
 
     let mha = gen("mha", &["--config", "c1"]);
     let want = fbc(&["opt", &format!("{root}attention.fbir")]);
@@ -163,6 +170,8 @@ fn option_mistakes_exit_2_and_say_what_is_allowed() {
         ("llama3.2-1b", &["--config", "c1"], "`--config` applies only to mha"),
         ("mha", &["--config", "c4"], "c3 = (512, 8, 1024)"),
         ("matmul-fb", &["--layers", "2"], "does not apply to matmul-fb"),
+        ("matmul-fb", &["--products", "o,dx"], "unknown matmul-fb product `dx`; known: o, da, db"),
+        ("mha", &["--products", "o"], "`--products` applies only to matmul-fb"),
         ("vit-large", &["--seq", "64"], "196 patches"),
         ("bert-large", &["--seq", "513"], "from 1 to 512"),
         ("llama3.2-1b", &["--layers", "0"], "from 1 to 1024"),

@@ -45,11 +45,34 @@ pub fn lowering_pipeline(target: &str) -> String {
 /// [`lowering_pipeline`] with `half_images`: every image2d texture stored as `f16`
 /// (`lower-to-memory{target=.. half-images=true},plan-memory`).
 pub fn lowering_pipeline_with(target: &str, half_images: bool) -> String {
-    if half_images {
-        format!("lower-to-memory{{target={target} half-images=true}},plan-memory")
-    } else {
-        format!("lower-to-memory{{target={target}}},plan-memory")
+    lowering_pipeline_for(target, LoweringOptions { half_images, ..LoweringOptions::default() })
+}
+
+/// The options of `lower-to-memory` a driver sets besides the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoweringOptions {
+    /// Every image2d texture stored as `f16` (`half-images=true`).
+    pub half_images: bool,
+    /// When contractions split their reduction (`split-k=auto|off|N`).
+    pub split_k: lower::SplitK,
+}
+
+impl Default for LoweringOptions {
+    fn default() -> LoweringOptions {
+        LoweringOptions { half_images: false, split_k: lower::SplitK::Auto }
     }
+}
+
+/// [`lowering_pipeline`] with `opts` (options at their defaults are not written).
+pub fn lowering_pipeline_for(target: &str, opts: LoweringOptions) -> String {
+    let mut o = format!("target={target}");
+    if opts.half_images {
+        o.push_str(" half-images=true");
+    }
+    if opts.split_k != lower::SplitK::Auto {
+        o.push_str(&format!(" split-k={}", opts.split_k));
+    }
+    format!("lower-to-memory{{{o}}},plan-memory")
 }
 
 /// A registry with every built-in pass.

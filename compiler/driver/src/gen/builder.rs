@@ -136,6 +136,11 @@ impl<'r> Graph<'r> {
         self.op(name, "tensor.matmul", &[a, b], vec![])
     }
 
+    /// `aᵀ · b` (the last two dimensions of `a` swapped).
+    pub(crate) fn matmul_at(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+        self.op(name, "tensor.matmul", &[a, b], vec![attr("transpose_a", Attr::Bool(true))])
+    }
+
     /// `a · bᵀ` (the last two dimensions of `b` swapped).
     pub(crate) fn matmul_bt(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
         self.op(name, "tensor.matmul", &[a, b], vec![attr("transpose_b", Attr::Bool(true))])

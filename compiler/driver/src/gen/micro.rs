@@ -1,22 +1,36 @@
-//! The paper's microbenchmarks: the MatMul forward/backward pair of Fig. 16 and the multi-head
-//! attention blocks of Fig. 17. Their value names follow `examples/matmul_fb.fbir` and
-//! `examples/attention.fbir`, so `fbc gen matmul-fb` prints exactly what `fbc opt` prints for the
-//! example, and `fbc gen mha --config c1` differs from `examples/attention.fbir` only in the
-//! module name.
+//! The paper's microbenchmarks: the MatMul forward/backward products of Fig. 16 and the
+//! multi-head attention blocks of Fig. 17. Their value names follow `examples/matmul_fb.fbir` and
+//! `examples/attention.fbir`, so `fbc gen matmul-fb --products o,da` (Fig. 16's pair) prints
+//! exactly what `fbc opt` prints for the example, and `fbc gen mha --config c1` differs from
+//! `examples/attention.fbir` only in the module name.
 
 use super::builder::Graph;
 use super::config::{MATMUL_FB, MHA_CONFIGS};
 use super::{Generated, Spec};
 
-/// `@matmul_fb(a, b, do) -> (o = a·b, da = do·bᵀ)` with M=512, K=2048, N=8192.
-pub(crate) fn matmul_fb(mut g: Graph<'_>) -> Result<Generated, String> {
+/// `@matmul_fb(a, b, do) -> (o = a·b, da = do·bᵀ, db = aᵀ·do)` with M=512, K=2048, N=8192:
+/// the forward product and both backward ones, those of `products` (in that order). An
+/// argument no chosen product reads is left out.
+pub(crate) fn matmul_fb(mut g: Graph<'_>, products: [bool; 3]) -> Result<Generated, String> {
     let (m, k, n) = MATMUL_FB;
-    let a = g.weight("a", &[m, k]);
-    let b = g.weight("b", &[k, n]);
-    let d_o = g.weight("do", &[m, n]);
-    let o = g.matmul("o", a, b)?;
-    let da = g.matmul_bt("da", d_o, b)?;
-    let module = g.finish("matmul_fb", "matmul_fb", &[o, da])?;
+    let [want_o, want_da, want_db] = products;
+    let a = (want_o || want_db).then(|| g.weight("a", &[m, k]));
+    let b = (want_o || want_da).then(|| g.weight("b", &[k, n]));
+    let d_o = (want_da || want_db).then(|| g.weight("do", &[m, n]));
+    let mut results = Vec::new();
+    if let (true, Some(a), Some(b)) = (want_o, a, b) {
+        results.push(g.matmul("o", a, b)?);
+    }
+    if let (true, Some(d_o), Some(b)) = (want_da, d_o, b) {
+        results.push(g.matmul_bt("da", d_o, b)?);
+    }
+    if let (true, Some(a), Some(d_o)) = (want_db, a, d_o) {
+        results.push(g.matmul_at("db", a, d_o)?);
+    }
+    if results.is_empty() {
+        return Err("no product chosen".into());
+    }
+    let module = g.finish("matmul_fb", "matmul_fb", &results)?;
     Ok(Generated { module, func: "matmul_fb".into(), trainable: Vec::new() })
 }
 

@@ -196,7 +196,14 @@ pub(crate) struct Spec {
     pub config: usize,
     /// Replaces the published vocabulary size (decoder models and whisper).
     pub vocab: Option<u64>,
+    /// Which of matmul-fb's [`PRODUCTS`] to emit.
+    pub products: [bool; 3],
 }
+
+/// The products `fbc gen matmul-fb` can emit, in result order.
+pub(crate) const PRODUCTS: [&str; 3] = ["o", "da", "db"];
+/// Every product (the default).
+pub(crate) const ALL_PRODUCTS: [bool; 3] = [true; 3];
 
 /// A generated module: the function to differentiate and its trainable arguments.
 #[derive(Debug)]
@@ -233,7 +240,7 @@ pub(crate) fn generate(
             cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
             whisper::build(g, &cfg, &name, spec)
         }
-        Kind::MatmulFb => micro::matmul_fb(g),
+        Kind::MatmulFb => micro::matmul_fb(g, spec.products),
         Kind::Mha => micro::mha(g, spec),
     }
 }

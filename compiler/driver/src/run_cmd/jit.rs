@@ -46,7 +46,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         strategy,
         &a.profile,
         &profile,
-        a.half_images,
+        a.lowering(),
     )?;
     let lowering = compile_start.elapsed();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;

@@ -48,8 +48,8 @@ pub(crate) struct Compiled {
     pub stats: fbc_ir::pass::Statistics,
 }
 
-/// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` (`half_images`: image2d
-/// textures of `f16`) and writes OpenCL C (`tiled`: contractions get the tiled kernel).
+/// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` with `lowering` (e.g.
+/// image2d textures of `f16`) and writes OpenCL C (`tiled`: contractions get the tiled kernel).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn compile(
     driver: &Driver,
@@ -58,7 +58,7 @@ pub(crate) fn compile(
     level: u8,
     strategy: LayoutStrategy,
     profile: &str,
-    half_images: bool,
+    lowering: fbc_transforms::LoweringOptions,
     tiled: bool,
 ) -> Result<Compiled, Failure> {
     let target = fbc_target::builtin(profile).map_err(|e| Failure::Usage(e.to_string()))?;
@@ -73,7 +73,7 @@ pub(crate) fn compile(
         strategy,
         profile,
         &target,
-        half_images,
+        lowering,
     )?;
     let out = crate::opencl_emit::generate(&lowered, profile, tiled)?;
     Ok(Compiled { file, module, func, lowered, out, stats })
@@ -194,7 +194,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         level,
         strategy,
         &a.profile,
-        a.half_images,
+        a.lowering(),
         true,
     )?;
     let (file, module, func) = (&c.file, &c.module, c.func);

@@ -1,5 +1,5 @@
-//! `lower-to-memory{target= fuse=true simplify=true half-images=false}`: tensor and layout ops
-//! to memory-dialect kernel launches.
+//! `lower-to-memory{target= fuse=true simplify=true half-images=false split-k=auto}`: tensor and
+//! layout ops to memory-dialect kernel launches.
 //!
 //! Every function keeps its signature (tensor arguments and results); its body becomes
 //! `memory.upload` of each argument that is read, `memory.alloc` of intermediate storage, one
@@ -26,7 +26,10 @@
 //! 4. **Fusion** (`fusion.rs`, option `fuse`): elementwise producers whose result one kernel
 //!    reads are substituted into that kernel; elementwise consumers of a reduction (matmul,
 //!    reductions, normalisation statistics) become its `epilogue`.
-//! 5. **Storage maps** (`storage.rs`): each logical map is composed with its operand's physical
+//! 5. **Split-K** (`split_k.rs`, option `split-k`): a contraction whose output is too small to
+//!    fill the device sums chunks of its reduction in parallel into a scratch tensor, then adds
+//!    the chunks' partial sums (with the epilogue) in a second launch.
+//! 6. **Storage maps** (`storage.rs`): each logical map is composed with its operand's physical
 //!    map (linear offset, or the R-Tile texel formulas of `dialects/src/layout/attr.rs` as
 //!    `floordiv`/`mod` maps); a kernel writing an image iterates over the image's texels
 //!    `(y, x, c)` and reads its inputs through the inverse map, guarded against padding. The
@@ -42,12 +45,16 @@
 //! (`layout.convert` kernels), `images`, `half-images` (images of `f16`), `image-fallbacks`,
 //! `divmod-before` / `divmod-after` (div/mod operations in all launch maps before and after
 //! simplification), `split-dims` (launch dimensions split where maps read them through
-//! `floordiv`/`mod`, see `storage::Mapper::split_dims`).
+//! `floordiv`/`mod`, see `storage::Mapper::split_dims`), `split-k` (contractions split into
+//! partial sums and their sum).
 
 mod fusion;
 mod identity;
 mod ops;
+mod split_k;
 mod storage;
+
+pub use split_k::SplitK;
 
 use std::collections::HashMap;
 
@@ -89,6 +96,12 @@ pub fn register(r: &mut PassRegistry) {
                 Some("false"),
                 "store image2d textures as f16 (values rounded to f16, computed in f32)",
             ),
+            OptionSpec::new(
+                "split-k",
+                OptionKind::Str,
+                Some("auto"),
+                "split the reduction of skinny contractions into parallel chunks: auto, off or N",
+            ),
         ],
         |o| {
             Ok(Box::new(LowerToMemory {
@@ -96,6 +109,7 @@ pub fn register(r: &mut PassRegistry) {
                 fuse: o.bool("fuse"),
                 simplify: o.bool("simplify"),
                 half_images: o.bool("half-images"),
+                split_k: SplitK::parse(o.str("split-k").unwrap_or("auto"))?,
             }))
         },
     ));
@@ -112,6 +126,8 @@ pub struct LowerToMemory {
     pub simplify: bool,
     /// Store every image2d texture as `f16`.
     pub half_images: bool,
+    /// When contractions split their reduction into parallel chunks.
+    pub split_k: SplitK,
 }
 
 impl Pass for LowerToMemory {
@@ -148,7 +164,7 @@ impl Pass for LowerToMemory {
             let lowered =
                 Lower::new(m, f, &profile, self.fuse, self.half_images).and_then(|mut l| {
                     l.lower_body()?;
-                    l.finish(&mut names, self.simplify, &mut stats)
+                    l.finish(&mut names, self.simplify, self.split_k, &mut stats)
                 });
             match lowered {
                 Ok(plan) => emit(m, f, &defs, &plan),
@@ -170,6 +186,7 @@ impl Pass for LowerToMemory {
             ("divmod-after", stats.divmod_after),
             ("split-dims", stats.split_dims),
             ("identity-copies", stats.identity_copies),
+            ("split-k", stats.split_k),
         ] {
             cx.stats.add(NAME, k, v as i64);
         }
@@ -195,6 +212,8 @@ pub(crate) struct Stats {
     pub split_dims: usize,
     /// Copies dropped because input and output storage place every element alike.
     pub identity_copies: usize,
+    /// Contractions split into partial sums over chunks of their reduction.
+    pub split_k: usize,
 }
 
 /// The memory ops' definitions.
@@ -370,6 +389,8 @@ pub(crate) struct LKernel {
     /// Name of the value it computes (`q`), plus a suffix for the passes of multi-pass ops.
     pub result: String,
     pub source: Vec<&'static str>,
+    /// Appended to the first source op in the launch's `source` (`[split-k 8]`); usually empty.
+    pub note: String,
     pub domain: Vec<u64>,
     /// Parallel dimensions (the first ones); the rest are reductions.
     pub n_par: usize,
@@ -620,6 +641,7 @@ impl<'m> Lower<'m> {
             op: op.to_string(),
             result: result.to_string(),
             source: vec![source],
+            note: String::new(),
             domain,
             n_par: shape.len().max(1),
             inputs: vec![input],
@@ -703,12 +725,15 @@ impl<'m> Lower<'m> {
         mut self,
         names: &mut Names,
         simplify: bool,
+        split_k: SplitK,
         stats: &mut Stats,
     ) -> Result<Plan, Diagnostic> {
         self.prune_dead();
         if self.fuse {
             stats.fused += fusion::fuse(&mut self);
         }
+        let profile = self.profile;
+        stats.split_k += split_k::split(&mut self, split_k, profile)?;
         storage::retarget_images(&mut self)?;
         let mut launches = Vec::new();
         let mut mapper = storage::Mapper::new(simplify);

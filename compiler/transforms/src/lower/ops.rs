@@ -287,6 +287,7 @@ impl Lower<'_> {
             op: short,
             result,
             source: vec![d.name()],
+            note: String::new(),
             domain,
             n_par,
             inputs,

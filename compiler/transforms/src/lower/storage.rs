@@ -41,6 +41,7 @@ fn mul(a: Expr, k: u64) -> Expr {
         (_, 0) => Expr::Const(0),
         (_, 1) => a,
         (Expr::Const(0), _) => a,
+        (Expr::Const(v), _) if v.checked_mul(k as i64).is_some() => Expr::Const(v * k as i64),
         _ => Expr::Mul(Box::new(a), Box::new(c(k))),
     }
 }
@@ -428,7 +429,7 @@ impl Mapper {
             (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { Iter::Reduction }).collect();
         let kernel = Kernel {
             name,
-            source: k.source.join("+"),
+            source: source_of(&k),
             domain: k.domain.clone(),
             iterators,
             maps,
@@ -439,6 +440,21 @@ impl Mapper {
         };
         Ok((kernel, sids))
     }
+}
+
+/// The launch's `source`: the ops `+`-joined, the kernel's note after the first one.
+fn source_of(k: &LKernel) -> String {
+    let mut s = String::new();
+    for (i, op) in k.source.iter().enumerate() {
+        if i > 0 {
+            s.push('+');
+        }
+        s.push_str(op);
+        if i == 0 {
+            s.push_str(&k.note);
+        }
+    }
+    s
 }
 
 /// Adds `(d, c)` for every `dK floordiv c` and `dK mod c` in `e` where `c` properly divides the

@@ -1,0 +1,154 @@
+//! Split-K contractions (`--split-k`) on the CPU JIT and on OpenCL (PoCL in CI): the results
+//! pass `--check` against the interpreter for edge shapes, and are bit-identical from run to run
+//! and across JIT thread counts; `fbc bench --split-k auto,off` runs both side by side.
+//!
+//! The OpenCL tests need the `opencl` feature and a device; without a device they fail when
+//! `CI=true` and only print a notice otherwise, as `tests/opencl.rs` does.
+
+use std::path::{Path, PathBuf};
+
+mod common;
+
+/// Edge shapes of split contractions: `K = 70` (not a multiple of 4 or 16), `K = 3` (shorter
+/// than 4: not split), ranks 1, 3 and 16, `M = 1`, `N = 1`, both operands transposed, a batched
+/// product with a broadcast operand, and an epilogue (scale, tanh).
+const EDGES: &str = r#"func.func @edges(%x: tensor<8x70xf32>, %a: tensor<70x3xf32>, %xt: tensor<70x8xf32>, %at: tensor<3x70xf32>, %v: tensor<1x70xf32>, %a1: tensor<70x1xf32>, %b: tensor<2x5x40xf32>, %c: tensor<40x16xf32>, %p: tensor<8x3xf32>, %q: tensor<3x5xf32>) -> (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) {
+  %y1 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
+  %y2 = tensor.matmul %xt, %at {transpose_a = true, transpose_b = true} : (tensor<70x8xf32>, tensor<3x70xf32>) -> tensor<8x3xf32>
+  %y3 = tensor.matmul %v, %a : (tensor<1x70xf32>, tensor<70x3xf32>) -> tensor<1x3xf32>
+  %y4 = tensor.matmul %x, %a1 : (tensor<8x70xf32>, tensor<70x1xf32>) -> tensor<8x1xf32>
+  %y5 = tensor.matmul %b, %c : (tensor<2x5x40xf32>, tensor<40x16xf32>) -> tensor<2x5x16xf32>
+  %m6 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
+  %s6 = tensor.scale %m6 {factor = 0.25} : (tensor<8x3xf32>) -> tensor<8x3xf32>
+  %y6 = tensor.tanh %s6 : (tensor<8x3xf32>) -> tensor<8x3xf32>
+  %y7 = tensor.matmul %p, %q : (tensor<8x3xf32>, tensor<3x5xf32>) -> tensor<8x5xf32>
+  func.return %y1, %y2, %y3, %y4, %y5, %y6, %y7 : (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) -> ()
+}
+"#;
+
+/// A LoRA-sized skinny product, large enough that the JIT runs its launches on several threads
+/// and OpenCL uses the tiled kernel for the partial sums: `x·A` (128×4096 · 4096×8) and the
+/// weight gradient of `A`, `xᵀ·g` (4096×128 · 128×8 → 4096×8, `K = 128`).
+const LORA: &str = r#"func.func @lora(%x: tensor<128x4096xf32>, %a: tensor<4096x8xf32>, %g: tensor<128x8xf32>) -> (tensor<128x8xf32>, tensor<4096x8xf32>) {
+  %xa = tensor.matmul %x, %a : (tensor<128x4096xf32>, tensor<4096x8xf32>) -> tensor<128x8xf32>
+  %da = tensor.matmul %x, %g {transpose_a = true} : (tensor<128x4096xf32>, tensor<128x8xf32>) -> tensor<4096x8xf32>
+  func.return %xa, %da : (tensor<128x8xf32>, tensor<4096x8xf32>) -> ()
+}
+"#;
+
+fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+/// `fbc run FILE --target T --random-inputs 7 [extra]`, which must succeed; returns stdout.
+fn run(path: &Path, target: &str, extra: &[&str], env: &[(&str, &Path)]) -> String {
+    let p = path.to_string_lossy().into_owned();
+    let mut args = vec!["run", &p, "--target", target, "--random-inputs", "7"];
+    args.extend_from_slice(extra);
+    let o = common::fbc_env(&args, env);
+    assert_eq!(o.code, 0, "fbc {args:?}\n{}\n{}", o.stdout, o.stderr);
+    o.stdout
+}
+
+/// Checks every result against the interpreter with `--split-k` at several chunk counts.
+fn check_edges(target: &str) {
+    let dir = common::scratch(&format!("split-k-edges-{target}"));
+    let p = file(&dir, "edges.fbir", EDGES);
+    for s in ["off", "3", "4", "16", "64"] {
+        for level in ["-O0", "-O3"] {
+            let out = run(&p, target, &["--split-k", s, level, "--check"], &[]);
+            assert!(out.contains("check passed"), "split-k={s} {level}: {out}");
+            assert_eq!(out.matches("check result").count(), 7, "{out}");
+        }
+    }
+}
+
+/// The results of `fbc run --target T ... --outputs`, as bytes.
+fn outputs(path: &Path, target: &str, split: &str, tag: &str, env: &[(&str, &Path)]) -> Vec<u8> {
+    let out = path.with_file_name(format!("out-{target}-{split}-{tag}.safetensors"));
+    let o = out.to_string_lossy().into_owned();
+    run(path, target, &["--split-k", split, "--profile", "cpu", "--outputs", &o], env);
+    std::fs::read(&out).expect("outputs written")
+}
+
+#[test]
+fn jit_split_contractions_match_the_interpreter() {
+    check_edges("cpu-jit");
+}
+
+#[test]
+fn jit_split_results_are_bit_identical_across_runs_and_thread_counts() {
+    let dir = common::scratch("split-k-jit-bits");
+    let p = file(&dir, "lora.fbir", LORA);
+    let out = run(&p, "cpu-jit", &["--split-k", "16", "--check"], &[]);
+    assert!(out.contains("check passed"), "{out}");
+    let one = Path::new("1");
+    let three = Path::new("3");
+    let base = outputs(&p, "cpu-jit", "16", "a", &[("FBC_JIT_THREADS", one)]);
+    assert_eq!(base, outputs(&p, "cpu-jit", "16", "b", &[("FBC_JIT_THREADS", one)]));
+    assert_eq!(base, outputs(&p, "cpu-jit", "16", "c", &[("FBC_JIT_THREADS", three)]));
+    assert_eq!(base, outputs(&p, "cpu-jit", "16", "d", &[]));
+    // Splitting changes the summation order, so the unsplit results differ in some bits (the
+    // comparison above would not notice a split that did not happen).
+    assert_ne!(base, outputs(&p, "cpu-jit", "off", "e", &[]));
+}
+
+#[cfg(feature = "opencl")]
+mod opencl {
+    use super::*;
+
+    fn have_device() -> bool {
+        if !fbc_runtime::opencl::devices().is_empty() {
+            return true;
+        }
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but no OpenCL device was found: install pocl-opencl-icd");
+        }
+        eprintln!("notice: no OpenCL device; skipping (this would fail with CI=true)");
+        false
+    }
+
+    #[test]
+    fn opencl_split_contractions_match_the_interpreter() {
+        if have_device() {
+            check_edges("opencl");
+        }
+    }
+
+    #[test]
+    fn opencl_split_results_are_bit_identical_across_runs() {
+        if !have_device() {
+            return;
+        }
+        let dir = common::scratch("split-k-opencl-bits");
+        let p = file(&dir, "lora.fbir", LORA);
+        let out = run(&p, "opencl", &["--split-k", "16", "--check"], &[]);
+        assert!(out.contains("check passed"), "{out}");
+        let base = outputs(&p, "opencl", "16", "a", &[]);
+        assert_eq!(base, outputs(&p, "opencl", "16", "b", &[]));
+        assert_ne!(base, outputs(&p, "opencl", "off", "c", &[]));
+    }
+
+    #[test]
+    fn bench_runs_split_k_choices_side_by_side() {
+        if !have_device() {
+            return;
+        }
+        let dir = common::scratch("split-k-bench");
+        let p = file(&dir, "lora.fbir", LORA);
+        let p = p.to_string_lossy().into_owned();
+        let args = ["bench", &p, "--profile", "cpu", "--split-k", "auto,off", "--repeat", "1"];
+        let o = common::fbc(&args);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let t = &o.stdout;
+        // On the cpu profile (16 compute units: 32768 work-items) x·A (1024 outputs, K = 4096)
+        // splits by 16; xᵀ·g (32768 outputs) fills the device alone.
+        assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
+        assert!(t.contains("strategy fblayout split-k=off (-O3): 2 kernels"), "{t}");
+        assert!(t.contains("lora_matmul_xa_partial"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 16]"), "{t}");
+        assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
+    }
+}

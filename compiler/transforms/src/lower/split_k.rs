@@ -1,0 +1,311 @@
+//! Split-K: a contraction whose output is small next to its reduction is computed in two (or
+//! three) launches instead of one.
+//!
+//! A matmul launch over `[P..., K]` (parallel dimensions `P`, one reduction of extent `K`) gives
+//! the device only `∏P` work-items, each running a `K`-long serial sum: with LoRA's rank-8 side
+//! (`x·A`, 512×8192 · 8192×8) that is 4096 work-items for 34 MFLOP. Split by `S` it becomes
+//!
+//! 1. **partial sums** over `[S, P..., Kc]` with `Kc = K div S`: chunk `s` sums `k = s·Kc + kc`
+//!    into a linear scratch tensor `[S', P...]` at `(s, p...)`; the chunk index is a parallel
+//!    dimension (a batch of the tiled contraction kernel), so the launch has `S·∏P` outputs;
+//! 2. **tail** (only when `R = K − S·Kc > 0`): the last `R` values of `k`, `k = S·Kc + r`, summed
+//!    into slot `S` of the scratch (`S' = S + 1`; without a tail `S' = S`);
+//! 3. **sum** over `[P..., S']`: the `S'` partials added in slot order, then the original
+//!    epilogue, guard and output map (the launch writes what the unsplit one wrote).
+//!
+//! All three are ordinary launches: every back end runs them, deterministically (a fixed
+//! summation order, no atomics). Only the association of the sum changes, so results agree with
+//! the unsplit kernel within f32 rounding of a reordered sum.
+//!
+//! The split is chosen per contraction by the `split-k` option of `lower-to-memory`:
+//! `off`, a fixed `N` (every contraction with `K ≥ N` splits by `N`), or `auto`, which splits
+//! only where the output cannot fill the device: with `fill = compute_units × 2048` work-items
+//! (2048 resident work-items per compute unit, an assumption: a Hopper SM holds 2048 threads), a
+//! contraction with `∏P ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `∏P·S ≤ fill`
+//! and `K / S ≥ 256` (each chunk long enough to amortise its launch share and the final sum).
+
+use fbc_dialects::memory::{Combine, Scalar, ScalarBin};
+use fbc_index::Expr;
+use fbc_ir::{Diagnostic, ElemType};
+use fbc_target::HardwareProfile;
+
+use super::fusion::map_scalar;
+use super::{compose, dim, identity, LKernel, Lower, Operand};
+
+/// Work-items a compute unit keeps resident (assumed; an NVIDIA Hopper SM runs 2048 threads).
+const ITEMS_PER_CU: u64 = 2048;
+/// The shortest reduction chunk `auto` makes.
+const MIN_CHUNK: u64 = 256;
+
+/// The `split-k` option of `lower-to-memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitK {
+    /// Split where the output is too small to fill the device (see the module doc).
+    Auto,
+    /// Never split.
+    Off,
+    /// Split every contraction whose reduction has at least `N` elements into `N` chunks.
+    Fixed(u64),
+}
+
+impl SplitK {
+    /// Reads `auto`, `off` or a chunk count `N ≥ 2`.
+    pub fn parse(s: &str) -> Result<SplitK, String> {
+        match s {
+            "auto" => Ok(SplitK::Auto),
+            "off" => Ok(SplitK::Off),
+            _ => match s.parse::<u64>() {
+                Ok(n) if n >= 2 => Ok(SplitK::Fixed(n)),
+                _ => Err(format!(
+                    "split-k must be `auto`, `off` or a number of chunks ≥ 2, found `{s}`"
+                )),
+            },
+        }
+    }
+
+    /// The number of chunks `S` for a contraction with `outputs` parallel points and a reduction
+    /// of `k` elements; `None`: no split.
+    pub fn chunks(self, outputs: u64, k: u64, profile: &HardwareProfile) -> Option<u64> {
+        match self {
+            SplitK::Off => None,
+            SplitK::Fixed(n) => (k >= n).then_some(n),
+            SplitK::Auto => {
+                let fill = u64::from(profile.compute.compute_units.max(1)) * ITEMS_PER_CU;
+                if outputs == 0 || outputs.saturating_mul(2) > fill {
+                    return None;
+                }
+                let mut s = 1u64;
+                while s * 2 <= k / MIN_CHUNK && outputs.saturating_mul(s * 2) <= fill {
+                    s *= 2;
+                }
+                (s >= 2).then_some(s)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for SplitK {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SplitK::Auto => f.write_str("auto"),
+            SplitK::Off => f.write_str("off"),
+            SplitK::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Whether `k` is a contraction split-K applies to: a matmul (with its fused epilogue) summing
+/// over exactly one reduction dimension, reading no explicit offsets in its body.
+fn splittable(k: &LKernel) -> bool {
+    let mut loads = false;
+    k.body.visit(&mut |s| loads |= matches!(s, Scalar::Load(..)));
+    k.source.first() == Some(&"tensor.matmul")
+        && k.combine == Some(Combine::Add)
+        && k.domain.len() == k.n_par + 1
+        && !loads
+}
+
+/// `e` with domain index `Dim(i)` replaced by `dims[i]`.
+fn subst_dims(e: &Scalar, dims: &[Scalar]) -> Scalar {
+    map_scalar(e, &mut |s| match s {
+        Scalar::Dim(i) => dims.get(*i).cloned(),
+        _ => None,
+    })
+}
+
+/// `Dim(a)·c + Dim(b)` (`a` absent: `c + Dim(b)`), the scalar form of a chunk's `k`.
+fn k_scalar(chunk: Option<usize>, c: u64, b: usize) -> Scalar {
+    let base = match chunk {
+        Some(a) => {
+            Scalar::Bin(ScalarBin::Mul, Box::new(Scalar::Dim(a)), Box::new(Scalar::Int(c as i64)))
+        }
+        None => Scalar::Int(c as i64),
+    };
+    Scalar::Bin(ScalarBin::Add, Box::new(base), Box::new(Scalar::Dim(b)))
+}
+
+/// Splits every contraction `policy` chooses to; returns how many were split.
+pub(crate) fn split(
+    l: &mut Lower<'_>,
+    policy: SplitK,
+    profile: &HardwareProfile,
+) -> Result<usize, Diagnostic> {
+    if policy == SplitK::Off {
+        return Ok(0);
+    }
+    let mut out = Vec::with_capacity(l.kernels.len());
+    let mut count = 0;
+    for k in std::mem::take(&mut l.kernels) {
+        let np = k.n_par;
+        let chosen = if splittable(&k) {
+            let outputs: u64 = k.domain[..np].iter().product();
+            policy.chunks(outputs, k.domain[np], profile)
+        } else {
+            None
+        };
+        match chosen {
+            Some(s) => {
+                out.extend(split_one(l, &k, s)?);
+                count += 1;
+            }
+            None => out.push(k),
+        }
+    }
+    l.kernels = out;
+    Ok(count)
+}
+
+/// The launches of `k` split into `s` chunks (see the module doc).
+fn split_one(l: &mut Lower<'_>, k: &LKernel, s: u64) -> Result<Vec<LKernel>, Diagnostic> {
+    let np = k.n_par;
+    let kk = k.domain[np];
+    let par = &k.domain[..np];
+    let chunk = kk / s;
+    let tail = kk - s * chunk;
+    let slots = s + u64::from(tail > 0);
+    let mut shape = vec![slots];
+    shape.extend_from_slice(par);
+    let name = format!("{}_partial", l.storages[l.tensors[k.out.t].storage].name);
+    let scratch = l.temp(&shape, ElemType::F32, name, k.span)?;
+    let tag = |what: &str| format!("[split-k {s}{what}]");
+    let mut kernels = Vec::with_capacity(3);
+    // The partial sums and the tail compute the body only: the operands it reads, and the
+    // contraction alone as their source (the epilogue's ops run in the sum).
+    let (body_inputs, body) = only_read(&k.body, &k.inputs);
+    let source = vec![k.source[0]];
+
+    // Partial sums over [S, P..., Kc]: old d_i → d_(i+1), old k → d0·Kc + d_(np+1).
+    let mut with: Vec<Expr> = (1..=np).map(dim).collect();
+    with.push(Expr::Add(
+        Box::new(Expr::Mul(Box::new(dim(0)), Box::new(Expr::Const(chunk as i64)))),
+        Box::new(dim(np + 1)),
+    ));
+    let mut dims: Vec<Scalar> = (1..=np).map(Scalar::Dim).collect();
+    dims.push(k_scalar(Some(0), chunk, np + 1));
+    let mut domain = vec![s];
+    domain.extend_from_slice(par);
+    domain.push(chunk);
+    kernels.push(LKernel {
+        result: format!("{}_partial", k.result),
+        note: tag(""),
+        domain,
+        n_par: np + 1,
+        source: source.clone(),
+        inputs: body_inputs
+            .iter()
+            .map(|o| Operand { map: compose(&o.map, &with), ..o.clone() })
+            .collect(),
+        out: Operand { t: scratch, map: identity(np + 1), gather: false },
+        body: subst_dims(&body, &dims),
+        epilogue: None,
+        ..k.clone()
+    });
+
+    // The tail over [P..., R] into slot S: old k → S·Kc + d_np.
+    if tail > 0 {
+        let start = s * chunk;
+        let mut with: Vec<Expr> = (0..np).map(dim).collect();
+        with.push(Expr::Add(Box::new(Expr::Const(start as i64)), Box::new(dim(np))));
+        let mut dims: Vec<Scalar> = (0..np).map(Scalar::Dim).collect();
+        dims.push(k_scalar(None, start, np));
+        let mut domain = par.to_vec();
+        domain.push(tail);
+        let mut out_map = vec![Expr::Const(s as i64)];
+        out_map.extend((0..np).map(dim));
+        kernels.push(LKernel {
+            result: format!("{}_tail", k.result),
+            note: tag(" tail"),
+            domain,
+            source,
+            inputs: body_inputs
+                .iter()
+                .map(|o| Operand { map: compose(&o.map, &with), ..o.clone() })
+                .collect(),
+            out: Operand { t: scratch, map: out_map, gather: false },
+            body: subst_dims(&body, &dims),
+            epilogue: None,
+            ..k.clone()
+        });
+    }
+
+    // The sum over [P..., S'] of scratch[d_np, d0..], then the original epilogue, whose operands
+    // (read at parallel dimensions only) keep their maps.
+    let mut read = vec![dim(np)];
+    read.extend((0..np).map(dim));
+    let mut inputs = vec![Operand { t: scratch, map: read, gather: false }];
+    let epilogue = k.epilogue.as_ref().map(|e| {
+        let (used, e) = only_read(e, &k.inputs);
+        inputs.extend(used);
+        renumber(&e, &|i| i + 1)
+    });
+    let mut domain = par.to_vec();
+    domain.push(slots);
+    kernels.push(LKernel {
+        note: tag(" sum"),
+        domain,
+        inputs,
+        body: Scalar::In(0),
+        epilogue,
+        ..k.clone()
+    });
+    Ok(kernels)
+}
+
+/// The operands of `inputs` that `e` reads, in order of first read, and `e` reading them by
+/// their position in that list.
+fn only_read(e: &Scalar, inputs: &[Operand]) -> (Vec<Operand>, Scalar) {
+    let mut to: Vec<Option<usize>> = vec![None; inputs.len()];
+    let mut used = Vec::new();
+    e.visit(&mut |x| {
+        if let Scalar::In(i) | Scalar::Load(i, _) = x {
+            if let Some(slot @ None) = to.get_mut(*i) {
+                *slot = Some(used.len());
+                used.push(inputs[*i].clone());
+            }
+        }
+    });
+    let e = renumber(e, &|i| to.get(i).copied().flatten().unwrap_or(i));
+    (used, e)
+}
+
+/// `e` with operand `i` renumbered to `to(i)`.
+fn renumber(e: &Scalar, to: &dyn Fn(usize) -> usize) -> Scalar {
+    map_scalar(e, &mut |s| match s {
+        Scalar::In(i) => Some(Scalar::In(to(*i))),
+        Scalar::Load(i, off) => Some(Scalar::Load(to(*i), Box::new(renumber(off, to)))),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse() {
+        assert_eq!(SplitK::parse("auto"), Ok(SplitK::Auto));
+        assert_eq!(SplitK::parse("off"), Ok(SplitK::Off));
+        assert_eq!(SplitK::parse("16"), Ok(SplitK::Fixed(16)));
+        for bad in ["1", "0", "-4", "yes", ""] {
+            assert!(SplitK::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn auto_splits_skinny_products_to_fill_the_device() {
+        let nv = fbc_target::builtin("nvidia").unwrap();
+        // 132 CUs × 2048 = 270336 work-items.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &nv), Some(32)); // LoRA down x·A
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 2048, &nv), Some(8)); // LoRA q x·A
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(2)); // dA = xᵀ·d(xa)
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), None); // square: device full
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), None); // K too short to chunk
+        let cpu = fbc_target::builtin("cpu").unwrap();
+        // 16 CUs × 2048 = 32768 work-items.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &cpu), Some(8));
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &cpu), Some(2));
+        assert_eq!(SplitK::Fixed(7).chunks(1 << 30, 100, &cpu), Some(7));
+        assert_eq!(SplitK::Fixed(7).chunks(4, 6, &cpu), None);
+        assert_eq!(SplitK::Off.chunks(4, 1 << 20, &cpu), None);
+    }
+}

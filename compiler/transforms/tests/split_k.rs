@@ -1,0 +1,238 @@
+//! Split-K in `lower-to-memory` (`split-k=auto|off|N`): which contractions split and into how
+//! many chunks, the launches a split contraction becomes (a snapshot of the lowered IR), and
+//! translation validation: the interpreter gives the same numbers before and after lowering
+//! (tolerance `rtol = 1e-4`, `atol = 1e-5`, as `tests/lower.rs`) on edge shapes and on a LoRA
+//! training graph at `-O0` and `-O3`.
+
+use std::sync::Arc;
+
+use clap::Parser as _;
+use fbc_dialects::memory::Kernel;
+use fbc_ir::pass::Statistics;
+use fbc_ir::{Module, PassContext, PassManager, SourceFile, Type};
+use fbc_runtime::interp::{check_equivalent, Tolerance};
+
+const TOL: Tolerance = Tolerance { rtol: 1e-4, atol: 1e-5 };
+
+fn parse(text: &str) -> Module {
+    let reg = fbc_dialects::registry();
+    fbc_ir::parse_module(&Arc::new(SourceFile::new("t.fbir", text)), &reg)
+        .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+}
+
+fn lowered(m: &Module, pipeline: &str, target: &str) -> (Module, Statistics) {
+    let mut after = m.clone();
+    let reg = fbc_dialects::registry();
+    let steps = fbc_transforms::default_registry().parse_pipeline(pipeline).expect("pipeline");
+    let mut pm = PassManager::new(steps);
+    pm.instrumentation.verify_each = true;
+    let profile = fbc_target::builtin(target).expect("target");
+    let mut cx = PassContext::new(&reg);
+    cx.target = Some(&profile);
+    pm.run(&mut after, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
+    (after, cx.stats)
+}
+
+fn kernels(m: &Module) -> Vec<Kernel> {
+    m.all_ops()
+        .filter(|&o| m.op(o).def.is("memory.launch"))
+        .map(|o| Kernel::from_op(m.op(o)).expect("launch"))
+        .collect()
+}
+
+/// Every function of `before` and `after` agree on random inputs.
+fn same_numbers(before: &Module, after: &Module, what: &str) {
+    for f in &before.funcs {
+        if f.args.iter().any(|&a| !matches!(before.value_type(a), Type::Tensor(_))) {
+            continue;
+        }
+        if let Err(e) = check_equivalent(before, after, &f.name, 7, TOL) {
+            panic!("{what}: {e}\n{}", fbc_ir::print_module(after));
+        }
+    }
+}
+
+/// `@f(x: M×K, a: K×N) -> x·a`.
+fn product(m: u64, k: u64, n: u64) -> String {
+    format!(
+        "func.func @f(%x: tensor<{m}x{k}xf32>, %a: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
+  %y = tensor.matmul %x, %a : (tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  func.return %y : tensor<{m}x{n}xf32>
+}}"
+    )
+}
+
+/// A small LoRA product with a fused epilogue, `K = 10` split by 4: partial sums over four
+/// chunks of 2, a tail of 2 into slot 4, and the sum of the five slots followed by the scale and
+/// the residual add.
+const SKINNY: &str = r#"func.func @lora(%x: tensor<3x10xf32>, %a: tensor<10x2xf32>, %r: tensor<3x2xf32>) -> tensor<3x2xf32> {
+  %xa = tensor.matmul %x, %a : (tensor<3x10xf32>, tensor<10x2xf32>) -> tensor<3x2xf32>
+  %s = tensor.scale %xa {factor = 2.0} : (tensor<3x2xf32>) -> tensor<3x2xf32>
+  %y = tensor.add %s, %r : (tensor<3x2xf32>, tensor<3x2xf32>) -> tensor<3x2xf32>
+  func.return %y : tensor<3x2xf32>
+}"#;
+
+#[test]
+fn a_split_contraction_is_partial_sums_a_tail_and_their_sum() {
+    let m = parse(SKINNY);
+    let (after, st) = lowered(&m, "lower-to-memory{split-k=4}", "generic");
+    assert_eq!(st.get("lower-to-memory", "split-k"), 1);
+    insta::assert_snapshot!("split_k_lora_epilogue", fbc_ir::print_module(&after));
+    let ks = kernels(&after);
+    let summary: Vec<(String, String, Vec<u64>)> =
+        ks.iter().map(|k| (k.name.clone(), k.source.clone(), k.domain.clone())).collect();
+    assert_eq!(
+        summary,
+        [
+            ("lora_matmul_y_partial".into(), "tensor.matmul[split-k 4]".into(), vec![4, 3, 2, 2]),
+            ("lora_matmul_y_tail".into(), "tensor.matmul[split-k 4 tail]".into(), vec![3, 2, 2]),
+            (
+                "lora_matmul_y".into(),
+                "tensor.matmul[split-k 4 sum]+tensor.scale+tensor.add".into(),
+                vec![3, 2, 5]
+            ),
+        ]
+    );
+    same_numbers(&m, &after, "split-k=4");
+    // Unsplit: one launch, and the same numbers.
+    let (off, st) = lowered(&m, "lower-to-memory{split-k=off}", "generic");
+    assert_eq!(st.get("lower-to-memory", "split-k"), 0);
+    assert_eq!(kernels(&off).len(), 1);
+    same_numbers(&m, &off, "split-k=off");
+}
+
+#[test]
+fn a_chunk_count_dividing_k_needs_no_tail() {
+    let m = parse(&product(3, 12, 2));
+    let (after, _) = lowered(&m, "lower-to-memory{split-k=4}", "generic");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 2);
+    assert_eq!(ks[0].domain, vec![4, 3, 2, 3]);
+    assert_eq!(ks[1].domain, vec![3, 2, 4]);
+    let maps: Vec<String> = ks[0].maps.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        maps,
+        [
+            "(d0, d1, d2, d3) -> (d1 * 12 + (d0 * 3 + d3))",
+            "(d0, d1, d2, d3) -> ((d0 * 3 + d3) * 2 + d2)",
+            "(d0, d1, d2, d3) -> (d0 * 6 + d1 * 2 + d2)"
+        ]
+    );
+    same_numbers(&m, &after, "K = 12 by 4");
+}
+
+#[test]
+fn auto_splits_skinny_products_and_leaves_square_ones() {
+    // LoRA down x·A on nvidia (132 compute units): 4096 outputs, K = 8192 → 32 chunks of 256.
+    let m = parse(&product(512, 8192, 8));
+    let (after, st) = lowered(&m, "lower-to-memory", "nvidia");
+    assert_eq!(st.get("lower-to-memory", "split-k"), 1);
+    let ks = kernels(&after);
+    assert_eq!(ks[0].source, "tensor.matmul[split-k 32]");
+    assert_eq!(ks[0].domain, vec![32, 512, 8, 256]);
+    assert_eq!(ks[1].source, "tensor.matmul[split-k 32 sum]");
+    // A large square product fills the device: not split, one launch.
+    let m = parse(&product(512, 2048, 2048));
+    let (after, st) = lowered(&m, "lower-to-memory", "nvidia");
+    assert_eq!(st.get("lower-to-memory", "split-k"), 0);
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 1);
+    assert_eq!(ks[0].source, "tensor.matmul");
+    // Nor is any product with split-k=off, or one whose K is shorter than the chunk count.
+    let m = parse(&product(512, 8192, 8));
+    let (_, st) = lowered(&m, "lower-to-memory{split-k=off}", "nvidia");
+    assert_eq!(st.get("lower-to-memory", "split-k"), 0);
+    let m = parse(&product(4, 3, 5));
+    let (after, st) = lowered(&m, "lower-to-memory{split-k=4}", "generic");
+    assert_eq!(st.get("lower-to-memory", "split-k"), 0);
+    assert_eq!(kernels(&after).len(), 1);
+    same_numbers(&m, &after, "K < S");
+}
+
+#[test]
+fn a_bad_split_k_option_is_refused() {
+    let mut m = parse(&product(4, 3, 5));
+    let reg = fbc_dialects::registry();
+    let steps = fbc_transforms::default_registry()
+        .parse_pipeline("lower-to-memory{split-k=1}")
+        .expect("pipeline");
+    let mut cx = PassContext::new(&reg);
+    let e = PassManager::new(steps).run(&mut m, &mut cx, &mut |_| {}).err().expect("refused");
+    assert_eq!(
+        e[0].message,
+        "cannot create pass `lower-to-memory`: split-k must be `auto`, `off` or a number of \
+         chunks ≥ 2, found `1`"
+    );
+}
+
+/// Edge shapes, each split by 4 (`K` not a multiple of 4, `K < 4`, ranks 1 to 16, `M` or `N` = 1,
+/// transposed operands, batches with broadcasting, an epilogue): same numbers as the graph.
+#[test]
+fn edge_shapes_keep_their_numbers() {
+    let text = r#"func.func @edges(%x: tensor<8x70xf32>, %a: tensor<70x3xf32>, %xt: tensor<70x8xf32>, %at: tensor<3x70xf32>, %v: tensor<1x70xf32>, %a1: tensor<70x1xf32>, %b: tensor<2x5x40xf32>, %c: tensor<40x16xf32>, %p: tensor<8x3xf32>, %q: tensor<3x5xf32>) -> (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) {
+  %y1 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
+  %y2 = tensor.matmul %xt, %at {transpose_a = true, transpose_b = true} : (tensor<70x8xf32>, tensor<3x70xf32>) -> tensor<8x3xf32>
+  %y3 = tensor.matmul %v, %a : (tensor<1x70xf32>, tensor<70x3xf32>) -> tensor<1x3xf32>
+  %y4 = tensor.matmul %x, %a1 : (tensor<8x70xf32>, tensor<70x1xf32>) -> tensor<8x1xf32>
+  %y5 = tensor.matmul %b, %c : (tensor<2x5x40xf32>, tensor<40x16xf32>) -> tensor<2x5x16xf32>
+  %m6 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
+  %s6 = tensor.scale %m6 {factor = 0.25} : (tensor<8x3xf32>) -> tensor<8x3xf32>
+  %y6 = tensor.tanh %s6 : (tensor<8x3xf32>) -> tensor<8x3xf32>
+  %y7 = tensor.matmul %p, %q : (tensor<8x3xf32>, tensor<3x5xf32>) -> tensor<8x5xf32>
+  func.return %y1, %y2, %y3, %y4, %y5, %y6, %y7 : (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) -> ()
+}"#;
+    let m = parse(text);
+    for s in ["3", "4", "16", "64"] {
+        let (after, st) = lowered(&m, &format!("lower-to-memory{{split-k={s}}}"), "generic");
+        let n: i64 = s.parse().unwrap();
+        // A product splits by S when K ≥ S: y7 (K = 3) only by 3, y5 (K = 40) not by 64.
+        let want = [70, 70, 70, 70, 40, 70, 3].iter().filter(|&&k| k >= n).count() as i64;
+        assert_eq!(st.get("lower-to-memory", "split-k"), want, "split-k={s}");
+        same_numbers(&m, &after, &format!("split-k={s}"));
+    }
+}
+
+/// `fbc gen bert-large --layers 1 --training --lora-rank R` at sequence 2 (LoRA on Q, K, V and
+/// the MLP; hidden 1024, the smallest generated model), through the driver.
+fn lora_step(rank: &str) -> Module {
+    let driver = fbc::Driver::default();
+    let dir = std::env::temp_dir().join(format!("fbc-split-k-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join(format!("bert_r{rank}.fbir"));
+    let argv = [
+        "fbc",
+        "gen",
+        "bert-large",
+        "--layers",
+        "1",
+        "--seq",
+        "2",
+        "--batch",
+        "1",
+        "--lora-rank",
+        rank,
+        "--training",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    let cli = fbc::Cli::try_parse_from(argv).expect("gen arguments");
+    driver.run(&cli).unwrap_or_else(|e| panic!("fbc gen: {e:?}"));
+    parse(&std::fs::read_to_string(out).expect("generated file"))
+}
+
+/// Translation validation on a LoRA training step (its rank-R products `x·A`, `dY·Bᵀ`,
+/// `xᵀ·d(xA)`, ... split by 8): rank 1 unoptimised, rank 16 after `-O3` (R-Tile textures on
+/// mali).
+#[test]
+fn a_lora_training_step_keeps_its_numbers_when_split() {
+    let m = lora_step("1");
+    let (after, st) = lowered(&m, "lower-to-memory{split-k=8},plan-memory", "mali");
+    assert!(st.get("lower-to-memory", "split-k") >= 10, "{st:?}");
+    same_numbers(&m, &after, "rank 1, -O0, split-k=8");
+    let m = lora_step("16");
+    let s = fbc_transforms::global_layout::Strategy::parse("fblayout").expect("strategy");
+    let (opt, _) = lowered(&m, &fbc_transforms::pipeline(3, s), "mali");
+    let (after, st) = lowered(&opt, "lower-to-memory{target=mali split-k=8},plan-memory", "mali");
+    assert!(st.get("lower-to-memory", "split-k") >= 10, "{st:?}");
+    same_numbers(&m, &after, "rank 16, -O3, split-k=8");
+}
