@@ -12,8 +12,11 @@
 //! A tensor is never fused away when it is returned, read by a gather, written by several
 //! kernels (concat, slice_grad) or shares its storage with another tensor (a linear reshape).
 //! The fused kernel takes the position of the later kernel, so every operand it reads is computed
-//! before it.
+//! before it. A fusion is not made when the fused payload would be deeper than
+//! `MAX_TREE_DEPTH` (64; the printed payload must parse back) or larger than `MAX_FUSED_NODES`
+//! nodes: a chain of any length compiles, as kernels of at most that depth.
 
+use fbc_dialects::memory::scalar::MAX_TREE_DEPTH;
 use fbc_dialects::memory::Scalar;
 
 use super::{compose, identity, LKernel, Lower, Operand, Tid};
@@ -58,35 +61,83 @@ fn renumber(e: &Scalar, to: &[usize]) -> Scalar {
     })
 }
 
+/// The largest payload (body or epilogue, in nodes) fusion builds: a producer read several times
+/// is copied at each read, so sizes could otherwise grow exponentially with the chain.
+pub(crate) const MAX_FUSED_NODES: usize = 4096;
+
+/// Whether a fused kernel's payloads stay within what the IR can hold: depth at most
+/// [`MAX_TREE_DEPTH`] (so the printed payload parses back) and at most [`MAX_FUSED_NODES`] nodes.
+fn within_limits(k: &LKernel) -> bool {
+    let ok = |e: &Scalar| e.depth() <= MAX_TREE_DEPTH && e.size() <= MAX_FUSED_NODES;
+    ok(&k.body) && k.epilogue.as_ref().is_none_or(ok)
+}
+
 /// Fuses `l.kernels` in place; returns how many kernels were fused into others.
+///
+/// Kernels are visited in launch order, and each one absorbs its fusable producers (the first
+/// fusable operand first, again until none is left) before the next is visited: the order in
+/// which a rescan from the start after every fusion would find them, since fusing into a kernel
+/// never makes an earlier kernel fusable. Reader counts are kept up to date instead of being
+/// recomputed, so the work is linear in the number of kernels (times the bounded payload size).
+/// A fusion whose payload would exceed [`MAX_TREE_DEPTH`] or [`MAX_FUSED_NODES`] is not made: the
+/// tensor stays in storage and a long chain becomes several kernels.
 pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
+    let mut u = uses(l);
+    let mut kernels: Vec<Option<LKernel>> =
+        std::mem::take(&mut l.kernels).into_iter().map(Some).collect();
+    let mut refused: Vec<bool> = vec![false; l.tensors.len()];
     let mut fused = 0;
-    while let Some((p, k, epilogue)) = find(l) {
-        let pk = l.kernels[p].clone();
-        let kk = l.kernels[k].clone();
-        let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(&pk, &kk) };
-        l.kernels[k] = merged;
-        l.kernels.remove(p);
-        fused += 1;
+    for k in 0..kernels.len() {
+        while let Some((p, t, epilogue)) = find(l, &kernels, &u, &refused, k) {
+            let (Some(pk), Some(kk)) = (&kernels[p], &kernels[k]) else { break };
+            let merged = if epilogue { into_epilogue(pk, kk) } else { inline(pk, kk) };
+            if !within_limits(&merged) {
+                refused[t] = true;
+                continue;
+            }
+            for old in [pk, kk] {
+                for r in distinct(&old.inputs) {
+                    u.readers[r] -= 1;
+                }
+            }
+            for r in distinct(&merged.inputs) {
+                u.readers[r] += 1;
+            }
+            kernels[k] = Some(merged);
+            kernels[p] = None;
+            fused += 1;
+        }
     }
+    l.kernels = kernels.into_iter().flatten().collect();
     fused
 }
 
-/// Writers and readers of every tensor's storage.
+/// The distinct tensors `inputs` read.
+fn distinct(inputs: &[Operand]) -> Vec<Tid> {
+    let mut ts: Vec<Tid> = inputs.iter().map(|o| o.t).collect();
+    ts.sort_unstable();
+    ts.dedup();
+    ts
+}
+
+/// Writers of every tensor's storage, and how many kernels read each.
 struct Uses {
     writers: Vec<Vec<usize>>,
-    readers: Vec<Vec<usize>>,
+    /// Distinct kernels reading the tensor.
+    readers: Vec<usize>,
     shared: Vec<bool>,
     gathered: Vec<bool>,
+    pinned: Vec<bool>,
 }
 
 fn uses(l: &Lower<'_>) -> Uses {
     let n = l.tensors.len();
     let mut u = Uses {
         writers: vec![Vec::new(); n],
-        readers: vec![Vec::new(); n],
+        readers: vec![0; n],
         shared: vec![false; n],
         gathered: vec![false; n],
+        pinned: vec![false; n],
     };
     let mut per_storage = vec![0usize; l.storages.len()];
     for t in &l.tensors {
@@ -95,12 +146,15 @@ fn uses(l: &Lower<'_>) -> Uses {
     for (i, t) in l.tensors.iter().enumerate() {
         u.shared[i] = per_storage[t.storage] > 1;
     }
+    for &t in &l.pinned {
+        u.pinned[t] = true;
+    }
     for (i, k) in l.kernels.iter().enumerate() {
         u.writers[k.out.t].push(i);
+        for t in distinct(&k.inputs) {
+            u.readers[t] += 1;
+        }
         for o in &k.inputs {
-            if !u.readers[o.t].contains(&i) {
-                u.readers[o.t].push(i);
-            }
             u.gathered[o.t] |= o.gather;
         }
     }
@@ -116,51 +170,57 @@ fn pointwise(k: &LKernel, shape: &[u64]) -> bool {
         && !uses_dims(&k.body)
 }
 
-/// The next fusion: (producer index, consumer index, as epilogue).
-fn find(l: &Lower<'_>) -> Option<(usize, usize, bool)> {
-    let u = uses(l);
-    for (k, kk) in l.kernels.iter().enumerate() {
-        for o in &kk.inputs {
-            let t: Tid = o.t;
-            if l.pinned.contains(&t)
-                || u.shared[t]
-                || u.gathered[t]
-                || u.writers[t].len() != 1
-                || u.readers[t] != [k]
-            {
-                continue;
-            }
-            let p = u.writers[t][0];
-            if p >= k {
-                continue;
-            }
-            let shape = &l.tensors[t].shape;
-            let pk = &l.kernels[p];
-            // Conversions stay explicit kernels (the layout strategies are measured by them).
-            if is_conversion(pk) || is_conversion(kk) {
-                continue;
-            }
-            // Inline only where each element of T is computed once: a consumer iterating over
-            // more points than T has (a broadcast, a matmul reading T per column) would
-            // recompute the producer's body.
-            let numel: u64 = shape.iter().product();
-            if pointwise(pk, shape) && kk.domain.iter().product::<u64>() == numel {
-                return Some((p, k, false));
-            }
-            // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
-            let reads_identity =
-                kk.inputs.iter().filter(|i| i.t == t).all(|i| i.map == identity(shape.len()));
-            if pk.combine.is_some()
-                && kk.combine.is_none()
-                && reads_identity
-                && kk.domain == *shape
-                && !shape.is_empty()
-                && kk.out.map == identity(shape.len())
-                && !uses_dims(&kk.body)
-                && pk.epilogue.as_ref().is_none_or(|e| !uses_dims(e))
-            {
-                return Some((p, k, true));
-            }
+/// The next fusion into kernel `k`: (producer index, the tensor, as epilogue).
+fn find(
+    l: &Lower<'_>,
+    kernels: &[Option<LKernel>],
+    u: &Uses,
+    refused: &[bool],
+    k: usize,
+) -> Option<(usize, Tid, bool)> {
+    let kk = kernels[k].as_ref()?;
+    for o in &kk.inputs {
+        let t: Tid = o.t;
+        // `k` reads `t`, so one reader means `k` alone.
+        if u.pinned[t]
+            || u.shared[t]
+            || u.gathered[t]
+            || refused[t]
+            || u.writers[t].len() != 1
+            || u.readers[t] != 1
+        {
+            continue;
+        }
+        let p = u.writers[t][0];
+        if p >= k {
+            continue;
+        }
+        let Some(pk) = kernels[p].as_ref() else { continue };
+        let shape = &l.tensors[t].shape;
+        // Conversions stay explicit kernels (the layout strategies are measured by them).
+        if is_conversion(pk) || is_conversion(kk) {
+            continue;
+        }
+        // Inline only where each element of T is computed once: a consumer iterating over
+        // more points than T has (a broadcast, a matmul reading T per column) would
+        // recompute the producer's body.
+        let numel: u64 = shape.iter().product();
+        if pointwise(pk, shape) && kk.domain.iter().product::<u64>() == numel {
+            return Some((p, t, false));
+        }
+        // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
+        let reads_identity =
+            kk.inputs.iter().filter(|i| i.t == t).all(|i| i.map == identity(shape.len()));
+        if pk.combine.is_some()
+            && kk.combine.is_none()
+            && reads_identity
+            && kk.domain == *shape
+            && !shape.is_empty()
+            && kk.out.map == identity(shape.len())
+            && !uses_dims(&kk.body)
+            && pk.epilogue.as_ref().is_none_or(|e| !uses_dims(e))
+        {
+            return Some((p, t, true));
         }
     }
     None
