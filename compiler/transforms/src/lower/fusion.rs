@@ -65,11 +65,74 @@ fn renumber(e: &Scalar, to: &[usize]) -> Scalar {
 /// is copied at each read, so sizes could otherwise grow exponentially with the chain.
 pub(crate) const MAX_FUSED_NODES: usize = 4096;
 
-/// Whether a fused kernel's payloads stay within what the IR can hold: depth at most
-/// [`MAX_TREE_DEPTH`] (so the printed payload parses back) and at most [`MAX_FUSED_NODES`] nodes.
-fn within_limits(k: &LKernel) -> bool {
-    let ok = |e: &Scalar| e.depth() <= MAX_TREE_DEPTH && e.size() <= MAX_FUSED_NODES;
-    ok(&k.body) && k.epilogue.as_ref().is_none_or(ok)
+/// Depth and node count of `e` in one walk.
+fn measure(e: &Scalar) -> (usize, usize) {
+    let mut stack = vec![(e, 1usize)];
+    let (mut depth, mut size) = (0, 0);
+    while let Some((e, d)) = stack.pop() {
+        depth = depth.max(d);
+        size += 1;
+        stack.extend(e.children().map(|c| (c, d + 1)));
+    }
+    (depth, size)
+}
+
+/// Reads of operand slots `slots` in `e` (`In(i)` for `i` in it).
+fn reads_of(e: &Scalar, slots: &[bool]) -> usize {
+    let mut n = 0;
+    e.visit(&mut |s| {
+        if let Scalar::In(i) = s {
+            n += usize::from(slots.get(*i).copied().unwrap_or(false));
+        }
+    });
+    n
+}
+
+/// Whether fusing `p` into `k` (reading `p`'s output `t`) keeps every payload within
+/// [`MAX_TREE_DEPTH`] and [`MAX_FUSED_NODES`], from bounds that hold before the merge: a read of
+/// `t` at depth at most `depth(K)` replaced by a tree of depth `depth(P)` gives at most
+/// `depth(K) - 1 + depth(P)`, and each read adds at most `size(P)` nodes.
+fn fits(p: &LKernel, k: &LKernel, t: Tid, epilogue: bool) -> bool {
+    let slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
+    let inserted =
+        if epilogue { p.epilogue.as_ref().map_or((1, 1), measure) } else { measure(&p.body) };
+    let ok = |e: &Scalar| {
+        let (d, n) = measure(e);
+        let reads = reads_of(e, &slots);
+        d - 1 + inserted.0 <= MAX_TREE_DEPTH
+            && n.saturating_add(reads.saturating_mul(inserted.1)) <= MAX_FUSED_NODES
+    };
+    if epilogue {
+        // K's body becomes P's epilogue; P's body stays.
+        ok(&k.body)
+    } else {
+        ok(&k.body) && k.epilogue.as_ref().is_none_or(ok)
+    }
+}
+
+/// [`renumber`] without rebuilding the tree.
+fn renumber_in_place(e: &mut Scalar, to: &[usize]) {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match e {
+            Scalar::In(k) => *k = to[*k],
+            Scalar::Load(k, off) => {
+                *k = to[*k];
+                stack.push(off);
+            }
+            Scalar::Un(_, a) => stack.push(a),
+            Scalar::Bin(_, a, b) => {
+                stack.push(a);
+                stack.push(b);
+            }
+            Scalar::Select(c, a, b) => {
+                stack.push(c);
+                stack.push(a);
+                stack.push(b);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Fuses `l.kernels` in place; returns how many kernels were fused into others.
@@ -90,21 +153,21 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
     for k in 0..kernels.len() {
         while let Some((p, t, epilogue)) = find(l, &kernels, &u, &refused, k) {
             let (Some(pk), Some(kk)) = (&kernels[p], &kernels[k]) else { break };
-            let merged = if epilogue { into_epilogue(pk, kk) } else { inline(pk, kk) };
-            if !within_limits(&merged) {
+            if !fits(pk, kk, t, epilogue) {
                 refused[t] = true;
                 continue;
             }
-            for old in [pk, kk] {
+            let (Some(pk), Some(kk)) = (kernels[p].take(), kernels[k].take()) else { break };
+            for old in [&pk, &kk] {
                 for r in distinct(&old.inputs) {
                     u.readers[r] -= 1;
                 }
             }
+            let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(pk, kk) };
             for r in distinct(&merged.inputs) {
                 u.readers[r] += 1;
             }
             kernels[k] = Some(merged);
-            kernels[p] = None;
             fused += 1;
         }
     }
@@ -244,8 +307,10 @@ fn merge_operands(base: &mut Vec<Operand>, extra: Vec<Operand>) -> Vec<usize> {
         .collect()
 }
 
-/// `P` substituted into `K` at every read of `P`'s output.
-fn inline(p: &LKernel, k: &LKernel) -> LKernel {
+/// `P` substituted into `K` at every read of `P`'s output. Both are consumed: `P`'s body moves
+/// into the last read of its output (earlier reads get copies), so a fusion copies no more than
+/// the reads beyond the first.
+fn inline(p: LKernel, k: LKernel) -> LKernel {
     let t = p.out.t;
     let mut inputs: Vec<Operand> = Vec::new();
     // K's operands other than T keep their order.
@@ -260,29 +325,52 @@ fn inline(p: &LKernel, k: &LKernel) -> LKernel {
     }
     // Each read of T at map m: P's body with P's operands read at (P map ∘ m).
     let mut subst: Vec<Option<Scalar>> = vec![None; k.inputs.len()];
-    for (slot, o) in k.inputs.iter().enumerate() {
-        if o.t != t {
-            continue;
-        }
+    let t_slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
+    let mut left =
+        reads_of(&k.body, &t_slots) + k.epilogue.as_ref().map_or(0, |e| reads_of(e, &t_slots));
+    let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| t_slots[i]).collect();
+    let mut p_body = Some(p.body);
+    for (n, &slot) in t_reads.iter().enumerate() {
         let extra: Vec<Operand> = p
             .inputs
             .iter()
-            .map(|pi| Operand { t: pi.t, map: compose(&pi.map, &o.map), gather: pi.gather })
+            .map(|pi| Operand {
+                t: pi.t,
+                map: compose(&pi.map, &k.inputs[slot].map),
+                gather: pi.gather,
+            })
             .collect();
         let to = merge_operands(&mut inputs, extra);
-        subst[slot] = Some(renumber(&p.body, &to));
+        // The last slot renumbers P's body in place; the others renumber a copy.
+        subst[slot] = if n + 1 == t_reads.len() {
+            p_body.take().map(|mut b| {
+                renumber_in_place(&mut b, &to);
+                b
+            })
+        } else {
+            p_body.as_ref().map(|b| renumber(b, &to))
+        };
     }
+    // The last read takes the expression itself, earlier ones a copy.
+    let mut take = |i: usize| -> Option<Scalar> {
+        left = left.saturating_sub(1);
+        if left == 0 {
+            subst[i].take()
+        } else {
+            subst[i].clone()
+        }
+    };
     let body = map_scalar(&k.body, &mut |s| match s {
-        Scalar::In(i) => Some(match (&subst[*i], k_to[*i]) {
-            (Some(e), _) => e.clone(),
-            (None, Some(j)) => Scalar::In(j),
-            (None, None) => s.clone(),
+        Scalar::In(i) => Some(match k_to[*i] {
+            None => take(*i).unwrap_or_else(|| s.clone()),
+            Some(j) => Scalar::In(j),
         }),
         Scalar::Load(i, off) => {
             let off = map_scalar(off, &mut |x| match x {
-                Scalar::In(j) => {
-                    Some(subst[*j].clone().unwrap_or_else(|| Scalar::In(k_to[*j].unwrap_or(*j))))
-                }
+                Scalar::In(j) => Some(match k_to[*j] {
+                    None => take(*j).unwrap_or(Scalar::In(*j)),
+                    Some(jj) => Scalar::In(jj),
+                }),
                 _ => None,
             });
             Some(Scalar::Load(k_to[*i].unwrap_or(*i), Box::new(off)))
@@ -291,15 +379,16 @@ fn inline(p: &LKernel, k: &LKernel) -> LKernel {
     });
     let epilogue = k.epilogue.as_ref().map(|e| {
         map_scalar(e, &mut |s| match s {
-            Scalar::In(i) => {
-                Some(subst[*i].clone().unwrap_or_else(|| Scalar::In(k_to[*i].unwrap_or(*i))))
-            }
+            Scalar::In(i) => Some(match k_to[*i] {
+                None => take(*i).unwrap_or(Scalar::In(*i)),
+                Some(j) => Scalar::In(j),
+            }),
             _ => None,
         })
     });
-    let mut source = p.source.clone();
+    let mut source = p.source;
     source.extend(k.source.iter().copied());
-    LKernel { inputs, body, epilogue, source, ..k.clone() }
+    LKernel { inputs, body, epilogue, source, ..k }
 }
 
 /// `K` as the epilogue of reduction `P`.
