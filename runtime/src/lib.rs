@@ -11,6 +11,7 @@
 pub mod interp;
 #[cfg(feature = "jit")]
 pub mod jit;
+pub mod limits;
 pub mod memory;
 #[cfg(feature = "opencl")]
 pub mod opencl;

@@ -28,6 +28,7 @@ use fbc_dialects::memory::{
 use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap, ElemType, TensorType};
 
+use crate::interp::budget::mem_elems;
 use crate::interp::Value;
 use crate::reference::Tensor;
 
@@ -43,8 +44,8 @@ pub enum MemData {
 impl MemData {
     /// Zero-filled storage of type `ty`; an error when it does not fit in memory's address space.
     pub fn zeroed(ty: MemType) -> Result<MemData, String> {
-        let n = usize::try_from(ty.elems())
-            .map_err(|_| format!("{ty} has more elements than this machine can address"))?;
+        // The host copy holds 4-byte f32 or i32 elements (an f16 image's values too).
+        let n = crate::limits::check_elems(format_args!("storage {ty}"), mem_elems(&ty), 4)?;
         Ok(match ty.elem {
             ElemType::I32 => MemData::I32(vec![0; n]),
             _ => MemData::F32(vec![0.0; n]),
@@ -178,7 +179,13 @@ pub fn unpack(layout: &Layout, shape: &[u64], m: &MemData, ty: MemType) -> Resul
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
         .collect::<Result<_, _>>()?;
-    let n: usize = dims.iter().product();
+    let numel = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    // The offsets (8 bytes each) and the tensor (4 bytes each) are held together.
+    let n = crate::limits::check_elems(
+        format_args!("the download of a tensor of shape {shape:?}"),
+        numel,
+        12,
+    )?;
     let mut idx = vec![0u64; shape.len()];
     let mut offsets = Vec::with_capacity(n);
     for flat in 0..n {

@@ -71,6 +71,9 @@ pub enum OpenClError {
     /// launch's `.fbir` location and the message, in the reference executor's words.
     #[error("{message}")]
     Fault { location: String, message: String },
+    /// The run would hold more than the memory limit ([`crate::limits`]).
+    #[error("{0}")]
+    Memory(crate::limits::TooLarge),
     /// Any other OpenCL error.
     #[error("OpenCL error: {0}")]
     Ocl(String),
@@ -498,6 +501,50 @@ fn rgba_image<T: ocl::OclPrm>(
         .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))
 }
 
+/// Checks, before anything is allocated, that the run stays within the memory limit: each
+/// storage alone, then the packed host copies of the uploads (kept for the whole run, 4 bytes an
+/// element) plus the device storage live at each step, counted once more for the host copy a
+/// download reads back. Sizes are recomputed from the storage kinds with checked arithmetic.
+fn check_memory(f: &FunctionManifest) -> Result<(), OpenClError> {
+    let limit = crate::limits::max_memory();
+    let too_large = |what: String, bytes: Option<u64>| {
+        OpenClError::Memory(crate::limits::TooLarge { what, bytes, limit })
+    };
+    let mut bytes: Vec<u64> = Vec::with_capacity(f.storage.len());
+    for s in &f.storage {
+        let elems = match s.kind {
+            StorageKind::Image2d { width, height } => {
+                width.checked_mul(height).and_then(|t| t.checked_mul(4))
+            }
+            StorageKind::Buffer => Some(s.elems),
+        };
+        let per = if s.dtype == Dtype::F16 { 2 } else { 4 };
+        // Device storage, plus a host copy as large in f32 (packing, read-back).
+        let b = elems.and_then(|e| e.checked_mul(per + 4));
+        match b {
+            Some(b) if b <= limit => bytes.push(b),
+            _ => return Err(too_large(format!("storage {} of @{}", s.name, f.name), b)),
+        }
+    }
+    let size = |id: usize| bytes.get(id).copied().unwrap_or(0);
+    let (mut live, mut peak) = (0u64, 0u64);
+    for s in &f.steps {
+        match s {
+            Step::Alloc { storage } | Step::Upload { storage, .. } => {
+                live = live.saturating_add(size(*storage));
+            }
+            Step::Dealloc { storage } => live = live.saturating_sub(size(*storage)),
+            // A copy's target and a fill's storage have their own `alloc`.
+            Step::Launch(_) | Step::Download { .. } | Step::Fill { .. } | Step::Copy { .. } => {}
+        }
+        peak = peak.max(live);
+    }
+    if peak > limit {
+        return Err(too_large(format!("the storage live at once in @{}", f.name), Some(peak)));
+    }
+    Ok(())
+}
+
 fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
     let len = usize::try_from(s.elems)
         .map_err(|_| OpenClError::Manifest(format!("storage {} is too large", s.name)))?
@@ -612,6 +659,7 @@ pub fn run(
         .function(func)
         .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))?;
     check_inputs(f, inputs)?;
+    check_memory(f)?;
     let _guard = OPENCL.lock().unwrap_or_else(|p| p.into_inner());
     let info = select(&list_devices(), &opts.device)?;
     check_images(&info, f)?;

@@ -103,7 +103,7 @@ proptest! {
 
     #[test]
     fn generated_launches_agree_or_are_refused(text in module()) {
-        // LIMIT-HOOK fbc_runtime::limits::set_max_memory(LIMIT);
+        fbc_runtime::limits::set_max_memory(LIMIT);
         if let Err(e) = memory_module(text.as_bytes()) {
             prop_assert!(false, "{e}\n{text}");
         }
@@ -112,7 +112,7 @@ proptest! {
 
 #[test]
 fn the_seed_corpus_runs() {
-    // LIMIT-HOOK fbc_runtime::limits::set_max_memory(LIMIT);
+    fbc_runtime::limits::set_max_memory(LIMIT);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../grammar/fuzz/corpus/memory");
     let mut ran = 0;
     for entry in std::fs::read_dir(&dir).expect("corpus folder") {

@@ -896,6 +896,27 @@ impl<'a, 'f> Lower<'a, 'f> {
     }
 
     fn scalar(&mut self, e: &Scalar) -> Result<V, String> {
+        // A left-nested chain `((a op b) op c) op ...` (what `a op b op c` parses to, of any
+        // length) is walked in a loop, left operand first as always: only right operands and
+        // other nodes recurse, and those nest no deeper than the payload parser and fusion allow.
+        if let Scalar::Bin(..) = e {
+            let mut spine: Vec<(ScalarBin, &Scalar)> = Vec::new();
+            let mut base = e;
+            while let Scalar::Bin(op, a, c) = base {
+                spine.push((*op, c));
+                base = a;
+            }
+            let mut acc = self.scalar(base)?;
+            for (op, c) in spine.into_iter().rev() {
+                let vc = self.scalar(c)?;
+                let pow2 = match *c {
+                    Scalar::Int(d) if d > 0 && d.count_ones() == 1 => Some(d),
+                    _ => None,
+                };
+                acc = self.binary(op, acc, vc, pow2)?;
+            }
+            return Ok(acc);
+        }
         Ok(match e {
             Scalar::Float(x) => V::F(self.b.ins().f32const(*x as f32)),
             Scalar::Int(x) => V::I(self.iconst(*x)),
@@ -932,15 +953,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let a = self.scalar(a)?;
                 self.unary(*op, a)?
             }
-            Scalar::Bin(op, a, c) => {
-                let va = self.scalar(a)?;
-                let vc = self.scalar(c)?;
-                let pow2 = match **c {
-                    Scalar::Int(d) if d > 0 && d.count_ones() == 1 => Some(d),
-                    _ => None,
-                };
-                self.binary(*op, va, vc, pow2)?
-            }
+            Scalar::Bin(..) => unreachable!("chains of binary operators are walked above"),
             Scalar::Select(c, a, o) => {
                 let c = self.scalar(c)?;
                 let cond = self.truth(c);

@@ -285,6 +285,29 @@ enum Ty {
     I,
 }
 
+/// A piece of an expression's text: literal text, or the text of node `n` (see `Cx::scalar`).
+enum Piece {
+    Lit(String),
+    Of(usize),
+}
+
+/// The text of the last node of `built`, written out without recursion.
+fn write_out(built: &[(Vec<Piece>, Ty)]) -> String {
+    let mut out = String::new();
+    let Some(last) = built.len().checked_sub(1) else { return out };
+    let mut stack: Vec<std::slice::Iter<'_, Piece>> = vec![built[last].0.iter()];
+    while let Some(top) = stack.last_mut() {
+        match top.next() {
+            Some(Piece::Lit(s)) => out.push_str(s),
+            Some(Piece::Of(n)) => stack.push(built[*n].0.iter()),
+            None => {
+                stack.pop();
+            }
+        }
+    }
+    out
+}
+
 fn as_f((s, t): (String, Ty)) -> String {
     match t {
         Ty::F => s,
@@ -467,62 +490,146 @@ impl Cx<'_> {
         }
     }
 
-    fn scalar(&self, s: &Scalar, env: &Env<'_>) -> Result<(String, Ty), String> {
-        Ok(match s {
-            Scalar::Float(v) => (flit(*v), Ty::F),
-            Scalar::Int(v) => (int_lit(*v), Ty::I),
-            Scalar::In(i) => self.read(*i, env.dims)?,
-            Scalar::Load(i, e) => {
+    /// The OpenCL C expression of `root` and its type. Built without recursion and in time
+    /// linear in the payload: the nodes are listed in post-order (children left to right, so
+    /// operands are read in the order of a recursive walk), each node's text is a list of
+    /// literal pieces and references to its children's texts, and the root's text is flattened
+    /// once at the end.
+    fn scalar(&self, root: &Scalar, env: &Env<'_>) -> Result<(String, Ty), String> {
+        // Post-order: each node with its select-branch nesting and its children's indices.
+        struct Node<'s> {
+            e: &'s Scalar,
+            sel: u32,
+            kids: Vec<usize>,
+        }
+        let mut nodes: Vec<Node<'_>> = Vec::new();
+        let mut stack: Vec<(&Scalar, u32, bool)> = vec![(root, 0, false)];
+        let mut finished: Vec<usize> = Vec::new();
+        while let Some((e, sel, expanded)) = stack.pop() {
+            let n = e.children().count();
+            if !expanded && n > 0 {
+                stack.push((e, sel, true));
+                let select = matches!(e, Scalar::Select(..));
+                let children: Vec<&Scalar> = e.children().collect();
+                for (i, c) in children.into_iter().enumerate().rev() {
+                    stack.push((c, sel + u32::from(select && i > 0), false));
+                }
+            } else {
+                let kids = finished.split_off(finished.len() - n);
+                nodes.push(Node { e, sel, kids });
+                finished.push(nodes.len() - 1);
+            }
+        }
+        let base = self.in_select.get();
+        let mut built: Vec<(Vec<Piece>, Ty)> = Vec::with_capacity(nodes.len());
+        let result = (|| {
+            for n in &nodes {
+                self.in_select.set(base + n.sel);
+                let b = self.node(n.e, &n.kids, &built, env)?;
+                built.push(b);
+            }
+            Ok::<(), String>(())
+        })();
+        self.in_select.set(base);
+        result?;
+        let ty = built.last().map_or(Ty::F, |b| b.1);
+        Ok((write_out(&built), ty))
+    }
+
+    /// The text pieces and type of node `e` whose children are `kids` (already in `built`).
+    fn node(
+        &self,
+        e: &Scalar,
+        kids: &[usize],
+        built: &[(Vec<Piece>, Ty)],
+        env: &Env<'_>,
+    ) -> Result<(Vec<Piece>, Ty), String> {
+        use Piece::{Lit, Of};
+        let ty = |i: usize| built[kids[i]].1;
+        // Child `i` as a float: `(float)(...)` around an integer.
+        let f = |i: usize| -> Vec<Piece> {
+            match ty(i) {
+                Ty::F => vec![Of(kids[i])],
+                Ty::I => vec![Lit("(float)(".into()), Of(kids[i]), Lit(")".into())],
+            }
+        };
+        let of = |i: usize| vec![Of(kids[i])];
+        // `pre` a `mid` b `post`.
+        let join = |pre: &str, a: Vec<Piece>, mid: &str, b: Vec<Piece>, post: &str| {
+            let mut v = vec![Lit(pre.to_string())];
+            v.extend(a);
+            v.push(Lit(mid.to_string()));
+            v.extend(b);
+            v.push(Lit(post.to_string()));
+            v
+        };
+        let wrap = |pre: &str, a: Vec<Piece>, post: &str| {
+            let mut v = vec![Lit(pre.to_string())];
+            v.extend(a);
+            v.push(Lit(post.to_string()));
+            v
+        };
+        Ok(match e {
+            Scalar::Float(v) => (vec![Lit(flit(*v))], Ty::F),
+            Scalar::Int(v) => (vec![Lit(int_lit(*v))], Ty::I),
+            Scalar::In(i) => {
+                let (s, t) = self.read(*i, env.dims)?;
+                (vec![Lit(s)], t)
+            }
+            Scalar::Load(i, offset) => {
                 if *i >= self.types.len() || self.is_image(*i) {
                     return Err(format!("x{i}[...]: operand {i} is not a buffer"));
                 }
-                let (off, t) = self.scalar(e, env)?;
-                if t != Ty::I {
+                if ty(0) != Ty::I {
                     return Err(format!("x{i}[...]: the offset is not an integer"));
                 }
-                if self.checked && self.bounds.load_checked(*i, e) {
-                    self.typed(*i, self.checked_load(*i, &off, 2, env.dims))
+                let v = if self.checked && self.bounds.load_checked(*i, offset) {
+                    // The checked load's call around the offset's text.
+                    let call = self.checked_load(*i, "\u{0}", 2, env.dims);
+                    let (pre, post) = call.split_once('\u{0}').unwrap_or((&call, ""));
+                    wrap(pre, of(0), post)
                 } else {
-                    self.typed(*i, format!("x{i}[{off}]"))
+                    wrap(&format!("x{i}["), of(0), "]")
+                };
+                if self.types[*i].elem == ElemType::I32 {
+                    (wrap("(long)", v, ""), Ty::I)
+                } else {
+                    (v, Ty::F)
                 }
             }
-            Scalar::Dim(d) => {
-                (env.dims.get(*d).ok_or(format!("d{d}: no such dimension"))?.clone(), Ty::I)
-            }
-            Scalar::Acc => (env.acc.to_string(), Ty::F),
-            Scalar::Un(op, a) => {
-                let (x, t) = self.scalar(a, env)?;
-                let f = || as_f((x.clone(), t));
+            Scalar::Dim(d) => (
+                vec![Lit(env.dims.get(*d).ok_or(format!("d{d}: no such dimension"))?.clone())],
+                Ty::I,
+            ),
+            Scalar::Acc => (vec![Lit(env.acc.to_string())], Ty::F),
+            Scalar::Un(op, _) => {
+                let t = ty(0);
+                let call = |name: &str| (wrap(&format!("{name}("), f(0), ")"), Ty::F);
                 match op {
-                    ScalarUn::Neg if t == Ty::I => (format!("fbc_ineg({x})"), Ty::I),
-                    ScalarUn::Neg => (format!("(-{x})"), t),
-                    ScalarUn::Not => (format!("(long)({x} == 0)"), Ty::I),
-                    ScalarUn::Exp => (format!("exp({})", f()), Ty::F),
-                    ScalarUn::Log => (format!("log({})", f()), Ty::F),
-                    ScalarUn::Sqrt => (format!("sqrt({})", f()), Ty::F),
-                    ScalarUn::Rsqrt => (format!("(1.0f / sqrt({}))", f()), Ty::F),
-                    ScalarUn::Tanh => (format!("tanh({})", f()), Ty::F),
-                    ScalarUn::Erf => (format!("erf({})", f()), Ty::F),
-                    ScalarUn::Sigmoid => (format!("fbc_sigmoid({})", f()), Ty::F),
-                    ScalarUn::Abs if t == Ty::I => (format!("fbc_iabs({x})"), Ty::I),
-                    ScalarUn::Abs => (format!("fabs({x})"), Ty::F),
-                    ScalarUn::Floor if t == Ty::I => (x, Ty::I),
-                    ScalarUn::Floor => (format!("floor({x})"), Ty::F),
-                    ScalarUn::ToInt if t == Ty::I => (x, Ty::I),
-                    ScalarUn::ToInt => (format!("fbc_toint({x})"), Ty::I),
-                    ScalarUn::ToFloat => (f(), Ty::F),
+                    ScalarUn::Neg if t == Ty::I => (wrap("fbc_ineg(", of(0), ")"), Ty::I),
+                    ScalarUn::Neg => (wrap("(-", of(0), ")"), t),
+                    ScalarUn::Not => (wrap("(long)(", of(0), " == 0)"), Ty::I),
+                    ScalarUn::Exp => call("exp"),
+                    ScalarUn::Log => call("log"),
+                    ScalarUn::Sqrt => call("sqrt"),
+                    ScalarUn::Rsqrt => (wrap("(1.0f / sqrt(", f(0), "))"), Ty::F),
+                    ScalarUn::Tanh => call("tanh"),
+                    ScalarUn::Erf => call("erf"),
+                    ScalarUn::Sigmoid => call("fbc_sigmoid"),
+                    ScalarUn::Abs if t == Ty::I => (wrap("fbc_iabs(", of(0), ")"), Ty::I),
+                    ScalarUn::Abs => (wrap("fabs(", of(0), ")"), Ty::F),
+                    ScalarUn::Floor if t == Ty::I => (of(0), Ty::I),
+                    ScalarUn::Floor => (wrap("floor(", of(0), ")"), Ty::F),
+                    ScalarUn::ToInt if t == Ty::I => (of(0), Ty::I),
+                    ScalarUn::ToInt => (wrap("fbc_toint(", of(0), ")"), Ty::I),
+                    ScalarUn::ToFloat => (f(0), Ty::F),
                 }
             }
-            Scalar::Bin(op, a, b) => {
-                let (a, b) = (self.scalar(a, env)?, self.scalar(b, env)?);
-                let int = a.1 == Ty::I && b.1 == Ty::I;
+            Scalar::Bin(op, _, _) => {
+                let int = ty(0) == Ty::I && ty(1) == Ty::I;
                 let cmp = |o: &str| {
-                    let (x, y) = if int {
-                        (a.0.clone(), b.0.clone())
-                    } else {
-                        (as_f(a.clone()), as_f(b.clone()))
-                    };
-                    (format!("(long)({x} {o} {y})"), Ty::I)
+                    let (x, y) = if int { (of(0), of(1)) } else { (f(0), f(1)) };
+                    (join("(long)(", x, &format!(" {o} "), y, ")"), Ty::I)
                 };
                 match op {
                     ScalarBin::Lt => cmp("<"),
@@ -531,47 +638,49 @@ impl Cx<'_> {
                     ScalarBin::Ge => cmp(">="),
                     ScalarBin::Eq => cmp("=="),
                     ScalarBin::Ne => cmp("!="),
-                    ScalarBin::And => (format!("(long)(({} != 0) && ({} != 0))", a.0, b.0), Ty::I),
-                    ScalarBin::Or => (format!("(long)(({} != 0) || ({} != 0))", a.0, b.0), Ty::I),
+                    ScalarBin::And => {
+                        (join("(long)((", of(0), " != 0) && (", of(1), " != 0))"), Ty::I)
+                    }
+                    ScalarBin::Or => {
+                        (join("(long)((", of(0), " != 0) || (", of(1), " != 0))"), Ty::I)
+                    }
                     _ if int => {
-                        let (x, y) = (a.0, b.0);
+                        let (x, y) = (of(0), of(1));
                         let s = match op {
-                            ScalarBin::Add => format!("fbc_iadd({x}, {y})"),
-                            ScalarBin::Sub => format!("fbc_isub({x}, {y})"),
-                            ScalarBin::Mul => format!("fbc_imul({x}, {y})"),
-                            ScalarBin::Div => format!("fbc_idiv({x}, {y})"),
-                            ScalarBin::Rem => format!("fbc_imod({x}, {y})"),
-                            ScalarBin::Max => format!("max({x}, {y})"),
-                            _ => format!("min({x}, {y})"),
+                            ScalarBin::Add => join("fbc_iadd(", x, ", ", y, ")"),
+                            ScalarBin::Sub => join("fbc_isub(", x, ", ", y, ")"),
+                            ScalarBin::Mul => join("fbc_imul(", x, ", ", y, ")"),
+                            ScalarBin::Div => join("fbc_idiv(", x, ", ", y, ")"),
+                            ScalarBin::Rem => join("fbc_imod(", x, ", ", y, ")"),
+                            ScalarBin::Max => join("max(", x, ", ", y, ")"),
+                            _ => join("min(", x, ", ", y, ")"),
                         };
                         (s, Ty::I)
                     }
                     _ => {
-                        let (x, y) = (as_f(a), as_f(b));
+                        let (x, y) = (f(0), f(1));
                         let s = match op {
-                            ScalarBin::Add => format!("({x} + {y})"),
-                            ScalarBin::Sub => format!("({x} - {y})"),
-                            ScalarBin::Mul => format!("({x} * {y})"),
-                            ScalarBin::Div => format!("({x} / {y})"),
-                            ScalarBin::Max => format!("fbc_fmax({x}, {y})"),
-                            ScalarBin::Min => format!("fbc_fmin({x}, {y})"),
+                            ScalarBin::Add => join("(", x, " + ", y, ")"),
+                            ScalarBin::Sub => join("(", x, " - ", y, ")"),
+                            ScalarBin::Mul => join("(", x, " * ", y, ")"),
+                            ScalarBin::Div => join("(", x, " / ", y, ")"),
+                            ScalarBin::Max => join("fbc_fmax(", x, ", ", y, ")"),
+                            ScalarBin::Min => join("fbc_fmin(", x, ", ", y, ")"),
                             _ => return Err("`%` on floats".into()),
                         };
                         (s, Ty::F)
                     }
                 }
             }
-            Scalar::Select(c, a, b) => {
-                let c = self.scalar(c, env)?.0;
-                self.in_select.set(self.in_select.get() + 1);
-                let branches = self.scalar(a, env).and_then(|a| Ok((a, self.scalar(b, env)?)));
-                self.in_select.set(self.in_select.get() - 1);
-                let (a, b) = branches?;
-                if a.1 == Ty::I && b.1 == Ty::I {
-                    (format!("(({c}) != 0 ? {} : {})", a.0, b.0), Ty::I)
-                } else {
-                    (format!("(({c}) != 0 ? {} : {})", as_f(a), as_f(b)), Ty::F)
-                }
+            Scalar::Select(..) => {
+                let both_int = ty(1) == Ty::I && ty(2) == Ty::I;
+                let (a, b, t) = if both_int { (of(1), of(2), Ty::I) } else { (f(1), f(2), Ty::F) };
+                let mut v = vec![Lit("((".into()), Of(kids[0]), Lit(") != 0 ? ".into())];
+                v.extend(a);
+                v.push(Lit(" : ".into()));
+                v.extend(b);
+                v.push(Lit(")".into()));
+                (v, t)
             }
         })
     }

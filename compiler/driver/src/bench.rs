@@ -55,6 +55,25 @@ fn rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Bytes the benchmark holds per generated op at its peak (the text, the AST, the module and the
+/// printed text together), measured with `/usr/bin/time -v` on 10^6 ops and rounded up.
+pub const BYTES_PER_OP: u64 = 2048;
+
+/// Checks `--ops` against the memory limit before anything is generated: the error names the
+/// estimate and the limit (a command-line error).
+pub fn check_ops(ops: usize, limit: u64) -> Result<(), String> {
+    let need = (ops as u64).checked_mul(BYTES_PER_OP);
+    if need.is_some_and(|n| n <= limit) {
+        return Ok(());
+    }
+    Err(format!(
+        "--ops {ops}: the generated module would need about {} ({BYTES_PER_OP} bytes per op), \
+         over the memory limit of {}; lower --ops or raise --max-memory",
+        fbc_runtime::limits::describe_bytes(need),
+        fbc_runtime::limits::describe_bytes(Some(limit))
+    ))
+}
+
 /// Runs the benchmark and returns the report (a table, or JSON).
 pub fn run(registry: &OpRegistry, ops: usize, repeat: usize, json: bool) -> Result<String, String> {
     let text = generate(ops);
@@ -138,6 +157,11 @@ pub struct BenchArgs {
     /// Layout strategy at -O3 (default: fblayout).
     #[arg(long, value_enum)]
     pub layout_strategy: Option<crate::cli::LayoutStrategy>,
+
+    /// Most memory a run may hold at once: plain bytes or K/M/G/T (`512M`, `8G`), checked
+    /// before anything is allocated. Default: half of the available memory.
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_max_memory)]
+    pub max_memory: Option<u64>,
 
     /// Run several strategies side by side (`fblayout,reuse,convert`) and print the ratios of
     /// their total device times to the first one's.

@@ -75,6 +75,17 @@ pub struct BenchParseArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+
+    /// Most memory the benchmark may use: plain bytes or K/M/G/T (`512M`, `8G`); an `--ops`
+    /// whose module would not fit is refused before anything is generated (exit 2). Default:
+    /// half of the available memory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_max_memory)]
+    pub max_memory: Option<u64>,
+}
+
+/// `--max-memory SIZE`: plain bytes or a number with K, M, G or T (`512M`, `8G`).
+pub(crate) fn parse_max_memory(s: &str) -> Result<u64, String> {
+    fbc_runtime::limits::parse_size(s)
 }
 
 /// What `fbc FILE` writes.

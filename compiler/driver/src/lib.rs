@@ -173,8 +173,14 @@ impl Driver {
                 output::write_text(None, &fbc_target::summary_table(&profiles))
             }
             Some(Command::SimplifyIndex(a)) => cli::simplify_index(a),
-            Some(Command::Bench(a)) => bench::device(self, a),
+            Some(Command::Bench(a)) => {
+                fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
+                bench::device(self, a)
+            }
             Some(Command::BenchParse(a)) => {
+                fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
+                bench::check_ops(a.ops, fbc_runtime::limits::max_memory())
+                    .map_err(Failure::Usage)?;
                 let report =
                     bench::run(&self.ops, a.ops, a.repeat, a.json).map_err(Failure::Input)?;
                 output::write_text(None, &report)

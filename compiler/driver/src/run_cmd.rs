@@ -26,6 +26,10 @@
 //!   device and, with `--check`, compares every result with this interpreter (see
 //!   `run_cmd/opencl.rs`); it needs fbc built with the `opencl` feature. Other targets, and
 //!   `--check` on `cpu`, are not supported (exit 2).
+//! - `--max-memory SIZE` (`512M`, `8G`, plain bytes; default half of the available memory)
+//!   bounds what the run holds at once: the interpreter's live values, and for `opencl` and
+//!   `cpu-jit` the lowered storage too. It is checked before inputs are made or read, so a huge
+//!   shape fails at once, located at the op (or the function, for an argument), exit 1.
 //! - `--half-images` (with `--target opencl|cpu-jit`) lowers with `f16` image2d textures
 //!   (`lower-to-memory{half-images=true}`); `--check` then uses the `f16` bound of
 //!   `run_cmd/check.rs`. A kernel error while running (an id out of
@@ -123,6 +127,12 @@ pub struct RunArgs {
     /// chunks (lower-to-memory's `split-k`): auto, off, or a chunk count N.
     #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = crate::cli::parse_split_k)]
     pub split_k: fbc_transforms::lower::SplitK,
+
+    /// Most memory the run may hold at once: plain bytes or K/M/G/T (`512M`, `8G`). Checked
+    /// before anything is allocated (a run that would not fit fails at once, exit 1). Default:
+    /// half of the available memory.
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_max_memory)]
+    pub max_memory: Option<u64>,
 }
 
 impl RunArgs {
@@ -139,6 +149,7 @@ impl RunArgs {
 }
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
+    fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
     if a.target == "cpu-jit" {
         return jit::run(driver, a);
     }
@@ -168,6 +179,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let (file, module) = driver.load(&a.file)?;
     let func = entry(&module, a.entry.as_deref(), &file)?;
     let mode = if a.f64 { Mode::F64 } else { Mode::F32 };
+    check_memory(&file, &module, func, mode)?;
     let inputs =
         io::read_inputs(&module, func, a.inputs.as_deref(), a.random_inputs, mode, &file.name)?;
 
@@ -250,6 +262,17 @@ pub(crate) fn lowered_func(
     lowered.find_func(fname).ok_or_else(|| {
         Failure::Input(format!("{}: error: @{fname} disappeared while lowering\n", file.name))
     })
+}
+
+/// Fails, located at the op or the function, when running `func` in `mode` would hold more than
+/// the memory limit (`--max-memory`) at once; nothing has been allocated yet.
+pub(crate) fn check_memory(
+    file: &SourceFile,
+    module: &Module,
+    func: FuncId,
+    mode: Mode,
+) -> Result<(), Failure> {
+    fbc_runtime::interp::check_memory(module, func, mode).map(|_| ()).map_err(|e| located(file, &e))
 }
 
 /// An interpreter error rendered at its op, as the compiler renders diagnostics.

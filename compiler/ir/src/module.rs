@@ -358,20 +358,51 @@ impl Module {
         if ops.is_empty() {
             return;
         }
+        self.drop_uses_all(ops);
+        let mut funcs: Vec<FuncId> = Vec::new();
         for &op in ops {
-            self.detach_operands(op);
             self.ops[op.index()].erased = true;
+            funcs.push(self.ops[op.index()].func);
         }
-        let erased: Vec<bool> = self.ops.iter().map(|o| o.erased).collect();
-        for f in &mut self.funcs {
-            f.body.retain(|o| !erased[o.index()]);
+        funcs.sort_unstable();
+        funcs.dedup();
+        // Only the bodies that held one of them, each in one pass.
+        let all = &self.ops;
+        for f in funcs {
+            if let Some(func) = self.funcs.get_mut(f.index()) {
+                func.body.retain(|o| !all[o.index()].erased);
+            }
         }
     }
 
     /// Removes `op`'s operands from their values' use lists, leaving the op in place; for passes
-    /// that first decide what dies and then erase in bulk with [`Module::erase_ops`].
+    /// that first decide what dies and then erase in bulk with [`Module::erase_ops`]. It searches
+    /// each operand's use list: to drop many ops that share an operand, use
+    /// [`Module::drop_uses_all`].
     pub fn drop_uses(&mut self, op: Op) {
         self.detach_operands(op);
+    }
+
+    /// [`Module::drop_uses`] for every op of `ops` at once, in time linear in the use lists of
+    /// their operands (dropping them one by one costs the length of a shared operand's use list,
+    /// `%b` of a million `tensor.mul %v, %b`, for each op).
+    pub fn drop_uses_all(&mut self, ops: &[Op]) {
+        match ops {
+            [] => return,
+            [op] => return self.detach_operands(*op),
+            _ => {}
+        }
+        let mut dropping = vec![false; self.ops.len()];
+        let mut values: Vec<Value> = Vec::new();
+        for &op in ops {
+            dropping[op.index()] = true;
+            values.extend(self.ops[op.index()].operands.iter().copied());
+        }
+        values.sort_unstable();
+        values.dedup();
+        for v in values {
+            self.values[v.index()].uses.retain(|u| !dropping[u.op.index()]);
+        }
     }
 
     fn detach_operands(&mut self, op: Op) {

@@ -42,7 +42,7 @@ impl Pass for Canonicalize {
                             out.extend(new_ops);
                             let old = m.op(op).results[0];
                             m.replace_all_uses(old, replacement);
-                            m.drop_uses(op);
+                            // Its uses go with the others' in one `erase_ops`.
                             dead.push(op);
                             changed += 1;
                         }

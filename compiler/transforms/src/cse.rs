@@ -43,7 +43,6 @@ impl Pass for Cse {
                         for (old, new) in results.iter().zip(prev.clone()) {
                             m.replace_all_uses(*old, new);
                         }
-                        m.drop_uses(op);
                         dead.push(op);
                     }
                     None => {

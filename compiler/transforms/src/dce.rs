@@ -3,7 +3,9 @@
 //! Walks each body backwards, so a chain of dead ops goes in one sweep. Ops with side effects
 //! (returns, calls) always stay.
 
-use fbc_ir::{Diagnostic, Module, Op, Pass, PassContext};
+use std::collections::HashMap;
+
+use fbc_ir::{Diagnostic, Module, Op, Pass, PassContext, Value};
 
 #[derive(Debug, Default)]
 pub struct Dce;
@@ -21,17 +23,26 @@ impl Pass for Dce {
 }
 
 /// Erases every pure op with no used result; returns how many went.
+///
+/// One backwards walk per function: each value's uses by ops not yet found dead are counted down
+/// as its readers die, so a dead chain goes in one sweep, and the dead ops' uses are dropped in
+/// bulk at the end (linear even when they share an operand with a million uses).
 pub fn remove_dead_ops(m: &mut Module) -> usize {
     let mut removed = 0;
     for f in 0..m.funcs.len() {
         let body = m.funcs[f].body.clone();
+        let mut live_uses: HashMap<Value, usize> = HashMap::new();
         let mut dead: Vec<Op> = Vec::new();
         for &op in body.iter().rev() {
             let d = m.op(op);
-            if d.def.traits.pure && d.results.iter().all(|&r| m.value(r).uses.is_empty()) {
-                // Dropping this op's uses may make its operands' producers dead too; they come
-                // later in this backwards walk.
-                m.drop_uses(op);
+            let live = |v: Value, counts: &HashMap<Value, usize>| {
+                counts.get(&v).copied().unwrap_or_else(|| m.value(v).uses.len())
+            };
+            if d.def.traits.pure && d.results.iter().all(|&r| live(r, &live_uses) == 0) {
+                for &v in &d.operands {
+                    let n = live(v, &live_uses);
+                    live_uses.insert(v, n.saturating_sub(1));
+                }
                 dead.push(op);
             }
         }

@@ -119,9 +119,6 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
     // Start over: drop earlier deallocs and slots.
     let old: Vec<Op> =
         m.func(f).body.iter().copied().filter(|&op| m.op(op).def.is("memory.dealloc")).collect();
-    for &op in &old {
-        m.drop_uses(op);
-    }
     m.erase_ops(&old);
     let body = m.func(f).body.clone();
     let mut last_use: HashMap<Value, usize> = HashMap::new();

@@ -549,7 +549,10 @@ impl Kernel {
             }
         }
         let parse = |k: &'static str, s: &str| {
-            Scalar::parse(s).or_else(|e| kerr(k, format!("`{k}` does not parse: {e}: \"{s}\"")))
+            Scalar::parse(s).or_else(|e| {
+                let text = super::scalar::excerpt(s, e.offset);
+                kerr(k, format!("`{k}` does not parse: {e}: \"{text}\""))
+            })
         };
         let body = parse("body", &string("body", true)?.unwrap_or_default())?;
         let epilogue = match string("epilogue", false)? {

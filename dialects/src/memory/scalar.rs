@@ -190,8 +190,34 @@ impl Scalar {
     }
 }
 
-/// Nesting limit, so that hostile input cannot overflow the stack.
-const MAX_DEPTH: usize = 200;
+/// Nesting limit of the parser, so that hostile input cannot overflow the stack (left-associative
+/// chains such as `x0 + x1 + ... + xN` do not nest: the parser loops over them).
+pub const MAX_DEPTH: usize = 200;
+
+/// The deepest tree a pass may build: its text form nests at most `2·64 + 1 <` [`MAX_DEPTH`]
+/// levels in the parser, so whatever a pass makes the verifier reads back.
+pub const MAX_TREE_DEPTH: usize = 64;
+
+/// `text` for a message: whole when short, else about 60 characters around byte `offset` with
+/// `...` where it was cut.
+pub fn excerpt(text: &str, offset: usize) -> String {
+    const WIDTH: usize = 60;
+    if text.len() <= WIDTH + 20 {
+        return text.to_string();
+    }
+    let floor = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let start = floor(offset.saturating_sub(WIDTH / 2));
+    let end = floor(start + WIDTH);
+    let pre = if start > 0 { "..." } else { "" };
+    let post = if end < text.len() { "..." } else { "" };
+    format!("{pre}{}{post}", &text[start..end])
+}
 
 struct Parser<'a> {
     s: &'a [u8],
@@ -494,60 +520,91 @@ impl Scalar {
         }
     }
 
+    /// Writes the expression with the fewest parentheses, without recursion: an explicit stack
+    /// of pending nodes and text, so a payload of any depth prints in time linear in its size.
     fn write(&self, f: &mut fmt::Formatter<'_>, min_prec: u8) -> fmt::Result {
-        let paren = self.prec() < min_prec;
-        if paren {
-            f.write_char('(')?;
+        enum Task<'a> {
+            Node(&'a Scalar, u8),
+            Text(&'static str),
         }
-        match self {
-            Scalar::Int(v) => write!(f, "{v}")?,
-            Scalar::Float(v) => write_float(f, *v)?,
-            Scalar::In(k) => write!(f, "x{k}")?,
-            Scalar::Load(k, e) => {
-                write!(f, "x{k}[")?;
-                e.write(f, 0)?;
-                f.write_char(']')?;
+        let mut stack = vec![Task::Node(self, min_prec)];
+        while let Some(task) = stack.pop() {
+            let (e, min_prec) = match task {
+                Task::Text(t) => {
+                    f.write_str(t)?;
+                    continue;
+                }
+                Task::Node(e, p) => (e, p),
+            };
+            let paren = e.prec() < min_prec;
+            if paren {
+                f.write_char('(')?;
+                stack.push(Task::Text(")"));
             }
-            Scalar::Dim(k) => write!(f, "d{k}")?,
-            Scalar::Acc => f.write_str("acc")?,
-            Scalar::Un(op @ (ScalarUn::Neg | ScalarUn::Not), e) => {
-                f.write_str(op.name())?;
-                // `-(2)`: a `-` right before a literal would read as part of it.
-                let literal = matches!(**e, Scalar::Int(_) | Scalar::Float(_))
-                    && *op == ScalarUn::Neg
-                    && e.prec() == PREC_ATOM;
-                e.write(f, if literal { PREC_ATOM + 1 } else { PREC_UNARY })?;
+            // Pushed in reverse: the last pushed is written first.
+            match e {
+                Scalar::Int(v) => write!(f, "{v}")?,
+                Scalar::Float(v) => write_float(f, *v)?,
+                Scalar::In(k) => write!(f, "x{k}")?,
+                Scalar::Load(k, a) => {
+                    write!(f, "x{k}[")?;
+                    stack.extend([Task::Text("]"), Task::Node(a, 0)]);
+                }
+                Scalar::Dim(k) => write!(f, "d{k}")?,
+                Scalar::Acc => f.write_str("acc")?,
+                Scalar::Un(op @ (ScalarUn::Neg | ScalarUn::Not), a) => {
+                    f.write_str(op.name())?;
+                    // `-(2)`: a `-` right before a literal would read as part of it.
+                    let literal = matches!(**a, Scalar::Int(_) | Scalar::Float(_))
+                        && *op == ScalarUn::Neg
+                        && a.prec() == PREC_ATOM;
+                    stack.push(Task::Node(a, if literal { PREC_ATOM + 1 } else { PREC_UNARY }));
+                }
+                Scalar::Un(op, a) => {
+                    write!(f, "{}(", op.name())?;
+                    stack.extend([Task::Text(")"), Task::Node(a, 0)]);
+                }
+                Scalar::Bin(op @ (ScalarBin::Max | ScalarBin::Min), a, b) => {
+                    write!(f, "{}(", op.symbol())?;
+                    stack.extend([
+                        Task::Text(")"),
+                        Task::Node(b, 0),
+                        Task::Text(", "),
+                        Task::Node(a, 0),
+                    ]);
+                }
+                Scalar::Bin(op, a, b) => {
+                    let p = op.prec();
+                    let sym = match op {
+                        ScalarBin::Add => " + ",
+                        ScalarBin::Sub => " - ",
+                        ScalarBin::Mul => " * ",
+                        ScalarBin::Div => " / ",
+                        ScalarBin::Rem => " % ",
+                        ScalarBin::Lt => " < ",
+                        ScalarBin::Le => " <= ",
+                        ScalarBin::Gt => " > ",
+                        ScalarBin::Ge => " >= ",
+                        ScalarBin::Eq => " == ",
+                        ScalarBin::Ne => " != ",
+                        ScalarBin::And => " && ",
+                        ScalarBin::Or => " || ",
+                        ScalarBin::Max | ScalarBin::Min => unreachable!("calls are above"),
+                    };
+                    stack.extend([Task::Node(b, p + 1), Task::Text(sym), Task::Node(a, p)]);
+                }
+                Scalar::Select(c, a, b) => {
+                    f.write_str("select(")?;
+                    stack.extend([
+                        Task::Text(")"),
+                        Task::Node(b, 0),
+                        Task::Text(", "),
+                        Task::Node(a, 0),
+                        Task::Text(", "),
+                        Task::Node(c, 0),
+                    ]);
+                }
             }
-            Scalar::Un(op, e) => {
-                write!(f, "{}(", op.name())?;
-                e.write(f, 0)?;
-                f.write_char(')')?;
-            }
-            Scalar::Bin(op @ (ScalarBin::Max | ScalarBin::Min), a, b) => {
-                write!(f, "{}(", op.symbol())?;
-                a.write(f, 0)?;
-                f.write_str(", ")?;
-                b.write(f, 0)?;
-                f.write_char(')')?;
-            }
-            Scalar::Bin(op, a, b) => {
-                let p = op.prec();
-                a.write(f, p)?;
-                write!(f, " {} ", op.symbol())?;
-                b.write(f, p + 1)?;
-            }
-            Scalar::Select(c, a, b) => {
-                f.write_str("select(")?;
-                c.write(f, 0)?;
-                f.write_str(", ")?;
-                a.write(f, 0)?;
-                f.write_str(", ")?;
-                b.write(f, 0)?;
-                f.write_char(')')?;
-            }
-        }
-        if paren {
-            f.write_char(')')?;
         }
         Ok(())
     }
@@ -571,25 +628,92 @@ impl fmt::Display for Scalar {
     }
 }
 
+/// Dropped without recursion: a payload of any depth is freed with an explicit stack.
+impl Drop for Scalar {
+    fn drop(&mut self) {
+        fn detach(e: &mut Scalar, out: &mut Vec<Scalar>) {
+            let mut take = |b: &mut Box<Scalar>| {
+                if !matches!(
+                    **b,
+                    Scalar::Float(_)
+                        | Scalar::Int(_)
+                        | Scalar::In(_)
+                        | Scalar::Dim(_)
+                        | Scalar::Acc
+                ) {
+                    out.push(std::mem::replace(&mut **b, Scalar::Acc));
+                }
+            };
+            match e {
+                Scalar::Load(_, a) | Scalar::Un(_, a) => take(a),
+                Scalar::Bin(_, a, b) => {
+                    take(a);
+                    take(b);
+                }
+                Scalar::Select(c, a, b) => {
+                    take(c);
+                    take(a);
+                    take(b);
+                }
+                _ => {}
+            }
+        }
+        let mut pending = Vec::new();
+        detach(self, &mut pending);
+        while let Some(mut e) = pending.pop() {
+            // `e`'s children are detached first, so dropping `e` itself recurses no further.
+            detach(&mut e, &mut pending);
+        }
+    }
+}
+
 // ----- analysis ----------------------------------------------------------------------------------
 
 impl Scalar {
-    /// Calls `f` on this expression and every subexpression, parents first.
+    /// Calls `f` on this expression and every subexpression, parents first (left to right),
+    /// without recursion.
     pub fn visit(&self, f: &mut dyn FnMut(&Scalar)) {
-        f(self);
-        match self {
-            Scalar::Load(_, e) | Scalar::Un(_, e) => e.visit(f),
-            Scalar::Bin(_, a, b) => {
-                a.visit(f);
-                b.visit(f);
+        let mut stack = vec![self];
+        while let Some(e) = stack.pop() {
+            f(e);
+            match e {
+                Scalar::Load(_, a) | Scalar::Un(_, a) => stack.push(a),
+                Scalar::Bin(_, a, b) => stack.extend([&**b, &**a]),
+                Scalar::Select(c, a, b) => stack.extend([&**b, &**a, &**c]),
+                _ => {}
             }
-            Scalar::Select(c, a, b) => {
-                c.visit(f);
-                a.visit(f);
-                b.visit(f);
-            }
-            _ => {}
         }
+    }
+
+    /// The direct subexpressions, left to right.
+    pub fn children(&self) -> impl Iterator<Item = &Scalar> {
+        let (a, b, c): (Option<&Scalar>, Option<&Scalar>, Option<&Scalar>) = match self {
+            Scalar::Load(_, a) | Scalar::Un(_, a) => (Some(a), None, None),
+            Scalar::Bin(_, a, b) => (Some(a), Some(b), None),
+            Scalar::Select(c, a, b) => (Some(c), Some(a), Some(b)),
+            _ => (None, None, None),
+        };
+        a.into_iter().chain(b).chain(c)
+    }
+
+    /// Number of nodes (leaves included).
+    pub fn size(&self) -> usize {
+        let mut n = 0;
+        self.visit(&mut |_| n += 1);
+        n
+    }
+
+    /// Height of the tree: 1 for a leaf. Computed without recursion. The text form of an
+    /// expression of depth `d` nests at most `2·d + 1` levels deep in the parser, so depths up
+    /// to [`MAX_TREE_DEPTH`] always read back.
+    pub fn depth(&self) -> usize {
+        let mut deepest = 0;
+        let mut stack = vec![(self, 1usize)];
+        while let Some((e, d)) = stack.pop() {
+            deepest = deepest.max(d);
+            stack.extend(e.children().map(|c| (c, d + 1)));
+        }
+        deepest
     }
 
     /// Arithmetic operations per evaluation (a flop estimate): every unary and binary operator
@@ -613,50 +737,98 @@ impl Scalar {
         acc: Option<ScalarKind>,
     ) -> Result<ScalarKind, String> {
         use ScalarKind::{Float, Int};
-        Ok(match self {
-            Scalar::Float(_) => Float,
-            Scalar::Int(_) | Scalar::Dim(_) => Int,
-            Scalar::In(k) => operand(*k).ok_or_else(|| format!("`x{k}`: no operand {k}"))?,
-            Scalar::Load(k, e) => {
-                let ok = operand(*k).ok_or_else(|| format!("`x{k}[..]`: no operand {k}"))?;
-                if e.kind(operand, acc)? != Int {
-                    return Err(format!("the element offset of `x{k}[..]` must be an integer, found an f32 expression `{e}`"));
+        // Post-order with an explicit stack (no recursion, so any depth is fine): a node is
+        // finished once its children's kinds are on `kinds`, left to right.
+        enum Task<'a> {
+            Visit(&'a Scalar),
+            Finish(&'a Scalar),
+        }
+        let mut stack = vec![Task::Visit(self)];
+        let mut kinds: Vec<ScalarKind> = Vec::new();
+        while let Some(task) = stack.pop() {
+            let e = match task {
+                Task::Visit(e) => {
+                    let leaf = match e {
+                        Scalar::Float(_) => Some(Float),
+                        Scalar::Int(_) | Scalar::Dim(_) => Some(Int),
+                        Scalar::In(k) => {
+                            Some(operand(*k).ok_or_else(|| format!("`x{k}`: no operand {k}"))?)
+                        }
+                        Scalar::Acc => Some(acc.ok_or("`acc` is only allowed in an epilogue")?),
+                        Scalar::Load(k, _) => {
+                            operand(*k).ok_or_else(|| format!("`x{k}[..]`: no operand {k}"))?;
+                            None
+                        }
+                        _ => None,
+                    };
+                    match leaf {
+                        Some(k) => kinds.push(k),
+                        None => {
+                            stack.push(Task::Finish(e));
+                            let children: Vec<&Scalar> = e.children().collect();
+                            stack.extend(children.into_iter().rev().map(Task::Visit));
+                        }
+                    }
+                    continue;
                 }
-                ok
-            }
-            Scalar::Acc => acc.ok_or("`acc` is only allowed in an epilogue")?,
-            Scalar::Un(op, e) => {
-                let k = e.kind(operand, acc)?;
-                match op {
-                    ScalarUn::Neg | ScalarUn::Abs | ScalarUn::Floor => k,
+                Task::Finish(e) => e,
+            };
+            let n = e.children().count();
+            let ks = kinds.split_off(kinds.len() - n);
+            let k = match e {
+                Scalar::Load(k, off) => {
+                    if ks[0] != Int {
+                        return Err(format!(
+                            "the element offset of `x{k}[..]` must be an integer, found an f32 \
+                             expression `{}`",
+                            off.brief()
+                        ));
+                    }
+                    operand(*k).unwrap_or(Int)
+                }
+                Scalar::Un(op, _) => match op {
+                    ScalarUn::Neg | ScalarUn::Abs | ScalarUn::Floor => ks[0],
                     ScalarUn::Not | ScalarUn::ToInt => Int,
                     _ => Float,
+                },
+                Scalar::Bin(op, _, _) => {
+                    let (ka, kb) = (ks[0], ks[1]);
+                    let logical =
+                        op.is_comparison() || matches!(op, ScalarBin::And | ScalarBin::Or);
+                    if logical || (ka == Int && kb == Int) {
+                        Int
+                    } else if *op == ScalarBin::Rem {
+                        return Err(format!(
+                            "`%` needs two integer operands, found `{}`",
+                            e.brief()
+                        ));
+                    } else {
+                        Float
+                    }
                 }
-            }
-            Scalar::Bin(op, a, b) => {
-                let (ka, kb) = (a.kind(operand, acc)?, b.kind(operand, acc)?);
-                let logical = op.is_comparison() || matches!(op, ScalarBin::And | ScalarBin::Or);
-                if logical || (ka == Int && kb == Int) {
-                    Int
-                } else if *op == ScalarBin::Rem {
-                    return Err(format!("`%` needs two integer operands, found `{self}`"));
-                } else {
-                    Float
+                Scalar::Select(..) => {
+                    let (ka, kb) = (ks[1], ks[2]);
+                    if ka != kb {
+                        return Err(format!(
+                            "the branches of `select` must have the same kind, found {} and {} \
+                             in `{}`",
+                            ka.name(),
+                            kb.name(),
+                            e.brief()
+                        ));
+                    }
+                    ka
                 }
-            }
-            Scalar::Select(c, a, b) => {
-                c.kind(operand, acc)?;
-                let (ka, kb) = (a.kind(operand, acc)?, b.kind(operand, acc)?);
-                if ka != kb {
-                    return Err(format!(
-                        "the branches of `select` must have the same kind, found {} and {} in `{self}`",
-                        ka.name(),
-                        kb.name()
-                    ));
-                }
-                ka
-            }
-        })
+                _ => unreachable!("leaves are finished when visited"),
+            };
+            kinds.push(k);
+        }
+        Ok(kinds.pop().unwrap_or(Int))
+    }
+
+    /// The printed expression, cut to about 60 characters for a message.
+    pub fn brief(&self) -> String {
+        excerpt(&self.to_string(), 0)
     }
 }
 
@@ -844,30 +1016,96 @@ impl Scalar {
     /// Evaluates the expression, reading through `env`. Both branches of `select` are
     /// evaluated only as far as needed: the chosen one.
     pub fn eval(&self, env: &mut dyn ScalarEnv) -> Result<ScalarValue, String> {
+        self.eval_at(env, 0)
+    }
+
+    /// Recursive evaluation for the usual shallow payloads; below [`MAX_TREE_DEPTH`] levels it
+    /// continues with [`Scalar::eval_iter`], which uses no stack of its own.
+    fn eval_at(&self, env: &mut dyn ScalarEnv, depth: usize) -> Result<ScalarValue, String> {
+        if depth > MAX_TREE_DEPTH {
+            return self.eval_iter(env);
+        }
+        let depth = depth + 1;
         Ok(match self {
             Scalar::Float(v) => ScalarValue::F32(*v as f32),
             Scalar::Int(v) => ScalarValue::Int(*v),
             Scalar::In(k) => env.input(*k)?,
-            Scalar::Load(k, e) => match e.eval(env)? {
-                ScalarValue::Int(off) => env.load(*k, off)?,
-                ScalarValue::F32(_) => {
-                    return Err(format!("the element offset of `x{k}[..]` is not an integer"))
-                }
-            },
+            Scalar::Load(k, e) => {
+                let off = e.eval_at(env, depth)?;
+                load(env, *k, off)?
+            }
             Scalar::Dim(k) => ScalarValue::Int(env.dim(*k)?),
             Scalar::Acc => env.acc()?,
-            Scalar::Un(op, e) => apply_un(*op, e.eval(env)?)?,
+            Scalar::Un(op, e) => apply_un(*op, e.eval_at(env, depth)?)?,
             Scalar::Bin(op, a, b) => {
-                let a = a.eval(env)?;
-                apply_bin(*op, a, b.eval(env)?)?
+                let a = a.eval_at(env, depth)?;
+                apply_bin(*op, a, b.eval_at(env, depth)?)?
             }
             Scalar::Select(c, a, b) => {
-                if c.eval(env)?.truth() {
-                    a.eval(env)?
+                if c.eval_at(env, depth)?.truth() {
+                    a.eval_at(env, depth)?
                 } else {
-                    b.eval(env)?
+                    b.eval_at(env, depth)?
                 }
             }
         })
+    }
+
+    /// [`Scalar::eval`] with an explicit stack: the same values, in the same order of reads.
+    fn eval_iter(&self, env: &mut dyn ScalarEnv) -> Result<ScalarValue, String> {
+        enum Task<'a> {
+            Visit(&'a Scalar),
+            Load(usize),
+            Un(ScalarUn),
+            Bin(ScalarBin),
+            /// The condition is on the value stack: visit one of the branches.
+            Pick(&'a Scalar, &'a Scalar),
+        }
+        let mut stack = vec![Task::Visit(self)];
+        let mut vals: Vec<ScalarValue> = Vec::new();
+        let pop = |vals: &mut Vec<ScalarValue>| vals.pop().ok_or("internal: empty value stack");
+        while let Some(task) = stack.pop() {
+            match task {
+                Task::Visit(e) => match e {
+                    Scalar::Float(v) => vals.push(ScalarValue::F32(*v as f32)),
+                    Scalar::Int(v) => vals.push(ScalarValue::Int(*v)),
+                    Scalar::In(k) => vals.push(env.input(*k)?),
+                    Scalar::Dim(k) => vals.push(ScalarValue::Int(env.dim(*k)?)),
+                    Scalar::Acc => vals.push(env.acc()?),
+                    Scalar::Load(k, a) => stack.extend([Task::Load(*k), Task::Visit(a)]),
+                    Scalar::Un(op, a) => stack.extend([Task::Un(*op), Task::Visit(a)]),
+                    Scalar::Bin(op, a, b) => {
+                        stack.extend([Task::Bin(*op), Task::Visit(b), Task::Visit(a)]);
+                    }
+                    Scalar::Select(c, a, b) => stack.extend([Task::Pick(a, b), Task::Visit(c)]),
+                },
+                Task::Load(k) => {
+                    let off = pop(&mut vals)?;
+                    vals.push(load(env, k, off)?);
+                }
+                Task::Un(op) => {
+                    let a = pop(&mut vals)?;
+                    vals.push(apply_un(op, a)?);
+                }
+                Task::Bin(op) => {
+                    let b = pop(&mut vals)?;
+                    let a = pop(&mut vals)?;
+                    vals.push(apply_bin(op, a, b)?);
+                }
+                Task::Pick(a, b) => {
+                    let c = pop(&mut vals)?;
+                    stack.push(Task::Visit(if c.truth() { a } else { b }));
+                }
+            }
+        }
+        Ok(pop(&mut vals)?)
+    }
+}
+
+/// `x{k}[off]`.
+fn load(env: &mut dyn ScalarEnv, k: usize, off: ScalarValue) -> Result<ScalarValue, String> {
+    match off {
+        ScalarValue::Int(off) => env.load(k, off),
+        ScalarValue::F32(_) => Err(format!("the element offset of `x{k}[..]` is not an integer")),
     }
 }

@@ -103,6 +103,15 @@ pub enum InterpError {
         /// The call's source span.
         span: Span,
     },
+    /// A value, or everything a run holds at once, would exceed the memory limit
+    /// ([`crate::limits`]); found before the run allocates anything.
+    #[error("{error}")]
+    Memory {
+        /// What would not fit, its size and the limit.
+        error: crate::limits::TooLarge,
+        /// The op that makes the value, or the function (for an argument).
+        span: Span,
+    },
     /// A function body without `func.return` (only in modules that were never verified).
     #[error("@{func} ends without func.return")]
     NoReturn {
@@ -127,7 +136,8 @@ impl InterpError {
             InterpError::Unsupported { span, .. }
             | InterpError::Kernel { span, .. }
             | InterpError::Op { span, .. }
-            | InterpError::CallDepth { span, .. } => Some(*span),
+            | InterpError::CallDepth { span, .. }
+            | InterpError::Memory { span, .. } => Some(*span),
             _ => None,
         }
     }

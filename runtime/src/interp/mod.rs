@@ -17,7 +17,8 @@
 //! - Inputs are checked against the argument types (shape, and a storage that can hold the
 //!   element type) and converted to the mode's storage.
 //! - Values are dropped after their last use, so peak memory is the live set, not the whole
-//!   function.
+//!   function. Before a run starts, [`check_memory`] checks that live set, op by op, against the
+//!   memory limit ([`crate::limits`]); a run that would not fit fails at once, at the op.
 //! - Memory-dialect ops (`interp/memory.rs`) keep storage beside the tensor values of a frame:
 //!   uploads pack tensors by their layout, launches run through a [`Launcher`] (the reference
 //!   executor of `crate::memory` unless [`Interpreter::run_with_launcher`] is given another),
@@ -27,6 +28,7 @@
 //! function of two modules (before and after a transformation) on the same random inputs and
 //! compares the results: translation validation for passes.
 
+pub(crate) mod budget;
 mod equiv;
 mod error;
 mod memory;
@@ -39,6 +41,7 @@ use std::rc::Rc;
 
 use fbc_ir::{Attr, FuncId, Module, Type};
 
+pub use budget::{check_memory, value_bytes};
 pub use equiv::{check_equivalent, compare_values, Tolerance};
 pub use error::InterpError;
 pub use random::{index_bound, random_input, random_inputs, DEFAULT_INDEX_BOUND};
@@ -141,6 +144,8 @@ impl<'m> Interpreter<'m> {
                 found: inputs.len(),
             });
         }
+        // Nothing more is allocated when the run would not fit in the memory limit.
+        check_memory(self.module, func, self.options.mode)?;
         let mut args = Vec::with_capacity(inputs.len());
         for (index, (v, &arg)) in inputs.into_iter().zip(&f.args).enumerate() {
             let ty = self.module.value_type(arg);

@@ -33,6 +33,14 @@ pub enum KernelError {
         /// The offending shape.
         shape: Vec<usize>,
     },
+    /// A result over the memory limit of the run ([`crate::limits`]).
+    #[error("{op}: {message}")]
+    Memory {
+        /// The kernel or constructor that refused.
+        op: &'static str,
+        /// What would not fit, its size and the limit.
+        message: String,
+    },
     /// Two shapes that NumPy broadcasting cannot reconcile.
     #[error("{op}: shapes {lhs:?} and {rhs:?} cannot be broadcast together")]
     Broadcast {

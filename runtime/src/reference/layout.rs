@@ -21,6 +21,16 @@ pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> 
     Ok(if shape.contains(&0) { 0 } else { nonzero })
 }
 
+/// [`checked_numel`] of a new buffer of `T`s, also checked against the memory limit
+/// ([`crate::limits`]).
+pub(crate) fn checked_alloc<T>(op: &'static str, shape: &[usize]) -> Result<usize> {
+    let n = checked_numel(op, shape)?;
+    let bytes = (n as u64).checked_mul(std::mem::size_of::<T>() as u64);
+    crate::limits::check_bytes(format_args!("a tensor of shape {shape:?}"), bytes)
+        .map_err(|e| KernelError::Memory { op, message: e.to_string() })?;
+    Ok(n)
+}
+
 /// Row-major (C-order) strides of `shape`, in elements.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; shape.len()];

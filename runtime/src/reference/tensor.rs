@@ -9,7 +9,7 @@
 use num_traits::Zero;
 
 use super::error::{KernelError, Result};
-use super::layout::{broadcast_strides, checked_numel, contiguous_strides, Offsets};
+use super::layout::{broadcast_strides, checked_alloc, checked_numel, contiguous_strides, Offsets};
 use super::scalar::Real;
 
 /// A dense row-major tensor with element type `T` (default `f32`).
@@ -87,14 +87,14 @@ impl<T: Copy> Tensor<T> {
 
     /// A tensor of shape `shape` with every element `value` (`tensor.constant`).
     pub fn full(shape: &[usize], value: T) -> Result<Self> {
-        let n = checked_numel("full", shape)?;
+        let n = checked_alloc::<T>("full", shape)?;
         Ok(Tensor { shape: shape.to_vec(), data: vec![value; n] })
     }
 
     /// A tensor of shape `shape` whose element at multi-index `i` is `f(i)`; `f` is called in
     /// row-major order.
     pub fn from_fn(shape: &[usize], mut f: impl FnMut(&[usize]) -> T) -> Result<Self> {
-        let n = checked_numel("from_fn", shape)?;
+        let n = checked_alloc::<T>("from_fn", shape)?;
         let mut data = Vec::with_capacity(n);
         let mut index = vec![0usize; shape.len()];
         for _ in 0..n {

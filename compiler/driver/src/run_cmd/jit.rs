@@ -36,6 +36,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let (file, module) = driver.load(&a.file)?;
     let func = super::entry(&module, a.entry.as_deref(), &file)?;
     let fname = module.func(func).name.clone();
+    super::check_memory(&file, &module, func, Mode::F32)?;
     let compile_start = Instant::now();
     let mut lowered = module.clone();
     crate::opencl_emit::optimize_and_lower(
@@ -50,6 +51,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     )?;
     let lowering = compile_start.elapsed();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;
+    super::check_memory(&file, &lowered, lfunc, Mode::F32)?;
     let inputs = super::io::read_inputs(
         &module,
         func,

@@ -64,6 +64,8 @@ pub(crate) fn compile(
     let target = fbc_target::builtin(profile).map_err(|e| Failure::Usage(e.to_string()))?;
     let (file, module) = driver.load(path)?;
     let func = super::entry(&module, entry, &file)?;
+    let f32 = fbc_runtime::interp::Mode::F32;
+    super::check_memory(&file, &module, func, f32)?;
     let mut lowered = module.clone();
     let stats = crate::opencl_emit::optimize_and_lower(
         driver,
@@ -75,6 +77,9 @@ pub(crate) fn compile(
         &target,
         lowering,
     )?;
+    let fname = module.func(func).name.clone();
+    let lfunc = super::lowered_func(&lowered, &fname, &file)?;
+    super::check_memory(&file, &lowered, lfunc, f32)?;
     let out = crate::opencl_emit::generate(&lowered, profile, tiled)?;
     Ok(Compiled { file, module, func, lowered, out, stats })
 }

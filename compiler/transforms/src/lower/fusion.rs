@@ -12,8 +12,11 @@
 //! A tensor is never fused away when it is returned, read by a gather, written by several
 //! kernels (concat, slice_grad) or shares its storage with another tensor (a linear reshape).
 //! The fused kernel takes the position of the later kernel, so every operand it reads is computed
-//! before it.
+//! before it. A fusion is not made when the fused payload would be deeper than
+//! `MAX_TREE_DEPTH` (64; the printed payload must parse back) or larger than `MAX_FUSED_NODES`
+//! nodes: a chain of any length compiles, as kernels of at most that depth.
 
+use fbc_dialects::memory::scalar::MAX_TREE_DEPTH;
 use fbc_dialects::memory::Scalar;
 
 use super::{compose, identity, LKernel, Lower, Operand, Tid};
@@ -58,35 +61,146 @@ fn renumber(e: &Scalar, to: &[usize]) -> Scalar {
     })
 }
 
-/// Fuses `l.kernels` in place; returns how many kernels were fused into others.
-pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
-    let mut fused = 0;
-    while let Some((p, k, epilogue)) = find(l) {
-        let pk = l.kernels[p].clone();
-        let kk = l.kernels[k].clone();
-        let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(&pk, &kk) };
-        l.kernels[k] = merged;
-        l.kernels.remove(p);
-        fused += 1;
+/// The largest payload (body or epilogue, in nodes) fusion builds: a producer read several times
+/// is copied at each read, so sizes could otherwise grow exponentially with the chain.
+pub(crate) const MAX_FUSED_NODES: usize = 4096;
+
+/// Depth and node count of `e` in one walk.
+fn measure(e: &Scalar) -> (usize, usize) {
+    let mut stack = vec![(e, 1usize)];
+    let (mut depth, mut size) = (0, 0);
+    while let Some((e, d)) = stack.pop() {
+        depth = depth.max(d);
+        size += 1;
+        stack.extend(e.children().map(|c| (c, d + 1)));
     }
+    (depth, size)
+}
+
+/// Reads of operand slots `slots` in `e` (`In(i)` for `i` in it).
+fn reads_of(e: &Scalar, slots: &[bool]) -> usize {
+    let mut n = 0;
+    e.visit(&mut |s| {
+        if let Scalar::In(i) = s {
+            n += usize::from(slots.get(*i).copied().unwrap_or(false));
+        }
+    });
+    n
+}
+
+/// Whether fusing `p` into `k` (reading `p`'s output `t`) keeps every payload within
+/// [`MAX_TREE_DEPTH`] and [`MAX_FUSED_NODES`], from bounds that hold before the merge: a read of
+/// `t` at depth at most `depth(K)` replaced by a tree of depth `depth(P)` gives at most
+/// `depth(K) - 1 + depth(P)`, and each read adds at most `size(P)` nodes.
+fn fits(p: &LKernel, k: &LKernel, t: Tid, epilogue: bool) -> bool {
+    let slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
+    let inserted =
+        if epilogue { p.epilogue.as_ref().map_or((1, 1), measure) } else { measure(&p.body) };
+    let ok = |e: &Scalar| {
+        let (d, n) = measure(e);
+        let reads = reads_of(e, &slots);
+        d - 1 + inserted.0 <= MAX_TREE_DEPTH
+            && n.saturating_add(reads.saturating_mul(inserted.1)) <= MAX_FUSED_NODES
+    };
+    if epilogue {
+        // K's body becomes P's epilogue; P's body stays.
+        ok(&k.body)
+    } else {
+        ok(&k.body) && k.epilogue.as_ref().is_none_or(ok)
+    }
+}
+
+/// [`renumber`] without rebuilding the tree.
+fn renumber_in_place(e: &mut Scalar, to: &[usize]) {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match e {
+            Scalar::In(k) => *k = to[*k],
+            Scalar::Load(k, off) => {
+                *k = to[*k];
+                stack.push(off);
+            }
+            Scalar::Un(_, a) => stack.push(a),
+            Scalar::Bin(_, a, b) => {
+                stack.push(a);
+                stack.push(b);
+            }
+            Scalar::Select(c, a, b) => {
+                stack.push(c);
+                stack.push(a);
+                stack.push(b);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Fuses `l.kernels` in place; returns how many kernels were fused into others.
+///
+/// Kernels are visited in launch order, and each one absorbs its fusable producers (the first
+/// fusable operand first, again until none is left) before the next is visited: the order in
+/// which a rescan from the start after every fusion would find them, since fusing into a kernel
+/// never makes an earlier kernel fusable. Reader counts are kept up to date instead of being
+/// recomputed, so the work is linear in the number of kernels (times the bounded payload size).
+/// A fusion whose payload would exceed [`MAX_TREE_DEPTH`] or [`MAX_FUSED_NODES`] is not made: the
+/// tensor stays in storage and a long chain becomes several kernels.
+pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
+    let mut u = uses(l);
+    let mut kernels: Vec<Option<LKernel>> =
+        std::mem::take(&mut l.kernels).into_iter().map(Some).collect();
+    let mut refused: Vec<bool> = vec![false; l.tensors.len()];
+    let mut fused = 0;
+    for k in 0..kernels.len() {
+        while let Some((p, t, epilogue)) = find(l, &kernels, &u, &refused, k) {
+            let (Some(pk), Some(kk)) = (&kernels[p], &kernels[k]) else { break };
+            if !fits(pk, kk, t, epilogue) {
+                refused[t] = true;
+                continue;
+            }
+            let (Some(pk), Some(kk)) = (kernels[p].take(), kernels[k].take()) else { break };
+            for old in [&pk, &kk] {
+                for r in distinct(&old.inputs) {
+                    u.readers[r] -= 1;
+                }
+            }
+            let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(pk, kk) };
+            for r in distinct(&merged.inputs) {
+                u.readers[r] += 1;
+            }
+            kernels[k] = Some(merged);
+            fused += 1;
+        }
+    }
+    l.kernels = kernels.into_iter().flatten().collect();
     fused
 }
 
-/// Writers and readers of every tensor's storage.
+/// The distinct tensors `inputs` read.
+fn distinct(inputs: &[Operand]) -> Vec<Tid> {
+    let mut ts: Vec<Tid> = inputs.iter().map(|o| o.t).collect();
+    ts.sort_unstable();
+    ts.dedup();
+    ts
+}
+
+/// Writers of every tensor's storage, and how many kernels read each.
 struct Uses {
     writers: Vec<Vec<usize>>,
-    readers: Vec<Vec<usize>>,
+    /// Distinct kernels reading the tensor.
+    readers: Vec<usize>,
     shared: Vec<bool>,
     gathered: Vec<bool>,
+    pinned: Vec<bool>,
 }
 
 fn uses(l: &Lower<'_>) -> Uses {
     let n = l.tensors.len();
     let mut u = Uses {
         writers: vec![Vec::new(); n],
-        readers: vec![Vec::new(); n],
+        readers: vec![0; n],
         shared: vec![false; n],
         gathered: vec![false; n],
+        pinned: vec![false; n],
     };
     let mut per_storage = vec![0usize; l.storages.len()];
     for t in &l.tensors {
@@ -95,12 +209,15 @@ fn uses(l: &Lower<'_>) -> Uses {
     for (i, t) in l.tensors.iter().enumerate() {
         u.shared[i] = per_storage[t.storage] > 1;
     }
+    for &t in &l.pinned {
+        u.pinned[t] = true;
+    }
     for (i, k) in l.kernels.iter().enumerate() {
         u.writers[k.out.t].push(i);
+        for t in distinct(&k.inputs) {
+            u.readers[t] += 1;
+        }
         for o in &k.inputs {
-            if !u.readers[o.t].contains(&i) {
-                u.readers[o.t].push(i);
-            }
             u.gathered[o.t] |= o.gather;
         }
     }
@@ -116,51 +233,57 @@ fn pointwise(k: &LKernel, shape: &[u64]) -> bool {
         && !uses_dims(&k.body)
 }
 
-/// The next fusion: (producer index, consumer index, as epilogue).
-fn find(l: &Lower<'_>) -> Option<(usize, usize, bool)> {
-    let u = uses(l);
-    for (k, kk) in l.kernels.iter().enumerate() {
-        for o in &kk.inputs {
-            let t: Tid = o.t;
-            if l.pinned.contains(&t)
-                || u.shared[t]
-                || u.gathered[t]
-                || u.writers[t].len() != 1
-                || u.readers[t] != [k]
-            {
-                continue;
-            }
-            let p = u.writers[t][0];
-            if p >= k {
-                continue;
-            }
-            let shape = &l.tensors[t].shape;
-            let pk = &l.kernels[p];
-            // Conversions stay explicit kernels (the layout strategies are measured by them).
-            if is_conversion(pk) || is_conversion(kk) {
-                continue;
-            }
-            // Inline only where each element of T is computed once: a consumer iterating over
-            // more points than T has (a broadcast, a matmul reading T per column) would
-            // recompute the producer's body.
-            let numel: u64 = shape.iter().product();
-            if pointwise(pk, shape) && kk.domain.iter().product::<u64>() == numel {
-                return Some((p, k, false));
-            }
-            // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
-            let reads_identity =
-                kk.inputs.iter().filter(|i| i.t == t).all(|i| i.map == identity(shape.len()));
-            if pk.combine.is_some()
-                && kk.combine.is_none()
-                && reads_identity
-                && kk.domain == *shape
-                && !shape.is_empty()
-                && kk.out.map == identity(shape.len())
-                && !uses_dims(&kk.body)
-                && pk.epilogue.as_ref().is_none_or(|e| !uses_dims(e))
-            {
-                return Some((p, k, true));
-            }
+/// The next fusion into kernel `k`: (producer index, the tensor, as epilogue).
+fn find(
+    l: &Lower<'_>,
+    kernels: &[Option<LKernel>],
+    u: &Uses,
+    refused: &[bool],
+    k: usize,
+) -> Option<(usize, Tid, bool)> {
+    let kk = kernels[k].as_ref()?;
+    for o in &kk.inputs {
+        let t: Tid = o.t;
+        // `k` reads `t`, so one reader means `k` alone.
+        if u.pinned[t]
+            || u.shared[t]
+            || u.gathered[t]
+            || refused[t]
+            || u.writers[t].len() != 1
+            || u.readers[t] != 1
+        {
+            continue;
+        }
+        let p = u.writers[t][0];
+        if p >= k {
+            continue;
+        }
+        let Some(pk) = kernels[p].as_ref() else { continue };
+        let shape = &l.tensors[t].shape;
+        // Conversions stay explicit kernels (the layout strategies are measured by them).
+        if is_conversion(pk) || is_conversion(kk) {
+            continue;
+        }
+        // Inline only where each element of T is computed once: a consumer iterating over
+        // more points than T has (a broadcast, a matmul reading T per column) would
+        // recompute the producer's body.
+        let numel: u64 = shape.iter().product();
+        if pointwise(pk, shape) && kk.domain.iter().product::<u64>() == numel {
+            return Some((p, t, false));
+        }
+        // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
+        let reads_identity =
+            kk.inputs.iter().filter(|i| i.t == t).all(|i| i.map == identity(shape.len()));
+        if pk.combine.is_some()
+            && kk.combine.is_none()
+            && reads_identity
+            && kk.domain == *shape
+            && !shape.is_empty()
+            && kk.out.map == identity(shape.len())
+            && !uses_dims(&kk.body)
+            && pk.epilogue.as_ref().is_none_or(|e| !uses_dims(e))
+        {
+            return Some((p, t, true));
         }
     }
     None
@@ -184,8 +307,10 @@ fn merge_operands(base: &mut Vec<Operand>, extra: Vec<Operand>) -> Vec<usize> {
         .collect()
 }
 
-/// `P` substituted into `K` at every read of `P`'s output.
-fn inline(p: &LKernel, k: &LKernel) -> LKernel {
+/// `P` substituted into `K` at every read of `P`'s output. Both are consumed: `P`'s body moves
+/// into the last read of its output (earlier reads get copies), so a fusion copies no more than
+/// the reads beyond the first.
+fn inline(p: LKernel, k: LKernel) -> LKernel {
     let t = p.out.t;
     let mut inputs: Vec<Operand> = Vec::new();
     // K's operands other than T keep their order.
@@ -200,29 +325,52 @@ fn inline(p: &LKernel, k: &LKernel) -> LKernel {
     }
     // Each read of T at map m: P's body with P's operands read at (P map ∘ m).
     let mut subst: Vec<Option<Scalar>> = vec![None; k.inputs.len()];
-    for (slot, o) in k.inputs.iter().enumerate() {
-        if o.t != t {
-            continue;
-        }
+    let t_slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
+    let mut left =
+        reads_of(&k.body, &t_slots) + k.epilogue.as_ref().map_or(0, |e| reads_of(e, &t_slots));
+    let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| t_slots[i]).collect();
+    let mut p_body = Some(p.body);
+    for (n, &slot) in t_reads.iter().enumerate() {
         let extra: Vec<Operand> = p
             .inputs
             .iter()
-            .map(|pi| Operand { t: pi.t, map: compose(&pi.map, &o.map), gather: pi.gather })
+            .map(|pi| Operand {
+                t: pi.t,
+                map: compose(&pi.map, &k.inputs[slot].map),
+                gather: pi.gather,
+            })
             .collect();
         let to = merge_operands(&mut inputs, extra);
-        subst[slot] = Some(renumber(&p.body, &to));
+        // The last slot renumbers P's body in place; the others renumber a copy.
+        subst[slot] = if n + 1 == t_reads.len() {
+            p_body.take().map(|mut b| {
+                renumber_in_place(&mut b, &to);
+                b
+            })
+        } else {
+            p_body.as_ref().map(|b| renumber(b, &to))
+        };
     }
+    // The last read takes the expression itself, earlier ones a copy.
+    let mut take = |i: usize| -> Option<Scalar> {
+        left = left.saturating_sub(1);
+        if left == 0 {
+            subst[i].take()
+        } else {
+            subst[i].clone()
+        }
+    };
     let body = map_scalar(&k.body, &mut |s| match s {
-        Scalar::In(i) => Some(match (&subst[*i], k_to[*i]) {
-            (Some(e), _) => e.clone(),
-            (None, Some(j)) => Scalar::In(j),
-            (None, None) => s.clone(),
+        Scalar::In(i) => Some(match k_to[*i] {
+            None => take(*i).unwrap_or_else(|| s.clone()),
+            Some(j) => Scalar::In(j),
         }),
         Scalar::Load(i, off) => {
             let off = map_scalar(off, &mut |x| match x {
-                Scalar::In(j) => {
-                    Some(subst[*j].clone().unwrap_or_else(|| Scalar::In(k_to[*j].unwrap_or(*j))))
-                }
+                Scalar::In(j) => Some(match k_to[*j] {
+                    None => take(*j).unwrap_or(Scalar::In(*j)),
+                    Some(jj) => Scalar::In(jj),
+                }),
                 _ => None,
             });
             Some(Scalar::Load(k_to[*i].unwrap_or(*i), Box::new(off)))
@@ -231,15 +379,16 @@ fn inline(p: &LKernel, k: &LKernel) -> LKernel {
     });
     let epilogue = k.epilogue.as_ref().map(|e| {
         map_scalar(e, &mut |s| match s {
-            Scalar::In(i) => {
-                Some(subst[*i].clone().unwrap_or_else(|| Scalar::In(k_to[*i].unwrap_or(*i))))
-            }
+            Scalar::In(i) => Some(match k_to[*i] {
+                None => take(*i).unwrap_or(Scalar::In(*i)),
+                Some(j) => Scalar::In(j),
+            }),
             _ => None,
         })
     });
-    let mut source = p.source.clone();
+    let mut source = p.source;
     source.extend(k.source.iter().copied());
-    LKernel { inputs, body, epilogue, source, ..k.clone() }
+    LKernel { inputs, body, epilogue, source, ..k }
 }
 
 /// `K` as the epilogue of reduction `P`.

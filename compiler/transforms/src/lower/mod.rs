@@ -259,10 +259,7 @@ fn inline_calls(m: &mut Module, f: FuncId) -> Result<(), Diagnostic> {
     let returned = crate::autodiff::inline::inline_body(m, f, f, &args, &mut stack)?;
     let ret_span = body.last().map_or(Span::default(), |&op| m.op(op).span);
     let ret_def = m.op(*body.last().ok_or_else(|| Diagnostic::error("empty function"))?).def;
-    // The copies follow the originals: drop the originals (uses first, then in bulk).
-    for &op in &body {
-        m.drop_uses(op);
-    }
+    // The copies follow the originals: drop the originals (uses and ops in bulk).
     m.erase_ops(&body);
     m.append_op(f, ret_def, &returned, Vec::new(), Vec::new(), ret_span);
     Ok(())
@@ -864,9 +861,6 @@ fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
     }
     let ret = m.create_op(f, defs.ret, &returned, Vec::new(), Vec::new(), span);
     body.push(ret);
-    for &op in &old {
-        m.drop_uses(op);
-    }
     m.erase_ops(&old);
     m.func_mut(f).body = body;
 }
