@@ -121,7 +121,7 @@ const GATHER: &str = r#"func.func @main(%table: tensor<10x4xf32>, %ids: tensor<3
   %mi = memory.upload %ids {layout = #layout.linear} : (tensor<3xi32>) -> !memory.buffer<3, i32>
   %mt = memory.upload %table {layout = #layout.linear} : (tensor<10x4xf32>) -> !memory.buffer<40, f32>
   %me = memory.alloc : () -> !memory.buffer<12, f32>
-  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(i, d) -> (i), (i, d) -> (0), (i, d) -> (i * 4 + d + 40)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
+  memory.launch %mi, %mt, %me {kernel = "embed", domain = [3, 4], iterators = ["parallel", "parallel"], maps = [(i, d) -> (i), (i, d) -> (0), (i, d) -> (i * 4 + d)], body = "x1[x0 * 4 + d1]"} : (!memory.buffer<3, i32>, !memory.buffer<40, f32>, !memory.buffer<12, f32>) -> ()
   %e = memory.download %me {layout = #layout.linear} : (!memory.buffer<12, f32>) -> tensor<3x4xf32>
   func.return %e : (tensor<3x4xf32>) -> ()
 }
@@ -130,13 +130,38 @@ const GATHER: &str = r#"func.func @main(%table: tensor<10x4xf32>, %ids: tensor<3
 #[test]
 fn faults_are_located_at_the_launch_and_flags_checked() {
     let dir = common::scratch("jit-errors");
-    // A lowered module runs as it is; its output map writes past the output: an error at the
-    // launch (line 5), never a write out of bounds.
-    let p = common::write(&dir, "gather.fbir", GATHER.as_bytes());
+    // A lowered module runs as it is; an output map that writes past the output is refused
+    // by the verifier before anything runs: an error at the launch (line 5) with the point.
+    let bad = GATHER.replace("(i, d) -> (i * 4 + d)]", "(i, d) -> (i * 4 + d + 40)]");
+    let p = common::write(&dir, "gather.fbir", bad.as_bytes());
     let o = common::fbc(&["run", &p, "--target", "cpu-jit", "--random-inputs", "1"]);
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(
-        o.stderr.contains("gather.fbir:5:3: error: `memory.launch`: kernel `embed`: the output (operand 2) written out of bounds"),
+        o.stderr.contains("gather.fbir:5:3: error: operand 2 (!memory.buffer<12, f32>) is written at offset 40 at d0=0, d1=0, outside its 12 elements"),
+        "{}",
+        o.stderr
+    );
+    // An id past the table: the gather's run-time check, at the launch, with the offset and
+    // the point.
+    let header = r#"{"ids":{"dtype":"I32","shape":[3],"data_offsets":[0,12]}}"#;
+    let mut ids = (header.len() as u64).to_le_bytes().to_vec();
+    ids.extend(header.as_bytes());
+    [2i32, 10, 0].iter().for_each(|v| ids.extend(v.to_le_bytes()));
+    let inputs = common::write(&dir, "ids.safetensors", &ids);
+    let p = common::write(&dir, "gather_ok.fbir", GATHER.as_bytes());
+    let o = common::fbc(&[
+        "run",
+        &p,
+        "--target",
+        "cpu-jit",
+        "--random-inputs",
+        "1",
+        "--inputs",
+        &inputs,
+    ]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("gather_ok.fbir:5:3: error: `memory.launch`: kernel `embed`: x1[40] is outside operand 1 (40 elements) at domain index [1, 0]"),
         "{}",
         o.stderr
     );
