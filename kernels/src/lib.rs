@@ -33,11 +33,13 @@ inline float4 fbc_rte_half4(float4 v) { ushort h[4]; vstore_half4_rte(v, 0, (__p
 // Channel c of a texel.
 inline float fbc_ch(float4 v, long c) { return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w)); }
 __constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
-// Run-time bounds checks, for accesses the compiler could not prove in range (data-dependent
-// offsets). A failed check does not touch memory (a read gives 0, a write is skipped) and records
-// the run's first fault in the error buffer e (the first atomic_cmpxchg of e[0] wins): e[0] the
-// launch's fault id, e[1] kind (1 read, 2 load, 3 write), e[2] operand, e[3..8] the coordinates
-// (offset, or x, y, channel) as lo/hi halves, e[9] the domain rank, e[10..25] the domain point.
+// Run-time checks, for accesses the compiler could not prove in range (data-dependent offsets)
+// and for payload arithmetic that can fail (integer division by zero, int() of NaN). A failed
+// check does not touch memory (a read gives 0, a write is skipped) and records the run's first
+// fault in the error buffer e (the first atomic_cmpxchg of e[0] wins): e[0] the launch's fault
+// id, e[1] kind (1 read, 2 load, 3 write, 4 `/` by 0, 5 `%` by 0, 6 int() of NaN), e[2] operand
+// (-1 for arithmetic), e[3..8] the coordinates (offset, or x, y, channel; the dividend for kinds
+// 4 and 5) as lo/hi halves, e[9] the domain rank, e[10..25] the domain point.
 #define FBC_PT long p0, long p1, long p2, long p3, long p4, long p5, long p6, long p7
 inline void fbc_half(__global int* e, int at, long v) { e[at] = (int)v; e[at + 1] = (int)(v >> 32); }
 inline void fbc_fault(__global int* e, int id, int kind, int op, long v0, long v1, long v2, int rank, FBC_PT) {
@@ -75,9 +77,9 @@ inline long fbc_iadd(long a, long b) { return as_long(as_ulong(a) + as_ulong(b))
 inline long fbc_isub(long a, long b) { return as_long(as_ulong(a) - as_ulong(b)); }
 inline long fbc_imul(long a, long b) { return as_long(as_ulong(a) * as_ulong(b)); }
 inline long fbc_ineg(long a) { return as_long(0UL - as_ulong(a)); }
-// A zero divisor, and int() of NaN, fail the run on the reference executor and the CPU JIT; a
-// kernel cannot raise, so here they give 0. FBC-HOOK(run-error): report them through the per-run
-// error flag when kernels get one.
+// A zero divisor gives 0 in the plain forms; and the checked forms below, which every
+// kernel whose divisor is not a non-zero constant uses, record the fault (kinds 4 and 5) in the
+// error buffer, so the run fails as it does on the reference executor and the CPU JIT.
 inline long fbc_idiv(long a, long b) {
   if (b == 0) return 0;
   if (b == -1) return fbc_ineg(a);
@@ -89,8 +91,21 @@ inline long fbc_imod(long a, long b) {
   const long r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-// int(x): toward zero, saturating at the long range (convert_long_sat_rtz); NaN gives 0 (hook above).
+inline long fbc_idivc(long a, long b, __global int* e, int id, int rank, FBC_PT) {
+  if (b == 0) fbc_fault(e, id, 4, -1, a, 0, 0, rank, FBC_PASS);
+  return fbc_idiv(a, b);
+}
+inline long fbc_imodc(long a, long b, __global int* e, int id, int rank, FBC_PT) {
+  if (b == 0) fbc_fault(e, id, 5, -1, a, 0, 0, rank, FBC_PASS);
+  return fbc_imod(a, b);
+}
+// int(x): toward zero, saturating at the long range (convert_long_sat_rtz); NaN gives 0, and the
+// checked form records it (kind 6).
 inline long fbc_toint(float x) { return convert_long_sat_rtz(x); }
+inline long fbc_tointc(float x, __global int* e, int id, int rank, FBC_PT) {
+  if (isnan(x)) fbc_fault(e, id, 6, -1, 0, 0, 0, rank, FBC_PASS);
+  return convert_long_sat_rtz(x);
+}
 // The i32 element a long stores: the low 32 bits (as_int: no implementation-defined conversion).
 inline int fbc_toi32(long a) { return as_int((uint)as_ulong(a)); }
 ";

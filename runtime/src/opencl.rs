@@ -872,6 +872,9 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     let desc = l.args.get(k).and_then(|&a| f.storage.get(a));
     let (v0, v1, v2) = (long(3), long(5), long(7));
     let what = match (e[1], desc) {
+        (4, _) => format!("integer division by zero in {v0} / 0"),
+        (5, _) => format!("integer division by zero in {v0} % 0"),
+        (6, _) => "int() of NaN".into(),
         (2, Some(d)) => {
             format!(
                 "x{k}[{v0}] is outside operand {k} ({} elements) at domain index {idx}",

@@ -7,13 +7,16 @@
 //! round toward -inf. Scalar values are `float` or `long` as [`Kernel`]'s typing rules say; integer
 //! payload arithmetic goes through the prelude's `fbc_iadd`..`fbc_imod`, `fbc_toint`, `fbc_toi32`
 //! (wrapping, floor division with `MIN / -1 = MIN`, saturating conversions: never C's undefined
-//! behaviour).
+//! behaviour); where a divisor is not a non-zero constant, or `int()` takes a float, the kernel
+//! uses the checked forms (`fbc_idivc`, `fbc_imodc`, `fbc_tointc`), which record a division by
+//! zero or `int(NaN)` in the error buffer like a failed bounds check.
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 
 use fbc_dialects::memory::{
-    Combine, Iter, Kernel, LaunchBounds, MemType, Scalar, ScalarBin, ScalarUn, StorageKind,
+    Combine, Iter, Kernel, LaunchBounds, MemType, Scalar, ScalarBin, ScalarKind, ScalarUn,
+    StorageKind,
 };
 use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap, ElemType};
@@ -109,7 +112,11 @@ pub fn emit(
     k.check(types).map_err(|e| e.message)?;
     check(k, types)?;
     let bounds = k.bounds(types);
-    let checked = bounds.any_checked();
+    let kind = |i: usize| types.get(i).map(|t| ScalarKind::of_elem(t.elem));
+    let body_kind = k.body.kind(&kind, None).ok();
+    let arithmetic = k.body.arithmetic_can_fail(&kind, None)
+        || k.epilogue.as_ref().is_some_and(|e| e.arithmetic_can_fail(&kind, body_kind));
+    let checked = bounds.any_checked() || arithmetic;
     let cx = Cx {
         k,
         types,
@@ -380,6 +387,12 @@ impl Cx<'_> {
         format!("{}, {}", dims.len(), pt.join(", "))
     }
 
+    /// The closing arguments of a checked arithmetic helper (`fbc_idivc`, `fbc_imodc`,
+    /// `fbc_tointc`): `, fbc_err, id, rank, point)`.
+    fn arith_fault_args(&self, dims: &[String]) -> String {
+        format!(", fbc_err, {}, {})", self.fault_id, self.fault_args(dims))
+    }
+
     /// Whether reads and writes of operand `i` at its map are checked.
     fn map_checked(&self, i: usize) -> bool {
         self.checked && self.bounds.map_checked(i)
@@ -621,6 +634,9 @@ impl Cx<'_> {
                     ScalarUn::Floor if t == Ty::I => (of(0), Ty::I),
                     ScalarUn::Floor => (wrap("floor(", of(0), ")"), Ty::F),
                     ScalarUn::ToInt if t == Ty::I => (of(0), Ty::I),
+                    ScalarUn::ToInt if self.checked => {
+                        (wrap("fbc_tointc(", of(0), &self.arith_fault_args(env.dims)), Ty::I)
+                    }
                     ScalarUn::ToInt => (wrap("fbc_toint(", of(0), ")"), Ty::I),
                     ScalarUn::ToFloat => (f(0), Ty::F),
                 }
@@ -646,7 +662,14 @@ impl Cx<'_> {
                     }
                     _ if int => {
                         let (x, y) = (of(0), of(1));
+                        // A divisor that is not a non-zero literal is checked where the kernel is.
+                        let divisor_checked = self.checked
+                            && !matches!(e, Scalar::Bin(_, _, b) if matches!(**b, Scalar::Int(v) if v != 0));
                         let s = match op {
+                            ScalarBin::Div | ScalarBin::Rem if divisor_checked => {
+                                let f = if *op == ScalarBin::Div { "fbc_idivc(" } else { "fbc_imodc(" };
+                                join(f, x, ", ", y, &self.arith_fault_args(env.dims))
+                            }
                             ScalarBin::Add => join("fbc_iadd(", x, ", ", y, ")"),
                             ScalarBin::Sub => join("fbc_isub(", x, ", ", y, ")"),
                             ScalarBin::Mul => join("fbc_imul(", x, ", ", y, ")"),

@@ -2,8 +2,8 @@
 //! documented results on the reference executor, the Cranelift JIT and OpenCL (PoCL in CI):
 //! a download of storage nothing wrote (zeros), launches reading their own output (the contents
 //! before the launch), zero-extent domains, and integer arithmetic (wrapping, `MIN / -1 = MIN`,
-//! `MIN % -1 = 0`, saturating `int()`); division by zero and `int(NaN)` fail the run on the
-//! reference executor and the JIT and give 0 on OpenCL. Also: the generated models need no fill
+//! `MIN % -1 = 0`, saturating `int()`); division by zero and `int(NaN)` fail the run on all
+//! three (OpenCL through the error buffer). Also: the generated models need no fill
 //! and no snapshot, and a fill is emitted exactly where storage may be read before it is written.
 //!
 //! Without an OpenCL device (or without `--features opencl`) the OpenCL leg is skipped with a
@@ -39,8 +39,14 @@ fn written(text: &str) -> (String, Manifest) {
 }
 
 /// The results of `@main` on the OpenCL device; `None` when there is none (and not under CI).
-#[cfg(feature = "opencl")]
 fn opencl(text: &str, inputs: &[Value]) -> Option<Vec<Value>> {
+    opencl_result(text, inputs).map(|r| r.expect("runs on the device"))
+}
+
+/// The outcome of `@main` on the OpenCL device (the error's text on failure); `None` when there
+/// is none (and not under CI).
+#[cfg(feature = "opencl")]
+fn opencl_result(text: &str, inputs: &[Value]) -> Option<Result<Vec<Value>, String>> {
     use fbc_runtime::opencl::{devices, run, Cache, RunOptions};
     if devices().is_empty() {
         assert!(
@@ -52,11 +58,11 @@ fn opencl(text: &str, inputs: &[Value]) -> Option<Vec<Value>> {
     }
     let (source, manifest) = written(text);
     let opts = RunOptions { cache: Cache::Off, ..RunOptions::default() };
-    Some(run(&source, &manifest, "main", inputs, &opts).expect("runs on the device").results)
+    Some(run(&source, &manifest, "main", inputs, &opts).map(|o| o.results).map_err(|e| e.to_string()))
 }
 
 #[cfg(not(feature = "opencl"))]
-fn opencl(_: &str, _: &[Value]) -> Option<Vec<Value>> {
+fn opencl_result(_: &str, _: &[Value]) -> Option<Result<Vec<Value>, String>> {
     eprintln!("notice: built without `opencl`; the OpenCL leg is skipped");
     None
 }
@@ -303,22 +309,29 @@ fn integer_arithmetic_wraps_and_floors_identically() {
 }
 
 #[test]
-fn division_by_zero_and_int_of_nan_fail_except_on_opencl() {
+fn division_by_zero_and_int_of_nan_fail_on_every_back_end() {
     for (e, fault) in [
-        ("5 / (d0 - d0)", "division by zero"),
-        ("5 % (d0 - d0)", "division by zero"),
-        ("int(nan + float(d0))", "int() of NaN"),
+        ("5 / (d0 - d0)", "kernel `ints`: integer division by zero in 5 / 0"),
+        ("(d0 - 7) % (d0 - d0)", "kernel `ints`: integer division by zero in -7 % 0"),
+        ("int(nan + float(d0))", "kernel `ints`: int() of NaN"),
     ] {
         let text = int_module(&[e.to_string()]);
         let r = reference(&text, &[]).expect_err("the reference executor fails");
         assert!(r.contains(fault), "{r}");
         let j = jit(&text, &[]).expect_err("the JIT fails");
         assert!(j.contains(fault), "{j}");
-        // A kernel cannot raise: the documented value is 0.
-        if let Some(got) = opencl(&text, &[]) {
-            assert_eq!(got, vec![i32s(vec![0])], "{e}");
+        let (source, m) = written(&text);
+        assert!(source.contains("fbc_idivc(") || source.contains("fbc_imodc(") || source.contains("fbc_tointc("), "{source}");
+        assert_eq!(steps(&m, |s| matches!(s, Step::Launch(l) if l.fault_id.is_some())), 1);
+        if let Some(got) = opencl_result(&text, &[]) {
+            let o = got.expect_err("the OpenCL run fails");
+            assert!(o.contains(fault), "{o}");
         }
     }
+    // A non-zero constant divisor and int() of an integer need no check.
+    let (source, m) = written(&int_module(&["(d0 - 7) / 2 + (d0 % 3) + int(d0)".into()]));
+    assert!(!source.contains("fbc_idivc(") && !source.contains("fbc_err"), "{source}");
+    assert_eq!(steps(&m, |s| matches!(s, Step::Launch(l) if l.fault_id.is_some())), 0);
 }
 
 #[test]

@@ -728,6 +728,29 @@ impl Scalar {
         n
     }
 
+    /// Whether evaluating the expression can fail by its arithmetic alone: an integer `/` or `%`
+    /// whose divisor is not a non-zero literal (division by zero), or `int()` of an f32 value
+    /// (NaN). `operand` and `acc` as for [`Scalar::kind`].
+    pub fn arithmetic_can_fail(
+        &self,
+        operand: &dyn Fn(usize) -> Option<ScalarKind>,
+        acc: Option<ScalarKind>,
+    ) -> bool {
+        let int = |e: &Scalar| e.kind(operand, acc).ok() == Some(ScalarKind::Int);
+        let mut fails = false;
+        self.visit(&mut |e| {
+            fails = fails
+                || match e {
+                    Scalar::Bin(ScalarBin::Div | ScalarBin::Rem, a, b) => {
+                        !matches!(**b, Scalar::Int(v) if v != 0) && int(a) && int(b)
+                    }
+                    Scalar::Un(ScalarUn::ToInt, a) => !int(a),
+                    _ => false,
+                };
+        });
+        fails
+    }
+
     /// The static kind of the expression, or why it is ill-kinded. `operand` gives the kind of
     /// each operand's elements (`None` if there is no such operand), `acc` the kind of
     /// [`Scalar::Acc`] (`None` where it may not appear).
