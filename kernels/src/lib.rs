@@ -170,6 +170,11 @@ pub struct Contraction<'a> {
     pub per_item: [u64; 2],
     /// Reduction elements staged in local memory per step.
     pub tile_k: u64,
+    /// Stage `a` (`[0]`) or `b` (`[1]`) with the reduction index fastest: consecutive work-items
+    /// load consecutive `kk` (coalesced where the operand is contiguous along the reduction),
+    /// into a tile row padded by one element so that their local stores fall in distinct banks.
+    /// Not for texel-staged operands, nor for `b` with `texel_store`.
+    pub k_fastest: [bool; 2],
 }
 
 impl Contraction<'_> {
@@ -181,7 +186,14 @@ impl Contraction<'_> {
     /// Bytes of local memory the kernel uses.
     pub fn local_bytes(&self) -> u64 {
         let [bn, bm] = self.block();
-        (bn + bm) * self.tile_k * 4
+        (bn + bm + self.pad(0) + self.pad(1)) * self.tile_k * 4
+    }
+
+    /// The padding of the staged tile of operand `i` (0 `a`, 1 `b`): one element when it is
+    /// staged with the reduction fastest.
+    fn pad(&self, i: usize) -> u64 {
+        let texel = if i == 0 { self.a_texel.is_some() } else { self.b_texel.is_some() };
+        u64::from(self.k_fastest[i] && !texel && !(i == 1 && self.texel_store))
     }
 
     /// The global work size `[x, y, z]` (a whole number of work-groups).
@@ -204,12 +216,14 @@ struct Stage<'a> {
     block: u64,
     at: &'a str,
     texel: Option<TexelRead<'a>>,
+    /// The reduction index runs fastest over the work-items (the tile is padded).
+    k_fastest: bool,
 }
 
 /// The loop that stages one tile, spread over the work-group's `threads` work-items: an element
 /// per step, or a texel (four elements along `kk` or along the outer index) per step.
 fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
-    let Stage { tile, outer, extent, block: bx, at, texel } = *st;
+    let Stage { tile, outer, extent, block: bx, at, texel, k_fastest } = *st;
     let o0 = format!("{outer}0");
     match texel {
         Some(TexelRead { texel, along: Along::K }) => {
@@ -242,11 +256,17 @@ fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
             s.push_str("    }\n");
         }
         None => {
+            // `t` counts along `outer` fastest, or along `kk` fastest.
+            let (o, q) = if k_fastest {
+                (format!("t / {tk}"), format!("t % {tk}"))
+            } else {
+                (format!("t % {bx}"), format!("t / {bx}"))
+            };
             let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bx);
-            let _ = writeln!(s, "      const long {outer} = {o0} + t % {bx}, kk = k0 + t / {bx};");
+            let _ = writeln!(s, "      const long {outer} = {o0} + {o}, kk = k0 + {q};");
             let _ = writeln!(
                 s,
-                "      {tile}[t / {bx}][t % {bx}] = ({outer} < {extent} && kk < {k}) ? {at} : 0.0f;\n    }}"
+                "      {tile}[{q}][{o}] = ({outer} < {extent} && kk < {k}) ? {at} : 0.0f;\n    }}"
             );
         }
     }
@@ -275,7 +295,14 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         "__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {}({}) {{",
         c.name, c.params
     );
-    let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}", c.batches.max(1));
+    let along_k: Vec<&str> =
+        ["a", "b"].into_iter().enumerate().filter(|&(i, _)| c.pad(i) == 1).map(|(_, x)| x).collect();
+    let along_k = if along_k.is_empty() {
+        String::new()
+    } else {
+        format!("; {} staged along k", along_k.join(", "))
+    };
+    let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}{along_k}", c.batches.max(1));
     s.push_str("  const int lx = get_local_id(0), ly = get_local_id(1);\n");
     s.push_str("  const int lid = ly * ");
     let _ = writeln!(s, "{gx} + lx;");
@@ -285,14 +312,14 @@ pub fn contraction(c: &Contraction<'_>) -> String {
     );
     s.push_str("  const long bz = get_global_id(2);\n");
     s.push_str(c.batch_decl);
-    let _ = writeln!(s, "  __local float As[{tk}][{bm}];");
+    let _ = writeln!(s, "  __local float As[{tk}][{}];", bm + c.pad(0));
     if c.texel_store {
         // Each work-item reads its four columns as one aligned float4: four scalar reads at a
         // stride of 4 would hit the same local-memory banks.
         let _ = writeln!(s, "  __local float4 Bs4[{tk}][{}];", bn / 4);
         let _ = writeln!(s, "  __local float (*Bs)[{bn}] = (__local float (*)[{bn}])Bs4;");
     } else {
-        let _ = writeln!(s, "  __local float Bs[{tk}][{bn}];");
+        let _ = writeln!(s, "  __local float Bs[{tk}][{}];", bn + c.pad(1));
     }
     let _ = writeln!(s, "  float acc[{py}][{px}];");
     let _ = writeln!(
@@ -300,8 +327,24 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         "  for (int i = 0; i < {py}; ++i)\n    for (int j = 0; j < {px}; ++j) acc[i][j] = 0.0f;"
     );
     let _ = writeln!(s, "  for (long k0 = 0; k0 < {k}; k0 += {tk}) {{");
-    let a = Stage { tile: "As", outer: "row", extent: m, block: bm, at: c.a_at, texel: c.a_texel };
-    let b = Stage { tile: "Bs", outer: "col", extent: n, block: bn, at: c.b_at, texel: c.b_texel };
+    let a = Stage {
+        tile: "As",
+        outer: "row",
+        extent: m,
+        block: bm,
+        at: c.a_at,
+        texel: c.a_texel,
+        k_fastest: c.pad(0) == 1,
+    };
+    let b = Stage {
+        tile: "Bs",
+        outer: "col",
+        extent: n,
+        block: bn,
+        at: c.b_at,
+        texel: c.b_texel,
+        k_fastest: c.pad(1) == 1,
+    };
     for st in [a, b] {
         stage(&mut s, &st, k, tk, threads);
     }
@@ -365,6 +408,7 @@ mod tests {
             per_item: [2, 4],
             tile_k: 8,
             texel_store: false,
+            k_fastest: [false, false],
         };
         assert_eq!(c.block(), [32, 32]);
         assert_eq!(c.global(), [3 * 16, 4 * 8, 3]);
@@ -374,5 +418,15 @@ mod tests {
         assert!(src.contains("__local float As[8][32];"), "{src}");
         assert!(src.contains("(row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f"), "{src}");
         assert!(src.contains("x2[bz * 7000 + row * 70 + col] = acc;"), "{src}");
+        assert!(src.contains("As[t / 32][t % 32] = (row < 100"), "{src}");
+        // `a` staged with the reduction fastest: the tile row padded by one element.
+        let along_k = Contraction { k_fastest: [true, false], ..c };
+        assert_eq!(along_k.local_bytes(), (32 + 33) * 8 * 4);
+        let src = contraction(&along_k);
+        assert!(src.contains("__local float As[8][33];"), "{src}");
+        assert!(src.contains("const long row = row0 + t / 8, kk = k0 + t % 8;"), "{src}");
+        assert!(src.contains("As[t % 8][t / 8] = (row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;"), "{src}");
+        assert!(src.contains("k step 8; a staged along k"), "{src}");
+        assert!(src.contains("Bs[t / 32][t % 32] = (col < 70"), "{src}");
     }
 }

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
-# commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench}.txt, torch.json.
+# commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep}.txt,
+# torch.json. PARTS: the sections to run (default all: check bench splitk sweep torch), so that a
+# measurement can be split over device calls of at most 10 minutes.
 set -u
+PARTS=${PARTS:-check bench splitk sweep torch}
+want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
 D=NVIDIA; C=$O/check.txt; R=$O/bench.txt
-{ nvidia-smi --query-gpu=name,driver_version --format=csv; $B devices; } > $C 2>&1
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; $B devices; } >> $C 2>&1
+$B gen matmul-fb -o $T/mfb.fbir
+for c in c1 c2 c3; do $B gen mha --config $c -o $T/mha_$c.fbir; done
+if want check; then
 # Correctness on the device: every example and a 1-layer Llama training step, -O3, against the
 # interpreter; with --half-images against the f16 storage model.
 for f in examples/attention.fbir examples/matmul_fb.fbir examples/transformer_mlp.fbir; do
@@ -18,9 +25,11 @@ done
 $B gen llama3.2-1b --layers 1 --seq 64 --vocab 512 --lora-rank 8 --training -o $T/l1.fbir
 echo "== llama step" >> $C
 timeout 200 $B run $T/l1.fbir --entry loss_grad --target opencl --device $D --profile nvidia --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+echo "== lora_products split-k auto" >> $C
+timeout 120 $B run tests/bench/lora_products.fbir --target opencl --device $D --profile nvidia --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+fi
 # Benchmarks: fblayout vs reuse vs convert side by side, paper sizes; f16 images; the old binary.
-$B gen matmul-fb -o $T/mfb.fbir
-for c in c1 c2 c3; do $B gen mha --config $c -o $T/mha_$c.fbir; done
+if want bench; then
 for g in mha_c1 mha_c2 mha_c3 mfb; do
   for b in $B $OLD; do
     echo "=== $g $b" >> $R
@@ -29,14 +38,42 @@ for g in mha_c1 mha_c2 mha_c3 mfb; do
   echo "=== $g $B --half-images" >> $R
   timeout 100 $B bench $T/$g.fbir --device $D --profile nvidia --half-images --repeat 10 >> $R 2>&1
 done
+fi
 # Split-K (issue 10): the skinny LoRA products alone and a one-layer Llama training step at
 # sequence 512, split-k auto and off side by side.
+if want splitk; then
 $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
 echo "=== lora_products split-k" >> $R
 timeout 150 $B bench tests/bench/lora_products.fbir --device $D --profile nvidia --split-k auto,off --repeat 10 >> $R 2>&1
 echo "=== llama step seq 512 split-k" >> $R
 timeout 300 $B bench $T/l512.fbir --entry loss_grad --device $D --profile nvidia --split-k auto,off --repeat 10 >> $R 2>&1
-echo "== lora_products split-k auto" >> $C
-timeout 120 $B run tests/bench/lora_products.fbir --target opencl --device $D --profile nvidia --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
-timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
+fi
+# Contraction parameters (issue 10): work-group shape, register block and k step set through a
+# profile file (the nvidia profile with its [compute] groups and [contraction] replaced), on the
+# matmul-fb products (-O3: R-Tile images; -O0: buffers) and MHA C1. Results: $O/sweep.txt.
+W=$O/sweep.txt
+variant() { # name, work-group [x, y], per_item [cols, rows], tile_k, stage_along_k (true)
+  sed -e '/^\[contraction\]/,$d' -e "s/^preferred_work_groups = .*/preferred_work_groups = [[$2]]/" \
+    compiler/target/profiles/nvidia.toml > $T/$1.toml
+  printf '\n[contraction]\nper_item = [%s]\ntile_k = %s\nstage_along_k = %s\n' "$3" "$4" "${5:-true}" >> $T/$1.toml
+  for g in "mfb -O3" "mfb -O0" "mha_c1 -O3"; do
+    gf=${g% *}; lv=${g#* }
+    echo "=== $1 $gf $lv group [$2] per_item [$3] tile_k $4 stage_along_k ${5:-true}" >> $W
+    timeout 100 $B bench $T/$gf.fbir $lv --device $D --profile $T/$1.toml --repeat 5 >> $W 2>&1
+  done
+}
+if want sweep; then
+variant g32x8_p4x4_k16_rows "32, 8" "4, 4" 16 false
+variant g32x8_p4x4_k16 "32, 8" "4, 4" 16
+variant g16x16_p8x8_k16_rows "16, 16" "8, 8" 16 false
+variant g16x16_p4x4_k16 "16, 16" "4, 4" 16
+variant g16x16_p8x8_k16 "16, 16" "8, 8" 16
+variant g16x16_p8x8_k8 "16, 16" "8, 8" 8
+variant g16x16_p8x8_k32 "16, 16" "8, 8" 32
+variant g32x8_p4x8_k16 "32, 8" "4, 8" 16
+variant g16x16_p8x4_k16 "16, 16" "8, 4" 16
+variant g16x8_p8x8_k16 "16, 8" "8, 8" 16
+variant g32x8_p4x4_k32 "32, 8" "4, 4" 32
+fi
+want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 echo done >> $C

@@ -34,6 +34,13 @@ pub struct KernelOptions {
     pub max_group: u64,
     /// Use the tiled contraction where it applies.
     pub tiled: bool,
+    /// Most outputs per work-item of the tiled contraction, `[columns, rows]` (powers of two).
+    pub per_item: [u64; 2],
+    /// Reduction steps the tiled contraction stages per iteration (halved until they fit).
+    pub tile_k: u64,
+    /// Stage an operand contiguous along the reduction with the reduction fastest (see
+    /// `fbc_target::ContractionParams::stage_along_k`).
+    pub stage_along_k: bool,
 }
 
 impl Default for KernelOptions {
@@ -44,13 +51,16 @@ impl Default for KernelOptions {
             local_mem_bytes: 32768,
             max_group: 256,
             tiled: true,
+            per_item: [4, 4],
+            tile_k: 16,
+            stage_along_k: true,
         }
     }
 }
 
 impl KernelOptions {
     /// The options a hardware profile implies: its first preferred work-group shape that fits its
-    /// maximum group size, and its local memory.
+    /// maximum group size, its local memory and its contraction parameters.
     pub fn for_target(t: &fbc_target::HardwareProfile) -> KernelOptions {
         let max = u64::from(t.compute.max_work_group_size.max(1));
         let group = t
@@ -66,6 +76,9 @@ impl KernelOptions {
             local_mem_bytes: t.compute.local_mem_bytes,
             max_group: max,
             tiled: true,
+            per_item: t.contraction.per_item.map(|p| u64::from(p.max(1))),
+            tile_k: u64::from(t.contraction.tile_k.max(1)),
+            stage_along_k: t.contraction.stage_along_k,
         }
     }
 }
@@ -391,6 +404,19 @@ impl Cx<'_> {
     /// `fbc_tointc`): `, fbc_err, id, rank, point)`.
     fn arith_fault_args(&self, dims: &[String]) -> String {
         format!(", fbc_err, {}, {})", self.fault_id, self.fault_args(dims))
+    }
+
+    /// Whether buffer operand `i`'s element offset steps by exactly one along domain dimension
+    /// `d`, from the origin (a layout heuristic: only the staging order depends on it).
+    fn unit_stride(&self, i: usize, d: usize) -> bool {
+        let mp = &self.k.maps[i];
+        if self.is_image(i) || mp.results.len() != 1 {
+            return false;
+        }
+        let at = |v: i64| {
+            mp.results[0].eval(&|name| Some(if mp.dims.get(d).is_some_and(|x| x == name) { v } else { 0 }))
+        };
+        matches!((at(0), at(1)), (Some(x), Some(y)) if y - x == 1)
     }
 
     /// Whether reads and writes of operand `i` at its map are checked.
@@ -1155,15 +1181,21 @@ impl Cx<'_> {
         while group[1] > 1 && group[1] > m && group[0] * 2 * px_min <= n {
             group = [group[0] * 2, group[1] / 2];
         }
-        // Fewer outputs per work-item when the product is small along a side.
-        let per = |ext: u64, g: u64| {
-            if ext >= 4 * g {
-                4
-            } else if ext >= 2 * g {
-                2
-            } else {
-                1
+        // Fewer outputs per work-item than the profile's register block when the product is
+        // small along a side: the largest power of two `p ≤ most` with `p · g ≤ ext` (at least 1).
+        let per = |ext: u64, g: u64, most: u64| {
+            let mut p = most.max(1);
+            while p > 1 && ext < p * g {
+                p /= 2;
             }
+            p
+        };
+        // A buffer operand whose offset steps by one along the innermost reduction dimension and
+        // not along its innermost row (column) is staged with the reduction fastest.
+        let along_k = |i: usize, outer: &[usize]| {
+            opts.stage_along_k
+                && self.unit_stride(i, nd - 1)
+                && !outer.last().is_some_and(|&d| self.unit_stride(i, d))
         };
         let mut c = fbc_kernels::Contraction {
             name: &k.name,
@@ -1180,9 +1212,13 @@ impl Cx<'_> {
             b_texel: None,
             store: &store,
             group,
-            per_item: [if texel { 4 } else { per(n, group[0]) }, per(m, group[1])],
-            tile_k: 16,
+            per_item: [
+                if texel { 4 } else { per(n, group[0], opts.per_item[0]) },
+                per(m, group[1], opts.per_item[1]),
+            ],
+            tile_k: opts.tile_k.max(1),
             texel_store: texel,
+            k_fastest: [along_k(a, &split.rows), along_k(b, &split.cols)],
         };
         while c.local_bytes() > opts.local_mem_bytes && c.tile_k > 1 {
             c.tile_k /= 2;

@@ -168,7 +168,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "S,S,...")]
     pub compare: Vec<crate::cli::LayoutStrategy>,
 
-    /// Hardware profile the module is lowered for (see `fbc targets`).
+    /// Hardware profile the module is lowered for: a builtin name (see `fbc targets`) or a
+    /// profile file (`.toml`).
     #[arg(long, default_value = "generic")]
     pub profile: String,
 

@@ -148,7 +148,8 @@ pub struct CompileArgs {
     #[arg(short = 'O', value_name = "LEVEL", default_value = "2", value_parser = clap::value_parser!(u8).range(0..=3))]
     pub opt_level: u8,
 
-    /// Hardware profile to compile for (see `fbc targets`; default: generic).
+    /// Hardware profile to compile for: a builtin name (see `fbc targets`; default: generic) or
+    /// the path of a profile file (`.toml`, the builtin profiles' format).
     #[arg(long)]
     pub target: Option<String>,
 
@@ -206,6 +207,7 @@ impl CompileArgs {
         match (self.emit, self.target.as_deref()) {
             (Some(e), _) => e,
             (None, Some("mali" | "adreno" | "nvidia" | "generic")) => EmitKind::Opencl,
+            (None, Some(t)) if fbc_target::is_path(t) => EmitKind::Opencl,
             _ => EmitKind::Ir,
         }
     }

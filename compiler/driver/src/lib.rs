@@ -56,6 +56,20 @@ impl Failure {
     }
 }
 
+/// The hardware profile `--target`/`--profile` names: a builtin name (an unknown one is a
+/// command-line error), or a profile file, whose malformed or invalid text is an input error at
+/// its line and column (exit 1).
+pub(crate) fn hardware_profile(name: &str) -> Result<fbc_target::HardwareProfile, Failure> {
+    use fbc_target::TargetError;
+    fbc_target::resolve(name).map_err(|e| match e {
+        TargetError::Parse { origin, line, column, message } => {
+            Failure::Input(format!("{origin}:{line}:{column}: error: {message}\n"))
+        }
+        TargetError::Invalid { .. } => Failure::Input(format!("{name}: error: {e}\n")),
+        e => Failure::Usage(e.to_string()),
+    })
+}
+
 /// Runs `command`, turning a panic into [`Failure::Internal`]: the message names the pass or
 /// launch that was running and the panic's place, asks for a report, and every temporary output
 /// is removed first. The default panic message is held back while `command` runs (it would
@@ -197,8 +211,7 @@ impl Driver {
     }
 
     fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
-        let target =
-            fbc_target::builtin(a.target_name()).map_err(|e| Failure::Usage(e.to_string()))?;
+        let target = hardware_profile(a.target_name())?;
         let emit = a.emit_kind();
         if a.half_images && emit != EmitKind::Opencl {
             return Err(Failure::Usage(format!(

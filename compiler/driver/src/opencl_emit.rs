@@ -51,7 +51,7 @@ pub(crate) fn lower(
     if is_lowered(module) {
         return Ok(Default::default());
     }
-    let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
+    let profile = crate::hardware_profile(target)?;
     lower_for(driver, file, module, target, &profile, opts, instr)
 }
 
@@ -105,7 +105,7 @@ fn lower_for(
 /// (`tiled`: the tiled contraction kernel where it applies); a launch the writer cannot handle is
 /// an input error at its location (exit 1).
 pub(crate) fn generate(module: &Module, target: &str, tiled: bool) -> Result<Output, Failure> {
-    let profile = fbc_target::builtin(target).map_err(|e| Failure::Usage(e.to_string()))?;
+    let profile = crate::hardware_profile(target)?;
     let mut kernels = KernelOptions::for_target(&profile);
     kernels.tiled = tiled;
     let opts = Options { kernels, ..Options::default() };

@@ -99,7 +99,8 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub layout_strategy: Option<crate::cli::LayoutStrategy>,
 
-    /// Hardware profile the module is lowered for before an OpenCL run (see `fbc targets`).
+    /// Hardware profile the module is lowered for before an OpenCL run: a builtin name (see
+    /// `fbc targets`) or a profile file (`.toml`).
     #[arg(long, default_value = "generic")]
     pub profile: String,
 

@@ -257,3 +257,46 @@ fn emit_report_is_json_with_the_documented_fields() {
     assert!(passes.starts_with(&["canonicalize", "cse", "dce"]), "{passes:?}");
     assert!(o.stderr.contains("transforms        8 total"), "{}", o.stderr);
 }
+
+#[test]
+fn a_profile_file_is_a_target_and_its_errors_are_located() {
+    let dir = scratch("profile-file");
+    let nvidia = include_str!("../../target/profiles/nvidia.toml");
+    let matmul = "\
+func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %0 = tensor.matmul %a, %b : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+  func.return %0 : tensor<256x256xf32>
+}
+";
+    let input = write(&dir, "mm.fbir", matmul.as_bytes());
+    // The profile's contraction parameters reach the kernel: an 8 x 8 register block.
+    let text = format!("{nvidia}\n[contraction]\nper_item = [8, 8]\ntile_k = 8\n")
+        .replace("preferred_work_groups = [[32, 8],", "preferred_work_groups = [[16, 16], [32, 8],");
+    let good = write(&dir, "block8.toml", text.as_bytes());
+    let out = dir.join("out");
+    let o = fbc(&[&input, "-O0", "--target", &good, "-o", out.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let cl = std::fs::read_to_string(out.join("mm.cl")).unwrap();
+    assert!(cl.contains("block 128 x 128, 8 x 8 outputs per work-item, k step 8"), "{cl}");
+    // A malformed file is an input error at its line and column, and nothing is written.
+    let bad = write(&dir, "bad.toml", nvidia.replace("fp16 = false", "fp16 = no").as_bytes());
+    let line = nvidia.lines().position(|l| l.starts_with("fp16 = false")).unwrap() + 1;
+    let out2 = dir.join("out2");
+    let o = fbc(&[&input, "--target", &bad, "-o", out2.to_str().unwrap()]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.starts_with(&format!("{bad}:{line}:8: error: ")), "{}", o.stderr);
+    assert!(!out2.exists());
+    // An invalid one names every problem; a missing one is a command-line error.
+    let invalid = write(&dir, "invalid.toml", text.replace("tile_k = 8", "tile_k = 6").as_bytes());
+    let o = fbc(&[&input, "--target", &invalid, "-o", out2.to_str().unwrap()]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("contraction.tile_k: 6 must be a power of two from 1 to 64"),
+        "{}",
+        o.stderr
+    );
+    let missing = dir.join("missing.toml");
+    let o = fbc(&[&input, "--target", missing.to_str().unwrap()]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.starts_with("fbc: error: cannot read hardware profile"), "{}", o.stderr);
+}

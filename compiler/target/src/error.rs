@@ -45,13 +45,17 @@ pub enum TargetError {
         source: std::io::Error,
     },
     /// The text is not TOML, or does not have the shape of a profile (missing, unknown or
-    /// mistyped fields). The TOML error says the line and column.
-    #[error("cannot parse hardware profile ({origin}): {source}")]
+    /// mistyped fields), at 1-based `line` and `column` (1:1 when the parser gives no place).
+    #[error("cannot parse hardware profile ({origin}): line {line}, column {column}: {message}")]
     Parse {
         /// Where the text came from: a path, `builtin:<name>` or `<string>`.
         origin: String,
-        /// The parser's error.
-        source: toml::de::Error,
+        /// The line of the error.
+        line: usize,
+        /// The column of the error, in characters.
+        column: usize,
+        /// The parser's message.
+        message: String,
     },
     /// The profile parsed but breaks one or more invariants; all of them are listed.
     #[error("hardware profile `{name}` is invalid:{}", list(problems))]

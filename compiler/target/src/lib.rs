@@ -16,7 +16,9 @@ mod validate;
 use std::path::Path;
 
 pub use error::{TargetError, ValidationProblem};
-pub use profile::{Compute, HardwareProfile, ImageLimits, Memory, TextureCache};
+pub use profile::{
+    Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache,
+};
 pub use table::summary_table;
 
 /// Names of the builtin profiles, sorted.
@@ -56,6 +58,21 @@ pub fn from_toml(text: &str) -> Result<HardwareProfile, TargetError> {
     parse(text, "<string>".to_owned())
 }
 
+/// The profile `--target`/`--profile` names: a builtin name, or the path of a profile file (one
+/// that ends in `.toml` or contains a path separator).
+pub fn resolve(name_or_path: &str) -> Result<HardwareProfile, TargetError> {
+    if is_path(name_or_path) {
+        from_path(Path::new(name_or_path))
+    } else {
+        builtin(name_or_path)
+    }
+}
+
+/// Whether `--target`/`--profile` text names a profile file rather than a builtin profile.
+pub fn is_path(name_or_path: &str) -> bool {
+    name_or_path.ends_with(".toml") || name_or_path.contains(std::path::MAIN_SEPARATOR)
+}
+
 /// Reads, parses and validates a profile file.
 pub fn from_path(path: &Path) -> Result<HardwareProfile, TargetError> {
     let text = std::fs::read_to_string(path)
@@ -65,7 +82,16 @@ pub fn from_path(path: &Path) -> Result<HardwareProfile, TargetError> {
 
 fn parse(text: &str, origin: String) -> Result<HardwareProfile, TargetError> {
     let profile: HardwareProfile =
-        toml::from_str(text).map_err(|source| TargetError::Parse { origin, source })?;
+        toml::from_str(text).map_err(|e: toml::de::Error| {
+            let mut at = e.span().map_or(0, |r| r.start.min(text.len()));
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let before = &text[..at];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            TargetError::Parse { origin, line, column, message: e.message().trim().to_string() }
+        })?;
     profile
         .validate()
         .map_err(|problems| TargetError::Invalid { name: profile.name.clone(), problems })?;

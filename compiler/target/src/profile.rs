@@ -29,6 +29,42 @@ pub struct HardwareProfile {
     pub image: ImageLimits,
     /// Off-chip memory.
     pub memory: Memory,
+    /// Parameters of the tiled contraction kernel (optional in a profile file: the defaults of
+    /// [`ContractionParams`] apply).
+    #[serde(default)]
+    pub contraction: ContractionParams,
+}
+
+fn default_resident_work_items() -> u32 {
+    2048
+}
+
+/// The tiled contraction kernel's parameters that a profile sets for its device: the analytic
+/// defaults the OpenCL writer uses where no tuning says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContractionParams {
+    /// Register block: the most outputs one work-item computes, `[columns, rows]`, each 1, 2, 4
+    /// or 8 (a product narrower than the block along a side takes fewer).
+    pub per_item: [u32; 2],
+    /// Reduction steps staged in local memory per iteration, a power of two from 1 to 64 (halved
+    /// until the stage fits `compute.local_mem_bytes`).
+    pub tile_k: u32,
+    /// Stage a buffer operand that is contiguous along the reduction (and not along its rows or
+    /// columns) with the reduction index fastest over the work-items: coalesced global loads,
+    /// into a local tile padded by one element against bank conflicts. Optional: `true`.
+    #[serde(default = "yes")]
+    pub stage_along_k: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ContractionParams {
+    fn default() -> ContractionParams {
+        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true }
+    }
 }
 
 /// Execution resources of a device.
@@ -43,6 +79,11 @@ pub struct Compute {
     pub simd_width: u32,
     /// Compute units (shader cores, SMs, slices) of a typical part.
     pub compute_units: u32,
+    /// Work-items one compute unit keeps in flight (its occupancy limit): a launch with fewer
+    /// than `compute_units × resident_work_items` leaves the device partly idle (split-K fills it).
+    /// Optional in a profile file: 2048 (an NVIDIA Hopper SM's resident threads) when absent.
+    #[serde(default = "default_resident_work_items")]
+    pub resident_work_items: u32,
     /// Largest work-group, in work-items (`CL_DEVICE_MAX_WORK_GROUP_SIZE`).
     pub max_work_group_size: u32,
     /// Preferred 2D work-group shapes, best first, each `[x, y]` in work-items.

@@ -12,7 +12,8 @@ impl HardwareProfile {
     ///
     /// - `name` is non-empty and made of `[a-z0-9_-]`;
     /// - `compute`: `subgroup_size` and `simd_width` are powers of two and `subgroup_size` is a
-    ///   multiple of `simd_width`; `compute_units`, `local_mem_bytes` are positive;
+    ///   multiple of `simd_width`; `compute_units`, `resident_work_items`, `local_mem_bytes` are
+    ///   positive;
     ///   `max_work_group_size >= subgroup_size`; `preferred_work_groups` is non-empty and each
     ///   shape has positive extents, at most `max_work_group_size` work-items and a whole number
     ///   of subgroups; `peak_f32_gflops` is finite and positive;
@@ -21,7 +22,9 @@ impl HardwareProfile {
     ///   RGBA `float` texels fits in L1;
     /// - `image`: `channels == 4`; when images are supported, the maximum extents are at least
     ///   one cache block;
-    /// - `memory`: `dram_bandwidth_gbps` is finite and positive.
+    /// - `memory`: `dram_bandwidth_gbps` is finite and positive;
+    /// - `contraction`: `per_item` extents are 1, 2, 4 or 8; `tile_k` is a power of two from 1
+    ///   to 64.
     pub fn validate(&self) -> Result<(), Vec<ValidationProblem>> {
         let mut out = Vec::new();
         let mut bad = |field: &'static str, message: String| {
@@ -51,6 +54,9 @@ impl HardwareProfile {
         }
         if c.compute_units == 0 {
             bad("compute.compute_units", "must be positive".into());
+        }
+        if c.resident_work_items == 0 {
+            bad("compute.resident_work_items", "must be positive".into());
         }
         if c.max_work_group_size < c.subgroup_size.max(1) {
             bad(
@@ -161,6 +167,17 @@ impl HardwareProfile {
         let bw = self.memory.dram_bandwidth_gbps;
         if !(bw.is_finite() && bw > 0.0) {
             bad("memory.dram_bandwidth_gbps", format!("{bw} must be finite and positive"));
+        }
+
+        let k = &self.contraction;
+        if k.per_item.iter().any(|&p| !matches!(p, 1 | 2 | 4 | 8)) {
+            bad(
+                "contraction.per_item",
+                format!("{:?} must have extents of 1, 2, 4 or 8", k.per_item),
+            );
+        }
+        if !k.tile_k.is_power_of_two() || k.tile_k > 64 {
+            bad("contraction.tile_k", format!("{} must be a power of two from 1 to 64", k.tile_k));
         }
 
         if out.is_empty() {

@@ -1,7 +1,10 @@
 //! Tests of the builtin profiles, user-supplied TOML, validation, FBLayout Eq. 1 and the
 //! `fbc targets` summary table.
 
-use fbc_target::{builtin, builtin_names, builtins, from_toml, summary_table, TargetError};
+use fbc_target::{
+    builtin, builtin_names, builtins, from_toml, is_path, resolve, summary_table, ContractionParams,
+    TargetError,
+};
 
 /// A valid profile, as a user would measure and write one.
 const MEASURED: &str = r#"
@@ -91,10 +94,49 @@ fn user_profile_round_trips() {
 #[test]
 fn broken_toml_is_rejected_with_its_location() {
     let err = from_toml("name = \"x\"\n[compute\nsubgroup_size = 32\n").unwrap_err();
-    assert!(matches!(err, TargetError::Parse { .. }), "{err:?}");
+    let TargetError::Parse { line, column, .. } = err else { panic!("{err:?}") };
+    assert_eq!((line, column), (2, 9));
     let msg = err.to_string();
-    assert!(msg.starts_with("cannot parse hardware profile (<string>): "), "{msg}");
-    assert!(msg.contains("line 2"), "{msg}");
+    assert!(msg.starts_with("cannot parse hardware profile (<string>): line 2, column 9: "), "{msg}");
+    // A mistyped value deep in the file is placed at the value.
+    let text = MEASURED.replace("fp16 = true", "fp16 = 3");
+    let err = from_toml(&text).unwrap_err();
+    let TargetError::Parse { line, column, .. } = err else { panic!("{err:?}") };
+    assert_eq!((line, column), (13, 8), "{err}");
+}
+
+#[test]
+fn contraction_parameters_default_and_are_validated() {
+    // A profile without `[contraction]` gets the defaults; the builtins set theirs.
+    let p = from_toml(MEASURED).unwrap();
+    assert_eq!(p.contraction, ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true });
+    let set = format!("{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n");
+    assert_eq!(
+        from_toml(&set).unwrap().contraction,
+        ContractionParams { per_item: [8, 2], tile_k: 32, stage_along_k: false }
+    );
+    let bad = format!("{MEASURED}\n[contraction]\nper_item = [3, 16]\ntile_k = 128\n");
+    let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
+    let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
+    assert_eq!(fields, ["contraction.per_item", "contraction.tile_k"]);
+    assert_eq!(problems[0].message, "[3, 16] must have extents of 1, 2, 4 or 8");
+    let unknown = format!("{MEASURED}\n[contraction]\nper_item = [8, 8]\ntile_k = 16\nvector = 4\n");
+    assert!(matches!(from_toml(&unknown).unwrap_err(), TargetError::Parse { .. }));
+}
+
+#[test]
+fn a_profile_is_named_by_builtin_name_or_by_path() {
+    assert!(!is_path("nvidia") && is_path("my.toml") && is_path("./p/nvidia"));
+    assert_eq!(resolve("mali").unwrap(), builtin("mali").unwrap());
+    let dir = std::env::temp_dir().join(format!("fbc-target-resolve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("phone.toml");
+    std::fs::write(&path, MEASURED).unwrap();
+    assert_eq!(resolve(path.to_str().unwrap()).unwrap(), from_toml(MEASURED).unwrap());
+    let missing = dir.join("missing.toml");
+    assert!(matches!(resolve(missing.to_str().unwrap()), Err(TargetError::Io { .. })));
+    assert!(matches!(resolve("phone"), Err(TargetError::UnknownTarget { .. })));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

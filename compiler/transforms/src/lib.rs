@@ -63,16 +63,24 @@ impl Default for LoweringOptions {
     }
 }
 
-/// [`lowering_pipeline`] with `opts` (options at their defaults are not written).
+/// [`lowering_pipeline`] with `opts` (options at their defaults are not written). A `target`
+/// that names a profile file (see [`fbc_target::is_path`]) is not written either: the pass then
+/// lowers for the profile the pipeline runs with, which the driver read from that file.
 pub fn lowering_pipeline_for(target: &str, opts: LoweringOptions) -> String {
-    let mut o = format!("target={target}");
+    let mut o =
+        if fbc_target::is_path(target) { String::new() } else { format!("target={target}") };
     if opts.half_images {
         o.push_str(" half-images=true");
     }
     if opts.split_k != lower::SplitK::Auto {
         o.push_str(&format!(" split-k={}", opts.split_k));
     }
-    format!("lower-to-memory{{{o}}},plan-memory")
+    let o = o.trim_start();
+    if o.is_empty() {
+        "lower-to-memory,plan-memory".into()
+    } else {
+        format!("lower-to-memory{{{o}}},plan-memory")
+    }
 }
 
 /// A registry with every built-in pass.

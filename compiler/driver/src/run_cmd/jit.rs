@@ -32,7 +32,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         }
     }
     let (level, strategy) = a.opencl_level();
-    let profile = fbc_target::builtin(&a.profile).map_err(|e| Failure::Usage(e.to_string()))?;
+    let profile = crate::hardware_profile(&a.profile)?;
     let (file, module) = driver.load(&a.file)?;
     let func = super::entry(&module, a.entry.as_deref(), &file)?;
     let fname = module.func(func).name.clone();

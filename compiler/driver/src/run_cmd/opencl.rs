@@ -61,7 +61,7 @@ pub(crate) fn compile(
     lowering: fbc_transforms::LoweringOptions,
     tiled: bool,
 ) -> Result<Compiled, Failure> {
-    let target = fbc_target::builtin(profile).map_err(|e| Failure::Usage(e.to_string()))?;
+    let target = crate::hardware_profile(profile)?;
     let (file, module) = driver.load(path)?;
     let func = super::entry(&module, entry, &file)?;
     let f32 = fbc_runtime::interp::Mode::F32;

@@ -76,7 +76,7 @@ pub fn training_step(name: &str) -> PathBuf {
 // ----- f16 images (`half_images.rs`, `opencl.rs`) -----
 
 /// One function `@main` with the given arguments, body and result.
-fn main_module(args: &str, body: &str, ret: &str) -> String {
+pub fn main_module(args: &str, body: &str, ret: &str) -> String {
     format!("func.func @main({args}) -> {ret} {{\n{body}\n  func.return %r : {ret}\n}}\n")
 }
 
@@ -129,13 +129,33 @@ pub fn lower_o3(
     half: bool,
     profile: &fbc_target::HardwareProfile,
 ) -> Result<(Module, Statistics), String> {
+    lower_at(text, 3, half, profile)
+}
+
+/// `text` at `-O0`, lowered for `profile` (buffers only); the pipeline's error as text.
+pub fn lower_o0(text: &str, profile: &fbc_target::HardwareProfile) -> Result<Module, String> {
+    lower_at(text, 0, false, profile).map(|(m, _)| m)
+}
+
+/// `text` at `-O level`, lowered for `profile` (`half`: f16 images).
+fn lower_at(
+    text: &str,
+    level: u8,
+    half: bool,
+    profile: &fbc_target::HardwareProfile,
+) -> Result<(Module, Statistics), String> {
     let reg = fbc_dialects::registry();
     let mut m = parse(text);
     // The lowering takes the profile from the pass context (it need not be a builtin one).
-    let pipeline = format!(
-        "{},lower-to-memory{{half-images={half}}},plan-memory",
-        fbc_transforms::pipeline_for_level(3)
-    );
+    let pipeline = [
+        fbc_transforms::pipeline_for_level(level).to_string(),
+        format!("lower-to-memory{{half-images={half}}},plan-memory"),
+    ]
+    .iter()
+    .filter(|p| !p.is_empty())
+    .cloned()
+    .collect::<Vec<_>>()
+    .join(",");
     let steps = fbc_transforms::default_registry().parse_pipeline(&pipeline).expect("pipeline");
     let mut pm = PassManager::new(steps);
     pm.instrumentation.verify_each = true;

@@ -19,9 +19,10 @@
 //!
 //! The split is chosen per contraction by the `split-k` option of `lower-to-memory`:
 //! `off`, a fixed `N` (every contraction with `K ≥ N` splits by `N`), or `auto`, which splits
-//! only where the output cannot fill the device: with `fill = compute_units × 2048` work-items
-//! (2048 resident work-items per compute unit, an assumption: a Hopper SM holds 2048 threads), a
-//! contraction with `∏P ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `∏P·S ≤ fill`
+//! only where the output cannot fill the device: with `fill = compute_units ×
+//! resident_work_items` of the hardware profile (2048 resident work-items per compute unit
+//! unless the profile says otherwise: a Hopper SM holds 2048 threads; a CPU core under PoCL runs
+//! one vector of work-items at a time), a contraction with `∏P ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `∏P·S ≤ fill`
 //! and `K / S ≥ 256` (each chunk long enough to amortise its launch share and the final sum).
 
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin};
@@ -32,8 +33,6 @@ use fbc_target::HardwareProfile;
 use super::fusion::map_scalar;
 use super::{compose, dim, identity, LKernel, Lower, Operand};
 
-/// Work-items a compute unit keeps resident (assumed; an NVIDIA Hopper SM runs 2048 threads).
-const ITEMS_PER_CU: u64 = 2048;
 /// The shortest reduction chunk `auto` makes.
 const MIN_CHUNK: u64 = 256;
 
@@ -70,7 +69,8 @@ impl SplitK {
             SplitK::Off => None,
             SplitK::Fixed(n) => (k >= n).then_some(n),
             SplitK::Auto => {
-                let fill = u64::from(profile.compute.compute_units.max(1)) * ITEMS_PER_CU;
+                let c = &profile.compute;
+                let fill = u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
                 if outputs == 0 || outputs.saturating_mul(2) > fill {
                     return None;
                 }
@@ -300,10 +300,14 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(2)); // dA = xᵀ·d(xa)
         assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), None); // square: device full
         assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), None); // K too short to chunk
+        let generic = fbc_target::builtin("generic").unwrap();
+        // 4 CUs × 2048 = 8192 work-items.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &generic), Some(2));
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &generic), None);
+        // A CPU (16 cores × 16 resident work-items = 256) is full with any LoRA product.
         let cpu = fbc_target::builtin("cpu").unwrap();
-        // 16 CUs × 2048 = 32768 work-items.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &cpu), Some(8));
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &cpu), Some(2));
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &cpu), None);
+        assert_eq!(SplitK::Auto.chunks(64, 8192, &cpu), Some(4));
         assert_eq!(SplitK::Fixed(7).chunks(1 << 30, 100, &cpu), Some(7));
         assert_eq!(SplitK::Fixed(7).chunks(4, 6, &cpu), None);
         assert_eq!(SplitK::Off.chunks(4, 1 << 20, &cpu), None);
