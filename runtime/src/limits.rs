@@ -79,7 +79,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let bytes = if num.contains('.') {
         let v: f64 = num.parse().map_err(|_| bad("malformed number"))?;
         let b = (v * (1u64 << shift) as f64).floor();
-        if !(b < 18_446_744_073_709_551_616.0) {
+        // 2^64: the first value a u64 cannot hold.
+        if b >= 18_446_744_073_709_551_616.0 {
             return Err(bad("more than 2^64 bytes"));
         }
         b as u64
