@@ -77,9 +77,9 @@ inline long fbc_iadd(long a, long b) { return as_long(as_ulong(a) + as_ulong(b))
 inline long fbc_isub(long a, long b) { return as_long(as_ulong(a) - as_ulong(b)); }
 inline long fbc_imul(long a, long b) { return as_long(as_ulong(a) * as_ulong(b)); }
 inline long fbc_ineg(long a) { return as_long(0UL - as_ulong(a)); }
-// A zero divisor gives 0 in the plain forms; and the checked forms below, which every
-// kernel whose divisor is not a non-zero constant uses, record the fault (kinds 4 and 5) in the
-// error buffer, so the run fails as it does on the reference executor and the CPU JIT.
+// A zero divisor gives 0 here; the checked forms below (used wherever a divisor is not a
+// non-zero constant) record it (kinds 4 and 5) in the error buffer, so that the run fails as on
+// the reference executor and the CPU JIT.
 inline long fbc_idiv(long a, long b) {
   if (b == 0) return 0;
   if (b == -1) return fbc_ineg(a);
@@ -295,8 +295,12 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         "__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {}({}) {{",
         c.name, c.params
     );
-    let along_k: Vec<&str> =
-        ["a", "b"].into_iter().enumerate().filter(|&(i, _)| c.pad(i) == 1).map(|(_, x)| x).collect();
+    let along_k: Vec<&str> = ["a", "b"]
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| c.pad(i) == 1)
+        .map(|(_, x)| x)
+        .collect();
     let along_k = if along_k.is_empty() {
         String::new()
     } else {
@@ -425,7 +429,10 @@ mod tests {
         let src = contraction(&along_k);
         assert!(src.contains("__local float As[8][33];"), "{src}");
         assert!(src.contains("const long row = row0 + t / 8, kk = k0 + t % 8;"), "{src}");
-        assert!(src.contains("As[t % 8][t / 8] = (row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;"), "{src}");
+        assert!(
+            src.contains("As[t % 8][t / 8] = (row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;"),
+            "{src}"
+        );
         assert!(src.contains("k step 8; a staged along k"), "{src}");
         assert!(src.contains("Bs[t / 32][t % 32] = (col < 70"), "{src}");
     }

@@ -1,6 +1,7 @@
 # Reference timings with PyTorch (cuBLAS) for the shapes fbc bench runs: the three MatMul-FB
-# products (o = a·b, da = do·bᵀ, db = aᵀ·do), the MHA configurations (forward only), and the
-# skinny LoRA products of tests/bench/lora_products.fbir; f32, TF32 off.
+# products (o = a·b, da = do·bᵀ, db = aᵀ·do), the MHA configurations (forward only) and MHA C1's
+# two attention contractions, the skinny LoRA products of tests/bench/lora_products.fbir, and one
+# Llama 3.2 layer's LoRA training step (forward and backward); f32, TF32 off.
 import json, torch
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -37,5 +38,47 @@ for name, S, H, D in [("c1", 512, 32, 2048), ("c2", 512, 16, 1024), ("c3", 512, 
         p = torch.softmax(q @ k.transpose(-1, -2) * hd ** -0.5, dim=-1)
         return (p @ v).transpose(1, 2).reshape(1, S, D) @ w[3]
     out[f"mha_{name}_ms"] = t(mha)
+# MHA C1's attention contractions alone (32 heads x 512 x 64, batched): Q·Kᵀ and P·V.
+q = torch.randn(32, 512, 64, device=dev); k = torch.randn(32, 512, 64, device=dev)
+p = torch.randn(32, 512, 512, device=dev); v = torch.randn(32, 512, 64, device=dev)
+out["attn_c1_qk_ms"] = t(lambda: q @ k.transpose(-1, -2))
+out["attn_c1_pv_ms"] = t(lambda: p @ v)
+# One Llama 3.2 1B layer's LoRA training step as `fbc gen llama3.2-1b --layers 1 --seq 512
+# --vocab 512 --lora-rank 8 --training` builds it (docs/models.md): embedding, RMSNorm, Q/K/V with
+# LoRA (scale 2), RoPE from tables, GQA 32/8, causal additive mask, softmax, O, residual,
+# RMSNorm, SiLU-gated MLP with LoRA on gate/up/down, residual, final RMSNorm, tied head, mean
+# cross-entropy; forward and backward to the LoRA matrices (eager, the frozen weights without
+# gradients).
+S, D, H, KV, HD, F, V, R = 512, 2048, 32, 8, 64, 8192, 512, 8
+g = lambda *sh, s=0.02, grad=False: (torch.randn(*sh, device=dev) * s).requires_grad_(grad)
+embed, tokens = g(V, D), torch.randint(0, V, (1, S), device=dev)
+labels = torch.randint(0, V, (1, S), device=dev)
+n1, n2, nf = g(D, s=1.0), g(D, s=1.0), g(D, s=1.0)
+W = {n: g(i, o) for n, i, o in [("q", D, D), ("k", D, KV * HD), ("v", D, KV * HD), ("o", D, D),
+                                   ("gate", D, F), ("up", D, F), ("down", F, D)]}
+L = {n: (g(W[n].shape[0], R, grad=True), g(R, W[n].shape[1], grad=True))
+     for n in ["q", "k", "v", "gate", "up", "down"]}
+ang = torch.outer(torch.arange(S, device=dev).float(), torch.rand(HD // 2, device=dev))
+cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+mask = torch.full((S, S), -1e9, device=dev).triu(1)
+def rms(x, w): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+def lin(x, n): return x @ W[n] + (x @ L[n][0]) @ L[n][1] * 2.0 if n in L else x @ W[n]
+def rope(x):
+    x1, x2 = x[..., :HD // 2], x[..., HD // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+def step():
+    x = embed[tokens]
+    h = rms(x, n1)
+    q = rope(lin(h, "q").view(1, S, H, HD).transpose(1, 2))
+    k = rope(lin(h, "k").view(1, S, KV, HD).transpose(1, 2)).repeat_interleave(H // KV, 1)
+    v = lin(h, "v").view(1, S, KV, HD).transpose(1, 2).repeat_interleave(H // KV, 1)
+    p = torch.softmax(q @ k.transpose(-1, -2) * HD ** -0.5 + mask, -1)
+    x = x + lin((p @ v).transpose(1, 2).reshape(1, S, D), "o")
+    h = rms(x, n2)
+    x = x + lin(torch.nn.functional.silu(lin(h, "gate")) * lin(h, "up"), "down")
+    logits = rms(x, nf) @ embed.t()
+    loss = torch.nn.functional.cross_entropy(logits.view(S, V), labels.view(S))
+    return torch.autograd.grad(loss, [t for ab in L.values() for t in ab])
+out["llama_step_ms"] = t(step)
 out["device"] = torch.cuda.get_device_name(0)
 print(json.dumps(out, indent=1))

@@ -77,6 +77,8 @@ fn same_bits(a: &[Value], b: &[Value]) -> bool {
         && a.iter().zip(b).all(|(x, y)| {
             let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
             x.len() == y.len()
-                && x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+                && x.iter()
+                    .zip(&y)
+                    .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
         })
 }

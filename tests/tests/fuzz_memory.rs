@@ -113,7 +113,8 @@ proptest! {
 #[test]
 fn the_seed_corpus_runs() {
     fbc_runtime::limits::set_max_memory(LIMIT);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../grammar/fuzz/corpus/memory");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../grammar/fuzz/corpus/memory");
     let mut ran = 0;
     for entry in std::fs::read_dir(&dir).expect("corpus folder") {
         let path = entry.expect("entry").path();

@@ -414,7 +414,8 @@ impl Cx<'_> {
             return false;
         }
         let at = |v: i64| {
-            mp.results[0].eval(&|name| Some(if mp.dims.get(d).is_some_and(|x| x == name) { v } else { 0 }))
+            mp.results[0]
+                .eval(&|name| Some(if mp.dims.get(d).is_some_and(|x| x == name) { v } else { 0 }))
         };
         matches!((at(0), at(1)), (Some(x), Some(y)) if y - x == 1)
     }
@@ -693,7 +694,8 @@ impl Cx<'_> {
                             && !matches!(e, Scalar::Bin(_, _, b) if matches!(**b, Scalar::Int(v) if v != 0));
                         let s = match op {
                             ScalarBin::Div | ScalarBin::Rem if divisor_checked => {
-                                let f = if *op == ScalarBin::Div { "fbc_idivc(" } else { "fbc_imodc(" };
+                                let f =
+                                    if *op == ScalarBin::Div { "fbc_idivc(" } else { "fbc_imodc(" };
                                 join(f, x, ", ", y, &self.arith_fault_args(env.dims))
                             }
                             ScalarBin::Add => join("fbc_iadd(", x, ", ", y, ")"),

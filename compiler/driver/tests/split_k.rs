@@ -139,16 +139,25 @@ mod opencl {
         let dir = common::scratch("split-k-bench");
         let p = file(&dir, "lora.fbir", LORA);
         let p = p.to_string_lossy().into_owned();
-        let args = ["bench", &p, "--profile", "cpu", "--split-k", "auto,off", "--repeat", "1"];
+        let args = ["bench", &p, "--profile", "generic", "--split-k", "auto,off", "--repeat", "1"];
         let o = common::fbc(&args);
         assert_eq!(o.code, 0, "{}", o.stderr);
         let t = &o.stdout;
-        // On the cpu profile (16 compute units: 32768 work-items) x·A (1024 outputs, K = 4096)
-        // splits by 16; xᵀ·g (32768 outputs) fills the device alone.
+        // On the generic profile (4 compute units × 2048: 8192 work-items) x·A (1024 outputs,
+        // K = 4096) splits by 8; xᵀ·g (32768 outputs) fills the device alone.
         assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
         assert!(t.contains("strategy fblayout split-k=off (-O3): 2 kernels"), "{t}");
         assert!(t.contains("lora_matmul_xa_partial"), "{t}");
-        assert!(t.contains("tensor.matmul[split-k 16]"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 8]"), "{t}");
         assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
+        // On the cpu profile (16 cores × 16 work-items in flight) nothing splits.
+        let args = ["bench", &p, "--profile", "cpu", "--split-k", "auto", "--repeat", "1"];
+        let o = common::fbc(&args);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(
+            o.stdout.contains("strategy fblayout split-k=auto (-O3): 2 kernels"),
+            "{}",
+            o.stdout
+        );
     }
 }

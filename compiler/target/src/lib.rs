@@ -16,9 +16,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::{TargetError, ValidationProblem};
-pub use profile::{
-    Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache,
-};
+pub use profile::{Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache};
 pub use table::summary_table;
 
 /// Names of the builtin profiles, sorted.
@@ -81,17 +79,16 @@ pub fn from_path(path: &Path) -> Result<HardwareProfile, TargetError> {
 }
 
 fn parse(text: &str, origin: String) -> Result<HardwareProfile, TargetError> {
-    let profile: HardwareProfile =
-        toml::from_str(text).map_err(|e: toml::de::Error| {
-            let mut at = e.span().map_or(0, |r| r.start.min(text.len()));
-            while !text.is_char_boundary(at) {
-                at -= 1;
-            }
-            let before = &text[..at];
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            TargetError::Parse { origin, line, column, message: e.message().trim().to_string() }
-        })?;
+    let profile: HardwareProfile = toml::from_str(text).map_err(|e: toml::de::Error| {
+        let mut at = e.span().map_or(0, |r| r.start.min(text.len()));
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let before = &text[..at];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        TargetError::Parse { origin, line, column, message: e.message().trim().to_string() }
+    })?;
     profile
         .validate()
         .map_err(|problems| TargetError::Invalid { name: profile.name.clone(), problems })?;

@@ -2,8 +2,8 @@
 //! `fbc targets` summary table.
 
 use fbc_target::{
-    builtin, builtin_names, builtins, from_toml, is_path, resolve, summary_table, ContractionParams,
-    TargetError,
+    builtin, builtin_names, builtins, from_toml, is_path, resolve, summary_table,
+    ContractionParams, TargetError,
 };
 
 /// A valid profile, as a user would measure and write one.
@@ -97,7 +97,10 @@ fn broken_toml_is_rejected_with_its_location() {
     let TargetError::Parse { line, column, .. } = err else { panic!("{err:?}") };
     assert_eq!((line, column), (2, 9));
     let msg = err.to_string();
-    assert!(msg.starts_with("cannot parse hardware profile (<string>): line 2, column 9: "), "{msg}");
+    assert!(
+        msg.starts_with("cannot parse hardware profile (<string>): line 2, column 9: "),
+        "{msg}"
+    );
     // A mistyped value deep in the file is placed at the value.
     let text = MEASURED.replace("fp16 = true", "fp16 = 3");
     let err = from_toml(&text).unwrap_err();
@@ -109,8 +112,13 @@ fn broken_toml_is_rejected_with_its_location() {
 fn contraction_parameters_default_and_are_validated() {
     // A profile without `[contraction]` gets the defaults; the builtins set theirs.
     let p = from_toml(MEASURED).unwrap();
-    assert_eq!(p.contraction, ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true });
-    let set = format!("{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n");
+    assert_eq!(
+        p.contraction,
+        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true }
+    );
+    let set = format!(
+        "{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n"
+    );
     assert_eq!(
         from_toml(&set).unwrap().contraction,
         ContractionParams { per_item: [8, 2], tile_k: 32, stage_along_k: false }
@@ -120,7 +128,8 @@ fn contraction_parameters_default_and_are_validated() {
     let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
     assert_eq!(fields, ["contraction.per_item", "contraction.tile_k"]);
     assert_eq!(problems[0].message, "[3, 16] must have extents of 1, 2, 4 or 8");
-    let unknown = format!("{MEASURED}\n[contraction]\nper_item = [8, 8]\ntile_k = 16\nvector = 4\n");
+    let unknown =
+        format!("{MEASURED}\n[contraction]\nper_item = [8, 8]\ntile_k = 16\nvector = 4\n");
     assert!(matches!(from_toml(&unknown).unwrap_err(), TargetError::Parse { .. }));
 }
 

@@ -70,7 +70,8 @@ impl SplitK {
             SplitK::Fixed(n) => (k >= n).then_some(n),
             SplitK::Auto => {
                 let c = &profile.compute;
-                let fill = u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
+                let fill =
+                    u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
                 if outputs == 0 || outputs.saturating_mul(2) > fill {
                     return None;
                 }
