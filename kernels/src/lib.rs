@@ -175,6 +175,11 @@ pub struct Contraction<'a> {
     /// into a tile row padded by one element so that their local stores fall in distinct banks.
     /// Not for texel-staged operands, nor for `b` with `texel_store`.
     pub k_fastest: [bool; 2],
+    /// Local-memory reads of the inner loop: 4 reads a side whose `per_item` is a multiple of 4
+    /// as `float4` (a work-item's outputs along it then run in groups of 4 consecutive ones,
+    /// the groups strided by 4 × the group size); 1 reads scalars (outputs strided by the group
+    /// size). A `texel_store` kernel always reads its columns as one `float4`.
+    pub local_vector: u64,
 }
 
 impl Contraction<'_> {
@@ -189,11 +194,24 @@ impl Contraction<'_> {
         (bn + bm + self.pad(0) + self.pad(1)) * self.tile_k * 4
     }
 
-    /// The padding of the staged tile of operand `i` (0 `a`, 1 `b`): one element when it is
-    /// staged with the reduction fastest.
+    /// The padding of the staged tile of operand `i` (0 `a`, 1 `b`) when it is staged with the
+    /// reduction fastest: one element, or four where the tile is read as `float4` (rows stay
+    /// aligned); else none.
     fn pad(&self, i: usize) -> u64 {
         let texel = if i == 0 { self.a_texel.is_some() } else { self.b_texel.is_some() };
-        u64::from(self.k_fastest[i] && !texel && !(i == 1 && self.texel_store))
+        if !self.k_fastest[i] || texel || (i == 1 && self.texel_store) {
+            0
+        } else if self.vec(i) {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Whether operand `i`'s tile (0 `a`: rows, 1 `b`: columns) is read as `float4`.
+    fn vec(&self, i: usize) -> bool {
+        let p = self.per_item[1 - i];
+        (i == 1 && self.texel_store) || (self.local_vector == 4 && p % 4 == 0)
     }
 
     /// The global work size `[x, y, z]` (a whole number of work-groups).
@@ -276,7 +294,8 @@ fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
 ///
 /// A work-group of `group = [gx, gy]` work-items computes a block of `gy·py` rows by `gx·px`
 /// columns; each work-item owns `py × px` outputs, strided by the group size (so neighbouring
-/// work-items touch neighbouring columns). Per step of `tile_k` along the reduction, the group
+/// work-items touch neighbouring columns), or, along a side read as `float4` (see
+/// [`Contraction::local_vector`]), in groups of 4 consecutive ones strided by 4 × the group size. Per step of `tile_k` along the reduction, the group
 /// stages `a` for its rows and `b` for its columns in `__local` memory (zero outside the domain),
 /// then every work-item accumulates its outputs from there. With `texel_store` a work-item's
 /// columns are 4 consecutive ones instead, stored together as one texel of an image output. The reduction runs in increasing `k`,
@@ -295,18 +314,18 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         "__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {}({}) {{",
         c.name, c.params
     );
-    let along_k: Vec<&str> = ["a", "b"]
-        .into_iter()
-        .enumerate()
-        .filter(|&(i, _)| c.pad(i) == 1)
-        .map(|(_, x)| x)
-        .collect();
-    let along_k = if along_k.is_empty() {
-        String::new()
-    } else {
-        format!("; {} staged along k", along_k.join(", "))
+    let sides = |pick: &dyn Fn(usize) -> bool, what: &str| -> String {
+        let v: Vec<&str> =
+            ["a", "b"].into_iter().enumerate().filter(|&(i, _)| pick(i)).map(|(_, x)| x).collect();
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!("; {} {what}", v.join(", "))
+        }
     };
-    let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}{along_k}", c.batches.max(1));
+    let notes =
+        sides(&|i| c.pad(i) > 0, "staged along k") + &sides(&|i| c.vec(i), "read as float4");
+    let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}{notes}", c.batches.max(1));
     s.push_str("  const int lx = get_local_id(0), ly = get_local_id(1);\n");
     s.push_str("  const int lid = ly * ");
     let _ = writeln!(s, "{gx} + lx;");
@@ -316,14 +335,18 @@ pub fn contraction(c: &Contraction<'_>) -> String {
     );
     s.push_str("  const long bz = get_global_id(2);\n");
     s.push_str(c.batch_decl);
-    let _ = writeln!(s, "  __local float As[{tk}][{}];", bm + c.pad(0));
-    if c.texel_store {
-        // Each work-item reads its four columns as one aligned float4: four scalar reads at a
-        // stride of 4 would hit the same local-memory banks.
-        let _ = writeln!(s, "  __local float4 Bs4[{tk}][{}];", bn / 4);
-        let _ = writeln!(s, "  __local float (*Bs)[{bn}] = (__local float (*)[{bn}])Bs4;");
-    } else {
-        let _ = writeln!(s, "  __local float Bs[{tk}][{}];", bn + c.pad(1));
+    // A tile read as float4 is declared as float4 (aligned) and staged through a float view:
+    // each work-item reads 4 consecutive rows or columns at once (4 scalar reads at a stride of
+    // 4 would hit the same local-memory banks).
+    for (i, (tile, block)) in [("As", bm), ("Bs", bn)].into_iter().enumerate() {
+        let w = block + c.pad(i);
+        if c.vec(i) {
+            let _ = writeln!(s, "  __local float4 {tile}4[{tk}][{}];", w / 4);
+            let _ =
+                writeln!(s, "  __local float (*{tile})[{w}] = (__local float (*)[{w}]){tile}4;");
+        } else {
+            let _ = writeln!(s, "  __local float {tile}[{tk}][{w}];");
+        }
     }
     let _ = writeln!(s, "  float acc[{py}][{px}];");
     let _ = writeln!(
@@ -338,7 +361,7 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         block: bm,
         at: c.a_at,
         texel: c.a_texel,
-        k_fastest: c.pad(0) == 1,
+        k_fastest: c.pad(0) > 0,
     };
     let b = Stage {
         tile: "Bs",
@@ -347,29 +370,48 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         block: bn,
         at: c.b_at,
         texel: c.b_texel,
-        k_fastest: c.pad(1) == 1,
+        k_fastest: c.pad(1) > 0,
     };
     for st in [a, b] {
         stage(&mut s, &st, k, tk, threads);
     }
     s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
-    let _ = writeln!(s, "    const int kn = (int)min((long){tk}, {k} - k0);");
-    s.push_str("    for (int q = 0; q < kn; ++q) {\n");
+    // A whole step every time (a constant trip count the compiler unrolls): the staging wrote
+    // zeros past the reduction, and adding 0·0 to a sum that started at +0 changes no bit.
+    let _ = writeln!(s, "    #pragma unroll\n    for (int q = 0; q < {tk}; ++q) {{");
     let _ = writeln!(s, "      float a[{py}], b[{px}];");
-    let _ = writeln!(s, "      for (int i = 0; i < {py}; ++i) a[i] = As[q][ly + i * {gy}];");
-    if c.texel_store {
-        s.push_str("      const float4 bv = Bs4[q][lx];\n");
-        s.push_str("      b[0] = bv.x; b[1] = bv.y; b[2] = bv.z; b[3] = bv.w;\n");
-    } else {
-        let _ = writeln!(s, "      for (int j = 0; j < {px}; ++j) b[j] = Bs[q][lx + j * {gx}];");
+    for (i, (v, tile, p, l, g)) in
+        [("a", "As", py, "ly", gy), ("b", "Bs", px, "lx", gx)].into_iter().enumerate()
+    {
+        if c.vec(i) {
+            let _ = writeln!(
+                s,
+                "      for (int i = 0; i < {}; ++i) {{\n        const float4 v = {tile}4[q][{l} + i * {g}];\n        {v}[4 * i] = v.x; {v}[4 * i + 1] = v.y; {v}[4 * i + 2] = v.z; {v}[4 * i + 3] = v.w;\n      }}",
+                p / 4
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "      for (int i = 0; i < {p}; ++i) {v}[i] = {tile}[q][{l} + i * {g}];"
+            );
+        }
     }
     let _ = writeln!(
         s,
         "      for (int i = 0; i < {py}; ++i)\n        for (int j = 0; j < {px}; ++j) acc[i][j] += a[i] * b[j];"
     );
     s.push_str("    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
+    // The rows and columns a work-item owns: groups of 4 consecutive ones strided by 4 × the
+    // group size where read as float4, else one strided by the group size.
+    let at = |i: usize, x: &str, l: &str, g: u64| {
+        if c.vec(i) {
+            format!("({x} / 4) * {} + {l} * 4 + {x} % 4", 4 * g)
+        } else {
+            format!("{l} + {x} * {g}")
+        }
+    };
     let _ = writeln!(s, "  for (int i = 0; i < {py}; ++i) {{");
-    let _ = writeln!(s, "    const long row = row0 + ly + i * {gy};");
+    let _ = writeln!(s, "    const long row = row0 + {};", at(0, "i", "ly", gy));
     let _ = writeln!(s, "    if (row >= {m}) break;");
     if c.texel_store {
         let _ = writeln!(s, "    const long col = col0 + lx * {px};");
@@ -380,7 +422,7 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         return s;
     }
     let _ = writeln!(s, "    for (int j = 0; j < {px}; ++j) {{");
-    let _ = writeln!(s, "      const long col = col0 + lx + j * {gx};");
+    let _ = writeln!(s, "      const long col = col0 + {};", at(1, "j", "lx", gx));
     let _ = writeln!(s, "      if (col >= {n}) break;");
     s.push_str("      const float acc_ij = acc[i][j];\n");
     let _ = writeln!(s, "      {{ const float acc = acc_ij; {} }}", c.store);
@@ -413,6 +455,7 @@ mod tests {
             tile_k: 8,
             texel_store: false,
             k_fastest: [false, false],
+            local_vector: 1,
         };
         assert_eq!(c.block(), [32, 32]);
         assert_eq!(c.global(), [3 * 16, 4 * 8, 3]);
@@ -435,5 +478,19 @@ mod tests {
         );
         assert!(src.contains("k step 8; a staged along k"), "{src}");
         assert!(src.contains("Bs[t / 32][t % 32] = (col < 70"), "{src}");
+        assert!(src.contains("#pragma unroll\n    for (int q = 0; q < 8; ++q) {"), "{src}");
+        // float4 reads of `a` (4 rows a work-item): aligned rows padded by 4; `b` (2 columns) stays
+        // scalar.
+        let vec = Contraction { k_fastest: [true, false], local_vector: 4, ..c };
+        assert_eq!(vec.local_bytes(), (32 + 36) * 8 * 4);
+        let src = contraction(&vec);
+        assert!(src.contains("__local float4 As4[8][9];"), "{src}");
+        assert!(src.contains("__local float (*As)[36] = (__local float (*)[36])As4;"), "{src}");
+        assert!(src.contains("__local float Bs[8][32];"), "{src}");
+        assert!(src.contains("const float4 v = As4[q][ly + i * 8];"), "{src}");
+        assert!(src.contains("for (int i = 0; i < 2; ++i) b[i] = Bs[q][lx + i * 16];"), "{src}");
+        assert!(src.contains("const long row = row0 + (i / 4) * 32 + ly * 4 + i % 4;"), "{src}");
+        assert!(src.contains("const long col = col0 + lx + j * 16;"), "{src}");
+        assert!(src.contains("a staged along k; a read as float4"), "{src}");
     }
 }

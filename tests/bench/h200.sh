@@ -9,7 +9,8 @@ PARTS=${PARTS:-check bench splitk sweep torch}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
-D=NVIDIA; C=$O/check.txt; R=$O/bench.txt
+# P: the hardware profile (default the builtin nvidia; a .toml path measures an edited one).
+D=NVIDIA; P=${P:-nvidia}; C=$O/check.txt; R=$O/bench.txt
 { nvidia-smi --query-gpu=name,driver_version --format=csv; $B devices; } >> $C 2>&1
 $B gen matmul-fb -o $T/mfb.fbir
 for c in c1 c2 c3; do $B gen mha --config $c -o $T/mha_$c.fbir; done
@@ -19,24 +20,24 @@ if want check; then
 for f in examples/attention.fbir examples/matmul_fb.fbir examples/transformer_mlp.fbir; do
   for h in "" --half-images; do
     echo "== $f $h" >> $C
-    timeout 120 $B run $f --target opencl --device $D --profile nvidia --random-inputs 1 --check $h >> $C 2>&1; echo "rc=$?" >> $C
+    timeout 120 $B run $f --target opencl --device $D --profile $P --random-inputs 1 --check $h >> $C 2>&1; echo "rc=$?" >> $C
   done
 done
 $B gen llama3.2-1b --layers 1 --seq 64 --vocab 512 --lora-rank 8 --training -o $T/l1.fbir
 echo "== llama step" >> $C
-timeout 200 $B run $T/l1.fbir --entry loss_grad --target opencl --device $D --profile nvidia --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+timeout 200 $B run $T/l1.fbir --entry loss_grad --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
 echo "== lora_products split-k auto" >> $C
-timeout 120 $B run tests/bench/lora_products.fbir --target opencl --device $D --profile nvidia --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+timeout 120 $B run tests/bench/lora_products.fbir --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
 fi
 # Benchmarks: fblayout vs reuse vs convert side by side, paper sizes; f16 images; the old binary.
 if want bench; then
 for g in mha_c1 mha_c2 mha_c3 mfb; do
   for b in $B $OLD; do
     echo "=== $g $b" >> $R
-    timeout 150 $b bench $T/$g.fbir --device $D --profile nvidia --compare fblayout,reuse,convert --repeat 10 >> $R 2>&1
+    timeout 150 $b bench $T/$g.fbir --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $R 2>&1
   done
   echo "=== $g $B --half-images" >> $R
-  timeout 100 $B bench $T/$g.fbir --device $D --profile nvidia --half-images --repeat 10 >> $R 2>&1
+  timeout 100 $B bench $T/$g.fbir --device $D --profile $P --half-images --repeat 10 >> $R 2>&1
 done
 fi
 # Split-K (issue 10): the skinny LoRA products alone and a one-layer Llama training step at
@@ -44,36 +45,40 @@ fi
 if want splitk; then
 $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
 echo "=== lora_products split-k" >> $R
-timeout 150 $B bench tests/bench/lora_products.fbir --device $D --profile nvidia --split-k auto,off --repeat 10 >> $R 2>&1
+timeout 150 $B bench tests/bench/lora_products.fbir --device $D --profile $P --split-k auto,off --repeat 10 >> $R 2>&1
 echo "=== llama step seq 512 split-k" >> $R
-timeout 300 $B bench $T/l512.fbir --entry loss_grad --device $D --profile nvidia --split-k auto,off --repeat 10 >> $R 2>&1
+timeout 300 $B bench $T/l512.fbir --entry loss_grad --device $D --profile $P --split-k auto,off --repeat 10 >> $R 2>&1
+# The same step under the three layout strategies (issue 11), and with the old binary.
+for b in $B $OLD; do
+  echo "=== llama step seq 512 strategies $b" >> $R
+  timeout 300 $b bench $T/l512.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $R 2>&1
+done
 fi
 # Contraction parameters (issue 10): work-group shape, register block and k step set through a
 # profile file (the nvidia profile with its [compute] groups and [contraction] replaced), on the
 # matmul-fb products (-O3: R-Tile images; -O0: buffers) and MHA C1. Results: $O/sweep.txt.
 W=$O/sweep.txt
-variant() { # name, work-group [x, y], per_item [cols, rows], tile_k, stage_along_k (true)
+variant() { # name, work-group [x, y], per_item [cols, rows], tile_k, local_vector (4), stage_along_k (true)
   sed -e '/^\[contraction\]/,$d' -e "s/^preferred_work_groups = .*/preferred_work_groups = [[$2]]/" \
     compiler/target/profiles/nvidia.toml > $T/$1.toml
-  printf '\n[contraction]\nper_item = [%s]\ntile_k = %s\nstage_along_k = %s\n' "$3" "$4" "${5:-true}" >> $T/$1.toml
+  printf '\n[contraction]\nper_item = [%s]\ntile_k = %s\nlocal_vector = %s\nstage_along_k = %s\n' \
+    "$3" "$4" "${5:-4}" "${6:-true}" >> $T/$1.toml
   for g in "mfb -O3" "mfb -O0" "mha_c1 -O3"; do
     gf=${g% *}; lv=${g#* }
-    echo "=== $1 $gf $lv group [$2] per_item [$3] tile_k $4 stage_along_k ${5:-true}" >> $W
+    echo "=== $1 $gf $lv group [$2] per_item [$3] tile_k $4 local_vector ${5:-4} stage_along_k ${6:-true}" >> $W
     timeout 100 $B bench $T/$gf.fbir $lv --device $D --profile $T/$1.toml --repeat 5 >> $W 2>&1
   done
 }
 if want sweep; then
-variant g32x8_p4x4_k16_rows "32, 8" "4, 4" 16 false
-variant g32x8_p4x4_k16 "32, 8" "4, 4" 16
-variant g16x16_p8x8_k16_rows "16, 16" "8, 8" 16 false
-variant g16x16_p4x4_k16 "16, 16" "4, 4" 16
-variant g16x16_p8x8_k16 "16, 16" "8, 8" 16
-variant g16x16_p8x8_k8 "16, 16" "8, 8" 8
-variant g16x16_p8x8_k32 "16, 16" "8, 8" 32
-variant g32x8_p4x8_k16 "32, 8" "4, 8" 16
-variant g16x16_p8x4_k16 "16, 16" "8, 4" 16
-variant g16x8_p8x8_k16 "16, 8" "8, 8" 16
-variant g32x8_p4x4_k32 "32, 8" "4, 4" 32
+for v in "g32x8_p4x4_k16_v1|32, 8|4, 4|16|1" "g32x8_p4x4_k16|32, 8|4, 4|16" \
+  "g16x16_p4x4_k16_v1|16, 16|4, 4|16|1" "g16x16_p4x4_k16|16, 16|4, 4|16" \
+  "g16x16_p8x8_k16|16, 16|8, 8|16" "g16x16_p8x8_k8|16, 16|8, 8|8" "g16x16_p4x8_k16|16, 16|4, 8|16" \
+  "g16x16_p8x4_k16|16, 16|8, 4|16" "g32x8_p4x8_k16|32, 8|4, 8|16" "g16x16_p4x4_k32|16, 16|4, 4|32" \
+  "g32x8_p4x4_k32|32, 8|4, 4|32" "g16x8_p8x8_k16|16, 8|8, 8|16" "g8x8_p8x8_k16|8, 8|8, 8|16" \
+  "g16x16_p8x8_k16_rows|16, 16|8, 8|16|4|false"; do
+  IFS='|' read -r n g p k lv st <<< "$v"
+  variant "$n" "$g" "$p" "$k" "${lv:-4}" "${st:-true}"
+done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 echo done >> $C

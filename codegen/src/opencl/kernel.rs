@@ -41,6 +41,9 @@ pub struct KernelOptions {
     /// Stage an operand contiguous along the reduction with the reduction fastest (see
     /// `fbc_target::ContractionParams::stage_along_k`).
     pub stage_along_k: bool,
+    /// Width of the tiled contraction's local-memory reads, 1 or 4 (see
+    /// `fbc_target::ContractionParams::local_vector`).
+    pub local_vector: u64,
 }
 
 impl Default for KernelOptions {
@@ -54,6 +57,7 @@ impl Default for KernelOptions {
             per_item: [4, 4],
             tile_k: 16,
             stage_along_k: true,
+            local_vector: 4,
         }
     }
 }
@@ -79,6 +83,7 @@ impl KernelOptions {
             per_item: t.contraction.per_item.map(|p| u64::from(p.max(1))),
             tile_k: u64::from(t.contraction.tile_k.max(1)),
             stage_along_k: t.contraction.stage_along_k,
+            local_vector: u64::from(t.contraction.local_vector),
         }
     }
 }
@@ -1221,6 +1226,7 @@ impl Cx<'_> {
             tile_k: opts.tile_k.max(1),
             texel_store: texel,
             k_fastest: [along_k(a, &split.rows), along_k(b, &split.cols)],
+            local_vector: opts.local_vector,
         };
         while c.local_bytes() > opts.local_mem_bytes && c.tile_k > 1 {
             c.tile_k /= 2;

@@ -720,8 +720,12 @@ fn every_contraction_parameter_set_matches_the_reference_executor() {
         for o3 in [false, true] {
             for (per_item, tile_k) in params {
                 let mut profile = fbc_target::builtin("generic").expect("generic");
-                profile.contraction =
-                    fbc_target::ContractionParams { per_item, tile_k, stage_along_k: tile_k != 8 };
+                profile.contraction = fbc_target::ContractionParams {
+                    per_item,
+                    tile_k,
+                    stage_along_k: tile_k != 8,
+                    local_vector: if tile_k == 64 { 1 } else { 4 },
+                };
                 let lowered = if o3 {
                     common::lower_o3(&text, false, &profile).expect("lowers").0
                 } else {

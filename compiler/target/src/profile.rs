@@ -55,6 +55,15 @@ pub struct ContractionParams {
     /// into a local tile padded by one element against bank conflicts. Optional: `true`.
     #[serde(default = "yes")]
     pub stage_along_k: bool,
+    /// Width of the inner loop's local-memory reads, 1 or 4: with 4, a side whose `per_item` is
+    /// a multiple of 4 is read as `float4` (a work-item's outputs then come in groups of 4
+    /// consecutive rows or columns). Optional: 4.
+    #[serde(default = "four")]
+    pub local_vector: u32,
+}
+
+fn four() -> u32 {
+    4
 }
 
 fn yes() -> bool {
@@ -63,7 +72,7 @@ fn yes() -> bool {
 
 impl Default for ContractionParams {
     fn default() -> ContractionParams {
-        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true }
+        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true, local_vector: 4 }
     }
 }
 

@@ -24,7 +24,7 @@ impl HardwareProfile {
     ///   one cache block;
     /// - `memory`: `dram_bandwidth_gbps` is finite and positive;
     /// - `contraction`: `per_item` extents are 1, 2, 4 or 8; `tile_k` is a power of two from 1
-    ///   to 64.
+    ///   to 64; `local_vector` is 1 or 4.
     pub fn validate(&self) -> Result<(), Vec<ValidationProblem>> {
         let mut out = Vec::new();
         let mut bad = |field: &'static str, message: String| {
@@ -178,6 +178,9 @@ impl HardwareProfile {
         }
         if !k.tile_k.is_power_of_two() || k.tile_k > 64 {
             bad("contraction.tile_k", format!("{} must be a power of two from 1 to 64", k.tile_k));
+        }
+        if !matches!(k.local_vector, 1 | 4) {
+            bad("contraction.local_vector", format!("{} must be 1 or 4", k.local_vector));
         }
 
         if out.is_empty() {

@@ -114,19 +114,21 @@ fn contraction_parameters_default_and_are_validated() {
     let p = from_toml(MEASURED).unwrap();
     assert_eq!(
         p.contraction,
-        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true }
+        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true, local_vector: 4 }
     );
     let set = format!(
-        "{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n"
+        "{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n\
+         local_vector = 1\n"
     );
     assert_eq!(
         from_toml(&set).unwrap().contraction,
-        ContractionParams { per_item: [8, 2], tile_k: 32, stage_along_k: false }
+        ContractionParams { per_item: [8, 2], tile_k: 32, stage_along_k: false, local_vector: 1 }
     );
-    let bad = format!("{MEASURED}\n[contraction]\nper_item = [3, 16]\ntile_k = 128\n");
+    let bad =
+        format!("{MEASURED}\n[contraction]\nper_item = [3, 16]\ntile_k = 128\nlocal_vector = 2\n");
     let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
     let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
-    assert_eq!(fields, ["contraction.per_item", "contraction.tile_k"]);
+    assert_eq!(fields, ["contraction.per_item", "contraction.tile_k", "contraction.local_vector"]);
     assert_eq!(problems[0].message, "[3, 16] must have extents of 1, 2, 4 or 8");
     let unknown =
         format!("{MEASURED}\n[contraction]\nper_item = [8, 8]\ntile_k = 16\nvector = 4\n");

@@ -19,11 +19,13 @@
 //!
 //! The split is chosen per contraction by the `split-k` option of `lower-to-memory`:
 //! `off`, a fixed `N` (every contraction with `K ≥ N` splits by `N`), or `auto`, which splits
-//! only where the output cannot fill the device: with `fill = compute_units ×
+//! only where the output cannot fill the device. With `fill = compute_units ×
 //! resident_work_items` of the hardware profile (2048 resident work-items per compute unit
 //! unless the profile says otherwise: a Hopper SM holds 2048 threads; a CPU core under PoCL runs
-//! one vector of work-items at a time), a contraction with `∏P ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `∏P·S ≤ fill`
-//! and `K / S ≥ 256` (each chunk long enough to amortise its launch share and the final sum).
+//! one vector of work-items at a time) and `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
+//! computes the profile's `px × py` register block per work-item), a contraction with
+//! `W ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `W·S ≤ fill` and `K / S ≥ 256`
+//! (each chunk long enough to amortise its launch share and the final sum).
 
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin};
 use fbc_index::Expr;
@@ -72,11 +74,14 @@ impl SplitK {
                 let c = &profile.compute;
                 let fill =
                     u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
-                if outputs == 0 || outputs.saturating_mul(2) > fill {
+                // The tiled kernel computes a register block of outputs per work-item.
+                let [px, py] = profile.contraction.per_item;
+                let items = outputs.div_ceil(u64::from(px.max(1)) * u64::from(py.max(1)));
+                if items == 0 || items.saturating_mul(2) > fill {
                     return None;
                 }
                 let mut s = 1u64;
-                while s * 2 <= k / MIN_CHUNK && outputs.saturating_mul(s * 2) <= fill {
+                while s * 2 <= k / MIN_CHUNK && items.saturating_mul(s * 2) <= fill {
                     s *= 2;
                 }
                 (s >= 2).then_some(s)
@@ -295,20 +300,23 @@ mod tests {
     #[test]
     fn auto_splits_skinny_products_to_fill_the_device() {
         let nv = fbc_target::builtin("nvidia").unwrap();
-        // 132 CUs × 2048 = 270336 work-items.
+        // 132 CUs × 2048 = 270336 work-items, 4 × 4 outputs each.
         assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &nv), Some(32)); // LoRA down x·A
         assert_eq!(SplitK::Auto.chunks(512 * 8, 2048, &nv), Some(8)); // LoRA q x·A
         assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(2)); // dA = xᵀ·d(xa)
-        assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), None); // square: device full
+        assert_eq!(SplitK::Auto.chunks(512 * 512, 2048, &nv), Some(8)); // K projection (GQA)
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), Some(4)); // Q projection
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, 2048, &nv), None); // gate: device full
         assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), None); // K too short to chunk
         let generic = fbc_target::builtin("generic").unwrap();
         // 4 CUs × 2048 = 8192 work-items.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &generic), Some(2));
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &generic), None);
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &generic), Some(32));
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &generic), Some(2));
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &generic), None);
         // A CPU (16 cores × 16 resident work-items = 256) is full with any LoRA product.
         let cpu = fbc_target::builtin("cpu").unwrap();
         assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &cpu), None);
-        assert_eq!(SplitK::Auto.chunks(64, 8192, &cpu), Some(4));
+        assert_eq!(SplitK::Auto.chunks(64, 8192, &cpu), Some(32));
         assert_eq!(SplitK::Fixed(7).chunks(1 << 30, 100, &cpu), Some(7));
         assert_eq!(SplitK::Fixed(7).chunks(4, 6, &cpu), None);
         assert_eq!(SplitK::Off.chunks(4, 1 << 20, &cpu), None);
