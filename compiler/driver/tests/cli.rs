@@ -270,10 +270,9 @@ func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256
 ";
     let input = write(&dir, "mm.fbir", matmul.as_bytes());
     // The profile's contraction parameters reach the kernel: an 8 x 8 register block.
-    let text = format!("{nvidia}\n[contraction]\nper_item = [8, 8]\ntile_k = 8\n").replace(
-        "preferred_work_groups = [[32, 8],",
-        "preferred_work_groups = [[16, 16], [32, 8],",
-    );
+    let base = &nvidia[..nvidia.find("\n[contraction]").expect("nvidia sets [contraction]")];
+    let text = format!("{base}\n[contraction]\nper_item = [8, 8]\ntile_k = 8\n");
+    assert!(text.contains("preferred_work_groups = [[16, 16],"), "{text}");
     let good = write(&dir, "block8.toml", text.as_bytes());
     let out = dir.join("out");
     let o = fbc(&[&input, "-O0", "--target", &good, "-o", out.to_str().unwrap()]);

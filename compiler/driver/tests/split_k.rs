@@ -151,14 +151,13 @@ mod opencl {
         assert!(t.contains("lora_matmul_xa_partial"), "{t}");
         assert!(t.contains("tensor.matmul[split-k 16]"), "{t}");
         assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
-        // On the cpu profile (16 cores × 16 work-items in flight) nothing splits.
+        // On the cpu profile (16 cores × 16 work-items in flight: 256) x·A's 64 work-items split
+        // by 4 only.
         let args = ["bench", &p, "--profile", "cpu", "--split-k", "auto", "--repeat", "1"];
         let o = common::fbc(&args);
         assert_eq!(o.code, 0, "{}", o.stderr);
-        assert!(
-            o.stdout.contains("strategy fblayout split-k=auto (-O3): 2 kernels"),
-            "{}",
-            o.stdout
-        );
+        let t = &o.stdout;
+        assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 4]"), "{t}");
     }
 }
