@@ -295,7 +295,8 @@ fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
 /// A work-group of `group = [gx, gy]` work-items computes a block of `gy·py` rows by `gx·px`
 /// columns; each work-item owns `py × px` outputs, strided by the group size (so neighbouring
 /// work-items touch neighbouring columns), or, along a side read as `float4` (see
-/// [`Contraction::local_vector`]), in groups of 4 consecutive ones strided by 4 × the group size. Per step of `tile_k` along the reduction, the group
+/// [`Contraction::local_vector`]), in groups of 4 consecutive ones strided by 4 × the group size.
+/// Per step of `tile_k` along the reduction, the group
 /// stages `a` for its rows and `b` for its columns in `__local` memory (zero outside the domain),
 /// then every work-item accumulates its outputs from there. With `texel_store` a work-item's
 /// columns are 4 consecutive ones instead, stored together as one texel of an image output. The reduction runs in increasing `k`,
