@@ -155,6 +155,7 @@ impl Pass for LowerToMemory {
         }
         let mut names = Names::default();
         let mut stats = Stats::default();
+        let mut memo = storage::MapMemo::default();
         let mut errors = Vec::new();
         for &f in &funcs {
             // Already lowered (the pass ran before): nothing to do.
@@ -164,7 +165,7 @@ impl Pass for LowerToMemory {
             let lowered =
                 Lower::new(m, f, &profile, self.fuse, self.half_images).and_then(|mut l| {
                     l.lower_body()?;
-                    l.finish(&mut names, self.simplify, self.split_k, &mut stats)
+                    l.finish(&mut names, self.simplify, self.split_k, &mut stats, &mut memo)
                 });
             match lowered {
                 Ok(plan) => emit(m, f, &defs, &plan),
@@ -724,6 +725,7 @@ impl<'m> Lower<'m> {
         simplify: bool,
         split_k: SplitK,
         stats: &mut Stats,
+        memo: &mut storage::MapMemo,
     ) -> Result<Plan, Diagnostic> {
         self.prune_dead();
         if self.fuse {
@@ -733,11 +735,18 @@ impl<'m> Lower<'m> {
         stats.split_k += split_k::split(&mut self, split_k, profile)?;
         storage::retarget_images(&mut self)?;
         let mut launches = Vec::new();
-        let mut mapper = storage::Mapper::new(simplify);
+        let mut mapper = storage::Mapper::new(simplify, std::mem::take(memo));
         for k in &self.kernels {
             let base = format!("{}_{}_{}", self.fname, k.op, k.result);
             let name = names.unique(&base);
-            let (kernel, sids) = mapper.build(&self, k, name)?;
+            let built = mapper.build(&self, k, name);
+            let (kernel, sids) = match built {
+                Ok(b) => b,
+                Err(d) => {
+                    *memo = mapper.into_memo();
+                    return Err(d);
+                }
+            };
             launches.push((kernel, sids, k.span));
         }
         let mut result_sids: Vec<Sid> =
@@ -751,6 +760,7 @@ impl<'m> Lower<'m> {
         stats.divmod_before += mapper.divmod_before;
         stats.divmod_after += mapper.divmod_after;
         stats.split_dims += mapper.split;
+        *memo = mapper.into_memo();
         stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();
         stats.half_images += self.storages.iter().filter(|s| s.ty.is_half()).count();
         // A result renamed to the storage it was an identity copy of keeps its own layout

@@ -190,10 +190,14 @@ pub(crate) fn retarget_images(l: &mut Lower<'_>) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-/// Builds final kernels, simplifying maps (memoised: equal maps over equal domains recur).
+/// Simplified maps by the maps and the domain they range over.
+pub(crate) type MapMemo = HashMap<(Vec<Expr>, Vec<u64>), Vec<Expr>>;
+
+/// Builds final kernels, simplifying maps (memoised: equal maps over equal domains recur, within
+/// a function and across the functions of a module, such as a loss and its gradient).
 pub(crate) struct Mapper {
     simplify: bool,
-    memo: HashMap<(Vec<Expr>, Vec<u64>), Vec<Expr>>,
+    memo: MapMemo,
     pub divmod_before: usize,
     pub divmod_after: usize,
     /// Domain dimensions split in two (see [`Mapper::split_dims`]).
@@ -201,8 +205,14 @@ pub(crate) struct Mapper {
 }
 
 impl Mapper {
-    pub(crate) fn new(simplify: bool) -> Mapper {
-        Mapper { simplify, memo: HashMap::new(), divmod_before: 0, divmod_after: 0, split: 0 }
+    /// A mapper that starts from (and adds to) the simplifications in `memo`.
+    pub(crate) fn new(simplify: bool, memo: MapMemo) -> Mapper {
+        Mapper { simplify, memo, divmod_before: 0, divmod_after: 0, split: 0 }
+    }
+
+    /// The simplifications made so far, for the next function's mapper.
+    pub(crate) fn into_memo(self) -> MapMemo {
+        self.memo
     }
 
     /// `results` simplified over `domain` (memoised; no statistics).
