@@ -56,7 +56,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
-use fbc_dialects::memory::{Kernel, MemType, Scalar};
+use fbc_dialects::memory::{Kernel, MemType};
 
 pub use exec::OperandMut;
 pub use parallel::{CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV};
@@ -292,7 +292,7 @@ impl Jit {
         }
         let kerr = |message: String| Error::Kernel { kernel: kernel.name.clone(), message };
         kernel.check(types).map_err(|e| kerr(e.message))?;
-        let snapshot = reads_output(kernel);
+        let snapshot = fbc_dialects::memory::init::reads_output(kernel);
         let (kernel, types) = &with_snapshot(kernel, types, snapshot);
         let cg = |e: &dyn fmt::Display| Error::Codegen {
             kernel: kernel.name.clone(),
@@ -435,19 +435,6 @@ impl Drop for Jit {
             exec::free(module);
         }
     }
-}
-
-/// Whether the payload reads the output operand.
-fn reads_output(k: &Kernel) -> bool {
-    let out = k.output();
-    let mut found = false;
-    let mut visit =
-        |s: &Scalar| found |= matches!(s, Scalar::In(j) | Scalar::Load(j, _) if *j == out);
-    k.body.visit(&mut visit);
-    if let Some(e) = &k.epilogue {
-        e.visit(&mut visit);
-    }
-    found
 }
 
 /// With `snapshot`, the kernel with one more operand before the output: the copy of the output
