@@ -12,19 +12,7 @@ mod common;
 /// Edge shapes of split contractions: `K = 70` (not a multiple of 4 or 16), `K = 3` (shorter
 /// than 4: not split), ranks 1, 3 and 16, `M = 1`, `N = 1`, both operands transposed, a batched
 /// product with a broadcast operand, and an epilogue (scale, tanh).
-const EDGES: &str = r#"func.func @edges(%x: tensor<8x70xf32>, %a: tensor<70x3xf32>, %xt: tensor<70x8xf32>, %at: tensor<3x70xf32>, %v: tensor<1x70xf32>, %a1: tensor<70x1xf32>, %b: tensor<2x5x40xf32>, %c: tensor<40x16xf32>, %p: tensor<8x3xf32>, %q: tensor<3x5xf32>) -> (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) {
-  %y1 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
-  %y2 = tensor.matmul %xt, %at {transpose_a = true, transpose_b = true} : (tensor<70x8xf32>, tensor<3x70xf32>) -> tensor<8x3xf32>
-  %y3 = tensor.matmul %v, %a : (tensor<1x70xf32>, tensor<70x3xf32>) -> tensor<1x3xf32>
-  %y4 = tensor.matmul %x, %a1 : (tensor<8x70xf32>, tensor<70x1xf32>) -> tensor<8x1xf32>
-  %y5 = tensor.matmul %b, %c : (tensor<2x5x40xf32>, tensor<40x16xf32>) -> tensor<2x5x16xf32>
-  %m6 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
-  %s6 = tensor.scale %m6 {factor = 0.25} : (tensor<8x3xf32>) -> tensor<8x3xf32>
-  %y6 = tensor.tanh %s6 : (tensor<8x3xf32>) -> tensor<8x3xf32>
-  %y7 = tensor.matmul %p, %q : (tensor<8x3xf32>, tensor<3x5xf32>) -> tensor<8x5xf32>
-  func.return %y1, %y2, %y3, %y4, %y5, %y6, %y7 : (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) -> ()
-}
-"#;
+const EDGES: &str = include_str!("../../transforms/tests/split_k_edges.fbir");
 
 /// A LoRA-sized skinny product, large enough that the JIT runs its launches on several threads
 /// and OpenCL uses the tiled kernel for the partial sums: `x·A` (128×4096 · 4096×8) and the

@@ -6,54 +6,16 @@
 //! layout strategy, and on generated 1-layer training graphs; fusion, storage and planning
 //! decisions are checked on small graphs.
 
+mod common;
+
 use std::sync::Arc;
 
 use clap::Parser as _;
-use fbc_dialects::memory::{Kernel, MemType};
+use fbc_dialects::memory::MemType;
 use fbc_ir::pass::Statistics;
-use fbc_ir::{Module, PassContext, PassManager, SourceFile, Type};
-use fbc_runtime::interp::{check_equivalent, Tolerance};
+use fbc_ir::{Module, PassContext, PassManager, SourceFile};
 
-const TOL: Tolerance = Tolerance { rtol: 1e-4, atol: 1e-5 };
-
-fn parse(text: &str) -> Module {
-    let reg = fbc_dialects::registry();
-    fbc_ir::parse_module(&Arc::new(SourceFile::new("t.fbir", text)), &reg)
-        .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
-}
-
-fn run(m: &mut Module, pipeline: &str, target: &str) -> Statistics {
-    run_for(m, pipeline, &fbc_target::builtin(target).expect("target"))
-}
-
-fn run_for(m: &mut Module, pipeline: &str, p: &fbc_target::HardwareProfile) -> Statistics {
-    let reg = fbc_dialects::registry();
-    let steps = fbc_transforms::default_registry().parse_pipeline(pipeline).expect("pipeline");
-    let mut pm = PassManager::new(steps);
-    pm.instrumentation.verify_each = true;
-    let mut cx = PassContext::new(&reg);
-    cx.target = Some(p);
-    pm.run(m, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
-    cx.stats
-}
-
-fn lowered(m: &Module, pipeline: &str, target: &str) -> (Module, Statistics) {
-    let mut after = m.clone();
-    let st = run(&mut after, pipeline, target);
-    (after, st)
-}
-
-/// Every function of `before` and `after` agree on random inputs.
-fn same_numbers(before: &Module, after: &Module, what: &str) {
-    for f in &before.funcs {
-        if f.args.iter().any(|&a| !matches!(before.value_type(a), Type::Tensor(_))) {
-            continue;
-        }
-        if let Err(e) = check_equivalent(before, after, &f.name, 7, TOL) {
-            panic!("{what}: {e}\n{}", fbc_ir::print_module(after));
-        }
-    }
-}
+use common::*;
 
 /// Every op of the function bodies is a memory op or the return.
 fn assert_memory_only(m: &Module) {
@@ -61,13 +23,6 @@ fn assert_memory_only(m: &Module) {
         let name = m.op(op).name();
         assert!(name.starts_with("memory.") || name == "func.return", "{name} left after lowering");
     }
-}
-
-fn kernels(m: &Module) -> Vec<Kernel> {
-    m.all_ops()
-        .filter(|&o| m.op(o).def.is("memory.launch"))
-        .map(|o| Kernel::from_op(m.op(o)).expect("launch"))
-        .collect()
 }
 
 fn corpus(name: &str) -> String {

@@ -4,53 +4,12 @@
 //! (tolerance `rtol = 1e-4`, `atol = 1e-5`, as `tests/lower.rs`) on edge shapes and on a LoRA
 //! training graph at `-O0` and `-O3`.
 
-use std::sync::Arc;
+mod common;
 
 use clap::Parser as _;
-use fbc_dialects::memory::Kernel;
-use fbc_ir::pass::Statistics;
-use fbc_ir::{Module, PassContext, PassManager, SourceFile, Type};
-use fbc_runtime::interp::{check_equivalent, Tolerance};
+use fbc_ir::{Module, PassContext, PassManager};
 
-const TOL: Tolerance = Tolerance { rtol: 1e-4, atol: 1e-5 };
-
-fn parse(text: &str) -> Module {
-    let reg = fbc_dialects::registry();
-    fbc_ir::parse_module(&Arc::new(SourceFile::new("t.fbir", text)), &reg)
-        .unwrap_or_else(|d| panic!("{text}\n{d:?}"))
-}
-
-fn lowered(m: &Module, pipeline: &str, target: &str) -> (Module, Statistics) {
-    let mut after = m.clone();
-    let reg = fbc_dialects::registry();
-    let steps = fbc_transforms::default_registry().parse_pipeline(pipeline).expect("pipeline");
-    let mut pm = PassManager::new(steps);
-    pm.instrumentation.verify_each = true;
-    let profile = fbc_target::builtin(target).expect("target");
-    let mut cx = PassContext::new(&reg);
-    cx.target = Some(&profile);
-    pm.run(&mut after, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
-    (after, cx.stats)
-}
-
-fn kernels(m: &Module) -> Vec<Kernel> {
-    m.all_ops()
-        .filter(|&o| m.op(o).def.is("memory.launch"))
-        .map(|o| Kernel::from_op(m.op(o)).expect("launch"))
-        .collect()
-}
-
-/// Every function of `before` and `after` agree on random inputs.
-fn same_numbers(before: &Module, after: &Module, what: &str) {
-    for f in &before.funcs {
-        if f.args.iter().any(|&a| !matches!(before.value_type(a), Type::Tensor(_))) {
-            continue;
-        }
-        if let Err(e) = check_equivalent(before, after, &f.name, 7, TOL) {
-            panic!("{what}: {e}\n{}", fbc_ir::print_module(after));
-        }
-    }
-}
+use common::*;
 
 /// `@f(x: M×K, a: K×N) -> x·a`.
 fn product(m: u64, k: u64, n: u64) -> String {
@@ -172,18 +131,7 @@ fn a_bad_split_k_option_is_refused() {
 /// transposed operands, batches with broadcasting, an epilogue): same numbers as the graph.
 #[test]
 fn edge_shapes_keep_their_numbers() {
-    let text = r#"func.func @edges(%x: tensor<8x70xf32>, %a: tensor<70x3xf32>, %xt: tensor<70x8xf32>, %at: tensor<3x70xf32>, %v: tensor<1x70xf32>, %a1: tensor<70x1xf32>, %b: tensor<2x5x40xf32>, %c: tensor<40x16xf32>, %p: tensor<8x3xf32>, %q: tensor<3x5xf32>) -> (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) {
-  %y1 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
-  %y2 = tensor.matmul %xt, %at {transpose_a = true, transpose_b = true} : (tensor<70x8xf32>, tensor<3x70xf32>) -> tensor<8x3xf32>
-  %y3 = tensor.matmul %v, %a : (tensor<1x70xf32>, tensor<70x3xf32>) -> tensor<1x3xf32>
-  %y4 = tensor.matmul %x, %a1 : (tensor<8x70xf32>, tensor<70x1xf32>) -> tensor<8x1xf32>
-  %y5 = tensor.matmul %b, %c : (tensor<2x5x40xf32>, tensor<40x16xf32>) -> tensor<2x5x16xf32>
-  %m6 = tensor.matmul %x, %a : (tensor<8x70xf32>, tensor<70x3xf32>) -> tensor<8x3xf32>
-  %s6 = tensor.scale %m6 {factor = 0.25} : (tensor<8x3xf32>) -> tensor<8x3xf32>
-  %y6 = tensor.tanh %s6 : (tensor<8x3xf32>) -> tensor<8x3xf32>
-  %y7 = tensor.matmul %p, %q : (tensor<8x3xf32>, tensor<3x5xf32>) -> tensor<8x5xf32>
-  func.return %y1, %y2, %y3, %y4, %y5, %y6, %y7 : (tensor<8x3xf32>, tensor<8x3xf32>, tensor<1x3xf32>, tensor<8x1xf32>, tensor<2x5x16xf32>, tensor<8x3xf32>, tensor<8x5xf32>) -> ()
-}"#;
+    let text = include_str!("split_k_edges.fbir");
     let m = parse(text);
     for s in ["3", "4", "16", "64"] {
         let (after, st) = lowered(&m, &format!("lower-to-memory{{split-k={s}}}"), "generic");
