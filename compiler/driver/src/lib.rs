@@ -240,13 +240,14 @@ impl Driver {
                     &file,
                     &mut module,
                     a.target_name(),
+                    &target,
                     fbc_transforms::LoweringOptions {
                         half_images: a.half_images,
                         split_k: a.split_k,
                     },
                     &a.instr,
                 )?;
-                let out = opencl_emit::generate(&module, a.target_name(), true)?;
+                let out = opencl_emit::generate(&module, &target, true)?;
                 let dir = match &a.output {
                     Some(d) => d.clone(),
                     None => opencl_emit::default_dir(&module, path),

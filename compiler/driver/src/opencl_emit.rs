@@ -36,23 +36,23 @@ pub(crate) fn has_half_images(module: &Module) -> bool {
         .any(|v| fbc_dialects::memory::MemType::from_type(&v.ty).is_some_and(|t| t.is_half()))
 }
 
-/// Runs `lower-to-memory{target}` and `plan-memory` unless the module is already lowered
-/// (`opts`: the pass's options, e.g. `half_images`: every image2d texture stored as `f16`,
-/// `lower-to-memory{half-images=true}`). Returns the statistics of the passes (plan-memory's
-/// peak bytes among them).
+/// Runs `lower-to-memory{target}` and `plan-memory` for hardware profile `target` (already looked
+/// up as `profile`) unless the module is already lowered (`opts`: the pass's options, e.g.
+/// `half_images`: every image2d texture stored as `f16`, `lower-to-memory{half-images=true}`).
+/// Returns the statistics of the passes (plan-memory's peak bytes among them).
 pub(crate) fn lower(
     driver: &Driver,
     file: &SourceFile,
     module: &mut Module,
     target: &str,
+    profile: &fbc_target::HardwareProfile,
     opts: LoweringOptions,
     instr: &InstrumentationArgs,
 ) -> Result<fbc_ir::pass::Statistics, Failure> {
     if is_lowered(module) {
         return Ok(Default::default());
     }
-    let profile = crate::hardware_profile(target)?;
-    lower_for(driver, file, module, target, &profile, opts, instr)
+    lower_for(driver, file, module, target, profile, opts, instr)
 }
 
 /// Runs the `-O level` pipeline with `strategy`, then the lowering pipeline, both for hardware
@@ -101,12 +101,15 @@ fn lower_for(
     Ok(stats)
 }
 
-/// Writes OpenCL C for a lowered module with the kernel shapes of hardware profile `target`
+/// Writes OpenCL C for a lowered module with the kernel shapes of hardware profile `profile`
 /// (`tiled`: the tiled contraction kernel where it applies); a launch the writer cannot handle is
 /// an input error at its location (exit 1).
-pub(crate) fn generate(module: &Module, target: &str, tiled: bool) -> Result<Output, Failure> {
-    let profile = crate::hardware_profile(target)?;
-    let mut kernels = KernelOptions::for_target(&profile);
+pub(crate) fn generate(
+    module: &Module,
+    profile: &fbc_target::HardwareProfile,
+    tiled: bool,
+) -> Result<Output, Failure> {
+    let mut kernels = KernelOptions::for_target(profile);
     kernels.tiled = tiled;
     let opts = Options { kernels, ..Options::default() };
     Writer::new(opts).write(module).map_err(|e| Failure::Input(format!("{e}\n")))

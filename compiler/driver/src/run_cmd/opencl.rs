@@ -80,7 +80,7 @@ pub(crate) fn compile(
     let fname = module.func(func).name.clone();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;
     super::check_memory(&file, &lowered, lfunc, f32)?;
-    let out = crate::opencl_emit::generate(&lowered, profile, tiled)?;
+    let out = crate::opencl_emit::generate(&lowered, &target, tiled)?;
     Ok(Compiled { file, module, func, lowered, out, stats })
 }
 
