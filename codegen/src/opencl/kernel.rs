@@ -34,16 +34,8 @@ pub struct KernelOptions {
     pub max_group: u64,
     /// Use the tiled contraction where it applies.
     pub tiled: bool,
-    /// Most outputs per work-item of the tiled contraction, `[columns, rows]` (powers of two).
-    pub per_item: [u64; 2],
-    /// Reduction steps the tiled contraction stages per iteration (halved until they fit).
-    pub tile_k: u64,
-    /// Stage an operand contiguous along the reduction with the reduction fastest (see
-    /// `fbc_target::ContractionParams::stage_along_k`).
-    pub stage_along_k: bool,
-    /// Width of the tiled contraction's local-memory reads, 1 or 4 (see
-    /// `fbc_target::ContractionParams::local_vector`).
-    pub local_vector: u64,
+    /// The tiled contraction's register block, k step, staging order and local read width.
+    pub contraction: fbc_target::ContractionParams,
 }
 
 impl Default for KernelOptions {
@@ -54,10 +46,7 @@ impl Default for KernelOptions {
             local_mem_bytes: 32768,
             max_group: 256,
             tiled: true,
-            per_item: [4, 4],
-            tile_k: 16,
-            stage_along_k: true,
-            local_vector: 4,
+            contraction: fbc_target::ContractionParams::default(),
         }
     }
 }
@@ -80,10 +69,7 @@ impl KernelOptions {
             local_mem_bytes: t.compute.local_mem_bytes,
             max_group: max,
             tiled: true,
-            per_item: t.contraction.per_item.map(|p| u64::from(p.max(1))),
-            tile_k: u64::from(t.contraction.tile_k.max(1)),
-            stage_along_k: t.contraction.stage_along_k,
-            local_vector: u64::from(t.contraction.local_vector),
+            contraction: t.contraction,
         }
     }
 }
@@ -1200,10 +1186,12 @@ impl Cx<'_> {
         // A buffer operand whose offset steps by one along the innermost reduction dimension and
         // not along its innermost row (column) is staged with the reduction fastest.
         let along_k = |i: usize, outer: &[usize]| {
-            opts.stage_along_k
+            opts.contraction.stage_along_k
                 && self.unit_stride(i, nd - 1)
                 && !outer.last().is_some_and(|&d| self.unit_stride(i, d))
         };
+        let params = &opts.contraction;
+        let most = params.per_item.map(|p| u64::from(p.max(1)));
         let mut c = fbc_kernels::Contraction {
             name: &k.name,
             params: &self.params(),
@@ -1220,13 +1208,13 @@ impl Cx<'_> {
             store: &store,
             group,
             per_item: [
-                if texel { 4 } else { per(n, group[0], opts.per_item[0]) },
-                per(m, group[1], opts.per_item[1]),
+                if texel { 4 } else { per(n, group[0], most[0]) },
+                per(m, group[1], most[1]),
             ],
-            tile_k: opts.tile_k.max(1),
+            tile_k: u64::from(params.tile_k.max(1)),
             texel_store: texel,
             k_fastest: [along_k(a, &split.rows), along_k(b, &split.cols)],
-            local_vector: opts.local_vector,
+            local_vector: u64::from(params.local_vector),
         };
         while c.local_bytes() > opts.local_mem_bytes && c.tile_k > 1 {
             c.tile_k /= 2;
