@@ -20,3 +20,12 @@ pub mod reference;
 pub use interp::{
     check_equivalent, random_inputs, InterpError, Interpreter, Mode, Options, Tolerance, Value,
 };
+
+/// The default cache directory: `$FBC_CACHE_DIR`, else `$XDG_CACHE_HOME/fbc`, else
+/// `~/.cache/fbc`; `None` when none of them is set.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    env("FBC_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("fbc")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache").join("fbc")))
+}

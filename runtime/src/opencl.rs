@@ -128,6 +128,12 @@ pub fn devices() -> Vec<DeviceInfoRow> {
     list_devices()
 }
 
+/// The device `sel` picks, as [`devices`] lists it.
+pub fn device(sel: &DeviceSel) -> Result<DeviceInfoRow, OpenClError> {
+    let _guard = OPENCL.lock().unwrap_or_else(|p| p.into_inner());
+    select(&list_devices(), sel)
+}
+
 fn list_devices() -> Vec<DeviceInfoRow> {
     // `Platform::list` panics without platforms; the core call reports it as an error instead.
     let Ok(ids) = ocl::core::get_platform_ids() else {
@@ -240,10 +246,14 @@ pub struct LaunchTime {
 impl LaunchTime {
     /// The median of the timed runs.
     pub fn median_ns(&self) -> u64 {
-        let mut v = self.ns.clone();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
+        median(self.ns.clone())
     }
+}
+
+/// The median of `v` (the upper one of an even count; 0 when empty).
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
 /// The results of a run and its timings.
@@ -255,17 +265,14 @@ pub struct RunOutput {
     pub device: String,
     /// One per launch step, in order.
     pub launches: Vec<LaunchTime>,
+    /// Host time one run spends enqueueing its launches (setting arguments, making kernel
+    /// objects in the first run, `clEnqueueNDRangeKernel`), in nanoseconds, median of the timed
+    /// runs: divided by the launches, the host cost of a launch.
+    pub launch_host_ns: u64,
     pub cache: CacheStatus,
 }
 
-/// The default cache directory: `$FBC_CACHE_DIR`, else `$XDG_CACHE_HOME/fbc`, else
-/// `~/.cache/fbc`; `None` when none of them is set.
-pub fn cache_dir() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    env("FBC_CACHE_DIR")
-        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("fbc")))
-        .or_else(|| env("HOME").map(|d| d.join(".cache").join("fbc")))
-}
+pub use crate::cache_dir;
 
 /// FNV-1a, 64 bits: a stable hash for cache keys and entry checksums.
 fn fnv(parts: &[&[u8]]) -> u64 {
@@ -381,6 +388,41 @@ enum Mem {
     Image(Image<f32>),
     /// An RGBA `CL_HALF_FLOAT` image; the host side is the `f16` bit patterns.
     HalfImage(Image<u16>),
+}
+
+/// Storage objects that runs have freed (deallocated, or live when a run ended), kept for later
+/// allocations of the same kind, element type and size, in the same run or the next: device
+/// allocation is the largest host cost of a launch sequence (the driver allocates a new object
+/// at its first use). It holds at most `cap` bytes (the function's peak), and a new allocation's
+/// contents are unspecified either way (the manifest fills what is read before it is written).
+struct Pool {
+    free: Vec<(StorageKind, Dtype, u64, Mem)>,
+    held: u64,
+    cap: u64,
+}
+
+impl Pool {
+    /// A storage object for `desc`: a freed one that fits, else a new one.
+    fn take(&mut self, queue: &Queue, desc: &StorageDesc) -> Result<Mem, OpenClError> {
+        let fits = |e: &(StorageKind, Dtype, u64, Mem)| {
+            e.0 == desc.kind && e.1 == desc.dtype && e.2 == desc.elems
+        };
+        match self.free.iter().position(fits) {
+            Some(i) => {
+                self.held -= desc.bytes;
+                Ok(self.free.swap_remove(i).3)
+            }
+            None => create(queue, desc),
+        }
+    }
+
+    /// Keeps `m`, the storage object of `desc`, unless the pool is full.
+    fn give(&mut self, desc: &StorageDesc, m: Mem) {
+        if self.held + desc.bytes <= self.cap {
+            self.held += desc.bytes;
+            self.free.push((desc.kind, desc.dtype, desc.elems, m));
+        }
+    }
 }
 
 fn device_usize(d: &Device, what: DeviceInfo) -> Option<usize> {
@@ -703,29 +745,38 @@ pub fn run(
     } else {
         None
     };
+    // Kernel objects are made in the first run and reused by later ones, which only set their
+    // arguments again (the storage objects are new each run).
+    let mut kernels: Vec<Option<Kernel>> = (0..n_launch).map(|_| None).collect();
+    let mut launch_host_ns = Vec::with_capacity(runs);
+    let mut pool = Pool { free: Vec::new(), held: 0, cap: f.peak_bytes };
     for run in 0..runs {
         let timed = opts.repeat == 0 || run > 0;
+        let mut host = std::time::Duration::ZERO;
         if let Some(e) = &errors {
             e.write(&[0i32; FAULT_INTS][..]).enq().map_err(ocl_err)?;
         }
         let mut live: HashMap<usize, Mem> = HashMap::new();
         let mut events: Vec<Event> = Vec::with_capacity(n_launch);
+        let mut launch = 0usize;
         for s in &f.steps {
             match s {
                 Step::Alloc { storage } => {
                     let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    live.insert(*storage, create(&queue, desc)?);
+                    live.insert(*storage, pool.take(&queue, desc)?);
                 }
                 Step::Upload { storage, .. } => {
                     let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    let m = create(&queue, desc)?;
+                    let m = pool.take(&queue, desc)?;
                     if let Some(p) = packed.get(storage) {
                         write_mem(&m, p, &desc.name)?;
                     }
                     live.insert(*storage, m);
                 }
                 Step::Dealloc { storage } => {
-                    live.remove(storage);
+                    if let (Some(m), Some(desc)) = (live.remove(storage), f.storage.get(*storage)) {
+                        pool.give(desc, m);
+                    }
                 }
                 Step::Fill { storage } => {
                     let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
@@ -738,33 +789,67 @@ pub fn run(
                     copy_mem(src, dst)?;
                 }
                 Step::Launch(l) => {
+                    let start = std::time::Instant::now();
                     let _activity =
                         fbc_ir::activity::enter(format!("launch `{}` ({})", l.kernel, l.location));
-                    let mut kb = Kernel::builder();
-                    kb.program(&program).name(&l.kernel).queue(queue.clone());
-                    for &a in &l.args {
-                        match live.get(&a) {
-                            Some(Mem::F32(b)) => kb.arg(b),
-                            Some(Mem::I32(b)) => kb.arg(b),
-                            Some(Mem::Image(i)) => kb.arg(i),
-                            Some(Mem::HalfImage(i)) => kb.arg(i),
-                            None => {
-                                return Err(OpenClError::Manifest(format!(
+                    let ocl_at = |e: ocl::Error| {
+                        OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
+                    };
+                    let args = l
+                        .args
+                        .iter()
+                        .map(|a| {
+                            live.get(a).ok_or_else(|| {
+                                OpenClError::Manifest(format!(
                                     "launch {} uses storage {a}, which is not live",
                                     l.kernel
-                                )))
-                            }
-                        };
-                    }
-                    if l.fault_id.is_some() {
-                        let e = errors.as_ref().ok_or_else(|| {
+                                ))
+                            })
+                        })
+                        .collect::<Result<Vec<&Mem>, _>>()?;
+                    let error_arg = match l.fault_id {
+                        Some(_) => Some(errors.as_ref().ok_or_else(|| {
                             OpenClError::Manifest("no error buffer for a checked launch".into())
-                        })?;
-                        kb.arg(e);
-                    }
-                    let kernel = kb.build().map_err(|e| {
-                        OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
+                        })?),
+                        None => None,
+                    };
+                    let slot = kernels.get_mut(launch).ok_or_else(|| {
+                        OpenClError::Manifest("more launches than the manifest lists".into())
                     })?;
+                    launch += 1;
+                    let kernel = match slot {
+                        Some(k) => {
+                            for (i, m) in args.iter().enumerate() {
+                                match m {
+                                    Mem::F32(b) => k.set_arg(i, b),
+                                    Mem::I32(b) => k.set_arg(i, b),
+                                    Mem::Image(im) => k.set_arg(i, im),
+                                    Mem::HalfImage(im) => k.set_arg(i, im),
+                                }
+                                .map_err(ocl_at)?;
+                            }
+                            if let Some(e) = error_arg {
+                                k.set_arg(args.len(), e).map_err(ocl_at)?;
+                            }
+                            &*k
+                        }
+                        None => {
+                            let mut kb = Kernel::builder();
+                            kb.program(&program).name(&l.kernel).queue(queue.clone());
+                            for m in &args {
+                                match m {
+                                    Mem::F32(b) => kb.arg(b),
+                                    Mem::I32(b) => kb.arg(b),
+                                    Mem::Image(im) => kb.arg(im),
+                                    Mem::HalfImage(im) => kb.arg(im),
+                                };
+                            }
+                            if let Some(e) = error_arg {
+                                kb.arg(e);
+                            }
+                            &*slot.insert(kb.build().map_err(ocl_at)?)
+                        }
+                    };
                     let mut cmd = kernel.cmd().global_work_size(dims(&l.global)?);
                     if let Some(local) = &l.local {
                         let size: u64 = local.iter().product();
@@ -803,6 +888,7 @@ pub fn run(
                         }
                     })?;
                     events.push(ev);
+                    host += start.elapsed();
                 }
                 Step::Download { storage, result, shape, layout, .. } => {
                     let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
@@ -819,6 +905,14 @@ pub fn run(
                     })?;
                     *slot = Some(t);
                 }
+            }
+        }
+        if timed {
+            launch_host_ns.push(u64::try_from(host.as_nanos()).unwrap_or(u64::MAX));
+        }
+        for (id, m) in live.drain() {
+            if let Some(desc) = f.storage.get(id) {
+                pool.give(desc, m);
             }
         }
         queue.finish().map_err(ocl_err)?;
@@ -846,6 +940,7 @@ pub fn run(
         results,
         device: format!("{} ({})", info.name, info.platform),
         launches: times,
+        launch_host_ns: median(launch_host_ns),
         cache,
     })
 }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
-# commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep}.txt,
-# torch.json. PARTS: the sections to run (default all: check bench splitk sweep torch), so that a
+# commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
+# torch.json. PARTS: the sections to run (default all: check bench splitk reduce tune sweep torch), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-check bench splitk sweep torch}
+PARTS=${PARTS:-check bench splitk reduce tune sweep torch}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -53,6 +53,35 @@ for b in $B $OLD; do
   echo "=== llama step seq 512 strategies $b" >> $R
   timeout 300 $b bench $T/l512.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $R 2>&1
 done
+fi
+# Row reductions (softmax, norms, cross-entropy at a 32000-word vocabulary, a column sum): the
+# work-group-per-row form against the old binary, alternating twice (per-kernel noise is ~20%).
+if want reduce; then
+for rep in 1 2; do
+  for b in $B $OLD; do
+    echo "=== reductions $b ($rep)" >> $R
+    timeout 120 $b bench tests/bench/reductions.fbir --device $D --profile $P --repeat 20 >> $R 2>&1
+  done
+done
+fi
+# Tuning (issue 10): `fbc tune` on the bench graphs into one database (BUDGET seconds each,
+# default 60), then each graph benchmarked without and with it side by side (an empty cache
+# directory, so that no other database is read). Results: $O/tune.txt.
+if want tune; then
+TD=$T/tuning.json; U=$O/tune.txt; rm -f $TD; mkdir -p $T/empty
+$B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
+GRAPHS=("$T/l512.fbir --entry loss_grad" "$T/mha_c1.fbir" "$T/mfb.fbir" "tests/bench/lora_products.fbir")
+for g in "${GRAPHS[@]}"; do
+  echo "=== tune $g" >> $U
+  FBC_CACHE_DIR=$T/empty timeout 240 $B tune $g --device $D --profile $P --budget ${BUDGET:-60} --repeat 3 --tuning $TD >> $U 2>&1
+done
+for g in "${GRAPHS[@]}"; do
+  echo "=== $g default" >> $U
+  FBC_CACHE_DIR=$T/empty timeout 100 $B bench $g --device $D --profile $P --repeat 10 2>&1 | head -3 >> $U
+  echo "=== $g tuned" >> $U
+  FBC_CACHE_DIR=$T/empty timeout 100 $B bench $g --device $D --profile $P --repeat 10 --tuning $TD 2>&1 | head -3 >> $U
+done
+cp $TD $O/tuning.json
 fi
 # Contraction parameters (issue 10): work-group shape, register block and k step set through a
 # profile file (the nvidia profile with its [compute] groups and [contraction] replaced), on the

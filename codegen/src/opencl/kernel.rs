@@ -36,6 +36,14 @@ pub struct KernelOptions {
     pub tiled: bool,
     /// The tiled contraction's register block, k step, staging order and local read width.
     pub contraction: fbc_target::ContractionParams,
+    /// Work-items the whole device keeps in flight (`compute_units × resident_work_items`): a
+    /// reduction with at most a quarter as many outputs runs a work-group per output (see
+    /// [`group_reduction`]).
+    pub resident: u64,
+    /// Tuned parameters by contraction shape class (`fbc tune`, [`super::tuning`]): a tiled
+    /// contraction whose class has an entry takes its work-group and parameters instead of
+    /// `group` and `contraction`.
+    pub tuned: std::sync::Arc<std::collections::BTreeMap<String, super::tuning::Tuned>>,
 }
 
 impl Default for KernelOptions {
@@ -47,6 +55,8 @@ impl Default for KernelOptions {
             max_group: 256,
             tiled: true,
             contraction: fbc_target::ContractionParams::default(),
+            resident: 4 * 2048,
+            tuned: Default::default(),
         }
     }
 }
@@ -70,6 +80,9 @@ impl KernelOptions {
             max_group: max,
             tiled: true,
             contraction: t.contraction,
+            resident: u64::from(t.compute.compute_units.max(1))
+                * u64::from(t.compute.resident_work_items.max(1)),
+            tuned: Default::default(),
         }
     }
 }
@@ -85,6 +98,9 @@ pub struct Emitted {
     /// parameter (`__global int* fbc_err`, [`FAULT_INTS`] ints), where a failed check records
     /// the fault id it was written with.
     pub checked: bool,
+    /// The shape class of a tiled contraction (`super::tuning::shape_key`), what `fbc tune`
+    /// measures and its database is keyed by.
+    pub shape: Option<String>,
 }
 
 /// Ints of the error buffer: see the prelude's `fbc_fault` for the layout.
@@ -92,6 +108,34 @@ pub const FAULT_INTS: usize = 26;
 
 /// How many domain indices a fault records (the rest of a deeper domain is not recorded).
 pub const FAULT_DIMS: usize = 8;
+
+/// The work-group size of the group-reduction form of a reduction with `items` outputs, each
+/// combining `reduced` values, or `None` for the plain form (one work-item per output, looping
+/// over the reduction). A reduction with few outputs (at most a quarter of what the device keeps
+/// in flight, `opts.resident`) and a long reduction (at least 128 values), which the caller
+/// checks reads along its innermost reduction dimension, runs one work-group per output instead:
+/// its work-items stride the reduction (neighbours read neighbouring values), and a tree in local
+/// memory combines their partial results, in an order fixed by the group size (so results are
+/// the same run to run). The group is the largest power of two up to 256 (and the
+/// device's limit) that is no larger than the reduction.
+pub fn group_reduction(items: u64, reduced: u64, opts: &KernelOptions) -> Option<u64> {
+    const MIN_REDUCED: u64 = 128;
+    if reduced < MIN_REDUCED || items.saturating_mul(4) > opts.resident {
+        return None;
+    }
+    let most = 256.min(opts.max_group).min(reduced);
+    (most >= 2).then(|| 1u64 << (63 - most.leading_zeros()))
+}
+
+/// The C statement that combines value `v` into accumulator `acc` (`max` propagates NaN).
+fn combine_into(comb: Combine, acc: &str, v: &str) -> String {
+    match comb {
+        Combine::Add => format!("{acc} += {v};"),
+        Combine::Max => {
+            format!("{{ const float v = {v}; {acc} = (isnan(v) || v > {acc}) ? v : {acc}; }}")
+        }
+    }
+}
 
 /// Floating-point (and integer) operations of one run of `k`: the body and the combine at every
 /// domain point, the epilogue at every parallel point.
@@ -409,6 +453,21 @@ impl Cx<'_> {
                 .eval(&|name| Some(if mp.dims.get(d).is_some_and(|x| x == name) { v } else { 0 }))
         };
         matches!((at(0), at(1)), (Some(x), Some(y)) if y - x == 1)
+    }
+
+    /// Whether some input read at its map moves to the neighbouring element (buffer) or channel
+    /// or texel (image) along domain dimension `d`: then work-items that take neighbouring
+    /// values of `d` read neighbouring memory.
+    fn reads_along(&self, d: usize) -> bool {
+        let out = self.out();
+        (0..self.k.maps.len()).filter(|&i| i != out).any(|i| {
+            if !self.is_image(i) {
+                return self.unit_stride(i, d);
+            }
+            let m = &self.k.maps[i];
+            let var = m.dims.get(d).map(|v| AffineExpr::Var(v.clone()));
+            m.results.get(2) == var.as_ref() || m.results.first() == var.as_ref()
+        })
     }
 
     /// Whether reads and writes of operand `i` at its map are checked.
@@ -848,10 +907,27 @@ impl Cx<'_> {
             p
         };
         let items: u64 = k.domain[..wi].iter().product();
+        let reduced: u64 = k.domain[p..].iter().product();
+        let group = if k.combine.is_some() && n > p && self.reads_along(n - 1) {
+            group_reduction(items, reduced, opts)
+        } else {
+            None
+        };
+        let channels: Vec<Option<u64>> =
+            if image_out { (0..4).map(Some).collect() } else { vec![None] };
         let mut s = String::new();
         s.push_str(comment);
         let _ = writeln!(s, "__kernel void {}({}) {{", k.name, self.params());
-        let _ = writeln!(s, "  const long gid = get_global_id(0);\n  if (gid >= {items}L) return;");
+        if let Some(g) = group {
+            let _ = writeln!(
+                s,
+                "  // One work-group of {g} per output: each work-item combines every {g}th value, a tree combines theirs.\n  __local float fbc_red[{}];\n  const long gid = get_group_id(0);\n  const int lid = (int)get_local_id(0);",
+                g * channels.len() as u64
+            );
+        } else {
+            let _ =
+                writeln!(s, "  const long gid = get_global_id(0);\n  if (gid >= {items}L) return;");
+        }
         let mut stride = items;
         for i in 0..wi {
             stride /= k.domain[i].max(1);
@@ -864,8 +940,6 @@ impl Cx<'_> {
             let _ = writeln!(s, "  const long d{i} = {e};");
         }
         let names: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
-        let channels: Vec<Option<u64>> =
-            if image_out { (0..4).map(Some).collect() } else { vec![None] };
         // dims per channel, and the epilogue's dims (reduction dims at 0).
         let dims_of = |c: Option<u64>| -> Vec<String> {
             let mut d = names.clone();
@@ -893,9 +967,34 @@ impl Cx<'_> {
                 let _ = writeln!(s, "  float acc{} = {init};", suffix(c));
             }
             let mut indent = String::from("  ");
-            for (i, ext) in k.domain.iter().enumerate().skip(p) {
-                let _ = writeln!(s, "{indent}for (long d{i} = 0; d{i} < {ext}L; ++d{i}) {{");
-                indent.push_str("  ");
+            match group {
+                Some(g) if n == p + 1 => {
+                    let _ =
+                        writeln!(s, "  for (long d{p} = lid; d{p} < {reduced}L; d{p} += {g}) {{");
+                    indent.push_str("  ");
+                }
+                Some(g) => {
+                    let _ = writeln!(s, "  for (long r = lid; r < {reduced}L; r += {g}) {{");
+                    indent.push_str("  ");
+                    let mut stride = reduced;
+                    for i in p..n {
+                        stride /= k.domain[i].max(1);
+                        let e = match (i == p, stride) {
+                            (true, 1) => "r".to_string(),
+                            (true, _) => format!("r / {stride}L"),
+                            (false, 1) => format!("r % {}L", k.domain[i]),
+                            (false, _) => format!("(r / {stride}L) % {}L", k.domain[i]),
+                        };
+                        let _ = writeln!(s, "{indent}const long d{i} = {e};");
+                    }
+                }
+                None => {
+                    for (i, ext) in k.domain.iter().enumerate().skip(p) {
+                        let _ =
+                            writeln!(s, "{indent}for (long d{i} = 0; d{i} < {ext}L; ++d{i}) {{");
+                        indent.push_str("  ");
+                    }
+                }
             }
             // The four channels of an image output share their input texels: each is read once
             // per step, into a `float4` (see the elementwise case below).
@@ -906,13 +1005,7 @@ impl Cx<'_> {
             for (&c, g) in channels.iter().zip(&guards) {
                 let dims = dims_of(c);
                 let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
-                let a = format!("acc{}", suffix(c));
-                let update = match comb {
-                    Combine::Add => format!("{a} += {v};"),
-                    Combine::Max => {
-                        format!("{{ const float v = {v}; {a} = (isnan(v) || v > {a}) ? v : {a}; }}")
-                    }
-                };
+                let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
                 match g {
                     Some(g) => {
                         let _ = writeln!(lines, "{indent}if ({g}) {update}");
@@ -924,9 +1017,35 @@ impl Cx<'_> {
             }
             self.declare_texels(&mut s, &indent, &guards);
             s.push_str(&lines);
-            for i in (p..n).rev() {
-                indent.truncate(indent.len() - 2);
-                let _ = writeln!(s, "{indent}}} // d{i}");
+            if let Some(g) = group {
+                s.push_str("  }\n");
+                let acc = |c: Option<u64>| format!("acc{}", suffix(c));
+                let slot = |c: usize, off: &str| match c as u64 * g {
+                    0 => format!("fbc_red[lid{off}]"),
+                    base => format!("fbc_red[{base} + lid{off}]"),
+                };
+                for (ci, &c) in channels.iter().enumerate() {
+                    let _ = writeln!(s, "  {} = {};", slot(ci, ""), acc(c));
+                }
+                s.push_str("  barrier(CLK_LOCAL_MEM_FENCE);\n");
+                let _ = writeln!(
+                    s,
+                    "  for (int h = {}; h > 0; h >>= 1) {{\n    if (lid < h) {{",
+                    g / 2
+                );
+                for (ci, &c) in channels.iter().enumerate() {
+                    let a = acc(c);
+                    let update = combine_into(comb, &a, &slot(ci, " + h"));
+                    let _ = writeln!(s, "      {update} {} = {a};", slot(ci, ""));
+                }
+                s.push_str(
+                    "    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n  if (lid != 0) return;\n",
+                );
+            } else {
+                for i in (p..n).rev() {
+                    indent.truncate(indent.len() - 2);
+                    let _ = writeln!(s, "{indent}}} // d{i}");
+                }
             }
             for &c in &channels {
                 let mut dims = dims_of(c);
@@ -1002,13 +1121,20 @@ impl Cx<'_> {
             let _ = writeln!(s, "  {}", self.buffer_store(&off, &v, &dims));
         }
         s.push_str("}\n");
-        let g = opts.group_1d.clamp(1, opts.max_group.max(1));
+        let (global, g) = match group {
+            Some(g) => (items * g, g),
+            None => {
+                let g = opts.group_1d.clamp(1, opts.max_group.max(1));
+                (items.div_ceil(g).max(1) * g, g)
+            }
+        };
         Ok(Emitted {
             source: s,
-            global: vec![items.div_ceil(g).max(1) * g],
+            global: vec![global],
             local: Some(vec![g]),
             tiled: false,
             checked: self.checked,
+            shape: None,
         })
     }
 
@@ -1078,6 +1204,24 @@ impl Cx<'_> {
         if m * n < 256 || kk < 8 || batches == 0 {
             return Ok(None);
         }
+        let shape =
+            super::tuning::shape_key(batches, m, n, kk, [a, b, out].map(|i| self.is_image(i)));
+        let tuned = opts.tuned.get(&shape);
+        let (group0, params) = match tuned {
+            Some(t) => (t.group, t.params()),
+            None => (opts.group, opts.contraction),
+        };
+        let tuned_comment;
+        let comment = match tuned {
+            Some(t) => {
+                tuned_comment = format!(
+                    "{comment}// Tuned for this device (fbc tune, shape {shape}): group [{}, {}], per_item [{}, {}], tile_k {}, local_vector {}, stage_along_k {}.\n",
+                    t.group[0], t.group[1], t.per_item[0], t.per_item[1], t.tile_k, t.local_vector, t.stage_along_k
+                );
+                tuned_comment.as_str()
+            }
+            None => comment,
+        };
         let mut dims: Vec<String> = (0..nd).map(|i| format!("d{i}")).collect();
         let mut batch_decl = String::new();
         for (d, e) in flatten(&split.batch, "bz", &k.domain) {
@@ -1158,7 +1302,7 @@ impl Cx<'_> {
             let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
             format!("x{out}[{}] = {v};", self.coord(out, 0, &s_dims)?)
         };
-        let mut group = opts.group;
+        let mut group = group0;
         while group[0] * group[1] > opts.max_group && (group[0] > 1 || group[1] > 1) {
             if group[0] >= group[1] {
                 group[0] = (group[0] / 2).max(1);
@@ -1186,11 +1330,10 @@ impl Cx<'_> {
         // A buffer operand whose offset steps by one along the innermost reduction dimension and
         // not along its innermost row (column) is staged with the reduction fastest.
         let along_k = |i: usize, outer: &[usize]| {
-            opts.contraction.stage_along_k
+            params.stage_along_k
                 && self.unit_stride(i, nd - 1)
                 && !outer.last().is_some_and(|&d| self.unit_stride(i, d))
         };
-        let params = &opts.contraction;
         let most = params.per_item.map(|p| u64::from(p.max(1)));
         let mut c = fbc_kernels::Contraction {
             name: &k.name,
@@ -1245,6 +1388,7 @@ impl Cx<'_> {
             local: Some(vec![group[0], group[1], 1]),
             tiled: true,
             checked: false,
+            shape: Some(shape),
         }))
     }
 }

@@ -179,6 +179,10 @@ pub struct Launch {
     pub bytes: u64,
     /// Whether the kernel is the tiled contraction (else the plain one).
     pub tiled: bool,
+    /// A tiled contraction's shape class (`tuning::shape_key`), the key of `fbc tune`'s
+    /// database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<String>,
     /// Present when the kernel checks accesses the compiler could not prove in range (a
     /// data-dependent `xK[e]` load): it then takes the run's error buffer
     /// (`FAULT_INTS` ints, zero-filled once per run) as one more, last, argument, and a failed

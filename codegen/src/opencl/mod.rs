@@ -9,6 +9,7 @@
 mod dedup;
 pub mod kernel;
 pub mod manifest;
+pub mod tuning;
 mod writer;
 
 pub use kernel::{Emitted, KernelOptions, FAULT_DIMS, FAULT_INTS};
@@ -16,4 +17,5 @@ pub use manifest::{
     Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc, StorageKind,
     TensorDesc, MANIFEST_VERSION,
 };
+pub use tuning::{shape_key, DeviceTuning, Tuned, TuningDb, TUNING_VERSION};
 pub use writer::{substitute_kernel, Error, Options, Output, Writer};

@@ -473,6 +473,7 @@ impl FuncWriter<'_> {
             flops: kernel::kernel_flops(&k),
             bytes,
             tiled: e.tiled,
+            shape: e.shape,
             fault_id: e.checked.then_some(fault_id),
         }));
         if let Some(id) = snapshot {

@@ -199,6 +199,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub half_images: bool,
 
+    /// Tuned contraction parameters (`fbc tune`) to use for the device (default: the database
+    /// in the cache directory, where it has entries for the device).
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<std::path::PathBuf>,
+
     /// When contractions split their reduction into parallel chunks (lower-to-memory's
     /// `split-k`): auto, off or a chunk count N; several (`auto,off`) run side by side, each
     /// with every strategy.
@@ -237,6 +242,9 @@ pub struct StrategyFigures {
     pub peak_bytes: u64,
     /// plan-memory's statistics, when it ran.
     pub plan_memory: std::collections::BTreeMap<String, f64>,
+    /// Host time to enqueue one launch (argument setting and `clEnqueueNDRangeKernel`; kernel
+    /// objects are reused across runs), the mean over a run's launches of the median run.
+    pub host_ns_per_launch: u64,
 }
 
 /// Rates in units per second, 0 for no time.
@@ -255,6 +263,7 @@ pub fn figures(
     f: &fbc_codegen::opencl::FunctionManifest,
     medians: &[u64],
     plan_memory: std::collections::BTreeMap<String, f64>,
+    launch_host_ns: u64,
 ) -> StrategyFigures {
     let kernels: Vec<KernelFigures> = f
         .launches()
@@ -284,6 +293,7 @@ pub fn figures(
         gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
         peak_bytes: f.peak_bytes,
         plan_memory,
+        host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
         kernels,
     }
 }
@@ -293,7 +303,7 @@ pub fn table(s: &StrategyFigures) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes",
+        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes, host {:.1} us per launch",
         s.strategy,
         s.level,
         s.kernel_count,
@@ -302,7 +312,8 @@ pub fn table(s: &StrategyFigures) -> String {
         s.total_ns as f64 * 1e-6,
         s.gflops,
         s.gbps,
-        s.peak_bytes
+        s.peak_bytes,
+        s.host_ns_per_launch as f64 * 1e-3
     );
     let _ = writeln!(
         t,
@@ -379,6 +390,7 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
             &a.profile,
             lowering,
             !a.plain_kernels,
+            rc::device_tuning(a.tuning.as_deref(), &a.device),
         )?;
         let fname = c.module.func(c.func).name.clone();
         let inputs = crate::run_cmd::io::read_inputs(
@@ -415,7 +427,7 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         } else {
             format!("{} split-k={split_k}", s.cli_name())
         };
-        runs.push(figures(&label, level, f, &medians, plan));
+        runs.push(figures(&label, level, f, &medians, plan, res.launch_host_ns));
     }
     let base = runs.first().map_or(0, |r| r.total_ns);
     let ratios: Vec<(String, f64)> = runs

@@ -16,6 +16,7 @@ Examples:
   fbc simplify-index '(d0 * 64 + d1) mod 64' --range d0=0:512 --range d1=0:64 --json
   fbc model.fbir -O3 --target mali -o out/             OpenCL C + launch manifest in out/
   fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
+  fbc tune model.fbir --device 0 --budget 120          tune its contractions for the device
   fbc passes                                           list passes and their options
   fbc targets                                          list hardware profiles";
 
@@ -60,6 +61,8 @@ pub enum Command {
     BenchParse(BenchParseArgs),
     /// Run a module's kernels on a device and report the time, GFLOP/s and GB/s of each.
     Bench(crate::bench::BenchArgs),
+    /// Time contraction parameter sets on a device and store the fastest per shape class.
+    Tune(crate::tuning::TuneArgs),
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +179,12 @@ pub struct CompileArgs {
     /// store, arithmetic in f32): half the texture memory. With `--emit opencl`.
     #[arg(long)]
     pub half_images: bool,
+
+    /// Tuned contraction parameters (`fbc tune`): with `--emit opencl`, the entries of the
+    /// first device of the database whose name contains one of the target profile's devices
+    /// (default: the database in the cache directory).
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<PathBuf>,
 
     /// When contractions split their reduction into parallel chunks (lower-to-memory's
     /// `split-k`): auto (where the output cannot fill the device), off, or a chunk count N.

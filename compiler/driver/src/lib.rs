@@ -16,6 +16,7 @@ mod opencl_emit;
 mod output;
 pub mod report;
 mod run_cmd;
+pub mod tuning;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -187,6 +188,7 @@ impl Driver {
                 output::write_text(None, &fbc_target::summary_table(&profiles))
             }
             Some(Command::SimplifyIndex(a)) => cli::simplify_index(a),
+            Some(Command::Tune(a)) => tuning::tune(self, a),
             Some(Command::Bench(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
                 bench::device(self, a)
@@ -247,7 +249,8 @@ impl Driver {
                     },
                     &a.instr,
                 )?;
-                let out = opencl_emit::generate(&module, &target, true)?;
+                let tuned = tuning::load(a.tuning.as_deref(), tuning::For::Profile(&target));
+                let out = opencl_emit::generate(&module, &target, true, tuned)?;
                 let dir = match &a.output {
                     Some(d) => d.clone(),
                     None => opencl_emit::default_dir(&module, path),

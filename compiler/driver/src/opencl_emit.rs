@@ -102,15 +102,18 @@ fn lower_for(
 }
 
 /// Writes OpenCL C for a lowered module with the kernel shapes of hardware profile `profile`
-/// (`tiled`: the tiled contraction kernel where it applies); a launch the writer cannot handle is
+/// (`tiled`: the tiled contraction kernel where it applies; `tuned`: `fbc tune`'s parameters by
+/// contraction shape class); a launch the writer cannot handle is
 /// an input error at its location (exit 1).
 pub(crate) fn generate(
     module: &Module,
     profile: &fbc_target::HardwareProfile,
     tiled: bool,
+    tuned: crate::tuning::Entries,
 ) -> Result<Output, Failure> {
     let mut kernels = KernelOptions::for_target(profile);
     kernels.tiled = tiled;
+    kernels.tuned = tuned;
     let opts = Options { kernels, ..Options::default() };
     Writer::new(opts).write(module).map_err(|e| Failure::Input(format!("{e}\n")))
 }

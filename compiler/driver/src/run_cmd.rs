@@ -124,6 +124,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub half_images: bool,
 
+    /// With `--target opencl`: tuned contraction parameters (`fbc tune`) to use for the device
+    /// (default: the database in the cache directory, where it has entries for the device).
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<PathBuf>,
+
     /// With `--target opencl|cpu-jit`: when contractions split their reduction into parallel
     /// chunks (lower-to-memory's `split-k`): auto, off, or a chunk count N.
     #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = crate::cli::parse_split_k)]

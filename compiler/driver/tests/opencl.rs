@@ -157,6 +157,50 @@ fn matmul_reductions_and_norms() {
     run_cases(&cases);
 }
 
+/// Reductions with few outputs and at least 128 values each run a work-group per output (a tree
+/// in local memory combines the work-items' partial results): reductions along one and along
+/// several dimensions, lengths that are and are not multiples of the group, into buffers and
+/// (at -O3) R-Tile images, each matching the interpreter.
+#[test]
+fn long_reductions_run_a_work_group_per_output() {
+    let r = "%x: tensor<6x300xf32>";
+    let cases = vec![
+        ("long_softmax", module(r, "  %r = tensor.softmax %x {axis = -1}", "tensor<6x300xf32>")),
+        ("long_reduce_max", module(r, "  %r = tensor.reduce_max %x {axes = [1]}", "tensor<6xf32>")),
+        (
+            "long_reduce_sum_two_axes",
+            module(
+                "%x: tensor<9x3x40xf32>",
+                "  %r = tensor.reduce_sum %x {axes = [0, 2], keepdim = true}",
+                "tensor<1x3x1xf32>",
+            ),
+        ),
+        (
+            "long_rmsnorm",
+            module(
+                "%x: tensor<4x257xf32>, %g: tensor<257xf32>",
+                "  %r = tensor.rmsnorm %x, %g",
+                "tensor<4x257xf32>",
+            ),
+        ),
+        (
+            "long_layernorm",
+            module(
+                "%x: tensor<5x128xf32>, %g: tensor<128xf32>, %b: tensor<128xf32>",
+                "  %r = tensor.layernorm %x, %g, %b {axis = 1, eps = 1.0e-3}",
+                "tensor<5x128xf32>",
+            ),
+        ),
+    ];
+    if have_device() {
+        let p = write_tmp("long_softmax_src.fbir", &cases[0].1);
+        let src = emitted(&p, "long_softmax_src");
+        assert!(src.contains("One work-group of 256 per output"), "{src}");
+        assert!(src.contains("barrier(CLK_LOCAL_MEM_FENCE)"), "{src}");
+    }
+    run_cases(&cases);
+}
+
 fn unary_to(op: &str, attrs: &str, ret: &str) -> String {
     module(X, &format!("  %r = tensor.{op} %x {attrs}"), ret)
 }
@@ -655,6 +699,11 @@ fn bench_json_has_the_documented_shape() {
         assert_eq!(r["kernel_count"].as_u64(), Some(kernels.len() as u64));
         assert!(r["conversion_kernels"].as_u64() <= Some(kernels.len() as u64));
         assert!(r["peak_bytes"].as_u64().is_some_and(|b| b > 0), "{r}");
+        // Enqueueing a launch costs the host some time, never a second.
+        assert!(
+            r["host_ns_per_launch"].as_u64().is_some_and(|n| n > 0 && n < 1_000_000_000),
+            "{r}"
+        );
         let total: u64 = kernels.iter().map(|k| k["median_ns"].as_u64().unwrap_or(0)).sum();
         assert_eq!(r["total_ns"].as_u64(), Some(total));
         for k in kernels {
@@ -707,8 +756,14 @@ fn every_contraction_parameter_set_matches_the_reference_executor() {
     }
     let shapes: [(u64, u64, u64); 5] =
         [(37, 29, 9), (70, 130, 67), (512, 8, 40), (300, 2, 33), (64, 64, 64)];
-    let params: [([u32; 2], u32); 6] =
-        [([1, 1], 1), ([2, 8], 4), ([8, 2], 64), ([8, 8], 16), ([4, 4], 16), ([8, 4], 8)];
+    // Edge register blocks and k steps, then every parameter set `fbc tune` may pick.
+    let edges: [fbc::tuning::Candidate; 3] = [
+        ([16, 16], [1, 1], 1, 4, true),
+        ([16, 16], [2, 8], 4, 4, true),
+        ([16, 16], [8, 2], 64, 1, true),
+    ];
+    let params: Vec<fbc::tuning::Candidate> =
+        edges.iter().chain(fbc::tuning::CANDIDATES).copied().collect();
     for (m, n, k) in shapes {
         let text = common::main_module(
             &format!("%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>"),
@@ -718,14 +773,8 @@ fn every_contraction_parameter_set_matches_the_reference_executor() {
         let original = common::parse(&text);
         let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
         for o3 in [false, true] {
-            for (per_item, tile_k) in params {
-                let mut profile = fbc_target::builtin("generic").expect("generic");
-                profile.contraction = fbc_target::ContractionParams {
-                    per_item,
-                    tile_k,
-                    stage_along_k: tile_k != 8,
-                    local_vector: if tile_k == 64 { 1 } else { 4 },
-                };
+            for &cand in &params {
+                let profile = fbc_target::builtin("generic").expect("generic");
                 let lowered = if o3 {
                     common::lower_o3(&text, false, &profile).expect("lowers").0
                 } else {
@@ -735,13 +784,10 @@ fn every_contraction_parameter_set_matches_the_reference_executor() {
                 let want = fbc_runtime::interp::Interpreter::new(&lowered)
                     .run_id(f, inputs.clone())
                     .expect("reference executor");
-                let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+                let kernels = fbc::tuning::with_candidate(&profile, cand);
                 let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
                 let out = fbc_codegen::opencl::Writer::new(opts).write(&lowered).expect("OpenCL C");
-                let case = format!(
-                    "{m}x{n}x{k} -O{} per_item {per_item:?} tile_k {tile_k}",
-                    if o3 { 3 } else { 0 }
-                );
+                let case = format!("{m}x{n}x{k} -O{} {cand:?}", if o3 { 3 } else { 0 });
                 assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
                 let got = fbc_runtime::opencl::run(
                     &out.source,
@@ -1093,5 +1139,101 @@ fn undecided_accesses_are_checked_and_refuted_ones_never_run() {
         );
         assert!(!out.exists());
         assert!(start.elapsed().as_secs() < 10, "{target}: {:?}", start.elapsed());
+    }
+}
+
+/// Every file of a `--dump-kernels` directory, concatenated.
+fn dumped(dir: &std::path::Path) -> String {
+    let mut names: Vec<_> =
+        std::fs::read_dir(dir).expect("dump dir").flatten().map(|e| e.path()).collect();
+    names.sort();
+    names.iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect()
+}
+
+/// `fbc tune` times parameter sets on the device and writes a database keyed by the device's
+/// name and driver and by shape class; the next run on that device writes the contraction with
+/// the tuned parameters (its comment says so) and still matches the interpreter. A database for
+/// another device, of another version or cut short is ignored with a warning (exit 0, results
+/// still checked), never an error.
+#[test]
+fn tune_writes_a_database_that_runs_use_and_unusable_ones_are_ignored() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("tune");
+    let file = common::write(
+        &dir,
+        "mm.fbir",
+        common::main_module(
+            "%a: tensor<64x96xf32>, %b: tensor<96x80xf32>",
+            "  %r = tensor.matmul %a, %b : (tensor<64x96xf32>, tensor<96x80xf32>) -> tensor<64x80xf32>",
+            "tensor<64x80xf32>",
+        )
+        .as_bytes(),
+    );
+    let db = dir.join("tuning.json");
+    let db_s = db.to_string_lossy().into_owned();
+    let o =
+        common::fbc(&["tune", &file, "-O0", "--budget", "1", "--repeat", "1", "--tuning", &db_s]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let shape = "b1_m64_n80_k96_bbb";
+    assert!(o.stdout.contains(shape) && o.stdout.contains("wrote"), "{}", o.stdout);
+    let text = std::fs::read_to_string(&db).expect("database written");
+    let parsed = fbc_codegen::opencl::TuningDb::parse(&text).expect("parses");
+    let devices = fbc_runtime::opencl::devices();
+    let dev = &devices[0];
+    let entries = parsed.for_device(&dev.name, &dev.driver).expect("entries for the device");
+    let t = entries.shapes.get(shape).expect("the matmul's shape class");
+    assert!(t.ns > 0 && t.ns <= t.default_ns, "{t:?}");
+    // The run uses it.
+    let run = |db: &str, tag: &str| {
+        let dump = dir.join(format!("dump-{tag}"));
+        let d = dump.to_string_lossy().into_owned();
+        let o = common::fbc(&[
+            "run",
+            &file,
+            "--target",
+            "opencl",
+            "-O0",
+            "--random-inputs",
+            "3",
+            "--check",
+            "--tuning",
+            db,
+            "--dump-kernels",
+            &d,
+        ]);
+        assert_eq!(o.code, 0, "{tag}: {}", o.stderr);
+        assert!(o.stdout.contains("check passed"), "{tag}: {}", o.stdout);
+        (o.stderr, dumped(&dump))
+    };
+    let (err, src) = run(&db_s, "tuned");
+    assert!(err.is_empty(), "{err}");
+    let want = format!(
+        "// Tuned for this device (fbc tune, shape {shape}): group [{}, {}], per_item [{}, {}], tile_k {}",
+        t.group[0], t.group[1], t.per_item[0], t.per_item[1], t.tile_k
+    );
+    assert!(src.contains(&want), "{want}\n{src}");
+    // Unusable databases.
+    let foreign =
+        text.replace(&format!("\"device\": \"{}\"", dev.name), "\"device\": \"Other GPU\"");
+    let version = text.replacen("\"version\": 1", "\"version\": 7", 1);
+    let cut = &text[..text.len() / 2];
+    for (tag, body, why) in [
+        (
+            "foreign",
+            foreign.as_str(),
+            format!("no entries for {} (driver {}); it has Other GPU", dev.name, dev.driver),
+        ),
+        ("version", version.as_str(), "version 7 (this fbc reads version 1)".to_string()),
+        ("cut", cut, "EOF while parsing".to_string()),
+    ] {
+        let p = common::write(&dir, &format!("{tag}.json"), body.as_bytes());
+        let (err, src) = run(&p, tag);
+        assert!(
+            err.contains(&format!("fbc: warning: ignoring tuning database {p}: {why}")),
+            "{tag}: {err}"
+        );
+        assert!(!src.contains("Tuned for this device"), "{tag}");
     }
 }

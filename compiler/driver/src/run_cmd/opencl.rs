@@ -60,6 +60,7 @@ pub(crate) fn compile(
     profile: &str,
     lowering: fbc_transforms::LoweringOptions,
     tiled: bool,
+    tuned: crate::tuning::Entries,
 ) -> Result<Compiled, Failure> {
     let target = crate::hardware_profile(profile)?;
     let (file, module) = driver.load(path)?;
@@ -80,7 +81,7 @@ pub(crate) fn compile(
     let fname = module.func(func).name.clone();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;
     super::check_memory(&file, &lowered, lfunc, f32)?;
-    let out = crate::opencl_emit::generate(&lowered, &target, tiled)?;
+    let out = crate::opencl_emit::generate(&lowered, &target, tiled, tuned)?;
     Ok(Compiled { file, module, func, lowered, out, stats })
 }
 
@@ -183,6 +184,20 @@ fn fault_at(lowered: &Module, file: &SourceFile, location: &str, message: &str) 
     }
 }
 
+/// The tuned contraction parameters (`fbc tune`) of the device `--device` selects, from
+/// `--tuning FILE` or the default database; none when there is no such device (the run then
+/// says so).
+#[cfg(feature = "opencl")]
+pub(crate) fn device_tuning(explicit: Option<&Path>, device: &str) -> crate::tuning::Entries {
+    match fbc_runtime::opencl::device(&fbc_runtime::opencl::DeviceSel::parse(device)) {
+        Ok(d) => crate::tuning::load(
+            explicit,
+            crate::tuning::For::Device { name: &d.name, driver: &d.driver },
+        ),
+        Err(_) => crate::tuning::Entries::default(),
+    }
+}
+
 #[cfg(feature = "opencl")]
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     use fbc_runtime::interp::Mode;
@@ -201,6 +216,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         &a.profile,
         a.lowering(),
         true,
+        device_tuning(a.tuning.as_deref(), &a.device),
     )?;
     let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = module.func(func).name.clone();

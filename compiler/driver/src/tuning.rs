@@ -1,0 +1,349 @@
+//! Tuned contraction parameters: where the database lives, reading it (a file that cannot be used
+//! is a warning, never an error: the profile's defaults apply), and `fbc tune`, which writes it.
+//!
+//! `fbc tune FILE --device D` compiles the function once for the hardware profile, then writes
+//! its OpenCL C once per candidate parameter set ([`CANDIDATES`], the profile's own first) and
+//! times every run on the device; each tiled contraction launch carries its shape class
+//! (`fbc_codegen::opencl::shape_key`), and each class keeps the candidate whose launches took the
+//! least device time. The winners go into the database under the device's name and driver
+//! version, merged with what it held. `fbc run --target opencl` and `fbc bench` use the entries
+//! of the device they run on; `fbc FILE --target T` those of the first device whose name
+//! contains one of the profile's `devices`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fbc_codegen::opencl::{Tuned, TuningDb};
+
+/// Tuned entries by shape class, as the OpenCL writer takes them.
+pub(crate) type Entries = Arc<BTreeMap<String, Tuned>>;
+
+/// The database `fbc tune` writes and the other commands read without `--tuning`:
+/// `tuning.json` in the cache directory (next to the program-binary cache).
+pub(crate) fn default_path() -> Option<PathBuf> {
+    fbc_runtime::cache_dir().map(|d| d.join("tuning.json"))
+}
+
+/// Which entries of a database apply.
+pub(crate) enum For<'a> {
+    /// Those measured on this device (name, driver version).
+    Device { name: &'a str, driver: &'a str },
+    /// Those of the first device named by the profile (`devices`): a compile with no device.
+    Profile(&'a fbc_target::HardwareProfile),
+}
+
+/// Reads the database at `explicit` (`--tuning FILE`), else at [`default_path`], and returns the
+/// entries that apply. A default database that does not exist is silently absent; any other
+/// database that cannot be read, does not parse, has another version or has no entries for the
+/// device is reported on standard error and ignored.
+pub(crate) fn load(explicit: Option<&Path>, want: For<'_>) -> Entries {
+    let Some(path) = explicit.map(Path::to_path_buf).or_else(default_path) else {
+        return Entries::default();
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if explicit.is_none() && e.kind() == std::io::ErrorKind::NotFound => {
+            return Entries::default()
+        }
+        Err(e) => return ignored(&path, &e.to_string()),
+    };
+    let db = match TuningDb::parse(&text) {
+        Ok(db) => db,
+        Err(e) => return ignored(&path, &e),
+    };
+    let found = match want {
+        For::Device { name, driver } => db.for_device(name, driver).ok_or_else(|| {
+            let have: Vec<String> =
+                db.devices.iter().map(|d| format!("{} (driver {})", d.device, d.driver)).collect();
+            format!(
+                "no entries for {name} (driver {driver}); it has {}",
+                if have.is_empty() { "none".to_string() } else { have.join(", ") }
+            )
+        }),
+        For::Profile(p) => db.for_names(&p.devices).ok_or_else(|| {
+            format!("no entries for a device of profile `{}` ({})", p.name, p.devices.join(", "))
+        }),
+    };
+    match found {
+        Ok(d) => Arc::new(d.shapes.clone()),
+        // A default database for other devices is normal (a machine with two devices): say so
+        // only for a file the user named.
+        Err(e) if explicit.is_some() => ignored(&path, &e),
+        Err(_) => Entries::default(),
+    }
+}
+
+fn ignored(path: &Path, why: &str) -> Entries {
+    eprintln!(
+        "fbc: warning: ignoring tuning database {}: {why}; using the hardware profile's contraction parameters",
+        path.display()
+    );
+    Entries::default()
+}
+
+/// A candidate parameter set of the tuner: work-group `[x, y]`, register block `[columns, rows]`,
+/// `tile_k`, `local_vector`, `stage_along_k`.
+pub type Candidate = ([u64; 2], [u32; 2], u32, u32, bool);
+
+/// The parameter sets `fbc tune` times besides the profile's own: the register blocks, k steps,
+/// group shapes and staging orders that won some contraction on the devices measured so far
+/// (the H200 sweep of `tests/bench/h200.sh`), and smaller ones for narrow products and devices
+/// with little local memory.
+pub const CANDIDATES: &[Candidate] = &[
+    ([16, 16], [4, 4], 16, 4, true),
+    ([16, 16], [4, 4], 32, 4, true),
+    ([16, 16], [4, 8], 16, 4, true),
+    ([16, 16], [4, 8], 32, 4, true),
+    ([16, 16], [8, 4], 16, 4, true),
+    ([16, 16], [8, 8], 16, 4, true),
+    ([16, 16], [8, 8], 8, 4, true),
+    ([16, 16], [8, 8], 16, 4, false),
+    ([32, 8], [4, 4], 16, 4, true),
+    ([32, 8], [4, 8], 16, 4, true),
+    ([32, 8], [4, 4], 32, 4, true),
+    ([16, 8], [8, 8], 16, 4, true),
+    ([8, 8], [8, 8], 16, 4, true),
+    ([16, 16], [4, 4], 16, 1, true),
+    ([8, 8], [4, 4], 16, 4, true),
+    ([8, 8], [2, 2], 8, 1, true),
+];
+
+/// Kernel options of `profile` with candidate `c` for every contraction.
+pub fn with_candidate(
+    profile: &fbc_target::HardwareProfile,
+    c: Candidate,
+) -> fbc_codegen::opencl::KernelOptions {
+    let mut k = fbc_codegen::opencl::KernelOptions::for_target(profile);
+    k.group = c.0;
+    k.contraction = fbc_target::ContractionParams {
+        per_item: c.1,
+        tile_k: c.2,
+        local_vector: c.3,
+        stage_along_k: c.4,
+    };
+    k
+}
+
+/// `fbc tune`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct TuneArgs {
+    /// The `.fbir` file whose contractions are tuned.
+    pub file: PathBuf,
+
+    /// OpenCL device: its number in `fbc devices`, or part of its name.
+    #[arg(long, value_name = "N|NAME", default_value = "0")]
+    pub device: String,
+
+    /// Hardware profile the module is lowered for: a builtin name or a profile file (`.toml`).
+    #[arg(long, default_value = "generic")]
+    pub profile: String,
+
+    /// Optimisation level (default: 3).
+    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub opt_level: Option<u8>,
+
+    /// The function to run (default: the module's only function, else `main`).
+    #[arg(long, value_name = "NAME")]
+    pub entry: Option<String>,
+
+    /// Most seconds to spend on candidates after the profile's own parameters (always timed);
+    /// the candidates not reached are left out.
+    #[arg(long, value_name = "SECONDS", default_value = "300")]
+    pub budget: f64,
+
+    /// Timed runs per candidate after one warm-up run; each launch's time is the median.
+    #[arg(long, default_value = "3")]
+    pub repeat: usize,
+
+    /// The database to update (default: `tuning.json` in the cache directory).
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<PathBuf>,
+
+    /// Seed of the random inputs.
+    #[arg(long, value_name = "SEED", default_value = "1")]
+    pub seed: u64,
+}
+
+#[cfg(not(feature = "opencl"))]
+pub(crate) fn tune(_driver: &crate::Driver, _a: &TuneArgs) -> Result<(), crate::Failure> {
+    Err(crate::Failure::Usage(
+        "not yet supported: this fbc was built without the `opencl` feature \
+         (cargo build --features opencl)"
+            .into(),
+    ))
+}
+
+/// `fbc tune`: see the module documentation.
+#[cfg(feature = "opencl")]
+pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Failure> {
+    use crate::run_cmd::opencl as rc;
+    use crate::Failure;
+    use fbc_codegen::opencl::{DeviceTuning, Options, Writer};
+    use fbc_runtime::opencl::{DeviceSel, RunOptions};
+
+    let sel = DeviceSel::parse(&a.device);
+    let dev = fbc_runtime::opencl::device(&sel).map_err(|e| Failure::Usage(e.to_string()))?;
+    let profile = crate::hardware_profile(&a.profile)?;
+    let lowering = fbc_transforms::LoweringOptions::default();
+    let level = a.opt_level.unwrap_or(3);
+    let strategy = crate::cli::LayoutStrategy::Fblayout;
+    let c = rc::compile(
+        driver,
+        &a.file,
+        a.entry.as_deref(),
+        level,
+        strategy,
+        &a.profile,
+        lowering,
+        true,
+        Entries::default(),
+    )?;
+    let fname = c.module.func(c.func).name.clone();
+    let inputs = crate::run_cmd::io::read_inputs(
+        &c.module,
+        c.func,
+        None,
+        Some(a.seed),
+        fbc_runtime::interp::Mode::F32,
+        &c.file.name,
+    )?;
+    let own = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+    let own: Candidate = (
+        own.group,
+        own.contraction.per_item,
+        own.contraction.tile_k,
+        own.contraction.local_vector,
+        own.contraction.stage_along_k,
+    );
+    let mut candidates = vec![own];
+    candidates.extend(CANDIDATES.iter().copied().filter(|&c| c != own));
+    // Device time of each shape class's launches under each candidate (None: not run).
+    let mut times: BTreeMap<String, Vec<Option<u64>>> = BTreeMap::new();
+    let mut launches: BTreeMap<String, usize> = BTreeMap::new();
+    let bar = indicatif::ProgressBar::new(candidates.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "tuning {bar:30} {pos}/{len} parameter sets, {elapsed} ({msg})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let start = std::time::Instant::now();
+    let mut skipped = 0usize;
+    for (i, &cand) in candidates.iter().enumerate() {
+        if i > 0 && start.elapsed().as_secs_f64() > a.budget {
+            skipped = candidates.len() - i;
+            break;
+        }
+        bar.set_message(format!(
+            "group {:?} per_item {:?} tile_k {} local_vector {}",
+            cand.0, cand.1, cand.2, cand.3
+        ));
+        let opts = Options { kernels: with_candidate(&profile, cand), ..Options::default() };
+        let out =
+            Writer::new(opts).write(&c.lowered).map_err(|e| Failure::Input(format!("{e}\n")))?;
+        let run_opts =
+            RunOptions { device: sel.clone(), repeat: a.repeat.max(1), ..RunOptions::default() };
+        let res = match fbc_runtime::opencl::run(
+            &out.source,
+            &out.manifest,
+            &fname,
+            &inputs,
+            &run_opts,
+        ) {
+            Ok(r) => r,
+            // The profile's own parameters must run; a candidate the device refuses (too much
+            // local memory, too large a group) is left out.
+            Err(e) if i > 0 => {
+                bar.println(format!("candidate {cand:?} does not run here: {e}"));
+                bar.inc(1);
+                continue;
+            }
+            Err(e) => return Err(rc::device_failure(&c.file.name, &e)),
+        };
+        let f = out
+            .manifest
+            .function(&fname)
+            .ok_or_else(|| Failure::Usage(format!("no function @{fname} in the manifest")))?;
+        let mut here: BTreeMap<String, u64> = BTreeMap::new();
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for (l, t) in f.launches().zip(&res.launches) {
+            if let Some(shape) = &l.shape {
+                *here.entry(shape.clone()).or_default() += t.median_ns();
+                *count.entry(shape.clone()).or_default() += 1;
+            }
+        }
+        for (shape, ns) in here {
+            let row = times.entry(shape).or_insert_with(|| vec![None; candidates.len()]);
+            row[i] = Some(ns);
+        }
+        if i == 0 {
+            launches = count;
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mut shapes = BTreeMap::new();
+    let mut report = format!(
+        "{} on {} (driver {}), profile {}: {} of {} parameter sets timed, {:.1} s\n  {:<32} {:>8} {:>11} {:>11} {:>7}  parameters\n",
+        c.file.name,
+        dev.name,
+        dev.driver,
+        profile.name,
+        candidates.len() - skipped,
+        candidates.len(),
+        start.elapsed().as_secs_f64(),
+        "shape class",
+        "launches",
+        "default ms",
+        "tuned ms",
+        "speedup"
+    );
+    for (shape, row) in &times {
+        let Some(default_ns) = row[0] else { continue };
+        let (best, ns) = row
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .min_by_key(|&(i, t)| (t, i))
+            .unwrap_or((0, default_ns));
+        let (group, per_item, tile_k, local_vector, stage_along_k) = candidates[best];
+        shapes.insert(
+            shape.clone(),
+            Tuned { group, per_item, tile_k, local_vector, stage_along_k, ns, default_ns },
+        );
+        report.push_str(&format!(
+            "  {:<32} {:>8} {:>11.4} {:>11.4} {:>6.2}x  group {group:?} per_item {per_item:?} tile_k {tile_k} local_vector {local_vector}{}\n",
+            shape,
+            launches.get(shape).copied().unwrap_or(0),
+            default_ns as f64 * 1e-6,
+            ns as f64 * 1e-6,
+            default_ns as f64 / ns.max(1) as f64,
+            if stage_along_k { "" } else { " rows-first" },
+        ));
+    }
+    let path = a.tuning.clone().or_else(default_path).ok_or_else(|| {
+        Failure::Usage("no cache directory (set FBC_CACHE_DIR) and no --tuning FILE".into())
+    })?;
+    let mut db = match std::fs::read_to_string(&path) {
+        Ok(text) => TuningDb::parse(&text).unwrap_or_else(|e| {
+            eprintln!("fbc: warning: replacing tuning database {}: {e}", path.display());
+            TuningDb::default()
+        }),
+        Err(_) => TuningDb::default(),
+    };
+    db.merge(DeviceTuning {
+        device: dev.name.clone(),
+        driver: dev.driver.clone(),
+        profile: profile.name.clone(),
+        shapes,
+    });
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    crate::output::write_atomic(&path, db.to_json().as_bytes())?;
+    report.push_str(&format!("wrote {}\n", path.display()));
+    print!("{report}");
+    Ok(())
+}
