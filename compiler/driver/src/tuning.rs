@@ -26,6 +26,7 @@ pub(crate) fn default_path() -> Option<PathBuf> {
 }
 
 /// Which entries of a database apply.
+#[derive(Clone, Copy)]
 pub(crate) enum For<'a> {
     /// Those measured on this device (name, driver version).
     Device { name: &'a str, driver: &'a str },
