@@ -11,6 +11,7 @@
 //! uses the checked forms (`fbc_idivc`, `fbc_imodc`, `fbc_tointc`), which record a division by
 //! zero or `int(NaN)` in the error buffer like a failed bounds check.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 
@@ -342,7 +343,8 @@ enum Ty {
 
 /// A piece of an expression's text: literal text, or the text of node `n` (see `Cx::scalar`).
 enum Piece {
-    Lit(String),
+    /// Text: mostly the fixed punctuation and calls around operands, borrowed.
+    Lit(Cow<'static, str>),
     Of(usize),
 }
 
@@ -645,26 +647,38 @@ impl Cx<'_> {
         };
         let of = |i: usize| vec![Of(kids[i])];
         // `pre` a `mid` b `post`.
-        let join = |pre: &str, a: Vec<Piece>, mid: &str, b: Vec<Piece>, post: &str| {
-            let mut v = vec![Lit(pre.to_string())];
+        fn join(
+            pre: impl Into<Cow<'static, str>>,
+            a: Vec<Piece>,
+            mid: impl Into<Cow<'static, str>>,
+            b: Vec<Piece>,
+            post: impl Into<Cow<'static, str>>,
+        ) -> Vec<Piece> {
+            let mut v = Vec::with_capacity(a.len() + b.len() + 3);
+            v.push(Lit(pre.into()));
             v.extend(a);
-            v.push(Lit(mid.to_string()));
+            v.push(Lit(mid.into()));
             v.extend(b);
-            v.push(Lit(post.to_string()));
+            v.push(Lit(post.into()));
             v
-        };
-        let wrap = |pre: &str, a: Vec<Piece>, post: &str| {
-            let mut v = vec![Lit(pre.to_string())];
+        }
+        fn wrap(
+            pre: impl Into<Cow<'static, str>>,
+            a: Vec<Piece>,
+            post: impl Into<Cow<'static, str>>,
+        ) -> Vec<Piece> {
+            let mut v = Vec::with_capacity(a.len() + 2);
+            v.push(Lit(pre.into()));
             v.extend(a);
-            v.push(Lit(post.to_string()));
+            v.push(Lit(post.into()));
             v
-        };
+        }
         Ok(match e {
-            Scalar::Float(v) => (vec![Lit(flit(*v))], Ty::F),
-            Scalar::Int(v) => (vec![Lit(int_lit(*v))], Ty::I),
+            Scalar::Float(v) => (vec![Lit(flit(*v).into())], Ty::F),
+            Scalar::Int(v) => (vec![Lit(int_lit(*v).into())], Ty::I),
             Scalar::In(i) => {
                 let (s, t) = self.read(*i, env.dims)?;
-                (vec![Lit(s)], t)
+                (vec![Lit(s.into())], t)
             }
             Scalar::Load(i, offset) => {
                 if *i >= self.types.len() || self.is_image(*i) {
@@ -677,9 +691,9 @@ impl Cx<'_> {
                     // The checked load's call around the offset's text.
                     let call = self.checked_load(*i, "\u{0}", 2, env.dims);
                     let (pre, post) = call.split_once('\u{0}').unwrap_or((&call, ""));
-                    wrap(pre, of(0), post)
+                    wrap(pre.to_string(), of(0), post.to_string())
                 } else {
-                    wrap(&format!("x{i}["), of(0), "]")
+                    wrap(format!("x{i}["), of(0), "]")
                 };
                 if self.types[*i].elem == ElemType::I32 {
                     (wrap("(long)", v, ""), Ty::I)
@@ -688,13 +702,18 @@ impl Cx<'_> {
                 }
             }
             Scalar::Dim(d) => (
-                vec![Lit(env.dims.get(*d).ok_or(format!("d{d}: no such dimension"))?.clone())],
+                vec![Lit(env
+                    .dims
+                    .get(*d)
+                    .ok_or(format!("d{d}: no such dimension"))?
+                    .clone()
+                    .into())],
                 Ty::I,
             ),
-            Scalar::Acc => (vec![Lit(env.acc.to_string())], Ty::F),
+            Scalar::Acc => (vec![Lit(env.acc.to_string().into())], Ty::F),
             Scalar::Un(op, _) => {
                 let t = ty(0);
-                let call = |name: &str| (wrap(&format!("{name}("), f(0), ")"), Ty::F);
+                let call = |name: &str| (wrap(format!("{name}("), f(0), ")"), Ty::F);
                 match op {
                     ScalarUn::Neg if t == Ty::I => (wrap("fbc_ineg(", of(0), ")"), Ty::I),
                     ScalarUn::Neg => (wrap("(-", of(0), ")"), t),
@@ -712,7 +731,7 @@ impl Cx<'_> {
                     ScalarUn::Floor => (wrap("floor(", of(0), ")"), Ty::F),
                     ScalarUn::ToInt if t == Ty::I => (of(0), Ty::I),
                     ScalarUn::ToInt if self.checked => {
-                        (wrap("fbc_tointc(", of(0), &self.arith_fault_args(env.dims)), Ty::I)
+                        (wrap("fbc_tointc(", of(0), self.arith_fault_args(env.dims)), Ty::I)
                     }
                     ScalarUn::ToInt => (wrap("fbc_toint(", of(0), ")"), Ty::I),
                     ScalarUn::ToFloat => (f(0), Ty::F),
@@ -722,7 +741,7 @@ impl Cx<'_> {
                 let int = ty(0) == Ty::I && ty(1) == Ty::I;
                 let cmp = |o: &str| {
                     let (x, y) = if int { (of(0), of(1)) } else { (f(0), f(1)) };
-                    (join("(long)(", x, &format!(" {o} "), y, ")"), Ty::I)
+                    (join("(long)(", x, format!(" {o} "), y, ")"), Ty::I)
                 };
                 match op {
                     ScalarBin::Lt => cmp("<"),
@@ -746,7 +765,7 @@ impl Cx<'_> {
                             ScalarBin::Div | ScalarBin::Rem if divisor_checked => {
                                 let f =
                                     if *op == ScalarBin::Div { "fbc_idivc(" } else { "fbc_imodc(" };
-                                join(f, x, ", ", y, &self.arith_fault_args(env.dims))
+                                join(f, x, ", ", y, self.arith_fault_args(env.dims))
                             }
                             ScalarBin::Add => join("fbc_iadd(", x, ", ", y, ")"),
                             ScalarBin::Sub => join("fbc_isub(", x, ", ", y, ")"),

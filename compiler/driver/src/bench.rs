@@ -340,18 +340,13 @@ pub fn table(s: &StrategyFigures) -> String {
 
 #[cfg(not(feature = "opencl"))]
 pub(crate) fn device(_driver: &crate::Driver, _a: &BenchArgs) -> Result<(), crate::Failure> {
-    Err(crate::Failure::Usage(
-        "not yet supported: this fbc was built without the `opencl` feature \
-         (cargo build --features opencl)"
-            .into(),
-    ))
+    Err(crate::run_cmd::opencl::no_opencl())
 }
 
 #[cfg(feature = "opencl")]
 pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate::Failure> {
     use crate::run_cmd::opencl as rc;
     use crate::Failure;
-    use fbc_runtime::interp::Mode;
     use fbc_runtime::opencl::{DeviceSel, RunOptions};
 
     if a.target != "opencl" {
@@ -392,15 +387,8 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
             !a.plain_kernels,
             rc::device_tuning(a.tuning.as_deref(), &a.device),
         )?;
-        let fname = c.module.func(c.func).name.clone();
-        let inputs = crate::run_cmd::io::read_inputs(
-            &c.module,
-            c.func,
-            None,
-            Some(a.seed),
-            Mode::F32,
-            &c.file.name,
-        )?;
+        let fname = c.entry_name();
+        let inputs = c.inputs(None, Some(a.seed))?;
         let opts = RunOptions {
             device: DeviceSel::parse(&a.device),
             repeat: a.repeat.max(1),

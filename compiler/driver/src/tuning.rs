@@ -29,6 +29,7 @@ pub(crate) fn default_path() -> Option<PathBuf> {
 #[derive(Clone, Copy)]
 pub(crate) enum For<'a> {
     /// Those measured on this device (name, driver version).
+    #[cfg_attr(not(feature = "opencl"), allow(dead_code))]
     Device { name: &'a str, driver: &'a str },
     /// Those of the first device named by the profile (`devices`): a compile with no device.
     Profile(&'a fbc_target::HardwareProfile),
@@ -110,6 +111,12 @@ pub const CANDIDATES: &[Candidate] = &[
     ([8, 8], [2, 2], 8, 1, true),
 ];
 
+/// The parameter set `k` uses (the inverse of [`with_candidate`]).
+pub fn candidate_of(k: &fbc_codegen::opencl::KernelOptions) -> Candidate {
+    let c = &k.contraction;
+    (k.group, c.per_item, c.tile_k, c.local_vector, c.stage_along_k)
+}
+
 /// Kernel options of `profile` with candidate `c` for every contraction.
 pub fn with_candidate(
     profile: &fbc_target::HardwareProfile,
@@ -168,11 +175,7 @@ pub struct TuneArgs {
 
 #[cfg(not(feature = "opencl"))]
 pub(crate) fn tune(_driver: &crate::Driver, _a: &TuneArgs) -> Result<(), crate::Failure> {
-    Err(crate::Failure::Usage(
-        "not yet supported: this fbc was built without the `opencl` feature \
-         (cargo build --features opencl)"
-            .into(),
-    ))
+    Err(crate::run_cmd::opencl::no_opencl())
 }
 
 /// `fbc tune`: see the module documentation.
@@ -200,23 +203,9 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
         true,
         Entries::default(),
     )?;
-    let fname = c.module.func(c.func).name.clone();
-    let inputs = crate::run_cmd::io::read_inputs(
-        &c.module,
-        c.func,
-        None,
-        Some(a.seed),
-        fbc_runtime::interp::Mode::F32,
-        &c.file.name,
-    )?;
-    let own = fbc_codegen::opencl::KernelOptions::for_target(&profile);
-    let own: Candidate = (
-        own.group,
-        own.contraction.per_item,
-        own.contraction.tile_k,
-        own.contraction.local_vector,
-        own.contraction.stage_along_k,
-    );
+    let fname = c.entry_name();
+    let inputs = c.inputs(None, Some(a.seed))?;
+    let own = candidate_of(&fbc_codegen::opencl::KernelOptions::for_target(&profile));
     let mut candidates = vec![own];
     candidates.extend(CANDIDATES.iter().copied().filter(|&c| c != own));
     // Device time of each shape class's launches under each candidate (None: not run).

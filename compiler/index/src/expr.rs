@@ -177,7 +177,20 @@ pub enum Expr {
     Max(Box<Expr>, Box<Expr>),
 }
 
+/// The name of map dimension `k`, `d{k}` (the convention of every index map in fbc), without the
+/// formatting machinery for the common ranks: lowering names dimensions for every operand of
+/// every op.
+pub fn dim_name(k: usize) -> String {
+    const NAMES: [&str; 8] = ["d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"];
+    NAMES.get(k).map_or_else(|| format!("d{k}"), |n| (*n).to_string())
+}
+
 impl Expr {
+    /// The map dimension `d{k}` ([`dim_name`]).
+    pub fn dim(k: usize) -> Expr {
+        Expr::Var(dim_name(k))
+    }
+
     /// A variable.
     pub fn var(name: impl Into<String>) -> Expr {
         Expr::Var(name.into())

@@ -92,7 +92,7 @@ mod rules;
 mod simplify;
 mod verify;
 
-pub use expr::{neg, BinOp, Expr};
+pub use expr::{dim_name, neg, BinOp, Expr};
 pub use interval::Interval;
 pub use map::{IndexMap, MapError};
 pub use parse::{ParseError, MAX_DEPTH, MAX_NESTING};

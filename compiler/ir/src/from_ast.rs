@@ -79,6 +79,12 @@ pub fn build_module(ast: &ast::Module, registry: &OpRegistry) -> Result<Module, 
         b.module.func_mut(id).attrs = attrs;
         ids.push(id);
     }
+    // One op per AST op and a value per result and argument: no regrowth on large modules.
+    let ops: usize = ast.funcs.iter().map(|f| f.body.len()).sum();
+    let values: usize =
+        ast.funcs.iter().flat_map(|f| &f.body).map(|o| o.results.len()).sum::<usize>();
+    b.module.ops.reserve(ops);
+    b.module.values.reserve(values);
     for (f, id) in ast.funcs.iter().zip(ids) {
         b.body(f, id);
     }

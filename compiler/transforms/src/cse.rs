@@ -1,16 +1,51 @@
 //! `cse`: merges pure ops that compute the same thing.
 //!
-//! Two ops are the same when they have the same definition, operands, attributes and result types.
-//! Bodies are single blocks, so an earlier identical op always dominates a later one.
+//! Two ops are the same when they have the same definition, operands (in any order for a
+//! commutative op), attributes and result types. Bodies are single blocks, so an earlier
+//! identical op always dominates a later one.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
-use fbc_ir::{Attr, Diagnostic, Module, Pass, PassContext, Type, Value};
+use smallvec::SmallVec;
+
+use fbc_ir::{Diagnostic, Module, Op, Pass, PassContext, Value};
 
 #[derive(Debug, Default)]
 pub struct Cse;
 
-type Key = (&'static str, Vec<Value>, Vec<(String, Attr)>, Vec<Type>);
+/// The operands as compared: sorted for a commutative op.
+fn operands(m: &Module, op: Op) -> SmallVec<[Value; 3]> {
+    let d = m.op(op);
+    let mut v = d.operands.clone();
+    if d.def.traits.commutative {
+        v.sort_unstable();
+    }
+    v
+}
+
+/// A hash of everything that makes two ops the same (see [`same`]).
+fn key_hash(m: &Module, op: Op) -> u64 {
+    let d = m.op(op);
+    let mut h = DefaultHasher::new();
+    d.def.name.hash(&mut h);
+    operands(m, op).hash(&mut h);
+    d.attrs.hash(&mut h);
+    for &r in &d.results {
+        m.value_type(r).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Whether `a` and `b` compute the same values.
+fn same(m: &Module, a: Op, b: Op) -> bool {
+    let (da, db) = (m.op(a), m.op(b));
+    da.def.name == db.def.name
+        && da.attrs == db.attrs
+        && da.results.len() == db.results.len()
+        && da.results.iter().zip(&db.results).all(|(&x, &y)| m.value_type(x) == m.value_type(y))
+        && operands(m, a) == operands(m, b)
+}
 
 impl Pass for Cse {
     fn name(&self) -> &str {
@@ -20,34 +55,30 @@ impl Pass for Cse {
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
         let mut merged = 0;
         for f in 0..m.funcs.len() {
-            let mut seen: HashMap<Key, Vec<Value>> = HashMap::new();
+            let body = m.funcs[f].body.clone();
+            // The pure ops seen so far by key hash; ops of equal hash are compared in full.
+            let mut seen: HashMap<u64, SmallVec<[Op; 1]>> = HashMap::with_capacity(body.len());
             let mut dead = Vec::new();
-            for op in m.funcs[f].body.clone() {
-                let d = m.op(op);
-                if !d.def.traits.pure {
+            for op in body {
+                if !m.op(op).def.traits.pure {
                     continue;
                 }
-                let mut operands = d.operands.to_vec();
-                if d.def.traits.commutative {
-                    operands.sort();
-                }
-                let key: Key = (
-                    d.def.name,
-                    operands,
-                    d.attrs.clone(),
-                    d.results.iter().map(|&r| m.value_type(r).clone()).collect(),
-                );
-                let results = d.results.to_vec();
-                match seen.get(&key) {
+                let candidates = seen.entry(key_hash(m, op)).or_default();
+                match candidates.iter().copied().find(|&prev| same(m, prev, op)) {
                     Some(prev) => {
-                        for (old, new) in results.iter().zip(prev.clone()) {
-                            m.replace_all_uses(*old, new);
+                        let pairs: SmallVec<[(Value, Value); 1]> = m
+                            .op(op)
+                            .results
+                            .iter()
+                            .copied()
+                            .zip(m.op(prev).results.iter().copied())
+                            .collect();
+                        for (old, new) in pairs {
+                            m.replace_all_uses(old, new);
                         }
                         dead.push(op);
                     }
-                    None => {
-                        seen.insert(key, results);
-                    }
+                    None => candidates.push(op),
                 }
             }
             merged += dead.len();

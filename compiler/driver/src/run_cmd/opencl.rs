@@ -48,6 +48,24 @@ pub(crate) struct Compiled {
     pub stats: fbc_ir::pass::Statistics,
 }
 
+impl Compiled {
+    /// The entry function's name.
+    pub(crate) fn entry_name(&self) -> String {
+        self.module.func(self.func).name.clone()
+    }
+
+    /// The entry's arguments as `f32` values: from the safetensors file `given`, random from
+    /// `seed` for those it does not give.
+    pub(crate) fn inputs(
+        &self,
+        given: Option<&Path>,
+        seed: Option<u64>,
+    ) -> Result<Vec<fbc_runtime::interp::Value>, Failure> {
+        let f32 = fbc_runtime::interp::Mode::F32;
+        super::io::read_inputs(&self.module, self.func, given, seed, f32, &self.file.name)
+    }
+}
+
 /// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` with `lowering` (e.g.
 /// image2d textures of `f16`) and writes OpenCL C (`tiled`: contractions get the tiled kernel).
 #[allow(clippy::too_many_arguments)]
@@ -108,8 +126,10 @@ pub(crate) fn substituted_source(out: &Output, subs: &[String]) -> Result<String
     Ok(current.source)
 }
 
+/// The answer of every OpenCL command (`run --target opencl`, `bench`, `tune`) in a build
+/// without the `opencl` feature.
 #[cfg(not(feature = "opencl"))]
-fn no_opencl() -> Failure {
+pub(crate) fn no_opencl() -> Failure {
     Failure::Usage(
         "not yet supported: this fbc was built without the `opencl` feature \
          (cargo build --features opencl)"
@@ -200,7 +220,6 @@ pub(crate) fn device_tuning(explicit: Option<&Path>, device: &str) -> crate::tun
 
 #[cfg(feature = "opencl")]
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
-    use fbc_runtime::interp::Mode;
     use fbc_runtime::opencl::{DeviceSel, RunOptions};
 
     if a.f64 {
@@ -219,15 +238,8 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         device_tuning(a.tuning.as_deref(), &a.device),
     )?;
     let (file, module, func) = (&c.file, &c.module, c.func);
-    let fname = module.func(func).name.clone();
-    let inputs = super::io::read_inputs(
-        module,
-        func,
-        a.inputs.as_deref(),
-        a.random_inputs,
-        Mode::F32,
-        &file.name,
-    )?;
+    let fname = c.entry_name();
+    let inputs = c.inputs(a.inputs.as_deref(), a.random_inputs)?;
     if let Some(dir) = &a.dump_kernels {
         crate::opencl_emit::dump_kernels(&c.out, module, &a.file, dir)?;
     }

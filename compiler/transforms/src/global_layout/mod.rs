@@ -224,7 +224,7 @@ struct Retile {
 
 /// A physical plan of one function: `P` per value, and the requirements it violates.
 struct Sim {
-    phys: HashMap<Value, Layout>,
+    phys: plan::PhysTable,
     /// (reader, operand index, required layout) where `P` differs.
     converts: Vec<(Op, usize, Layout)>,
     compute_s: f64,
@@ -748,7 +748,7 @@ impl GlobalLayout {
         let arr: Arrangement =
             (0..ctx.anchors.len()).map(|k| plan.anchor_layout(k).clone()).collect();
         let sim = Sim {
-            phys: plan.phys_map(),
+            phys: plan.phys_table(),
             converts: plan.converts(),
             compute_s: plan.compute_s(),
             convert_s: plan.convert_s(),

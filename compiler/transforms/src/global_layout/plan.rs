@@ -699,18 +699,9 @@ impl<'a> Planner<'a> {
         out
     }
 
-    /// The physical layout of every argument and op result of the function.
-    pub(super) fn phys_map(&self) -> HashMap<Value, Layout> {
-        let mut out = HashMap::new();
-        for &a in &self.args {
-            out.insert(a, self.phys(a).clone());
-        }
-        for &op in &self.body {
-            for &r in &self.m.op(op).results {
-                out.insert(r, self.phys(r).clone());
-            }
-        }
-        out
+    /// The physical layout of every value of the function, as a table by value index.
+    pub(super) fn phys_table(&self) -> PhysTable {
+        PhysTable { ids: self.phys.clone(), layouts: self.layouts.clone() }
     }
 
     /// Everything the state determines, for comparing two planners.
@@ -735,6 +726,18 @@ impl<'a> Planner<'a> {
             converts: self.converts(),
             cost_bits: [self.compute_s().to_bits(), self.convert_s().to_bits()],
         }
+    }
+}
+
+/// The physical layout of each value of a planned function (values made later have none).
+pub(super) struct PhysTable {
+    ids: Vec<Lid>,
+    layouts: Vec<Layout>,
+}
+
+impl PhysTable {
+    pub(super) fn get(&self, v: &Value) -> Option<&Layout> {
+        self.ids.get(v.index()).map(|&l| &self.layouts[l as usize])
     }
 }
 

@@ -18,11 +18,11 @@ use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap, Attr, Module, Op};
 
 fn dims(rank: usize) -> Vec<String> {
-    (0..rank).map(|k| format!("d{k}")).collect()
+    (0..rank).map(fbc_index::dim_name).collect()
 }
 
 fn d(k: usize) -> Expr {
-    Expr::Var(format!("d{k}"))
+    Expr::dim(k)
 }
 
 /// `y = transpose(x, perm)`: `y.shape[k] = x.shape[perm[k]]`, so `x[a]` is read from the result
@@ -84,15 +84,23 @@ pub fn reshape_map(in_shape: &[u64], out_shape: &[u64]) -> IndexMap {
 
 /// `y = broadcast(x, shape)`: NumPy alignment at the last axis; size-1 axes read index 0.
 pub fn broadcast_map(in_shape: &[u64], out_shape: &[u64]) -> IndexMap {
+    IndexMap {
+        dims: dims(out_shape.len()),
+        symbols: Vec::new(),
+        results: broadcast_results(in_shape, out_shape),
+    }
+}
+
+/// The results of [`broadcast_map`] alone.
+pub fn broadcast_results(in_shape: &[u64], out_shape: &[u64]) -> Vec<Expr> {
     let lead = out_shape.len() - in_shape.len();
-    let results = in_shape
+    in_shape
         .iter()
         .enumerate()
         .map(
             |(a, &n)| if n == 1 && out_shape[a + lead] != 1 { Expr::Const(0) } else { d(a + lead) },
         )
-        .collect();
-    IndexMap { dims: dims(out_shape.len()), symbols: Vec::new(), results }
+        .collect()
 }
 
 /// The result-to-operand map of a chain op, `None` for ops that are not index remappings.

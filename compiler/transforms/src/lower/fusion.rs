@@ -19,7 +19,7 @@
 use fbc_dialects::memory::scalar::MAX_TREE_DEPTH;
 use fbc_dialects::memory::Scalar;
 
-use super::{compose, identity, LKernel, Lower, Operand, Tid};
+use super::{compose, LKernel, Lower, Operand, Tid};
 
 /// Rebuilds `e` bottom-up, replacing every node for which `f` returns `Some`.
 pub(crate) fn map_scalar(e: &Scalar, f: &mut dyn FnMut(&Scalar) -> Option<Scalar>) -> Scalar {
@@ -41,17 +41,6 @@ pub(crate) fn map_scalar(e: &Scalar, f: &mut dyn FnMut(&Scalar) -> Option<Scalar
     }
 }
 
-/// Whether `e` reads domain indices or explicit offsets (then it cannot move to another domain).
-pub(crate) fn uses_dims(e: &Scalar) -> bool {
-    let mut found = false;
-    e.visit(&mut |s| {
-        if matches!(s, Scalar::Dim(_) | Scalar::Load(..)) {
-            found = true;
-        }
-    });
-    found
-}
-
 /// Renumbers operand reads: `In(k)` → `In(to[k])`, `Load(k, ..)` likewise.
 fn renumber(e: &Scalar, to: &[usize]) -> Scalar {
     map_scalar(e, &mut |s| match s {
@@ -65,18 +54,6 @@ fn renumber(e: &Scalar, to: &[usize]) -> Scalar {
 /// is copied at each read, so sizes could otherwise grow exponentially with the chain.
 pub(crate) const MAX_FUSED_NODES: usize = 4096;
 
-/// Depth and node count of `e` in one walk.
-fn measure(e: &Scalar) -> (usize, usize) {
-    let mut stack = vec![(e, 1usize)];
-    let (mut depth, mut size) = (0, 0);
-    while let Some((e, d)) = stack.pop() {
-        depth = depth.max(d);
-        size += 1;
-        stack.extend(e.children().map(|c| (c, d + 1)));
-    }
-    (depth, size)
-}
-
 /// Reads of operand slots `slots` in `e` (`In(i)` for `i` in it).
 fn reads_of(e: &Scalar, slots: &[bool]) -> usize {
     let mut n = 0;
@@ -88,26 +65,80 @@ fn reads_of(e: &Scalar, slots: &[bool]) -> usize {
     n
 }
 
-/// Whether fusing `p` into `k` (reading `p`'s output `t`) keeps every payload within
-/// [`MAX_TREE_DEPTH`] and [`MAX_FUSED_NODES`], from bounds that hold before the merge: a read of
-/// `t` at depth at most `depth(K)` replaced by a tree of depth `depth(P)` gives at most
-/// `depth(K) - 1 + depth(P)`, and each read adds at most `size(P)` nodes.
-fn fits(p: &LKernel, k: &LKernel, t: Tid, epilogue: bool) -> bool {
-    let slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
-    let inserted =
-        if epilogue { p.epilogue.as_ref().map_or((1, 1), measure) } else { measure(&p.body) };
-    let ok = |e: &Scalar| {
-        let (d, n) = measure(e);
-        let reads = reads_of(e, &slots);
-        d - 1 + inserted.0 <= MAX_TREE_DEPTH
-            && n.saturating_add(reads.saturating_mul(inserted.1)) <= MAX_FUSED_NODES
-    };
-    if epilogue {
-        // K's body becomes P's epilogue; P's body stays.
-        ok(&k.body)
-    } else {
-        ok(&k.body) && k.epilogue.as_ref().is_none_or(ok)
+/// What fusion needs to know of a payload: its depth, its node count and whether it reads domain
+/// indices or explicit offsets (`Dim`, `Load`: then it cannot move to another domain). Kept per kernel and derived for a fused payload
+/// from its parts, so a long chain is not walked again at every merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    depth: usize,
+    size: usize,
+    dims: bool,
+}
+
+impl Shape {
+    /// The shape of `e` itself.
+    fn of(e: &Scalar) -> Shape {
+        Shape::substituted(e, &[], Shape { depth: 1, size: 1, dims: false })
     }
+
+    /// The shape of `e` once every read `In(i)` with `slots[i]` is replaced by a payload of
+    /// shape `inserted`, from one walk of `e`.
+    fn substituted(e: &Scalar, slots: &[bool], inserted: Shape) -> Shape {
+        let mut out = Shape { depth: 0, size: 0, dims: false };
+        let mut stack = vec![(e, 1usize)];
+        while let Some((e, d)) = stack.pop() {
+            let replaced = matches!(e, Scalar::In(i) if slots.get(*i).copied().unwrap_or(false));
+            let (depth, size) = if replaced {
+                out.dims |= inserted.dims;
+                (d - 1 + inserted.depth, inserted.size)
+            } else {
+                out.dims |= matches!(e, Scalar::Dim(_) | Scalar::Load(..));
+                (d, 1)
+            };
+            out.depth = out.depth.max(depth);
+            out.size = out.size.saturating_add(size);
+            stack.extend(e.children().map(|c| (c, d + 1)));
+        }
+        out
+    }
+
+    fn fits(self) -> bool {
+        self.depth <= MAX_TREE_DEPTH && self.size <= MAX_FUSED_NODES
+    }
+}
+
+/// The shapes of a kernel's body and epilogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shapes {
+    body: Shape,
+    epilogue: Option<Shape>,
+}
+
+impl Shapes {
+    fn of(k: &LKernel) -> Shapes {
+        Shapes { body: Shape::of(&k.body), epilogue: k.epilogue.as_ref().map(Shape::of) }
+    }
+}
+
+/// The shapes of the kernel fusing `p` into `k` (reading `p`'s output `t`), or `None` when a
+/// payload would exceed [`MAX_TREE_DEPTH`] or [`MAX_FUSED_NODES`]. Walks `k`'s payloads only.
+fn fused_shapes(ps: Shapes, k: &LKernel, t: Tid, epilogue: bool) -> Option<Shapes> {
+    let slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
+    let shapes = if epilogue {
+        // K's body becomes P's epilogue (with P's result `acc` for T); P's body stays.
+        let acc = ps.epilogue.unwrap_or(Shape { depth: 1, size: 1, dims: false });
+        let e = Shape::substituted(&k.body, &slots, acc);
+        // `into_epilogue` drops an epilogue that is `acc` itself.
+        let is_acc =
+            ps.epilogue.is_none() && matches!(k.body, Scalar::In(i) if slots.get(i) == Some(&true));
+        Shapes { body: ps.body, epilogue: (!is_acc).then_some(e) }
+    } else {
+        Shapes {
+            body: Shape::substituted(&k.body, &slots, ps.body),
+            epilogue: k.epilogue.as_ref().map(|e| Shape::substituted(e, &slots, ps.body)),
+        }
+    };
+    (shapes.body.fits() && shapes.epilogue.is_none_or(Shape::fits)).then_some(shapes)
 }
 
 /// [`renumber`] without rebuilding the tree.
@@ -146,17 +177,18 @@ fn renumber_in_place(e: &mut Scalar, to: &[usize]) {
 /// tensor stays in storage and a long chain becomes several kernels.
 pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
     let mut u = uses(l);
+    let mut shapes: Vec<Shapes> = l.kernels.iter().map(Shapes::of).collect();
     let mut kernels: Vec<Option<LKernel>> =
         std::mem::take(&mut l.kernels).into_iter().map(Some).collect();
     let mut refused: Vec<bool> = vec![false; l.tensors.len()];
     let mut fused = 0;
     for k in 0..kernels.len() {
-        while let Some((p, t, epilogue)) = find(l, &kernels, &u, &refused, k) {
-            let (Some(pk), Some(kk)) = (&kernels[p], &kernels[k]) else { break };
-            if !fits(pk, kk, t, epilogue) {
+        while let Some((p, t, epilogue)) = find(l, &kernels, &shapes, &u, &refused, k) {
+            let Some(kk) = &kernels[k] else { break };
+            let Some(merged_shapes) = fused_shapes(shapes[p], kk, t, epilogue) else {
                 refused[t] = true;
                 continue;
-            }
+            };
             let (Some(pk), Some(kk)) = (kernels[p].take(), kernels[k].take()) else { break };
             for old in [&pk, &kk] {
                 for r in distinct(&old.inputs) {
@@ -164,10 +196,12 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
                 }
             }
             let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(pk, kk) };
+            debug_assert_eq!(merged_shapes, Shapes::of(&merged), "derived payload shapes");
             for r in distinct(&merged.inputs) {
                 u.readers[r] += 1;
             }
             kernels[k] = Some(merged);
+            shapes[k] = merged_shapes;
             fused += 1;
         }
     }
@@ -224,19 +258,26 @@ fn uses(l: &Lower<'_>) -> Uses {
     u
 }
 
-/// Whether `p` computes all of its output pointwise over the output's own index space.
-fn pointwise(k: &LKernel, shape: &[u64]) -> bool {
+/// Whether `p` (of payload shapes `ps`) computes all of its output pointwise over the output's
+/// own index space.
+fn pointwise(k: &LKernel, ps: Shapes, shape: &[u64]) -> bool {
     !shape.is_empty()
         && k.combine.is_none()
         && k.domain == shape
-        && k.out.map == identity(shape.len())
-        && !uses_dims(&k.body)
+        && !ps.body.dims
+        && is_identity(&k.out.map, shape.len())
+}
+
+/// Whether `map` is the identity of `rank` dimensions.
+fn is_identity(map: &[fbc_index::Expr], rank: usize) -> bool {
+    map.len() == rank && super::is_identity(map)
 }
 
 /// The next fusion into kernel `k`: (producer index, the tensor, as epilogue).
 fn find(
     l: &Lower<'_>,
     kernels: &[Option<LKernel>],
+    shapes: &[Shapes],
     u: &Uses,
     refused: &[bool],
     k: usize,
@@ -268,20 +309,20 @@ fn find(
         // more points than T has (a broadcast, a matmul reading T per column) would
         // recompute the producer's body.
         let numel: u64 = shape.iter().product();
-        if pointwise(pk, shape) && kk.domain.iter().product::<u64>() == numel {
+        if pointwise(pk, shapes[p], shape) && kk.domain.iter().product::<u64>() == numel {
             return Some((p, t, false));
         }
         // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
         let reads_identity =
-            kk.inputs.iter().filter(|i| i.t == t).all(|i| i.map == identity(shape.len()));
+            kk.inputs.iter().filter(|i| i.t == t).all(|i| is_identity(&i.map, shape.len()));
         if pk.combine.is_some()
             && kk.combine.is_none()
             && reads_identity
             && kk.domain == *shape
             && !shape.is_empty()
-            && kk.out.map == identity(shape.len())
-            && !uses_dims(&kk.body)
-            && pk.epilogue.as_ref().is_none_or(|e| !uses_dims(e))
+            && is_identity(&kk.out.map, shape.len())
+            && !shapes[k].body.dims
+            && shapes[p].epilogue.is_none_or(|e| !e.dims)
         {
             return Some((p, t, true));
         }

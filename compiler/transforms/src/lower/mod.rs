@@ -323,7 +323,7 @@ pub(crate) type Sid = usize;
 pub(crate) type Map = Vec<Expr>;
 
 pub(crate) fn dim(k: usize) -> Expr {
-    Expr::Var(format!("d{k}"))
+    Expr::dim(k)
 }
 
 pub(crate) fn identity(rank: usize) -> Map {
@@ -332,9 +332,26 @@ pub(crate) fn identity(rank: usize) -> Map {
 
 /// Substitutes `d_k := with[k]` in every expression of `map` (simultaneously).
 pub(crate) fn compose(map: &[Expr], with: &[Expr]) -> Map {
+    // Exact shortcuts for the common case of elementwise chains: an identity `map` selects
+    // `with`, and an identity `with` leaves `map` as it is.
+    if map.len() <= with.len() && is_identity(map) {
+        return with[..map.len()].to_vec();
+    }
+    if is_identity(with) {
+        return map.to_vec();
+    }
     let subst: HashMap<String, Expr> =
-        with.iter().enumerate().map(|(k, e)| (format!("d{k}"), e.clone())).collect();
+        with.iter().enumerate().map(|(k, e)| (fbc_index::dim_name(k), e.clone())).collect();
     map.iter().map(|e| e.substitute_all(&subst)).collect()
+}
+
+/// Whether `map` is `(d0, d1, ...)`.
+pub(crate) fn is_identity(map: &[Expr]) -> bool {
+    map.iter().enumerate().all(|(k, e)| {
+        matches!(e, Expr::Var(v) if v.strip_prefix('d').is_some_and(|n| {
+            n.parse::<usize>() == Ok(k) && (n.len() == 1 || !n.starts_with('0'))
+        }))
+    })
 }
 
 /// A tensor with storage: a value computed by kernels, an argument, or a temporary of a
@@ -367,6 +384,24 @@ pub(crate) struct Access {
     pub map: Option<Map>,
     /// The ops whose views `map` composes (`tensor.transpose`, `layout.remap`, ...).
     pub via: Vec<&'static str>,
+}
+
+/// How each value of the function is read, by value index (a dense table: every op result
+/// gets one).
+#[derive(Debug)]
+pub(crate) struct Accesses(Vec<Option<Access>>);
+
+impl Accesses {
+    pub(crate) fn get(&self, v: &Value) -> Option<&Access> {
+        self.0.get(v.index()).and_then(Option::as_ref)
+    }
+
+    pub(crate) fn insert(&mut self, v: Value, a: Access) {
+        if self.0.len() <= v.index() {
+            self.0.resize(v.index() + 1, None);
+        }
+        self.0[v.index()] = Some(a);
+    }
 }
 
 /// One operand of a logical kernel: a tensor read (or written) at `map` (domain → tensor index).
@@ -420,7 +455,7 @@ pub(crate) struct Lower<'m> {
     pub half_images: bool,
     pub tensors: Vec<Tensor>,
     pub storages: Vec<StorageObj>,
-    pub access: HashMap<Value, Access>,
+    pub access: Accesses,
     pub kernels: Vec<LKernel>,
     /// Tensors the function returns (never fused away).
     pub pinned: Vec<Tid>,
@@ -468,7 +503,7 @@ impl<'m> Lower<'m> {
             half_images,
             tensors: Vec::new(),
             storages: Vec::new(),
-            access: HashMap::new(),
+            access: Accesses(vec![None; m.values.len()]),
             kernels: Vec::new(),
             pinned: Vec::new(),
             results: Vec::new(),
@@ -581,14 +616,16 @@ impl<'m> Lower<'m> {
 
     /// How value `v` is read; an error (not a panic) for a value with no storage.
     pub(crate) fn access_of(&self, v: Value, span: Span) -> Result<Access, Diagnostic> {
-        self.access.get(&v).cloned().ok_or_else(|| {
-            located(span, format!("operand of type {} has no storage", self.m.value_type(v)))
-        })
+        self.access.get(&v).cloned().ok_or_else(|| self.no_access(v, span))
+    }
+
+    fn no_access(&self, v: Value, span: Span) -> Diagnostic {
+        located(span, format!("operand of type {} has no storage", self.m.value_type(v)))
     }
 
     /// The operand reading value `v` at `map` (domain → `v`'s index), through `v`'s views.
     pub(crate) fn read(&self, v: Value, map: Map, span: Span) -> Result<Operand, Diagnostic> {
-        let a = self.access_of(v, span)?;
+        let Some(a) = self.access.get(&v) else { return Err(self.no_access(v, span)) };
         let map = match &a.map {
             None => map,
             Some(view) => compose(view, &map),
@@ -654,6 +691,10 @@ impl<'m> Lower<'m> {
     /// Lowers every op of the body into logical kernels.
     fn lower_body(&mut self) -> Result<(), Diagnostic> {
         let body = self.m.func(self.f).body.clone();
+        // Most ops make one kernel and one tensor: no regrowth of these vectors on large bodies.
+        self.kernels.reserve(body.len());
+        self.tensors.reserve(body.len());
+        self.storages.reserve(body.len());
         for op in body {
             let d = self.m.op(op);
             if d.def.is("func.return") {

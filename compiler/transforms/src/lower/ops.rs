@@ -9,12 +9,12 @@
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U};
 use fbc_index::Expr;
-use fbc_ir::{Attr, Diagnostic, ElemType, Op, Span, Value};
+use fbc_ir::{Attr, Diagnostic, ElemType, Module, Op, Span, Value};
 
 use super::{
     dim, domain_of, identity, located, value_name, Access, LKernel, Lower, Map, Operand, Tid,
 };
-use crate::index_elim::maps::{broadcast_map, reshape_map, to_index_map, transpose_map};
+use crate::index_elim::maps::{broadcast_results, reshape_map, to_index_map, transpose_map};
 
 // ----- scalar builders -----
 
@@ -305,8 +305,7 @@ impl Lower<'_> {
         if shape.is_empty() {
             return self.read(v, Vec::new(), span);
         }
-        let m = broadcast_map(&shape, out_shape);
-        self.read(v, m.results, span)
+        self.read(v, broadcast_results(&shape, out_shape), span)
     }
 
     /// A view: `v` reads its operand through `map` (result index → operand index).
@@ -324,13 +323,14 @@ impl Lower<'_> {
     }
 
     pub(crate) fn lower_op(&mut self, op: Op) -> Result<(), Diagnostic> {
-        let d = self.m.op(op).clone();
+        let m: &Module = self.m;
+        let d = m.op(op);
         let name = d.name();
         let span = d.span;
         let ops: Vec<Value> = d.operands.to_vec();
         let res: Vec<Value> = d.results.to_vec();
         let rname = |i: usize| value_name(self.m, res[i]);
-        if let Some(body) = pointwise(name, &d) {
+        if let Some(body) = pointwise(name, d) {
             let shape = self.shape(res[0]);
             let inputs = ops
                 .iter()
@@ -410,7 +410,7 @@ impl Lower<'_> {
             }
             "tensor.broadcast" => {
                 let (si, so) = (self.shape(ops[0]), self.shape(res[0]));
-                self.view(op, res[0], ops[0], broadcast_map(&si, &so).results)?;
+                self.view(op, res[0], ops[0], broadcast_results(&si, &so))?;
             }
             "tensor.slice" => {
                 let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();

@@ -224,10 +224,10 @@ impl Mapper {
         if let Some(r) = self.memo.get(&key) {
             return r.clone();
         }
-        let dims: Vec<String> = (0..domain.len()).map(|k| format!("d{k}")).collect();
+        let dims: Vec<String> = (0..domain.len()).map(fbc_index::dim_name).collect();
         let mut ranges = Ranges::new();
         for (k, &n) in domain.iter().enumerate() {
-            let _ = ranges.insert(format!("d{k}"), 0, n as i64);
+            let _ = ranges.insert(fbc_index::dim_name(k), 0, n as i64);
         }
         let map = IndexMap { dims, symbols: Vec::new(), results: results.clone() };
         let limits =
@@ -323,7 +323,7 @@ impl Mapper {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(AffineMap {
-            dims: (0..n).map(|k| format!("d{k}")).collect(),
+            dims: (0..n).map(fbc_index::dim_name).collect(),
             symbols: Vec::new(),
             results,
         })
@@ -519,7 +519,7 @@ fn split_subst(n: usize, d: usize, c: u64) -> HashMap<String, Expr> {
     (d..n)
         .map(|j| {
             let to = if j == d { add(mul(dim(d), c), dim(d + 1)) } else { dim(j + 1) };
-            (format!("d{j}"), to)
+            (fbc_index::dim_name(j), to)
         })
         .collect()
 }
