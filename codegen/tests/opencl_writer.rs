@@ -204,3 +204,56 @@ func.func @f(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
     assert_ne!(launches[0].1, launches[1].1, "each launch keeps its own storage");
     insta::assert_snapshot!("dedup_kernel", out.kernels[0].1);
 }
+
+/// A kernel of `domain` writing `x1` at `map` from `x0` read at `(d0, ...) -> (0)`, as a module
+/// (the storage is only typed: nothing is allocated to write OpenCL C).
+fn copy_module(domain: &str, map: &str, elems: u64) -> String {
+    let rank = domain.split(',').count();
+    let dims: Vec<String> = (0..rank).map(|k| format!("d{k}")).collect();
+    let dims = dims.join(", ");
+    format!(
+        r#"func.func @f(%x: tensor<1xf32>) -> tensor<{elems}xf32> {{
+  %mx = memory.upload %x {{layout = #layout.linear}} : (tensor<1xf32>) -> !memory.buffer<1, f32>
+  %my = memory.alloc : () -> !memory.buffer<{elems}, f32>
+  memory.launch %mx, %my {{kernel = "k", domain = [{domain}], iterators = [{its}], maps = [({dims}) -> (0), ({dims}) -> ({map})], body = "x0 + 1.0"}} : (!memory.buffer<1, f32>, !memory.buffer<{elems}, f32>) -> ()
+  %y = memory.download %my {{layout = #layout.linear}} : (!memory.buffer<{elems}, f32>) -> tensor<{elems}xf32>
+  func.return %y : (tensor<{elems}xf32>) -> ()
+}}
+"#,
+        its = vec!["\"parallel\""; rank].join(", ")
+    )
+}
+
+/// Index arithmetic is `int` where every subexpression of every map is proven to fit in 32 bits
+/// over the domain, and `long` with the reason in the kernel's comment where it is not: too many
+/// work-items, a result past 2^31, or an intermediate past it whose result is small.
+#[test]
+fn index_arithmetic_is_32_bit_only_where_it_is_proven_to_fit() {
+    let kernel = |domain: &str, map: &str, elems: u64| {
+        let m = parse("index.fbir", &copy_module(domain, map, elems));
+        let out = Writer::new(Options::default()).write(&m).expect("writes");
+        out.kernels[0].1.clone()
+    };
+    let small = kernel("3, 5", "d0 * 5 + d1", 15);
+    assert!(
+        small.contains("  const int gid = get_global_id(0);\n  if (gid >= 15) return;"),
+        "{small}"
+    );
+    assert!(small.contains("  const int d0 = gid / 5;\n  const int d1 = gid % 5;"), "{small}");
+    assert!(small.contains("x1[((d0 * 5) + d1)] = "), "{small}");
+    assert!(!small.contains("64-bit"), "{small}");
+    // 2^31 - 1 is the largest offset `int` holds.
+    let edge = kernel("2, 2", "d0 * 2147483646 + d1", 2147483648);
+    assert!(edge.contains("const int d0 = gid / 2;"), "{edge}");
+    let wide = [
+        ("2, 2", "d0 * 2147483647 + d1", 2147483649, "the map of x1 may leave the 32-bit range"),
+        ("4, 8", "(d0 * 1000000000) mod 7 + d1", 15, "the map of x1 may leave the 32-bit range"),
+        ("3, 1073741824", "0", 1, "3221225472 parallel points exceed 2^30"),
+    ];
+    for (domain, map, elems, why) in wide {
+        let src = kernel(domain, map, elems);
+        assert!(src.contains(&format!("// 64-bit indices: {why}.\n")), "{domain} {map}: {src}");
+        assert!(src.contains("  const long gid = get_global_id(0);"), "{domain} {map}: {src}");
+        assert!(src.contains("  const long d0 = "), "{domain} {map}: {src}");
+    }
+}

@@ -133,7 +133,7 @@ pub struct TexelRead<'a> {
 /// over a batch of independent products.
 ///
 /// The expressions are C text over fixed variable names: batch indices `bN` (declared by
-/// `batch_decl` from `bz`), `row`, `col`, and the reduction index `kk`, all `long`.
+/// `batch_decl` from `bz`), `row`, `col`, and the reduction index `kk`, all of type `index`.
 #[derive(Debug, Clone)]
 pub struct Contraction<'a> {
     /// The kernel name.
@@ -180,6 +180,15 @@ pub struct Contraction<'a> {
     /// the groups strided by 4 × the group size); 1 reads scalars (outputs strided by the group
     /// size). A `texel_store` kernel always reads its columns as one `float4`.
     pub local_vector: u64,
+    /// The C type of the index variables: `int` where the caller proved that every index
+    /// expression fits in 32 bits (cheaper on every GPU: 64-bit multiplies and divisions are
+    /// emulated), else `long`.
+    pub index: &'a str,
+    /// Register prefetch: each k step's global loads are issued before the previous step's
+    /// arithmetic (into registers, stored into the tiles after it), so that they overlap it
+    /// instead of stalling the work-group at the barrier. Costs a work-item's share of both tiles in
+    /// registers.
+    pub prefetch: bool,
 }
 
 impl Contraction<'_> {
@@ -238,40 +247,45 @@ struct Stage<'a> {
     k_fastest: bool,
 }
 
-/// The loop that stages one tile, spread over the work-group's `threads` work-items: an element
-/// per step, or a texel (four elements along `kk` or along the outer index) per step.
-fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
+/// One operand's staging split into its parts: item `t` of the tile (an element, or a texel of
+/// four elements along `kk` or along the outer index) is loaded as `value` (of C type `ty`) after
+/// the declarations `decl` of its indices, and `store` writes that value, `v`, into the tile.
+struct Staging {
+    items: u64,
+    ty: &'static str,
+    decl: String,
+    value: String,
+    store: String,
+}
+
+/// The parts of staging `st` for the k step starting at `kb` (a C expression).
+fn staging(st: &Stage<'_>, k: u64, tk: u64, ix: &str, kb: &str) -> Staging {
     let Stage { tile, outer, extent, block: bx, at, texel, k_fastest } = *st;
     let o0 = format!("{outer}0");
+    let texel_value =
+        |texel: &str| format!("({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f)");
     match texel {
-        Some(TexelRead { texel, along: Along::K }) => {
-            let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk / 4 * bx);
-            let _ = writeln!(
-                s,
-                "      const long {outer} = {o0} + t % {bx}, kk = k0 + 4 * (t / {bx});"
-            );
-            let _ = writeln!(
-                s,
-                "      const float4 v = ({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f);"
-            );
-            for (q, ch) in ["x", "y", "z", "w"].iter().enumerate() {
-                let _ = writeln!(s, "      {tile}[4 * (t / {bx}) + {q}][t % {bx}] = v.{ch};");
-            }
-            s.push_str("    }\n");
-        }
+        Some(TexelRead { texel, along: Along::K }) => Staging {
+            items: tk / 4 * bx,
+            ty: "float4",
+            decl: format!("const {ix} {outer} = {o0} + t % {bx}, kk = {kb} + 4 * (t / {bx});"),
+            value: texel_value(texel),
+            store: ["x", "y", "z", "w"]
+                .iter()
+                .enumerate()
+                .map(|(q, ch)| format!("{tile}[4 * (t / {bx}) + {q}][t % {bx}] = v.{ch};"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        },
         Some(TexelRead { texel, along: Along::Outer }) => {
             let q4 = bx / 4;
-            let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * q4);
-            let _ = writeln!(
-                s,
-                "      const long {outer} = {o0} + 4 * (t % {q4}), kk = k0 + t / {q4};"
-            );
-            let _ = writeln!(
-                s,
-                "      const float4 v = ({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f);"
-            );
-            let _ = writeln!(s, "      vstore4(v, 0, &{tile}[t / {q4}][4 * (t % {q4})]);");
-            s.push_str("    }\n");
+            Staging {
+                items: tk * q4,
+                ty: "float4",
+                decl: format!("const {ix} {outer} = {o0} + 4 * (t % {q4}), kk = {kb} + t / {q4};"),
+                value: texel_value(texel),
+                store: format!("vstore4(v, 0, &{tile}[t / {q4}][4 * (t % {q4})]);"),
+            }
         }
         None => {
             // `t` counts along `outer` fastest, or along `kk` fastest.
@@ -280,14 +294,78 @@ fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64) {
             } else {
                 (format!("t % {bx}"), format!("t / {bx}"))
             };
-            let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", tk * bx);
-            let _ = writeln!(s, "      const long {outer} = {o0} + {o}, kk = k0 + {q};");
-            let _ = writeln!(
-                s,
-                "      {tile}[{q}][{o}] = ({outer} < {extent} && kk < {k}) ? {at} : 0.0f;\n    }}"
-            );
+            Staging {
+                items: tk * bx,
+                ty: "float",
+                decl: format!("const {ix} {outer} = {o0} + {o}, kk = {kb} + {q};"),
+                value: format!("({outer} < {extent} && kk < {k}) ? {at} : 0.0f"),
+                store: format!("{tile}[{q}][{o}] = v;"),
+            }
         }
     }
+}
+
+/// The loop that stages one tile for the k step at `k0`, spread over the work-group's
+/// `threads` work-items.
+fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64, ix: &str) {
+    let g = staging(st, k, tk, ix, "k0");
+    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", g.items);
+    let _ = writeln!(
+        s,
+        "      {}\n      const {} v = {};\n      {}\n    }}",
+        g.decl, g.ty, g.value, g.store
+    );
+}
+
+/// The registers holding a work-item's share of a prefetched tile (see
+/// [`Contraction::prefetch`]): `items` spread over `threads` work-items.
+fn prefetch_regs(st: &Stage<'_>, g: &Staging, threads: u64) -> (String, u64) {
+    (format!("{}_next", st.tile), g.items.div_ceil(threads))
+}
+
+/// The loop over a work-item's share `u` of staging `g`, its item `t`, with the statements
+/// `body`.
+fn per_share(s: &mut String, indent: &str, g: &Staging, threads: u64, body: [&str; 2]) {
+    let per = g.items.div_ceil(threads);
+    let _ = writeln!(s, "{indent}for (int u = 0; u < {per}; ++u) {{");
+    let _ = writeln!(s, "{indent}  const int t = lid + u * {threads};");
+    let inner = if g.items % threads == 0 {
+        format!("{indent}  ")
+    } else {
+        let _ = writeln!(s, "{indent}  if (t < {}) {{", g.items);
+        format!("{indent}    ")
+    };
+    for line in body {
+        let _ = writeln!(s, "{inner}{line}");
+    }
+    if g.items % threads != 0 {
+        let _ = writeln!(s, "{indent}  }}");
+    }
+    let _ = writeln!(s, "{indent}}}");
+}
+
+/// What every staging of a kernel shares: the reduction length, the k step, the work-group's
+/// work-items and the index type.
+#[derive(Clone, Copy)]
+struct Steps<'a> {
+    k: u64,
+    tk: u64,
+    threads: u64,
+    ix: &'a str,
+}
+
+/// Loads the k step at `kb` of staging `st` into its prefetch registers (global loads only).
+fn prefetch_load(s: &mut String, indent: &str, st: &Stage<'_>, p: Steps<'_>, kb: &str) {
+    let g = staging(st, p.k, p.tk, p.ix, kb);
+    let (regs, _) = prefetch_regs(st, &g, p.threads);
+    per_share(s, indent, &g, p.threads, [&g.decl, &format!("{regs}[u] = {};", g.value)]);
+}
+
+/// Writes the prefetch registers of staging `st` into its local tile.
+fn prefetch_store(s: &mut String, st: &Stage<'_>, p: Steps<'_>) {
+    let g = staging(st, p.k, p.tk, p.ix, "k0");
+    let (regs, _) = prefetch_regs(st, &g, p.threads);
+    per_share(s, "    ", &g, p.threads, [&format!("const {} v = {regs}[u];", g.ty), &g.store]);
 }
 
 /// A tiled, register-blocked contraction kernel.
@@ -308,6 +386,7 @@ pub fn contraction(c: &Contraction<'_>) -> String {
     let tk = c.tile_k;
     let (m, n, k) = (c.m, c.n, c.k);
     let threads = gx * gy;
+    let ix = c.index;
     let mut s = String::new();
     s.push_str(c.comment);
     let _ = writeln!(
@@ -324,17 +403,20 @@ pub fn contraction(c: &Contraction<'_>) -> String {
             format!("; {} {what}", v.join(", "))
         }
     };
-    let notes =
+    let mut notes =
         sides(&|i| c.pad(i) > 0, "staged along k") + &sides(&|i| c.vec(i), "read as float4");
+    if c.prefetch {
+        notes.push_str("; the next step prefetched into registers");
+    }
     let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}{notes}", c.batches.max(1));
     s.push_str("  const int lx = get_local_id(0), ly = get_local_id(1);\n");
     s.push_str("  const int lid = ly * ");
     let _ = writeln!(s, "{gx} + lx;");
     let _ = writeln!(
         s,
-        "  const long row0 = (long)get_group_id(1) * {bm}, col0 = (long)get_group_id(0) * {bn};"
+        "  const {ix} row0 = ({ix})get_group_id(1) * {bm}, col0 = ({ix})get_group_id(0) * {bn};"
     );
-    s.push_str("  const long bz = get_global_id(2);\n");
+    let _ = writeln!(s, "  const {ix} bz = get_global_id(2);");
     s.push_str(c.batch_decl);
     // A tile read as float4 is declared as float4 (aligned) and staged through a float view:
     // each work-item reads 4 consecutive rows or columns at once (4 scalar reads at a stride of
@@ -354,7 +436,6 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         s,
         "  for (int i = 0; i < {py}; ++i)\n    for (int j = 0; j < {px}; ++j) acc[i][j] = 0.0f;"
     );
-    let _ = writeln!(s, "  for (long k0 = 0; k0 < {k}; k0 += {tk}) {{");
     let a = Stage {
         tile: "As",
         outer: "row",
@@ -373,10 +454,34 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         texel: c.b_texel,
         k_fastest: c.pad(1) > 0,
     };
-    for st in [a, b] {
-        stage(&mut s, &st, k, tk, threads);
+    let steps = Steps { k, tk, threads, ix };
+    if c.prefetch {
+        // The first step's operands in registers; each step stores them into the tiles, then
+        // loads the next step's while it computes.
+        for st in [&a, &b] {
+            let g = staging(st, k, tk, ix, "0");
+            let (regs, n) = prefetch_regs(st, &g, threads);
+            let _ = writeln!(s, "  {} {regs}[{n}];", g.ty);
+            prefetch_load(&mut s, "  ", st, steps, "0");
+        }
     }
-    s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
+    let _ = writeln!(s, "  for ({ix} k0 = 0; k0 < {k}; k0 += {tk}) {{");
+    if c.prefetch {
+        for st in [&a, &b] {
+            prefetch_store(&mut s, st, steps);
+        }
+        s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
+        let _ = writeln!(s, "    if (k0 + {tk} < {k}) {{");
+        for st in [&a, &b] {
+            prefetch_load(&mut s, "      ", st, steps, &format!("(k0 + {tk})"));
+        }
+        s.push_str("    }\n");
+    } else {
+        for st in [&a, &b] {
+            stage(&mut s, st, k, tk, threads, ix);
+        }
+        s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
+    }
     // A whole step every time (a constant trip count the compiler unrolls): the staging wrote
     // zeros past the reduction, and adding 0·0 to a sum that started at +0 changes no bit.
     let _ = writeln!(s, "    #pragma unroll\n    for (int q = 0; q < {tk}; ++q) {{");
@@ -412,10 +517,10 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         }
     };
     let _ = writeln!(s, "  for (int i = 0; i < {py}; ++i) {{");
-    let _ = writeln!(s, "    const long row = row0 + {};", at(0, "i", "ly", gy));
+    let _ = writeln!(s, "    const {ix} row = row0 + {};", at(0, "i", "ly", gy));
     let _ = writeln!(s, "    if (row >= {m}) break;");
     if c.texel_store {
-        let _ = writeln!(s, "    const long col = col0 + lx * {px};");
+        let _ = writeln!(s, "    const {ix} col = col0 + lx * {px};");
         let _ = writeln!(s, "    if (col >= {n}) break;");
         s.push_str("    const float acc0 = acc[i][0], acc1 = acc[i][1], acc2 = acc[i][2], acc3 = acc[i][3];\n");
         let _ = writeln!(s, "    {}", c.store);
@@ -423,7 +528,7 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         return s;
     }
     let _ = writeln!(s, "    for (int j = 0; j < {px}; ++j) {{");
-    let _ = writeln!(s, "      const long col = col0 + {};", at(1, "j", "lx", gx));
+    let _ = writeln!(s, "      const {ix} col = col0 + {};", at(1, "j", "lx", gx));
     let _ = writeln!(s, "      if (col >= {n}) break;");
     s.push_str("      const float acc_ij = acc[i][j];\n");
     let _ = writeln!(s, "      {{ const float acc = acc_ij; {} }}", c.store);
@@ -457,6 +562,8 @@ mod tests {
             texel_store: false,
             k_fastest: [false, false],
             local_vector: 1,
+            index: "long",
+            prefetch: false,
         };
         assert_eq!(c.block(), [32, 32]);
         assert_eq!(c.global(), [3 * 16, 4 * 8, 3]);
@@ -466,7 +573,12 @@ mod tests {
         assert!(src.contains("__local float As[8][32];"), "{src}");
         assert!(src.contains("(row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f"), "{src}");
         assert!(src.contains("x2[bz * 7000 + row * 70 + col] = acc;"), "{src}");
-        assert!(src.contains("As[t / 32][t % 32] = (row < 100"), "{src}");
+        assert!(
+            src.contains(
+                "      const long row = row0 + t % 32, kk = k0 + t / 32;\n      const float v = (row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;\n      As[t / 32][t % 32] = v;\n"
+            ),
+            "{src}"
+        );
         // `a` staged with the reduction fastest: the tile row padded by one element.
         let along_k = Contraction { k_fastest: [true, false], ..c };
         assert_eq!(along_k.local_bytes(), (32 + 33) * 8 * 4);
@@ -474,11 +586,14 @@ mod tests {
         assert!(src.contains("__local float As[8][33];"), "{src}");
         assert!(src.contains("const long row = row0 + t / 8, kk = k0 + t % 8;"), "{src}");
         assert!(
-            src.contains("As[t % 8][t / 8] = (row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;"),
+            src.contains(
+                "(row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;\n      As[t % 8][t / 8] = v;"
+            ),
             "{src}"
         );
         assert!(src.contains("k step 8; a staged along k"), "{src}");
-        assert!(src.contains("Bs[t / 32][t % 32] = (col < 70"), "{src}");
+        assert!(src.contains("const float v = (col < 70"), "{src}");
+        assert!(src.contains("Bs[t / 32][t % 32] = v;"), "{src}");
         assert!(src.contains("#pragma unroll\n    for (int q = 0; q < 8; ++q) {"), "{src}");
         // float4 reads of `a` (4 rows a work-item): aligned rows padded by 4; `b` (2 columns) stays
         // scalar.
@@ -493,5 +608,36 @@ mod tests {
         assert!(src.contains("const long row = row0 + (i / 4) * 32 + ly * 4 + i % 4;"), "{src}");
         assert!(src.contains("const long col = col0 + lx + j * 16;"), "{src}");
         assert!(src.contains("a staged along k; a read as float4"), "{src}");
+        // 32-bit indices and register prefetch, at k step 2: each tile is 2 x 32 = 64 items,
+        // one for each of the first 64 of the 128 work-items.
+        let pf =
+            Contraction { index: "int", prefetch: true, tile_k: 2, k_fastest: [true, false], ..c };
+        let src = contraction(&pf);
+        assert!(
+            src.contains("k step 2; a staged along k; the next step prefetched into registers"),
+            "{src}"
+        );
+        assert!(src.contains("  const int row0 = (int)get_group_id(1) * 32, col0 = (int)get_group_id(0) * 32;\n  const int bz = get_global_id(2);\n"), "{src}");
+        assert!(
+            !src.contains("const long") && !src.contains("(long)") && !src.contains("for (long"),
+            "{src}"
+        );
+        assert!(
+            src.contains(
+                "  float As_next[1];\n  for (int u = 0; u < 1; ++u) {\n    const int t = lid + u * 128;\n    if (t < 64) {\n      const int row = row0 + t / 2, kk = 0 + t % 2;\n      As_next[u] = (row < 100 && kk < 33) ? x0[row * 33 + kk] : 0.0f;\n    }\n  }\n"
+            ),
+            "{src}"
+        );
+        assert!(
+            src.contains(
+                "  for (int k0 = 0; k0 < 33; k0 += 2) {\n    for (int u = 0; u < 1; ++u) {\n      const int t = lid + u * 128;\n      if (t < 64) {\n        const float v = As_next[u];\n        As[t % 2][t / 2] = v;\n      }\n    }\n    for (int u = 0; u < 1; ++u) {\n      const int t = lid + u * 128;\n      if (t < 64) {\n        const float v = Bs_next[u];\n        Bs[t / 32][t % 32] = v;\n      }\n    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n    if (k0 + 2 < 33) {\n      for (int u = 0; u < 1; ++u) {\n        const int t = lid + u * 128;\n        if (t < 64) {\n          const int row = row0 + t / 2, kk = (k0 + 2) + t % 2;\n"
+            ),
+            "{src}"
+        );
+        // Without prefetch the staging loops stride the tile.
+        let src =
+            contraction(&Contraction { index: "int", tile_k: 2, k_fastest: [true, false], ..c });
+        assert!(src.contains("    for (int t = lid; t < 64; t += 128) {\n      const int row = row0 + t / 2, kk = k0 + t % 2;\n"), "{src}");
+        assert!(!src.contains("_next"), "{src}");
     }
 }

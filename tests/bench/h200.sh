@@ -87,18 +87,18 @@ fi
 # profile file (the nvidia profile with its [compute] groups and [contraction] replaced), on the
 # matmul-fb products (-O3: R-Tile images; -O0: buffers) and MHA C1. Results: $O/sweep.txt.
 W=$O/sweep.txt
-variant() { # name, work-group [x, y], per_item [cols, rows], tile_k, local_vector (4), stage_along_k (true)
+variant() { # name, work-group [x, y], per_item [cols, rows], tile_k, local_vector (4), stage_along_k (true), prefetch (false)
   sed -e '/^\[contraction\]/,$d' -e "s/^preferred_work_groups = .*/preferred_work_groups = [[$2]]/" \
     compiler/target/profiles/nvidia.toml > $T/$1.toml
-  printf '\n[contraction]\nper_item = [%s]\ntile_k = %s\nlocal_vector = %s\nstage_along_k = %s\n' \
-    "$3" "$4" "${5:-4}" "${6:-true}" >> $T/$1.toml
+  printf '\n[contraction]\nper_item = [%s]\ntile_k = %s\nlocal_vector = %s\nstage_along_k = %s\nprefetch = %s\n' \
+    "$3" "$4" "${5:-4}" "${6:-true}" "${7:-false}" >> $T/$1.toml
   for g in "mfb -O3" "mfb -O0" "mha_c1 -O3"; do
     gf=${g% *}; lv=${g#* }
-    echo "=== $1 $gf $lv group [$2] per_item [$3] tile_k $4 local_vector ${5:-4} stage_along_k ${6:-true}" >> $W
+    echo "=== $1 $gf $lv group [$2] per_item [$3] tile_k $4 local_vector ${5:-4} stage_along_k ${6:-true} prefetch ${7:-false}" >> $W
     timeout 100 $B bench $T/$gf.fbir $lv --device $D --profile $T/$1.toml --repeat 5 < /dev/null >> $W 2>&1
   done
 }
-# SWEEP: the parameter sets, `name|group|per_item|tile_k[|local_vector[|stage_along_k]]`, one per
+# SWEEP: the parameter sets, `name|group|per_item|tile_k[|local_vector[|stage_along_k[|prefetch]]]`, one per
 # line (default: the list below).
 if want sweep; then
 DEFAULT_SWEEP=$(printf '%s\n' "g32x8_p4x4_k16_v1|32, 8|4, 4|16|1" "g32x8_p4x4_k16|32, 8|4, 4|16" \
@@ -107,8 +107,8 @@ DEFAULT_SWEEP=$(printf '%s\n' "g32x8_p4x4_k16_v1|32, 8|4, 4|16|1" "g32x8_p4x4_k1
   "g16x16_p8x4_k16|16, 16|8, 4|16" "g32x8_p4x8_k16|32, 8|4, 8|16" "g16x16_p4x4_k32|16, 16|4, 4|32" \
   "g32x8_p4x4_k32|32, 8|4, 4|32" "g16x8_p8x8_k16|16, 8|8, 8|16" "g8x8_p8x8_k16|8, 8|8, 8|16" \
   "g16x16_p8x8_k16_rows|16, 16|8, 8|16|4|false")
-while IFS='|' read -r n g p k lv st; do
-  [ -n "$n" ] && variant "$n" "$g" "$p" "$k" "${lv:-4}" "${st:-true}"
+while IFS='|' read -r n g p k lv st pf; do
+  [ -n "$n" ] && variant "$n" "$g" "$p" "$k" "${lv:-4}" "${st:-true}" "${pf:-false}"
 done <<< "${SWEEP:-$DEFAULT_SWEEP}"
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1

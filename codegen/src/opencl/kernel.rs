@@ -1,8 +1,10 @@
 //! One `__kernel` from one [`Kernel`]: the plain form (one work-item per parallel point, loops
 //! over the reduction) and the tiled contraction (`fbc_kernels::contraction`).
 //!
-//! Index maps become C integer expressions over the domain indices `d0..dn` (all `long`, all
-//! non-negative); `floordiv`/`mod` are C's `/`/`%` where the dividend is provably non-negative and
+//! Index maps become C integer expressions over the domain indices `d0..dn` (all non-negative),
+//! computed in `int` where the bounds prover's interval arithmetic shows that every
+//! subexpression of every map fits in 32 bits over the whole domain, else in `long` (the kernel's
+//! comment says why: see [`index_width`]); `floordiv`/`mod` are C's `/`/`%` where the dividend is provably non-negative and
 //! the divisor a positive constant, else the `fbc_floordiv`/`fbc_mod` helpers of the prelude, which
 //! round toward -inf. Scalar values are `float` or `long` as [`Kernel`]'s typing rules say; integer
 //! payload arithmetic goes through the prelude's `fbc_iadd`..`fbc_imod`, `fbc_toint`, `fbc_toi32`
@@ -166,6 +168,18 @@ pub fn emit(
     let arithmetic = k.body.arithmetic_can_fail(&kind, None)
         || k.epilogue.as_ref().is_some_and(|e| e.arithmetic_can_fail(&kind, body_kind));
     let checked = bounds.any_checked() || arithmetic;
+    let (w, wide);
+    let comment = match index_width(k) {
+        Ok(()) => {
+            w = Width::Int;
+            comment
+        }
+        Err(why) => {
+            w = Width::Long;
+            wide = format!("{comment}// 64-bit indices: {why}.\n");
+            &wide
+        }
+    };
     let cx = Cx {
         k,
         types,
@@ -174,6 +188,7 @@ pub fn emit(
         bounds,
         checked,
         fault_id,
+        w,
     };
     // Generated contractions are always proven; a checked one takes the plain kernel.
     if opts.tiled && !checked {
@@ -258,25 +273,87 @@ fn nonneg(e: &AffineExpr) -> bool {
     }
 }
 
-/// An index-map expression as C over the dimension values `dims`.
-fn affine(e: &AffineExpr, names: &[String], dims: &[String]) -> Result<String, String> {
+/// The C integer type of a kernel's index arithmetic: domain indices, flattened work-item ids and
+/// map expressions (payload integers are always `long`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Width {
+    Int,
+    Long,
+}
+
+impl Width {
+    pub(crate) fn ty(self) -> &'static str {
+        match self {
+            Width::Int => "int",
+            Width::Long => "long",
+        }
+    }
+
+    /// The literal `v` of this type.
+    pub(crate) fn lit(self, v: impl std::fmt::Display) -> String {
+        match self {
+            Width::Int => v.to_string(),
+            Width::Long => format!("{v}L"),
+        }
+    }
+}
+
+/// Work-items or reduction steps a launch may flatten into one `int` index: a 32-bit index
+/// still has room for the rounding of the global size up to whole work-groups.
+const INT_POINTS: u128 = 1 << 30;
+
+/// The index width of kernel `k`: `int` where every index is proven to fit, else `long` with the
+/// reason. Proven means the product of the parallel extents (the flattened work-item id) and that
+/// of the reduction extents are each at most 2^30, and interval arithmetic over the domain box
+/// keeps every subexpression of every operand and guard map inside the 32-bit range.
+pub(crate) fn index_width(k: &Kernel) -> Result<(), String> {
+    let p = k.parallel_dims().min(k.domain.len());
+    let points = |ds: &[u64]| ds.iter().fold(1u128, |a, &e| a.saturating_mul(u128::from(e)));
+    let Some(domain) = fbc_dialects::memory::bounds::domain_box(&k.domain) else {
+        return Ok(()); // no point at all
+    };
+    for (what, ds) in [("parallel", &k.domain[..p]), ("reduction", &k.domain[p..])] {
+        let n = points(ds);
+        if n > INT_POINTS {
+            return Err(format!("{n} {what} points exceed 2^30"));
+        }
+    }
+    let fits = |m: &AffineMap| {
+        m.results.iter().all(|e| {
+            fbc_dialects::memory::bounds::Ix::of(e, &m.dims).is_some_and(|ix| ix.fits_i32(&domain))
+        })
+    };
+    for (i, m) in k.maps.iter().enumerate() {
+        if !fits(m) {
+            return Err(format!("the map of x{i} may leave the 32-bit range"));
+        }
+    }
+    match &k.guard {
+        Some(g) if !fits(&g.map) => Err("the guard map may leave the 32-bit range".into()),
+        _ => Ok(()),
+    }
+}
+
+/// An index-map expression as C over the dimension values `dims`, in width `w`.
+fn affine(e: &AffineExpr, names: &[String], dims: &[String], w: Width) -> Result<String, String> {
     Ok(match e {
         AffineExpr::Var(v) => {
             let i = names.iter().position(|d| d == v).ok_or(format!("unknown map variable {v}"))?;
             dims[i].clone()
         }
+        AffineExpr::Const(c) if w == Width::Int => c.to_string(),
         AffineExpr::Const(c) => int_lit(*c),
-        AffineExpr::Neg(a) => format!("(-{})", affine(a, names, dims)?),
+        AffineExpr::Neg(a) => format!("(-{})", affine(a, names, dims, w)?),
         AffineExpr::Bin(op, a, b) => {
             let fast = nonneg(a) && matches!(**b, AffineExpr::Const(c) if c > 0);
-            let (x, y) = (affine(a, names, dims)?, affine(b, names, dims)?);
+            let (x, y) = (affine(a, names, dims, w)?, affine(b, names, dims, w)?);
             match op {
                 BinOp::Add => format!("({x} + {y})"),
                 BinOp::Sub => format!("({x} - {y})"),
                 BinOp::Mul => format!("({x} * {y})"),
                 BinOp::FloorDiv if fast => format!("({x} / {y})"),
                 BinOp::Mod if fast => format!("({x} % {y})"),
-                BinOp::CeilDiv if fast => format!("(({x} + {y} - 1L) / {y})"),
+                BinOp::CeilDiv if fast => format!("(({x} + {y} - {}) / {y})", w.lit(1)),
                 BinOp::FloorDiv => format!("fbc_floordiv({x}, {y})"),
                 BinOp::CeilDiv => format!("fbc_ceildiv({x}, {y})"),
                 BinOp::Mod => format!("fbc_mod({x}, {y})"),
@@ -293,16 +370,17 @@ struct Split {
 }
 
 /// The value of each dimension in `dims` (in domain order, the last fastest) from their
-/// flattened index `var`, as C expressions.
-fn flatten(dims: &[usize], var: &str, domain: &[u64]) -> Vec<(usize, String)> {
+/// flattened index `var`, as C expressions of width `w`.
+fn flatten(dims: &[usize], var: &str, domain: &[u64], w: Width) -> Vec<(usize, String)> {
     let mut stride: u64 = dims.iter().map(|&d| domain[d]).product();
     dims.iter()
         .enumerate()
         .map(|(i, &d)| {
             let ext = domain[d];
             stride /= ext.max(1);
-            let q = if stride == 1 { var.to_string() } else { format!("({var} / {stride}L)") };
-            let e = if i == 0 { q } else { format!("({q} % {ext}L)") };
+            let q =
+                if stride == 1 { var.to_string() } else { format!("({var} / {})", w.lit(stride)) };
+            let e = if i == 0 { q } else { format!("({q} % {})", w.lit(ext)) };
             (d, e)
         })
         .collect()
@@ -387,6 +465,8 @@ struct Cx<'a> {
     checked: bool,
     /// The id a failed check records.
     fault_id: u32,
+    /// The width of index arithmetic (see [`index_width`]).
+    w: Width,
 }
 
 /// The values scalar expressions see: a C expression per domain dimension and the accumulator.
@@ -479,7 +559,7 @@ impl Cx<'_> {
 
     fn coord(&self, i: usize, r: usize, dims: &[String]) -> Result<String, String> {
         let m = &self.k.maps[i];
-        affine(&m.results[r], &m.dims, dims)
+        affine(&m.results[r], &m.dims, dims, self.w)
     }
 
     /// Operand `i` read at its map.
@@ -519,8 +599,8 @@ impl Cx<'_> {
                 }
             }
             let c = self.coord(i, 2, dims)?;
-            let v = match c.as_str() {
-                "0L" | "1L" | "2L" | "3L" => format!("{texel}.s{}", &c[..1]),
+            let v = match c.strip_suffix('L').unwrap_or(&c) {
+                ch @ ("0" | "1" | "2" | "3") => format!("{texel}.s{ch}"),
                 _ => format!("fbc_ch({texel}, {c})"),
             };
             return Ok((v, Ty::F));
@@ -854,11 +934,12 @@ impl Cx<'_> {
             if !pick(i) {
                 continue;
             }
-            let v = affine(e, &g.map.dims, dims)?;
+            let v = affine(e, &g.map.dims, dims, self.w)?;
             if !nonneg(e) {
                 parts.push(format!("{v} >= 0"));
             }
-            parts.push(format!("{v} < {b}L"));
+            let b = if i32::try_from(*b).is_ok() { self.w.lit(b) } else { format!("{b}L") };
+            parts.push(format!("{v} < {b}"));
         }
         Ok(Some(if parts.is_empty() { "1".into() } else { parts.join(" && ") }))
     }
@@ -934,36 +1015,41 @@ impl Cx<'_> {
         };
         let channels: Vec<Option<u64>> =
             if image_out { (0..4).map(Some).collect() } else { vec![None] };
+        let (w, ix) = (self.w, self.w.ty());
         let mut s = String::new();
         s.push_str(comment);
         let _ = writeln!(s, "__kernel void {}({}) {{", k.name, self.params());
         if let Some(g) = group {
             let _ = writeln!(
                 s,
-                "  // One work-group of {g} per output: each work-item combines every {g}th value, a tree combines theirs.\n  __local float fbc_red[{}];\n  const long gid = get_group_id(0);\n  const int lid = (int)get_local_id(0);",
+                "  // One work-group of {g} per output: each work-item combines every {g}th value, a tree combines theirs.\n  __local float fbc_red[{}];\n  const {ix} gid = get_group_id(0);\n  const int lid = (int)get_local_id(0);",
                 g * channels.len() as u64
             );
         } else {
-            let _ =
-                writeln!(s, "  const long gid = get_global_id(0);\n  if (gid >= {items}L) return;");
+            let _ = writeln!(
+                s,
+                "  const {ix} gid = get_global_id(0);\n  if (gid >= {}) return;",
+                w.lit(items)
+            );
         }
         let mut stride = items;
         for i in 0..wi {
             stride /= k.domain[i].max(1);
+            let (st, ext) = (w.lit(stride), w.lit(k.domain[i]));
             let e = match (i, stride) {
                 (0, 1) => "gid".to_string(),
-                (0, _) => format!("gid / {stride}L"),
-                (_, 1) => format!("gid % {}L", k.domain[i]),
-                _ => format!("(gid / {stride}L) % {}L", k.domain[i]),
+                (0, _) => format!("gid / {st}"),
+                (_, 1) => format!("gid % {ext}"),
+                _ => format!("(gid / {st}) % {ext}"),
             };
-            let _ = writeln!(s, "  const long d{i} = {e};");
+            let _ = writeln!(s, "  const {ix} d{i} = {e};");
         }
         let names: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
         // dims per channel, and the epilogue's dims (reduction dims at 0).
         let dims_of = |c: Option<u64>| -> Vec<String> {
             let mut d = names.clone();
             if let Some(c) = c {
-                d[p - 1] = format!("{c}L");
+                d[p - 1] = w.lit(c);
             }
             d
         };
@@ -988,29 +1074,31 @@ impl Cx<'_> {
             let mut indent = String::from("  ");
             match group {
                 Some(g) if n == p + 1 => {
-                    let _ =
-                        writeln!(s, "  for (long d{p} = lid; d{p} < {reduced}L; d{p} += {g}) {{");
+                    let red = w.lit(reduced);
+                    let _ = writeln!(s, "  for ({ix} d{p} = lid; d{p} < {red}; d{p} += {g}) {{");
                     indent.push_str("  ");
                 }
                 Some(g) => {
-                    let _ = writeln!(s, "  for (long r = lid; r < {reduced}L; r += {g}) {{");
+                    let _ =
+                        writeln!(s, "  for ({ix} r = lid; r < {}; r += {g}) {{", w.lit(reduced));
                     indent.push_str("  ");
                     let mut stride = reduced;
                     for i in p..n {
                         stride /= k.domain[i].max(1);
+                        let (st, ext) = (w.lit(stride), w.lit(k.domain[i]));
                         let e = match (i == p, stride) {
                             (true, 1) => "r".to_string(),
-                            (true, _) => format!("r / {stride}L"),
-                            (false, 1) => format!("r % {}L", k.domain[i]),
-                            (false, _) => format!("(r / {stride}L) % {}L", k.domain[i]),
+                            (true, _) => format!("r / {st}"),
+                            (false, 1) => format!("r % {ext}"),
+                            (false, _) => format!("(r / {st}) % {ext}"),
                         };
-                        let _ = writeln!(s, "{indent}const long d{i} = {e};");
+                        let _ = writeln!(s, "{indent}const {ix} d{i} = {e};");
                     }
                 }
                 None => {
                     for (i, ext) in k.domain.iter().enumerate().skip(p) {
-                        let _ =
-                            writeln!(s, "{indent}for (long d{i} = 0; d{i} < {ext}L; ++d{i}) {{");
+                        let ext = w.lit(ext);
+                        let _ = writeln!(s, "{indent}for ({ix} d{i} = 0; d{i} < {ext}; ++d{i}) {{");
                         indent.push_str("  ");
                     }
                 }
@@ -1069,7 +1157,7 @@ impl Cx<'_> {
             for &c in &channels {
                 let mut dims = dims_of(c);
                 for d in dims.iter_mut().skip(p) {
-                    *d = "0L".into();
+                    *d = w.lit(0);
                 }
                 let a = format!("acc{}", suffix(c));
                 let v = match &k.epilogue {
@@ -1109,7 +1197,7 @@ impl Cx<'_> {
         if image_out {
             let mut dims = dims_of(Some(0));
             for d in dims.iter_mut().skip(p) {
-                *d = "0L".into();
+                *d = w.lit(0);
             }
             let (x, y) = (self.coord(out, 0, &dims)?, self.coord(out, 1, &dims)?);
             let vs: Vec<String> = values
@@ -1125,7 +1213,7 @@ impl Cx<'_> {
         } else {
             let mut dims = dims_of(None);
             for d in dims.iter_mut().skip(p) {
-                *d = "0L".into();
+                *d = w.lit(0);
             }
             let off = self.coord(out, 0, &dims)?;
             let v = values.into_iter().next().ok_or("no value")?;
@@ -1227,7 +1315,7 @@ impl Cx<'_> {
             super::tuning::shape_key(batches, m, n, kk, [a, b, out].map(|i| self.is_image(i)));
         let tuned = opts.tuned.get(&shape);
         let (group0, params) = match tuned {
-            Some(t) => (t.group, t.params()),
+            Some(t) => (t.group, t.params(opts.contraction)),
             None => (opts.group, opts.contraction),
         };
         let tuned_comment;
@@ -1241,22 +1329,23 @@ impl Cx<'_> {
             }
             None => comment,
         };
+        let w = self.w;
         let mut dims: Vec<String> = (0..nd).map(|i| format!("d{i}")).collect();
         let mut batch_decl = String::new();
-        for (d, e) in flatten(&split.batch, "bz", &k.domain) {
-            let _ = writeln!(batch_decl, "  const long d{d} = {e};");
+        for (d, e) in flatten(&split.batch, "bz", &k.domain, w) {
+            let _ = writeln!(batch_decl, "  const {} d{d} = {e};", w.ty());
         }
-        for (d, e) in flatten(&split.rows, "row", &k.domain)
+        for (d, e) in flatten(&split.rows, "row", &k.domain, w)
             .into_iter()
-            .chain(flatten(&split.cols, "col", &k.domain))
-            .chain(flatten(&red, "kk", &k.domain))
+            .chain(flatten(&split.cols, "col", &k.domain, w))
+            .chain(flatten(&red, "kk", &k.domain, w))
         {
             dims[d] = e;
         }
         let zero = |ds: &[usize]| {
             let mut v = dims.clone();
             for &d in ds {
-                v[d] = "0L".into();
+                v[d] = w.lit(0);
             }
             v
         };
@@ -1308,7 +1397,7 @@ impl Cx<'_> {
         let store = if texel {
             let mut vs = Vec::new();
             for c in 0..4 {
-                s_dims[p - 1] = format!("{c}L");
+                s_dims[p - 1] = w.lit(c);
                 let v = value(&s_dims, &format!("acc{c}"))?;
                 vs.push(when(&self.guard(&s_dims)?, v, "0.0f"));
             }
@@ -1377,6 +1466,8 @@ impl Cx<'_> {
             texel_store: texel,
             k_fastest: [along_k(a, &split.rows), along_k(b, &split.cols)],
             local_vector: u64::from(params.local_vector),
+            index: w.ty(),
+            prefetch: params.prefetch,
         };
         while c.local_bytes() > opts.local_mem_bytes && c.tile_k > 1 {
             c.tile_k /= 2;

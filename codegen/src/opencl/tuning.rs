@@ -37,12 +37,14 @@ pub struct Tuned {
 
 impl Tuned {
     /// The contraction parameters of the entry.
-    pub fn params(&self) -> ContractionParams {
+    /// The parameters this entry sets, the rest (what `fbc tune` does not vary) from `base`.
+    pub fn params(&self, base: ContractionParams) -> ContractionParams {
         ContractionParams {
             per_item: self.per_item,
             tile_k: self.tile_k,
             local_vector: self.local_vector,
             stage_along_k: self.stage_along_k,
+            ..base
         }
     }
 }

@@ -129,6 +129,7 @@ pub fn with_candidate(
         tile_k: c.2,
         local_vector: c.3,
         stage_along_k: c.4,
+        ..k.contraction
     };
     k
 }

@@ -495,8 +495,8 @@ fn a_contraction_into_a_padded_image_is_tiled_under_its_guard() {
     let mm = std::fs::read_to_string(dump.join("main_matmul_y.cl")).expect("dumped");
     // Tiled; padded rows of x and padded columns of w are not read; padding is stored as 0.
     assert!(mm.contains("reqd_work_group_size"), "{mm}");
-    assert!(mm.contains("((row < 30L) ? x0[((row * 40L) + kk)] : 0.0f)"), "{mm}");
-    assert!(mm.contains("((row < 30L && (((col / 4L) * 4L) + 3L) < 30L) ? acc3 : 0.0f)"), "{mm}");
+    assert!(mm.contains("((row < 30) ? x0[((row * 40) + kk)] : 0.0f)"), "{mm}");
+    assert!(mm.contains("((row < 30 && (((col / 4) * 4) + 3) < 30) ? acc3 : 0.0f)"), "{mm}");
 }
 
 /// A safetensors file with the F32 vectors `a` and `b`.
@@ -748,22 +748,36 @@ fn a_missing_device_is_an_error() {
 /// multiples of the block or of the step, K shorter than one step, two-column and rank-8 sides),
 /// for buffer operands (-O0) and R-Tile image operands (-O3), gives the reference executor's
 /// results within `--check`'s bound (each output sums in the reference's order; the device may
-/// fuse a multiply-add).
+/// fuse a multiply-add). Two tests, so that the test runner runs the levels side by side.
 #[test]
-fn every_contraction_parameter_set_matches_the_reference_executor() {
+fn every_contraction_parameter_set_matches_the_reference_executor_on_buffers() {
+    every_contraction_parameter_set_matches_the_reference_executor(false);
+}
+
+#[test]
+fn every_contraction_parameter_set_matches_the_reference_executor_on_images() {
+    every_contraction_parameter_set_matches_the_reference_executor(true);
+}
+
+fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
     if !have_device() {
         return;
     }
     let shapes: [(u64, u64, u64); 5] =
         [(37, 29, 9), (70, 130, 67), (512, 8, 40), (300, 2, 33), (64, 64, 64)];
-    // Edge register blocks and k steps, then every parameter set `fbc tune` may pick.
+    // Edge register blocks and k steps, with and without register prefetch (a tile smaller
+    // than the work-group, a share that is not a whole number of items per work-item), then
+    // every parameter set `fbc tune` may pick, every other one with prefetch.
     let edges: [fbc::tuning::Candidate; 3] = [
         ([16, 16], [1, 1], 1, 4, true),
         ([16, 16], [2, 8], 4, 4, true),
         ([16, 16], [8, 2], 64, 1, true),
     ];
-    let params: Vec<fbc::tuning::Candidate> =
-        edges.iter().chain(fbc::tuning::CANDIDATES).copied().collect();
+    let params: Vec<(fbc::tuning::Candidate, bool)> = edges
+        .iter()
+        .flat_map(|&c| [(c, false), (c, true)])
+        .chain(fbc::tuning::CANDIDATES.iter().enumerate().map(|(i, &c)| (c, i % 2 == 1)))
+        .collect();
     for (m, n, k) in shapes {
         let text = common::main_module(
             &format!("%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>"),
@@ -772,40 +786,40 @@ fn every_contraction_parameter_set_matches_the_reference_executor() {
         );
         let original = common::parse(&text);
         let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
-        for o3 in [false, true] {
-            for &cand in &params {
-                let profile = fbc_target::builtin("generic").expect("generic");
-                let lowered = if o3 {
-                    common::lower_o3(&text, false, &profile).expect("lowers").0
-                } else {
-                    common::lower_o0(&text, &profile).expect("lowers")
-                };
-                let f = lowered.find_func("main").expect("main");
-                let want = fbc_runtime::interp::Interpreter::new(&lowered)
-                    .run_id(f, inputs.clone())
-                    .expect("reference executor");
-                let kernels = fbc::tuning::with_candidate(&profile, cand);
-                let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
-                let out = fbc_codegen::opencl::Writer::new(opts).write(&lowered).expect("OpenCL C");
-                let case = format!("{m}x{n}x{k} -O{} {cand:?}", if o3 { 3 } else { 0 });
-                assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
-                let got = fbc_runtime::opencl::run(
-                    &out.source,
-                    &out.manifest,
-                    "main",
-                    &inputs,
-                    &fbc_runtime::opencl::RunOptions::default(),
-                )
-                .unwrap_or_else(|e| panic!("{case}: {e}"));
-                let (w, g) =
-                    (want[0].as_f32().expect("f32"), got.results[0].as_f32().expect("f32"));
-                // `--check`'s bound (the device may fuse `acc + a·b` into one rounding).
-                let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
-                assert_eq!(g.data().len(), w.data().len(), "{case}");
-                for (i, (x, y)) in g.data().iter().zip(w.data()).enumerate() {
-                    let bound = 1e-5 + 1e-4 * (y.abs() + big);
-                    assert!((x - y).abs() <= bound, "{case}: element {i}: {x} vs {y}");
-                }
+        for &(cand, prefetch) in &params {
+            let profile = fbc_target::builtin("generic").expect("generic");
+            let lowered = if o3 {
+                common::lower_o3(&text, false, &profile).expect("lowers").0
+            } else {
+                common::lower_o0(&text, &profile).expect("lowers")
+            };
+            let f = lowered.find_func("main").expect("main");
+            let want = fbc_runtime::interp::Interpreter::new(&lowered)
+                .run_id(f, inputs.clone())
+                .expect("reference executor");
+            let mut kernels = fbc::tuning::with_candidate(&profile, cand);
+            kernels.contraction.prefetch = prefetch;
+            let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
+            let out = fbc_codegen::opencl::Writer::new(opts).write(&lowered).expect("OpenCL C");
+            let case =
+                format!("{m}x{n}x{k} -O{} {cand:?} prefetch {prefetch}", if o3 { 3 } else { 0 });
+            assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
+            assert_eq!(out.source.contains("Bs_next[u] = "), prefetch, "{case}: prefetch");
+            let got = fbc_runtime::opencl::run(
+                &out.source,
+                &out.manifest,
+                "main",
+                &inputs,
+                &fbc_runtime::opencl::RunOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+            let (w, g) = (want[0].as_f32().expect("f32"), got.results[0].as_f32().expect("f32"));
+            // `--check`'s bound (the device may fuse `acc + a·b` into one rounding).
+            let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            assert_eq!(g.data().len(), w.data().len(), "{case}");
+            for (i, (x, y)) in g.data().iter().zip(w.data()).enumerate() {
+                let bound = 1e-5 + 1e-4 * (y.abs() + big);
+                assert!((x - y).abs() <= bound, "{case}: element {i}: {x} vs {y}");
             }
         }
     }

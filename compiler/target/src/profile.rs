@@ -60,6 +60,10 @@ pub struct ContractionParams {
     /// consecutive rows or columns). Optional: 4.
     #[serde(default = "four")]
     pub local_vector: u32,
+    /// Register prefetch: the next k step's operands are loaded into registers while the
+    /// current step computes (see `fbc_kernels::Contraction::prefetch`). Optional: `false`.
+    #[serde(default)]
+    pub prefetch: bool,
 }
 
 fn four() -> u32 {
@@ -72,7 +76,13 @@ fn yes() -> bool {
 
 impl Default for ContractionParams {
     fn default() -> ContractionParams {
-        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true, local_vector: 4 }
+        ContractionParams {
+            per_item: [4, 4],
+            tile_k: 16,
+            stage_along_k: true,
+            local_vector: 4,
+            prefetch: false,
+        }
     }
 }
 

@@ -114,15 +114,27 @@ fn contraction_parameters_default_and_are_validated() {
     let p = from_toml(MEASURED).unwrap();
     assert_eq!(
         p.contraction,
-        ContractionParams { per_item: [4, 4], tile_k: 16, stage_along_k: true, local_vector: 4 }
+        ContractionParams {
+            per_item: [4, 4],
+            tile_k: 16,
+            stage_along_k: true,
+            local_vector: 4,
+            prefetch: false
+        }
     );
     let set = format!(
         "{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n\
-         local_vector = 1\n"
+         local_vector = 1\nprefetch = true\n"
     );
     assert_eq!(
         from_toml(&set).unwrap().contraction,
-        ContractionParams { per_item: [8, 2], tile_k: 32, stage_along_k: false, local_vector: 1 }
+        ContractionParams {
+            per_item: [8, 2],
+            tile_k: 32,
+            stage_along_k: false,
+            local_vector: 1,
+            prefetch: true
+        }
     );
     let bad =
         format!("{MEASURED}\n[contraction]\nper_item = [3, 16]\ntile_k = 128\nlocal_vector = 2\n");

@@ -90,7 +90,7 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
     assert_eq!(ks[0].source, "tensor.matmul[split-k 32]");
     assert_eq!(ks[0].domain, vec![32, 512, 8, 256]);
     assert_eq!(ks[1].source, "tensor.matmul[split-k 32 sum]");
-    // A large product fills the device (2048×8192 outputs: 524288 work-items of 4 × 8): not
+    // A large product fills the device (2048×8192 outputs: 262144 work-items of 8 × 8): not
     // split, one launch.
     let m = parse(&product(2048, 512, 8192));
     let (after, st) = lowered(&m, "lower-to-memory", "nvidia");

@@ -176,12 +176,35 @@ impl Ix {
 
     /// Sound interval of the expression over box `b`, with its definedness.
     fn span(&self, b: &[Interval]) -> Span {
+        self.span_each(b, &mut |_| {})
+    }
+
+    /// Whether every subexpression (this one included) is defined and inside the 32-bit signed
+    /// range at every point of box `b`: then C's `int` arithmetic computes it exactly. Sound,
+    /// not complete: `false` may be a bound too wide to prove it.
+    pub fn fits_i32(&self, b: &[Interval]) -> bool {
+        let mut all = true;
+        self.span_each(b, &mut |s| {
+            all &=
+                !s.maybe_undef && s.iv.lo >= i64::from(i32::MIN) && s.iv.hi <= i64::from(i32::MAX);
+        });
+        all
+    }
+
+    /// [`Ix::span`], calling `each` with the span of every subexpression, children first.
+    fn span_each(&self, b: &[Interval], each: &mut dyn FnMut(&Span)) -> Span {
+        let s = self.span_node(b, each);
+        each(&s);
+        s
+    }
+
+    fn span_node(&self, b: &[Interval], each: &mut dyn FnMut(&Span)) -> Span {
         let ok = |iv| Span { iv, maybe_undef: false, surely_undef: false };
         match self {
             Ix::Dim(d) => ok(b.get(*d).copied().unwrap_or(Interval::FULL)),
             Ix::Const(c) => ok(Interval::point(*c)),
             Ix::Neg(a) => {
-                let s = a.span(b);
+                let s = a.span_each(b, each);
                 let checked = s.iv.checked_neg();
                 Span {
                     iv: checked.unwrap_or(-s.iv),
@@ -190,7 +213,7 @@ impl Ix {
                 }
             }
             Ix::Bin(op, a, c) => {
-                let (sa, sc) = (a.span(b), c.span(b));
+                let (sa, sc) = (a.span_each(b, each), c.span_each(b, each));
                 let (a, c) = (sa.iv, sc.iv);
                 let mut maybe = sa.maybe_undef || sc.maybe_undef;
                 let mut surely = sa.surely_undef || sc.surely_undef;

@@ -300,13 +300,13 @@ mod tests {
     #[test]
     fn auto_splits_skinny_products_to_fill_the_device() {
         let nv = fbc_target::builtin("nvidia").unwrap();
-        // 132 CUs × 2048 = 270336 work-items, 4 × 8 outputs each.
+        // 132 CUs × 2048 = 270336 work-items, 8 × 8 outputs each.
         assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &nv), Some(32)); // LoRA down x·A
         assert_eq!(SplitK::Auto.chunks(512 * 8, 2048, &nv), Some(8)); // LoRA q x·A
         assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(2)); // dA = xᵀ·d(xa)
         assert_eq!(SplitK::Auto.chunks(512 * 512, 2048, &nv), Some(8)); // K projection (GQA)
         assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), Some(8)); // Q projection
-        assert_eq!(SplitK::Auto.chunks(512 * 8192, 2048, &nv), Some(2)); // gate
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, 2048, &nv), Some(4)); // gate
         assert_eq!(SplitK::Auto.chunks(2048 * 8192, 512, &nv), None); // dB of gate: device full
         assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), None); // K too short to chunk
         let generic = fbc_target::builtin("generic").unwrap();
