@@ -1315,15 +1315,15 @@ impl Cx<'_> {
             super::tuning::shape_key(batches, m, n, kk, [a, b, out].map(|i| self.is_image(i)));
         let tuned = opts.tuned.get(&shape);
         let (group0, params) = match tuned {
-            Some(t) => (t.group, t.params(opts.contraction)),
+            Some(t) => (t.group, t.params()),
             None => (opts.group, opts.contraction),
         };
         let tuned_comment;
         let comment = match tuned {
             Some(t) => {
                 tuned_comment = format!(
-                    "{comment}// Tuned for this device (fbc tune, shape {shape}): group [{}, {}], per_item [{}, {}], tile_k {}, local_vector {}, stage_along_k {}.\n",
-                    t.group[0], t.group[1], t.per_item[0], t.per_item[1], t.tile_k, t.local_vector, t.stage_along_k
+                    "{comment}// Tuned for this device (fbc tune, shape {shape}): group [{}, {}], per_item [{}, {}], tile_k {}, local_vector {}, stage_along_k {}, prefetch {}.\n",
+                    t.group[0], t.group[1], t.per_item[0], t.per_item[1], t.tile_k, t.local_vector, t.stage_along_k, t.prefetch
                 );
                 tuned_comment.as_str()
             }

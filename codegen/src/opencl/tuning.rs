@@ -28,6 +28,10 @@ pub struct Tuned {
     pub tile_k: u32,
     pub local_vector: u32,
     pub stage_along_k: bool,
+    /// Register prefetch (absent in files written before `fbc tune` varied it: `false`, as
+    /// they were measured).
+    #[serde(default)]
+    pub prefetch: bool,
     /// Device time of the shape's launches in one run with these parameters, in nanoseconds
     /// (median of the tuning runs).
     pub ns: u64,
@@ -37,14 +41,13 @@ pub struct Tuned {
 
 impl Tuned {
     /// The contraction parameters of the entry.
-    /// The parameters this entry sets, the rest (what `fbc tune` does not vary) from `base`.
-    pub fn params(&self, base: ContractionParams) -> ContractionParams {
+    pub fn params(&self) -> ContractionParams {
         ContractionParams {
             per_item: self.per_item,
             tile_k: self.tile_k,
             local_vector: self.local_vector,
             stage_along_k: self.stage_along_k,
-            ..base
+            prefetch: self.prefetch,
         }
     }
 }
@@ -143,6 +146,7 @@ mod tests {
             tile_k: 32,
             local_vector: 4,
             stage_along_k: true,
+            prefetch: true,
             ns,
             default_ns: 2 * ns,
         }
@@ -171,6 +175,12 @@ mod tests {
             back.devices[0].shapes.keys().next().map(String::as_str),
             Some("b1_m512_n8192_k2048_iii")
         );
+        assert!(back.devices[0].shapes.values().all(|t| t.params().prefetch));
+        // An entry written before `fbc tune` varied prefetch was measured without it.
+        let old = d.to_json().replace("\"prefetch\": true,", "");
+        assert_ne!(old, d.to_json());
+        let back = TuningDb::parse(&old).expect("parses");
+        assert!(back.devices[0].shapes.values().all(|t| !t.prefetch));
     }
 
     #[test]

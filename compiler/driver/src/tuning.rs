@@ -85,36 +85,39 @@ fn ignored(path: &Path, why: &str) -> Entries {
 }
 
 /// A candidate parameter set of the tuner: work-group `[x, y]`, register block `[columns, rows]`,
-/// `tile_k`, `local_vector`, `stage_along_k`.
-pub type Candidate = ([u64; 2], [u32; 2], u32, u32, bool);
+/// `tile_k`, `local_vector`, `stage_along_k`, `prefetch`.
+pub type Candidate = ([u64; 2], [u32; 2], u32, u32, bool, bool);
 
-/// The parameter sets `fbc tune` times besides the profile's own: the register blocks, k steps,
-/// group shapes and staging orders that won some contraction on the devices measured so far
-/// (the H200 sweep of `tests/bench/h200.sh`), and smaller ones for narrow products and devices
-/// with little local memory.
+/// The parameter sets `fbc tune` times besides the profile's own, in this order (the budget may
+/// end the list): the register blocks, k steps, group shapes, staging orders and prefetch choices
+/// that won some contraction on the devices measured so far (the H200 sweeps of
+/// `tests/bench/h200.sh`: 8 x 8 and 4 x 8 blocks with prefetch first), and smaller ones for
+/// narrow products and devices with little local memory or few registers.
 pub const CANDIDATES: &[Candidate] = &[
-    ([16, 16], [4, 4], 16, 4, true),
-    ([16, 16], [4, 4], 32, 4, true),
-    ([16, 16], [4, 8], 16, 4, true),
-    ([16, 16], [4, 8], 32, 4, true),
-    ([16, 16], [8, 4], 16, 4, true),
-    ([16, 16], [8, 8], 16, 4, true),
-    ([16, 16], [8, 8], 8, 4, true),
-    ([16, 16], [8, 8], 16, 4, false),
-    ([32, 8], [4, 4], 16, 4, true),
-    ([32, 8], [4, 8], 16, 4, true),
-    ([32, 8], [4, 4], 32, 4, true),
-    ([16, 8], [8, 8], 16, 4, true),
-    ([8, 8], [8, 8], 16, 4, true),
-    ([16, 16], [4, 4], 16, 1, true),
-    ([8, 8], [4, 4], 16, 4, true),
-    ([8, 8], [2, 2], 8, 1, true),
+    ([16, 16], [8, 8], 16, 4, true, true),
+    ([16, 8], [8, 8], 16, 4, true, true),
+    ([16, 16], [8, 8], 8, 4, true, true),
+    ([16, 16], [4, 8], 16, 4, true, true),
+    ([32, 8], [4, 8], 32, 4, true, true),
+    ([16, 16], [4, 4], 32, 4, true, true),
+    ([16, 16], [4, 4], 16, 4, true, false),
+    ([16, 16], [4, 4], 32, 4, true, false),
+    ([16, 16], [4, 8], 16, 4, true, false),
+    ([16, 16], [4, 8], 32, 4, true, false),
+    ([16, 16], [8, 4], 16, 4, true, false),
+    ([16, 16], [8, 8], 16, 4, true, false),
+    ([16, 16], [8, 8], 16, 4, false, true),
+    ([32, 8], [4, 4], 16, 4, true, false),
+    ([32, 8], [4, 8], 16, 4, true, false),
+    ([16, 16], [4, 4], 16, 1, true, false),
+    ([8, 8], [4, 4], 16, 4, true, false),
+    ([8, 8], [2, 2], 8, 1, true, false),
 ];
 
 /// The parameter set `k` uses (the inverse of [`with_candidate`]).
 pub fn candidate_of(k: &fbc_codegen::opencl::KernelOptions) -> Candidate {
     let c = &k.contraction;
-    (k.group, c.per_item, c.tile_k, c.local_vector, c.stage_along_k)
+    (k.group, c.per_item, c.tile_k, c.local_vector, c.stage_along_k, c.prefetch)
 }
 
 /// Kernel options of `profile` with candidate `c` for every contraction.
@@ -129,7 +132,7 @@ pub fn with_candidate(
         tile_k: c.2,
         local_vector: c.3,
         stage_along_k: c.4,
-        ..k.contraction
+        prefetch: c.5,
     };
     k
 }
@@ -227,8 +230,8 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             break;
         }
         bar.set_message(format!(
-            "group {:?} per_item {:?} tile_k {} local_vector {}",
-            cand.0, cand.1, cand.2, cand.3
+            "group {:?} per_item {:?} tile_k {} local_vector {} prefetch {}",
+            cand.0, cand.1, cand.2, cand.3, cand.5
         ));
         let opts = Options { kernels: with_candidate(&profile, cand), ..Options::default() };
         let out =
@@ -298,10 +301,19 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             .filter_map(|(i, t)| t.map(|t| (i, t)))
             .min_by_key(|&(i, t)| (t, i))
             .unwrap_or((0, default_ns));
-        let (group, per_item, tile_k, local_vector, stage_along_k) = candidates[best];
+        let (group, per_item, tile_k, local_vector, stage_along_k, prefetch) = candidates[best];
         shapes.insert(
             shape.clone(),
-            Tuned { group, per_item, tile_k, local_vector, stage_along_k, ns, default_ns },
+            Tuned {
+                group,
+                per_item,
+                tile_k,
+                local_vector,
+                stage_along_k,
+                prefetch,
+                ns,
+                default_ns,
+            },
         );
         report.push_str(&format!(
             "  {:<32} {:>8} {:>11.4} {:>11.4} {:>6.2}x  group {group:?} per_item {per_item:?} tile_k {tile_k} local_vector {local_vector}{}\n",
@@ -310,7 +322,11 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             default_ns as f64 * 1e-6,
             ns as f64 * 1e-6,
             default_ns as f64 / ns.max(1) as f64,
-            if stage_along_k { "" } else { " rows-first" },
+            format!(
+                "{}{}",
+                if stage_along_k { "" } else { " rows-first" },
+                if prefetch { " prefetch" } else { "" }
+            ),
         ));
     }
     let path = a.tuning.clone().or_else(default_path).ok_or_else(|| {

@@ -767,17 +767,17 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
         [(37, 29, 9), (70, 130, 67), (512, 8, 40), (300, 2, 33), (64, 64, 64)];
     // Edge register blocks and k steps, with and without register prefetch (a tile smaller
     // than the work-group, a share that is not a whole number of items per work-item), then
-    // every parameter set `fbc tune` may pick, every other one with prefetch.
-    let edges: [fbc::tuning::Candidate; 3] = [
-        ([16, 16], [1, 1], 1, 4, true),
-        ([16, 16], [2, 8], 4, 4, true),
-        ([16, 16], [8, 2], 64, 1, true),
+    // every parameter set `fbc tune` may pick.
+    let edges: [fbc::tuning::Candidate; 6] = [
+        ([16, 16], [1, 1], 1, 4, true, false),
+        ([16, 16], [1, 1], 1, 4, true, true),
+        ([16, 16], [2, 8], 4, 4, true, false),
+        ([16, 16], [2, 8], 4, 4, true, true),
+        ([16, 16], [8, 2], 64, 1, true, false),
+        ([16, 16], [8, 2], 64, 1, true, true),
     ];
-    let params: Vec<(fbc::tuning::Candidate, bool)> = edges
-        .iter()
-        .flat_map(|&c| [(c, false), (c, true)])
-        .chain(fbc::tuning::CANDIDATES.iter().enumerate().map(|(i, &c)| (c, i % 2 == 1)))
-        .collect();
+    let params: Vec<fbc::tuning::Candidate> =
+        edges.iter().chain(fbc::tuning::CANDIDATES).copied().collect();
     for (m, n, k) in shapes {
         let text = common::main_module(
             &format!("%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>"),
@@ -786,7 +786,8 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
         );
         let original = common::parse(&text);
         let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
-        for &(cand, prefetch) in &params {
+        for &cand in &params {
+            let prefetch = cand.5;
             let profile = fbc_target::builtin("generic").expect("generic");
             let lowered = if o3 {
                 common::lower_o3(&text, false, &profile).expect("lowers").0
@@ -797,12 +798,10 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
             let want = fbc_runtime::interp::Interpreter::new(&lowered)
                 .run_id(f, inputs.clone())
                 .expect("reference executor");
-            let mut kernels = fbc::tuning::with_candidate(&profile, cand);
-            kernels.contraction.prefetch = prefetch;
+            let kernels = fbc::tuning::with_candidate(&profile, cand);
             let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
             let out = fbc_codegen::opencl::Writer::new(opts).write(&lowered).expect("OpenCL C");
-            let case =
-                format!("{m}x{n}x{k} -O{} {cand:?} prefetch {prefetch}", if o3 { 3 } else { 0 });
+            let case = format!("{m}x{n}x{k} -O{} {cand:?}", if o3 { 3 } else { 0 });
             assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
             assert_eq!(out.source.contains("Bs_next[u] = "), prefetch, "{case}: prefetch");
             let got = fbc_runtime::opencl::run(
