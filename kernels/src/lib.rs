@@ -259,8 +259,9 @@ struct Staging {
 }
 
 /// The parts of staging `st` for the k step starting at `kb` (a C expression).
-fn staging(st: &Stage<'_>, k: u64, tk: u64, ix: &str, kb: &str) -> Staging {
+fn staging(st: &Stage<'_>, p: Steps<'_>, kb: &str) -> Staging {
     let Stage { tile, outer, extent, block: bx, at, texel, k_fastest } = *st;
+    let Steps { k, tk, ix, .. } = p;
     let o0 = format!("{outer}0");
     let texel_value =
         |texel: &str| format!("({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f)");
@@ -306,10 +307,10 @@ fn staging(st: &Stage<'_>, k: u64, tk: u64, ix: &str, kb: &str) -> Staging {
 }
 
 /// The loop that stages one tile for the k step at `k0`, spread over the work-group's
-/// `threads` work-items.
-fn stage(s: &mut String, st: &Stage<'_>, k: u64, tk: u64, threads: u64, ix: &str) {
-    let g = staging(st, k, tk, ix, "k0");
-    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {threads}) {{", g.items);
+/// work-items.
+fn stage(s: &mut String, st: &Stage<'_>, p: Steps<'_>) {
+    let g = staging(st, p, "k0");
+    let _ = writeln!(s, "    for (int t = lid; t < {}; t += {}) {{", g.items, p.threads);
     let _ = writeln!(
         s,
         "      {}\n      const {} v = {};\n      {}\n    }}",
@@ -356,14 +357,14 @@ struct Steps<'a> {
 
 /// Loads the k step at `kb` of staging `st` into its prefetch registers (global loads only).
 fn prefetch_load(s: &mut String, indent: &str, st: &Stage<'_>, p: Steps<'_>, kb: &str) {
-    let g = staging(st, p.k, p.tk, p.ix, kb);
+    let g = staging(st, p, kb);
     let (regs, _) = prefetch_regs(st, &g, p.threads);
     per_share(s, indent, &g, p.threads, [&g.decl, &format!("{regs}[u] = {};", g.value)]);
 }
 
 /// Writes the prefetch registers of staging `st` into its local tile.
 fn prefetch_store(s: &mut String, st: &Stage<'_>, p: Steps<'_>) {
-    let g = staging(st, p.k, p.tk, p.ix, "k0");
+    let g = staging(st, p, "k0");
     let (regs, _) = prefetch_regs(st, &g, p.threads);
     per_share(s, "    ", &g, p.threads, [&format!("const {} v = {regs}[u];", g.ty), &g.store]);
 }
@@ -459,7 +460,7 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         // The first step's operands in registers; each step stores them into the tiles, then
         // loads the next step's while it computes.
         for st in [&a, &b] {
-            let g = staging(st, k, tk, ix, "0");
+            let g = staging(st, steps, "0");
             let (regs, n) = prefetch_regs(st, &g, threads);
             let _ = writeln!(s, "  {} {regs}[{n}];", g.ty);
             prefetch_load(&mut s, "  ", st, steps, "0");
@@ -478,7 +479,7 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         s.push_str("    }\n");
     } else {
         for st in [&a, &b] {
-            stage(&mut s, st, k, tk, threads, ix);
+            stage(&mut s, st, steps);
         }
         s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
     }

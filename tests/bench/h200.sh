@@ -106,7 +106,8 @@ DEFAULT_SWEEP=$(printf '%s\n' "g32x8_p4x4_k16_v1|32, 8|4, 4|16|1" "g32x8_p4x4_k1
   "g16x16_p8x8_k16|16, 16|8, 8|16" "g16x16_p8x8_k8|16, 16|8, 8|8" "g16x16_p4x8_k16|16, 16|4, 8|16" \
   "g16x16_p8x4_k16|16, 16|8, 4|16" "g32x8_p4x8_k16|32, 8|4, 8|16" "g16x16_p4x4_k32|16, 16|4, 4|32" \
   "g32x8_p4x4_k32|32, 8|4, 4|32" "g16x8_p8x8_k16|16, 8|8, 8|16" "g8x8_p8x8_k16|8, 8|8, 8|16" \
-  "g16x16_p8x8_k16_rows|16, 16|8, 8|16|4|false")
+  "g16x16_p8x8_k16_rows|16, 16|8, 8|16|4|false" "g16x16_p8x8_k16_pf|16, 16|8, 8|16|4|true|true" \
+  "g16x16_p8x8_k8_pf|16, 16|8, 8|8|4|true|true" "g16x16_p4x8_k16_pf|16, 16|4, 8|16|4|true|true")
 while IFS='|' read -r n g p k lv st pf; do
   [ -n "$n" ] && variant "$n" "$g" "$p" "$k" "${lv:-4}" "${st:-true}" "${pf:-false}"
 done <<< "${SWEEP:-$DEFAULT_SWEEP}"

@@ -4,14 +4,15 @@
 //! Index maps become C integer expressions over the domain indices `d0..dn` (all non-negative),
 //! computed in `int` where the bounds prover's interval arithmetic shows that every
 //! subexpression of every map fits in 32 bits over the whole domain, else in `long` (the kernel's
-//! comment says why: see [`index_width`]); `floordiv`/`mod` are C's `/`/`%` where the dividend is provably non-negative and
-//! the divisor a positive constant, else the `fbc_floordiv`/`fbc_mod` helpers of the prelude, which
-//! round toward -inf. Scalar values are `float` or `long` as [`Kernel`]'s typing rules say; integer
-//! payload arithmetic goes through the prelude's `fbc_iadd`..`fbc_imod`, `fbc_toint`, `fbc_toi32`
-//! (wrapping, floor division with `MIN / -1 = MIN`, saturating conversions: never C's undefined
-//! behaviour); where a divisor is not a non-zero constant, or `int()` takes a float, the kernel
-//! uses the checked forms (`fbc_idivc`, `fbc_imodc`, `fbc_tointc`), which record a division by
-//! zero or `int(NaN)` in the error buffer like a failed bounds check.
+//! comment says why: see [`index_width`]); `floordiv`/`mod` are C's `/`/`%` where the dividend
+//! is provably non-negative and the divisor a positive constant, else the
+//! `fbc_floordiv`/`fbc_mod` helpers of the prelude, which round toward -inf. Scalar values are
+//! `float` or `long` as [`Kernel`]'s typing rules say; integer payload arithmetic goes through
+//! the prelude's `fbc_iadd`..`fbc_imod`, `fbc_toint`, `fbc_toi32` (wrapping, floor division with
+//! `MIN / -1 = MIN`, saturating conversions: never C's undefined behaviour); where a divisor is
+//! not a non-zero constant, or `int()` takes a float, the kernel uses the checked forms
+//! (`fbc_idivc`, `fbc_imodc`, `fbc_tointc`), which record a division by zero or `int(NaN)` in
+//! the error buffer like a failed bounds check.
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
