@@ -114,3 +114,9 @@ done <<< "${SWEEP:-$DEFAULT_SWEEP}"
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 echo done >> $C
+# FBLayout must never lose to a baseline (issue 11): `fbc bench --compare` warns, and this
+# script then fails, for the runs of $B (each `=== ...` header of bench.txt ends with the binary).
+if [ -e "$R" ]; then
+  awk -v b="$B" '/^=== /{cur=$NF} /fblayout is slower than/ && cur==b' "$R" > $O/losses.txt
+  if [ -s $O/losses.txt ]; then echo "FBLayout is slower than a baseline:"; cat $O/losses.txt; exit 1; fi
+fi

@@ -247,6 +247,20 @@ pub struct StrategyFigures {
     pub host_ns_per_launch: u64,
 }
 
+/// The `fblayout` run among `runs` and the runs that took less device time than it: what
+/// `fbc bench --compare` warns about, since FBLayout's layout choice should never lose to a
+/// baseline. `None` without a `fblayout` run.
+pub fn fblayout_losses(
+    runs: &[StrategyFigures],
+) -> Option<(&StrategyFigures, Vec<&StrategyFigures>)> {
+    let fb = runs.iter().find(|r| r.strategy == "fblayout")?;
+    let faster = runs
+        .iter()
+        .filter(|r| r.strategy != fb.strategy && r.total_ns > 0 && r.total_ns < fb.total_ns)
+        .collect();
+    Some((fb, faster))
+}
+
 /// Rates in units per second, 0 for no time.
 fn per_s(units: u64, ns: u64) -> f64 {
     if ns == 0 {
@@ -417,6 +431,18 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         };
         runs.push(figures(&label, level, f, &medians, plan, res.launch_host_ns));
     }
+    if let Some((fb, faster)) = fblayout_losses(&runs) {
+        for r in faster {
+            eprintln!(
+                "fbc: warning: {}: fblayout is slower than {}: {:.3} ms against {:.3} ms (x{:.3})",
+                a.file.display(),
+                r.strategy,
+                fb.total_ns as f64 * 1e-6,
+                r.total_ns as f64 * 1e-6,
+                fb.total_ns as f64 / r.total_ns as f64,
+            );
+        }
+    }
     let base = runs.first().map_or(0, |r| r.total_ns);
     let ratios: Vec<(String, f64)> = runs
         .iter()
@@ -451,4 +477,44 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         t
     };
     crate::output::write_text(None, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(strategy: &str, total_ns: u64) -> StrategyFigures {
+        StrategyFigures {
+            strategy: strategy.into(),
+            level: 3,
+            kernels: Vec::new(),
+            kernel_count: 0,
+            conversion_kernels: 0,
+            conversion_share: 0.0,
+            total_ns,
+            gflops: 0.0,
+            gbps: 0.0,
+            peak_bytes: 0,
+            plan_memory: Default::default(),
+            host_ns_per_launch: 0,
+        }
+    }
+
+    #[test]
+    fn a_baseline_faster_than_fblayout_is_reported() {
+        let names = |runs: &[StrategyFigures]| {
+            fblayout_losses(runs).map(|(fb, faster)| {
+                (fb.total_ns, faster.iter().map(|r| r.strategy.clone()).collect::<Vec<_>>())
+            })
+        };
+        let runs = [run("fblayout", 1000), run("reuse", 999), run("convert", 1000)];
+        assert_eq!(names(&runs), Some((1000, vec!["reuse".to_string()])));
+        // fblayout not first, both baselines faster; a tie or a slower baseline is no loss.
+        let runs = [run("convert", 10), run("fblayout", 30), run("reuse", 20)];
+        assert_eq!(names(&runs), Some((30, vec!["convert".to_string(), "reuse".to_string()])));
+        assert_eq!(names(&[run("fblayout", 5), run("reuse", 5)]), Some((5, vec![])));
+        // Without a fblayout run, or a baseline that recorded no time.
+        assert_eq!(names(&[run("reuse", 1), run("convert", 2)]), None);
+        assert_eq!(names(&[run("fblayout", 5), run("reuse", 0)]), Some((5, vec![])));
+    }
 }

@@ -315,18 +315,15 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
                 default_ns,
             },
         );
+        let rows_first = if stage_along_k { "" } else { " rows-first" };
+        let prefetch = if prefetch { " prefetch" } else { "" };
         report.push_str(&format!(
-            "  {:<32} {:>8} {:>11.4} {:>11.4} {:>6.2}x  group {group:?} per_item {per_item:?} tile_k {tile_k} local_vector {local_vector}{}\n",
+            "  {:<32} {:>8} {:>11.4} {:>11.4} {:>6.2}x  group {group:?} per_item {per_item:?} tile_k {tile_k} local_vector {local_vector}{rows_first}{prefetch}\n",
             shape,
             launches.get(shape).copied().unwrap_or(0),
             default_ns as f64 * 1e-6,
             ns as f64 * 1e-6,
             default_ns as f64 / ns.max(1) as f64,
-            format!(
-                "{}{}",
-                if stage_along_k { "" } else { " rows-first" },
-                if prefetch { " prefetch" } else { "" }
-            ),
         ));
     }
     let path = a.tuning.clone().or_else(default_path).ok_or_else(|| {
