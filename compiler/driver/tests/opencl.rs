@@ -798,20 +798,11 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
             let want = fbc_runtime::interp::Interpreter::new(&lowered)
                 .run_id(f, inputs.clone())
                 .expect("reference executor");
-            let kernels = fbc::tuning::with_candidate(&profile, cand);
-            let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
-            let out = fbc_codegen::opencl::Writer::new(opts).write(&lowered).expect("OpenCL C");
             let case = format!("{m}x{n}x{k} -O{} {cand:?}", if o3 { 3 } else { 0 });
+            let kernels = fbc::tuning::with_candidate(&profile, cand);
+            let (out, got) = write_and_run_main(&lowered, kernels, &inputs, &case);
             assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
             assert_eq!(out.source.contains("Bs_next[u] = "), prefetch, "{case}: prefetch");
-            let got = fbc_runtime::opencl::run(
-                &out.source,
-                &out.manifest,
-                "main",
-                &inputs,
-                &fbc_runtime::opencl::RunOptions::default(),
-            )
-            .unwrap_or_else(|e| panic!("{case}: {e}"));
             let (w, g) = (want[0].as_f32().expect("f32"), got.results[0].as_f32().expect("f32"));
             // `--check`'s bound (the device may fuse `acc + a·b` into one rounding).
             let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
@@ -822,6 +813,27 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
             }
         }
     }
+}
+
+/// Writes the lowered module `lowered` as OpenCL C with `kernels` and runs its `@main` on the
+/// device with `inputs` (a failure panics naming `case`).
+fn write_and_run_main(
+    lowered: &fbc_ir::Module,
+    kernels: fbc_codegen::opencl::KernelOptions,
+    inputs: &[fbc_runtime::interp::Value],
+    case: &str,
+) -> (fbc_codegen::opencl::Output, fbc_runtime::opencl::RunOutput) {
+    let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(lowered).expect("OpenCL C");
+    let run = fbc_runtime::opencl::run(
+        &out.source,
+        &out.manifest,
+        "main",
+        inputs,
+        &fbc_runtime::opencl::RunOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{case}: {e}"));
+    (out, run)
 }
 
 // ----- f16 images -----
@@ -855,16 +867,7 @@ fn half_images_on_the_device_match_the_reference_executor() {
             .expect("reference executor");
         let mut kernels = fbc_codegen::opencl::KernelOptions::for_target(&generic);
         kernels.tiled = true;
-        let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
-        let out = fbc_codegen::opencl::Writer::new(opts).write(&lowered).expect("OpenCL C");
-        let run = fbc_runtime::opencl::run(
-            &out.source,
-            &out.manifest,
-            "main",
-            &inputs,
-            &fbc_runtime::opencl::RunOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (_, run) = write_and_run_main(&lowered, kernels, &inputs, name);
         let r = reference[0].as_f32().expect("f32").data().to_vec();
         let d = run.results[0].as_f32().expect("f32").data().to_vec();
         assert_eq!(r.len(), d.len());
