@@ -186,8 +186,8 @@ pub struct Contraction<'a> {
     pub index: &'a str,
     /// Register prefetch: each k step's global loads are issued before the previous step's
     /// arithmetic (into registers, stored into the tiles after it), so that they overlap it
-    /// instead of stalling the work-group at the barrier. Costs a work-item's share of both tiles in
-    /// registers.
+    /// instead of stalling the work-group at the barrier. Costs a work-item's share of both
+    /// tiles in registers.
     pub prefetch: bool,
 }
 

@@ -66,8 +66,9 @@ fn reads_of(e: &Scalar, slots: &[bool]) -> usize {
 }
 
 /// What fusion needs to know of a payload: its depth, its node count and whether it reads domain
-/// indices or explicit offsets (`Dim`, `Load`: then it cannot move to another domain). Kept per kernel and derived for a fused payload
-/// from its parts, so a long chain is not walked again at every merge.
+/// indices or explicit offsets (`Dim`, `Load`: then it cannot move to another domain). Kept per
+/// kernel and derived for a fused payload from its parts, so a long chain is not walked again at
+/// every merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
     depth: usize,
