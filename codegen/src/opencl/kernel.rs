@@ -190,6 +190,7 @@ pub fn emit(
         checked,
         fault_id,
         w,
+        coords: RefCell::new(Vec::new()),
     };
     // Generated contractions are always proven; a checked one takes the plain kernel.
     if opts.tiled && !checked {
@@ -468,6 +469,9 @@ struct Cx<'a> {
     fault_id: u32,
     /// The width of index arithmetic (see [`index_width`]).
     w: Width,
+    /// The last text of each operand coordinate (`4·operand + result`), with the domain
+    /// dimension texts it was made for: a payload reads an operand at the same point many times.
+    coords: RefCell<Vec<Option<(Vec<String>, String)>>>,
 }
 
 /// The values scalar expressions see: a C expression per domain dimension and the accumulator.
@@ -559,8 +563,24 @@ impl Cx<'_> {
     }
 
     fn coord(&self, i: usize, r: usize, dims: &[String]) -> Result<String, String> {
+        // Storage maps have one result (a buffer offset) or three (an image's x, y, channel).
         let m = &self.k.maps[i];
-        affine(&m.results[r], &m.dims, dims, self.w)
+        if r >= 4 {
+            return affine(&m.results[r], &m.dims, dims, self.w);
+        }
+        let slot = 4 * i + r;
+        if let Some(Some((at, text))) = self.coords.borrow().get(slot) {
+            if at.as_slice() == dims {
+                return Ok(text.clone());
+            }
+        }
+        let text = affine(&m.results[r], &m.dims, dims, self.w)?;
+        let mut coords = self.coords.borrow_mut();
+        if coords.len() <= slot {
+            coords.resize(slot + 1, None);
+        }
+        coords[slot] = Some((dims.to_vec(), text.clone()));
+        Ok(text)
     }
 
     /// Operand `i` read at its map.

@@ -158,13 +158,9 @@ impl Builder<'_> {
             }
         };
         let mut operands = Vec::with_capacity(op.operands.len());
-        let mut operand_types = Vec::with_capacity(op.operands.len());
         for o in &op.operands {
             match scope.get(o.name.as_str()) {
-                Some(&(v, _)) => {
-                    operands.push(v);
-                    operand_types.push(self.module.value_type(v).clone());
-                }
+                Some(&(v, _)) => operands.push(v),
                 None => {
                     self.error(o.span, format!("use of undefined value %{}", o.name));
                     ok = false;
@@ -176,20 +172,22 @@ impl Builder<'_> {
         if let Some(sig) = &op.sig {
             let inputs: Vec<Type> = sig.inputs.iter().map(|t| self.ty(t)).collect();
             let outputs: Vec<Type> = sig.outputs.iter().map(|t| self.ty(t)).collect();
-            if ok && inputs.len() != operand_types.len() {
+            if ok && inputs.len() != operands.len() {
                 self.error(
                     sig.span,
                     format!(
                         "the signature lists {} operand types, but `{}` has {} operands",
                         inputs.len(),
                         op.name.name,
-                        operand_types.len()
+                        operands.len()
                     ),
                 );
                 ok = false;
             } else if ok {
-                for (i, (have, written)) in operand_types.iter().zip(&inputs).enumerate() {
+                for (i, written) in inputs.iter().enumerate() {
+                    let have = self.module.value_type(operands[i]);
                     if have != written && !have.is_unknown() && !written.is_unknown() {
+                        let have = have.clone();
                         let d = self
                             .error(sig.inputs[i].span, format!("expected {have}, found {written}"));
                         d.label = Some(format!("operand {i} of {}", op.name.name));
@@ -213,7 +211,9 @@ impl Builder<'_> {
             {
                 vec![Type::Unknown; op.results.len()]
             }
-            None if ok && operand_types.iter().all(|t| !t.is_unknown()) => {
+            None if ok && operands.iter().all(|&v| !self.module.value_type(v).is_unknown()) => {
+                let operand_types: Vec<Type> =
+                    operands.iter().map(|&v| self.module.value_type(v).clone()).collect();
                 let view = OpView {
                     module: &self.module,
                     op: crate::module::Op(u32::MAX),

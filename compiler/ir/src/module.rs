@@ -81,8 +81,8 @@ pub struct ValueData {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpSpans {
     pub name: Span,
-    pub operands: Vec<Span>,
-    pub results: Vec<Span>,
+    pub operands: SmallVec<[Span; 3]>,
+    pub results: SmallVec<[Span; 1]>,
     /// One span per attribute, in the order of `OpData::attrs`.
     pub attrs: Vec<(String, Span)>,
     pub sig: Option<Span>,

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use fbc_dialects::memory::{Kernel, MemType, StorageKind};
+use fbc_dialects::memory::{MemType, StorageKind};
 use fbc_ir::pass::{PassInfo, PassRegistry};
 use fbc_ir::{Attr, Diagnostic, FuncId, Module, Op, Pass, PassContext, Value};
 
@@ -150,8 +150,11 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
         let d = m.op(op);
         if d.def.is("memory.launch") {
             if let Some(&out) = d.operands.last() {
+                // The launch's `source` attribute, read without parsing its payload.
                 first_writer_convert.entry(out).or_insert_with(|| {
-                    Kernel::from_op(d).map(|k| k.source.contains("layout.convert")).unwrap_or(false)
+                    d.attr("source")
+                        .and_then(Attr::as_str)
+                        .is_some_and(|s| s.contains("layout.convert"))
                 });
             }
         }

@@ -18,6 +18,7 @@
 
 use fbc_dialects::memory::scalar::MAX_TREE_DEPTH;
 use fbc_dialects::memory::Scalar;
+use smallvec::SmallVec;
 
 use super::{compose, LKernel, Lower, Operand, Tid};
 
@@ -86,7 +87,8 @@ impl Shape {
     /// shape `inserted`, from one walk of `e`.
     fn substituted(e: &Scalar, slots: &[bool], inserted: Shape) -> Shape {
         let mut out = Shape { depth: 0, size: 0, dims: false };
-        let mut stack = vec![(e, 1usize)];
+        // A depth-first walk keeps at most depth × 2 entries: most payloads fit inline.
+        let mut stack: SmallVec<[(&Scalar, usize); 32]> = smallvec::smallvec![(e, 1usize)];
         while let Some((e, d)) = stack.pop() {
             let replaced = matches!(e, Scalar::In(i) if slots.get(*i).copied().unwrap_or(false));
             let (depth, size) = if replaced {
@@ -124,7 +126,7 @@ impl Shapes {
 /// The shapes of the kernel fusing `p` into `k` (reading `p`'s output `t`), or `None` when a
 /// payload would exceed [`MAX_TREE_DEPTH`] or [`MAX_FUSED_NODES`]. Walks `k`'s payloads only.
 fn fused_shapes(ps: Shapes, k: &LKernel, t: Tid, epilogue: bool) -> Option<Shapes> {
-    let slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
+    let slots: SmallVec<[bool; 8]> = k.inputs.iter().map(|o| o.t == t).collect();
     let shapes = if epilogue {
         // K's body becomes P's epilogue (with P's result `acc` for T); P's body stays.
         let acc = ps.epilogue.unwrap_or(Shape { depth: 1, size: 1, dims: false });
@@ -142,9 +144,13 @@ fn fused_shapes(ps: Shapes, k: &LKernel, t: Tid, epilogue: bool) -> Option<Shape
     (shapes.body.fits() && shapes.epilogue.is_none_or(Shape::fits)).then_some(shapes)
 }
 
-/// [`renumber`] without rebuilding the tree.
+/// [`renumber`] without rebuilding the tree; no walk at all when `to` is the identity (a chain
+/// fused into its next op keeps its operand slots).
 fn renumber_in_place(e: &mut Scalar, to: &[usize]) {
-    let mut stack = vec![e];
+    if to.iter().enumerate().all(|(i, &j)| i == j) {
+        return;
+    }
+    let mut stack: SmallVec<[&mut Scalar; 32]> = smallvec::smallvec![e];
     while let Some(e) = stack.pop() {
         match e {
             Scalar::In(k) => *k = to[*k],
@@ -211,8 +217,8 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
 }
 
 /// The distinct tensors `inputs` read.
-fn distinct(inputs: &[Operand]) -> Vec<Tid> {
-    let mut ts: Vec<Tid> = inputs.iter().map(|o| o.t).collect();
+fn distinct(inputs: &[Operand]) -> SmallVec<[Tid; 8]> {
+    let mut ts: SmallVec<[Tid; 8]> = inputs.iter().map(|o| o.t).collect();
     ts.sort_unstable();
     ts.dedup();
     ts
@@ -220,7 +226,10 @@ fn distinct(inputs: &[Operand]) -> Vec<Tid> {
 
 /// Writers of every tensor's storage, and how many kernels read each.
 struct Uses {
-    writers: Vec<Vec<usize>>,
+    /// How many kernels write the tensor.
+    writers: Vec<usize>,
+    /// The first of them (meaningful where `writers` is 1).
+    writer: Vec<usize>,
     /// Distinct kernels reading the tensor.
     readers: Vec<usize>,
     shared: Vec<bool>,
@@ -231,7 +240,8 @@ struct Uses {
 fn uses(l: &Lower<'_>) -> Uses {
     let n = l.tensors.len();
     let mut u = Uses {
-        writers: vec![Vec::new(); n],
+        writers: vec![0; n],
+        writer: vec![0; n],
         readers: vec![0; n],
         shared: vec![false; n],
         gathered: vec![false; n],
@@ -248,7 +258,10 @@ fn uses(l: &Lower<'_>) -> Uses {
         u.pinned[t] = true;
     }
     for (i, k) in l.kernels.iter().enumerate() {
-        u.writers[k.out.t].push(i);
+        if u.writers[k.out.t] == 0 {
+            u.writer[k.out.t] = i;
+        }
+        u.writers[k.out.t] += 1;
         for t in distinct(&k.inputs) {
             u.readers[t] += 1;
         }
@@ -291,12 +304,12 @@ fn find(
             || u.shared[t]
             || u.gathered[t]
             || refused[t]
-            || u.writers[t].len() != 1
+            || u.writers[t] != 1
             || u.readers[t] != 1
         {
             continue;
         }
-        let p = u.writers[t][0];
+        let p = u.writer[t];
         if p >= k {
             continue;
         }
@@ -335,18 +348,22 @@ fn is_conversion(k: &LKernel) -> bool {
     k.source.iter().any(|s| matches!(*s, "layout.convert" | "layout.assign"))
 }
 
-/// Appends `extra` operands to `base` (reusing equal ones); returns the new index of each.
-fn merge_operands(base: &mut Vec<Operand>, extra: Vec<Operand>) -> Vec<usize> {
-    extra
-        .into_iter()
-        .map(|o| match base.iter().position(|b| *b == o) {
-            Some(i) => i,
-            None => {
-                base.push(o);
-                base.len() - 1
-            }
-        })
-        .collect()
+/// The index of operand `o` in `base`, appended (a copy) unless an equal one is there.
+fn merge_operand(base: &mut Vec<Operand>, o: &Operand) -> usize {
+    base.iter().position(|b| b == o).unwrap_or_else(|| {
+        base.push(o.clone());
+        base.len() - 1
+    })
+}
+
+/// [`merge_operand`] of `o`'s tensor read at `o`'s map composed with `with`: no map is built
+/// where `with` is the identity and an equal operand is there already.
+fn merge_composed(base: &mut Vec<Operand>, o: &Operand, with: &[fbc_index::Expr]) -> usize {
+    if super::is_identity(with) {
+        return merge_operand(base, o);
+    }
+    let moved = Operand { t: o.t, map: compose(&o.map, with), gather: o.gather };
+    merge_operand(base, &moved)
 }
 
 /// `P` substituted into `K` at every read of `P`'s output. Both are consumed: `P`'s body moves
@@ -361,8 +378,7 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
         if o.t == t {
             k_to.push(None);
         } else {
-            let idx = merge_operands(&mut inputs, vec![o.clone()])[0];
-            k_to.push(Some(idx));
+            k_to.push(Some(merge_operand(&mut inputs, o)));
         }
     }
     // Each read of T at map m: P's body with P's operands read at (P map ∘ m).
@@ -373,16 +389,9 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
     let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| t_slots[i]).collect();
     let mut p_body = Some(p.body);
     for (n, &slot) in t_reads.iter().enumerate() {
-        let extra: Vec<Operand> = p
-            .inputs
-            .iter()
-            .map(|pi| Operand {
-                t: pi.t,
-                map: compose(&pi.map, &k.inputs[slot].map),
-                gather: pi.gather,
-            })
-            .collect();
-        let to = merge_operands(&mut inputs, extra);
+        let with = &k.inputs[slot].map;
+        let to: SmallVec<[usize; 8]> =
+            p.inputs.iter().map(|pi| merge_composed(&mut inputs, pi, with)).collect();
         // The last slot renumbers P's body in place; the others renumber a copy.
         subst[slot] = if n + 1 == t_reads.len() {
             p_body.take().map(|mut b| {
@@ -443,9 +452,7 @@ fn into_epilogue(p: &LKernel, k: &LKernel) -> LKernel {
         if o.t == t {
             subst.push(acc.clone());
         } else {
-            let moved = Operand { t: o.t, map: compose(&o.map, &p.out.map), gather: o.gather };
-            let idx = merge_operands(&mut inputs, vec![moved])[0];
-            subst.push(Scalar::In(idx));
+            subst.push(Scalar::In(merge_composed(&mut inputs, o, &p.out.map)));
         }
     }
     let epilogue = map_scalar(&k.body, &mut |s| match s {
