@@ -2,10 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# torch.json. PARTS: the sections to run (default all: check bench splitk reduce tune sweep torch), so that a
-# measurement can be split over device calls of at most 10 minutes.
+# torch.json, clblast.txt. PARTS: the sections to run (default all: check bench lora splitk reduce
+# tune sweep torch clblast), so that a measurement can be split over device calls of at most 10
+# minutes.
 set -u
-PARTS=${PARTS:-check bench splitk reduce tune sweep torch}
+PARTS=${PARTS:-check bench lora splitk reduce tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -40,12 +41,17 @@ for g in mha_c1 mha_c2 mha_c3 mfb; do
   timeout 100 $B bench $T/$g.fbir --device $D --profile $P --half-images --repeat 10 >> $R 2>&1
 done
 fi
-# Split-K (issue 10): the skinny LoRA products alone and a one-layer Llama training step at
-# sequence 512, split-k auto and off side by side.
+# Split-K (issue 10): the skinny LoRA products alone (part lora) and a one-layer Llama training
+# step at sequence 512 (part splitk), split-k auto and off side by side.
+# SPLITS: the split-k settings of the LoRA products (default auto,off; fixed chunk counts too).
+if want lora; then
+for b in $B $OLD; do
+  echo "=== lora_products split-k $b" >> $R
+  timeout 150 $b bench tests/bench/lora_products.fbir --device $D --profile $P --split-k ${SPLITS:-auto,off} --repeat 10 >> $R 2>&1
+done
+fi
 if want splitk; then
 $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
-echo "=== lora_products split-k" >> $R
-timeout 150 $B bench tests/bench/lora_products.fbir --device $D --profile $P --split-k auto,off --repeat 10 >> $R 2>&1
 echo "=== llama step seq 512 split-k" >> $R
 timeout 300 $B bench $T/l512.fbir --entry loss_grad --device $D --profile $P --split-k auto,off --repeat 10 >> $R 2>&1
 # The same step under the three layout strategies (issue 11), and with the old binary.
@@ -113,6 +119,16 @@ while IFS='|' read -r n g p k lv st pf; do
 done <<< "${SWEEP:-$DEFAULT_SWEEP}"
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
+# CLBlast 1.5.3 (issue 10), where tests/bench/clblast.sh built it into devbin/clblast: the
+# matmul-fb products, the MHA C1 attention products (32 heads) and the LoRA products of
+# lora_products.fbir, NAME:M:N:K:TA:TB[:BATCH], row-major. Results: $O/clblast.txt.
+if want clblast && [ -x devbin/clblast/clblast_bench ]; then
+  LD_LIBRARY_PATH=$PWD/devbin/clblast:$PWD/devbin timeout 200 devbin/clblast/clblast_bench $D 10 \
+    mfb_fwd:512:8192:2048:0:0 mfb_dA:512:2048:8192:0:1 mfb_dB:2048:8192:512:1:0 \
+    mha_c1_qk:512:512:64:0:1:32 mha_c1_pv:512:64:512:0:0:32 \
+    xa_q:512:8:2048:0:0 xa_down:512:8:8192:0:0 dxa_q:512:8:2048:0:1 dxa_up:512:8:8192:0:1 \
+    db_q:8:2048:512:1:0 da_q:2048:8:512:1:0 da_down:8192:8:512:1:0 > $O/clblast.txt 2>&1
+fi
 echo done >> $C
 # FBLayout must never lose to a baseline (issue 11): `fbc bench --compare` warns, and this
 # script then fails, for the runs of $B (each `=== ...` header of bench.txt ends with the binary).

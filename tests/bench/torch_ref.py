@@ -30,6 +30,11 @@ B = torch.randn(r, 2048, device=dev); Bu = torch.randn(r, 8192, device=dev)
 xa = torch.randn(512, r, device=dev); dxa = torch.randn(512, r, device=dev)
 out["lora_products_ms"] = t(lambda: (x @ A, h @ Ad, dy @ B.t(), dyu @ Bu.t(), xa.t() @ dy,
                                      x.t() @ dxa, h.t() @ dxa))
+# Each alone, named as the results of lora_products.fbir.
+for nm, fn in [("xa_q", lambda: x @ A), ("xa_down", lambda: h @ Ad), ("dxa_q", lambda: dy @ B.t()),
+               ("dxa_up", lambda: dyu @ Bu.t()), ("db_q", lambda: xa.t() @ dy),
+               ("da_q", lambda: x.t() @ dxa), ("da_down", lambda: h.t() @ dxa)]:
+    out[f"lora_{nm}_ms"] = t(fn)
 for name, S, H, D in [("c1", 512, 32, 2048), ("c2", 512, 16, 1024), ("c3", 512, 8, 1024)]:
     x = torch.randn(1, S, D, device=dev); w = [torch.randn(D, D, device=dev) for _ in range(4)]
     hd = D // H

@@ -25,7 +25,9 @@
 //! one vector of work-items at a time) and `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
 //! computes the profile's `px × py` register block per work-item), a contraction with
 //! `W ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `W·S ≤ fill` and `K / S ≥ 256`
-//! (each chunk long enough to amortise its launch share and the final sum).
+//! (each chunk long enough to amortise its launch share and the final sum), or `K / S ≥ 32`
+//! for a skinny output, `W ≤ fill / 256` (LoRA's rank-8 side: there the device idles unless
+//! the reduction is cut finer).
 
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin};
 use fbc_index::Expr;
@@ -37,6 +39,12 @@ use super::{compose, dim, identity, LKernel, Lower, Operand};
 
 /// The shortest reduction chunk `auto` makes.
 const MIN_CHUNK: u64 = 256;
+
+/// The shortest chunk for a skinny output: one of at most `fill / SKINNY` work-items.
+const MIN_SKINNY_CHUNK: u64 = 32;
+
+/// See [`MIN_SKINNY_CHUNK`]: on the H200, 1056 work-items, eight per compute unit.
+const SKINNY: u64 = 256;
 
 /// The `split-k` option of `lower-to-memory`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +88,14 @@ impl SplitK {
                 if items == 0 || items.saturating_mul(2) > fill {
                     return None;
                 }
+                // A skinny output (LoRA's rank-8 side) leaves most of the device idle even
+                // split into 256-long chunks; it takes shorter ones: measured on the H200
+                // (`tests/bench/h200.sh`, part lora), the seven LoRA products of a Llama step
+                // take 0.78x the time with 32-long chunks at K = 512 and 2048.
+                let min_chunk =
+                    if items.saturating_mul(SKINNY) <= fill { MIN_SKINNY_CHUNK } else { MIN_CHUNK };
                 let mut s = 1u64;
-                while s * 2 <= k / MIN_CHUNK && items.saturating_mul(s * 2) <= fill {
+                while s * 2 <= k / min_chunk && items.saturating_mul(s * 2) <= fill {
                     s *= 2;
                 }
                 (s >= 2).then_some(s)
@@ -301,14 +315,19 @@ mod tests {
     fn auto_splits_skinny_products_to_fill_the_device() {
         let nv = fbc_target::builtin("nvidia").unwrap();
         // 132 CUs × 2048 = 270336 work-items, 8 × 8 outputs each.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &nv), Some(32)); // LoRA down x·A
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 2048, &nv), Some(8)); // LoRA q x·A
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(2)); // dA = xᵀ·d(xa)
+        // Skinny (at most 270336 / 256 = 1056 work-items): chunks down to 32.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &nv), Some(256)); // LoRA down x·A
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 2048, &nv), Some(64)); // LoRA q x·A
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(16)); // dA = xᵀ·d(xa)
+        assert_eq!(SplitK::Auto.chunks(8192 * 8, 512, &nv), Some(16)); // dA of down
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), Some(8));
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 63, &nv), None); // K too short to chunk
+                                                                 // Not skinny: chunks of at least 256.
+        assert_eq!(SplitK::Auto.chunks(1057 * 64, 2048, &nv), Some(8));
         assert_eq!(SplitK::Auto.chunks(512 * 512, 2048, &nv), Some(8)); // K projection (GQA)
         assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), Some(8)); // Q projection
         assert_eq!(SplitK::Auto.chunks(512 * 8192, 2048, &nv), Some(4)); // gate
         assert_eq!(SplitK::Auto.chunks(2048 * 8192, 512, &nv), None); // dB of gate: device full
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), None); // K too short to chunk
         let generic = fbc_target::builtin("generic").unwrap();
         // 4 CUs × 2048 = 8192 work-items.
         assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &generic), Some(32));
