@@ -471,8 +471,11 @@ struct Cx<'a> {
     w: Width,
     /// The last text of each operand coordinate (`4·operand + result`), with the domain
     /// dimension texts it was made for: a payload reads an operand at the same point many times.
-    coords: RefCell<Vec<Option<(Vec<String>, String)>>>,
+    coords: RefCell<Vec<Option<Coord>>>,
 }
+
+/// A coordinate's text and the domain dimension texts it was written for.
+type Coord = (Vec<String>, String);
 
 /// The values scalar expressions see: a C expression per domain dimension and the accumulator.
 struct Env<'a> {
@@ -563,7 +566,8 @@ impl Cx<'_> {
     }
 
     fn coord(&self, i: usize, r: usize, dims: &[String]) -> Result<String, String> {
-        // Storage maps have one result (a buffer offset) or three (an image's x, y, channel).
+        // Storage maps have one result (a buffer offset) or three (an image's x, y, channel):
+        // four slots per operand hold them all.
         let m = &self.k.maps[i];
         if r >= 4 {
             return affine(&m.results[r], &m.dims, dims, self.w);

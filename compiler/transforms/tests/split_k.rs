@@ -82,14 +82,15 @@ fn a_chunk_count_dividing_k_needs_no_tail() {
 
 #[test]
 fn auto_splits_skinny_products_and_leaves_square_ones() {
-    // LoRA down x·A on nvidia (132 compute units): 4096 outputs, K = 8192 → 32 chunks of 256.
+    // LoRA down x·A on nvidia (132 compute units): 4096 outputs, a skinny output (64
+    // work-items of 8 × 8), K = 8192 → 256 chunks of 32.
     let m = parse(&product(512, 8192, 8));
     let (after, st) = lowered(&m, "lower-to-memory", "nvidia");
     assert_eq!(st.get("lower-to-memory", "split-k"), 1);
     let ks = kernels(&after);
-    assert_eq!(ks[0].source, "tensor.matmul[split-k 32]");
-    assert_eq!(ks[0].domain, vec![32, 512, 8, 256]);
-    assert_eq!(ks[1].source, "tensor.matmul[split-k 32 sum]");
+    assert_eq!(ks[0].source, "tensor.matmul[split-k 256]");
+    assert_eq!(ks[0].domain, vec![256, 512, 8, 32]);
+    assert_eq!(ks[1].source, "tensor.matmul[split-k 256 sum]");
     // A large product fills the device (2048×8192 outputs: 262144 work-items of 8 × 8): not
     // split, one launch.
     let m = parse(&product(2048, 512, 8192));
