@@ -131,6 +131,27 @@ pub fn group_reduction(items: u64, reduced: u64, opts: &KernelOptions) -> Option
     (most >= 2).then(|| 1u64 << (63 - most.leading_zeros()))
 }
 
+/// The shape `[C, L]` of the column-group form of a reduction with `items` outputs, each
+/// combining `reduced` values, or `None`. For a reduction with few outputs whose reads move
+/// along the outputs, not along the reduction (a column sum, the sum of split-K partials laid
+/// out `[S, P]`), where [`group_reduction`] does not apply: a work-group of `C × L` work-items
+/// takes `C` neighbouring outputs (their reads coalesce) and `L` work-items on each, which stride
+/// the reduction; a tree in local memory combines the `L` partial results of each output in a
+/// fixed order. One work-item per output would leave the device idle behind a serial loop.
+pub fn column_reduction(items: u64, reduced: u64, opts: &KernelOptions) -> Option<[u64; 2]> {
+    const COLS: u64 = 32;
+    // Measured on the H200 (`tests/bench/h200.sh`, parts lora and reduce): the sums of 256
+    // split-K partials take 0.67-0.8x the time of one work-item per output, those of 16 or 64
+    // about the same or more (a tree of three steps for two to eight values a work-item).
+    const MIN_REDUCED: u64 = 128;
+    if reduced < MIN_REDUCED || items.saturating_mul(4) > opts.resident {
+        return None;
+    }
+    let group = 256.min(opts.max_group);
+    let lanes = group / COLS;
+    (lanes >= 2).then(|| [COLS, 1u64 << (63 - lanes.leading_zeros())])
+}
+
 /// The C statement that combines value `v` into accumulator `acc` (`max` propagates NaN).
 fn combine_into(comb: Combine, acc: &str, v: &str) -> String {
     match comb {
@@ -1038,6 +1059,24 @@ impl Cx<'_> {
         } else {
             None
         };
+        let columns = if group.is_none()
+            && k.combine.is_some()
+            && n > p
+            && !image_out
+            && wi > 0
+            && self.reads_along(wi - 1)
+        {
+            column_reduction(items, reduced, opts)
+        } else {
+            None
+        };
+        // Where the reduction is strided across a work-group: the first value and the stride
+        // of each work-item.
+        let strided = match (group, columns) {
+            (Some(g), _) => Some(("lid", g)),
+            (None, Some([_, l])) => Some(("lane", l)),
+            (None, None) => None,
+        };
         let channels: Vec<Option<u64>> =
             if image_out { (0..4).map(Some).collect() } else { vec![None] };
         let (w, ix) = (self.w, self.w.ty());
@@ -1049,6 +1088,15 @@ impl Cx<'_> {
                 s,
                 "  // One work-group of {g} per output: each work-item combines every {g}th value, a tree combines theirs.\n  __local float fbc_red[{}];\n  const {ix} gid = get_group_id(0);\n  const int lid = (int)get_local_id(0);",
                 g * channels.len() as u64
+            );
+        } else if let Some([c, l]) = columns {
+            let _ = writeln!(
+                s,
+                "  // {c} outputs per work-group, {l} work-items on each: work-item (c, l) combines every {l}th value of output c, a tree combines the {l}.\n  __local float fbc_red[{}];\n  const int lid = (int)get_local_id(0);\n  const int lane = lid / {c};\n  const {ix} col = ({ix})get_group_id(0) * {} + lid % {c};\n  // Past the last output: recompute the last one (every work-item takes part in the tree).\n  const {ix} gid = col < {} ? col : {};",
+                c * l,
+                w.lit(c),
+                w.lit(items),
+                w.lit(items.saturating_sub(1))
             );
         } else {
             let _ = writeln!(
@@ -1097,15 +1145,19 @@ impl Cx<'_> {
                 let _ = writeln!(s, "  float acc{} = {init};", suffix(c));
             }
             let mut indent = String::from("  ");
-            match group {
-                Some(g) if n == p + 1 => {
+            match strided {
+                Some((first, g)) if n == p + 1 => {
                     let red = w.lit(reduced);
-                    let _ = writeln!(s, "  for ({ix} d{p} = lid; d{p} < {red}; d{p} += {g}) {{");
+                    let _ =
+                        writeln!(s, "  for ({ix} d{p} = {first}; d{p} < {red}; d{p} += {g}) {{");
                     indent.push_str("  ");
                 }
-                Some(g) => {
-                    let _ =
-                        writeln!(s, "  for ({ix} r = lid; r < {}; r += {g}) {{", w.lit(reduced));
+                Some((first, g)) => {
+                    let _ = writeln!(
+                        s,
+                        "  for ({ix} r = {first}; r < {}; r += {g}) {{",
+                        w.lit(reduced)
+                    );
                     indent.push_str("  ");
                     let mut stride = reduced;
                     for i in p..n {
@@ -1149,7 +1201,21 @@ impl Cx<'_> {
             }
             self.declare_texels(&mut s, &indent, &guards);
             s.push_str(&lines);
-            if let Some(g) = group {
+            if let Some([c, l]) = columns {
+                s.push_str("  }\n");
+                let _ = writeln!(
+                    s,
+                    "  fbc_red[lid] = acc;\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int h = {}; h > 0; h >>= 1) {{\n    if (lane < h) {{",
+                    l / 2
+                );
+                let update = combine_into(comb, "acc", &format!("fbc_red[lid + h * {c}]"));
+                let _ = writeln!(s, "      {update} fbc_red[lid] = acc;");
+                let _ = writeln!(
+                    s,
+                    "    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }}\n  if (lane != 0 || col >= {}) return;",
+                    w.lit(items)
+                );
+            } else if let Some(g) = group {
                 s.push_str("  }\n");
                 let acc = |c: Option<u64>| format!("acc{}", suffix(c));
                 let slot = |c: usize, off: &str| match c as u64 * g {
@@ -1253,9 +1319,10 @@ impl Cx<'_> {
             let _ = writeln!(s, "  {}", self.buffer_store(&off, &v, &dims));
         }
         s.push_str("}\n");
-        let (global, g) = match group {
-            Some(g) => (items * g, g),
-            None => {
+        let (global, g) = match (group, columns) {
+            (Some(g), _) => (items * g, g),
+            (None, Some([c, l])) => (items.div_ceil(c) * c * l, c * l),
+            (None, None) => {
                 let g = opts.group_1d.clamp(1, opts.max_group.max(1));
                 (items.div_ceil(g).max(1) * g, g)
             }

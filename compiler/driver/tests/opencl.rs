@@ -201,6 +201,55 @@ fn long_reductions_run_a_work_group_per_output() {
     run_cases(&cases);
 }
 
+/// Reductions with few outputs whose reads move along the outputs (column sums: the reduction
+/// is strided) and at least 128 values each run 32 outputs per work-group with 8 work-items on
+/// each and a tree: output counts and reduction lengths that are not multiples of 32 and 8, one
+/// and two reduced axes, `max`, a mean's epilogue and a skinny product's split-K sum (256
+/// partials), each matching the interpreter.
+#[test]
+fn column_reductions_run_thirty_two_outputs_per_work_group() {
+    let cases = vec![
+        (
+            "column_sum",
+            module(
+                "%x: tensor<300x45xf32>",
+                "  %r = tensor.reduce_sum %x {axes = [0]}",
+                "tensor<45xf32>",
+            ),
+        ),
+        (
+            "column_max",
+            module(
+                "%x: tensor<130x70xf32>",
+                "  %r = tensor.reduce_max %x {axes = [0]}",
+                "tensor<70xf32>",
+            ),
+        ),
+        (
+            "column_mean_two_axes",
+            module(
+                "%x: tensor<15x9x33xf32>",
+                "  %r = tensor.reduce_mean %x {axes = [0, 1]}",
+                "tensor<33xf32>",
+            ),
+        ),
+        (
+            "skinny_split_sum",
+            module(
+                "%x: tensor<40x8192xf32>, %a: tensor<8192x3xf32>",
+                "  %r = tensor.matmul %x, %a",
+                "tensor<40x3xf32>",
+            ),
+        ),
+    ];
+    if have_device() {
+        let p = write_tmp("column_sum_src.fbir", &cases[0].1);
+        let src = emitted(&p, "column_sum_src");
+        assert!(src.contains("32 outputs per work-group, 8 work-items on each"), "{src}");
+    }
+    run_cases(&cases);
+}
+
 fn unary_to(op: &str, attrs: &str, ret: &str) -> String {
     module(X, &format!("  %r = tensor.{op} %x {attrs}"), ret)
 }
