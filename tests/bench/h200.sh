@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# torch.json, clblast.txt. PARTS: the sections to run (default all: check bench lora splitk reduce
-# tune sweep torch clblast), so that a measurement can be split over device calls of at most 10
-# minutes.
+# torch.json, clblast.txt. PARTS: the sections to run (default all: check bench lora mfbsplit
+# splitk reduce tune sweep torch clblast), so that a measurement can be split over device calls
+# of at most 10 minutes.
 set -u
-PARTS=${PARTS:-check bench lora splitk reduce tune sweep torch clblast}
+PARTS=${PARTS:-check bench lora mfbsplit splitk reduce tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -49,6 +49,11 @@ for b in $B $OLD; do
   echo "=== lora_products split-k $b" >> $R
   timeout 150 $b bench tests/bench/lora_products.fbir --device $D --profile $P --split-k ${SPLITS:-auto,off} --repeat 10 >> $R 2>&1
 done
+fi
+# The same settings on the matmul-fb products (part mfbsplit).
+if want mfbsplit; then
+echo "=== mfb split-k $B" >> $R
+timeout 200 $B bench $T/mfb.fbir --device $D --profile $P --split-k ${SPLITS:-auto,off} --repeat 10 >> $R 2>&1
 fi
 if want splitk; then
 $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
