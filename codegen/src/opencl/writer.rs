@@ -8,7 +8,7 @@
 //! [`kernel::emit`](super::kernel::emit) from the launch's [`Kernel`] view, named after it, under
 //! a comment with the source op(s) and location.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt::Write as _;
 
 use fbc_dialects::layout::Layout;
@@ -79,7 +79,7 @@ impl Writer {
         src.push_str(fbc_kernels::PRELUDE);
         let mut functions = Vec::new();
         let mut kernels = Vec::new();
-        let mut names = HashSet::new();
+        let mut names = HashSet::default();
         let mut found = false;
         for f in module.func_ids() {
             let fname = &module.func(f).name;
@@ -94,7 +94,7 @@ impl Writer {
                 func: f,
                 opts: &self.options.kernels,
                 storage: Vec::new(),
-                of: HashMap::new(),
+                of: HashMap::default(),
                 steps: Vec::new(),
                 kernels: &mut kernels,
                 names: &mut names,
@@ -275,7 +275,7 @@ impl FuncWriter<'_> {
         let fd = self.module.func(self.func);
         let fname = fd.name.clone();
         let mut args = Vec::new();
-        let mut arg_index = HashMap::new();
+        let mut arg_index = HashMap::default();
         for (k, &a) in fd.args.iter().enumerate() {
             let (shape, dt) = match self.module.value_type(a) {
                 Type::Tensor(t) => match dtype(t.elem) {
@@ -305,7 +305,8 @@ impl FuncWriter<'_> {
         let fills: HashSet<Value> =
             init::allocs_to_fill(self.module, self.func).into_iter().collect();
         // Which result each downloaded tensor is.
-        let mut downloads: HashMap<Value, (usize, Vec<u64>, Dtype, LayoutDesc)> = HashMap::new();
+        let mut downloads: HashMap<Value, (usize, Vec<u64>, Dtype, LayoutDesc)> =
+            HashMap::default();
         let mut results = Vec::new();
         for &op in &fd.body {
             let d = self.module.op(op);
@@ -405,7 +406,7 @@ impl FuncWriter<'_> {
 
     /// Peak bytes of live storage over the steps (slots shared by several allocs count once).
     fn peak(&self) -> u64 {
-        let mut live: HashMap<usize, u64> = HashMap::new();
+        let mut live: HashMap<usize, u64> = HashMap::default();
         let mut peak = 0;
         for s in &self.steps {
             match s {

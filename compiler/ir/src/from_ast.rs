@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use fbc_grammar::ast;
 use fbc_grammar::{Diagnostic, SourceFile, Span};
 
@@ -113,7 +115,9 @@ impl Builder<'_> {
     }
 
     fn body(&mut self, f: &ast::Func, id: FuncId) {
-        let mut scope: HashMap<&str, (Value, Span)> = HashMap::with_capacity(f.body.len() * 2);
+        let results: usize = f.body.iter().map(|o| o.results.len()).sum();
+        let mut scope: FxHashMap<&str, (Value, Span)> = FxHashMap::default();
+        scope.reserve(results + f.args.len());
         let args = self.module.func(id).args.clone();
         for (a, v) in f.args.iter().zip(args) {
             self.define(&mut scope, &a.name, v);
@@ -125,7 +129,7 @@ impl Builder<'_> {
 
     fn define<'a>(
         &mut self,
-        scope: &mut HashMap<&'a str, (Value, Span)>,
+        scope: &mut FxHashMap<&'a str, (Value, Span)>,
         name: &'a ast::Ident,
         v: Value,
     ) {
@@ -141,7 +145,7 @@ impl Builder<'_> {
         &mut self,
         op: &'a ast::Op,
         func: FuncId,
-        scope: &mut HashMap<&'a str, (Value, Span)>,
+        scope: &mut FxHashMap<&'a str, (Value, Span)>,
     ) {
         let mut ok = true;
         let def = match self.registry.get(&op.name.name) {

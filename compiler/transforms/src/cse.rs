@@ -4,8 +4,9 @@
 //! commutative op), attributes and result types. Bodies are single blocks, so an earlier
 //! identical op always dominates a later one.
 
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::{FxHashMap, FxHasher};
 
 use smallvec::SmallVec;
 
@@ -27,7 +28,7 @@ fn operands(m: &Module, op: Op) -> SmallVec<[Value; 3]> {
 /// A hash of everything that makes two ops the same (see [`same`]).
 fn key_hash(m: &Module, op: Op) -> u64 {
     let d = m.op(op);
-    let mut h = DefaultHasher::new();
+    let mut h = FxHasher::default();
     d.def.name.hash(&mut h);
     operands(m, op).hash(&mut h);
     d.attrs.hash(&mut h);
@@ -57,7 +58,8 @@ impl Pass for Cse {
         for f in 0..m.funcs.len() {
             let body = m.funcs[f].body.clone();
             // The pure ops seen so far by key hash; ops of equal hash are compared in full.
-            let mut seen: HashMap<u64, SmallVec<[Op; 1]>> = HashMap::with_capacity(body.len());
+            let mut seen: FxHashMap<u64, SmallVec<[Op; 1]>> = FxHashMap::default();
+            seen.reserve(body.len());
             let mut dead = Vec::new();
             for op in body {
                 if !m.op(op).def.traits.pure {

@@ -15,7 +15,7 @@
 //! be read before they are fully written, which a back end without zeroed allocations must fill:
 //! [`fbc_dialects::memory::init::allocs_to_fill`]).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use fbc_dialects::memory::{MemType, StorageKind};
 use fbc_ir::pass::{PassInfo, PassRegistry};
@@ -121,7 +121,7 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
         m.func(f).body.iter().copied().filter(|&op| m.op(op).def.is("memory.dealloc")).collect();
     m.erase_ops(&old);
     let body = m.func(f).body.clone();
-    let mut last_use: HashMap<Value, usize> = HashMap::new();
+    let mut last_use: HashMap<Value, usize> = HashMap::default();
     let mut storage: Vec<(Value, usize, MemType, bool)> = Vec::new(); // value, def index, type, is alloc
     for (i, &op) in body.iter().enumerate() {
         let d = m.op(op);
@@ -139,13 +139,13 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
     }
     let mut plan = MemoryPlan::default();
     // Deaths per op index.
-    let mut dies_at: HashMap<usize, Vec<Value>> = HashMap::new();
+    let mut dies_at: HashMap<usize, Vec<Value>> = HashMap::default();
     for &(v, def, _, _) in &storage {
         let end = last_use.get(&v).copied().unwrap_or(def).max(def);
         dies_at.entry(end).or_default().push(v);
     }
     // First writer of each alloc: a launch whose last operand it is.
-    let mut first_writer_convert: HashMap<Value, bool> = HashMap::new();
+    let mut first_writer_convert: HashMap<Value, bool> = HashMap::default();
     for &op in &body {
         let d = m.op(op);
         if d.def.is("memory.launch") {
@@ -160,7 +160,7 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
         }
     }
     let mut slots: Vec<Slot> = Vec::new();
-    let mut slot_of: HashMap<Value, usize> = HashMap::new();
+    let mut slot_of: HashMap<Value, usize> = HashMap::default();
     let mut live = 0u64;
     let mut uploads = 0u64;
     let mut new_body = Vec::with_capacity(body.len() * 2);

@@ -182,7 +182,7 @@ impl<'a> Planner<'a> {
         for (k, a) in cx.anchors.iter().enumerate() {
             pl.anchor_of.entry(a.tensor).or_insert(k);
         }
-        let mut types: HashMap<&Type, u32> = HashMap::new();
+        let mut types: rustc_hash::FxHashMap<&Type, u32> = Default::default();
         let mut values: Vec<Value> = pl.args.clone();
         for &op in &pl.body {
             values.extend(m.op(op).results.iter().copied());
