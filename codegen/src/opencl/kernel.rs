@@ -442,6 +442,26 @@ enum Ty {
     I,
 }
 
+/// The value of each dimension of extents `exts` (in domain order, the last fastest) from their
+/// flattened index `var` (`var / stride % extent`), as C expressions of width `w`: the plain
+/// kernel's work-item and strided-reduction indices ([`flatten`] is the tiled kernel's).
+fn unflatten(var: &str, exts: &[u64], w: Width) -> Vec<String> {
+    let mut stride: u64 = exts.iter().product();
+    exts.iter()
+        .enumerate()
+        .map(|(i, &ext)| {
+            stride /= ext.max(1);
+            let (st, ext) = (w.lit(stride), w.lit(ext));
+            match (i, stride) {
+                (0, 1) => var.to_string(),
+                (0, _) => format!("{var} / {st}"),
+                (_, 1) => format!("{var} % {ext}"),
+                _ => format!("({var} / {st}) % {ext}"),
+            }
+        })
+        .collect()
+}
+
 /// A piece of an expression's text: literal text, or the text of node `n` (see `Cx::scalar`).
 enum Piece {
     /// Text: mostly the fixed punctuation and calls around operands, borrowed.
@@ -1105,16 +1125,7 @@ impl Cx<'_> {
                 w.lit(items)
             );
         }
-        let mut stride = items;
-        for i in 0..wi {
-            stride /= k.domain[i].max(1);
-            let (st, ext) = (w.lit(stride), w.lit(k.domain[i]));
-            let e = match (i, stride) {
-                (0, 1) => "gid".to_string(),
-                (0, _) => format!("gid / {st}"),
-                (_, 1) => format!("gid % {ext}"),
-                _ => format!("(gid / {st}) % {ext}"),
-            };
+        for (i, e) in unflatten("gid", &k.domain[..wi], w).into_iter().enumerate() {
             let _ = writeln!(s, "  const {ix} d{i} = {e};");
         }
         let names: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
@@ -1159,17 +1170,8 @@ impl Cx<'_> {
                         w.lit(reduced)
                     );
                     indent.push_str("  ");
-                    let mut stride = reduced;
-                    for i in p..n {
-                        stride /= k.domain[i].max(1);
-                        let (st, ext) = (w.lit(stride), w.lit(k.domain[i]));
-                        let e = match (i == p, stride) {
-                            (true, 1) => "r".to_string(),
-                            (true, _) => format!("r / {st}"),
-                            (false, 1) => format!("r % {ext}"),
-                            (false, _) => format!("(r / {st}) % {ext}"),
-                        };
-                        let _ = writeln!(s, "{indent}const {ix} d{i} = {e};");
+                    for (j, e) in unflatten("r", &k.domain[p..], w).into_iter().enumerate() {
+                        let _ = writeln!(s, "{indent}const {ix} d{} = {e};", p + j);
                     }
                 }
                 None => {
