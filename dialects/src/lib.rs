@@ -1,9 +1,12 @@
 //! The dialects of fbc: `tensor` (value-semantics ops of training graphs, their verifiers and
-//! result-type inference, and FBLayout classes). The `layout` and `memory` dialects will join it.
+//! result-type inference, and FBLayout classes), `layout` (R-Tile layouts, explicit conversions
+//! and index remaps) and `memory` (buffers, image2d textures, kernels, allocation).
 //!
 //! [`registry`] gives an [`fbc_ir::OpRegistry`] holding the IR core's `func` ops and every op
-//! declared here.
+//! declared here; [`kind`] gives each of them a typed kind ([`kind::OpKind`]) that consumers
+//! match on instead of names.
 
+pub mod kind;
 pub mod layout;
 pub mod memory;
 pub mod tensor;

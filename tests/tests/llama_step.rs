@@ -3,37 +3,20 @@
 //! a causal mask, gated MLP, tied head, cross-entropy) agree with central finite differences of
 //! the loss, computed by the interpreter in f64.
 
-use std::sync::Arc;
-
-use clap::Parser as _;
-use fbc_ir::{Module, SourceFile};
+use fbc_ir::Module;
 use fbc_runtime::interp::{random_inputs, Interpreter, Mode, Value};
 
+/// `fbc gen llama3.2-1b --layers 1 --seq 4 --vocab 32 --lora-rank 2 --training`.
 fn generate() -> Module {
-    let dir = std::env::temp_dir().join(format!("fbc-llama-step-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("l1.fbir");
-    let argv = [
-        "fbc",
-        "gen",
-        "llama3.2-1b",
-        "--layers",
-        "1",
-        "--seq",
-        "4",
-        "--vocab",
-        "32",
-        "--lora-rank",
-        "2",
-        "--training",
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    let driver = fbc::Driver::default();
-    driver.run(&fbc::Cli::try_parse_from(argv).unwrap()).unwrap();
-    let file = Arc::new(SourceFile::new("l1.fbir", std::fs::read_to_string(&out).unwrap()));
-    fbc_ir::parse_module(&file, &driver.ops)
-        .unwrap_or_else(|d| panic!("{}", fbc_grammar::diag::render_all(&file, &d)))
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(4),
+        vocab: Some(32),
+        lora_rank: Some(2),
+        training: true,
+        ..Default::default()
+    };
+    fbc_models::build("llama3.2-1b", &opts).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn to_f64(v: &Value) -> Value {

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use clap::Parser as _;
 use fbc_ir::pass::{PassContext, PassManager};
 use fbc_ir::{Module, SourceFile};
 use fbc_runtime::interp::{check_equivalent, Tolerance};
@@ -18,7 +17,7 @@ fn o3(driver: &fbc::Driver, m: &Module, target: &str) -> Module {
     pm.instrumentation.verify_each = true;
     let profile = fbc_target::builtin(target).unwrap();
     let mut cx = PassContext::new(&driver.ops);
-    cx.target = Some(&profile);
+    cx.target = &profile;
     if let Err(d) = pm.run(&mut after, &mut cx, &mut |_| {}) {
         let file = m.source.clone().unwrap_or_else(|| Arc::new(SourceFile::new("m.fbir", "")));
         panic!("-O3 failed:\n{}", fbc_grammar::diag::render_all(&file, &d));
@@ -32,55 +31,38 @@ fn parse(driver: &fbc::Driver, name: &str, text: String) -> Module {
         .unwrap_or_else(|d| panic!("{}", fbc_grammar::diag::render_all(&file, &d)))
 }
 
-/// `fbc gen MODEL --layers 1 --training ...` through the driver, as text.
-fn generate(driver: &fbc::Driver, args: &[&str]) -> String {
-    let dir = std::env::temp_dir().join(format!("fbc-tv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("{}.fbir", args[0]));
-    let mut argv = vec!["fbc", "gen"];
-    argv.extend_from_slice(args);
-    argv.extend_from_slice(&["--layers", "1", "--training", "-o", out.to_str().unwrap()]);
-    let cli = fbc::Cli::try_parse_from(&argv).unwrap();
-    if let Err(e) = driver.run(&cli) {
-        panic!("fbc gen {args:?}: {e:?}");
-    }
-    std::fs::read_to_string(out).unwrap()
-}
-
 #[test]
 fn generated_training_graphs_keep_their_numbers_through_o3() {
     let driver = fbc::Driver::default();
     // Small sequence, batch and vocabulary: the graph's structure is the model's, the
     // interpreter's work stays small.
-    let cases: [&[&str]; 6] = [
-        &["llama3.2-1b", "--seq", "8", "--vocab", "64", "--lora-rank", "2"],
-        &["qwen2.5-1.5b", "--seq", "8", "--vocab", "64", "--lora-rank", "2"],
-        &["gemma2-2b", "--seq", "8", "--vocab", "64", "--lora-rank", "2"],
-        &["bert-large", "--seq", "8", "--batch", "1", "--lora-rank", "2"],
-        &["vit-large", "--batch", "1", "--lora-rank", "2"],
-        &[
-            "whisper-large-decoder",
-            "--seq",
-            "8",
-            "--batch",
-            "1",
-            "--encoder-len",
-            "8",
-            "--vocab",
-            "64",
-            "--lora-rank",
-            "2",
-        ],
+    let o = |seq: Option<u64>, batch: Option<u64>, vocab: Option<u64>| fbc_models::Options {
+        layers: Some(1),
+        seq,
+        batch,
+        vocab,
+        lora_rank: Some(2),
+        training: true,
+        ..Default::default()
+    };
+    let whisper = fbc_models::Options { encoder_len: Some(8), ..o(Some(8), Some(1), Some(64)) };
+    let cases = [
+        ("llama3.2-1b", o(Some(8), None, Some(64))),
+        ("qwen2.5-1.5b", o(Some(8), None, Some(64))),
+        ("gemma2-2b", o(Some(8), None, Some(64))),
+        ("bert-large", o(Some(8), Some(1), None)),
+        ("vit-large", o(None, Some(1), None)),
+        ("whisper-large-decoder", whisper),
     ];
-    for args in cases {
-        let m = parse(&driver, args[0], generate(&driver, args));
+    for (model, opts) in &cases {
+        let m = fbc_models::build(model, opts).unwrap_or_else(|e| panic!("fbc gen {model}: {e}"));
         let after = o3(&driver, &m, "mali");
         // The pipeline really rewrote something: chains became remaps.
         let remaps = after.all_ops().filter(|&o| after.op(o).def.is("layout.remap")).count();
-        assert!(remaps > 0, "{}: -O3 eliminated no transform", args[0]);
+        assert!(remaps > 0, "{model}: -O3 eliminated no transform");
         for func in ["loss", "loss_grad"] {
             check_equivalent(&m, &after, func, 7, Tolerance::F32)
-                .unwrap_or_else(|e| panic!("{} @{func}: {e}", args[0]));
+                .unwrap_or_else(|e| panic!("{model} @{func}: {e}"));
         }
     }
 }

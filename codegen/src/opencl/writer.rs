@@ -11,6 +11,7 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt::Write as _;
 
+use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind};
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
 use fbc_ir::{ElemType, FuncId, Module, OpData, Type, Value};
@@ -310,8 +311,8 @@ impl FuncWriter<'_> {
         let mut results = Vec::new();
         for &op in &fd.body {
             let d = self.module.op(op);
-            match d.name() {
-                "memory.alloc" => {
+            match OpKind::of_op(d) {
+                Some(OpKind::Memory(MemoryOp::Alloc)) => {
                     let slot = d
                         .attr("slot")
                         .and_then(fbc_ir::Attr::as_int)
@@ -322,11 +323,11 @@ impl FuncWriter<'_> {
                         self.steps.push(Step::Fill { storage: id });
                     }
                 }
-                "memory.dealloc" => {
+                Some(OpKind::Memory(MemoryOp::Dealloc)) => {
                     let id = self.storage_of(d, d.operands[0])?;
                     self.steps.push(Step::Dealloc { storage: id });
                 }
-                "memory.upload" => {
+                Some(OpKind::Memory(MemoryOp::Upload)) => {
                     let src = d.operands[0];
                     let arg = *arg_index.get(&src).ok_or_else(|| {
                         self.unsupported(d, "uploads a tensor that is not a function argument")
@@ -336,14 +337,14 @@ impl FuncWriter<'_> {
                     let id = self.new_storage(d, d.results[0], None)?;
                     self.steps.push(Step::Upload { arg, storage: id, shape, dtype: dt, layout });
                 }
-                "memory.download" => {
+                Some(OpKind::Memory(MemoryOp::Download)) => {
                     let id = self.storage_of(d, d.operands[0])?;
                     let (shape, dt) = self.tensor(d, d.results[0])?;
                     let layout = self.layout(d)?;
                     downloads.insert(d.results[0], (id, shape, dt, layout));
                 }
-                "memory.launch" => self.launch(d)?,
-                "func.return" => {
+                Some(OpKind::Memory(MemoryOp::Launch)) => self.launch(d)?,
+                Some(OpKind::Func(FuncOp::Return)) => {
                     for (k, &v) in d.operands.iter().enumerate() {
                         let (id, shape, dt, layout) =
                             downloads.get(&v).cloned().ok_or_else(|| {
@@ -360,12 +361,13 @@ impl FuncWriter<'_> {
                         });
                     }
                 }
-                other => {
+                Some(OpKind::Func(FuncOp::Call) | OpKind::Tensor(_) | OpKind::Layout(_)) | None => {
                     return Err(self.unsupported(
                         d,
                         format!(
                             "the OpenCL writer takes lowered modules (memory ops only); run \
-                             lower-to-memory first ({other} is not a memory op)"
+                             lower-to-memory first ({} is not a memory op)",
+                            d.name()
                         ),
                     ))
                 }
@@ -445,7 +447,7 @@ impl FuncWriter<'_> {
         }
         let k = Kernel { name: name.clone(), ..k };
         let location = self.location(d);
-        let source = if k.source.is_empty() { "memory.launch" } else { k.source.as_str() };
+        let source = if k.source.is_empty() { MemoryOp::Launch.name() } else { k.source.as_str() };
         let mut comment = format!("// {source} at {location}\n");
         let iters: Vec<&str> = k.iterators.iter().map(|i| i.name()).collect();
         let _ = writeln!(comment, "// domain {:?} ({})", k.domain, iters.join(", "));

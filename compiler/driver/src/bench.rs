@@ -10,7 +10,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fbc_dialects::kind::LayoutOp;
 use fbc_ir::{OpRegistry, SourceFile};
+
+use crate::cli::BenchArgs;
 
 /// Text of a module with `n` ops (plus the return).
 pub fn generate(n: usize) -> String {
@@ -137,80 +140,6 @@ pub fn run(registry: &OpRegistry, ops: usize, repeat: usize, json: bool) -> Resu
 
 // ----- fbc bench: kernels on a device ---------------------------------------------------------
 
-/// `fbc bench FILE`: device time per kernel of an OpenCL run.
-#[derive(Debug, clap::Args)]
-pub struct BenchArgs {
-    /// The `.fbir` file (`-` reads standard input).
-    pub file: std::path::PathBuf,
-
-    /// Where to run: `opencl` (the only device target so far).
-    #[arg(long, default_value = "opencl")]
-    pub target: String,
-
-    /// OpenCL device: its number in `fbc devices`, or part of its name.
-    #[arg(long, value_name = "N|NAME", default_value = "0")]
-    pub device: String,
-
-    /// Optimisation level (default: 3).
-    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
-    pub opt_level: Option<u8>,
-
-    /// Layout strategy at -O3 (default: fblayout).
-    #[arg(long, value_enum)]
-    pub layout_strategy: Option<crate::cli::LayoutStrategy>,
-
-    /// Most memory a run may hold at once: plain bytes or K/M/G/T (`512M`, `8G`), checked
-    /// before anything is allocated. Default: half of the available memory.
-    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_max_memory)]
-    pub max_memory: Option<u64>,
-
-    /// Run several strategies side by side (`fblayout,reuse,convert`) and print the ratios of
-    /// their total device times to the first one's.
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "S,S,...")]
-    pub compare: Vec<crate::cli::LayoutStrategy>,
-
-    /// Hardware profile the module is lowered for: a builtin name (see `fbc targets`) or a
-    /// profile file (`.toml`).
-    #[arg(long, default_value = "generic")]
-    pub profile: String,
-
-    /// Timed runs after one warm-up run; each kernel's time is the median.
-    #[arg(long, default_value = "5")]
-    pub repeat: usize,
-
-    /// The function to run (default: the module's only function, else `main`).
-    #[arg(long, value_name = "NAME")]
-    pub entry: Option<String>,
-
-    /// Write every contraction as the plain kernel (one work-item per output) instead of the
-    /// tiled one, to compare the two.
-    #[arg(long)]
-    pub plain_kernels: bool,
-
-    /// Seed of the random inputs.
-    #[arg(long, value_name = "SEED", default_value = "1")]
-    pub seed: u64,
-
-    /// Print one JSON object instead of the tables.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Store every image2d texture as f16 (see `fbc run --half-images`).
-    #[arg(long)]
-    pub half_images: bool,
-
-    /// Tuned contraction parameters (`fbc tune`) to use for the device (default: the database
-    /// in the cache directory, where it has entries for the device).
-    #[arg(long, value_name = "FILE")]
-    pub tuning: Option<std::path::PathBuf>,
-
-    /// When contractions split their reduction into parallel chunks (lower-to-memory's
-    /// `split-k`): auto, off or a chunk count N; several (`auto,off`) run side by side, each
-    /// with every strategy.
-    #[arg(long, value_name = "auto|off|N,...", value_delimiter = ',', value_parser = crate::cli::parse_split_k)]
-    pub split_k: Vec<fbc_transforms::lower::SplitK>,
-}
-
 /// One kernel's figures (median device time of the timed runs).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KernelFigures {
@@ -286,7 +215,7 @@ pub fn figures(
             kernel: l.kernel.clone(),
             source: l.source.clone(),
             tiled: l.tiled,
-            conversion: l.source.contains("layout.convert"),
+            conversion: l.source.contains(LayoutOp::Convert.name()),
             median_ns: ns,
             flops: l.flops,
             bytes: l.bytes,
@@ -370,11 +299,10 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         )));
     }
     let strategies = if a.compare.is_empty() {
-        vec![a.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout)]
+        vec![a.lower.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout)]
     } else {
         a.compare.clone()
     };
-    let level = a.opt_level.unwrap_or(3);
     let splits = if a.split_k.is_empty() {
         vec![fbc_transforms::lower::SplitK::Auto]
     } else {
@@ -388,23 +316,17 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
     }
     let mut runs = Vec::new();
     let mut device_name = String::new();
+    // One session (the profile resolved once), its strategy and split-K set per variant.
+    let mut session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
     for (s, split_k) in variants {
-        let lowering = fbc_transforms::LoweringOptions { half_images: a.half_images, split_k };
-        let c = rc::compile(
-            driver,
-            &a.file,
-            a.entry.as_deref(),
-            level,
-            s,
-            &a.profile,
-            lowering,
-            !a.plain_kernels,
-            rc::device_tuning(a.tuning.as_deref(), &a.device),
-        )?;
+        session.strategy = s.strategy();
+        session.lowering.split_k = split_k;
+        let tuned = rc::device_tuning(a.device.tuning.as_deref(), &a.device.device);
+        let c = rc::compile(&session, &a.file, a.entry.as_deref(), !a.plain_kernels, tuned)?;
         let fname = c.entry_name();
         let inputs = c.inputs(None, Some(a.seed))?;
         let opts = RunOptions {
-            device: DeviceSel::parse(&a.device),
+            device: DeviceSel::parse(&a.device.device),
             repeat: a.repeat.max(1),
             ..RunOptions::default()
         };
@@ -429,7 +351,7 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         } else {
             format!("{} split-k={split_k}", s.cli_name())
         };
-        runs.push(figures(&label, level, f, &medians, plan, res.launch_host_ns));
+        runs.push(figures(&label, session.level, f, &medians, plan, res.launch_host_ns));
     }
     if let Some((fb, faster)) = fblayout_losses(&runs) {
         for r in faster {
@@ -454,7 +376,7 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         let j = serde_json::json!({
             "file": a.file.display().to_string(),
             "device": device_name,
-            "profile": a.profile,
+            "profile": a.lower.profile,
             "repeat": a.repeat.max(1),
             "runs": runs,
             "time_ratio_to_first": ratios.iter().map(|(s, r)| (s.clone(), serde_json::json!(r))).collect::<serde_json::Map<_, _>>(),

@@ -16,6 +16,8 @@ mod opencl_emit;
 mod output;
 pub mod report;
 mod run_cmd;
+mod session;
+mod simplify_cmd;
 pub mod tuning;
 
 use std::ffi::OsString;
@@ -28,9 +30,11 @@ use clap::Parser as _;
 use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
 use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
 
-pub use cli::{BenchParseArgs, Cli, Command, EmitKind, LayoutStrategy};
-pub use gen_cmd::GenArgs;
-pub use run_cmd::RunArgs;
+pub use cli::{
+    BenchArgs, BenchParseArgs, Cli, Command, DeviceArgs, EmitKind, GenArgs, LayoutStrategy,
+    LowerArgs, RunArgs, TuneArgs,
+};
+pub use session::{has_half_images, is_lowered, Session};
 
 /// Exit status for bad input.
 pub const EXIT_INPUT: u8 = 1;
@@ -174,7 +178,9 @@ impl Driver {
             Some(Command::Opt(a)) => {
                 let (file, mut module) = self.load(&a.file)?;
                 let pipeline = a.passes.clone().unwrap_or_default();
-                let _ = self.run_pipeline(&file, &mut module, &pipeline, None, &a.instr)?;
+                let generic = fbc_target::generic();
+                let instr = a.instr.instrumentation();
+                let _ = self.run_pipeline(&file, &mut module, &pipeline, generic, &instr)?;
                 output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module))
             }
             Some(Command::Run(a)) => run_cmd::run(self, a),
@@ -187,7 +193,7 @@ impl Driver {
                 let profiles = profiles.map_err(|e| Failure::Usage(e.to_string()))?;
                 output::write_text(None, &fbc_target::summary_table(&profiles))
             }
-            Some(Command::SimplifyIndex(a)) => cli::simplify_index(a),
+            Some(Command::SimplifyIndex(a)) => simplify_cmd::run(a),
             Some(Command::Tune(a)) => tuning::tune(self, a),
             Some(Command::Bench(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
@@ -213,7 +219,7 @@ impl Driver {
     }
 
     fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
-        let target = hardware_profile(a.target_name())?;
+        let session = a.session(self)?;
         let emit = a.emit_kind();
         if a.half_images && emit != EmitKind::Opencl {
             return Err(Failure::Usage(format!(
@@ -224,9 +230,7 @@ impl Driver {
         }
         let (file, mut module) = self.load(path)?;
         let transforms_total = report::count_transforms(&module);
-        let pipeline = fbc_transforms::pipeline(a.level(), a.layout_strategy.strategy());
-        let (timings, stats) =
-            self.run_pipeline(&file, &mut module, &pipeline, Some(&target), &a.instr)?;
+        let (timings, stats) = session.optimize(&file, &mut module)?;
         match emit {
             EmitKind::Report => {
                 let r = report::build(a.target_name(), &module, transforms_total, &stats, &timings);
@@ -237,20 +241,10 @@ impl Driver {
                 output::write_text(a.output.as_deref(), &text)
             }
             EmitKind::Opencl => {
-                opencl_emit::lower(
-                    self,
-                    &file,
-                    &mut module,
-                    a.target_name(),
-                    &target,
-                    fbc_transforms::LoweringOptions {
-                        half_images: a.half_images,
-                        split_k: a.split_k,
-                    },
-                    &a.instr,
-                )?;
-                let tuned = tuning::load(a.tuning.as_deref(), tuning::For::Profile(&target));
-                let out = opencl_emit::generate(&module, &target, true, tuned)?;
+                session.lower(&file, &mut module)?;
+                let tuned =
+                    tuning::load(a.tuning.as_deref(), tuning::For::Profile(&session.profile));
+                let out = session.emit_opencl(&module, true, tuned)?;
                 let dir = match &a.output {
                     Some(d) => d.clone(),
                     None => opencl_emit::default_dir(&module, path),
@@ -295,14 +289,15 @@ impl Driver {
         Ok((file, module))
     }
 
-    /// Runs a pipeline text over a module with the given instrumentation flags.
+    /// Runs a pipeline text over a module for hardware profile `target` with the given
+    /// instrumentation (`time_passes` prints the timing table to stderr, `print_after*` the IR).
     pub fn run_pipeline(
         &self,
         file: &SourceFile,
         module: &mut Module,
         pipeline: &str,
-        target: Option<&fbc_target::HardwareProfile>,
-        flags: &cli::InstrumentationArgs,
+        target: &fbc_target::HardwareProfile,
+        flags: &Instrumentation,
     ) -> Result<(fbc_ir::pass::Timings, fbc_ir::pass::Statistics), Failure> {
         let steps = self.passes.parse_pipeline(pipeline).map_err(|e| {
             Failure::Usage(format!(
@@ -321,19 +316,13 @@ impl Driver {
             }
         }
         let mut pm = PassManager::new(steps);
-        pm.instrumentation = Instrumentation {
-            verify_each: flags.verify_each || cfg!(debug_assertions),
-            print_after_all: flags.print_ir_after_all,
-            print_after: flags.print_ir_after.clone(),
-            time_passes: flags.time_passes,
-        };
-        for name in &flags.print_ir_after {
+        pm.instrumentation = flags.clone();
+        for name in &flags.print_after {
             if self.passes.get(name).is_none() {
                 return Err(Failure::Usage(format!("--print-ir-after: unknown pass `{name}`")));
             }
         }
-        let mut cx = PassContext::new(&self.ops);
-        cx.target = target;
+        let mut cx = PassContext::for_target(&self.ops, target);
         let mut stderr = std::io::stderr();
         let timings = pm
             .run(module, &mut cx, &mut |s| {

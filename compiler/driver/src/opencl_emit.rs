@@ -1,4 +1,4 @@
-//! OpenCL output: lowering to the memory dialect, the OpenCL C writer, and writing
+//! OpenCL output files: writing what [`crate::Session::emit_opencl`] generates as
 //! `DIR/NAME.cl` + `DIR/NAME.manifest.json` (`--emit opencl`) or one `.cl` per kernel
 //! (`--dump-kernels DIR`).
 //!
@@ -10,113 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
-use fbc_codegen::opencl::{KernelOptions, Options, Output, Writer};
-use fbc_ir::{Module, SourceFile};
-use fbc_transforms::LoweringOptions;
+use fbc_codegen::opencl::Output;
+use fbc_ir::Module;
 
-use crate::cli::{InstrumentationArgs, LayoutStrategy};
-use crate::{Driver, Failure};
-
-/// Whether every function body holds only memory ops (and `func.return`): the module is already
-/// lowered, and the lowering pipeline is skipped.
-pub(crate) fn is_lowered(module: &Module) -> bool {
-    module.func_ids().all(|f| {
-        module.func(f).body.iter().all(|&op| {
-            let n = module.op(op).name();
-            n.starts_with("memory.") || n == "func.return"
-        })
-    })
-}
-
-/// Whether any value of the module is an `f16` image (`--half-images` storage).
-pub(crate) fn has_half_images(module: &Module) -> bool {
-    module
-        .values
-        .iter()
-        .any(|v| fbc_dialects::memory::MemType::from_type(&v.ty).is_some_and(|t| t.is_half()))
-}
-
-/// Runs `lower-to-memory{target}` and `plan-memory` for hardware profile `target` (already looked
-/// up as `profile`) unless the module is already lowered (`opts`: the pass's options, e.g.
-/// `half_images`: every image2d texture stored as `f16`, `lower-to-memory{half-images=true}`).
-/// Returns the statistics of the passes (plan-memory's peak bytes among them).
-pub(crate) fn lower(
-    driver: &Driver,
-    file: &SourceFile,
-    module: &mut Module,
-    target: &str,
-    profile: &fbc_target::HardwareProfile,
-    opts: LoweringOptions,
-    instr: &InstrumentationArgs,
-) -> Result<fbc_ir::pass::Statistics, Failure> {
-    if is_lowered(module) {
-        return Ok(Default::default());
-    }
-    lower_for(driver, file, module, target, profile, opts, instr)
-}
-
-/// Runs the `-O level` pipeline with `strategy`, then the lowering pipeline, both for hardware
-/// profile `target` (already looked up as `profile`), unless the module is already lowered (what
-/// `fbc run --target opencl|cpu-jit` and `fbc bench` do; `opts` as for [`lower`]).
-/// Returns the lowering passes' statistics.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn optimize_and_lower(
-    driver: &Driver,
-    file: &SourceFile,
-    module: &mut Module,
-    level: u8,
-    strategy: LayoutStrategy,
-    target: &str,
-    profile: &fbc_target::HardwareProfile,
-    opts: LoweringOptions,
-) -> Result<fbc_ir::pass::Statistics, Failure> {
-    if is_lowered(module) {
-        return Ok(Default::default());
-    }
-    let instr = InstrumentationArgs::default();
-    let pipeline = fbc_transforms::pipeline(level, strategy.strategy());
-    driver.run_pipeline(file, module, &pipeline, Some(profile), &instr)?;
-    let stats = lower_for(driver, file, module, target, profile, opts, &instr)?;
-    // Nothing runs before the lowered module verifies: a launch the bounds prover shows out of
-    // bounds is an error at its op here, whatever the build's pass-manager checks (an input
-    // that is already lowered was verified when it was loaded).
-    let errors = fbc_ir::verify::verify_module(module);
-    if !errors.is_empty() {
-        return Err(Failure::input(file, &errors));
-    }
-    Ok(stats)
-}
-
-fn lower_for(
-    driver: &Driver,
-    file: &SourceFile,
-    module: &mut Module,
-    target: &str,
-    profile: &fbc_target::HardwareProfile,
-    opts: LoweringOptions,
-    instr: &InstrumentationArgs,
-) -> Result<fbc_ir::pass::Statistics, Failure> {
-    let pipeline = fbc_transforms::lowering_pipeline_for(target, opts);
-    let (_, stats) = driver.run_pipeline(file, module, &pipeline, Some(profile), instr)?;
-    Ok(stats)
-}
-
-/// Writes OpenCL C for a lowered module with the kernel shapes of hardware profile `profile`
-/// (`tiled`: the tiled contraction kernel where it applies; `tuned`: `fbc tune`'s parameters by
-/// contraction shape class); a launch the writer cannot handle is
-/// an input error at its location (exit 1).
-pub(crate) fn generate(
-    module: &Module,
-    profile: &fbc_target::HardwareProfile,
-    tiled: bool,
-    tuned: crate::tuning::Entries,
-) -> Result<Output, Failure> {
-    let mut kernels = KernelOptions::for_target(profile);
-    kernels.tiled = tiled;
-    kernels.tuned = tuned;
-    let opts = Options { kernels, ..Options::default() };
-    Writer::new(opts).write(module).map_err(|e| Failure::Input(format!("{e}\n")))
-}
+use crate::Failure;
 
 /// The base name of the output files.
 pub(crate) fn stem(module: &Module, input: &Path) -> String {

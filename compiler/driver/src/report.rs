@@ -31,13 +31,18 @@
 
 use std::fmt::Write as _;
 
+use fbc_dialects::kind::{LayoutOp, TensorOp};
 use fbc_ir::pass::{Statistics, Timings};
 use fbc_ir::{Attr, Module};
 use serde_json::{json, Value};
 
 /// Counts the layout-transformation ops of a graph (`transforms.total`).
 pub fn count_transforms(m: &Module) -> usize {
-    m.all_ops().filter(|&o| matches!(m.op(o).name(), "tensor.reshape" | "tensor.transpose")).count()
+    m.all_ops()
+        .filter(|&o| {
+            matches!(TensorOp::of(m.op(o).def), Some(TensorOp::Reshape | TensorOp::Transpose))
+        })
+        .count()
 }
 
 fn value_name(m: &Module, v: fbc_ir::Value) -> String {
@@ -60,7 +65,7 @@ fn tensors(m: &Module) -> Vec<Value> {
         for &op in &f.body {
             let d = m.op(op);
             let layout =
-                if d.def.is("layout.assign") { d.attr("layout") } else { d.attr("fbc.layout") };
+                if LayoutOp::Assign.is(d) { d.attr("layout") } else { d.attr("fbc.layout") };
             if let (Some(l), Some(&r)) = (layout, d.results.first()) {
                 out.push(json!({"name": value_name(m, r), "layout": l.to_string()}));
             }
@@ -77,7 +82,7 @@ pub fn build(
     stats: &Statistics,
     timings: &Timings,
 ) -> Value {
-    let converts = m.all_ops().filter(|&o| m.op(o).def.is("layout.convert")).count();
+    let converts = m.all_ops().filter(|&o| LayoutOp::Convert.is(m.op(o))).count();
     let eliminated = stats.get("index-elim", "eliminated");
     let remaining = i64::try_from(count_transforms(m)).unwrap_or(i64::MAX);
     let total = i64::try_from(transforms_total).unwrap_or(i64::MAX);

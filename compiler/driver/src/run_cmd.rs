@@ -44,115 +44,13 @@ pub(crate) mod opencl;
 pub(crate) use opencl::devices;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Args;
 use fbc_ir::{FuncId, Module, SourceFile, Type};
 use fbc_runtime::interp::{Interpreter, Mode, Options, Value};
 
+use crate::cli::RunArgs;
 use crate::{Driver, Failure};
-
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The `.fbir` file (`-` reads standard input).
-    pub file: PathBuf,
-
-    /// The function to run (default: the module's only function, else `main`).
-    #[arg(long, value_name = "NAME")]
-    pub entry: Option<String>,
-
-    /// Inputs, by argument name (`x` for `%x`), in a safetensors file.
-    #[arg(long, value_name = "IN.safetensors")]
-    pub inputs: Option<PathBuf>,
-
-    /// Write the results as `result0`, `result1`, ... to a safetensors file.
-    #[arg(long, value_name = "OUT.safetensors")]
-    pub outputs: Option<PathBuf>,
-
-    /// Deterministic random values for every argument not given in --inputs.
-    #[arg(long, value_name = "SEED")]
-    pub random_inputs: Option<u64>,
-
-    /// Where to run: `cpu` (the reference interpreter), `cpu-jit` (native code from the
-    /// Cranelift back end) or `opencl`.
-    #[arg(long, default_value = "cpu")]
-    pub target: String,
-
-    /// Compute every float op in f64 (float results are written as F64).
-    #[arg(long = "f64")]
-    pub f64: bool,
-
-    /// Compare a device run (`--target opencl`) with the reference interpreter.
-    #[arg(long)]
-    pub check: bool,
-
-    /// OpenCL device: its number in `fbc devices`, or part of its name.
-    #[arg(long, value_name = "N|NAME", default_value = "0")]
-    pub device: String,
-
-    /// Optimisation level the module is compiled at before an OpenCL run (default: 3).
-    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
-    pub opt_level: Option<u8>,
-
-    /// Layout strategy of an OpenCL run's -O3 (default: fblayout).
-    #[arg(long, value_enum)]
-    pub layout_strategy: Option<crate::cli::LayoutStrategy>,
-
-    /// Hardware profile the module is lowered for before an OpenCL run: a builtin name (see
-    /// `fbc targets`) or a profile file (`.toml`).
-    #[arg(long, default_value = "generic")]
-    pub profile: String,
-
-    /// Write the generated OpenCL (one `.cl` per kernel, the whole source and the manifest) to
-    /// DIR before running.
-    #[arg(long, value_name = "DIR")]
-    pub dump_kernels: Option<PathBuf>,
-
-    /// Replace generated kernel NAME by the `__kernel` in FILE.cl (repeatable).
-    #[arg(long, value_name = "NAME=FILE.cl")]
-    pub substitute_kernel: Vec<String>,
-
-    /// Print the result summaries even with --outputs, and the run time (to stderr).
-    #[arg(short, long)]
-    pub verbose: bool,
-
-    /// With `--target opencl|cpu-jit`: store every image2d texture as f16 (values rounded to
-    /// the nearest f16 at every store, arithmetic in f32). `--check` then compares with the
-    /// reference executor on the lowered module, which rounds the same way, within
-    /// 1e-5 + 8·2^-11·(|ref| + max|ref|), and reports the error against the f64 interpreter.
-    #[arg(long)]
-    pub half_images: bool,
-
-    /// With `--target opencl`: tuned contraction parameters (`fbc tune`) to use for the device
-    /// (default: the database in the cache directory, where it has entries for the device).
-    #[arg(long, value_name = "FILE")]
-    pub tuning: Option<PathBuf>,
-
-    /// With `--target opencl|cpu-jit`: when contractions split their reduction into parallel
-    /// chunks (lower-to-memory's `split-k`): auto, off, or a chunk count N.
-    #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = crate::cli::parse_split_k)]
-    pub split_k: fbc_transforms::lower::SplitK,
-
-    /// Most memory the run may hold at once: plain bytes or K/M/G/T (`512M`, `8G`). Checked
-    /// before anything is allocated (a run that would not fit fails at once, exit 1). Default:
-    /// half of the available memory.
-    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_max_memory)]
-    pub max_memory: Option<u64>,
-}
-
-impl RunArgs {
-    /// The `-O` level and layout strategy of an OpenCL run: `-O3` and fblayout unless given.
-    pub(crate) fn opencl_level(&self) -> (u8, crate::cli::LayoutStrategy) {
-        let strategy = self.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout);
-        (self.opt_level.unwrap_or(3), strategy)
-    }
-
-    /// The options of `lower-to-memory` before an OpenCL or JIT run.
-    pub(crate) fn lowering(&self) -> fbc_transforms::LoweringOptions {
-        fbc_transforms::LoweringOptions { half_images: self.half_images, split_k: self.split_k }
-    }
-}
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
@@ -168,7 +66,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             a.target
         )));
     }
-    if a.half_images {
+    if a.lower.half_images {
         return Err(Failure::Usage(
             "--half-images sets the storage of lowered kernels; it needs --target opencl or \
              cpu-jit (the interpreter computes on tensors)"

@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use fbc_codegen::opencl::{Tuned, TuningDb};
 
+use crate::cli::TuneArgs;
+
 /// Tuned entries by shape class, as the OpenCL writer takes them.
 pub(crate) type Entries = Arc<BTreeMap<String, Tuned>>;
 
@@ -137,46 +139,6 @@ pub fn with_candidate(
     k
 }
 
-/// `fbc tune`'s arguments.
-#[derive(Debug, clap::Args)]
-pub struct TuneArgs {
-    /// The `.fbir` file whose contractions are tuned.
-    pub file: PathBuf,
-
-    /// OpenCL device: its number in `fbc devices`, or part of its name.
-    #[arg(long, value_name = "N|NAME", default_value = "0")]
-    pub device: String,
-
-    /// Hardware profile the module is lowered for: a builtin name or a profile file (`.toml`).
-    #[arg(long, default_value = "generic")]
-    pub profile: String,
-
-    /// Optimisation level (default: 3).
-    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
-    pub opt_level: Option<u8>,
-
-    /// The function to run (default: the module's only function, else `main`).
-    #[arg(long, value_name = "NAME")]
-    pub entry: Option<String>,
-
-    /// Most seconds to spend on candidates after the profile's own parameters (always timed);
-    /// the candidates not reached are left out.
-    #[arg(long, value_name = "SECONDS", default_value = "300")]
-    pub budget: f64,
-
-    /// Timed runs per candidate after one warm-up run; each launch's time is the median.
-    #[arg(long, default_value = "3")]
-    pub repeat: usize,
-
-    /// The database to update (default: `tuning.json` in the cache directory).
-    #[arg(long, value_name = "FILE")]
-    pub tuning: Option<PathBuf>,
-
-    /// Seed of the random inputs.
-    #[arg(long, value_name = "SEED", default_value = "1")]
-    pub seed: u64,
-}
-
 #[cfg(not(feature = "opencl"))]
 pub(crate) fn tune(_driver: &crate::Driver, _a: &TuneArgs) -> Result<(), crate::Failure> {
     Err(crate::run_cmd::opencl::no_opencl())
@@ -192,24 +154,12 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
 
     let sel = DeviceSel::parse(&a.device);
     let dev = fbc_runtime::opencl::device(&sel).map_err(|e| Failure::Usage(e.to_string()))?;
-    let profile = crate::hardware_profile(&a.profile)?;
-    let lowering = fbc_transforms::LoweringOptions::default();
-    let level = a.opt_level.unwrap_or(3);
-    let strategy = crate::cli::LayoutStrategy::Fblayout;
-    let c = rc::compile(
-        driver,
-        &a.file,
-        a.entry.as_deref(),
-        level,
-        strategy,
-        &a.profile,
-        lowering,
-        true,
-        Entries::default(),
-    )?;
+    let session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+    let c = rc::compile(&session, &a.file, a.entry.as_deref(), true, Entries::default())?;
+    let profile = &session.profile;
     let fname = c.entry_name();
     let inputs = c.inputs(None, Some(a.seed))?;
-    let own = candidate_of(&fbc_codegen::opencl::KernelOptions::for_target(&profile));
+    let own = candidate_of(&fbc_codegen::opencl::KernelOptions::for_target(profile));
     let mut candidates = vec![own];
     candidates.extend(CANDIDATES.iter().copied().filter(|&c| c != own));
     // Device time of each shape class's launches under each candidate (None: not run).
@@ -233,7 +183,7 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             "group {:?} per_item {:?} tile_k {} local_vector {} prefetch {}",
             cand.0, cand.1, cand.2, cand.3, cand.5
         ));
-        let opts = Options { kernels: with_candidate(&profile, cand), ..Options::default() };
+        let opts = Options { kernels: with_candidate(profile, cand), ..Options::default() };
         let out =
             Writer::new(opts).write(&c.lowered).map_err(|e| Failure::Input(format!("{e}\n")))?;
         let run_opts =

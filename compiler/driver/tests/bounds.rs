@@ -18,13 +18,13 @@ fn lower(text: &str, level: u8, target: &str) -> Module {
     let pipeline = format!(
         "{},{}",
         fbc_transforms::pipeline_for_level(level),
-        fbc_transforms::lowering_pipeline(target)
+        fbc_transforms::lowering_pipeline(Default::default())
     );
     let pipeline = pipeline.trim_start_matches(',');
     let steps = fbc_transforms::default_registry().parse_pipeline(pipeline).expect("pipeline");
     let pm = PassManager::new(steps);
     let mut cx = PassContext::new(&reg);
-    cx.target = Some(&profile);
+    cx.target = &profile;
     pm.run(&mut m, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{target} -O{level}: {d:?}"));
     m
 }

@@ -23,15 +23,26 @@ use crate::registry::OpRegistry;
 #[derive(Debug)]
 pub struct PassContext<'a> {
     pub registry: &'a OpRegistry,
-    /// The hardware profile being compiled for, if any.
-    pub target: Option<&'a fbc_target::HardwareProfile>,
+    /// The hardware profile being compiled for, resolved once by whoever runs the pipeline
+    /// (the driver, from `--target`/`--profile`); [`PassContext::new`] sets the builtin
+    /// `generic` profile. Passes read the profile here, never a target name.
+    pub target: &'a fbc_target::HardwareProfile,
     /// Counters and notes passes record for `--emit report` and `--time-passes`.
     pub stats: Statistics,
 }
 
 impl<'a> PassContext<'a> {
+    /// A context for the `generic` profile.
     pub fn new(registry: &'a OpRegistry) -> PassContext<'a> {
-        PassContext { registry, target: None, stats: Statistics::default() }
+        PassContext::for_target(registry, fbc_target::generic())
+    }
+
+    /// A context for hardware profile `target`.
+    pub fn for_target(
+        registry: &'a OpRegistry,
+        target: &'a fbc_target::HardwareProfile,
+    ) -> PassContext<'a> {
+        PassContext { registry, target, stats: Statistics::default() }
     }
 }
 

@@ -46,6 +46,13 @@ pub fn builtin(name: &str) -> Result<HardwareProfile, TargetError> {
     parse(text, format!("builtin:{name}"))
 }
 
+/// The builtin `generic` profile, parsed once: what a pipeline compiles for when nobody names a
+/// target.
+pub fn generic() -> &'static HardwareProfile {
+    static GENERIC: std::sync::OnceLock<HardwareProfile> = std::sync::OnceLock::new();
+    GENERIC.get_or_init(|| builtin("generic").expect("the builtin generic profile is valid"))
+}
+
 /// Every builtin profile, in [`builtin_names`] order.
 pub fn builtins() -> Result<Vec<HardwareProfile>, TargetError> {
     BUILTIN_NAMES.iter().map(|name| builtin(name)).collect()

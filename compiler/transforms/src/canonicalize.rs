@@ -12,6 +12,7 @@
 //!
 //! Ops made dead by a rewrite are removed at the end, as MLIR's greedy driver does.
 
+use fbc_dialects::kind::TensorOp as T;
 use fbc_ir::{Attr, Diagnostic, ElemType, Module, Op, OpDef, Pass, PassContext, Type, Value};
 
 #[derive(Debug, Default)]
@@ -26,9 +27,9 @@ impl Pass for Canonicalize {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let constant = cx.registry.expect("tensor.constant");
-        let transpose = cx.registry.expect("tensor.transpose");
-        let reshape = cx.registry.expect("tensor.reshape");
+        let constant = cx.registry.expect(T::Constant.name());
+        let transpose = cx.registry.expect(T::Transpose.name());
+        let reshape = cx.registry.expect(T::Reshape.name());
         let mut total = 0;
         for _ in 0..MAX_SWEEPS {
             let mut changed = 0;
@@ -73,41 +74,74 @@ struct Rewrite {
 fn splat_of(m: &Module, v: Value) -> Option<f64> {
     let op = m.defining_op(v)?;
     let d = m.op(op);
-    if d.def.is("tensor.constant") {
+    if T::Constant.is(d) {
         d.attr("value").and_then(Attr::as_float)
     } else {
         None
     }
 }
 
-fn fold_unary(name: &str, x: f64, factor: Option<f64>) -> Option<f64> {
+/// The value of op `t` on splat operands `x`, for the ops that fold; `None` for the others and
+/// for operands of the wrong count. Data movement of a splat is the splat.
+fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
     let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
-    Some(match name {
-        "tensor.neg" => -x,
-        "tensor.exp" => x.exp(),
-        "tensor.log" => x.ln(),
-        "tensor.sqrt" => x.sqrt(),
-        "tensor.rsqrt" => 1.0 / x.sqrt(),
-        "tensor.tanh" => x.tanh(),
-        "tensor.sigmoid" => sigmoid(x),
-        "tensor.relu" => x.max(0.0),
-        "tensor.silu" => x * sigmoid(x),
-        "tensor.scale" => x * factor?,
-        "tensor.reshape" | "tensor.transpose" | "tensor.broadcast" => x,
-        _ => return None,
-    })
-}
-
-fn fold_binary(name: &str, a: f64, b: f64) -> Option<f64> {
-    Some(match name {
-        "tensor.add" => a + b,
-        "tensor.sub" => a - b,
-        "tensor.mul" => a * b,
-        "tensor.div" => a / b,
-        "tensor.max" => a.max(b),
-        "tensor.min" => a.min(b),
-        _ => return None,
-    })
+    let unary = |f: &dyn Fn(f64) -> f64| match x {
+        [x] => Some(f(*x)),
+        _ => None,
+    };
+    let binary = |f: &dyn Fn(f64, f64) -> f64| match x {
+        [a, b] => Some(f(*a, *b)),
+        _ => None,
+    };
+    match t {
+        T::Neg => unary(&|x| -x),
+        T::Exp => unary(&f64::exp),
+        T::Log => unary(&f64::ln),
+        T::Sqrt => unary(&f64::sqrt),
+        T::Rsqrt => unary(&|x| 1.0 / x.sqrt()),
+        T::Tanh => unary(&f64::tanh),
+        T::Sigmoid => unary(&sigmoid),
+        T::Relu => unary(&|x| x.max(0.0)),
+        T::Silu => unary(&|x| x * sigmoid(x)),
+        T::Scale => factor.and_then(|f| unary(&|x| x * f)),
+        T::Reshape | T::Transpose | T::Broadcast => unary(&|x| x),
+        T::Add => binary(&|a, b| a + b),
+        T::Sub => binary(&|a, b| a - b),
+        T::Mul => binary(&|a, b| a * b),
+        T::Div => binary(&|a, b| a / b),
+        T::Max => binary(&f64::max),
+        T::Min => binary(&f64::min),
+        // A constant is folded already; GELU's erf has no f64 form in std; the rest reduce,
+        // index, normalise or are backward helpers, which splat folding does not cover.
+        T::Constant
+        | T::Gelu
+        | T::Matmul
+        | T::ReduceSum
+        | T::ReduceMean
+        | T::ReduceMax
+        | T::Softmax
+        | T::Layernorm
+        | T::Rmsnorm
+        | T::Rope
+        | T::Embedding
+        | T::CrossEntropy
+        | T::Slice
+        | T::Concat
+        | T::SoftmaxGrad
+        | T::LayernormGrad
+        | T::RmsnormGrad
+        | T::GeluGrad
+        | T::SiluGrad
+        | T::SigmoidGrad
+        | T::TanhGrad
+        | T::ReluGrad
+        | T::RopeGrad
+        | T::CrossEntropyGrad
+        | T::EmbeddingGrad
+        | T::Unbroadcast
+        | T::SliceGrad
+        | T::Ge => None,
+    }
 }
 
 fn rewrite(
@@ -121,7 +155,7 @@ fn rewrite(
     if d.results.len() != 1 || !d.def.traits.pure {
         return None;
     }
-    let name = d.def.name;
+    let kind = T::of(d.def)?;
     let result = d.results[0];
     let result_ty = m.value_type(result).clone();
     let operands = d.operands.to_vec();
@@ -129,13 +163,10 @@ fn rewrite(
 
     // Constant folding.
     let elem = result_ty.as_tensor().map(|t| t.elem);
-    if matches!(elem, Some(ElemType::F32 | ElemType::F64)) && name != "tensor.constant" {
+    if matches!(elem, Some(ElemType::F32 | ElemType::F64)) && kind != T::Constant {
         let splats: Option<Vec<f64>> = operands.iter().map(|&v| splat_of(m, v)).collect();
-        let folded = match splats.as_deref() {
-            Some([x]) => fold_unary(name, *x, d.attr("factor").and_then(Attr::as_float)),
-            Some([a, b]) => fold_binary(name, *a, *b),
-            _ => None,
-        };
+        let factor = d.attr("factor").and_then(Attr::as_float);
+        let folded = splats.and_then(|x| fold(kind, &x, factor));
         if let Some(v) = folded {
             let v = if elem == Some(ElemType::F32) { f64::from(v as f32) } else { v };
             let c = m.create_op(
@@ -153,18 +184,19 @@ fn rewrite(
 
     let input = *operands.first()?;
     let input_ty = m.value_type(input).clone();
-    match name {
-        "tensor.reshape" | "tensor.broadcast" if input_ty == result_ty => {
+    // Identities and compositions of data movement; every other op stays.
+    match kind {
+        T::Reshape | T::Broadcast if input_ty == result_ty => {
             Some(Rewrite { new_ops: vec![], replacement: input })
         }
-        "tensor.transpose" => {
+        T::Transpose => {
             let perm = d.attr("perm").and_then(Attr::as_ints)?;
             if is_identity(&perm) {
                 return Some(Rewrite { new_ops: vec![], replacement: input });
             }
             let inner = m.defining_op(input)?;
             let inner_d = m.op(inner);
-            if !inner_d.def.is("tensor.transpose") {
+            if !T::Transpose.is(inner_d) {
                 return None;
             }
             let p1 = inner_d.attr("perm").and_then(Attr::as_ints)?;
@@ -189,10 +221,10 @@ fn rewrite(
             let replacement = m.op(t).results[0];
             Some(Rewrite { new_ops: vec![t], replacement })
         }
-        "tensor.reshape" => {
+        T::Reshape => {
             let inner = m.defining_op(input)?;
             let inner_d = m.op(inner);
-            if !inner_d.def.is("tensor.reshape") {
+            if !T::Reshape.is(inner_d) {
                 return None;
             }
             let source = inner_d.operands[0];

@@ -11,6 +11,7 @@ pub mod index_elim;
 pub mod layout;
 pub mod lower;
 pub mod plan_memory;
+pub mod target;
 
 use fbc_ir::pass::{PassInfo, PassRegistry};
 
@@ -36,19 +37,8 @@ pub fn register_passes(r: &mut PassRegistry) {
     plan_memory::register(r);
 }
 
-/// The pipeline that lowers an optimised module to the memory dialect for `target` (a builtin
-/// hardware profile name): `lower-to-memory{target=..},plan-memory`.
-pub fn lowering_pipeline(target: &str) -> String {
-    lowering_pipeline_with(target, false)
-}
-
-/// [`lowering_pipeline`] with `half_images`: every image2d texture stored as `f16`
-/// (`lower-to-memory{target=.. half-images=true},plan-memory`).
-pub fn lowering_pipeline_with(target: &str, half_images: bool) -> String {
-    lowering_pipeline_for(target, LoweringOptions { half_images, ..LoweringOptions::default() })
-}
-
-/// The options of `lower-to-memory` a driver sets besides the target.
+/// The options of `lower-to-memory` a driver sets (the hardware profile is not one of them: the
+/// pipeline runs with it in [`fbc_ir::PassContext::target`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoweringOptions {
     /// Every image2d texture stored as `f16` (`half-images=true`).
@@ -63,23 +53,21 @@ impl Default for LoweringOptions {
     }
 }
 
-/// [`lowering_pipeline`] with `opts` (options at their defaults are not written). A `target`
-/// that names a profile file (see [`fbc_target::is_path`]) is not written either: the pass then
-/// lowers for the profile the pipeline runs with, which the driver read from that file.
-pub fn lowering_pipeline_for(target: &str, opts: LoweringOptions) -> String {
-    let mut o =
-        if fbc_target::is_path(target) { String::new() } else { format!("target={target}") };
+/// The pipeline that lowers an optimised module to the memory dialect with `opts`, for the
+/// profile the pipeline runs with: `lower-to-memory,plan-memory`, with the options that are not
+/// at their defaults (`lower-to-memory{half-images=true split-k=8},plan-memory`).
+pub fn lowering_pipeline(opts: LoweringOptions) -> String {
+    let mut o = Vec::new();
     if opts.half_images {
-        o.push_str(" half-images=true");
+        o.push("half-images=true".to_string());
     }
     if opts.split_k != lower::SplitK::Auto {
-        o.push_str(&format!(" split-k={}", opts.split_k));
+        o.push(format!("split-k={}", opts.split_k));
     }
-    let o = o.trim_start();
     if o.is_empty() {
         "lower-to-memory,plan-memory".into()
     } else {
-        format!("lower-to-memory{{{o}}},plan-memory")
+        format!("lower-to-memory{{{}}},plan-memory", o.join(" "))
     }
 }
 

@@ -17,6 +17,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use fbc_dialects::kind::{LayoutOp, MemoryOp};
 use fbc_dialects::memory::{MemType, StorageKind};
 use fbc_ir::pass::{PassInfo, PassRegistry};
 use fbc_ir::{Attr, Diagnostic, FuncId, Module, Op, Pass, PassContext, Value};
@@ -71,7 +72,7 @@ impl Pass for PlanMemory {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let dealloc = cx.registry.get("memory.dealloc").ok_or_else(|| {
+        let dealloc = cx.registry.get(MemoryOp::Dealloc.name()).ok_or_else(|| {
             vec![Diagnostic::error(format!("{NAME}: op `memory.dealloc` is not registered"))]
         })?;
         let mut total = MemoryPlan::default();
@@ -118,7 +119,7 @@ fn same_kind(a: &MemType, b: &MemType) -> bool {
 pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> MemoryPlan {
     // Start over: drop earlier deallocs and slots.
     let old: Vec<Op> =
-        m.func(f).body.iter().copied().filter(|&op| m.op(op).def.is("memory.dealloc")).collect();
+        m.func(f).body.iter().copied().filter(|&op| MemoryOp::Dealloc.is(m.op(op))).collect();
     m.erase_ops(&old);
     let body = m.func(f).body.clone();
     let mut last_use: HashMap<Value, usize> = HashMap::default();
@@ -128,8 +129,8 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
         for &v in &d.operands {
             last_use.insert(v, i);
         }
-        let is_alloc = d.def.is("memory.alloc");
-        if is_alloc || d.def.is("memory.upload") {
+        let is_alloc = MemoryOp::Alloc.is(d);
+        if is_alloc || MemoryOp::Upload.is(d) {
             for &r in &d.results {
                 if let Some(t) = mem_type(m, r) {
                     storage.push((r, i, t, is_alloc));
@@ -148,13 +149,13 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
     let mut first_writer_convert: HashMap<Value, bool> = HashMap::default();
     for &op in &body {
         let d = m.op(op);
-        if d.def.is("memory.launch") {
+        if MemoryOp::Launch.is(d) {
             if let Some(&out) = d.operands.last() {
                 // The launch's `source` attribute, read without parsing its payload.
                 first_writer_convert.entry(out).or_insert_with(|| {
                     d.attr("source")
                         .and_then(Attr::as_str)
-                        .is_some_and(|s| s.contains("layout.convert"))
+                        .is_some_and(|s| s.contains(LayoutOp::Convert.name()))
                 });
             }
         }

@@ -24,7 +24,7 @@ fn run_on(m: &mut Module, pipeline: &str, p: &HardwareProfile, stats: &mut Stati
     let mut pm = PassManager::new(steps);
     pm.instrumentation.verify_each = true;
     let mut cx = PassContext::new(&reg);
-    cx.target = Some(p);
+    cx.target = p;
     cx.stats = std::mem::take(stats);
     pm.run(m, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
     *stats = cx.stats;

@@ -10,7 +10,6 @@ mod common;
 
 use std::sync::Arc;
 
-use clap::Parser as _;
 use fbc_dialects::memory::MemType;
 use fbc_ir::pass::Statistics;
 use fbc_ir::{Module, PassContext, PassManager, SourceFile};
@@ -129,7 +128,8 @@ fn every_tensor_op_after_o3_and_each_strategy() {
             let s = fbc_transforms::global_layout::Strategy::parse(strategy).expect("strategy");
             let o3 = fbc_transforms::pipeline(3, s);
             let (opt, _) = lowered(&m, &o3, "mali");
-            let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline("mali"), "mali");
+            let (after, st) =
+                lowered(&opt, &fbc_transforms::lowering_pipeline(Default::default()), "mali");
             assert_memory_only(&after);
             same_numbers(&m, &after, &format!("{name} at -O3 ({strategy})"));
             assert_eq!(st.get("lower-to-memory", "launches"), kernels(&after).len() as i64);
@@ -278,7 +278,7 @@ fn attention_remap_chain_reads_through_one_map() {
     let m = parse(&src);
     let (opt, _) = lowered(&m, fbc_transforms::pipeline_for_level(3), "mali");
     assert!(opt.all_ops().any(|o| opt.op(o).def.is("layout.remap")));
-    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline(Default::default()), "mali");
     // No kernel copies a view: the remaps are read through.
     assert!(kernels(&after).iter().all(|k| !k.name.contains("copy")));
     assert_eq!(st.get("lower-to-memory", "copies"), 0);
@@ -301,29 +301,22 @@ fn an_assign_to_another_layout_is_a_conversion() {
     let (sel, _) = lowered(&m, "fb-classify,rtile-candidates,rtile-select", "mali");
     let assigns = sel.all_ops().filter(|&o| sel.op(o).def.is("layout.assign")).count();
     assert_eq!(assigns, 1);
-    let (after, st) = lowered(&sel, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    let (after, st) = lowered(&sel, &fbc_transforms::lowering_pipeline(Default::default()), "mali");
     assert_eq!(st.get("lower-to-memory", "converts"), 1);
     assert!(kernels(&after).iter().any(|k| k.source == "layout.assign"));
     same_numbers(&m, &after, "assign converted");
     let (global, _) = lowered(&sel, "global-layout", "mali");
-    let (after, st) = lowered(&global, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    let (after, st) =
+        lowered(&global, &fbc_transforms::lowering_pipeline(Default::default()), "mali");
     assert_eq!(st.get("lower-to-memory", "converts"), 0);
     assert!(st.get("lower-to-memory", "images") > 0);
     same_numbers(&m, &after, "uploaded in the R-Tile");
 }
 
-/// `fbc gen MODEL --layers 1 --training ...` through the driver, as a module.
-fn generate(args: &[&str]) -> Module {
-    let driver = fbc::Driver::default();
-    let dir = std::env::temp_dir().join(format!("fbc-lower-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let out = dir.join(format!("{}.fbir", args[0]));
-    let mut argv = vec!["fbc", "gen"];
-    argv.extend_from_slice(args);
-    argv.extend_from_slice(&["--layers", "1", "--training", "-o", out.to_str().expect("utf-8")]);
-    let cli = fbc::Cli::try_parse_from(&argv).expect("gen arguments");
-    driver.run(&cli).unwrap_or_else(|e| panic!("fbc gen {args:?}: {e:?}"));
-    parse(&std::fs::read_to_string(out).expect("generated file"))
+/// `fbc gen MODEL --layers 1 --training` with `opts`, as a module.
+fn generate(model: &str, opts: fbc_models::Options) -> Module {
+    let opts = fbc_models::Options { layers: Some(1), training: true, ..opts };
+    fbc_models::build(model, &opts).unwrap_or_else(|e| panic!("fbc gen {model}: {e}"))
 }
 
 fn bytes_of(m: &Module) -> u64 {
@@ -336,7 +329,13 @@ fn bytes_of(m: &Module) -> u64 {
 
 /// The smallest generated model (hidden 1024), at sequence 2: a 1-layer LoRA training graph.
 fn bert() -> Module {
-    generate(&["bert-large", "--seq", "2", "--batch", "1", "--lora-rank", "2"])
+    let opts = fbc_models::Options {
+        seq: Some(2),
+        batch: Some(1),
+        lora_rank: Some(2),
+        ..Default::default()
+    };
+    generate("bert-large", opts)
 }
 
 #[test]
@@ -358,7 +357,7 @@ fn generated_model_at_o3(strategy: &str) -> Statistics {
     let m = bert();
     let s = fbc_transforms::global_layout::Strategy::parse(strategy).expect("strategy");
     let (opt, _) = lowered(&m, &fbc_transforms::pipeline(3, s), "mali");
-    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline("mali"), "mali");
+    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline(Default::default()), "mali");
     assert_memory_only(&after);
     same_numbers(&m, &after, &format!("bert-large -O3 {strategy}"));
     assert!(st.get("plan-memory", "peak-bytes") < st.get("plan-memory", "peak-bytes-no-reuse"));

@@ -6,7 +6,6 @@
 
 mod common;
 
-use clap::Parser as _;
 use fbc_ir::{Module, PassContext, PassManager};
 
 use common::*;
@@ -145,31 +144,17 @@ fn edge_shapes_keep_their_numbers() {
 }
 
 /// `fbc gen bert-large --layers 1 --training --lora-rank R` at sequence 2 (LoRA on Q, K, V and
-/// the MLP; hidden 1024, the smallest generated model), through the driver.
-fn lora_step(rank: &str) -> Module {
-    let driver = fbc::Driver::default();
-    let dir = std::env::temp_dir().join(format!("fbc-split-k-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let out = dir.join(format!("bert_r{rank}.fbir"));
-    let argv = [
-        "fbc",
-        "gen",
-        "bert-large",
-        "--layers",
-        "1",
-        "--seq",
-        "2",
-        "--batch",
-        "1",
-        "--lora-rank",
-        rank,
-        "--training",
-        "-o",
-        out.to_str().expect("utf-8"),
-    ];
-    let cli = fbc::Cli::try_parse_from(argv).expect("gen arguments");
-    driver.run(&cli).unwrap_or_else(|e| panic!("fbc gen: {e:?}"));
-    parse(&std::fs::read_to_string(out).expect("generated file"))
+/// the MLP; hidden 1024, the smallest generated model).
+fn lora_step(rank: u64) -> Module {
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(2),
+        batch: Some(1),
+        lora_rank: Some(rank),
+        training: true,
+        ..Default::default()
+    };
+    fbc_models::build("bert-large", &opts).unwrap_or_else(|e| panic!("fbc gen bert-large: {e}"))
 }
 
 /// Translation validation on a LoRA training step (its rank-R products `x·A`, `dY·Bᵀ`,
@@ -177,11 +162,11 @@ fn lora_step(rank: &str) -> Module {
 /// mali).
 #[test]
 fn a_lora_training_step_keeps_its_numbers_when_split() {
-    let m = lora_step("1");
+    let m = lora_step(1);
     let (after, st) = lowered(&m, "lower-to-memory{split-k=8},plan-memory", "mali");
     assert!(st.get("lower-to-memory", "split-k") >= 10, "{st:?}");
     same_numbers(&m, &after, "rank 1, -O0, split-k=8");
-    let m = lora_step("16");
+    let m = lora_step(16);
     let s = fbc_transforms::global_layout::Strategy::parse("fblayout").expect("strategy");
     let (opt, _) = lowered(&m, &fbc_transforms::pipeline(3, s), "mali");
     let (after, st) = lowered(&opt, "lower-to-memory{target=mali split-k=8},plan-memory", "mali");

@@ -1,8 +1,8 @@
 //! The `tensor` dialect: value-semantics tensor ops of transformer training graphs, with their
 //! verifiers, result-type inference and FBLayout classes.
 //!
-//! Conventions shared by every op (see `/work/shared/design/ir-spec.md`, whose op table is the
-//! contract):
+//! Conventions shared by every op (`docs/ir.md`; `docs/ops.md`, generated from these definitions,
+//! is the op reference):
 //! - tensors are indexed row-major; axes may be negative (`-1` is the last axis);
 //! - elementwise binary ops broadcast as NumPy does ([`broadcast_shapes`]) and require both
 //!   operands to have the same element type;
@@ -16,6 +16,7 @@
 //!   their class in their documentation.
 //!
 //! The ops are grouped in several statics ([`GROUPS`]); [`register`] adds them all to a registry.
+//! [`crate::kind::TensorOp`] names each of them as a typed kind.
 
 mod common;
 pub mod constant;

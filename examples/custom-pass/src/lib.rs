@@ -1,10 +1,11 @@
 //! A pass written outside fbc's core, as a user would write one: `fold-scales` rewrites
 //! `scale(scale(x, a), b)` into `scale(x, a·b)` and, unless `keep-unit=true`, drops a scale by 1.
 //!
-//! It uses only fbc's public library API: the `Pass` trait, `PassInfo` with a typed option, and
-//! the `Module` mutation methods. `register` is the single entry point a host calls; the same
+//! It uses only fbc's public library API: the `Pass` trait, `PassInfo` with a typed option, the
+//! typed op kinds (`fbc_dialects::kind`) and the `Module` mutation methods. `register` is the single entry point a host calls; the same
 //! function is what a future shared-library loader will look up.
 
+use fbc_dialects::kind::TensorOp;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{Attr, Diagnostic, Module, Pass, PassContext};
 
@@ -37,13 +38,13 @@ impl Pass for FoldScales {
         let mut folded = 0;
         for op in m.all_ops().collect::<Vec<_>>() {
             let d = m.op(op);
-            if !d.def.is("tensor.scale") {
+            if !TensorOp::Scale.is(d) {
                 continue;
             }
             let outer = d.attr("factor").and_then(Attr::as_float).unwrap_or(1.0);
             let input = d.operands[0];
             // scale(scale(x, a), b) -> scale(x, a*b): read through the producer.
-            if let Some(inner) = m.defining_op(input).filter(|&p| m.op(p).def.is("tensor.scale")) {
+            if let Some(inner) = m.defining_op(input).filter(|&p| TensorOp::Scale.is(m.op(p))) {
                 let inner_factor =
                     m.op(inner).attr("factor").and_then(Attr::as_float).unwrap_or(1.0);
                 let source = m.op(inner).operands[0];

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::{FuncOp, MemoryOp};
 use fbc_dialects::memory::MemType;
 use fbc_ir::{Attr, FuncId, Module, Span, Type};
 
@@ -120,7 +121,7 @@ fn peak(
                 _ => return Err(too_large(describe(module, r), b, d.span)),
             }
         }
-        if d.name() == "func.call" && depth < 64 {
+        if FuncOp::Call.is(d) && depth < 64 {
             if let Some(Attr::Symbol(s)) = d.attr("callee") {
                 if let Some(callee) = module.find_func(s) {
                     // The callee's arguments are the caller's operands, already live.
@@ -149,7 +150,7 @@ fn peak(
             }
         }
         let freed = |v: &fbc_ir::Value| {
-            last_use.get(v) == Some(&pos) || (d.name() == "memory.dealloc" && d.operands[0] == *v)
+            last_use.get(v) == Some(&pos) || (MemoryOp::Dealloc.is(d) && d.operands[0] == *v)
         };
         let mut seen: Vec<fbc_ir::Value> = Vec::new();
         for v in &d.operands {

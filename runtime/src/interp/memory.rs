@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use fbc_dialects::kind::MemoryOp;
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{Kernel, MemType};
 use fbc_ir::{Module, OpData, Type};
@@ -48,16 +49,19 @@ pub(crate) fn execute(
     let result = |i: usize| d.results.get(i).copied().ok_or_else(|| op_err(d, "missing result"));
     let operand = |i: usize| d.operands.get(i).copied().ok_or_else(|| op_err(d, "missing operand"));
     let missing = |i: usize| op_err(d, format!("internal: operand {i} has no storage"));
-    match d.name() {
-        "memory.alloc" => {
+    let Some(kind) = MemoryOp::of_op(d) else {
+        return Err(op_err(d, format!("internal: `{}` is not a memory op", d.name())));
+    };
+    match kind {
+        MemoryOp::Alloc => {
             let r = result(0)?;
             let ty = mem_type(module, d, r)?;
             mem.insert(r, MemData::zeroed(ty).map_err(|e| op_err(d, e))?);
         }
-        "memory.dealloc" => {
+        MemoryOp::Dealloc => {
             mem.remove(&operand(0)?);
         }
-        "memory.upload" => {
+        MemoryOp::Upload => {
             let (x, r) = (operand(0)?, result(0)?);
             let ty = mem_type(module, d, r)?;
             let Type::Tensor(t) = module.value_type(x) else {
@@ -67,7 +71,7 @@ pub(crate) fn execute(
             let data = pack(&layout(d)?, &t.shape, v, ty).map_err(|e| op_err(d, e))?;
             mem.insert(r, data);
         }
-        "memory.download" => {
+        MemoryOp::Download => {
             let (m, r) = (operand(0)?, result(0)?);
             let ty = mem_type(module, d, m)?;
             let Type::Tensor(t) = module.value_type(r) else {
@@ -81,7 +85,7 @@ pub(crate) fn execute(
             };
             env.insert(r, Rc::new(v));
         }
-        "memory.launch" => {
+        MemoryOp::Launch => {
             let k = Kernel::from_op(d).map_err(|e| op_err(d, e))?;
             let types = d
                 .operands
@@ -120,7 +124,6 @@ pub(crate) fn execute(
             }
             r.map_err(|e| op_err(d, e))?;
         }
-        other => return Err(op_err(d, format!("internal: `{other}` is not a memory op"))),
     }
     Ok(())
 }

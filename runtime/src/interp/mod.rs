@@ -39,6 +39,7 @@ mod value;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind};
 use fbc_ir::{Attr, FuncId, Module, Type};
 
 pub use budget::{check_memory, value_bytes};
@@ -65,19 +66,12 @@ impl Default for Options {
     }
 }
 
-/// Whether `name` is an op the interpreter can execute (`func.call`, `func.return`, the memory
-/// ops and every op in the dispatch table).
+/// Whether `name` is an op the interpreter can execute: calls, returns and the memory ops (run
+/// here and in `memory.rs`), and every op with a kernel in the dispatch table (`ops.rs`).
 pub fn supports(name: &str) -> bool {
-    matches!(
-        name,
-        "func.call"
-            | "func.return"
-            | "memory.alloc"
-            | "memory.dealloc"
-            | "memory.upload"
-            | "memory.download"
-            | "memory.launch"
-    ) || ops::kernel(name).is_some()
+    OpKind::from_name(name).is_some_and(|k| {
+        matches!(k, OpKind::Func(_) | OpKind::Memory(_)) || ops::kernel(k).is_some()
+    })
 }
 
 /// Runs functions of one module.
@@ -203,7 +197,7 @@ impl<'m> Interpreter<'m> {
         let mut mem = memory::MemEnv::new();
         for (pos, &op) in f.body.iter().enumerate() {
             let d = module.op(op);
-            if d.def.dialect() == "memory" {
+            if MemoryOp::of(d.def).is_some() {
                 memory::execute(module, d, &mut env, &mut mem, launcher, self.options.mode)?;
                 for &r in &d.results {
                     if !last_use.contains_key(&r) {
@@ -228,9 +222,9 @@ impl<'m> Interpreter<'m> {
                 })?;
                 operands.push(value);
             }
-            let results: Vec<Rc<Value>> = match d.name() {
-                "func.return" => return Ok(operands),
-                "func.call" => {
+            let results: Vec<Rc<Value>> = match FuncOp::of(d.def) {
+                Some(FuncOp::Return) => return Ok(operands),
+                Some(FuncOp::Call) => {
                     let callee = match d.attr("callee") {
                         Some(Attr::Symbol(s)) => s.as_str(),
                         _ => {
@@ -251,7 +245,7 @@ impl<'m> Interpreter<'m> {
                     }
                     self.call(target, operands, depth + 1, launcher)?
                 }
-                _ => {
+                None => {
                     let refs: Vec<&Value> = operands.iter().map(|v| v.as_ref()).collect();
                     let out = ops::execute(module, d, &refs, self.options.mode)?;
                     out.into_iter().map(Rc::new).collect()

@@ -11,6 +11,7 @@
 //! a kernel never guesses types from its operands. After a kernel returns, [`execute`] checks
 //! every result against the op's declared result type and rounds f16/bf16 results.
 
+use fbc_dialects::kind::OpKind;
 use fbc_ir::{Attr, Module, OpData, Type};
 
 use super::error::InterpError;
@@ -58,65 +59,68 @@ macro_rules! any {
     };
 }
 
-/// The kernel of the op named `name`, `None` when the interpreter has none.
-pub(crate) fn kernel(name: &str) -> Option<Kernel> {
-    Some(match name {
-        "tensor.constant" => any!(constant),
+/// The kernel of an op of kind `kind`: every tensor and layout op has one; `None` for the ops
+/// the interpreter runs itself (calls, returns, the memory ops: `mod.rs`, `memory.rs`).
+pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
+    use fbc_dialects::kind::{LayoutOp as L, TensorOp as T};
+    let t = match kind {
+        OpKind::Tensor(t) => t,
+        OpKind::Layout(L::Assign | L::Convert) => return Some(any!(identity)),
+        OpKind::Layout(L::Remap) => return Some(any!(remap)),
+        OpKind::Func(_) | OpKind::Memory(_) => return None,
+    };
+    Some(match t {
+        T::Constant => any!(constant),
         // Elementwise.
-        "tensor.add" => float!(add),
-        "tensor.sub" => float!(sub),
-        "tensor.mul" => float!(mul),
-        "tensor.div" => float!(div),
-        "tensor.max" => float!(max),
-        "tensor.min" => float!(min),
-        "tensor.neg" => float!(neg),
-        "tensor.exp" => float!(exp),
-        "tensor.log" => float!(log),
-        "tensor.sqrt" => float!(sqrt),
-        "tensor.rsqrt" => float!(rsqrt),
-        "tensor.tanh" => float!(tanh),
-        "tensor.sigmoid" => float!(sigmoid),
-        "tensor.relu" => float!(relu),
-        "tensor.silu" => float!(silu),
-        "tensor.gelu" => float!(gelu),
-        "tensor.scale" => float!(scale),
+        T::Add => float!(add),
+        T::Sub => float!(sub),
+        T::Mul => float!(mul),
+        T::Div => float!(div),
+        T::Max => float!(max),
+        T::Min => float!(min),
+        T::Neg => float!(neg),
+        T::Exp => float!(exp),
+        T::Log => float!(log),
+        T::Sqrt => float!(sqrt),
+        T::Rsqrt => float!(rsqrt),
+        T::Tanh => float!(tanh),
+        T::Sigmoid => float!(sigmoid),
+        T::Relu => float!(relu),
+        T::Silu => float!(silu),
+        T::Gelu => float!(gelu),
+        T::Scale => float!(scale),
         // Matmul, reductions, normalisations.
-        "tensor.matmul" => float!(matmul),
-        "tensor.reduce_sum" => float!(reduce_sum),
-        "tensor.reduce_max" => float!(reduce_max),
-        "tensor.reduce_mean" => float!(reduce_mean),
-        "tensor.softmax" => float!(softmax),
-        "tensor.layernorm" => float!(layernorm),
-        "tensor.rmsnorm" => float!(rmsnorm),
-        "tensor.rope" => float!(rope),
-        "tensor.embedding" => float!(embedding),
-        "tensor.cross_entropy" => float!(cross_entropy),
+        T::Matmul => float!(matmul),
+        T::ReduceSum => float!(reduce_sum),
+        T::ReduceMax => float!(reduce_max),
+        T::ReduceMean => float!(reduce_mean),
+        T::Softmax => float!(softmax),
+        T::Layernorm => float!(layernorm),
+        T::Rmsnorm => float!(rmsnorm),
+        T::Rope => float!(rope),
+        T::Embedding => float!(embedding),
+        T::CrossEntropy => float!(cross_entropy),
         // Data movement.
-        "tensor.reshape" => any!(reshape),
-        "tensor.transpose" => any!(transpose),
-        "tensor.broadcast" => any!(broadcast),
-        "tensor.slice" => any!(slice),
-        "tensor.concat" => any!(concat),
+        T::Reshape => any!(reshape),
+        T::Transpose => any!(transpose),
+        T::Broadcast => any!(broadcast),
+        T::Slice => any!(slice),
+        T::Concat => any!(concat),
         // Backward helpers.
-        "tensor.softmax_grad" => float!(softmax_grad),
-        "tensor.layernorm_grad" => float!(layernorm_grad),
-        "tensor.rmsnorm_grad" => float!(rmsnorm_grad),
-        "tensor.gelu_grad" => float!(gelu_grad),
-        "tensor.silu_grad" => float!(silu_grad),
-        "tensor.sigmoid_grad" => float!(sigmoid_grad),
-        "tensor.tanh_grad" => float!(tanh_grad),
-        "tensor.relu_grad" => float!(relu_grad),
-        "tensor.rope_grad" => float!(rope_grad),
-        "tensor.cross_entropy_grad" => float!(cross_entropy_grad),
-        "tensor.embedding_grad" => float!(embedding_grad),
-        "tensor.unbroadcast" => float!(unbroadcast),
-        "tensor.slice_grad" => float!(slice_grad),
-        "tensor.ge" => float!(ge),
-        // Layout ops are value-semantics ops on logical tensors: `assign` and `convert` change
-        // where data lives, not what it is; `remap` reads through an index map.
-        "layout.assign" | "layout.convert" => any!(identity),
-        "layout.remap" => any!(remap),
-        _ => return None,
+        T::SoftmaxGrad => float!(softmax_grad),
+        T::LayernormGrad => float!(layernorm_grad),
+        T::RmsnormGrad => float!(rmsnorm_grad),
+        T::GeluGrad => float!(gelu_grad),
+        T::SiluGrad => float!(silu_grad),
+        T::SigmoidGrad => float!(sigmoid_grad),
+        T::TanhGrad => float!(tanh_grad),
+        T::ReluGrad => float!(relu_grad),
+        T::RopeGrad => float!(rope_grad),
+        T::CrossEntropyGrad => float!(cross_entropy_grad),
+        T::EmbeddingGrad => float!(embedding_grad),
+        T::Unbroadcast => float!(unbroadcast),
+        T::SliceGrad => float!(slice_grad),
+        T::Ge => float!(ge),
     })
 }
 
@@ -452,7 +456,7 @@ pub(crate) fn execute(
     let unsupported =
         |reason: String| InterpError::Unsupported { op: name.to_string(), reason, span: op.span };
     let failed = |message: String| InterpError::Op { op: name.to_string(), message, span: op.span };
-    let Some(kernel) = kernel(name) else {
+    let Some(kernel) = OpKind::of_op(op).and_then(kernel) else {
         return Err(unsupported(
             "no kernel for this op; add one to the table in runtime/src/interp/ops.rs".into(),
         ));

@@ -17,6 +17,7 @@
 
 use std::collections::HashSet;
 
+use fbc_dialects::kind::{FuncOp, OpKind, TensorOp as T};
 use fbc_ir::{ElemType, FuncId, Module, Type};
 
 use super::error::InterpError;
@@ -139,18 +140,19 @@ fn bound_of(module: &Module, v: fbc_ir::Value, seen: &mut HashSet<fbc_ir::Value>
         if op.erased {
             continue;
         }
-        let b = match (op.name(), u.index) {
-            ("tensor.embedding", 1) => dim(op, 0, 0),
-            ("tensor.cross_entropy" | "tensor.cross_entropy_grad", 1) => dim(op, 0, 1),
-            ("tensor.embedding_grad", 0) => {
+        let b = match (OpKind::of_op(op), u.index) {
+            (Some(OpKind::Tensor(T::Embedding)), 1) => dim(op, 0, 0),
+            (Some(OpKind::Tensor(T::CrossEntropy | T::CrossEntropyGrad)), 1) => dim(op, 0, 1),
+            (Some(OpKind::Tensor(T::EmbeddingGrad)), 0) => {
                 op.attr("vocab").and_then(fbc_ir::Attr::as_int).and_then(|n| u64::try_from(n).ok())
             }
             (
-                "tensor.reshape" | "tensor.transpose" | "tensor.broadcast" | "tensor.slice"
-                | "tensor.concat",
+                Some(OpKind::Tensor(
+                    T::Reshape | T::Transpose | T::Broadcast | T::Slice | T::Concat,
+                )),
                 _,
             ) => op.results.first().and_then(|&r| bound_of(module, r, seen)),
-            ("func.call", i) => {
+            (Some(OpKind::Func(FuncOp::Call)), i) => {
                 let callee = op.attr("callee").and_then(|a| match a {
                     fbc_ir::Attr::Symbol(s) => module.find_func(s),
                     _ => None,
@@ -159,6 +161,7 @@ fn bound_of(module: &Module, v: fbc_ir::Value, seen: &mut HashSet<fbc_ir::Value>
                     .and_then(|c| module.func(c).args.get(i as usize).copied())
                     .and_then(|a| bound_of(module, a, seen))
             }
+            // Every other use reads values, not indices.
             _ => None,
         };
         bound = match (bound, b) {

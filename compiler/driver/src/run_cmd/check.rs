@@ -49,7 +49,7 @@ impl<'a> HalfModel<'a> {
         file: &SourceFile,
         jit: bool,
     ) -> Result<Option<HalfModel<'a>>, Failure> {
-        if !crate::opencl_emit::has_half_images(lowered) {
+        if !crate::has_half_images(lowered) {
             return Ok(None);
         }
         let func = super::lowered_func(lowered, fname, file)?;

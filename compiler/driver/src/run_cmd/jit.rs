@@ -2,7 +2,7 @@
 //! to native code by the Cranelift back end (`fbc_codegen::cranelift`) and run on this CPU.
 //!
 //! The module is compiled at `-O LEVEL` (default `-O3`) with `--layout-strategy` (default
-//! fblayout) and lowered with `fbc_transforms::lowering_pipeline` for hardware profile
+//! fblayout) and lowered (`Session::compile`) for hardware profile
 //! `--profile` (default `generic`: R-Tiles and images as for a GPU, so the JIT runs the same
 //! kernels the OpenCL back end would); an input that is already lowered runs as it is. Inputs are
 //! read as for the interpreter, outputs written the same way. With `--check` the original module
@@ -12,9 +12,9 @@
 
 use std::time::Instant;
 
-use fbc_runtime::interp::{Mode, Options};
+use fbc_runtime::interp::Mode;
 
-use super::RunArgs;
+use crate::cli::RunArgs;
 use crate::{Driver, Failure};
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
@@ -31,24 +31,14 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             return Err(Failure::Usage(format!("{flag} is for --target opencl, not cpu-jit")));
         }
     }
-    let (level, strategy) = a.opencl_level();
-    let profile = crate::hardware_profile(&a.profile)?;
+    let session = a.lower.session(driver, a.split_k)?;
     let (file, module) = driver.load(&a.file)?;
     let func = super::entry(&module, a.entry.as_deref(), &file)?;
     let fname = module.func(func).name.clone();
     super::check_memory(&file, &module, func, Mode::F32)?;
     let compile_start = Instant::now();
     let mut lowered = module.clone();
-    crate::opencl_emit::optimize_and_lower(
-        driver,
-        &file,
-        &mut lowered,
-        level,
-        strategy,
-        &a.profile,
-        &profile,
-        a.lowering(),
-    )?;
+    session.compile(&file, &mut lowered)?;
     let lowering = compile_start.elapsed();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;
     super::check_memory(&file, &lowered, lfunc, Mode::F32)?;
@@ -61,9 +51,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         &file.name,
     )?;
     let start = Instant::now();
-    let (results, stats) =
-        fbc_runtime::jit::run(&lowered, lfunc, inputs.clone(), Options::default())
-            .map_err(|e| super::located(&file, &e))?;
+    let (results, stats) = session.jit(&file, &lowered, lfunc, inputs.clone())?;
     let elapsed = start.elapsed();
     if a.verbose {
         eprintln!(

@@ -30,12 +30,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fbc_codegen::opencl::Output;
+use fbc_dialects::kind::MemoryOp;
 use fbc_ir::{FuncId, Module, SourceFile};
 
-use crate::cli::LayoutStrategy;
 use crate::{Driver, Failure};
 
-use super::RunArgs;
+use crate::cli::RunArgs;
 
 /// A module compiled for OpenCL: the original (for the interpreter), the entry function, the
 /// lowered module, the generated source and manifest, and the lowering passes' statistics.
@@ -66,40 +66,25 @@ impl Compiled {
     }
 }
 
-/// Loads `path`, runs `-O level` with `strategy`, lowers for `profile` with `lowering` (e.g.
-/// image2d textures of `f16`) and writes OpenCL C (`tiled`: contractions get the tiled kernel).
-#[allow(clippy::too_many_arguments)]
+/// Loads `path` and compiles it with `session` (optimised, lowered, verified), then writes
+/// OpenCL C (`tiled`: contractions get the tiled kernel; `tuned`: `fbc tune`'s parameters).
 pub(crate) fn compile(
-    driver: &Driver,
+    session: &crate::Session<'_>,
     path: &Path,
     entry: Option<&str>,
-    level: u8,
-    strategy: LayoutStrategy,
-    profile: &str,
-    lowering: fbc_transforms::LoweringOptions,
     tiled: bool,
     tuned: crate::tuning::Entries,
 ) -> Result<Compiled, Failure> {
-    let target = crate::hardware_profile(profile)?;
-    let (file, module) = driver.load(path)?;
+    let (file, module) = session.driver.load(path)?;
     let func = super::entry(&module, entry, &file)?;
     let f32 = fbc_runtime::interp::Mode::F32;
     super::check_memory(&file, &module, func, f32)?;
     let mut lowered = module.clone();
-    let stats = crate::opencl_emit::optimize_and_lower(
-        driver,
-        &file,
-        &mut lowered,
-        level,
-        strategy,
-        profile,
-        &target,
-        lowering,
-    )?;
+    let stats = session.compile(&file, &mut lowered)?;
     let fname = module.func(func).name.clone();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;
     super::check_memory(&file, &lowered, lfunc, f32)?;
-    let out = crate::opencl_emit::generate(&lowered, &target, tiled, tuned)?;
+    let out = session.emit_opencl(&lowered, tiled, tuned)?;
     Ok(Compiled { file, module, func, lowered, out, stats })
 }
 
@@ -192,7 +177,7 @@ fn fault_at(lowered: &Module, file: &SourceFile, location: &str, message: &str) 
         .iter()
         .flat_map(|f| &f.body)
         .map(|&op| lowered.op(op))
-        .filter(|d| d.name() == "memory.launch" && d.span.end > d.span.start)
+        .filter(|d| MemoryOp::Launch.is(d) && d.span.end > d.span.start)
         .map(|d| d.span)
         .find(|s| {
             let (l, c) = file.line_col(s.start);
@@ -225,18 +210,9 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     if a.f64 {
         return Err(Failure::Usage("not yet supported: --f64 with --target opencl".into()));
     }
-    let (level, strategy) = a.opencl_level();
-    let c = compile(
-        driver,
-        &a.file,
-        a.entry.as_deref(),
-        level,
-        strategy,
-        &a.profile,
-        a.lowering(),
-        true,
-        device_tuning(a.tuning.as_deref(), &a.device),
-    )?;
+    let session = a.lower.session(driver, a.split_k)?;
+    let tuned = device_tuning(a.device.tuning.as_deref(), &a.device.device);
+    let c = compile(&session, &a.file, a.entry.as_deref(), true, tuned)?;
     let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = c.entry_name();
     let inputs = c.inputs(a.inputs.as_deref(), a.random_inputs)?;
@@ -245,7 +221,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     }
     let source = substituted_source(&c.out, &a.substitute_kernel)?;
     let opts = RunOptions {
-        device: DeviceSel::parse(&a.device),
+        device: DeviceSel::parse(&a.device.device),
         show_build_warnings: a.verbose,
         ..RunOptions::default()
     };

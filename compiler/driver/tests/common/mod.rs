@@ -160,7 +160,7 @@ fn lower_at(
     let mut pm = PassManager::new(steps);
     pm.instrumentation.verify_each = true;
     let mut cx = PassContext::new(&reg);
-    cx.target = Some(profile);
+    cx.target = profile;
     pm.run(&mut m, &mut cx, &mut |_| {}).map_err(|d| format!("{d:?}"))?;
     Ok((m, cx.stats))
 }

@@ -6,6 +6,7 @@
 //! emitter's marker (a discardable unit attribute: `fbc.backward` or `fbc.optimizer`) and the span
 //! of the forward op it was derived from, so diagnostics and later passes can trace it back.
 
+use fbc_dialects::kind::TensorOp as T;
 use fbc_ir::{
     Attr, Diagnostic, FuncId, Module, Op, OpRegistry, OpView, Span, TensorType, Type, Value,
 };
@@ -49,14 +50,15 @@ impl<'r> Emitter<'r> {
         Emitter { reg, func, span, mark, count: 0 }
     }
 
-    /// Builds op `name` and returns all its results.
+    /// Builds a `kind` op and returns all its results.
     pub fn ops(
         &mut self,
         m: &mut Module,
-        name: &str,
+        kind: T,
         operands: &[Value],
         attrs: Vec<(String, Attr)>,
     ) -> Result<Vec<Value>, Diagnostic> {
+        let name = kind.name();
         let def = self
             .reg
             .get(name)
@@ -86,24 +88,23 @@ impl<'r> Emitter<'r> {
     pub fn op(
         &mut self,
         m: &mut Module,
-        name: &str,
+        kind: T,
         operands: &[Value],
         attrs: Vec<(String, Attr)>,
     ) -> Result<Value, Diagnostic> {
-        let results = self.ops(m, name, operands, attrs)?;
+        let results = self.ops(m, kind, operands, attrs)?;
         results
             .first()
             .copied()
-            .ok_or_else(|| internal(self.span, format!("`{name}` has no result")))
+            .ok_or_else(|| internal(self.span, format!("`{kind}` has no result")))
     }
 
     /// A splat constant of type `ty`. Its type is written as the result type (the constant's
     /// verifier reads it back), so no `shape` attribute is needed.
     pub fn constant(&mut self, m: &mut Module, value: f64, ty: Type) -> Result<Value, Diagnostic> {
-        let def = self
-            .reg
-            .get("tensor.constant")
-            .ok_or_else(|| internal(self.span, "op `tensor.constant` is not registered"))?;
+        let def = self.reg.get(T::Constant.name()).ok_or_else(|| {
+            internal(self.span, format!("op `{}` is not registered", T::Constant))
+        })?;
         let attrs =
             vec![("value".to_string(), Attr::Float(value)), (self.mark.to_string(), Attr::Unit)];
         let op = m.append_op(self.func, def, &[], attrs, vec![ty], self.span);
@@ -114,19 +115,19 @@ impl<'r> Emitter<'r> {
     pub fn binary(
         &mut self,
         m: &mut Module,
-        name: &str,
+        kind: T,
         a: Value,
         b: Value,
     ) -> Result<Value, Diagnostic> {
-        self.op(m, name, &[a, b], vec![])
+        self.op(m, kind, &[a, b], vec![])
     }
 
-    pub fn unary(&mut self, m: &mut Module, name: &str, x: Value) -> Result<Value, Diagnostic> {
-        self.op(m, name, &[x], vec![])
+    pub fn unary(&mut self, m: &mut Module, kind: T, x: Value) -> Result<Value, Diagnostic> {
+        self.op(m, kind, &[x], vec![])
     }
 
     pub fn scale(&mut self, m: &mut Module, x: Value, factor: f64) -> Result<Value, Diagnostic> {
-        self.op(m, "tensor.scale", &[x], vec![("factor".into(), Attr::Float(factor))])
+        self.op(m, T::Scale, &[x], vec![("factor".into(), Attr::Float(factor))])
     }
 
     /// `x` reshaped to `shape`; `x` itself when it has that shape already.
@@ -136,7 +137,7 @@ impl<'r> Emitter<'r> {
         x: Value,
         shape: &[u64],
     ) -> Result<Value, Diagnostic> {
-        self.shape_op(m, "tensor.reshape", x, shape)
+        self.shape_op(m, T::Reshape, x, shape)
     }
 
     /// `x` broadcast to `shape`; `x` itself when it has that shape already.
@@ -146,14 +147,14 @@ impl<'r> Emitter<'r> {
         x: Value,
         shape: &[u64],
     ) -> Result<Value, Diagnostic> {
-        self.shape_op(m, "tensor.broadcast", x, shape)
+        self.shape_op(m, T::Broadcast, x, shape)
     }
 
     /// `op {shape}` applied to `x`, or `x` itself when it has `shape` already.
     fn shape_op(
         &mut self,
         m: &mut Module,
-        op: &str,
+        op: T,
         x: Value,
         shape: &[u64],
     ) -> Result<Value, Diagnostic> {
@@ -175,7 +176,7 @@ impl<'r> Emitter<'r> {
         if self.tensor(m, g)?.shape == want.shape {
             return Ok(g);
         }
-        self.op(m, "tensor.unbroadcast", &[g], vec![("shape".into(), dims_attr(&want.shape))])
+        self.op(m, T::Unbroadcast, &[g], vec![("shape".into(), dims_attr(&want.shape))])
     }
 
     /// The tensor type of `v`.

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::FuncOp;
 use fbc_ir::{Attr, Diagnostic, FuncId, Module, Value};
 
 use super::emit::{internal, BACKWARD, OPTIMIZER, REUSE};
@@ -51,7 +52,7 @@ pub(crate) fn inline_body(
             stack.pop();
             return Ok(operands);
         }
-        if d.def.is("func.call") {
+        if FuncOp::Call.is(&d) {
             let Some(Attr::Symbol(callee)) = d.attr("callee") else {
                 return Err(internal(d.span, "func.call without a callee"));
             };

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::TensorOp as T;
 use fbc_ir::{Diagnostic, FuncId, Module, Op, OpRegistry, Type, Value};
 
 use super::emit::{Emitter, BACKWARD};
@@ -99,7 +100,7 @@ pub(crate) fn build_joint(
 
     let errors: Vec<Diagnostic> = body
         .iter()
-        .filter(|&&op| act.op_active(m, op) && !rules::has_rule(m.op(op).name()))
+        .filter(|&&op| act.op_active(m, op) && !rules::has_rule(m.op(op).def))
         .map(|&op| {
             let d = m.op(op);
             Diagnostic::error(format!(
@@ -141,7 +142,7 @@ pub(crate) fn build_joint(
         for (i, g) in parts {
             let Some(&v) = operands.get(i) else { continue };
             let sum = match grads.get(&v) {
-                Some(&prev) => e.binary(m, "tensor.add", prev, g).map_err(|d| vec![d])?,
+                Some(&prev) => e.binary(m, T::Add, prev, g).map_err(|d| vec![d])?,
                 None => g,
             };
             // Name gradients after what they differentiate, so printed IR reads `%d_x`.

@@ -55,6 +55,7 @@ mod train_step;
 
 use std::collections::BTreeSet;
 
+use fbc_dialects::kind::FuncOp;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{
     Attr, Diagnostic, FuncId, Module, Op, OpRegistry, Pass, PassContext, Span, Type, Value,
@@ -301,7 +302,8 @@ pub(crate) fn finish(
     returned: &[Value],
     span: Span,
 ) -> Result<Stats, Vec<Diagnostic>> {
-    let ret = reg.get("func.return").ok_or_else(|| vec![internal(span, "no func.return op")])?;
+    let ret =
+        reg.get(FuncOp::Return.name()).ok_or_else(|| vec![internal(span, "no func.return op")])?;
     m.append_op(dst, ret, returned, vec![], vec![], span);
     let dead_removed = remove_dead_ops_in(m, dst);
     let reuse_edges = mark_reuse(m, dst);

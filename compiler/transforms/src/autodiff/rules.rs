@@ -4,52 +4,35 @@
 //! operand's own type (broadcasting is undone with `tensor.unbroadcast`), and read forward values
 //! (operands and results) freely: those reads are the paper's `E_reuse` edges, marked afterwards.
 
-use fbc_ir::{Attr, Diagnostic, Module, Op, OpData, TensorType, Value};
+use fbc_dialects::kind::TensorOp as T;
+use fbc_ir::{Attr, Diagnostic, Module, Op, OpData, OpDef, TensorType, Value};
 
 use super::emit::{dims_attr, internal, Emitter};
 
-/// The ops with a gradient rule (`func.call` is handled by inlining, before rules run).
-const RULES: &[&str] = &[
-    "tensor.add",
-    "tensor.sub",
-    "tensor.mul",
-    "tensor.div",
-    "tensor.max",
-    "tensor.min",
-    "tensor.neg",
-    "tensor.exp",
-    "tensor.log",
-    "tensor.sqrt",
-    "tensor.rsqrt",
-    "tensor.tanh",
-    "tensor.sigmoid",
-    "tensor.relu",
-    "tensor.silu",
-    "tensor.gelu",
-    "tensor.scale",
-    "tensor.matmul",
-    "tensor.reduce_sum",
-    "tensor.reduce_mean",
-    "tensor.reduce_max",
-    "tensor.softmax",
-    "tensor.layernorm",
-    "tensor.rmsnorm",
-    "tensor.rope",
-    "tensor.reshape",
-    "tensor.transpose",
-    "tensor.broadcast",
-    "tensor.slice",
-    "tensor.concat",
-    "tensor.embedding",
-    "tensor.cross_entropy",
-    "tensor.unbroadcast",
-    "tensor.slice_grad",
-    "tensor.ge",
-];
+/// The tensor ops autodiff never differentiates through: a constant has no operand, and the
+/// backward helpers are what rules build (fbc computes no second derivatives). A pattern, so
+/// that [`has_rule`] and [`apply`] share one list.
+macro_rules! no_rule {
+    () => {
+        T::Constant
+            | T::SoftmaxGrad
+            | T::LayernormGrad
+            | T::RmsnormGrad
+            | T::GeluGrad
+            | T::SiluGrad
+            | T::SigmoidGrad
+            | T::TanhGrad
+            | T::ReluGrad
+            | T::RopeGrad
+            | T::CrossEntropyGrad
+            | T::EmbeddingGrad
+    };
+}
 
-/// Whether autodiff can differentiate through op `name`.
-pub(crate) fn has_rule(name: &str) -> bool {
-    RULES.contains(&name)
+/// Whether autodiff can differentiate through an op of definition `def` (`func.call` is
+/// inlined before rules run; layout and memory ops do not appear in the graphs it reads).
+pub(crate) fn has_rule(def: &OpDef) -> bool {
+    T::of(def).is_some_and(|t| !matches!(t, no_rule!()))
 }
 
 /// The listed attributes of `d` that are present, copied (the forward op's `axis`, `eps`, ...).
@@ -91,125 +74,128 @@ pub(crate) fn apply(
         |i: usize| d.operands.get(i).copied().ok_or_else(|| internal(d.span, "missing operand"));
     let y = *d.results.first().ok_or_else(|| internal(d.span, "missing result"))?;
     let mut out: Vec<(usize, Value)> = Vec::new();
-    match d.name() {
-        "tensor.add" => {
+    let no_rule = || internal(d.span, format!("no gradient rule for `{}`", d.name()));
+    // Every tensor op has an arm: a new op is differentiated here or listed in `no_rule!`.
+    let Some(kind) = T::of(d.def) else { return Err(no_rule()) };
+    match kind {
+        T::Add => {
             for i in 0..2 {
                 if want(i) {
                     out.push((i, e.unbroadcast_like(m, dy, x(i)?)?));
                 }
             }
         }
-        "tensor.sub" => {
+        T::Sub => {
             if want(0) {
                 out.push((0, e.unbroadcast_like(m, dy, x(0)?)?));
             }
             if want(1) {
                 let g = e.unbroadcast_like(m, dy, x(1)?)?;
-                out.push((1, e.unary(m, "tensor.neg", g)?));
+                out.push((1, e.unary(m, T::Neg, g)?));
             }
         }
-        "tensor.mul" => {
+        T::Mul => {
             let (a, b) = (x(0)?, x(1)?);
             if a == b && want(0) {
                 // x·x (a squared error): one `2·dy·x` instead of two products and a sum.
-                let g = e.binary(m, "tensor.mul", dy, a)?;
+                let g = e.binary(m, T::Mul, dy, a)?;
                 let g = e.unbroadcast_like(m, g, a)?;
                 out.push((0, e.scale(m, g, 2.0)?));
                 return Ok(out);
             }
             if want(0) {
-                let g = e.binary(m, "tensor.mul", dy, b)?;
+                let g = e.binary(m, T::Mul, dy, b)?;
                 out.push((0, e.unbroadcast_like(m, g, a)?));
             }
             if want(1) {
-                let g = e.binary(m, "tensor.mul", dy, a)?;
+                let g = e.binary(m, T::Mul, dy, a)?;
                 out.push((1, e.unbroadcast_like(m, g, b)?));
             }
         }
-        "tensor.div" => {
+        T::Div => {
             // y = a / b: da = dy / b, db = -dy · a / b² = -(dy / b) · y.
             let (a, b) = (x(0)?, x(1)?);
-            let t = e.binary(m, "tensor.div", dy, b)?;
+            let t = e.binary(m, T::Div, dy, b)?;
             if want(0) {
                 out.push((0, e.unbroadcast_like(m, t, a)?));
             }
             if want(1) {
-                let g = e.binary(m, "tensor.mul", t, y)?;
+                let g = e.binary(m, T::Mul, t, y)?;
                 let g = e.unbroadcast_like(m, g, b)?;
-                out.push((1, e.unary(m, "tensor.neg", g)?));
+                out.push((1, e.unary(m, T::Neg, g)?));
             }
         }
-        "tensor.max" | "tensor.min" => {
+        T::Max | T::Min => {
             // The operand the result came from takes dy; on a tie each takes half, as the
             // reference kernels' max_grad/min_grad. With `w_a = [a wins]` and `w_b = [b wins]`
             // (ge masks, both 1 on a tie): da = dy · (w_a - w_a·w_b/2), likewise db.
             let (a, b) = (x(0)?, x(1)?);
-            let (wa, wb) = if d.name() == "tensor.max" {
-                (e.binary(m, "tensor.ge", a, b)?, e.binary(m, "tensor.ge", b, a)?)
+            let (wa, wb) = if kind == T::Max {
+                (e.binary(m, T::Ge, a, b)?, e.binary(m, T::Ge, b, a)?)
             } else {
-                (e.binary(m, "tensor.ge", b, a)?, e.binary(m, "tensor.ge", a, b)?)
+                (e.binary(m, T::Ge, b, a)?, e.binary(m, T::Ge, a, b)?)
             };
-            let both = e.binary(m, "tensor.mul", wa, wb)?;
+            let both = e.binary(m, T::Mul, wa, wb)?;
             let half = e.scale(m, both, 0.5)?;
             for (i, w, v) in [(0, wa, a), (1, wb, b)] {
                 if want(i) {
-                    let share = e.binary(m, "tensor.sub", w, half)?;
-                    let g = e.binary(m, "tensor.mul", dy, share)?;
+                    let share = e.binary(m, T::Sub, w, half)?;
+                    let g = e.binary(m, T::Mul, dy, share)?;
                     out.push((i, e.unbroadcast_like(m, g, v)?));
                 }
             }
         }
-        "tensor.neg" => out.push((0, e.unary(m, "tensor.neg", dy)?)),
-        "tensor.exp" => out.push((0, e.binary(m, "tensor.mul", dy, y)?)),
-        "tensor.log" => out.push((0, e.binary(m, "tensor.div", dy, x(0)?)?)),
-        "tensor.sqrt" => {
+        T::Neg => out.push((0, e.unary(m, T::Neg, dy)?)),
+        T::Exp => out.push((0, e.binary(m, T::Mul, dy, y)?)),
+        T::Log => out.push((0, e.binary(m, T::Div, dy, x(0)?)?)),
+        T::Sqrt => {
             // dx = dy / (2·y).
-            let g = e.binary(m, "tensor.div", dy, y)?;
+            let g = e.binary(m, T::Div, dy, y)?;
             out.push((0, e.scale(m, g, 0.5)?));
         }
-        "tensor.rsqrt" => {
+        T::Rsqrt => {
             // y = x^(-1/2): dx = -dy · y³ / 2.
-            let y2 = e.binary(m, "tensor.mul", y, y)?;
-            let y3 = e.binary(m, "tensor.mul", y2, y)?;
-            let g = e.binary(m, "tensor.mul", dy, y3)?;
+            let y2 = e.binary(m, T::Mul, y, y)?;
+            let y3 = e.binary(m, T::Mul, y2, y)?;
+            let g = e.binary(m, T::Mul, dy, y3)?;
             out.push((0, e.scale(m, g, -0.5)?));
         }
-        "tensor.tanh" => out.push((0, e.op(m, "tensor.tanh_grad", &[y, dy], vec![])?)),
-        "tensor.sigmoid" => out.push((0, e.op(m, "tensor.sigmoid_grad", &[y, dy], vec![])?)),
-        "tensor.relu" => out.push((0, e.op(m, "tensor.relu_grad", &[x(0)?, dy], vec![])?)),
-        "tensor.silu" => out.push((0, e.op(m, "tensor.silu_grad", &[x(0)?, dy], vec![])?)),
-        "tensor.gelu" => {
+        T::Tanh => out.push((0, e.op(m, T::TanhGrad, &[y, dy], vec![])?)),
+        T::Sigmoid => out.push((0, e.op(m, T::SigmoidGrad, &[y, dy], vec![])?)),
+        T::Relu => out.push((0, e.op(m, T::ReluGrad, &[x(0)?, dy], vec![])?)),
+        T::Silu => out.push((0, e.op(m, T::SiluGrad, &[x(0)?, dy], vec![])?)),
+        T::Gelu => {
             let attrs = copy_attrs(&d, &["approximate"]);
-            out.push((0, e.op(m, "tensor.gelu_grad", &[x(0)?, dy], attrs)?));
+            out.push((0, e.op(m, T::GeluGrad, &[x(0)?, dy], attrs)?));
         }
-        "tensor.scale" => {
+        T::Scale => {
             let attrs = copy_attrs(&d, &["factor"]);
-            out.push((0, e.op(m, "tensor.scale", &[dy], attrs)?));
+            out.push((0, e.op(m, T::Scale, &[dy], attrs)?));
         }
-        "tensor.matmul" => matmul(e, m, &d, dy, want(0), want(1), &mut out)?,
-        "tensor.reduce_sum" | "tensor.reduce_mean" | "tensor.reduce_max" => {
+        T::Matmul => matmul(e, m, &d, dy, want(0), want(1), &mut out)?,
+        T::ReduceSum | T::ReduceMean | T::ReduceMax => {
             out.push((0, reduce(e, m, &d, dy)?));
         }
-        "tensor.softmax" => {
+        T::Softmax => {
             let attrs = copy_attrs(&d, &["axis"]);
-            out.push((0, e.op(m, "tensor.softmax_grad", &[y, dy], attrs)?));
+            out.push((0, e.op(m, T::SoftmaxGrad, &[y, dy], attrs)?));
         }
-        "tensor.layernorm" => {
+        T::Layernorm => {
             let attrs = copy_attrs(&d, &["axis", "eps"]);
-            let r = e.ops(m, "tensor.layernorm_grad", &[x(0)?, x(1)?, dy], attrs)?;
+            let r = e.ops(m, T::LayernormGrad, &[x(0)?, x(1)?, dy], attrs)?;
             out.extend(r.into_iter().enumerate().filter(|&(i, _)| want(i)));
         }
-        "tensor.rmsnorm" => {
+        T::Rmsnorm => {
             let attrs = copy_attrs(&d, &["eps"]);
-            let r = e.ops(m, "tensor.rmsnorm_grad", &[x(0)?, x(1)?, dy], attrs)?;
+            let r = e.ops(m, T::RmsnormGrad, &[x(0)?, x(1)?, dy], attrs)?;
             out.extend(r.into_iter().enumerate().filter(|&(i, _)| want(i)));
         }
-        "tensor.rope" => rope(e, m, &d, dy, active, &mut out)?,
-        "tensor.reshape" => {
+        T::Rope => rope(e, m, &d, dy, active, &mut out)?,
+        T::Reshape => {
             let xt = e.tensor(m, x(0)?)?;
             out.push((0, e.reshape(m, dy, &xt.shape)?));
         }
-        "tensor.transpose" => {
+        T::Transpose => {
             let perm = d.attr("perm").and_then(Attr::as_ints).unwrap_or_default();
             let mut inv = vec![0i64; perm.len()];
             for (k, &p) in perm.iter().enumerate() {
@@ -219,17 +205,17 @@ pub(crate) fn apply(
                     .ok_or_else(|| internal(d.span, "`perm` is not a permutation"))?;
                 *slot = i64::try_from(k).unwrap_or(i64::MAX);
             }
-            let g = e.op(m, "tensor.transpose", &[dy], vec![("perm".into(), Attr::ints(inv))])?;
+            let g = e.op(m, T::Transpose, &[dy], vec![("perm".into(), Attr::ints(inv))])?;
             out.push((0, g));
         }
-        "tensor.broadcast" => out.push((0, e.unbroadcast_like(m, dy, x(0)?)?)),
-        "tensor.slice" => {
+        T::Broadcast => out.push((0, e.unbroadcast_like(m, dy, x(0)?)?)),
+        T::Slice => {
             let xt = e.tensor(m, x(0)?)?;
             let mut attrs = copy_attrs(&d, &["start"]);
             attrs.push(("shape".into(), dims_attr(&xt.shape)));
-            out.push((0, e.op(m, "tensor.slice_grad", &[dy], attrs)?));
+            out.push((0, e.op(m, T::SliceGrad, &[dy], attrs)?));
         }
-        "tensor.concat" => {
+        T::Concat => {
             // Each operand's gradient is its slice of dy along the concatenation axis.
             let dyt = e.tensor(m, dy)?;
             let axis = d.attr("axis").and_then(Attr::as_int).unwrap_or(0);
@@ -244,30 +230,30 @@ pub(crate) fn apply(
                     end[k] = offset + size;
                     let attrs =
                         vec![("start".into(), dims_attr(&start)), ("end".into(), dims_attr(&end))];
-                    out.push((i, e.op(m, "tensor.slice", &[dy], attrs)?));
+                    out.push((i, e.op(m, T::Slice, &[dy], attrs)?));
                 }
                 offset += size;
             }
         }
-        "tensor.embedding" => {
+        T::Embedding => {
             // Only the table has a gradient; the i32 ids never do.
             if want(0) {
                 let vocab = e.tensor(m, x(0)?)?.shape.first().copied().unwrap_or(0);
                 let attrs = vec![("vocab".into(), Attr::Int(u64_to_i64(vocab)))];
-                out.push((0, e.op(m, "tensor.embedding_grad", &[x(1)?, dy], attrs)?));
+                out.push((0, e.op(m, T::EmbeddingGrad, &[x(1)?, dy], attrs)?));
             }
         }
-        "tensor.cross_entropy" => {
+        T::CrossEntropy => {
             if want(0) {
-                let g = e.op(m, "tensor.cross_entropy_grad", &[x(0)?, x(1)?, dy], vec![])?;
+                let g = e.op(m, T::CrossEntropyGrad, &[x(0)?, x(1)?, dy], vec![])?;
                 out.push((0, g));
             }
         }
-        "tensor.unbroadcast" => {
+        T::Unbroadcast => {
             let xt = e.tensor(m, x(0)?)?;
             out.push((0, e.broadcast(m, dy, &xt.shape)?));
         }
-        "tensor.slice_grad" => {
+        T::SliceGrad => {
             // The forward pads x into zeros at `start`; its adjoint reads that box back out.
             let xt = e.tensor(m, x(0)?)?;
             let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
@@ -277,11 +263,11 @@ pub(crate) fn apply(
                 .map(|(&s, &n)| s.saturating_add(u64_to_i64(n)))
                 .collect();
             let attrs = vec![("start".into(), Attr::ints(start)), ("end".into(), Attr::ints(end))];
-            out.push((0, e.op(m, "tensor.slice", &[dy], attrs)?));
+            out.push((0, e.op(m, T::Slice, &[dy], attrs)?));
         }
         // A step function: its derivative is zero wherever it exists, so nothing flows back.
-        "tensor.ge" => {}
-        other => return Err(internal(d.span, format!("no gradient rule for `{other}`"))),
+        T::Ge => {}
+        no_rule!() => return Err(no_rule()),
     }
     Ok(out)
 }
@@ -316,9 +302,9 @@ fn matmul(
     if want_a {
         let g = if ta {
             // a holds Aᵀ: da = (dC·Bᵀ)ᵀ = B·dCᵀ.
-            e.op(m, "tensor.matmul", &[b, dy], flags(tb, true))?
+            e.op(m, T::Matmul, &[b, dy], flags(tb, true))?
         } else {
-            e.op(m, "tensor.matmul", &[dy, b], flags(false, !tb))?
+            e.op(m, T::Matmul, &[dy, b], flags(false, !tb))?
         };
         out.push((0, e.unbroadcast_like(m, g, a)?));
     }
@@ -337,15 +323,15 @@ fn matmul(
             let a2 = e.reshape(m, a, &[rows, at.shape[r - 1]])?;
             let dy2 = e.reshape(m, dy, &[rows, dyt.shape[dyt.rank() - 1]])?;
             if tb {
-                e.op(m, "tensor.matmul", &[dy2, a2], flags(true, false))?
+                e.op(m, T::Matmul, &[dy2, a2], flags(true, false))?
             } else {
-                e.op(m, "tensor.matmul", &[a2, dy2], flags(true, false))?
+                e.op(m, T::Matmul, &[a2, dy2], flags(true, false))?
             }
         } else if tb {
             // b holds Bᵀ: db = (Aᵀ·dC)ᵀ = dCᵀ·A.
-            e.op(m, "tensor.matmul", &[dy, a], flags(true, ta))?
+            e.op(m, T::Matmul, &[dy, a], flags(true, ta))?
         } else {
-            e.op(m, "tensor.matmul", &[a, dy], flags(!ta, false))?
+            e.op(m, T::Matmul, &[a, dy], flags(!ta, false))?
         };
         out.push((1, e.unbroadcast_like(m, g, b)?));
     }
@@ -371,26 +357,27 @@ fn reduce(e: &mut Emitter<'_>, m: &mut Module, d: &OpData, dy: Value) -> Result<
     let keep: Vec<u64> =
         xt.shape.iter().enumerate().map(|(k, &n)| if axes.contains(&k) { 1 } else { n }).collect();
     let count = axes.iter().try_fold(1u64, |acc, &k| acc.checked_mul(xt.shape[k])).unwrap_or(0);
-    match d.name() {
-        "tensor.reduce_sum" => {
+    match T::of(d.def) {
+        Some(T::ReduceSum) => {
             let dyk = e.reshape(m, dy, &keep)?;
             e.broadcast(m, dyk, &xt.shape)
         }
-        "tensor.reduce_mean" => {
+        Some(T::ReduceMean) => {
             // Scale the small tensor; a mean over no elements has no elements to receive it.
             let g = if count == 0 { dy } else { e.scale(m, dy, 1.0 / count as f64)? };
             let gk = e.reshape(m, g, &keep)?;
             e.broadcast(m, gk, &xt.shape)
         }
+        // reduce_max.
         _ => {
             let yk = e.reshape(m, y, &keep)?;
-            let mask = e.binary(m, "tensor.ge", x, yk)?;
+            let mask = e.binary(m, T::Ge, x, yk)?;
             let axes_attr = Attr::ints(axes.iter().map(|&k| i64::try_from(k).unwrap_or(i64::MAX)));
             let attrs = vec![("axes".into(), axes_attr), ("keepdim".into(), Attr::Bool(true))];
-            let ties = e.op(m, "tensor.reduce_sum", &[mask], attrs)?;
+            let ties = e.op(m, T::ReduceSum, &[mask], attrs)?;
             let dyk = e.reshape(m, dy, &keep)?;
-            let share = e.binary(m, "tensor.div", dyk, ties)?;
-            e.binary(m, "tensor.mul", mask, share)
+            let share = e.binary(m, T::Div, dyk, ties)?;
+            e.binary(m, T::Mul, mask, share)
         }
     }
 }
@@ -411,10 +398,10 @@ fn rope(
     };
     let want = |i: usize| active.get(i).copied().unwrap_or(false);
     if want(0) {
-        out.push((0, e.op(m, "tensor.rope_grad", &[dy, cos, sin], vec![])?));
+        out.push((0, e.op(m, T::RopeGrad, &[dy, cos, sin], vec![])?));
     }
     if want(1) {
-        let g = e.binary(m, "tensor.mul", dy, x)?;
+        let g = e.binary(m, T::Mul, dy, x)?;
         out.push((1, e.unbroadcast_like(m, g, cos)?));
     }
     if want(2) {
@@ -431,12 +418,12 @@ fn rope(
         let slice = |start: &[u64], end: &[u64]| {
             vec![("start".to_string(), dims_attr(start)), ("end".to_string(), dims_attr(end))]
         };
-        let hi = e.op(m, "tensor.slice", &[x], slice(&mid, &xt.shape))?;
-        let lo = e.op(m, "tensor.slice", &[x], slice(&zeros, &end_lo))?;
-        let neg_hi = e.unary(m, "tensor.neg", hi)?;
+        let hi = e.op(m, T::Slice, &[x], slice(&mid, &xt.shape))?;
+        let lo = e.op(m, T::Slice, &[x], slice(&zeros, &end_lo))?;
+        let neg_hi = e.unary(m, T::Neg, hi)?;
         let axis = vec![("axis".to_string(), Attr::Int(-1))];
-        let rot = e.op(m, "tensor.concat", &[neg_hi, lo], axis)?;
-        let g = e.binary(m, "tensor.mul", dy, rot)?;
+        let rot = e.op(m, T::Concat, &[neg_hi, lo], axis)?;
+        let g = e.binary(m, T::Mul, dy, rot)?;
         out.push((2, e.unbroadcast_like(m, g, sin)?));
     }
     Ok(())

@@ -7,6 +7,7 @@
 //! (or re-planning layouts for) the training graph per iteration. `1 - exp(t·ln β)` costs two
 //! rank-0 ops per moment, shared by all parameters.
 
+use fbc_dialects::kind::TensorOp as T;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassOptions, PassRegistry};
 use fbc_ir::{Diagnostic, Module, Pass, PassContext, Type, Value};
 
@@ -166,7 +167,7 @@ impl TrainStep {
             e.scale(m, p, 1.0 - self.lr * self.weight_decay)?
         };
         let step = e.scale(m, u, self.lr)?;
-        e.binary(m, "tensor.sub", kept, step)
+        e.binary(m, T::Sub, kept, step)
     }
 
     fn sgd(
@@ -196,8 +197,8 @@ impl TrainStep {
             return Ok(None);
         }
         let t_ln = e.scale(m, step, beta.ln())?;
-        let pow = e.unary(m, "tensor.exp", t_ln)?;
-        Ok(Some(e.binary(m, "tensor.sub", one, pow)?))
+        let pow = e.unary(m, T::Exp, t_ln)?;
+        Ok(Some(e.binary(m, T::Sub, one, pow)?))
     }
 
     /// `extra` holds `m_A, v_A, ..., step`.
@@ -222,22 +223,22 @@ impl TrainStep {
             let (m0, v0) = (extra[2 * k], extra[2 * k + 1]);
             let a = e.scale(m, m0, self.beta1)?;
             let b = e.scale(m, g, 1.0 - self.beta1)?;
-            let m1 = e.binary(m, "tensor.add", a, b)?;
-            let g2 = e.binary(m, "tensor.mul", g, g)?;
+            let m1 = e.binary(m, T::Add, a, b)?;
+            let g2 = e.binary(m, T::Mul, g, g)?;
             let a = e.scale(m, v0, self.beta2)?;
             let b = e.scale(m, g2, 1.0 - self.beta2)?;
-            let v1 = e.binary(m, "tensor.add", a, b)?;
+            let v1 = e.binary(m, T::Add, a, b)?;
             let m_hat = match c1 {
-                Some(c) => e.binary(m, "tensor.div", m1, c)?,
+                Some(c) => e.binary(m, T::Div, m1, c)?,
                 None => m1,
             };
             let v_hat = match c2 {
-                Some(c) => e.binary(m, "tensor.div", v1, c)?,
+                Some(c) => e.binary(m, T::Div, v1, c)?,
                 None => v1,
             };
-            let root = e.unary(m, "tensor.sqrt", v_hat)?;
-            let den = e.binary(m, "tensor.add", root, eps)?;
-            let u = e.binary(m, "tensor.div", m_hat, den)?;
+            let root = e.unary(m, T::Sqrt, v_hat)?;
+            let den = e.binary(m, T::Add, root, eps)?;
+            let u = e.binary(m, T::Div, m_hat, den)?;
             new_params.push(self.apply(e, m, args[i], u)?);
             for (v, prefix) in [(m1, "m"), (v1, "v")] {
                 if let Some(name) = m.value(args[i]).name.clone() {

@@ -22,7 +22,7 @@
 //!   conversion behind its view (statistic `retiled-views`; the remap's `fbc.layout` and
 //!   `fbc.tile_map` are rewritten);
 //! - results that cannot be tiled (rank < 2, integer elements) and results of ops whose kernels
-//!   address linear memory ([`LINEAR_ONLY`], and physical `reshape`/`transpose`/`broadcast`
+//!   address linear memory ([`linear_only`], and physical `reshape`/`transpose`/`broadcast`
 //!   copies): linear;
 //! - a flexible op (FTI-C/FTD-C, Table 2): the layout its readers want, propagated *backward*
 //!   through flexible ops (its result's *preference*); with no preference, the layout of a
@@ -36,7 +36,7 @@
 //!
 //! A *requirement* is a (reader, layout) pair: an assign requires its `layout`, a remap requires
 //! its source in the tile of its view (tile-propagate's source tile, or for a moved view the
-//! moved tile in row strips, last axis horizontal), `func.return` and [`LINEAR_ONLY`] ops require
+//! moved tile in row strips, last axis horizontal), `func.return` and [`linear_only`] ops require
 //! linear; every other op reads any layout (its kernel maps indices per operand). Where `P` differs
 //! from a requirement the pass inserts an explicit conversion: the assign becomes
 //! `layout.convert {from = P, to = L}`, other readers get a `layout.convert` in front. R-Tiles
@@ -86,10 +86,13 @@ mod plan;
 
 use std::collections::{BTreeMap, HashMap};
 
+use fbc_dialects::kind::{FuncOp, LayoutOp, OpKind, TensorOp as T};
 use fbc_dialects::layout::{Layout, RTile, Storage};
 use fbc_index::IndexMap;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
-use fbc_ir::{Attr, Diagnostic, FbClass, FuncId, Module, Op, Pass, PassContext, Type, Value};
+use fbc_ir::{
+    Attr, Diagnostic, FbClass, FuncId, Module, Op, OpData, Pass, PassContext, Type, Value,
+};
 use fbc_target::HardwareProfile;
 use serde_json::json;
 
@@ -98,6 +101,7 @@ use crate::layout::analysis::{reduction_uses, value_name};
 use crate::layout::candidates;
 use crate::layout::perf_model::{self, Consumer, TensorDesc};
 use crate::layout::rtile::{select, CandidateReader};
+use crate::target::TargetOption;
 use plan::Planner;
 
 pub const NAME: &str = "global-layout";
@@ -105,23 +109,69 @@ pub const NAME: &str = "global-layout";
 /// Most uniform tiles tried per chain: the search stays linear in the chain's size.
 pub const MAX_TRIES: usize = 8;
 
-/// Ops whose kernels address their operands and results as linear memory (gathers, slicing,
-/// concatenation, calls across the graph boundary).
-pub const LINEAR_ONLY: &[&str] = &[
-    "tensor.embedding",
-    "tensor.embedding_grad",
-    "tensor.slice",
-    "tensor.slice_grad",
-    "tensor.concat",
-    "tensor.rope",
-    "tensor.rope_grad",
-    "func.call",
-];
+/// Whether an op's kernels address its operands and results as linear memory (gathers, slicing,
+/// concatenation, the rotation of RoPE, calls across the graph boundary): it reads and writes
+/// linear layouts only. Every tensor op answers here.
+pub fn linear_only(d: &OpData) -> bool {
+    match OpKind::of_op(d) {
+        Some(OpKind::Tensor(t)) => match t {
+            T::Embedding
+            | T::EmbeddingGrad
+            | T::Slice
+            | T::SliceGrad
+            | T::Concat
+            | T::Rope
+            | T::RopeGrad => true,
+            T::Constant
+            | T::Add
+            | T::Sub
+            | T::Mul
+            | T::Div
+            | T::Max
+            | T::Min
+            | T::Neg
+            | T::Exp
+            | T::Log
+            | T::Sqrt
+            | T::Rsqrt
+            | T::Tanh
+            | T::Sigmoid
+            | T::Relu
+            | T::Silu
+            | T::Gelu
+            | T::Scale
+            | T::Matmul
+            | T::ReduceSum
+            | T::ReduceMean
+            | T::ReduceMax
+            | T::Softmax
+            | T::Layernorm
+            | T::Rmsnorm
+            | T::CrossEntropy
+            | T::Reshape
+            | T::Transpose
+            | T::Broadcast
+            | T::SoftmaxGrad
+            | T::LayernormGrad
+            | T::RmsnormGrad
+            | T::GeluGrad
+            | T::SiluGrad
+            | T::SigmoidGrad
+            | T::TanhGrad
+            | T::ReluGrad
+            | T::CrossEntropyGrad
+            | T::Unbroadcast
+            | T::Ge => false,
+        },
+        Some(OpKind::Func(FuncOp::Call)) => true,
+        Some(OpKind::Func(FuncOp::Return) | OpKind::Layout(_) | OpKind::Memory(_)) | None => false,
+    }
+}
 
 /// Physical copies that stayed in the graph (index-elim fallback, or no index-elim): they read
 /// any layout and write linear.
-fn is_copy(name: &str) -> bool {
-    matches!(name, "tensor.reshape" | "tensor.transpose" | "tensor.broadcast")
+fn is_copy(d: &OpData) -> bool {
+    matches!(T::of(d.def), Some(T::Reshape | T::Transpose | T::Broadcast))
 }
 
 /// How layouts are chosen (Sec. 4.4 vs the Sec. 2.3 baselines).
@@ -163,16 +213,11 @@ pub fn register(r: &mut PassRegistry) {
                 Some("fblayout"),
                 "fblayout (Sec. 4.4), reuse (MNN) or convert (TFLite)",
             ),
-            OptionSpec::new(
-                "target",
-                OptionKind::Str,
-                Some(""),
-                "builtin hardware profile (default: the pipeline's, else generic)",
-            ),
+            TargetOption::spec(""),
         ],
         |o| {
             let strategy = Strategy::parse(o.str("strategy").unwrap_or("fblayout"))?;
-            Ok(Box::new(GlobalLayout { strategy, target: o.str("target").unwrap_or("").into() }))
+            Ok(Box::new(GlobalLayout { strategy, target: TargetOption::from_options(o)? }))
         },
     ));
 }
@@ -180,7 +225,7 @@ pub fn register(r: &mut PassRegistry) {
 #[derive(Debug)]
 pub struct GlobalLayout {
     pub strategy: Strategy,
-    pub target: String,
+    pub target: TargetOption,
 }
 
 /// One anchor: a tensor read through a `layout.assign`.
@@ -330,7 +375,7 @@ fn adapt(
 /// FLOPs of a reduction reading `v`.
 fn flops(m: &Module, v: Value, op: Op, axes: &std::collections::BTreeSet<usize>) -> f64 {
     let d = m.op(op);
-    if d.def.is("tensor.matmul") {
+    if T::Matmul.is(d) {
         let k: u64 = match m.value_type(v) {
             Type::Tensor(t) => axes.iter().filter_map(|&a| t.shape.get(a)).product(),
             _ => 1,
@@ -377,7 +422,7 @@ impl<'a> Ctx<'a> {
         let mut reader = CandidateReader::default();
         for op in m.func(func).body.clone() {
             let d = m.op(op);
-            if !d.def.is("layout.assign") || d.operands.is_empty() {
+            if !LayoutOp::Assign.is(d) || d.operands.is_empty() {
                 continue;
             }
             let tensor = d.operands[0];
@@ -441,12 +486,12 @@ impl<'a> Ctx<'a> {
         let mut remap_source = HashMap::new();
         for &op in &m.func(func).body {
             let d = m.op(op);
-            if !d.def.is("layout.remap") || d.operands.is_empty() {
+            if !LayoutOp::Remap.is(d) || d.operands.is_empty() {
                 continue;
             }
             if let Some(src) = m.defining_op(d.operands[0]) {
                 let sd = m.op(src);
-                if !sd.def.is("layout.assign") && !sd.def.is("layout.convert") {
+                if !LayoutOp::Assign.is(sd) && !LayoutOp::Convert.is(sd) {
                     if let Some(l) = layout_of_attr(sd.attr("fbc.layout")) {
                         remap_source.insert(op, fit_storage(p, l).0);
                     }
@@ -478,7 +523,7 @@ impl<'a> Ctx<'a> {
         let mut joined = vec![false; n];
         for (op, _, _) in plan.converts() {
             // The anchor to vary: the converted assign, or the assign reading a converted view.
-            let k = if m.op(op).def.is("layout.remap") {
+            let k = if LayoutOp::Remap.is(m.op(op)) {
                 let r = m.op(op).results[0];
                 m.value(r).uses.iter().find_map(|u| self.by_assign.get(&u.op).copied())
             } else {
@@ -620,10 +665,10 @@ impl Pass for GlobalLayout {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = crate::layout::rtile::profile(&self.target, cx, NAME)?;
+        let p = self.target.profile(cx);
         let mut funcs = Vec::new();
         for f in m.func_ids().collect::<Vec<_>>() {
-            funcs.push(self.run_func(m, cx, &p, f));
+            funcs.push(self.run_func(m, cx, p, f));
         }
         cx.stats.records.insert(
             NAME.into(),
@@ -759,7 +804,7 @@ impl GlobalLayout {
             .func(f)
             .body
             .iter()
-            .filter(|&&o| matches!(m.op(o).name(), "tensor.reshape" | "tensor.transpose"))
+            .filter(|&&o| matches!(T::of(m.op(o).def), Some(T::Reshape | T::Transpose)))
             .filter_map(|&o| m.op(o).results.first().copied())
             .map(|r| convert_time(p, tensor_bytes(m, r)))
             .sum();
@@ -771,7 +816,7 @@ impl GlobalLayout {
                 .func(f)
                 .body
                 .iter()
-                .filter(|&&o| matches!(m.op(o).name(), "tensor.reshape" | "tensor.transpose"))
+                .filter(|&&o| matches!(T::of(m.op(o).def), Some(T::Reshape | T::Transpose)))
                 .count();
             cx.stats.add("index-elim", "fallback", left as i64);
         }
@@ -798,7 +843,7 @@ fn apply(
     sim: &Sim,
 ) -> (i64, i64) {
     let f = ctx.func;
-    let convert_def = cx.registry.expect("layout.convert");
+    let convert_def = cx.registry.expect(LayoutOp::Convert.name());
     // Anchors take their final layout.
     for (a, l) in ctx.anchors.iter().zip(arr) {
         m.set_attr(a.assign, "layout", l.to_attr());
@@ -850,7 +895,7 @@ fn apply(
     // Producers say what their kernels write.
     for op in m.func(f).body.clone() {
         let d = m.op(op);
-        if d.def.name.starts_with("layout.") || d.results.len() != 1 {
+        if LayoutOp::of(d.def).is_some() || d.results.len() != 1 {
             continue;
         }
         match sim.phys.get(&d.results[0]) {

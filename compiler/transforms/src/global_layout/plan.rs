@@ -32,12 +32,13 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
+use fbc_dialects::kind::{FuncOp, LayoutOp};
 use fbc_dialects::layout::Layout;
 use fbc_ir::{FbClass, Module, Op, Type, Value, ValueDef};
 
 use super::{
-    adapt, class, compute_time, convert_time, is_copy, layout_of_attr, tensor_bytes, tileable, Ctx,
-    Strategy, LINEAR_ONLY,
+    adapt, class, compute_time, convert_time, is_copy, layout_of_attr, linear_only, tensor_bytes,
+    tileable, Ctx, Strategy,
 };
 use crate::layout::perf_model::Consumer;
 
@@ -206,22 +207,22 @@ impl<'a> Planner<'a> {
             let d = m.op(op);
             let c = class(m, op);
             pl.flexible[op.index()] =
-                matches!(c, Some(FbClass::FtiC | FbClass::FtdC)) && !is_copy(d.name());
+                matches!(c, Some(FbClass::FtiC | FbClass::FtdC)) && !is_copy(d);
             let anchor = cx.by_assign.get(&op).copied();
             let retile = retile_of.get(&op).copied();
             pl.rule[op.index()] = if let Some(k) = anchor {
                 Rule::Anchor(k)
             } else if let Some(i) = retile {
                 Rule::Retile(i)
-            } else if d.def.is("layout.assign") {
+            } else if LayoutOp::Assign.is(d) {
                 Rule::Fixed(pl.intern_attr(d.attr("layout")))
-            } else if d.def.is("layout.convert") {
+            } else if LayoutOp::Convert.is(d) {
                 Rule::Fixed(pl.intern_attr(d.attr("to")))
-            } else if d.def.is("layout.remap") {
+            } else if LayoutOp::Remap.is(d) {
                 Rule::Fixed(pl.intern_attr(d.attr("fbc.layout")))
-            } else if LINEAR_ONLY.contains(&d.name()) || cx.strategy == Strategy::Convert {
+            } else if linear_only(d) || cx.strategy == Strategy::Convert {
                 Rule::Linear
-            } else if is_copy(d.name()) {
+            } else if is_copy(d) {
                 Rule::Copy
             } else if cx.strategy == Strategy::FbLayout && c == Some(FbClass::FtdD) {
                 Rule::Rigid
@@ -230,7 +231,7 @@ impl<'a> Planner<'a> {
             };
             pl.req[op.index()] = if let Some(k) = anchor {
                 Req::Anchor(k)
-            } else if d.def.is("func.return") || LINEAR_ONLY.contains(&d.name()) {
+            } else if FuncOp::Return.is(d) || linear_only(d) {
                 Req::Linear
             } else if let Some(i) = retile {
                 Req::Retile(i)
@@ -770,7 +771,7 @@ mod tests {
             .unwrap_or_else(|d| panic!("{d:?}"));
         let steps = crate::default_registry().parse_pipeline(pipeline).expect("pipeline");
         let mut cx = PassContext::new(&reg);
-        cx.target = Some(target);
+        cx.target = target;
         PassManager::new(steps).run(&mut m, &mut cx, &mut |_| {}).expect("pipeline runs");
         m
     }

@@ -13,6 +13,7 @@
 //! two's complement), so a printed map means exactly what the simplifier proved. Back ends lower
 //! power-of-two div/mod to shifts.
 
+use fbc_dialects::kind::{LayoutOp, OpKind, TensorOp};
 use fbc_index::{BinOp as IndexOp, Expr, IndexMap};
 use fbc_ir::attr::BinOp;
 use fbc_ir::{AffineExpr, AffineMap, Attr, Module, Op};
@@ -108,8 +109,8 @@ pub fn op_map(m: &Module, op: Op) -> Option<IndexMap> {
     let data = m.op(op);
     let in_shape = m.value_type(*data.operands.first()?).as_tensor()?.shape.to_vec();
     let out_shape = m.value_type(*data.results.first()?).as_tensor()?.shape.to_vec();
-    match data.name() {
-        "tensor.transpose" => {
+    match OpKind::of_op(data)? {
+        OpKind::Tensor(TensorOp::Transpose) => {
             let perm: Option<Vec<usize>> = data
                 .attr("perm")?
                 .as_ints()?
@@ -118,9 +119,9 @@ pub fn op_map(m: &Module, op: Op) -> Option<IndexMap> {
                 .collect();
             Some(transpose_map(&perm?))
         }
-        "tensor.reshape" => Some(reshape_map(&in_shape, &out_shape)),
-        "tensor.broadcast" => Some(broadcast_map(&in_shape, &out_shape)),
-        "layout.remap" => match data.attr("map")? {
+        OpKind::Tensor(TensorOp::Reshape) => Some(reshape_map(&in_shape, &out_shape)),
+        OpKind::Tensor(TensorOp::Broadcast) => Some(broadcast_map(&in_shape, &out_shape)),
+        OpKind::Layout(LayoutOp::Remap) => match data.attr("map")? {
             Attr::Map(map) => Some(to_index_map(map)),
             _ => None,
         },

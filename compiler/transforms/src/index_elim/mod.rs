@@ -30,10 +30,11 @@ pub mod maps;
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::{LayoutOp, TensorOp};
 use fbc_dialects::layout::{Intra, Layout, RTile, Storage};
 use fbc_index::{IndexMap, Limits, Ranges};
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
-use fbc_ir::{Attr, Diagnostic, Module, Op, Pass, PassContext, Value};
+use fbc_ir::{Attr, Diagnostic, Module, Op, OpData, Pass, PassContext, Value};
 
 pub fn register(r: &mut PassRegistry) {
     r.register(PassInfo::new(
@@ -77,12 +78,15 @@ fn default_tile(o: &fbc_ir::pass::PassOptions) -> Result<[u64; 2], String> {
     }
 }
 
-fn is_chain_op(name: &str) -> bool {
-    matches!(name, "tensor.reshape" | "tensor.transpose" | "tensor.broadcast")
+fn is_chain_op(d: &OpData) -> bool {
+    matches!(
+        TensorOp::of(d.def),
+        Some(TensorOp::Reshape | TensorOp::Transpose | TensorOp::Broadcast)
+    )
 }
 
-fn is_transform(name: &str) -> bool {
-    matches!(name, "tensor.reshape" | "tensor.transpose")
+fn is_transform(d: &OpData) -> bool {
+    matches!(TensorOp::of(d.def), Some(TensorOp::Reshape | TensorOp::Transpose))
 }
 
 /// A chain: its ops from the source outwards; the last op's result is the sink.
@@ -102,17 +106,16 @@ fn chains(m: &Module) -> Vec<Chain> {
     let mut out = Vec::new();
     for op in m.all_ops() {
         let d = m.op(op);
-        if !is_chain_op(d.name()) || d.results.len() != 1 {
+        if !is_chain_op(d) || d.results.len() != 1 {
             continue;
         }
-        let read_outside =
-            m.value(d.results[0]).uses.iter().any(|u| !is_chain_op(m.op(u.op).name()));
+        let read_outside = m.value(d.results[0]).uses.iter().any(|u| !is_chain_op(m.op(u.op)));
         if !read_outside {
             continue;
         }
         let mut ops = vec![op];
         let mut source = d.operands[0];
-        while let Some(p) = m.defining_op(source).filter(|&p| is_chain_op(m.op(p).name())) {
+        while let Some(p) = m.defining_op(source).filter(|&p| is_chain_op(m.op(p))) {
             ops.push(p);
             source = m.op(p).operands[0];
         }
@@ -130,7 +133,7 @@ fn shape(m: &Module, v: Value) -> Option<Vec<u64>> {
 /// or an `fbc.layout` annotation (what this pass writes).
 fn layout_tile(m: &Module, op: Option<Op>) -> Option<RTile> {
     let d = m.op(op?);
-    let a = if d.def.is("layout.assign") { d.attr("layout") } else { d.attr("fbc.layout") };
+    let a = if LayoutOp::Assign.is(d) { d.attr("layout") } else { d.attr("fbc.layout") };
     RTile::from_attr(a?).ok()
 }
 
@@ -138,9 +141,7 @@ fn layout_tile(m: &Module, op: Option<Op>) -> Option<RTile> {
 fn wanted_tile(m: &Module, v: Value) -> Option<RTile> {
     m.value(v).uses.iter().find_map(|u| {
         let d = m.op(u.op);
-        d.def
-            .is("layout.assign")
-            .then(|| d.attr("layout").and_then(|a| RTile::from_attr(a).ok()))?
+        LayoutOp::Assign.is(d).then(|| d.attr("layout").and_then(|a| RTile::from_attr(a).ok()))?
     })
 }
 
@@ -218,7 +219,7 @@ fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
         let chosen = wanted_tile(m, sink_value)
             .or_else(|| layout_tile(m, Some(sink_op)))
             .or_else(|| layout_tile(m, m.defining_op(c.source)));
-        let moves_data = c.ops.iter().any(|&o| m.op(o).def.is("tensor.transpose"));
+        let moves_data = c.ops.iter().any(|&o| TensorOp::Transpose.is(m.op(o)));
         if chosen.is_none() && (!moves_data || sink.len() < 2 || source.len() < 2) {
             // Nobody wants a tiled layout here and the chain only re-reads a row-major buffer
             // in order (reshape, broadcast): a linear view, legal without any tile.
@@ -280,8 +281,8 @@ impl Pass for IndexElim {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let remap = cx.registry.expect("layout.remap");
-        let before: Vec<Op> = m.all_ops().filter(|&o| is_transform(m.op(o).name())).collect();
+        let remap = cx.registry.expect(LayoutOp::Remap.name());
+        let before: Vec<Op> = m.all_ops().filter(|&o| is_transform(m.op(o))).collect();
         // Chains not yet analysed (no tile-propagate before us) are analysed now.
         let unanalysed = chains(m).iter().any(|c| {
             let d = m.op(c.sink_op());
@@ -325,7 +326,7 @@ impl Pass for IndexElim {
                 .value(sink_value)
                 .uses
                 .iter()
-                .filter(|u| !is_chain_op(m.op(u.op).name()))
+                .filter(|u| !is_chain_op(m.op(u.op)))
                 .copied()
                 .collect();
             for u in outside {
@@ -334,7 +335,7 @@ impl Pass for IndexElim {
         }
         crate::dce::remove_dead_ops(m);
         let gone = before.iter().filter(|&&o| m.op(o).erased).count();
-        let left = m.all_ops().filter(|&o| is_transform(m.op(o).name())).count();
+        let left = m.all_ops().filter(|&o| is_transform(m.op(o))).count();
         cx.stats.add("index-elim", "eliminated", gone as i64);
         cx.stats.add("index-elim", "fallback", left as i64);
         Ok(())
@@ -355,7 +356,7 @@ impl Pass for IndexSimplify {
         let (mut before, mut after) = (0usize, 0usize);
         for op in m.all_ops().collect::<Vec<_>>() {
             let d = m.op(op);
-            if !d.def.is("layout.remap") {
+            if !LayoutOp::Remap.is(d) {
                 continue;
             }
             let (Some(Attr::Map(map)), Some(shape)) =

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use fbc_dialects::kind::{LayoutOp, OpKind, TensorOp as T};
 use fbc_dialects::tensor::normalize_axis;
 use fbc_ir::{Attr, FbClass, Module, Op, Type, Value, ValueDef};
 
@@ -18,7 +19,7 @@ use super::perf_model::{Axis2, Consumer, ConsumerKind};
 pub fn root(m: &Module, mut v: Value) -> Value {
     while let Some(op) = m.defining_op(v) {
         let d = m.op(op);
-        if d.def.is("layout.assign") && !d.operands.is_empty() {
+        if LayoutOp::Assign.is(d) && !d.operands.is_empty() {
             v = d.operands[0];
         } else {
             break;
@@ -55,25 +56,26 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
     let flag = |k: &str| d.attr(k).and_then(Attr::as_bool).unwrap_or(false);
     let one = |a: usize| Some(BTreeSet::from([a]));
     let all = || Some((0..r).collect::<BTreeSet<_>>());
-    match d.def.name {
-        "tensor.matmul" if r >= 2 => match i {
+    // Every tensor op answers: a new op says here which of its operands it reduces.
+    let t = match OpKind::of_op(d)? {
+        OpKind::Tensor(t) => t,
+        OpKind::Func(_) | OpKind::Layout(_) | OpKind::Memory(_) => return None,
+    };
+    match t {
+        T::Matmul if r >= 2 => match i {
             0 => one(if flag("transpose_a") { r - 2 } else { r - 1 }),
             1 => one(if flag("transpose_b") { r - 1 } else { r - 2 }),
             _ => None,
         },
-        "tensor.reduce_sum" | "tensor.reduce_max" | "tensor.reduce_mean" if i == 0 => {
+        T::ReduceSum | T::ReduceMax | T::ReduceMean if i == 0 => {
             let axes = d.attr("axes").and_then(Attr::as_ints)?;
             axes.iter().map(|&a| normalize_axis(a, r)).collect()
         }
-        "tensor.softmax" | "tensor.layernorm" if i == 0 => one(attr_axis(m, op, r)?),
-        "tensor.softmax_grad" if i <= 1 => one(attr_axis(m, op, r)?),
-        "tensor.rmsnorm" | "tensor.cross_entropy" | "tensor.cross_entropy_grad"
-            if i == 0 && r >= 1 =>
-        {
-            one(r - 1)
-        }
-        "tensor.layernorm_grad" | "tensor.rmsnorm_grad" if i == 0 || i == 2 => all(),
-        "tensor.unbroadcast" if i == 0 => {
+        T::Softmax | T::Layernorm if i == 0 => one(attr_axis(m, op, r)?),
+        T::SoftmaxGrad if i <= 1 => one(attr_axis(m, op, r)?),
+        T::Rmsnorm | T::CrossEntropy | T::CrossEntropyGrad if i == 0 && r >= 1 => one(r - 1),
+        T::LayernormGrad | T::RmsnormGrad if i == 0 || i == 2 => all(),
+        T::Unbroadcast if i == 0 => {
             let to = d.attr("shape").and_then(Attr::as_ints)?;
             let from = shape_of(m, v)?;
             let lead = r.checked_sub(to.len())?;
@@ -85,7 +87,55 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
             }
             Some(axes)
         }
-        _ => None,
+        // The reductions above for their other operands (or a rank too small to reduce);
+        // elementwise ops, data movement, gathers and the other backward helpers reduce nothing.
+        T::Matmul
+        | T::ReduceSum
+        | T::ReduceMax
+        | T::ReduceMean
+        | T::Softmax
+        | T::Layernorm
+        | T::SoftmaxGrad
+        | T::Rmsnorm
+        | T::CrossEntropy
+        | T::CrossEntropyGrad
+        | T::LayernormGrad
+        | T::RmsnormGrad
+        | T::Unbroadcast
+        | T::Constant
+        | T::Add
+        | T::Sub
+        | T::Mul
+        | T::Div
+        | T::Max
+        | T::Min
+        | T::Neg
+        | T::Exp
+        | T::Log
+        | T::Sqrt
+        | T::Rsqrt
+        | T::Tanh
+        | T::Sigmoid
+        | T::Relu
+        | T::Silu
+        | T::Gelu
+        | T::Scale
+        | T::Rope
+        | T::Embedding
+        | T::Reshape
+        | T::Transpose
+        | T::Broadcast
+        | T::Slice
+        | T::Concat
+        | T::GeluGrad
+        | T::SiluGrad
+        | T::SigmoidGrad
+        | T::TanhGrad
+        | T::ReluGrad
+        | T::RopeGrad
+        | T::EmbeddingGrad
+        | T::SliceGrad
+        | T::Ge => None,
     }
 }
 
@@ -119,7 +169,7 @@ fn consumer_of(
         _ => return None,
     };
     let d = m.op(op);
-    let kind = if d.def.is("tensor.matmul") {
+    let kind = if T::Matmul.is(d) {
         let out = shape_of(m, *d.results.first()?)?;
         let n = out.len();
         if n < 2 {
@@ -154,11 +204,11 @@ pub fn reduction_uses(m: &Module, v: Value) -> Vec<ReductionUse> {
                 continue;
             }
             let i = u.index as usize;
-            if d.def.is("layout.assign") {
+            if LayoutOp::Assign.is(d) {
                 if let Some(&r) = d.results.first() {
                     work.push((r, to_root.clone()));
                 }
-            } else if d.def.is("tensor.transpose") {
+            } else if T::Transpose.is(d) {
                 let perm = d.attr("perm").and_then(Attr::as_ints).unwrap_or_default();
                 let mapped: Option<Vec<usize>> = perm
                     .iter()
@@ -224,7 +274,7 @@ pub fn reused_in_backward(m: &Module, v: Value) -> bool {
             if is_backward(m, u.op) {
                 return true;
             }
-            if d.def.is("layout.assign") {
+            if LayoutOp::Assign.is(d) {
                 work.extend(d.results.first().copied());
             }
         }
@@ -262,9 +312,7 @@ pub fn classify(m: &Module, op: Op, training: bool) -> OpClass {
     let d = m.op(op);
     let declared = d.def.class;
     let mut c = OpClass { declared, refined: declared, reason: None };
-    if declared == Some(FbClass::FtiD)
-        && (d.def.is("tensor.reshape") || d.def.is("tensor.transpose"))
-    {
+    if declared == Some(FbClass::FtiD) && (T::Reshape.is(d) || T::Transpose.is(d)) {
         let uses = d.results.first().map(|&r| &m.value(r).uses);
         let only_elementwise = uses
             .is_some_and(|u| !u.is_empty() && u.iter().all(|u| m.op(u.op).def.traits.elementwise));
@@ -301,7 +349,7 @@ pub fn tensors(m: &Module) -> Vec<Value> {
         out.extend(m.func(f).args.iter().copied());
         for &op in &m.func(f).body {
             let d = m.op(op);
-            if !d.def.is("layout.assign") {
+            if !LayoutOp::Assign.is(d) {
                 out.extend(d.results.iter().copied());
             }
         }

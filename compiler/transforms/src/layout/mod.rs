@@ -36,6 +36,8 @@ pub use analysis::classification_table;
 
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 
+use crate::target::TargetOption;
+
 /// Registers the FBLayout passes.
 pub fn register(registry: &mut PassRegistry) {
     registry.register(PassInfo::new(
@@ -53,12 +55,7 @@ pub fn register(registry: &mut PassRegistry) {
         rtile::CANDIDATES,
         "generate R-Tile shape candidates for tensors of FTD-D ops (Alg. 1: C1, C2, C3)",
         vec![
-            OptionSpec::new(
-                "target",
-                OptionKind::Str,
-                Some(""),
-                "builtin hardware profile (default: the pipeline's, else generic)",
-            ),
+            TargetOption::spec(""),
             OptionSpec::new(
                 "max-padding",
                 OptionKind::Float,
@@ -74,7 +71,7 @@ pub fn register(registry: &mut PassRegistry) {
                 ));
             }
             Ok(Box::new(rtile::RTileCandidates {
-                target: o.str("target").unwrap_or("").to_string(),
+                target: TargetOption::from_options(o)?,
                 max_padding,
             }))
         },
@@ -83,12 +80,12 @@ pub fn register(registry: &mut PassRegistry) {
         rtile::SELECT,
         "choose one unified R-Tile per tensor by the analytic model (Eq. 2) and annotate it with layout.assign",
         vec![
-            OptionSpec::new("target", OptionKind::Str, Some(""), "builtin hardware profile (default: the pipeline's, else generic)"),
+            TargetOption::spec(""),
             OptionSpec::new("print", OptionKind::Bool, Some("false"), "write every tensor's scores to stderr"),
         ],
         |o| {
             Ok(Box::new(rtile::RTileSelect {
-                target: o.str("target").unwrap_or("").to_string(),
+                target: TargetOption::from_options(o)?,
                 print: o.bool("print"),
             }))
         },

@@ -30,11 +30,14 @@
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::{Layout, RTile};
 use fbc_ir::{
     Attr, Diagnostic, FbClass, FuncId, Module, Op, Pass, PassContext, Type, Value, ValueDef,
 };
 use fbc_target::HardwareProfile;
+
+use crate::target::TargetOption;
 use serde_json::json;
 
 use super::analysis::{reduction_uses, root, value_name};
@@ -43,26 +46,6 @@ use super::perf_model::{self, Axis2, Consumer, ConsumerKind, TensorDesc};
 
 pub const CANDIDATES: &str = "rtile-candidates";
 pub const SELECT: &str = "rtile-select";
-
-/// The profile a pass uses: its `target` option (a builtin name), the pipeline's, or `generic`;
-/// an unknown name is an error that lists the builtin targets.
-pub(crate) fn profile(
-    option: &str,
-    cx: &PassContext<'_>,
-    pass: &str,
-) -> Result<HardwareProfile, Vec<Diagnostic>> {
-    let name = if !option.is_empty() {
-        option
-    } else if let Some(p) = cx.target {
-        return Ok(p.clone());
-    } else {
-        "generic"
-    };
-    fbc_target::builtin(name).map_err(|e| {
-        vec![Diagnostic::error(format!("{pass}: {e}"))
-            .with_note(format!("builtin targets: {}", fbc_target::builtin_names().join(", ")))]
-    })
-}
 
 /// Every R-Tile tensor of the module, in function and op order, each once.
 pub fn rtile_tensors(m: &Module) -> Vec<Value> {
@@ -200,7 +183,7 @@ impl CandidateReader {
 
 #[derive(Debug)]
 pub struct RTileCandidates {
-    pub target: String,
+    pub target: TargetOption,
     pub max_padding: f64,
 }
 
@@ -210,7 +193,7 @@ impl Pass for RTileCandidates {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = profile(&self.target, cx, CANDIDATES)?;
+        let p = self.target.profile(cx);
         let mut records = Vec::new();
         // Layers repeat: generate (and build the attribute of) each distinct input once.
         let mut memo: HashMap<CandidateInput, ([usize; 4], Attr)> = HashMap::new();
@@ -219,7 +202,7 @@ impl Pass for RTileCandidates {
             let (counts, list) = match memo.get(&input) {
                 Some(hit) => hit.clone(),
                 None => {
-                    let rep = candidates::generate(&p, &input, self.max_padding);
+                    let rep = candidates::generate(p, &input, self.max_padding);
                     let counts = [
                         rep.initial.len(),
                         rep.after_c1.len(),
@@ -371,7 +354,7 @@ pub fn selection_text(name: &str, ty: &str, sel: &Selection) -> String {
 
 #[derive(Debug)]
 pub struct RTileSelect {
-    pub target: String,
+    pub target: TargetOption,
     pub print: bool,
 }
 
@@ -381,7 +364,7 @@ impl Pass for RTileSelect {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = profile(&self.target, cx, SELECT)?;
+        let p = self.target.profile(cx);
         let mut records = Vec::new();
         let mut report = String::new();
         // Transformer layers repeat the same tensors; scoring is pure in its inputs, so a
@@ -393,7 +376,7 @@ impl Pass for RTileSelect {
         let mut selection_records = Vec::new();
         let mut reader = CandidateReader::default();
         for v in rtile_tensors(m) {
-            if m.value(v).uses.iter().any(|u| m.op(u.op).def.is("layout.assign")) {
+            if m.value(v).uses.iter().any(|u| LayoutOp::Assign.is(m.op(u.op))) {
                 continue; // Already annotated (an earlier run, or the user).
             }
             let Some(input) = candidate_input(m, v) else { continue };
@@ -409,14 +392,12 @@ impl Pass for RTileSelect {
                     };
                     return Err(vec![Diagnostic::error(format!("{SELECT}: {msg}")).at(span)]);
                 }
-                None => {
-                    candidates::generate(&p, &input, candidates::DEFAULT_MAX_PADDING).candidates
-                }
+                None => candidates::generate(p, &input, candidates::DEFAULT_MAX_PADDING).candidates,
             };
             let desc = TensorDesc { shape: input.shape.clone(), elem_bytes: input.elem_bytes };
             let index = *memo.entry((desc, input.consumers, cands)).or_insert_with_key(|key| {
                 let (desc, consumers, cands) = key;
-                let sel = select(&p, desc, consumers, cands);
+                let sel = select(p, desc, consumers, cands);
                 selection_records.push(selection_record(&sel));
                 let chosen = sel.scored[sel.best].layout.to_string();
                 selections.push((sel, chosen));
@@ -462,7 +443,7 @@ impl Pass for RTileSelect {
 /// Inserts `layout.assign v {attrs}` right after `v`'s definition and makes every other user of
 /// `v` read its result.
 fn annotate(m: &mut Module, cx: &PassContext<'_>, v: Value, attrs: Vec<(String, Attr)>) {
-    let def = cx.registry.expect("layout.assign");
+    let def = cx.registry.expect(LayoutOp::Assign.name());
     let ty = m.value_type(v).clone();
     let (func, pos, span) = match m.value(v).def {
         ValueDef::Result { op, .. } => {
@@ -477,7 +458,7 @@ fn annotate(m: &mut Module, cx: &PassContext<'_>, v: Value, attrs: Vec<(String, 
                 .iter()
                 .take_while(|&&o| {
                     let d = m.op(o);
-                    d.def.is("layout.assign")
+                    LayoutOp::Assign.is(d)
                         && d.operands
                             .first()
                             .is_some_and(|&x| matches!(m.value(x).def, ValueDef::Arg { .. }))

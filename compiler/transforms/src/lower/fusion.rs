@@ -16,6 +16,7 @@
 //! `MAX_TREE_DEPTH` (64; the printed payload must parse back) or larger than `MAX_FUSED_NODES`
 //! nodes: a chain of any length compiles, as kernels of at most that depth.
 
+use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::memory::scalar::MAX_TREE_DEPTH;
 use fbc_dialects::memory::Scalar;
 use smallvec::SmallVec;
@@ -345,7 +346,7 @@ fn find(
 }
 
 fn is_conversion(k: &LKernel) -> bool {
-    k.source.iter().any(|s| matches!(*s, "layout.convert" | "layout.assign"))
+    k.source.iter().any(|&s| s == LayoutOp::Convert.name() || s == LayoutOp::Assign.name())
 }
 
 /// The index of operand `o` in `base`, appended (a copy) unless an equal one is there.

@@ -58,6 +58,7 @@ pub use split_k::SplitK;
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::{FuncOp, LayoutOp, MemoryOp};
 use fbc_dialects::layout::{Layout, Storage};
 use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar};
 use fbc_index::Expr;
@@ -68,6 +69,8 @@ use fbc_ir::{
 };
 use fbc_target::HardwareProfile;
 
+use crate::target::TargetOption;
+
 /// The pass's registered name.
 pub const NAME: &str = "lower-to-memory";
 
@@ -77,12 +80,7 @@ pub fn register(r: &mut PassRegistry) {
         NAME,
         "lower tensor and layout ops to memory-dialect storage and kernel launches",
         vec![
-            OptionSpec::new(
-                "target",
-                OptionKind::Str,
-                Some(""),
-                "builtin hardware profile for image limits (default: the pipeline's, else generic)",
-            ),
+            TargetOption::spec("for image limits "),
             OptionSpec::new("fuse", OptionKind::Bool, Some("true"), "fuse elementwise ops"),
             OptionSpec::new(
                 "simplify",
@@ -105,7 +103,7 @@ pub fn register(r: &mut PassRegistry) {
         ],
         |o| {
             Ok(Box::new(LowerToMemory {
-                target: o.str("target").unwrap_or("").into(),
+                target: TargetOption::from_options(o)?,
                 fuse: o.bool("fuse"),
                 simplify: o.bool("simplify"),
                 half_images: o.bool("half-images"),
@@ -118,8 +116,8 @@ pub fn register(r: &mut PassRegistry) {
 /// The `lower-to-memory` pass.
 #[derive(Debug, Clone)]
 pub struct LowerToMemory {
-    /// Builtin profile name; empty: the pipeline's target, else `generic`.
-    pub target: String,
+    /// The `target` option: a builtin profile, else the pipeline's.
+    pub target: TargetOption,
     /// Fuse elementwise chains and epilogues.
     pub fuse: bool,
     /// Simplify launch maps with egg.
@@ -136,7 +134,7 @@ impl Pass for LowerToMemory {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let profile = crate::layout::rtile::profile(&self.target, cx, NAME)?;
+        let profile = self.target.profile(cx);
         if self.half_images && !profile.image.supported {
             return Err(vec![Diagnostic::error(format!(
                 "{NAME}: half-images=true, but target `{}` has no image support, so no f16 image \
@@ -163,7 +161,7 @@ impl Pass for LowerToMemory {
                 continue;
             }
             let lowered =
-                Lower::new(m, f, &profile, self.fuse, self.half_images).and_then(|mut l| {
+                Lower::new(m, f, profile, self.fuse, self.half_images).and_then(|mut l| {
                     l.lower_body()?;
                     l.finish(&mut names, self.simplify, self.split_k, &mut stats, &mut memo)
                 });
@@ -235,11 +233,11 @@ impl Defs {
             })
         };
         Ok(Defs {
-            alloc: get("memory.alloc")?,
-            upload: get("memory.upload")?,
-            download: get("memory.download")?,
-            launch: get("memory.launch")?,
-            ret: get("func.return")?,
+            alloc: get(MemoryOp::Alloc.name())?,
+            upload: get(MemoryOp::Upload.name())?,
+            download: get(MemoryOp::Download.name())?,
+            launch: get(MemoryOp::Launch.name())?,
+            ret: get(FuncOp::Return.name())?,
         })
     }
 }
@@ -247,7 +245,7 @@ impl Defs {
 /// Replaces every `func.call` in `f` by the callee's body (recursively).
 fn inline_calls(m: &mut Module, f: FuncId) -> Result<(), Diagnostic> {
     let body = m.func(f).body.clone();
-    if !body.iter().any(|&op| m.op(op).def.is("func.call")) {
+    if !body.iter().any(|&op| FuncOp::Call.is(m.op(op))) {
         return Ok(());
     }
     if let Some(callee) = recursive_call(m, f, &mut Vec::new()) {
@@ -274,7 +272,7 @@ fn recursive_call(m: &Module, f: FuncId, stack: &mut Vec<FuncId>) -> Option<Stri
     stack.push(f);
     for &op in &m.func(f).body {
         let d = m.op(op);
-        if !d.def.is("func.call") {
+        if !FuncOp::Call.is(d) {
             continue;
         }
         let Some(Attr::Symbol(callee)) = d.attr("callee") else { continue };
@@ -646,7 +644,7 @@ impl<'m> Lower<'m> {
     pub(crate) fn materialize(&mut self, v: Value, span: Span) -> Result<Tid, Diagnostic> {
         let ty = self.tensor_type(v).ok_or_else(|| located(span, "not a tensor"))?.clone();
         let via = self.access_of(v, span)?.via;
-        let source = via.last().copied().unwrap_or("layout.assign");
+        let source = via.last().copied().unwrap_or(LayoutOp::Assign.name());
         let name = value_name(self.m, v);
         let t = self.temp(&ty.shape, ty.elem, name.clone(), span)?;
         let rank = ty.rank();
@@ -697,7 +695,7 @@ impl<'m> Lower<'m> {
         self.storages.reserve(body.len());
         for op in body {
             let d = self.m.op(op);
-            if d.def.is("func.return") {
+            if FuncOp::Return.is(d) {
                 for &v in &d.operands.clone() {
                     let t = self.result_tensor(v, d.span)?;
                     self.pinned.push(t);

@@ -6,6 +6,7 @@
 //! summation order). Ops that need several passes over a row (softmax, the normalisations,
 //! cross-entropy and their gradients) compute row statistics into small linear temporaries first.
 
+use fbc_dialects::kind::{FuncOp as F, LayoutOp as L, OpKind as K, TensorOp as T};
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U};
 use fbc_index::Expr;
@@ -61,38 +62,69 @@ const GELU_CUBIC: f64 = 0.044_715;
 const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 const DEFAULT_EPS: f64 = 1e-5;
 
-/// The body of an elementwise op over its operands `x0, x1, ...`; `None` for other ops.
-fn pointwise(name: &str, op: &fbc_ir::OpData) -> Option<Scalar> {
+/// The tensor ops lowered as one pointwise kernel over their operands. A pattern: the arm of
+/// [`Lowerer::lower_op`] that lowers them, and the ops [`pointwise`] has a body for.
+macro_rules! pointwise_ops {
+    () => {
+        T::Add
+            | T::Sub
+            | T::Mul
+            | T::Div
+            | T::Max
+            | T::Min
+            | T::Ge
+            | T::Neg
+            | T::Exp
+            | T::Log
+            | T::Sqrt
+            | T::Rsqrt
+            | T::Tanh
+            | T::Sigmoid
+            | T::Relu
+            | T::Silu
+            | T::Scale
+            | T::Gelu
+            | T::GeluGrad
+            | T::SiluGrad
+            | T::SigmoidGrad
+            | T::TanhGrad
+            | T::ReluGrad
+    };
+}
+
+/// The body of a pointwise op ([`pointwise_ops!`]) over its operands `x0, x1, ...`; `None` for
+/// other ops, and for a `scale` without its factor.
+fn pointwise(t: T, op: &fbc_ir::OpData) -> Option<Scalar> {
     let tanh_form = op.attr("approximate").and_then(Attr::as_str) == Some("tanh");
     let half = || f(0.5);
-    Some(match name {
-        "tensor.add" => add(x(0), x(1)),
-        "tensor.sub" => sub(x(0), x(1)),
-        "tensor.mul" => mul(x(0), x(1)),
-        "tensor.div" => div(x(0), x(1)),
-        "tensor.max" => bin(B::Max, x(0), x(1)),
-        "tensor.min" => bin(B::Min, x(0), x(1)),
-        "tensor.ge" => select(bin(B::Ge, x(0), x(1)), f(1.0), f(0.0)),
-        "tensor.neg" => un(U::Neg, x(0)),
-        "tensor.exp" => un(U::Exp, x(0)),
-        "tensor.log" => un(U::Log, x(0)),
-        "tensor.sqrt" => un(U::Sqrt, x(0)),
-        "tensor.rsqrt" => rsqrt(x(0)),
-        "tensor.tanh" => un(U::Tanh, x(0)),
-        "tensor.sigmoid" => un(U::Sigmoid, x(0)),
-        "tensor.relu" => bin(B::Max, x(0), f(0.0)),
-        "tensor.silu" => mul(x(0), un(U::Sigmoid, x(0))),
-        "tensor.scale" => mul(x(0), f(op.attr("factor").and_then(Attr::as_float)?)),
-        "tensor.gelu" if tanh_form => {
+    Some(match t {
+        T::Add => add(x(0), x(1)),
+        T::Sub => sub(x(0), x(1)),
+        T::Mul => mul(x(0), x(1)),
+        T::Div => div(x(0), x(1)),
+        T::Max => bin(B::Max, x(0), x(1)),
+        T::Min => bin(B::Min, x(0), x(1)),
+        T::Ge => select(bin(B::Ge, x(0), x(1)), f(1.0), f(0.0)),
+        T::Neg => un(U::Neg, x(0)),
+        T::Exp => un(U::Exp, x(0)),
+        T::Log => un(U::Log, x(0)),
+        T::Sqrt => un(U::Sqrt, x(0)),
+        T::Rsqrt => rsqrt(x(0)),
+        T::Tanh => un(U::Tanh, x(0)),
+        T::Sigmoid => un(U::Sigmoid, x(0)),
+        T::Relu => bin(B::Max, x(0), f(0.0)),
+        T::Silu => mul(x(0), un(U::Sigmoid, x(0))),
+        T::Scale => mul(x(0), f(op.attr("factor").and_then(Attr::as_float)?)),
+        T::Gelu if tanh_form => {
             let inner =
                 mul(f(SQRT_2_OVER_PI), add(x(0), mul(mul(mul(f(GELU_CUBIC), x(0)), x(0)), x(0))));
             mul(mul(half(), x(0)), add(f(1.0), un(U::Tanh, inner)))
         }
-        "tensor.gelu" => mul(
+        T::Gelu => mul(
             mul(half(), x(0)),
             add(f(1.0), un(U::Erf, mul(x(0), f(std::f64::consts::FRAC_1_SQRT_2)))),
         ),
-        "tensor.gelu_grad" if tanh_form => {
+        T::GeluGrad if tanh_form => {
             let v = || x(0);
             let t = un(
                 U::Tanh,
@@ -109,20 +141,20 @@ fn pointwise(name: &str, op: &fbc_ir::OpData) -> Option<Scalar> {
                 ),
             )
         }
-        "tensor.gelu_grad" => {
+        T::GeluGrad => {
             let v = || x(0);
             let cdf =
                 mul(half(), add(f(1.0), un(U::Erf, mul(v(), f(std::f64::consts::FRAC_1_SQRT_2)))));
             let pdf = mul(f(INV_SQRT_2PI), un(U::Exp, mul(mul(f(-0.5), v()), v())));
             mul(x(1), add(cdf, mul(v(), pdf)))
         }
-        "tensor.silu_grad" => {
+        T::SiluGrad => {
             let s = || un(U::Sigmoid, x(0));
             mul(mul(x(1), s()), add(f(1.0), mul(x(0), sub(f(1.0), s()))))
         }
-        "tensor.sigmoid_grad" => mul(mul(x(1), x(0)), sub(f(1.0), x(0))),
-        "tensor.tanh_grad" => mul(x(1), sub(f(1.0), mul(x(0), x(0)))),
-        "tensor.relu_grad" => select(bin(B::Gt, x(0), f(0.0)), x(1), f(0.0)),
+        T::SigmoidGrad => mul(mul(x(1), x(0)), sub(f(1.0), x(0))),
+        T::TanhGrad => mul(x(1), sub(f(1.0), mul(x(0), x(0)))),
+        T::ReluGrad => select(bin(B::Gt, x(0), f(0.0)), x(1), f(0.0)),
         _ => return None,
     })
 }
@@ -325,25 +357,29 @@ impl Lower<'_> {
     pub(crate) fn lower_op(&mut self, op: Op) -> Result<(), Diagnostic> {
         let m: &Module = self.m;
         let d = m.op(op);
-        let name = d.name();
         let span = d.span;
         let ops: Vec<Value> = d.operands.to_vec();
         let res: Vec<Value> = d.results.to_vec();
         let rname = |i: usize| value_name(self.m, res[i]);
-        if let Some(body) = pointwise(name, d) {
-            let shape = self.shape(res[0]);
-            let inputs = ops
-                .iter()
-                .map(|&v| self.read_bcast(v, &shape, span))
-                .collect::<Result<Vec<_>, _>>()?;
-            let t = self.output(op, 0)?;
-            let (domain, out_map) = domain_of(&shape);
-            let n = domain.len();
-            self.push(op, rname(0), domain, n, inputs, out(t, out_map), body, None, None);
-            return Ok(());
-        }
-        match name {
-            "tensor.constant" => {
+        let Some(kind) = K::of_op(d) else {
+            return Err(located(span, format!("no lowering for `{}`", d.name())));
+        };
+        // Every op fbc defines has an arm: a new op gets its lowering here.
+        match kind {
+            K::Tensor(t @ (pointwise_ops!())) => {
+                let body = pointwise(t, d)
+                    .ok_or_else(|| located(span, format!("`{t}` without its attributes")))?;
+                let shape = self.shape(res[0]);
+                let inputs = ops
+                    .iter()
+                    .map(|&v| self.read_bcast(v, &shape, span))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let t = self.output(op, 0)?;
+                let (domain, out_map) = domain_of(&shape);
+                let n = domain.len();
+                self.push(op, rname(0), domain, n, inputs, out(t, out_map), body, None, None);
+            }
+            K::Tensor(T::Constant) => {
                 let value = d.attr("value").and_then(Attr::as_float).unwrap_or(0.0);
                 let shape = self.shape(res[0]);
                 let t = self.output(op, 0)?;
@@ -356,8 +392,8 @@ impl Lower<'_> {
                 let n = domain.len();
                 self.push(op, rname(0), domain, n, Vec::new(), out(t, out_map), body, None, None);
             }
-            "tensor.matmul" => self.matmul(op, &ops, res[0])?,
-            "tensor.reduce_sum" | "tensor.reduce_max" | "tensor.reduce_mean" => {
+            K::Tensor(T::Matmul) => self.matmul(op, &ops, res[0])?,
+            K::Tensor(T::ReduceSum | T::ReduceMax | T::ReduceMean) => {
                 let shape = self.shape(ops[0]);
                 let axes = d.attr("axes").and_then(Attr::as_ints).unwrap_or_default();
                 let mut mask = vec![false; shape.len()];
@@ -367,14 +403,16 @@ impl Lower<'_> {
                 let keep = d.attr("keepdim").and_then(Attr::as_bool).unwrap_or(false);
                 let count: u64 =
                     shape.iter().zip(&mask).filter(|(_, &m)| m).map(|(n, _)| n).product();
-                let (combine, epi) = match name {
-                    "tensor.reduce_max" => (Combine::Max, None),
-                    "tensor.reduce_mean" => (Combine::Add, Some(div(Scalar::Acc, f(count as f64)))),
+                let (combine, epi) = match kind {
+                    K::Tensor(T::ReduceMax) => (Combine::Max, None),
+                    K::Tensor(T::ReduceMean) => {
+                        (Combine::Add, Some(div(Scalar::Acc, f(count as f64))))
+                    }
                     _ => (Combine::Add, None),
                 };
                 self.reduce(op, ops[0], res[0], &mask, keep, combine, epi)?;
             }
-            "tensor.unbroadcast" => {
+            K::Tensor(T::Unbroadcast) => {
                 let shape = self.shape(ops[0]);
                 let target = self.shape(res[0]);
                 let lead = shape.len() - target.len();
@@ -384,7 +422,7 @@ impl Lower<'_> {
                 // Leading axes disappear, size-1 axes stay: keep the kept-size-1 form per axis.
                 self.reduce_to(op, ops[0], res[0], &mask, lead)?;
             }
-            "tensor.reshape" => {
+            K::Tensor(T::Reshape) => {
                 let (si, so) = (self.shape(ops[0]), self.shape(res[0]));
                 let a = self.access_of(ops[0], span)?;
                 if a.map.is_none() && self.is_linear(a.t) {
@@ -398,7 +436,7 @@ impl Lower<'_> {
                     self.view(op, res[0], ops[0], reshape_map(&si, &so).results)?;
                 }
             }
-            "tensor.transpose" => {
+            K::Tensor(T::Transpose) => {
                 let perm: Vec<usize> = d
                     .attr("perm")
                     .and_then(Attr::as_ints)
@@ -408,11 +446,11 @@ impl Lower<'_> {
                     .collect();
                 self.view(op, res[0], ops[0], transpose_map(&perm).results)?;
             }
-            "tensor.broadcast" => {
+            K::Tensor(T::Broadcast) => {
                 let (si, so) = (self.shape(ops[0]), self.shape(res[0]));
                 self.view(op, res[0], ops[0], broadcast_results(&si, &so))?;
             }
-            "tensor.slice" => {
+            K::Tensor(T::Slice) => {
                 let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
                 let map = start
                     .iter()
@@ -427,7 +465,7 @@ impl Lower<'_> {
                     .collect();
                 self.view(op, res[0], ops[0], map)?;
             }
-            "layout.remap" => {
+            K::Layout(L::Remap) => {
                 let Some(Attr::Map(map)) = d.attr("map") else {
                     return Err(located(span, "layout.remap without a map"));
                 };
@@ -438,7 +476,7 @@ impl Lower<'_> {
                 let results = im.results.iter().map(|e| e.substitute_all(&subst)).collect();
                 self.view(op, res[0], ops[0], results)?;
             }
-            "layout.assign" => {
+            K::Layout(L::Assign) => {
                 let want = d
                     .attr("layout")
                     .and_then(|a| Layout::from_attr(a).ok())
@@ -454,20 +492,20 @@ impl Lower<'_> {
                     let t = self.new_tensor(res[0], &want, span)?;
                     self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
                     let input = self.read(ops[0], identity(self.shape(res[0]).len()), span)?;
-                    self.push_copy(t, input, "assign", &rname(0), "layout.assign", span);
+                    self.push_copy(t, input, "assign", &rname(0), L::Assign.name(), span);
                     self.converts += 1;
                 }
             }
-            "layout.convert" => {
+            K::Layout(L::Convert) => {
                 let to =
                     d.attr("to").and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear);
                 let t = self.new_tensor(res[0], &to, span)?;
                 self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
                 let input = self.read(ops[0], identity(self.shape(res[0]).len()), span)?;
-                self.push_copy(t, input, "convert", &rname(0), "layout.convert", span);
+                self.push_copy(t, input, "convert", &rname(0), L::Convert.name(), span);
                 self.converts += 1;
             }
-            "tensor.concat" => {
+            K::Tensor(T::Concat) => {
                 let so = self.shape(res[0]);
                 let axis =
                     axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(0), so.len(), span)?;
@@ -493,7 +531,7 @@ impl Lower<'_> {
                     offset += si[axis];
                 }
             }
-            "tensor.slice_grad" => {
+            K::Tensor(T::SliceGrad) => {
                 let so = self.shape(res[0]);
                 let si = self.shape(ops[0]);
                 let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
@@ -526,7 +564,7 @@ impl Lower<'_> {
                     None,
                 );
             }
-            "tensor.softmax" => {
+            K::Tensor(T::Softmax) => {
                 let shape = self.shape(ops[0]);
                 let axis = axis_of(
                     d.attr("axis").and_then(Attr::as_int).unwrap_or(-1),
@@ -544,7 +582,7 @@ impl Lower<'_> {
                 let body = div(un(U::Exp, sub(x(0), x(1))), x(2));
                 self.elementwise(op, rname(0), shape, inputs, t, body);
             }
-            "tensor.softmax_grad" => {
+            K::Tensor(T::SoftmaxGrad) => {
                 let shape = self.shape(ops[0]);
                 let axis = axis_of(
                     d.attr("axis").and_then(Attr::as_int).unwrap_or(-1),
@@ -568,7 +606,7 @@ impl Lower<'_> {
                 ];
                 self.elementwise(op, rname(0), shape, inputs, t, mul(x(0), sub(x(1), x(2))));
             }
-            "tensor.layernorm" => {
+            K::Tensor(T::Layernorm) => {
                 let shape = self.shape(ops[0]);
                 let axis = axis_of(
                     d.attr("axis").and_then(Attr::as_int).unwrap_or(-1),
@@ -590,7 +628,7 @@ impl Lower<'_> {
                 let body = add(mul(mul(sub(x(0), x(1)), x(2)), x(3)), x(4));
                 self.elementwise(op, rname(0), shape, inputs, t, body);
             }
-            "tensor.rmsnorm" => {
+            K::Tensor(T::Rmsnorm) => {
                 let shape = self.shape(ops[0]);
                 let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
                 let rows = Rows { shape: shape.clone(), axis: shape.len().saturating_sub(1) };
@@ -607,13 +645,13 @@ impl Lower<'_> {
                 ];
                 self.elementwise(op, rname(0), shape, inputs, t, mul(mul(x(0), x(1)), x(2)));
             }
-            "tensor.layernorm_grad" => self.layernorm_grad(op, &ops, &res)?,
-            "tensor.rmsnorm_grad" => self.rmsnorm_grad(op, &ops, &res)?,
-            "tensor.rope" | "tensor.rope_grad" => {
+            K::Tensor(T::LayernormGrad) => self.layernorm_grad(op, &ops, &res)?,
+            K::Tensor(T::RmsnormGrad) => self.rmsnorm_grad(op, &ops, &res)?,
+            K::Tensor(T::Rope | T::RopeGrad) => {
                 let shape = self.shape(ops[0]);
                 let n = shape.len();
                 if n < 2 {
-                    return Err(located(span, format!("{name} needs rank ≥ 2")));
+                    return Err(located(span, format!("{} needs rank ≥ 2", kind.name())));
                 }
                 let dd = shape[n - 1];
                 if dd == 0 {
@@ -630,7 +668,7 @@ impl Lower<'_> {
                 let sd_rot = vec![dim(n - 2), rot];
                 let first_half = bin(B::Lt, dk(n - 1), int(h as i64));
                 let t = self.output(op, 0)?;
-                let (inputs, body) = if name == "tensor.rope" {
+                let (inputs, body) = if kind == K::Tensor(T::Rope) {
                     // y = x·cos + rotate_half(x)·sin
                     let inputs = vec![
                         self.read(ops[0], identity(n), span)?,
@@ -653,7 +691,7 @@ impl Lower<'_> {
                 };
                 self.elementwise(op, rname(0), shape, inputs, t, body);
             }
-            "tensor.embedding" => {
+            K::Tensor(T::Embedding) => {
                 let so = self.shape(res[0]);
                 let n = so.len();
                 let dd = so[n - 1] as i64;
@@ -664,7 +702,7 @@ impl Lower<'_> {
                 let body = Scalar::Load(0, Box::new(off));
                 self.elementwise(op, rname(0), so, vec![table, ids], t, body);
             }
-            "tensor.embedding_grad" => {
+            K::Tensor(T::EmbeddingGrad) => {
                 let so = self.shape(res[0]); // [V, D]
                 let si = self.shape(ops[0]); // ids shape
                 let q = si.len();
@@ -689,10 +727,10 @@ impl Lower<'_> {
                     None,
                 );
             }
-            "tensor.cross_entropy" | "tensor.cross_entropy_grad" => {
+            K::Tensor(T::CrossEntropy | T::CrossEntropyGrad) => {
                 let shape = self.shape(ops[0]); // [N, C]
                 if shape.len() != 2 {
-                    return Err(located(span, format!("{name} needs [N, C] logits")));
+                    return Err(located(span, format!("{} needs [N, C] logits", kind.name())));
                 }
                 let (nn, cc) = (shape[0], shape[1]);
                 if cc == 0 || nn == 0 {
@@ -702,7 +740,7 @@ impl Lower<'_> {
                 let rows = Rows { shape: shape.clone(), axis: 1 };
                 let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
                 let t = self.output(op, 0)?;
-                if name == "tensor.cross_entropy" {
+                if kind == K::Tensor(T::CrossEntropy) {
                     let logits = self.read_linear(ops[0], span)?;
                     let inputs = vec![
                         opnd(mx, vec![dim(1)]),
@@ -756,8 +794,12 @@ impl Lower<'_> {
                     self.elementwise(op, rname(0), shape, inputs, t, body);
                 }
             }
-            "func.call" => return Err(located(span, "func.call left after inlining")),
-            other => return Err(located(span, format!("no lowering for `{other}`"))),
+            K::Func(F::Call) => return Err(located(span, "func.call left after inlining")),
+            // Returns end a body and the memory ops are what lowering builds: neither is an op to
+            // lower.
+            K::Func(F::Return) | K::Memory(_) => {
+                return Err(located(span, format!("no lowering for `{}`", kind.name())))
+            }
         }
         Ok(())
     }

@@ -29,6 +29,7 @@
 //! for a skinny output, `W ≤ fill / 256` (LoRA's rank-8 side: there the device idles unless
 //! the reduction is cut finer).
 
+use fbc_dialects::kind::TensorOp;
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin};
 use fbc_index::Expr;
 use fbc_ir::{Diagnostic, ElemType};
@@ -119,7 +120,7 @@ impl std::fmt::Display for SplitK {
 fn splittable(k: &LKernel) -> bool {
     let mut loads = false;
     k.body.visit(&mut |s| loads |= matches!(s, Scalar::Load(..)));
-    k.source.first() == Some(&"tensor.matmul")
+    k.source.first() == Some(&TensorOp::Matmul.name())
         && k.combine == Some(Combine::Add)
         && k.domain.len() == k.n_par + 1
         && !loads

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
 use fbc_dialects::layout::{Intra, Layout, Matrix, RTile};
 use fbc_dialects::memory::{Guard, Iter, Kernel, Scalar, ScalarBin};
@@ -180,7 +181,7 @@ pub(crate) fn retarget_images(l: &mut Lower<'_>) -> Result<(), Diagnostic> {
             Operand { t: tmp, map: identity(shape.len()), gather: false },
             "copy",
             &name,
-            "layout.convert",
+            LayoutOp::Convert.name(),
             span,
         );
         let copy = l.kernels.remove(before);

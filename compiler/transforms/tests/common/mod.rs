@@ -29,7 +29,7 @@ pub fn run_for(m: &mut Module, pipeline: &str, p: &fbc_target::HardwareProfile) 
     let mut pm = PassManager::new(steps);
     pm.instrumentation.verify_each = true;
     let mut cx = PassContext::new(&reg);
-    cx.target = Some(p);
+    cx.target = p;
     pm.run(m, &mut cx, &mut |_| {}).unwrap_or_else(|d| panic!("{pipeline}: {d:?}"));
     cx.stats
 }

@@ -21,6 +21,7 @@
 //! sliding window (4096) of even-numbered layers only matters when `S > 4096`; then those layers
 //! read a second mask argument, `mask_local`.
 
+use fbc_dialects::kind::TensorOp;
 use fbc_ir::ElemType;
 
 use super::blocks::{Attn, Gen, Lin};
@@ -75,7 +76,7 @@ pub(crate) fn build(
     if let Some(gm) = cfg.gemma {
         let c = gm.final_softcap;
         let d = gen.g.scale("logits_div_cap", logits, 1.0 / c)?;
-        let t = gen.g.unary("logits_tanh", "tensor.tanh", d)?;
+        let t = gen.g.unary("logits_tanh", TensorOp::Tanh, d)?;
         logits = gen.g.scale("logits_capped", t, c)?;
     }
     let flat = gen.g.reshape("logits_flat", logits, &[b * s, cfg.vocab])?;
@@ -148,7 +149,7 @@ fn layer(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, i: u64, x: V) -> Resu
     let gate = gen.linear(&n("gate"), m_in, &n("wg"), cfg.ffn, lora)?;
     let up = gen.linear(&n("up"), m_in, &n("wu"), cfg.ffn, lora)?;
     let act = match cfg.act {
-        GatedAct::Silu => gen.g.unary(&n("gate_act"), "tensor.silu", gate)?,
+        GatedAct::Silu => gen.g.unary(&n("gate_act"), TensorOp::Silu, gate)?,
         GatedAct::GeluTanh => gen.g.gelu(&n("gate_act"), gate, "tanh")?,
     };
     let prod = gen.g.mul(&n("gated"), act, up)?;

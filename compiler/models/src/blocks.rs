@@ -10,6 +10,8 @@
 //!   values are named after what they hold (`l0_q_heads`, `l0_probs`) so the IR reads like the
 //!   model.
 
+use fbc_dialects::kind::TensorOp;
+
 use super::builder::{Graph, V};
 
 /// The LoRA scale `alpha / r` with `alpha = 2r`.
@@ -141,7 +143,7 @@ impl<'r> Gen<'r> {
         if let Some(c) = opt.softcap {
             // Gemma 2: c · tanh(s / c), before the mask.
             let d = self.g.scale(&format!("{p}scores_div_cap"), s, 1.0 / c)?;
-            let t = self.g.unary(&format!("{p}scores_tanh"), "tensor.tanh", d)?;
+            let t = self.g.unary(&format!("{p}scores_tanh"), TensorOp::Tanh, d)?;
             s = self.g.scale(&format!("{p}scores_capped"), t, c)?;
         }
         if let Some(m) = opt.mask {
@@ -162,7 +164,7 @@ impl<'r> Gen<'r> {
         let bu = self.param(&format!("{name}_up_b"), &[d]);
         let h = self.g.matmul(&format!("{name}_h0"), x, wd)?;
         let h = self.g.add(&format!("{name}_h1"), h, bd)?;
-        let h = self.g.unary(&format!("{name}_h"), "tensor.relu", h)?;
+        let h = self.g.unary(&format!("{name}_h"), TensorOp::Relu, h)?;
         let u = self.g.matmul(&format!("{name}_u0"), h, wu)?;
         let u = self.g.add(&format!("{name}_u"), u, bu)?;
         self.g.add(name, x, u)

@@ -10,6 +10,7 @@
 //! mistake in a generator is reported at the op that makes it, with the dialect's message, instead
 //! of as a wall of verifier errors at the end.
 
+use fbc_dialects::kind::{FuncOp, TensorOp};
 use fbc_ir::{
     Attr, ElemType, FuncId, Module, Op, OpDef, OpRegistry, OpView, Span, TensorType, Type,
 };
@@ -87,15 +88,16 @@ impl<'r> Graph<'r> {
         &self.vals[v.0 as usize].ty.shape
     }
 
-    /// Records op `op` on `operands`; its single result is named `name` and typed by the op's
-    /// `infer` function.
+    /// Records a `kind` op on `operands`; its single result is named `name` and typed by the
+    /// op's `infer` function.
     pub(crate) fn op(
         &mut self,
         name: &str,
-        op: &str,
+        kind: TensorOp,
         operands: &[V],
         attrs: Vec<(String, Attr)>,
     ) -> Result<V, String> {
+        let op = kind.name();
         let def = self.ops.get(op).ok_or_else(|| format!("op `{op}` is not registered"))?;
         let operand_types: Vec<Type> =
             operands.iter().map(|&v| Type::Tensor(self.ty(v).clone())).collect();
@@ -133,51 +135,51 @@ impl<'r> Graph<'r> {
     // ----- one helper per op the generators use -----
 
     pub(crate) fn matmul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
-        self.op(name, "tensor.matmul", &[a, b], vec![])
+        self.op(name, TensorOp::Matmul, &[a, b], vec![])
     }
 
     /// `aᵀ · b` (the last two dimensions of `a` swapped).
     pub(crate) fn matmul_at(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
-        self.op(name, "tensor.matmul", &[a, b], vec![attr("transpose_a", Attr::Bool(true))])
+        self.op(name, TensorOp::Matmul, &[a, b], vec![attr("transpose_a", Attr::Bool(true))])
     }
 
     /// `a · bᵀ` (the last two dimensions of `b` swapped).
     pub(crate) fn matmul_bt(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
-        self.op(name, "tensor.matmul", &[a, b], vec![attr("transpose_b", Attr::Bool(true))])
+        self.op(name, TensorOp::Matmul, &[a, b], vec![attr("transpose_b", Attr::Bool(true))])
     }
 
     pub(crate) fn add(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
-        self.op(name, "tensor.add", &[a, b], vec![])
+        self.op(name, TensorOp::Add, &[a, b], vec![])
     }
 
     pub(crate) fn mul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
-        self.op(name, "tensor.mul", &[a, b], vec![])
+        self.op(name, TensorOp::Mul, &[a, b], vec![])
     }
 
     pub(crate) fn scale(&mut self, name: &str, x: V, factor: f64) -> Result<V, String> {
-        self.op(name, "tensor.scale", &[x], vec![attr("factor", Attr::Float(factor))])
+        self.op(name, TensorOp::Scale, &[x], vec![attr("factor", Attr::Float(factor))])
     }
 
-    /// A unary elementwise op (`tensor.silu`, `tensor.tanh`, `tensor.relu`, ...).
-    pub(crate) fn unary(&mut self, name: &str, op: &str, x: V) -> Result<V, String> {
+    /// A unary elementwise op (`silu`, `tanh`, `relu`, ...).
+    pub(crate) fn unary(&mut self, name: &str, op: TensorOp, x: V) -> Result<V, String> {
         self.op(name, op, &[x], vec![])
     }
 
     pub(crate) fn gelu(&mut self, name: &str, x: V, approximate: &str) -> Result<V, String> {
         let attrs = vec![attr("approximate", Attr::Str(approximate.to_string()))];
-        self.op(name, "tensor.gelu", &[x], attrs)
+        self.op(name, TensorOp::Gelu, &[x], attrs)
     }
 
     pub(crate) fn reshape(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
-        self.op(name, "tensor.reshape", &[x], vec![attr("shape", ints(shape))])
+        self.op(name, TensorOp::Reshape, &[x], vec![attr("shape", ints(shape))])
     }
 
     pub(crate) fn transpose(&mut self, name: &str, x: V, perm: &[u64]) -> Result<V, String> {
-        self.op(name, "tensor.transpose", &[x], vec![attr("perm", ints(perm))])
+        self.op(name, TensorOp::Transpose, &[x], vec![attr("perm", ints(perm))])
     }
 
     pub(crate) fn broadcast(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
-        self.op(name, "tensor.broadcast", &[x], vec![attr("shape", ints(shape))])
+        self.op(name, TensorOp::Broadcast, &[x], vec![attr("shape", ints(shape))])
     }
 
     pub(crate) fn slice(
@@ -188,19 +190,19 @@ impl<'r> Graph<'r> {
         end: &[u64],
     ) -> Result<V, String> {
         let attrs = vec![attr("start", ints(start)), attr("end", ints(end))];
-        self.op(name, "tensor.slice", &[x], attrs)
+        self.op(name, TensorOp::Slice, &[x], attrs)
     }
 
     pub(crate) fn concat(&mut self, name: &str, xs: &[V], axis: i64) -> Result<V, String> {
-        self.op(name, "tensor.concat", xs, vec![attr("axis", Attr::Int(axis))])
+        self.op(name, TensorOp::Concat, xs, vec![attr("axis", Attr::Int(axis))])
     }
 
     pub(crate) fn softmax(&mut self, name: &str, x: V) -> Result<V, String> {
-        self.op(name, "tensor.softmax", &[x], vec![attr("axis", Attr::Int(-1))])
+        self.op(name, TensorOp::Softmax, &[x], vec![attr("axis", Attr::Int(-1))])
     }
 
     pub(crate) fn rmsnorm(&mut self, name: &str, x: V, gamma: V, eps: f64) -> Result<V, String> {
-        self.op(name, "tensor.rmsnorm", &[x, gamma], vec![attr("eps", Attr::Float(eps))])
+        self.op(name, TensorOp::Rmsnorm, &[x, gamma], vec![attr("eps", Attr::Float(eps))])
     }
 
     pub(crate) fn layernorm(
@@ -212,25 +214,25 @@ impl<'r> Graph<'r> {
         eps: f64,
     ) -> Result<V, String> {
         let attrs = vec![attr("axis", Attr::Int(-1)), attr("eps", Attr::Float(eps))];
-        self.op(name, "tensor.layernorm", &[x, gamma, beta], attrs)
+        self.op(name, TensorOp::Layernorm, &[x, gamma, beta], attrs)
     }
 
     pub(crate) fn rope(&mut self, name: &str, x: V, cos: V, sin: V) -> Result<V, String> {
-        self.op(name, "tensor.rope", &[x, cos, sin], vec![])
+        self.op(name, TensorOp::Rope, &[x, cos, sin], vec![])
     }
 
     pub(crate) fn embedding(&mut self, name: &str, table: V, ids: V) -> Result<V, String> {
-        self.op(name, "tensor.embedding", &[table, ids], vec![])
+        self.op(name, TensorOp::Embedding, &[table, ids], vec![])
     }
 
     pub(crate) fn cross_entropy(&mut self, name: &str, logits: V, labels: V) -> Result<V, String> {
-        self.op(name, "tensor.cross_entropy", &[logits, labels], vec![])
+        self.op(name, TensorOp::CrossEntropy, &[logits, labels], vec![])
     }
 
     /// A splat f32 constant of the given shape.
     pub(crate) fn constant(&mut self, name: &str, value: f64, shape: &[u64]) -> Result<V, String> {
         let attrs = vec![attr("value", Attr::Float(value)), attr("shape", ints(shape))];
-        self.op(name, "tensor.constant", &[], attrs)
+        self.op(name, TensorOp::Constant, &[], attrs)
     }
 
     /// Builds the module: one function `func` taking the declared arguments (in declaration
@@ -241,7 +243,8 @@ impl<'r> Graph<'r> {
         func: &str,
         results: &[V],
     ) -> Result<Module, String> {
-        let ret = self.ops.get("func.return").ok_or("op `func.return` is not registered")?;
+        let ret =
+            self.ops.get(FuncOp::Return.name()).ok_or("op `func.return` is not registered")?;
         let mut m = Module::new(Some(module_name.to_string()));
         let arg_types: Vec<Type> =
             self.args.iter().map(|(_, v)| Type::Tensor(self.ty(*v).clone())).collect();

@@ -22,6 +22,7 @@
 //! Trainable (`wrt`): BERT's LoRA matrices and ViT's adapters, plus each model's task head (the
 //! classifier, newly initialised for a downstream task, cannot stay frozen).
 
+use fbc_dialects::kind::TensorOp;
 use fbc_ir::ElemType;
 
 use super::blocks::{Attn, Gen, Lin};
@@ -127,7 +128,7 @@ pub(crate) fn build_bert(
     let pb = gen.g.weight("pooler_b", &[d]);
     let pooled = gen.g.matmul("pooled_base", cls, pw)?;
     let pooled = gen.g.add("pooled_biased", pooled, pb)?;
-    let pooled = gen.g.unary("pooled", "tensor.tanh", pooled)?;
+    let pooled = gen.g.unary("pooled", TensorOp::Tanh, pooled)?;
     let loss = head(&mut gen, pooled, cfg.labels, labels, "classifier")?;
     let module = gen.g.finish(module_name, "loss", &[loss])?;
     Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })

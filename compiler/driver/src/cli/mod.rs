@@ -1,11 +1,25 @@
-//! The command-line interface (clap): `fbc FILE`, `fbc opt`, `fbc passes`, `fbc targets`,
-//! `fbc simplify-index`.
+//! The command-line interface (clap): every command's arguments, and the option groups several
+//! commands share ([`LowerArgs`], [`DeviceArgs`], [`InstrumentationArgs`]). This module is a
+//! leaf: the commands (`gen_cmd`, `run_cmd`, `bench`, `tuning`, `simplify_cmd`) read their
+//! arguments from here, and nothing here calls a command. What an argument group means for a
+//! compilation is [`crate::Session`]'s business: [`CompileArgs::session`] and
+//! [`LowerArgs::session`] build one.
+
+mod bench;
+mod gen;
+mod run;
+mod tune;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::Failure;
+pub use bench::BenchArgs;
+pub use gen::GenArgs;
+pub use run::RunArgs;
+pub use tune::TuneArgs;
+
+use crate::{Driver, Failure, Session};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -46,9 +60,9 @@ pub enum Command {
     /// Run a pass pipeline and print the resulting IR.
     Opt(OptArgs),
     /// Execute a function on inputs and write its results.
-    Run(crate::run_cmd::RunArgs),
+    Run(RunArgs),
     /// Generate a model's `.fbir` (forward, or a whole training step).
-    Gen(crate::gen_cmd::GenArgs),
+    Gen(GenArgs),
     /// List the registered passes with their options.
     Passes,
     /// List the hardware profiles of the targets.
@@ -60,9 +74,9 @@ pub enum Command {
     /// Measure parse, build, verify and print throughput on a generated module.
     BenchParse(BenchParseArgs),
     /// Run a module's kernels on a device and report the time, GFLOP/s and GB/s of each.
-    Bench(crate::bench::BenchArgs),
+    Bench(BenchArgs),
     /// Time contraction parameter sets on a device and store the fastest per shape class.
-    Tune(crate::tuning::TuneArgs),
+    Tune(TuneArgs),
 }
 
 #[derive(Debug, Args)]
@@ -206,6 +220,20 @@ impl CompileArgs {
         self.opt_level
     }
 
+    /// The compile session of these arguments: the profile `--target` names (resolved here,
+    /// once), `-O`, `--layout-strategy`, the lowering options and the instrumentation flags.
+    pub fn session<'d>(&self, driver: &'d Driver) -> Result<Session<'d>, Failure> {
+        let mut s = Session::for_target(driver, self.target_name())?;
+        s.level = self.level();
+        s.strategy = self.layout_strategy.strategy();
+        s.lowering = fbc_transforms::LoweringOptions {
+            half_images: self.half_images,
+            split_k: self.split_k,
+        };
+        s.instrumentation = self.instr.instrumentation();
+        Ok(s)
+    }
+
     /// The hardware profile's name: `--target`, else `generic`.
     pub fn target_name(&self) -> &str {
         self.target.as_deref().unwrap_or("generic")
@@ -241,6 +269,19 @@ pub struct InstrumentationArgs {
     pub verify_each: bool,
 }
 
+impl InstrumentationArgs {
+    /// What the pass manager does between passes: these flags, and verification after every
+    /// pass in debug builds.
+    pub fn instrumentation(&self) -> fbc_ir::pass::Instrumentation {
+        fbc_ir::pass::Instrumentation {
+            verify_each: self.verify_each || cfg!(debug_assertions),
+            print_after_all: self.print_ir_after_all,
+            print_after: self.print_ir_after.clone(),
+            time_passes: self.time_passes,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct OptArgs {
     /// The `.fbir` file (`-` reads standard input).
@@ -273,23 +314,56 @@ pub struct SimplifyArgs {
     pub json: bool,
 }
 
-pub(crate) fn simplify_index(a: &SimplifyArgs) -> Result<(), Failure> {
-    use fbc_grammar::{Diagnostic, SourceFile, Span};
-    let expr = fbc_index::Expr::parse(&a.expr).map_err(|e| {
-        let file = SourceFile::new("<expr>", a.expr.clone());
-        let d = Diagnostic::error(e.message).at(Span::new(e.offset, e.offset + 1));
-        Failure::input(&file, &[d])
-    })?;
-    let ranges = fbc_index::Ranges::from_specs(&a.ranges).map_err(|e| {
-        Failure::Usage(format!("--range `{}`: {} (at byte {})", e.spec, e.message, e.offset))
-    })?;
-    let s = fbc_index::simplify(&expr, &ranges, &fbc_index::Limits::default());
-    let text = if a.json {
-        let mut j = serde_json::to_string(&s).map_err(|e| Failure::Usage(e.to_string()))?;
-        j.push('\n');
-        j
-    } else {
-        format!("{}\n", s.output)
-    };
-    crate::output::write_text(None, &text)
+/// How `fbc run --target opencl|cpu-jit`, `fbc bench` and `fbc tune` compile a module before they
+/// run it: the options of their compile session.
+#[derive(Debug, Clone, Args)]
+pub struct LowerArgs {
+    /// Optimisation level the module is compiled at before it runs (default: 3).
+    #[arg(short = 'O', value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub opt_level: Option<u8>,
+
+    /// Layout strategy of -O3 (default: fblayout).
+    #[arg(long, value_enum)]
+    pub layout_strategy: Option<LayoutStrategy>,
+
+    /// Hardware profile the module is lowered for: a builtin name (see `fbc targets`) or a
+    /// profile file (`.toml`).
+    #[arg(long, default_value = "generic")]
+    pub profile: String,
+
+    /// Store every image2d texture as f16 (values rounded to the nearest f16 at every store,
+    /// arithmetic in f32). `fbc run --check` then compares with the reference executor on the
+    /// lowered module, which rounds the same way, within 1e-5 + 8·2^-11·(|ref| + max|ref|), and
+    /// reports the error against the f64 interpreter.
+    #[arg(long)]
+    pub half_images: bool,
+}
+
+impl LowerArgs {
+    /// The compile session: `--profile` resolved (once), `-O3` and fblayout unless given,
+    /// `--half-images` and `split_k` as the lowering options.
+    pub fn session<'d>(
+        &self,
+        driver: &'d Driver,
+        split_k: fbc_transforms::lower::SplitK,
+    ) -> Result<Session<'d>, Failure> {
+        let mut s = Session::for_target(driver, &self.profile)?;
+        s.level = self.opt_level.unwrap_or(3);
+        s.strategy = self.layout_strategy.unwrap_or(LayoutStrategy::Fblayout).strategy();
+        s.lowering = fbc_transforms::LoweringOptions { half_images: self.half_images, split_k };
+        Ok(s)
+    }
+}
+
+/// The OpenCL device a command runs on, and the tuned parameters it uses there.
+#[derive(Debug, Clone, Args)]
+pub struct DeviceArgs {
+    /// OpenCL device: its number in `fbc devices`, or part of its name.
+    #[arg(long, value_name = "N|NAME", default_value = "0")]
+    pub device: String,
+
+    /// Tuned contraction parameters (`fbc tune`) to use for the device (default: the database
+    /// in the cache directory, where it has entries for the device).
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<PathBuf>,
 }

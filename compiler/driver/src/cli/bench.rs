@@ -1,0 +1,63 @@
+//! `fbc bench`'s arguments (the command is `bench.rs`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{DeviceArgs, LowerArgs};
+
+/// `fbc bench FILE`: device time per kernel of an OpenCL run.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The `.fbir` file (`-` reads standard input).
+    pub file: PathBuf,
+
+    /// Where to run: `opencl` (the only device target so far).
+    #[arg(long, default_value = "opencl")]
+    pub target: String,
+
+    // How the module is compiled before it runs.
+    #[command(flatten)]
+    pub lower: LowerArgs,
+
+    // The device, and the tuned parameters used on it.
+    #[command(flatten)]
+    pub device: DeviceArgs,
+
+    /// Most memory a run may hold at once: plain bytes or K/M/G/T (`512M`, `8G`), checked
+    /// before anything is allocated. Default: half of the available memory.
+    #[arg(long, value_name = "SIZE", value_parser = super::parse_max_memory)]
+    pub max_memory: Option<u64>,
+
+    /// Run several strategies side by side (`fblayout,reuse,convert`) and print the ratios of
+    /// their total device times to the first one's.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "S,S,...")]
+    pub compare: Vec<super::LayoutStrategy>,
+
+    /// Timed runs after one warm-up run; each kernel's time is the median.
+    #[arg(long, default_value = "5")]
+    pub repeat: usize,
+
+    /// The function to run (default: the module's only function, else `main`).
+    #[arg(long, value_name = "NAME")]
+    pub entry: Option<String>,
+
+    /// Write every contraction as the plain kernel (one work-item per output) instead of the
+    /// tiled one, to compare the two.
+    #[arg(long)]
+    pub plain_kernels: bool,
+
+    /// Seed of the random inputs.
+    #[arg(long, value_name = "SEED", default_value = "1")]
+    pub seed: u64,
+
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// When contractions split their reduction into parallel chunks (lower-to-memory's
+    /// `split-k`): auto, off or a chunk count N; several (`auto,off`) run side by side, each
+    /// with every strategy.
+    #[arg(long, value_name = "auto|off|N,...", value_delimiter = ',', value_parser = super::parse_split_k)]
+    pub split_k: Vec<fbc_transforms::lower::SplitK>,
+}

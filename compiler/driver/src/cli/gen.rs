@@ -1,0 +1,80 @@
+//! `fbc gen`'s arguments (the command is `gen_cmd.rs`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::InstrumentationArgs;
+
+/// `fbc gen`'s arguments.
+#[derive(Debug, Args)]
+#[command(after_help = fbc_models::models_help())]
+pub struct GenArgs {
+    /// The model to generate (see the list below).
+    pub model: String,
+
+    /// Number of transformer layers (default: the model's published count).
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u64>,
+
+    /// Sequence length in tokens (default: the paper's Table 3 setting).
+    #[arg(long, value_name = "S")]
+    pub seq: Option<u64>,
+
+    /// Batch size (default: the paper's Table 3 setting).
+    #[arg(long, value_name = "B")]
+    pub batch: Option<u64>,
+
+    /// LoRA rank, alpha = 2R (adapter width for vit-large); 0: no adapters [default: 8].
+    #[arg(long, value_name = "R")]
+    pub lora_rank: Option<u64>,
+
+    /// Also emit the backward graph: runs `autodiff{func=loss wrt=<trainable parameters>}`.
+    #[arg(long)]
+    pub training: bool,
+
+    /// MHA configuration of Fig. 17 (mha only): c1 = (512, 32, 2048), c2 = (512, 16, 1024),
+    /// c3 = (512, 8, 1024) as [sequence, heads, hidden].
+    #[arg(long, value_name = "CONFIG")]
+    pub config: Option<String>,
+
+    /// Number of encoder states the decoder cross-attends to (whisper-large-decoder only;
+    /// default 300, the paper's Table 3; 1500 is a full 30 s window).
+    #[arg(long, value_name = "E")]
+    pub encoder_len: Option<u64>,
+
+    /// Vocabulary size, replacing the published one (decoder models and whisper only): for a
+    /// custom tokenizer, or to keep the embedding and head small when checking a compiled graph
+    /// against the interpreter.
+    #[arg(long, value_name = "V")]
+    pub vocab: Option<u64>,
+
+    /// The products of matmul-fb (matmul-fb only; default all three): `o` = a·b (forward),
+    /// `da` = do·bᵀ, `db` = aᵀ·do (the backward products); `o,da` is Fig. 16's pair.
+    #[arg(long, value_name = "o,da,db", value_delimiter = ',')]
+    pub products: Vec<String>,
+
+    /// Output file (default: standard output).
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub instr: InstrumentationArgs,
+}
+
+impl GenArgs {
+    /// The generator's options (`fbc_models::Options`) of these arguments.
+    pub fn options(&self) -> fbc_models::Options {
+        fbc_models::Options {
+            layers: self.layers,
+            seq: self.seq,
+            batch: self.batch,
+            lora_rank: self.lora_rank,
+            training: self.training,
+            config: self.config.clone(),
+            encoder_len: self.encoder_len,
+            vocab: self.vocab,
+            products: self.products.clone(),
+        }
+    }
+}

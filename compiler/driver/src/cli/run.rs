@@ -1,0 +1,74 @@
+//! `fbc run`'s arguments (the command is `run_cmd.rs`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{DeviceArgs, LowerArgs};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The `.fbir` file (`-` reads standard input).
+    pub file: PathBuf,
+
+    /// The function to run (default: the module's only function, else `main`).
+    #[arg(long, value_name = "NAME")]
+    pub entry: Option<String>,
+
+    /// Inputs, by argument name (`x` for `%x`), in a safetensors file.
+    #[arg(long, value_name = "IN.safetensors")]
+    pub inputs: Option<PathBuf>,
+
+    /// Write the results as `result0`, `result1`, ... to a safetensors file.
+    #[arg(long, value_name = "OUT.safetensors")]
+    pub outputs: Option<PathBuf>,
+
+    /// Deterministic random values for every argument not given in --inputs.
+    #[arg(long, value_name = "SEED")]
+    pub random_inputs: Option<u64>,
+
+    /// Where to run: `cpu` (the reference interpreter), `cpu-jit` (native code from the
+    /// Cranelift back end) or `opencl`.
+    #[arg(long, default_value = "cpu")]
+    pub target: String,
+
+    /// Compute every float op in f64 (float results are written as F64).
+    #[arg(long = "f64")]
+    pub f64: bool,
+
+    /// Compare a device run (`--target opencl`) with the reference interpreter.
+    #[arg(long)]
+    pub check: bool,
+
+    // How the module is compiled before an OpenCL or JIT run.
+    #[command(flatten)]
+    pub lower: LowerArgs,
+
+    // With `--target opencl`: the device, and the tuned parameters used on it.
+    #[command(flatten)]
+    pub device: DeviceArgs,
+
+    /// Write the generated OpenCL (one `.cl` per kernel, the whole source and the manifest) to
+    /// DIR before running.
+    #[arg(long, value_name = "DIR")]
+    pub dump_kernels: Option<PathBuf>,
+
+    /// Replace generated kernel NAME by the `__kernel` in FILE.cl (repeatable).
+    #[arg(long, value_name = "NAME=FILE.cl")]
+    pub substitute_kernel: Vec<String>,
+
+    /// Print the result summaries even with --outputs, and the run time (to stderr).
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// With `--target opencl|cpu-jit`: when contractions split their reduction into parallel
+    /// chunks (lower-to-memory's `split-k`): auto, off, or a chunk count N.
+    #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = super::parse_split_k)]
+    pub split_k: fbc_transforms::lower::SplitK,
+
+    /// Most memory the run may hold at once: plain bytes or K/M/G/T (`512M`, `8G`). Checked
+    /// before anything is allocated (a run that would not fit fails at once, exit 1). Default:
+    /// half of the available memory.
+    #[arg(long, value_name = "SIZE", value_parser = super::parse_max_memory)]
+    pub max_memory: Option<u64>,
+}

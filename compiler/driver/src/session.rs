@@ -1,0 +1,177 @@
+//! A compile session: what one compilation is for (the hardware profile, resolved once; the `-O`
+//! level; the layout strategy; the lowering options) and the steps every command takes with it.
+//!
+//! The command line builds one [`Session`] per command from its arguments and calls its steps;
+//! tests and plugin authors do the same without going through argument parsing:
+//!
+//! ```
+//! # use std::sync::Arc;
+//! let driver = fbc::Driver::default();
+//! let session = fbc::Session::for_target(&driver, "mali").expect("a builtin profile");
+//! let text = "func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+//!   %y = tensor.relu %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+//!   func.return %y : tensor<4x8xf32>
+//! }";
+//! let file = Arc::new(fbc_ir::SourceFile::new("f.fbir", text));
+//! let mut module = fbc_ir::parse_module(&file, &driver.ops).expect("valid input");
+//! session.compile(&file, &mut module).expect("optimised and lowered");
+//! let out = session.emit_opencl(&module, true, Default::default()).expect("OpenCL C");
+//! assert!(out.source.contains("__kernel"));
+//! ```
+//!
+//! Every pipeline of a session runs with its profile in `PassContext::target`; no pass and no
+//! writer looks a target name up again.
+
+use fbc_codegen::opencl::{KernelOptions, Options, Output, Writer};
+use fbc_dialects::kind::{FuncOp, OpKind};
+use fbc_ir::pass::{Instrumentation, Statistics, Timings};
+use fbc_ir::{FuncId, Module, SourceFile};
+use fbc_runtime::interp::Value;
+use fbc_target::HardwareProfile;
+use fbc_transforms::global_layout::Strategy;
+use fbc_transforms::LoweringOptions;
+
+use crate::{Driver, Failure};
+
+/// One compilation's settings, with the driver whose registries it runs.
+#[derive(Debug, Clone)]
+pub struct Session<'d> {
+    pub driver: &'d Driver,
+    /// The hardware profile every pass and writer of the session compiles for.
+    pub profile: HardwareProfile,
+    /// The `-O` level of [`Session::optimize`] (0 to 3).
+    pub level: u8,
+    /// The layout strategy of `-O3` (Sec. 4.4 and the Sec. 2.3 baselines).
+    pub strategy: Strategy,
+    /// The options of `lower-to-memory` besides the profile.
+    pub lowering: LoweringOptions,
+    /// What the pass manager does between passes (`--verify-each`, `--print-ir-after`, ...).
+    pub instrumentation: Instrumentation,
+}
+
+impl<'d> Session<'d> {
+    /// A session for `profile` at `-O3` with the fblayout strategy and the default lowering;
+    /// the IR is verified after every pass in debug builds.
+    pub fn new(driver: &'d Driver, profile: HardwareProfile) -> Session<'d> {
+        Session {
+            driver,
+            profile,
+            level: 3,
+            strategy: Strategy::FbLayout,
+            lowering: LoweringOptions::default(),
+            instrumentation: Instrumentation {
+                verify_each: cfg!(debug_assertions),
+                ..Instrumentation::default()
+            },
+        }
+    }
+
+    /// [`Session::new`] for the profile `name_or_path` names: a builtin name (an unknown one is a
+    /// command-line error) or a profile file (a malformed one is an input error at its line).
+    pub fn for_target(driver: &'d Driver, name_or_path: &str) -> Result<Session<'d>, Failure> {
+        Ok(Session::new(driver, crate::hardware_profile(name_or_path)?))
+    }
+
+    /// Runs the `-O level` pipeline with the session's strategy. Returns the pass timings and
+    /// statistics.
+    pub fn optimize(
+        &self,
+        file: &SourceFile,
+        module: &mut Module,
+    ) -> Result<(Timings, Statistics), Failure> {
+        let pipeline = fbc_transforms::pipeline(self.level, self.strategy);
+        self.run(file, module, &pipeline)
+    }
+
+    /// Lowers an optimised module to the memory dialect (`lower-to-memory` with the session's
+    /// options, then `plan-memory`) unless it is lowered already. Returns the passes' statistics
+    /// (plan-memory's peak bytes among them).
+    pub fn lower(&self, file: &SourceFile, module: &mut Module) -> Result<Statistics, Failure> {
+        if is_lowered(module) {
+            return Ok(Statistics::default());
+        }
+        let (_, stats) =
+            self.run(file, module, &fbc_transforms::lowering_pipeline(self.lowering))?;
+        Ok(stats)
+    }
+
+    /// [`Session::optimize`] then [`Session::lower`], unless the module is lowered already, and
+    /// the verifier over the result: nothing runs before the lowered module verifies, so a
+    /// launch the bounds prover shows out of bounds is an error at its op here, whatever the
+    /// build's pass-manager checks. What every command that runs a module does before it runs
+    /// it. Returns the lowering passes' statistics.
+    pub fn compile(&self, file: &SourceFile, module: &mut Module) -> Result<Statistics, Failure> {
+        if is_lowered(module) {
+            // An input that is already lowered was verified when it was loaded.
+            return Ok(Statistics::default());
+        }
+        self.optimize(file, module)?;
+        let stats = self.lower(file, module)?;
+        let errors = fbc_ir::verify::verify_module(module);
+        if !errors.is_empty() {
+            return Err(Failure::input(file, &errors));
+        }
+        Ok(stats)
+    }
+
+    /// OpenCL C and the launch manifest of a lowered module, with the kernel shapes of the
+    /// session's profile (`tiled`: the tiled contraction kernel where it applies; `tuned`:
+    /// `fbc tune`'s parameters by contraction shape class). A launch the writer cannot handle is
+    /// an input error at its location.
+    pub fn emit_opencl(
+        &self,
+        lowered: &Module,
+        tiled: bool,
+        tuned: crate::tuning::Entries,
+    ) -> Result<Output, Failure> {
+        let mut kernels = KernelOptions::for_target(&self.profile);
+        kernels.tiled = tiled;
+        kernels.tuned = tuned;
+        let opts = Options { kernels, ..Options::default() };
+        Writer::new(opts).write(lowered).map_err(|e| Failure::Input(format!("{e}\n")))
+    }
+
+    /// Runs function `func` of a lowered module on this CPU through the Cranelift JIT: its
+    /// results and the JIT's counters. A launch that fails is an input error at its op.
+    pub fn jit(
+        &self,
+        file: &SourceFile,
+        lowered: &Module,
+        func: FuncId,
+        inputs: Vec<Value>,
+    ) -> Result<(Vec<Value>, fbc_runtime::jit::JitStats), Failure> {
+        fbc_runtime::jit::run(lowered, func, inputs, fbc_runtime::interp::Options::default())
+            .map_err(|e| Failure::input(file, &[e.to_diagnostic()]))
+    }
+
+    /// Runs a pipeline text with the session's profile and instrumentation.
+    pub fn run(
+        &self,
+        file: &SourceFile,
+        module: &mut Module,
+        pipeline: &str,
+    ) -> Result<(Timings, Statistics), Failure> {
+        self.driver.run_pipeline(file, module, pipeline, &self.profile, &self.instrumentation)
+    }
+}
+
+/// Whether every function body holds only memory ops (and `func.return`): the module is already
+/// lowered, and the lowering pipeline is skipped.
+pub fn is_lowered(module: &Module) -> bool {
+    module.func_ids().all(|f| {
+        module.func(f).body.iter().all(|&op| {
+            matches!(
+                OpKind::of_op(module.op(op)),
+                Some(OpKind::Memory(_) | OpKind::Func(FuncOp::Return))
+            )
+        })
+    })
+}
+
+/// Whether any value of the module is an `f16` image (`--half-images` storage).
+pub fn has_half_images(module: &Module) -> bool {
+    module
+        .values
+        .iter()
+        .any(|v| fbc_dialects::memory::MemType::from_type(&v.ty).is_some_and(|t| t.is_half()))
+}

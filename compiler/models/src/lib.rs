@@ -1,0 +1,491 @@
+//! The model generators behind `fbc gen`: the models of the FBLayout paper's Table 3 and its two
+//! microbenchmarks (Fig. 16, Fig. 17), each built as an `fbc_ir::Module` through a small graph
+//! recorder (`builder`).
+//!
+//! [`MODELS`] is the catalogue: each entry says which options apply and their defaults (the real
+//! layer count and Table 3's batch and sequence). [`resolve`] checks a set of [`Options`] against
+//! a model and fills in its defaults; [`generate`] builds the forward graph; [`build`] does both
+//! and, for a training graph, runs the `autodiff` pass, giving the module `fbc gen` writes. The
+//! hyperparameters and their sources are in `config.rs`; `docs/models.md` describes every graph
+//! and its approximations.
+//!
+//! ```
+//! let opts = fbc_models::Options { layers: Some(1), seq: Some(4), vocab: Some(32),
+//!     training: true, ..Default::default() };
+//! let m = fbc_models::build("llama3.2-1b", &opts).expect("a training graph");
+//! assert!(m.find_func("loss_grad").is_some());
+//! ```
+
+mod blocks;
+mod builder;
+mod config;
+mod decoder;
+mod encoder;
+mod micro;
+mod whisper;
+
+use std::sync::Arc;
+
+use fbc_ir::pass::{PassContext, PassManager};
+use fbc_ir::{Module, OpRegistry, SourceFile};
+
+use builder::Graph;
+use config::{DecoderCfg, MHA_CONFIGS};
+
+/// What a model is built from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Decoder(&'static DecoderCfg),
+    Bert,
+    Vit,
+    Whisper,
+    MatmulFb,
+    Mha,
+}
+
+/// One model `fbc gen` knows, with the options that apply to it and their defaults (`None`: the
+/// option does not apply).
+#[derive(Debug, Clone, Copy)]
+pub struct ModelInfo {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub(crate) kind: Kind,
+    pub layers: Option<u64>,
+    pub batch: Option<u64>,
+    pub seq: Option<u64>,
+    /// The longest `--seq` the model supports (its position table or context length).
+    pub max_seq: u64,
+    /// Whether `--lora-rank` (LoRA rank, or adapter width for ViT) and `--training` apply.
+    pub trainable: bool,
+    /// The default and the maximum of `--encoder-len` (Whisper only).
+    pub encoder_len: Option<(u64, u64)>,
+    /// The hidden size, the largest sensible LoRA rank.
+    pub hidden: u64,
+}
+
+const fn lm(name: &'static str, about: &'static str, cfg: &'static DecoderCfg) -> ModelInfo {
+    ModelInfo {
+        name,
+        about,
+        kind: Kind::Decoder(cfg),
+        layers: Some(cfg.layers),
+        // Table 3: batch 1, 512 tokens.
+        batch: Some(1),
+        seq: Some(512),
+        max_seq: cfg.max_positions,
+        trainable: true,
+        encoder_len: None,
+        hidden: cfg.hidden,
+    }
+}
+
+/// Every model, in the order `fbc gen --help` lists them.
+pub const MODELS: &[ModelInfo] = &[
+    lm("llama3.2-1b", "Llama 3.2 1B, LoRA on Q, K, V and the MLP", &config::LLAMA32_1B),
+    lm("qwen2.5-1.5b", "Qwen 2.5 1.5B, LoRA on Q, K, V and the MLP", &config::QWEN25_15B),
+    lm("gemma2-2b", "Gemma 2 2B, LoRA on Q, K, V and the MLP", &config::GEMMA2_2B),
+    ModelInfo {
+        name: "bert-large",
+        about: "BERT-Large, LoRA on Q, K, V and the MLP, 2-way classifier",
+        kind: Kind::Bert,
+        layers: Some(config::BERT_LARGE.layers),
+        batch: Some(4),
+        seq: Some(512),
+        max_seq: config::BERT_MAX_POSITIONS,
+        trainable: true,
+        encoder_len: None,
+        hidden: config::BERT_LARGE.hidden,
+    },
+    ModelInfo {
+        name: "vit-large",
+        about: "ViT-Large/16 (224x224), bottleneck adapters, 1000-way head",
+        kind: Kind::Vit,
+        layers: Some(config::VIT_LARGE.layers),
+        batch: Some(8),
+        seq: None,
+        max_seq: 0,
+        trainable: true,
+        encoder_len: None,
+        hidden: config::VIT_LARGE.hidden,
+    },
+    ModelInfo {
+        name: "whisper-large-decoder",
+        about: "Whisper large-v3 decoder, self- and cross-attention, LoRA",
+        kind: Kind::Whisper,
+        layers: Some(config::WHISPER_LARGE_V3.layers),
+        batch: Some(2),
+        seq: Some(config::WHISPER_LARGE_V3.max_target_positions),
+        max_seq: config::WHISPER_LARGE_V3.max_target_positions,
+        trainable: true,
+        encoder_len: Some((300, config::WHISPER_LARGE_V3.max_source_positions)),
+        hidden: config::WHISPER_LARGE_V3.hidden,
+    },
+    ModelInfo {
+        name: "matmul-fb",
+        about: "Fig. 16: O = A x B (M=512, K=2048, N=8192) and dA = dO x B^T",
+        kind: Kind::MatmulFb,
+        layers: None,
+        batch: None,
+        seq: None,
+        max_seq: 0,
+        trainable: false,
+        encoder_len: None,
+        hidden: 0,
+    },
+    ModelInfo {
+        name: "mha",
+        about: "Fig. 17: one multi-head attention block, --config c1|c2|c3",
+        kind: Kind::Mha,
+        layers: None,
+        batch: Some(1),
+        seq: Some(512),
+        max_seq: 131072,
+        trainable: false,
+        encoder_len: None,
+        hidden: 0,
+    },
+];
+
+/// The model list of `fbc gen --help`.
+pub fn models_help() -> String {
+    let mut s = String::from(
+        "Models (defaults: the published layer count, the batch and sequence of the paper's \
+         Table 3):\n",
+    );
+    for m in MODELS {
+        let mut d = Vec::new();
+        if let Some(l) = m.layers {
+            d.push(format!("{l} layers"));
+        }
+        if let Some(b) = m.batch {
+            d.push(format!("B={b}"));
+        }
+        if let Some(q) = m.seq {
+            d.push(format!("S={q}"));
+        }
+        if let Some((e, _)) = m.encoder_len {
+            d.push(format!("E={e}"));
+        }
+        let defaults = if d.is_empty() { String::new() } else { format!(" [{}]", d.join(", ")) };
+        s.push_str(&format!("  {:<22} {}{defaults}\n", m.name, m.about));
+    }
+    s.push_str(
+        "\nSee docs/models.md for the hyperparameters, their sources and the approximations.",
+    );
+    s
+}
+
+/// The names of the models, comma separated.
+pub fn model_names() -> String {
+    MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+}
+
+pub fn find(name: &str) -> Option<&'static ModelInfo> {
+    MODELS.iter().find(|m| m.name.eq_ignore_ascii_case(name))
+}
+
+/// The index of an MHA configuration name (`c1`), case-insensitive.
+pub fn mha_config(name: &str) -> Option<usize> {
+    MHA_CONFIGS.iter().position(|(n, ..)| n.eq_ignore_ascii_case(name))
+}
+
+/// The names of the MHA configurations with their shapes, for messages.
+pub fn mha_config_names() -> String {
+    let items: Vec<String> =
+        MHA_CONFIGS.iter().map(|(n, s, h, d)| format!("{n} = ({s}, {h}, {d})")).collect();
+    items.join(", ")
+}
+
+/// The resolved sizes of one generation (defaults filled in, ranges checked).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spec {
+    pub layers: u64,
+    pub batch: u64,
+    pub seq: u64,
+    pub rank: u64,
+    pub encoder_len: u64,
+    /// Index into the MHA configurations.
+    pub config: usize,
+    /// Replaces the published vocabulary size (decoder models and whisper).
+    pub vocab: Option<u64>,
+    /// Which of matmul-fb's [`PRODUCTS`] to emit.
+    pub products: [bool; 3],
+}
+
+/// The products `fbc gen matmul-fb` can emit, in result order.
+pub const PRODUCTS: [&str; 3] = ["o", "da", "db"];
+/// Every product (the default).
+pub const ALL_PRODUCTS: [bool; 3] = [true; 3];
+
+/// A generated module: the function to differentiate and its trainable arguments.
+#[derive(Debug)]
+pub struct Generated {
+    pub module: Module,
+    pub func: String,
+    pub trainable: Vec<String>,
+}
+
+/// `llama3.2-1b` → `llama3_2_1b`: a symbol name for the module.
+fn module_name(model: &str) -> String {
+    model.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+/// Builds the model's module. Errors are generator bugs (an op that does not verify), reported
+/// with the dialect's message.
+pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Generated, String> {
+    let g = Graph::new(ops);
+    let name = module_name(model.name);
+    match model.kind {
+        Kind::Decoder(cfg) => {
+            let mut cfg = *cfg;
+            cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
+            decoder::build(g, &cfg, &name, spec)
+        }
+        Kind::Bert => encoder::build_bert(g, &config::BERT_LARGE, &name, spec),
+        Kind::Vit => encoder::build_vit(g, &config::VIT_LARGE, &name, spec),
+        Kind::Whisper => {
+            let mut cfg = config::WHISPER_LARGE_V3;
+            cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
+            whisper::build(g, &cfg, &name, spec)
+        }
+        Kind::MatmulFb => micro::matmul_fb(g, spec.products),
+        Kind::Mha => micro::mha(g, spec),
+    }
+}
+
+/// The options of one generation, as `fbc gen` takes them: `None` (or empty, false) leaves the
+/// model's default.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Number of transformer layers.
+    pub layers: Option<u64>,
+    /// Sequence length in tokens.
+    pub seq: Option<u64>,
+    /// Batch size.
+    pub batch: Option<u64>,
+    /// LoRA rank (adapter width for vit-large); 0: no adapters.
+    pub lora_rank: Option<u64>,
+    /// Also build the backward graph (`autodiff` over the trainable parameters).
+    pub training: bool,
+    /// MHA configuration of Fig. 17 (`c1`, `c2`, `c3`; mha only).
+    pub config: Option<String>,
+    /// Number of encoder states the decoder cross-attends to (whisper-large-decoder only).
+    pub encoder_len: Option<u64>,
+    /// Vocabulary size replacing the published one (decoder models and whisper only).
+    pub vocab: Option<u64>,
+    /// matmul-fb's products (`o`, `da`, `db`); empty: all three.
+    pub products: Vec<String>,
+}
+
+/// Why a model could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The model or an option is wrong (an unknown name, an option that does not apply, a value
+    /// out of range): the caller's mistake.
+    Usage(String),
+    /// The generator built a graph that does not verify, or autodiff failed on it: a bug in
+    /// fbc, with the model named.
+    Internal(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Usage(m) | Error::Internal(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Upper bounds that keep every tensor's element count far from u64 overflow while allowing any
+/// realistic setting.
+const MAX_LAYERS: u64 = 1024;
+const MAX_BATCH: u64 = 4096;
+/// 2^24 tokens: 65 times the largest published vocabulary (Gemma 2's 256,000).
+const MAX_VOCAB: u64 = 1 << 24;
+/// The LoRA rank (and ViT adapter width) when `lora_rank` is not given: the rank of the
+/// examples and a common LoRA setting.
+const DEFAULT_RANK: u64 = 8;
+
+/// The model named `name` (case-insensitive), or a usage error listing the known ones.
+pub fn model(name: &str) -> Result<&'static ModelInfo, Error> {
+    find(name).ok_or_else(|| {
+        Error::Usage(format!("unknown model `{name}`; known models: {}", model_names()))
+    })
+}
+
+/// Fills in the defaults of `model` and checks every option against it: an option that does not
+/// apply to the model, or a value out of its range, is a usage error (so that a typo'd benchmark
+/// setting cannot produce a graph of the wrong size).
+pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
+    let name = model.name;
+    let usage = Error::Usage;
+    let not_for = |opt: &str, why: &str| usage(format!("`{opt}` does not apply to {name}: {why}"));
+    let fixed = match model.name {
+        "matmul-fb" => "Fig. 16's shapes are fixed (M=512, K=2048, N=8192)",
+        "mha" => "it is a single attention block (Fig. 17)",
+        _ => "",
+    };
+    let in_range = |opt: &str, v: u64, lo: u64, hi: u64| {
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(usage(format!("`{opt}` for {name} must be from {lo} to {hi}, found {v}")))
+        }
+    };
+
+    let layers = match (model.layers, a.layers) {
+        (Some(d), None) => d,
+        (Some(_), Some(n)) => in_range("--layers", n, 1, MAX_LAYERS)?,
+        (None, Some(_)) => return Err(not_for("--layers", fixed)),
+        (None, None) => 0,
+    };
+    let batch = match (model.batch, a.batch) {
+        (Some(d), None) => d,
+        (Some(_), Some(n)) => in_range("--batch", n, 1, MAX_BATCH)?,
+        (None, Some(_)) => return Err(not_for("--batch", fixed)),
+        (None, None) => 0,
+    };
+    let seq = match (model.seq, a.seq) {
+        (Some(d), None) => d,
+        (Some(_), Some(n)) => in_range("--seq", n, 1, model.max_seq)?,
+        (None, Some(_)) if model.name == "vit-large" => {
+            return Err(not_for(
+                "--seq",
+                "its sequence is fixed by the 224x224 image: 196 patches of 16x16 plus [CLS]",
+            ))
+        }
+        (None, Some(_)) => return Err(not_for("--seq", fixed)),
+        (None, None) => 0,
+    };
+    let rank = match (model.trainable, a.lora_rank) {
+        (true, None) => DEFAULT_RANK,
+        (true, Some(r)) => in_range("--lora-rank", r, 0, model.hidden)?,
+        (false, Some(_)) => return Err(not_for("--lora-rank", "it has no trainable parameters")),
+        (false, None) => 0,
+    };
+    if a.training && !model.trainable {
+        return Err(not_for("--training", "it has no loss to differentiate"));
+    }
+    let encoder_len = match (model.encoder_len, a.encoder_len) {
+        (Some((d, _)), None) => d,
+        (Some((_, max)), Some(n)) => in_range("--encoder-len", n, 1, max)?,
+        (None, Some(_)) => {
+            return Err(not_for("--encoder-len", "only whisper-large-decoder has an encoder input"))
+        }
+        (None, None) => 0,
+    };
+    let config = match (model.name, a.config.as_deref()) {
+        ("mha", None) => 0,
+        ("mha", Some(c)) => mha_config(c).ok_or_else(|| {
+            usage(format!("unknown MHA configuration `{c}`; known: {}", mha_config_names()))
+        })?,
+        (_, Some(_)) => {
+            return Err(usage(format!("`--config` applies only to mha, not to {name}")))
+        }
+        (_, None) => 0,
+    };
+    let vocab = match (a.vocab, &model.kind) {
+        (None, _) => None,
+        (Some(v), Kind::Decoder(_) | Kind::Whisper) => Some(in_range("--vocab", v, 1, MAX_VOCAB)?),
+        (Some(_), _) => {
+            return Err(usage(format!(
+                "--vocab applies to decoder models and whisper-large-decoder, not {name}"
+            )))
+        }
+    };
+    let products = match (model.kind, a.products.is_empty()) {
+        (_, true) => ALL_PRODUCTS,
+        (Kind::MatmulFb, false) => {
+            let mut p = [false; 3];
+            for name in &a.products {
+                let i = PRODUCTS.iter().position(|n| n == name).ok_or_else(|| {
+                    usage(format!(
+                        "unknown matmul-fb product `{name}`; known: {}",
+                        PRODUCTS.join(", ")
+                    ))
+                })?;
+                p[i] = true;
+            }
+            p
+        }
+        (_, false) => {
+            return Err(usage(format!("`--products` applies only to matmul-fb, not to {name}")))
+        }
+    };
+    Ok(Spec { layers, batch, seq, rank, encoder_len, config, vocab, products })
+}
+
+impl Generated {
+    /// The pass that adds the backward graph: `autodiff{func=F wrt=P1,P2,...}` over the
+    /// trainable parameters, or a usage error when there are none (`lora_rank` 0).
+    pub fn autodiff_pipeline(&self, model: &ModelInfo) -> Result<String, Error> {
+        if self.trainable.is_empty() {
+            return Err(Error::Usage(format!(
+                "--training: {} has no trainable parameters with --lora-rank 0",
+                model.name
+            )));
+        }
+        Ok(format!("autodiff{{func={} wrt={}}}", self.func, self.trainable.join(",")))
+    }
+}
+
+/// Builds `model` with `spec` and checks it with the verifier: a graph that does not verify is
+/// an internal error naming the model.
+pub fn generate_verified(
+    ops: &OpRegistry,
+    model: &ModelInfo,
+    spec: &Spec,
+) -> Result<Generated, Error> {
+    let internal =
+        |msg: String| Error::Internal(format!("fbc gen {}: internal error: {msg}", model.name));
+    let generated = generate(ops, model, spec)
+        .map_err(|e| internal(format!("building the graph failed: {e}")))?;
+    let diags = fbc_ir::verify_module(&generated.module);
+    if !diags.is_empty() {
+        let msgs: Vec<String> = diags.iter().map(|d| d.message.clone()).collect();
+        return Err(internal(format!("the graph does not verify: {}", msgs.join("; "))));
+    }
+    Ok(generated)
+}
+
+/// The module `fbc gen NAME` writes for `opts`, built with the stock op and pass registries: the
+/// forward graph, or with `opts.training` the graph after `autodiff`. The training graph is
+/// built from the printed forward text (`<fbc gen NAME>`), as `fbc gen` does, so that the two
+/// are the same module and a diagnostic of autodiff points into real text.
+pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
+    let ops = fbc_dialects::registry();
+    let model = model(name)?;
+    let spec = resolve(model, opts)?;
+    let generated = generate_verified(&ops, model, &spec)?;
+    if !opts.training {
+        return Ok(generated.module);
+    }
+    let pipeline = generated.autodiff_pipeline(model)?;
+    let internal =
+        |msg: String| Error::Internal(format!("fbc gen {}: internal error: {msg}", model.name));
+    let (file, mut module) = reparse(&ops, model, &generated.module).map_err(internal)?;
+    let passes = fbc_transforms::default_registry();
+    let steps = passes.parse_pipeline(&pipeline).map_err(|e| internal(e.message))?;
+    let mut cx = PassContext::new(&ops);
+    PassManager::new(steps)
+        .run(&mut module, &mut cx, &mut |_| {})
+        .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
+    Ok(module)
+}
+
+/// The printed form of a generated `module`, parsed back as the file `<fbc gen NAME>`: the
+/// module a pass over the generated graph should run on, so that its diagnostics have
+/// positions.
+pub fn reparse(
+    ops: &OpRegistry,
+    model: &ModelInfo,
+    module: &Module,
+) -> Result<(Arc<SourceFile>, Module), String> {
+    let text = fbc_ir::print_module(module);
+    let file = Arc::new(SourceFile::new(format!("<fbc gen {}>", model.name), text));
+    let module =
+        fbc_ir::parse_module(&file, ops).map_err(|d| fbc_grammar::diag::render_all(&file, &d))?;
+    Ok((file, module))
+}

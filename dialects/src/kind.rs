@@ -1,0 +1,239 @@
+//! Typed op kinds: one enum per dialect with a variant per op, and [`OpKind`] over all of them.
+//!
+//! Passes, the lowering, the interpreter and the cost model match on these instead of comparing
+//! op names, and they match exhaustively: a new op is a new variant, and every consumer that has
+//! to say what the op means stops compiling until it does. The name of each variant's op is
+//! written once, here; the unit tests check that the enums and the op tables (`OPS` of every
+//! dialect and of the IR core's `func` ops) list the same ops.
+//!
+//! ```
+//! use fbc_dialects::kind::{OpKind, TensorOp};
+//! assert_eq!(TensorOp::from_name("tensor.silu"), Some(TensorOp::Silu));
+//! assert_eq!(TensorOp::Silu.name(), "tensor.silu");
+//! assert_eq!(OpKind::from_name("layout.remap").map(OpKind::name), Some("layout.remap"));
+//! ```
+
+use fbc_ir::{OpData, OpDef};
+
+macro_rules! op_kinds {
+    ($(#[$meta:meta])* $ty:ident { $($variant:ident = $name:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $ty {
+            $(#[doc = concat!("`", $name, "`")] $variant,)*
+        }
+
+        impl $ty {
+            /// Every op of the dialect, in declaration order.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant,)*];
+
+            /// The op's name (`dialect.op`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)*
+                }
+            }
+
+            /// The kind of the op called `name`, if it is one of this dialect's.
+            pub fn from_name(name: &str) -> Option<$ty> {
+                match name {
+                    $($name => Some($ty::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The kind of an op definition.
+            pub fn of(def: &OpDef) -> Option<$ty> {
+                $ty::from_name(def.name)
+            }
+
+            /// The kind of an op.
+            pub fn of_op(op: &OpData) -> Option<$ty> {
+                $ty::from_name(op.name())
+            }
+
+            /// Whether `op` is this kind of op.
+            pub fn is(self, op: &OpData) -> bool {
+                op.name() == self.name()
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+op_kinds! {
+    /// The IR core's `func` ops.
+    FuncOp {
+        Return = "func.return",
+        Call = "func.call",
+    }
+}
+
+op_kinds! {
+    /// The `tensor` dialect's ops ([`crate::tensor`]).
+    TensorOp {
+        Constant = "tensor.constant",
+        Add = "tensor.add",
+        Sub = "tensor.sub",
+        Mul = "tensor.mul",
+        Div = "tensor.div",
+        Max = "tensor.max",
+        Min = "tensor.min",
+        Neg = "tensor.neg",
+        Exp = "tensor.exp",
+        Log = "tensor.log",
+        Sqrt = "tensor.sqrt",
+        Rsqrt = "tensor.rsqrt",
+        Tanh = "tensor.tanh",
+        Sigmoid = "tensor.sigmoid",
+        Relu = "tensor.relu",
+        Silu = "tensor.silu",
+        Gelu = "tensor.gelu",
+        Scale = "tensor.scale",
+        Matmul = "tensor.matmul",
+        ReduceSum = "tensor.reduce_sum",
+        ReduceMean = "tensor.reduce_mean",
+        ReduceMax = "tensor.reduce_max",
+        Softmax = "tensor.softmax",
+        Layernorm = "tensor.layernorm",
+        Rmsnorm = "tensor.rmsnorm",
+        Rope = "tensor.rope",
+        Embedding = "tensor.embedding",
+        CrossEntropy = "tensor.cross_entropy",
+        Reshape = "tensor.reshape",
+        Transpose = "tensor.transpose",
+        Broadcast = "tensor.broadcast",
+        Slice = "tensor.slice",
+        Concat = "tensor.concat",
+        SoftmaxGrad = "tensor.softmax_grad",
+        LayernormGrad = "tensor.layernorm_grad",
+        RmsnormGrad = "tensor.rmsnorm_grad",
+        GeluGrad = "tensor.gelu_grad",
+        SiluGrad = "tensor.silu_grad",
+        SigmoidGrad = "tensor.sigmoid_grad",
+        TanhGrad = "tensor.tanh_grad",
+        ReluGrad = "tensor.relu_grad",
+        RopeGrad = "tensor.rope_grad",
+        CrossEntropyGrad = "tensor.cross_entropy_grad",
+        EmbeddingGrad = "tensor.embedding_grad",
+        Unbroadcast = "tensor.unbroadcast",
+        SliceGrad = "tensor.slice_grad",
+        Ge = "tensor.ge",
+    }
+}
+
+op_kinds! {
+    /// The `layout` dialect's ops ([`crate::layout`]).
+    LayoutOp {
+        Assign = "layout.assign",
+        Convert = "layout.convert",
+        Remap = "layout.remap",
+    }
+}
+
+op_kinds! {
+    /// The `memory` dialect's ops ([`crate::memory`]).
+    MemoryOp {
+        Alloc = "memory.alloc",
+        Dealloc = "memory.dealloc",
+        Upload = "memory.upload",
+        Download = "memory.download",
+        Launch = "memory.launch",
+    }
+}
+
+/// The kind of any op fbc defines, by dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    Func(FuncOp),
+    Tensor(TensorOp),
+    Layout(LayoutOp),
+    Memory(MemoryOp),
+}
+
+impl OpKind {
+    /// The kind of the op called `name`; `None` for an op no dialect of fbc defines (one a
+    /// plugin registered).
+    pub fn from_name(name: &str) -> Option<OpKind> {
+        let (dialect, _) = name.split_once('.')?;
+        match dialect {
+            "func" => FuncOp::from_name(name).map(OpKind::Func),
+            "tensor" => TensorOp::from_name(name).map(OpKind::Tensor),
+            "layout" => LayoutOp::from_name(name).map(OpKind::Layout),
+            "memory" => MemoryOp::from_name(name).map(OpKind::Memory),
+            _ => None,
+        }
+    }
+
+    /// The kind of an op definition.
+    pub fn of(def: &OpDef) -> Option<OpKind> {
+        OpKind::from_name(def.name)
+    }
+
+    /// The kind of an op.
+    pub fn of_op(op: &OpData) -> Option<OpKind> {
+        OpKind::from_name(op.name())
+    }
+
+    /// The op's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::Func(k) => k.name(),
+            OpKind::Tensor(k) => k.name(),
+            OpKind::Layout(k) => k.name(),
+            OpKind::Memory(k) => k.name(),
+        }
+    }
+}
+
+impl TensorOp {
+    /// The op's definition in the tensor dialect's tables.
+    pub fn def(self) -> &'static OpDef {
+        crate::tensor::ops()
+            .find(|d| d.name == self.name())
+            .expect("every TensorOp has a definition (checked by the kind tests)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each op table and its enum list the same ops.
+    fn same(defs: impl Iterator<Item = &'static OpDef>, kinds: impl Iterator<Item = &'static str>) {
+        let mut a: Vec<&str> = defs.map(|d| d.name).collect();
+        let mut b: Vec<&str> = kinds.collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b, "the op table and the kind enum differ");
+    }
+
+    #[test]
+    fn every_op_table_has_exactly_its_kinds() {
+        same(fbc_ir::func::OPS.iter(), FuncOp::ALL.iter().map(|k| k.name()));
+        same(crate::tensor::ops(), TensorOp::ALL.iter().map(|k| k.name()));
+        same(crate::layout::ops(), LayoutOp::ALL.iter().map(|k| k.name()));
+        same(crate::memory::ops(), MemoryOp::ALL.iter().map(|k| k.name()));
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_have_no_kind() {
+        for d in crate::registry().iter() {
+            let k = OpKind::of(d).unwrap_or_else(|| panic!("{} has no kind", d.name));
+            assert_eq!(k.name(), d.name);
+        }
+        for k in TensorOp::ALL {
+            assert_eq!(TensorOp::from_name(k.name()), Some(*k));
+            assert_eq!(k.def().name, k.name());
+        }
+        assert_eq!(OpKind::from_name("tensor.nope"), None);
+        assert_eq!(OpKind::from_name("plugin.scale"), None);
+        assert_eq!(OpKind::from_name("tensor"), None);
+        assert_eq!(TensorOp::from_name("layout.remap"), None);
+    }
+}
