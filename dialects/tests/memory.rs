@@ -9,7 +9,8 @@ use fbc_dialects::memory::scalar::{apply_bin, FnEnv};
 use fbc_dialects::memory::{
     Combine, Iter, Kernel, MemType, Scalar, ScalarBin, ScalarUn, ScalarValue, StorageKind,
 };
-use fbc_ir::{AffineExpr, AffineMap, ElemType, OpTraits, Type};
+use fbc_index::{Expr, IndexMap};
+use fbc_ir::{ElemType, OpTraits, Type};
 use proptest::prelude::*;
 
 // ----- types -----
@@ -590,13 +591,9 @@ fn any_launch_attr() -> impl Strategy<Value = (String, fbc_ir::Attr)> {
         Just(("slot".to_string(), Attr::Int(-5))),
         proptest::collection::vec(
             prop_oneof![
-                Just(vec![AffineExpr::Var("d0".into())]),
-                Just(vec![
-                    AffineExpr::Var("d1".into()),
-                    AffineExpr::Var("d0".into()),
-                    AffineExpr::Const(0)
-                ]),
-                Just(vec![AffineExpr::Var("zz".into())]),
+                Just(vec![Expr::Var("d0".into())]),
+                Just(vec![Expr::Var("d1".into()), Expr::Var("d0".into()), Expr::Const(0)]),
+                Just(vec![Expr::Var("zz".into())]),
             ],
             0..4
         )
@@ -604,9 +601,7 @@ fn any_launch_attr() -> impl Strategy<Value = (String, fbc_ir::Attr)> {
             let dims = vec!["d0".to_string(), "d1".to_string()];
             let maps = ms
                 .into_iter()
-                .map(|results| {
-                    Attr::Map(AffineMap { dims: dims.clone(), symbols: vec![], results })
-                })
+                .map(|results| Attr::Map(IndexMap { dims: dims.clone(), symbols: vec![], results }))
                 .collect();
             ("maps".to_string(), Attr::Array(maps))
         }),

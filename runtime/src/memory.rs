@@ -25,8 +25,9 @@ use fbc_dialects::memory::scalar::{apply_bin, apply_un, fmax_nan, round_f16};
 use fbc_dialects::memory::{
     check_storage, Combine, Kernel, MemType, Scalar, ScalarUn, ScalarValue, StorageKind,
 };
+use fbc_index::{Expr, IndexMap};
 use fbc_ir::attr::BinOp;
-use fbc_ir::{AffineExpr, AffineMap, ElemType, TensorType};
+use fbc_ir::{ElemType, TensorType};
 
 use crate::interp::budget::mem_elems;
 use crate::interp::Value;
@@ -231,7 +232,7 @@ impl Tree {
             Tree::Dim(k) => idx.get(*k).copied(),
             Tree::Const(c) => Some(*c),
             Tree::Neg(a) => a.eval(idx)?.checked_neg(),
-            Tree::Bin(op, a, b) => fbc_ir::attr::eval_binop(*op, a.eval(idx)?, b.eval(idx)?),
+            Tree::Bin(op, a, b) => op.apply(a.eval(idx)?, b.eval(idx)?),
         }
     }
 
@@ -282,21 +283,21 @@ impl Tree {
     }
 }
 
-fn compile_tree(e: &AffineExpr, dims: &[String]) -> Result<Tree, String> {
+fn compile_tree(e: &Expr, dims: &[String]) -> Result<Tree, String> {
     Ok(match e {
-        AffineExpr::Var(v) => Tree::Dim(
+        Expr::Var(v) => Tree::Dim(
             dims.iter().position(|d| d == v).ok_or_else(|| format!("unknown dimension `{v}`"))?,
         ),
-        AffineExpr::Const(c) => Tree::Const(*c),
-        AffineExpr::Neg(a) => Tree::Neg(Box::new(compile_tree(a, dims)?)),
-        AffineExpr::Bin(op, a, b) => {
+        Expr::Const(c) => Tree::Const(*c),
+        Expr::Neg(a) => Tree::Neg(Box::new(compile_tree(a, dims)?)),
+        Expr::Bin(op, a, b) => {
             Tree::Bin(*op, Box::new(compile_tree(a, dims)?), Box::new(compile_tree(b, dims)?))
         }
     })
 }
 
 impl CompiledExpr {
-    fn new(e: &AffineExpr, dims: &[String]) -> Result<CompiledExpr, String> {
+    fn new(e: &Expr, dims: &[String]) -> Result<CompiledExpr, String> {
         let t = compile_tree(e, dims)?;
         Ok(match t.linear(dims.len()) {
             // Linear forms are evaluated with checked arithmetic too; extents are checked below.
@@ -360,7 +361,7 @@ impl OperandMap {
     }
 }
 
-fn compile_map(m: &AffineMap, ty: MemType) -> Result<OperandMap, String> {
+fn compile_map(m: &IndexMap, ty: MemType) -> Result<OperandMap, String> {
     let results =
         m.results.iter().map(|e| CompiledExpr::new(e, &m.dims)).collect::<Result<Vec<_>, _>>()?;
     if results.len() != ty.coords() {
@@ -1152,11 +1153,11 @@ func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
         run_kernel(&k, &[t, t], &mut [&mut a, &mut b]).unwrap();
         assert_eq!(b, MemData::F32(vec![13.0, 10.0, 11.0, 12.0]));
         // A kernel that did not pass the verifier is still checked at every access.
-        let d0 = || Box::new(AffineExpr::Var("d0".into()));
-        let plus_one = AffineMap {
+        let d0 = || Box::new(Expr::Var("d0".into()));
+        let plus_one = IndexMap {
             dims: vec!["d0".into()],
             symbols: vec![],
-            results: vec![AffineExpr::Bin(BinOp::Add, d0(), Box::new(AffineExpr::Const(1)))],
+            results: vec![Expr::Bin(BinOp::Add, d0(), Box::new(Expr::Const(1)))],
         };
         let past = Kernel { maps: vec![plus_one, map("(d0) -> (d0)")], ..k.clone() };
         assert_eq!(
@@ -1171,7 +1172,7 @@ func.func @f(%table: tensor<10x4xf32>, %ids: tensor<3xi32>) -> tensor<3x4xf32> {
         );
     }
 
-    fn map(text: &str) -> fbc_ir::AffineMap {
+    fn map(text: &str) -> fbc_index::IndexMap {
         let m = parse(&format!(
             "func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {{\n  %y = layout.remap %x {{map = {text}, shape = [4]}} : (tensor<4xf32>) -> tensor<4xf32>\n  func.return %y : (tensor<4xf32>) -> ()\n}}"
         ));
@@ -1355,10 +1356,10 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
         use super::*;
 
-        fn expr(rank: usize) -> impl Strategy<Value = AffineExpr> {
+        fn expr(rank: usize) -> impl Strategy<Value = Expr> {
             let leaf = prop_oneof![
-                (0..rank.max(1)).prop_map(|k| AffineExpr::Var(format!("d{k}"))),
-                prop_oneof![-3i64..8, Just(i64::MAX), Just(i64::MIN)].prop_map(AffineExpr::Const),
+                (0..rank.max(1)).prop_map(|k| Expr::Var(format!("d{k}"))),
+                prop_oneof![-3i64..8, Just(i64::MAX), Just(i64::MIN)].prop_map(Expr::Const),
             ];
             leaf.prop_recursive(3, 12, 2, |inner| {
                 let op = prop_oneof![
@@ -1370,12 +1371,12 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
                     Just(BinOp::Mod),
                 ];
                 prop_oneof![
-                    (op, inner.clone(), inner.clone()).prop_map(|(o, a, b)| AffineExpr::Bin(
+                    (op, inner.clone(), inner.clone()).prop_map(|(o, a, b)| Expr::Bin(
                         o,
                         Box::new(a),
                         Box::new(b)
                     )),
-                    inner.prop_map(|a| AffineExpr::Neg(Box::new(a))),
+                    inner.prop_map(|a| Expr::Neg(Box::new(a))),
                 ]
             })
         }
@@ -1455,7 +1456,7 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
                             move |(domain, maps, body, epilogue, guard, max)| {
                                 let dims: Vec<String> =
                                     (0..rank).map(|k| format!("d{k}")).collect();
-                                let map = |results| AffineMap {
+                                let map = |results| IndexMap {
                                     dims: dims.clone(),
                                     symbols: vec![],
                                     results,

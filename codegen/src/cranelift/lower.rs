@@ -36,8 +36,9 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use fbc_dialects::memory::{
     Combine, Kernel, MemType, Scalar, ScalarBin, ScalarKind, ScalarUn, StorageKind,
 };
+use fbc_index::{Expr, IndexMap};
 use fbc_ir::attr::BinOp;
-use fbc_ir::{AffineExpr, AffineMap, ElemType};
+use fbc_ir::ElemType;
 
 use super::math::FuncRefs;
 use super::Fault;
@@ -99,15 +100,15 @@ fn div_iv(op: BinOp, ia: Iv, ic: Iv) -> Iv {
 /// generated code computes it ([`Lower::affine`]); `None` when a value could leave `i64` (such
 /// a map is rejected at compile time) or `e` names an unknown dimension. A divisor that may be
 /// non-positive is narrowed to its positive part: the code faults before using the others.
-pub(crate) fn map_iv(e: &AffineExpr, map: &AffineMap, ranges: &[Iv]) -> Option<Iv> {
+pub(crate) fn map_iv(e: &Expr, map: &IndexMap, ranges: &[Iv]) -> Option<Iv> {
     let iv = match e {
-        AffineExpr::Var(name) => ranges[map.dims.iter().position(|d| d == name)?],
-        AffineExpr::Const(c) => Iv::point(i128::from(*c)),
-        AffineExpr::Neg(a) => {
+        Expr::Var(name) => ranges[map.dims.iter().position(|d| d == name)?],
+        Expr::Const(c) => Iv::point(i128::from(*c)),
+        Expr::Neg(a) => {
             let ia = map_iv(a, map, ranges)?;
             Iv { lo: -ia.hi, hi: -ia.lo }
         }
-        AffineExpr::Bin(op, a, c) => {
+        Expr::Bin(op, a, c) => {
             let ia = map_iv(a, map, ranges)?;
             let ic = map_iv(c, map, ranges)?;
             match op {
@@ -123,6 +124,8 @@ pub(crate) fn map_iv(e: &AffineExpr, map: &AffineMap, ranges: &[Iv]) -> Option<I
                     }
                     div_iv(*op, ia, Iv { lo: ic.lo.max(1), hi: ic.hi })
                 }
+                // The IR's maps are affine (the verifier checks it).
+                BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Min | BinOp::Max => return None,
             }
         }
     };
@@ -133,7 +136,7 @@ pub(crate) fn map_iv(e: &AffineExpr, map: &AffineMap, ranges: &[Iv]) -> Option<I
 /// over `ranges`: an interval containing every in-range offset the map yields (an offset or
 /// image coordinate outside the operand faults instead of being written). `None`: unknown, or
 /// no offset can be in range.
-pub(crate) fn write_span(map: &AffineMap, t: MemType, ranges: &[Iv]) -> Option<Iv> {
+pub(crate) fn write_span(map: &IndexMap, t: MemType, ranges: &[Iv]) -> Option<Iv> {
     let clamp = |iv: Iv, n: i128| {
         let c = Iv { lo: iv.lo.max(0), hi: iv.hi.min(n - 1) };
         (c.lo <= c.hi).then_some(c)
@@ -417,25 +420,20 @@ impl<'a, 'f> Lower<'a, 'f> {
 
     /// One map result at the current point, with its interval. `who` names the map's owner in
     /// faults (an operand index, or the operand count for the guard).
-    fn affine(
-        &mut self,
-        e: &AffineExpr,
-        map: &AffineMap,
-        who: usize,
-    ) -> Result<(Value, Iv), String> {
+    fn affine(&mut self, e: &Expr, map: &IndexMap, who: usize) -> Result<(Value, Iv), String> {
         let (v, iv) = match e {
-            AffineExpr::Var(name) => {
+            Expr::Var(name) => {
                 let j = map.dims.iter().position(|d| d == name).ok_or_else(|| {
                     format!("map {map} uses `{name}`, which is not one of its dimensions")
                 })?;
                 (self.dims[j], self.ranges[j])
             }
-            AffineExpr::Const(c) => (self.iconst(*c), Iv::point(i128::from(*c))),
-            AffineExpr::Neg(a) => {
+            Expr::Const(c) => (self.iconst(*c), Iv::point(i128::from(*c))),
+            Expr::Neg(a) => {
                 let (a, ia) = self.affine(a, map, who)?;
                 (self.b.ins().ineg(a), Iv { lo: -ia.hi, hi: -ia.lo })
             }
-            AffineExpr::Bin(op, a, c) => {
+            Expr::Bin(op, a, c) => {
                 let (a, ia) = self.affine(a, map, who)?;
                 let (c, ic) = self.affine(c, map, who)?;
                 match op {
@@ -457,6 +455,10 @@ impl<'a, 'f> Lower<'a, 'f> {
                     BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
                         self.map_div(*op, (a, ia), (c, ic), who)?
                     }
+                    // The IR's maps are affine (the verifier checks it).
+                    BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Min | BinOp::Max => {
+                        return Err(format!("`{}` in the index map {map} is not affine", op.name()))
+                    }
                 }
             }
         };
@@ -468,7 +470,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
         // A value known exactly is a constant, which lets Cranelift fold what uses it.
         Ok(match iv.constant() {
-            Some(c) if !matches!(e, AffineExpr::Const(_)) => (self.iconst(c), iv),
+            Some(c) if !matches!(e, Expr::Const(_)) => (self.iconst(c), iv),
             _ => (v, iv),
         })
     }
@@ -747,7 +749,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         for (e, &bound) in g.map.results.iter().zip(&g.bounds) {
             let hi = i128::from(bound) - 1;
             let (v, iv) = self.affine(e, &g.map, who)?;
-            if let AffineExpr::Var(name) = e {
+            if let Expr::Var(name) = e {
                 if let Some(j) = g.map.dims.iter().position(|d| d == name) {
                     narrowed[j] = Iv { lo: narrowed[j].lo.max(0), hi: narrowed[j].hi.min(hi) };
                 }

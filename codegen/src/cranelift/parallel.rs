@@ -15,7 +15,7 @@
 //! points run in the single-threaded order, so that is the fault a single-threaded run stops at.
 
 use fbc_dialects::memory::{Kernel, MemType, Scalar, ScalarUn};
-use fbc_ir::AffineMap;
+use fbc_index::IndexMap;
 
 use super::lower::{self, Iv};
 
@@ -40,7 +40,7 @@ pub(super) struct Split {
     extent: u64,
     /// Domain points (saturating product of all extents), weighted by the payload's calls.
     work: u64,
-    out_map: AffineMap,
+    out_map: IndexMap,
     out_type: MemType,
     /// Ranges of the domain indices when the output is written (reduction indices are 0).
     ranges: Vec<Iv>,

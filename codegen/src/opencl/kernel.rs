@@ -22,8 +22,9 @@ use fbc_dialects::memory::{
     Combine, Iter, Kernel, LaunchBounds, MemType, Scalar, ScalarBin, ScalarKind, ScalarUn,
     StorageKind,
 };
+use fbc_index::{Expr, IndexMap};
 use fbc_ir::attr::BinOp;
-use fbc_ir::{AffineExpr, AffineMap, ElemType};
+use fbc_ir::ElemType;
 
 /// How kernels are shaped (from the target profile).
 #[derive(Debug, Clone)]
@@ -267,31 +268,31 @@ fn check(k: &Kernel, types: &[MemType]) -> Result<(), String> {
 }
 
 /// Whether dimension `d` appears in `e`.
-fn uses(e: &AffineExpr, d: &str) -> bool {
+fn uses(e: &Expr, d: &str) -> bool {
     match e {
-        AffineExpr::Var(v) => v == d,
-        AffineExpr::Const(_) => false,
-        AffineExpr::Neg(a) => uses(a, d),
-        AffineExpr::Bin(_, a, b) => uses(a, d) || uses(b, d),
+        Expr::Var(v) => v == d,
+        Expr::Const(_) => false,
+        Expr::Neg(a) => uses(a, d),
+        Expr::Bin(_, a, b) => uses(a, d) || uses(b, d),
     }
 }
 
-fn map_uses(m: &AffineMap, dim: usize) -> bool {
+fn map_uses(m: &IndexMap, dim: usize) -> bool {
     m.dims.get(dim).is_some_and(|d| m.results.iter().any(|e| uses(e, d)))
 }
 
 /// Whether `e` is non-negative for non-negative dimension values.
-fn nonneg(e: &AffineExpr) -> bool {
+fn nonneg(e: &Expr) -> bool {
     match e {
-        AffineExpr::Var(_) => true,
-        AffineExpr::Const(c) => *c >= 0,
-        AffineExpr::Neg(_) => false,
-        AffineExpr::Bin(op, a, b) => match op {
+        Expr::Var(_) => true,
+        Expr::Const(c) => *c >= 0,
+        Expr::Neg(_) => false,
+        Expr::Bin(op, a, b) => match op {
             BinOp::Add | BinOp::Mul => nonneg(a) && nonneg(b),
             BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
-                nonneg(a) && matches!(**b, AffineExpr::Const(c) if c > 0)
+                nonneg(a) && matches!(**b, Expr::Const(c) if c > 0)
             }
-            BinOp::Sub => false,
+            BinOp::Sub | BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Min | BinOp::Max => false,
         },
     }
 }
@@ -341,7 +342,7 @@ pub(crate) fn index_width(k: &Kernel) -> Result<(), String> {
             return Err(format!("{n} {what} points exceed 2^30"));
         }
     }
-    let fits = |m: &AffineMap| {
+    let fits = |m: &IndexMap| {
         m.results.iter().all(|e| {
             fbc_dialects::memory::bounds::Ix::of(e, &m.dims).is_some_and(|ix| ix.fits_i32(&domain))
         })
@@ -358,17 +359,17 @@ pub(crate) fn index_width(k: &Kernel) -> Result<(), String> {
 }
 
 /// An index-map expression as C over the dimension values `dims`, in width `w`.
-fn affine(e: &AffineExpr, names: &[String], dims: &[String], w: Width) -> Result<String, String> {
+fn affine(e: &Expr, names: &[String], dims: &[String], w: Width) -> Result<String, String> {
     Ok(match e {
-        AffineExpr::Var(v) => {
+        Expr::Var(v) => {
             let i = names.iter().position(|d| d == v).ok_or(format!("unknown map variable {v}"))?;
             dims[i].clone()
         }
-        AffineExpr::Const(c) if w == Width::Int => c.to_string(),
-        AffineExpr::Const(c) => int_lit(*c),
-        AffineExpr::Neg(a) => format!("(-{})", affine(a, names, dims, w)?),
-        AffineExpr::Bin(op, a, b) => {
-            let fast = nonneg(a) && matches!(**b, AffineExpr::Const(c) if c > 0);
+        Expr::Const(c) if w == Width::Int => c.to_string(),
+        Expr::Const(c) => int_lit(*c),
+        Expr::Neg(a) => format!("(-{})", affine(a, names, dims, w)?),
+        Expr::Bin(op, a, b) => {
+            let fast = nonneg(a) && matches!(**b, Expr::Const(c) if c > 0);
             let (x, y) = (affine(a, names, dims, w)?, affine(b, names, dims, w)?);
             match op {
                 BinOp::Add => format!("({x} + {y})"),
@@ -380,6 +381,10 @@ fn affine(e: &AffineExpr, names: &[String], dims: &[String], w: Width) -> Result
                 BinOp::FloorDiv => format!("fbc_floordiv({x}, {y})"),
                 BinOp::CeilDiv => format!("fbc_ceildiv({x}, {y})"),
                 BinOp::Mod => format!("fbc_mod({x}, {y})"),
+                // The IR's maps are affine (the verifier checks it).
+                BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Min | BinOp::Max => {
+                    return Err(format!("`{}` in an index map is not affine", op.name()))
+                }
             }
         }
     })
@@ -596,7 +601,7 @@ impl Cx<'_> {
                 return self.unit_stride(i, d);
             }
             let m = &self.k.maps[i];
-            let var = m.dims.get(d).map(|v| AffineExpr::Var(v.clone()));
+            let var = m.dims.get(d).map(|v| Expr::Var(v.clone()));
             m.results.get(2) == var.as_ref() || m.results.first() == var.as_ref()
         })
     }
@@ -1056,9 +1061,9 @@ impl Cx<'_> {
                 );
             }
             let m = &k.maps[out];
-            if m.results[2] != AffineExpr::Var(m.dims[p - 1].clone())
+            if m.results[2] != Expr::Var(m.dims[p - 1].clone())
                 || map_uses(
-                    &AffineMap {
+                    &IndexMap {
                         dims: m.dims.clone(),
                         symbols: vec![],
                         results: m.results[..2].to_vec(),
@@ -1465,7 +1470,7 @@ impl Cx<'_> {
                 }
                 let j = *axis.last()?;
                 let mp = &k.maps[i];
-                let ch = AffineExpr::Var(mp.dims[j].clone());
+                let ch = Expr::Var(mp.dims[j].clone());
                 let ok = self.is_image(i)
                     && k.domain[j] == 4
                     && mp.results[2] == ch

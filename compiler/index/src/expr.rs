@@ -65,6 +65,15 @@ impl BinOp {
         BinOp::Max,
     ];
 
+    /// Whether the operator is one of MLIR's affine ones (`+ - * floordiv ceildiv mod`), the
+    /// operators the IR's text form spells: every map an op carries uses only these.
+    pub fn is_affine(self) -> bool {
+        matches!(
+            self,
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod
+        )
+    }
+
     /// Evaluates the operator; `None` means "undefined" (overflow, bad
     /// divisor, bad shift amount).
     pub fn apply(self, a: i64, b: i64) -> Option<i64> {
@@ -151,30 +160,11 @@ pub enum Expr {
     Const(i64),
     /// A named variable (a map dimension or symbol).
     Var(String),
-    /// `a + b`
-    Add(Box<Expr>, Box<Expr>),
-    /// `a - b`
-    Sub(Box<Expr>, Box<Expr>),
-    /// `a * b`
-    Mul(Box<Expr>, Box<Expr>),
-    /// `a floordiv b`
-    FloorDiv(Box<Expr>, Box<Expr>),
-    /// `a ceildiv b`
-    CeilDiv(Box<Expr>, Box<Expr>),
-    /// `a mod b`
-    Mod(Box<Expr>, Box<Expr>),
-    /// `a << b`
-    Shl(Box<Expr>, Box<Expr>),
-    /// `a >> b`
-    Shr(Box<Expr>, Box<Expr>),
-    /// `a & b`
-    And(Box<Expr>, Box<Expr>),
     /// `-a`
     Neg(Box<Expr>),
-    /// `min(a, b)`
-    Min(Box<Expr>, Box<Expr>),
-    /// `max(a, b)`
-    Max(Box<Expr>, Box<Expr>),
+    /// `a op b`, for every [`BinOp`]: `+`, `-`, `*`, `floordiv`, `ceildiv`, `mod`, `<<`, `>>`,
+    /// `&` are infix, `min(a, b)` and `max(a, b)` calls.
+    Bin(BinOp, Box<Expr>, Box<Expr>),
 }
 
 /// The name of map dimension `k`, `d{k}` (the convention of every index map in fbc), without the
@@ -203,20 +193,7 @@ impl Expr {
 
     /// Builds `a op b`.
     pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
-        let (a, b) = (Box::new(a), Box::new(b));
-        match op {
-            BinOp::Add => Expr::Add(a, b),
-            BinOp::Sub => Expr::Sub(a, b),
-            BinOp::Mul => Expr::Mul(a, b),
-            BinOp::FloorDiv => Expr::FloorDiv(a, b),
-            BinOp::CeilDiv => Expr::CeilDiv(a, b),
-            BinOp::Mod => Expr::Mod(a, b),
-            BinOp::Shl => Expr::Shl(a, b),
-            BinOp::Shr => Expr::Shr(a, b),
-            BinOp::And => Expr::And(a, b),
-            BinOp::Min => Expr::Min(a, b),
-            BinOp::Max => Expr::Max(a, b),
-        }
+        Expr::Bin(op, Box::new(a), Box::new(b))
     }
 
     /// Builds `-a`.
@@ -226,21 +203,48 @@ impl Expr {
 
     /// Splits a binary node into its operator and operands.
     pub fn as_binary(&self) -> Option<(BinOp, &Expr, &Expr)> {
-        let (op, a, b) = match self {
-            Expr::Add(a, b) => (BinOp::Add, a, b),
-            Expr::Sub(a, b) => (BinOp::Sub, a, b),
-            Expr::Mul(a, b) => (BinOp::Mul, a, b),
-            Expr::FloorDiv(a, b) => (BinOp::FloorDiv, a, b),
-            Expr::CeilDiv(a, b) => (BinOp::CeilDiv, a, b),
-            Expr::Mod(a, b) => (BinOp::Mod, a, b),
-            Expr::Shl(a, b) => (BinOp::Shl, a, b),
-            Expr::Shr(a, b) => (BinOp::Shr, a, b),
-            Expr::And(a, b) => (BinOp::And, a, b),
-            Expr::Min(a, b) => (BinOp::Min, a, b),
-            Expr::Max(a, b) => (BinOp::Max, a, b),
-            Expr::Const(_) | Expr::Var(_) | Expr::Neg(_) => return None,
-        };
-        Some((op, a, b))
+        match self {
+            Expr::Bin(op, a, b) => Some((*op, a, b)),
+            Expr::Const(_) | Expr::Var(_) | Expr::Neg(_) => None,
+        }
+    }
+
+    /// Whether every operator of the tree is affine ([`BinOp::is_affine`]).
+    pub fn is_affine(&self) -> bool {
+        let mut stack = vec![self];
+        while let Some(e) = stack.pop() {
+            if e.as_binary().is_some_and(|(op, _, _)| !op.is_affine()) {
+                return false;
+            }
+            stack.extend(e.children());
+        }
+        true
+    }
+
+    /// The same function in affine operators only: `a << k` as `a * 2^k`, `a >> k` as
+    /// `a floordiv 2^k` and `a & (2^k - 1)` as `a mod 2^k` (for constant `k` in `0..63`; equal
+    /// for every integer `a`); `None` when a `min`, a `max` or another shift or mask remains.
+    pub fn to_affine(&self) -> Option<Expr> {
+        let pow2_of_mask =
+            |m: i64| (m >= 0 && (m as u64).wrapping_add(1).is_power_of_two()).then(|| m + 1);
+        Some(match self {
+            Expr::Const(c) => Expr::Const(*c),
+            Expr::Var(v) => Expr::Var(v.clone()),
+            Expr::Neg(a) => Expr::negate(a.to_affine()?),
+            Expr::Bin(op, a, b) => match (op, &**a, &**b) {
+                (BinOp::Shl, a, Expr::Const(k)) if (0..63).contains(k) => {
+                    Expr::binary(BinOp::Mul, a.to_affine()?, Expr::Const(1 << k))
+                }
+                (BinOp::Shr, a, Expr::Const(k)) if (0..63).contains(k) => {
+                    Expr::binary(BinOp::FloorDiv, a.to_affine()?, Expr::Const(1 << k))
+                }
+                (BinOp::And, x, Expr::Const(m)) | (BinOp::And, Expr::Const(m), x) => {
+                    Expr::binary(BinOp::Mod, x.to_affine()?, Expr::Const(pow2_of_mask(*m)?))
+                }
+                (op, a, b) if op.is_affine() => Expr::binary(*op, a.to_affine()?, b.to_affine()?),
+                _ => return None,
+            },
+        })
     }
 
     /// Direct children, left to right.
@@ -355,7 +359,7 @@ impl Expr {
     /// minus, 6 atoms (literals, variables, `min`/`max` calls).
     fn level(&self) -> u8 {
         match self {
-            Expr::Const(_) | Expr::Var(_) | Expr::Min(..) | Expr::Max(..) => 6,
+            Expr::Const(_) | Expr::Var(_) | Expr::Bin(BinOp::Min | BinOp::Max, ..) => 6,
             Expr::Neg(_) => 5,
             other => other.as_binary().and_then(|(op, _, _)| op.infix()).map_or(6, |(_, l)| l),
         }
@@ -504,5 +508,24 @@ mod tests {
         assert_eq!(Expr::Const(-5).to_string(), "-5");
         assert_eq!((-(a.clone() + b)).to_string(), "-(a + b)");
         assert_eq!((-(-a)).to_string(), "--a");
+    }
+
+    #[test]
+    fn shifts_and_masks_come_back_as_pow2_div_mod() {
+        let e = Expr::parse("(d0 >> 6) + (d1 & 63) + (d2 << 2)").unwrap();
+        let a = e.to_affine().unwrap();
+        assert_eq!(a.to_string(), "d0 floordiv 64 + d1 mod 64 + d2 * 4");
+        assert!(a.is_affine() && !e.is_affine());
+        assert!(Expr::parse("d0 & 5").unwrap().to_affine().is_none());
+        assert!(Expr::parse("min(d0, 3)").unwrap().to_affine().is_none());
+        for (x, y, z) in [(0, 0, 0), (-65, 64, -3), (1000, 127, 9)] {
+            let env = |n: &str| match n {
+                "d0" => Some(x),
+                "d1" => Some(y),
+                "d2" => Some(z),
+                _ => None,
+            };
+            assert_eq!(a.eval(&env), e.eval(&env));
+        }
     }
 }

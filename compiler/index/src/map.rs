@@ -96,6 +96,21 @@ impl IndexMap {
         Ok(IndexMap { dims, symbols, results })
     }
 
+    /// Whether every result is affine ([`Expr::is_affine`]): what the IR's maps must be.
+    pub fn is_affine(&self) -> bool {
+        self.results.iter().all(Expr::is_affine)
+    }
+
+    /// The map with every result in affine operators ([`Expr::to_affine`]); `None` when one
+    /// cannot be written so.
+    pub fn to_affine(&self) -> Option<IndexMap> {
+        Some(IndexMap {
+            dims: self.dims.clone(),
+            symbols: self.symbols.clone(),
+            results: self.results.iter().map(Expr::to_affine).collect::<Option<_>>()?,
+        })
+    }
+
     /// Parses `(d0, d1)[s0] -> (e0, e1)`; the `[...]` part is optional.
     /// All problems, including undeclared or duplicate names, are reported
     /// as a [`ParseError`] with a byte offset.

@@ -1,4 +1,4 @@
-//! Attribute values attached to ops, and index maps.
+//! Attribute values attached to ops. Index maps are [`fbc_index::IndexMap`]s.
 //!
 //! Attributes are plain values. Floats compare and hash by their bit pattern so that attribute
 //! dictionaries can key CSE tables; `-0.0` and `0.0` are therefore different attributes, which is
@@ -7,7 +7,8 @@
 use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 
-pub use fbc_grammar::ast::BinOp;
+/// Index maps (`Attr::Map`) are `fbc_index`'s, the one index-expression type of fbc.
+pub use fbc_index::{BinOp, IndexMap};
 
 use crate::types::Type;
 
@@ -21,7 +22,7 @@ pub enum Attr {
     Symbol(String),
     Type(Type),
     Dialect(Box<DialectAttr>),
-    Map(AffineMap),
+    Map(IndexMap),
     Unit,
 }
 
@@ -214,120 +215,5 @@ impl fmt::Display for Attr {
             Attr::Map(m) => write!(f, "{m}"),
             Attr::Unit => f.write_str("unit"),
         }
-    }
-}
-
-/// An affine index expression over named dimensions and symbols.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum AffineExpr {
-    Var(String),
-    Const(i64),
-    Neg(Box<AffineExpr>),
-    Bin(BinOp, Box<AffineExpr>, Box<AffineExpr>),
-}
-
-/// `(d0, d1)[s0] -> (e0, e1)`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AffineMap {
-    pub dims: Vec<String>,
-    pub symbols: Vec<String>,
-    pub results: Vec<AffineExpr>,
-}
-
-fn prec(op: BinOp) -> u8 {
-    match op {
-        BinOp::Add | BinOp::Sub => 1,
-        BinOp::Mul | BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => 2,
-    }
-}
-
-fn op_text(op: BinOp) -> &'static str {
-    match op {
-        BinOp::Add => "+",
-        BinOp::Sub => "-",
-        BinOp::Mul => "*",
-        BinOp::FloorDiv => "floordiv",
-        BinOp::CeilDiv => "ceildiv",
-        BinOp::Mod => "mod",
-    }
-}
-
-/// `a op b` on integers with MLIR affine semantics: `floordiv`, `ceildiv` and `mod` need a
-/// positive divisor, `mod` is floor modulo (in `[0, b)`), and every operation is checked: `None`
-/// (undefined) instead of wrapping on overflow. `fbc_index::BinOp::apply` gives these operators
-/// the same meaning (a property test in `fbc-transforms` checks that the two agree).
-pub fn eval_binop(op: BinOp, a: i64, b: i64) -> Option<i64> {
-    match op {
-        BinOp::Add => a.checked_add(b),
-        BinOp::Sub => a.checked_sub(b),
-        BinOp::Mul => a.checked_mul(b),
-        BinOp::FloorDiv if b > 0 => Some(a.div_euclid(b)),
-        // For b > 0 the floor quotient plus one (when inexact) cannot overflow.
-        BinOp::CeilDiv if b > 0 => Some(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)),
-        BinOp::Mod if b > 0 => Some(a.rem_euclid(b)),
-        BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => None,
-    }
-}
-
-impl AffineExpr {
-    /// The value of the expression with variables looked up in `env` (the semantics of
-    /// [`eval_binop`]); `None` when a variable is unbound or an operation is undefined.
-    pub fn eval(&self, env: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
-        match self {
-            AffineExpr::Var(v) => env(v),
-            AffineExpr::Const(c) => Some(*c),
-            AffineExpr::Neg(a) => a.eval(env)?.checked_neg(),
-            AffineExpr::Bin(op, a, b) => eval_binop(*op, a.eval(env)?, b.eval(env)?),
-        }
-    }
-
-    fn write(&self, f: &mut fmt::Formatter<'_>, min_prec: u8) -> fmt::Result {
-        match self {
-            AffineExpr::Var(v) => f.write_str(v),
-            AffineExpr::Const(c) if *c < 0 && min_prec > 0 => write!(f, "({c})"),
-            AffineExpr::Const(c) => write!(f, "{c}"),
-            AffineExpr::Neg(e) => {
-                f.write_char('-')?;
-                e.write(f, 3)
-            }
-            AffineExpr::Bin(op, a, b) => {
-                let p = prec(*op);
-                let paren = p < min_prec;
-                if paren {
-                    f.write_char('(')?;
-                }
-                a.write(f, p)?;
-                write!(f, " {} ", op_text(*op))?;
-                // Left associative: the right operand needs parentheses at equal precedence.
-                b.write(f, p + 1)?;
-                if paren {
-                    f.write_char(')')?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl fmt::Display for AffineExpr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write(f, 0)
-    }
-}
-
-impl fmt::Display for AffineMap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "({})", self.dims.join(", "))?;
-        if !self.symbols.is_empty() {
-            write!(f, "[{}]", self.symbols.join(", "))?;
-        }
-        f.write_str(" -> (")?;
-        for (i, r) in self.results.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{r}")?;
-        }
-        f.write_char(')')
     }
 }

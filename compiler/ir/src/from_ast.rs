@@ -13,7 +13,9 @@ use rustc_hash::FxHashMap;
 use fbc_grammar::ast;
 use fbc_grammar::{Diagnostic, SourceFile, Span};
 
-use crate::attr::{AffineExpr, AffineMap, Attr, DialectAttr};
+use fbc_index::{BinOp, Expr, IndexMap};
+
+use crate::attr::{Attr, DialectAttr};
 use crate::module::{FuncId, Loc, Module, OpSpans, Value};
 use crate::registry::{Arity, OpDef, OpRegistry, OpTraits, OpView};
 use crate::types::{DialectType, ElemType, Shape, TensorType, Type};
@@ -324,33 +326,35 @@ impl Builder<'_> {
             .collect()
     }
 
-    fn map(&mut self, m: &ast::AffineMap) -> AffineMap {
+    fn map(&mut self, m: &ast::AffineMap) -> IndexMap {
         let known: Vec<&str> = m.dims.iter().chain(&m.symbols).map(|i| i.name.as_str()).collect();
         let results = m.results.iter().map(|e| self.expr(e, &known)).collect();
-        AffineMap {
+        IndexMap {
             dims: m.dims.iter().map(|d| d.name.clone()).collect(),
             symbols: m.symbols.iter().map(|d| d.name.clone()).collect(),
             results,
         }
     }
 
-    fn expr(&mut self, e: &ast::Expr, known: &[&str]) -> AffineExpr {
+    fn expr(&mut self, e: &ast::Expr, known: &[&str]) -> Expr {
         match &e.kind {
             ast::ExprKind::Var(v) => {
                 if !known.contains(&v.as_str()) {
                     self.error(e.span, format!("`{v}` is not a dimension or symbol of this map"));
                 }
-                AffineExpr::Var(v.clone())
+                Expr::Var(v.clone())
             }
-            ast::ExprKind::Const(c) => AffineExpr::Const(self.const_i64(*c, e.span)),
+            ast::ExprKind::Const(c) => Expr::Const(self.const_i64(*c, e.span)),
             ast::ExprKind::Neg(inner) => match &inner.kind {
                 // `-3` reads as the constant -3, so printed maps read back the same.
-                ast::ExprKind::Const(c) => AffineExpr::Const(self.const_i64(-*c, e.span)),
-                _ => AffineExpr::Neg(Box::new(self.expr(inner, known))),
+                ast::ExprKind::Const(c) => Expr::Const(self.const_i64(-*c, e.span)),
+                _ => Expr::Neg(Box::new(self.expr(inner, known))),
             },
-            ast::ExprKind::Bin(op, a, b) => {
-                AffineExpr::Bin(*op, Box::new(self.expr(a, known)), Box::new(self.expr(b, known)))
-            }
+            ast::ExprKind::Bin(op, a, b) => Expr::Bin(
+                index_op(*op),
+                Box::new(self.expr(a, known)),
+                Box::new(self.expr(b, known)),
+            ),
         }
     }
 
@@ -458,4 +462,16 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// The index operator of a grammar operator (the grammar spells the affine subset).
+fn index_op(op: ast::BinOp) -> BinOp {
+    match op {
+        ast::BinOp::Add => BinOp::Add,
+        ast::BinOp::Sub => BinOp::Sub,
+        ast::BinOp::Mul => BinOp::Mul,
+        ast::BinOp::FloorDiv => BinOp::FloorDiv,
+        ast::BinOp::CeilDiv => BinOp::CeilDiv,
+        ast::BinOp::Mod => BinOp::Mod,
+    }
 }

@@ -17,7 +17,7 @@ pub mod registry;
 pub mod types;
 pub mod verify;
 
-pub use attr::{AffineExpr, AffineMap, Attr, DialectAttr};
+pub use attr::{Attr, DialectAttr};
 pub use fbc_grammar::{Diagnostic, Severity, SourceFile, Span};
 pub use from_ast::{build_module, parse_module};
 pub use module::{FuncId, Module, Op, OpData, Use, Value, ValueDef};

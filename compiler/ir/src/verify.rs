@@ -8,6 +8,9 @@
 //!   such as `fbc.backward`);
 //! - operands are defined before use in the same function (SSA dominance in a single block), and
 //!   not used after an op that consumes them (`memory.dealloc`);
+//! - every index map among its attributes is affine (`+ - * floordiv ceildiv mod`, the operators
+//!   the text form spells; a pass that simplified a map into shifts writes it back with
+//!   `IndexMap::to_affine`);
 //! - the op's own verifier accepts it, and the result types it infers equal the declared ones;
 //! - a function body ends with exactly one terminator (`func.return`), and nothing follows it.
 //!
@@ -208,7 +211,13 @@ pub fn check_generic(
             _ => {}
         }
     }
-    for (k, _) in attrs {
+    for (k, v) in attrs {
+        if let Some(op) = non_affine(v) {
+            errs.push(OpError::attr(
+                k,
+                format!("index map `{k}` uses `{}`, which is not an affine operator", op.name()),
+            ));
+        }
         if !k.contains('.') && !def.attrs.iter().any(|a| a.name == k) {
             let known: Vec<&str> = def.attrs.iter().map(|a| a.name).collect();
             let note = if known.is_empty() {
@@ -222,4 +231,63 @@ pub fn check_generic(
         }
     }
     errs
+}
+
+/// The first operator that is not affine in an index map of `a` (or of an array in it).
+fn non_affine(a: &crate::attr::Attr) -> Option<crate::attr::BinOp> {
+    use crate::attr::Attr;
+    match a {
+        Attr::Map(m) => m.results.iter().find_map(|e| {
+            let mut stack = vec![e];
+            while let Some(e) = stack.pop() {
+                if let Some((op, x, y)) = e.as_binary() {
+                    if !op.is_affine() {
+                        return Some(op);
+                    }
+                    stack.extend([x, y]);
+                } else if let fbc_index::Expr::Neg(x) = e {
+                    stack.push(x);
+                }
+            }
+            None
+        }),
+        Attr::Array(items) => items.iter().find_map(non_affine),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fbc_index::{BinOp, Expr, IndexMap};
+
+    use super::check_generic;
+    use crate::attr::Attr;
+
+    fn map(e: Expr) -> Attr {
+        Attr::Map(IndexMap { dims: vec!["d0".into()], symbols: vec![], results: vec![e] })
+    }
+
+    #[test]
+    fn index_maps_in_attributes_must_be_affine() {
+        let ret = crate::func::OPS.iter().find(|d| d.name == "func.return").expect("func.return");
+        let d0 = || Expr::var("d0");
+        let affine = map(Expr::binary(BinOp::Mod, d0(), Expr::Const(64)));
+        assert!(check_generic(ret, 0, 0, &[("fbc.map".into(), affine)]).is_empty());
+        let shift = map(Expr::binary(
+            BinOp::Add,
+            Expr::Const(1),
+            Expr::binary(BinOp::Shr, d0(), Expr::Const(6)),
+        ));
+        let nested = Attr::Array(vec![map(-Expr::binary(BinOp::Min, d0(), Expr::Const(3)))]);
+        let errs =
+            check_generic(ret, 0, 0, &[("fbc.map".into(), shift), ("fbc.maps".into(), nested)]);
+        let msgs: Vec<&str> = errs.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "index map `fbc.map` uses `>>`, which is not an affine operator",
+                "index map `fbc.maps` uses `min`, which is not an affine operator"
+            ]
+        );
+    }
 }

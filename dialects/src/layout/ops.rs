@@ -6,10 +6,10 @@
 //! through an index map. Verifiers never assume the generic verifier ran first (the IR builder
 //! calls them to infer result types), so every access is checked.
 
+use fbc_index::IndexMap;
 use fbc_ir::types::Shape;
 use fbc_ir::{
-    AffineMap, Arity, Attr, AttrDef, AttrKind, FbClass, OpDef, OpError, OpTraits, OpView,
-    TensorType, Type,
+    Arity, Attr, AttrDef, AttrKind, FbClass, OpDef, OpError, OpTraits, OpView, TensorType, Type,
 };
 
 use super::attr::Layout;
@@ -180,7 +180,7 @@ fn list(xs: &[impl std::fmt::Display]) -> String {
 fn infer_remap(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     const NAME: &str = "layout.remap";
     let x = operand_tensor(v, NAME)?;
-    let map: &AffineMap = match v.attr("map") {
+    let map: &IndexMap = match v.attr("map") {
         Some(Attr::Map(m)) => m,
         Some(a) => {
             return Err(OpError::attr(
@@ -261,7 +261,7 @@ fn infer_remap(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
 /// undefined or lands outside proves the map wrong. Unknown (the prover's budget ran out) passes:
 /// such reads are checked per element when they run.
 fn check_in_bounds(
-    map: &AffineMap,
+    map: &IndexMap,
     shape: &[u64],
     x: &TensorType,
     name: &str,

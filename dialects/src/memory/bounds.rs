@@ -36,9 +36,8 @@
 
 use std::fmt;
 
-use fbc_index::Interval;
-use fbc_ir::attr::{eval_binop, BinOp};
-use fbc_ir::{AffineExpr, AffineMap};
+use fbc_index::{Expr, IndexMap, Interval};
+use fbc_ir::attr::BinOp;
 
 use super::kernel::{Kernel, MemType, Scalar, ScalarBin, ScalarUn, StorageKind};
 
@@ -92,25 +91,25 @@ struct Span {
 impl Ix {
     /// `e` with each variable replaced by its position in `dims`; `None` if a variable is not
     /// one of them.
-    pub fn of(e: &AffineExpr, dims: &[String]) -> Option<Ix> {
+    pub fn of(e: &Expr, dims: &[String]) -> Option<Ix> {
         Some(match e {
-            AffineExpr::Var(v) => Ix::Dim(dims.iter().position(|d| d == v)?),
-            AffineExpr::Const(c) => Ix::Const(*c),
-            AffineExpr::Neg(a) => Ix::Neg(Box::new(Ix::of(a, dims)?)),
-            AffineExpr::Bin(op, a, b) => {
+            Expr::Var(v) => Ix::Dim(dims.iter().position(|d| d == v)?),
+            Expr::Const(c) => Ix::Const(*c),
+            Expr::Neg(a) => Ix::Neg(Box::new(Ix::of(a, dims)?)),
+            Expr::Bin(op, a, b) => {
                 Ix::Bin(*op, Box::new(Ix::of(a, dims)?), Box::new(Ix::of(b, dims)?))
             }
         })
     }
 
-    /// The value at `p` with the semantics of index maps (`fbc_ir::attr::eval_binop`): `None`
+    /// The value at `p` with the semantics of index maps (`BinOp::apply`): `None`
     /// where undefined.
     pub fn eval(&self, p: &[i64]) -> Option<i64> {
         match self {
             Ix::Dim(d) => p.get(*d).copied(),
             Ix::Const(c) => Some(*c),
             Ix::Neg(a) => a.eval(p)?.checked_neg(),
-            Ix::Bin(op, a, b) => eval_binop(*op, a.eval(p)?, b.eval(p)?),
+            Ix::Bin(op, a, b) => op.apply(a.eval(p)?, b.eval(p)?),
         }
     }
 
@@ -127,7 +126,7 @@ impl Ix {
                     BinOp::Add => Some(a.wrapping_add(b)),
                     BinOp::Sub => Some(a.wrapping_sub(b)),
                     BinOp::Mul => Some(a.wrapping_mul(b)),
-                    _ => eval_binop(*op, a, b),
+                    _ => op.apply(a, b),
                 }
             }
         }
@@ -236,6 +235,23 @@ impl Ix {
                             _ => a.modulo(c),
                         }
                     }
+                    // Defined for a shift amount in 0..64 (and, for `<<`, without overflow:
+                    // checked as a product with the range of 2^b, which contains every 2^b).
+                    BinOp::Shl | BinOp::Shr => {
+                        maybe |= c.lo < 0 || c.hi > 63;
+                        surely |= c.hi < 0 || c.lo > 63;
+                        if *op == BinOp::Shl {
+                            let pow =
+                                Interval::new(1i64 << c.lo.clamp(0, 62), 1i64 << c.hi.clamp(0, 62));
+                            maybe |= c.hi > 62 || pow.and_then(|p| a.checked_mul(p)).is_none();
+                            a << c
+                        } else {
+                            a >> c
+                        }
+                    }
+                    BinOp::And => a.and(c),
+                    BinOp::Min => a.min(c),
+                    BinOp::Max => a.max(c),
                 };
                 Span { iv, maybe_undef: maybe || surely, surely_undef: surely }
             }
@@ -433,7 +449,7 @@ pub fn domain_box(extents: &[u64]) -> Option<Vec<Interval>> {
 /// `[0, box)`: the check of `layout.remap` (no condition). `Violated` names the first result
 /// found out of range; `None` when the map's variables are not its dimensions or the ranks
 /// disagree.
-pub fn prove_map(map: &AffineMap, domain: &[u64], shape: &[u64]) -> Option<(Bound, usize)> {
+pub fn prove_map(map: &IndexMap, domain: &[u64], shape: &[u64]) -> Option<(Bound, usize)> {
     if map.results.len() != shape.len() || map.dims.len() != domain.len() {
         return None;
     }
@@ -808,35 +824,12 @@ mod tests {
         Ix::of(&parse_expr(text, &dims), &dims).expect("dims")
     }
 
-    /// `fbc_index`'s text form of an expression, as the IR's affine expression.
-    fn affine(e: &fbc_index::Expr) -> AffineExpr {
-        use fbc_index::Expr as E;
-        let bin = |op, a: &E, b: &E| AffineExpr::Bin(op, Box::new(affine(a)), Box::new(affine(b)));
-        match e {
-            E::Const(c) => AffineExpr::Const(*c),
-            E::Var(v) => AffineExpr::Var(v.clone()),
-            E::Neg(a) => AffineExpr::Neg(Box::new(affine(a))),
-            E::Add(a, b) => bin(BinOp::Add, a, b),
-            E::Sub(a, b) => bin(BinOp::Sub, a, b),
-            E::Mul(a, b) => bin(BinOp::Mul, a, b),
-            E::FloorDiv(a, b) => bin(BinOp::FloorDiv, a, b),
-            E::CeilDiv(a, b) => bin(BinOp::CeilDiv, a, b),
-            E::Mod(a, b) => bin(BinOp::Mod, a, b),
-            other => panic!("not an affine operator: {other}"),
-        }
+    fn parse_expr(text: &str, _dims: &[String]) -> Expr {
+        Expr::parse(text).expect("parses")
     }
 
-    fn parse_expr(text: &str, _dims: &[String]) -> AffineExpr {
-        affine(&fbc_index::Expr::parse(text).expect("parses"))
-    }
-
-    fn map(text: &str) -> AffineMap {
-        let m = fbc_index::IndexMap::parse(text).expect("parses");
-        AffineMap {
-            dims: m.dims,
-            symbols: m.symbols,
-            results: m.results.iter().map(affine).collect(),
-        }
+    fn map(text: &str) -> IndexMap {
+        IndexMap::parse(text).expect("parses")
     }
 
     fn b(extents: &[u64]) -> Vec<Interval> {

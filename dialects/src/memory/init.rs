@@ -22,8 +22,9 @@
 //! parallel sub-domain has at most [`ENUMERATE_LIMIT`] points; otherwise its writes are ignored
 //! (the analysis stays sound: it can only ask for a fill that is not needed).
 
+use fbc_index::{Expr, IndexMap};
 use fbc_ir::attr::BinOp;
-use fbc_ir::{AffineExpr, AffineMap, FuncId, Module, Value};
+use fbc_ir::{FuncId, Module, Value};
 
 use super::kernel::{Kernel, MemType, Scalar, StorageKind};
 use crate::layout::{eval_map, MapEval};
@@ -185,7 +186,7 @@ fn offset(r: &[i64], t: MemType) -> Option<i128> {
 /// of the interval is written exactly once). For an image, `x`, `y` and `c` must each be affine
 /// with `0 <= x < W`, `0 <= y < H` and `0 <= c < 4` over the whole domain (so that the offset is
 /// the affine `(y·W + x)·4 + c`).
-fn mixed_radix(map: &AffineMap, k: &Kernel, t: MemType) -> Option<(i128, i128)> {
+fn mixed_radix(map: &IndexMap, k: &Kernel, t: MemType) -> Option<(i128, i128)> {
     let n = k.domain.len();
     let np = k.parallel_dims();
     let mut forms: Vec<(Vec<i128>, i128)> =
@@ -254,20 +255,20 @@ fn mixed_radix(map: &AffineMap, k: &Kernel, t: MemType) -> Option<(i128, i128)> 
 
 /// `e` as `Σ c_i·dims[i] + c0` (`None` when it is not affine: `floordiv`, `ceildiv`, `mod`, a
 /// product of two dimensions, or an unknown name).
-fn affine_form(e: &AffineExpr, dims: &[String]) -> Option<(Vec<i128>, i128)> {
+fn affine_form(e: &Expr, dims: &[String]) -> Option<(Vec<i128>, i128)> {
     let n = dims.len();
     Some(match e {
-        AffineExpr::Var(v) => {
+        Expr::Var(v) => {
             let mut c = vec![0; n];
             c[dims.iter().position(|d| d == v)?] = 1;
             (c, 0)
         }
-        AffineExpr::Const(v) => (vec![0; n], i128::from(*v)),
-        AffineExpr::Neg(a) => {
+        Expr::Const(v) => (vec![0; n], i128::from(*v)),
+        Expr::Neg(a) => {
             let (c, c0) = affine_form(a, dims)?;
             (c.into_iter().map(|x| -x).collect(), -c0)
         }
-        AffineExpr::Bin(op, a, b) => {
+        Expr::Bin(op, a, b) => {
             let (ca, a0) = affine_form(a, dims)?;
             let (cb, b0) = affine_form(b, dims)?;
             let konst = |c: &[i128]| c.iter().all(|&x| x == 0);
@@ -289,12 +290,12 @@ fn affine_form(e: &AffineExpr, dims: &[String]) -> Option<(Vec<i128>, i128)> {
 }
 
 /// Whether `e` mentions variable `v`.
-fn mentions(e: &AffineExpr, v: &str) -> bool {
+fn mentions(e: &Expr, v: &str) -> bool {
     match e {
-        AffineExpr::Var(x) => x == v,
-        AffineExpr::Const(_) => false,
-        AffineExpr::Neg(a) => mentions(a, v),
-        AffineExpr::Bin(_, a, b) => mentions(a, v) || mentions(b, v),
+        Expr::Var(x) => x == v,
+        Expr::Const(_) => false,
+        Expr::Neg(a) => mentions(a, v),
+        Expr::Bin(_, a, b) => mentions(a, v) || mentions(b, v),
     }
 }
 

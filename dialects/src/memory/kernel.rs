@@ -61,8 +61,9 @@
 //!   operand's storage are run-time errors. (An OpenCL kernel cannot raise: there the first two
 //!   give 0, see `docs/ir.md`, *Defined memory*.)
 
+use fbc_index::{Expr, IndexMap};
 use fbc_ir::types::DialectType;
-use fbc_ir::{AffineExpr, AffineMap, Attr, ElemType, OpData, Type};
+use fbc_ir::{Attr, ElemType, OpData, Type};
 
 use super::scalar::ScalarKind;
 
@@ -154,7 +155,7 @@ pub enum Combine {
 /// elsewhere the output is 0 (the padding of a tiled layout).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Guard {
-    pub map: AffineMap,
+    pub map: IndexMap,
     pub bounds: Vec<u64>,
 }
 
@@ -236,7 +237,7 @@ pub struct Kernel {
     /// One per domain dimension: every `Parallel` before every `Reduction`.
     pub iterators: Vec<Iter>,
     /// One per operand (inputs, then the output): domain → storage coordinates.
-    pub maps: Vec<AffineMap>,
+    pub maps: Vec<IndexMap>,
     /// The value at each point.
     pub body: Scalar,
     /// Present exactly when there are reduction dimensions.
@@ -756,7 +757,7 @@ impl Kernel {
                 );
             };
             let m = &self.maps[out];
-            let is_dim = matches!(&m.results[2], AffineExpr::Var(v) if *v == m.dims[last]);
+            let is_dim = matches!(&m.results[2], Expr::Var(v) if *v == m.dims[last]);
             if !is_dim {
                 return kerr(
                     "maps",
@@ -772,23 +773,23 @@ impl Kernel {
 }
 
 /// Whether `e` mentions variable `v`.
-fn uses_var(e: &AffineExpr, v: &str) -> bool {
+fn uses_var(e: &Expr, v: &str) -> bool {
     match e {
-        AffineExpr::Var(x) => x == v,
-        AffineExpr::Const(_) => false,
-        AffineExpr::Neg(a) => uses_var(a, v),
-        AffineExpr::Bin(_, a, b) => uses_var(a, v) || uses_var(b, v),
+        Expr::Var(x) => x == v,
+        Expr::Const(_) => false,
+        Expr::Neg(a) => uses_var(a, v),
+        Expr::Bin(_, a, b) => uses_var(a, v) || uses_var(b, v),
     }
 }
 
 /// `Err(name)` for the first variable of `e` not in `dims`.
-fn check_expr_vars<'a>(e: &'a AffineExpr, dims: &[String]) -> Result<(), &'a str> {
+fn check_expr_vars<'a>(e: &'a Expr, dims: &[String]) -> Result<(), &'a str> {
     match e {
-        AffineExpr::Var(x) if dims.contains(x) => Ok(()),
-        AffineExpr::Var(x) => Err(x),
-        AffineExpr::Const(_) => Ok(()),
-        AffineExpr::Neg(a) => check_expr_vars(a, dims),
-        AffineExpr::Bin(_, a, b) => {
+        Expr::Var(x) if dims.contains(x) => Ok(()),
+        Expr::Var(x) => Err(x),
+        Expr::Const(_) => Ok(()),
+        Expr::Neg(a) => check_expr_vars(a, dims),
+        Expr::Bin(_, a, b) => {
             check_expr_vars(a, dims)?;
             check_expr_vars(b, dims)
         }

@@ -96,7 +96,6 @@ use fbc_ir::{
 use fbc_target::HardwareProfile;
 use serde_json::json;
 
-use crate::index_elim::maps;
 use crate::layout::analysis::{reduction_uses, value_name};
 use crate::layout::candidates;
 use crate::layout::perf_model::{self, Consumer, TensorDesc};
@@ -275,7 +274,7 @@ struct Sim {
     compute_s: f64,
     convert_s: f64,
     /// Remaps whose view moved to another tile: (remap, view, tile-level map).
-    retiled: Vec<(Op, Layout, Option<fbc_ir::AffineMap>)>,
+    retiled: Vec<(Op, Layout, Option<fbc_index::IndexMap>)>,
 }
 
 impl Sim {
@@ -625,7 +624,7 @@ fn retiles(
             op,
             anchor,
             class,
-            map: maps::to_index_map(map),
+            map: map.clone(),
             sink,
             source,
             view: layout_of_attr(d.attr("fbc.layout")).unwrap_or(Layout::Linear),

@@ -681,7 +681,7 @@ impl<'a> Planner<'a> {
     }
 
     /// The remaps whose view moved off tile-propagate's: (remap, view, tile-level map).
-    pub(super) fn retiled(&mut self) -> Vec<(Op, Layout, Option<fbc_ir::AffineMap>)> {
+    pub(super) fn retiled(&mut self) -> Vec<(Op, Layout, Option<fbc_index::IndexMap>)> {
         let mut out = Vec::new();
         for i in 0..self.retile_now.len() {
             let (view, _) = self.retile_now[i];
@@ -690,9 +690,7 @@ impl<'a> Planner<'a> {
             }
             let l = self.layouts[view as usize].clone();
             let tm = match &l {
-                Layout::RTile(t) => {
-                    self.tile_map(i, t.tile).and_then(crate::index_elim::maps::from_index_map)
-                }
+                Layout::RTile(t) => self.tile_map(i, t.tile).and_then(|m| m.to_affine()),
                 Layout::Linear => None,
             };
             out.push((self.cx.retiles[i].op, l, tm));

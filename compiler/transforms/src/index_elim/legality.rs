@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 
-use fbc_index::{simplify, Expr, IndexMap, Limits, Ranges};
+use fbc_index::{simplify, BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
 
 /// Why a chain cannot keep a tile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,11 +46,11 @@ impl std::fmt::Display for Illegal {
 fn offset_plus_base(e: &Expr, offset: &str) -> bool {
     fn terms<'e>(e: &'e Expr, positive: bool, out: &mut Vec<(bool, &'e Expr)>) {
         match e {
-            Expr::Add(a, b) => {
+            Expr::Bin(IndexOp::Add, a, b) => {
                 terms(a, positive, out);
                 terms(b, positive, out);
             }
-            Expr::Sub(a, b) => {
+            Expr::Bin(IndexOp::Sub, a, b) => {
                 terms(a, positive, out);
                 terms(b, !positive, out);
             }
@@ -104,8 +104,13 @@ pub fn check_tile(
     let _ = ranges.insert("tile_a", 0, clamp(th));
     let _ = ranges.insert("tile_b", 0, clamp(tw));
     let split = |t: &str, size: u64, off: &str| {
-        Expr::Add(
-            Box::new(Expr::Mul(Box::new(Expr::Var(t.into())), Box::new(Expr::Const(clamp(size))))),
+        Expr::Bin(
+            IndexOp::Add,
+            Box::new(Expr::Bin(
+                IndexOp::Mul,
+                Box::new(Expr::Var(t.into())),
+                Box::new(Expr::Const(clamp(size))),
+            )),
             Box::new(Expr::Var(off.into())),
         )
     };
@@ -141,8 +146,8 @@ pub fn check_tile(
     // which is tile boundary preservation) plus the offset with stride 1.
     let axis = |e: &Expr, size: u64, offset: &str, check: &'static str, what: &str| {
         let size_e = Expr::Const(clamp(size));
-        let rem = simp(Expr::Mod(Box::new(e.clone()), Box::new(size_e.clone())));
-        let quot = simp(Expr::FloorDiv(Box::new(e.clone()), Box::new(size_e)));
+        let rem = simp(Expr::Bin(IndexOp::Mod, Box::new(e.clone()), Box::new(size_e.clone())));
+        let quot = simp(Expr::Bin(IndexOp::FloorDiv, Box::new(e.clone()), Box::new(size_e)));
         if rem == Expr::Var(offset.to_string()) && !has_offsets(&quot) {
             return Ok(quot);
         }

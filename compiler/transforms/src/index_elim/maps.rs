@@ -7,16 +7,14 @@
 //! delinearises with `floordiv`/`mod` on every axis) so that `divmod.before` counts what a
 //! compiler without simplification would execute; `index-simplify` then reduces them.
 //!
-//! Conversions to and from the IR's `AffineMap` live here too. The index language has shifts and
-//! masks the IR's maps do not; converting back spells `x >> k` as `x floordiv 2^k`, `x & (2^k-1)`
-//! as `x mod 2^k` and `x << k` as `x * 2^k`, which are equal for every integer (floor semantics and
-//! two's complement), so a printed map means exactly what the simplifier proved. Back ends lower
-//! power-of-two div/mod to shifts.
+//! The maps are `fbc_index::IndexMap`s, the type `Attr::Map` holds. The simplifier may introduce
+//! shifts and masks, which the IR's (affine) maps do not spell; `IndexMap::to_affine` writes them
+//! back as power-of-two `floordiv`/`mod`/`*`, equal for every integer, so a printed map means
+//! exactly what the simplifier proved. Back ends lower power-of-two div/mod to shifts.
 
 use fbc_dialects::kind::{LayoutOp, OpKind, TensorOp};
 use fbc_index::{BinOp as IndexOp, Expr, IndexMap};
-use fbc_ir::attr::BinOp;
-use fbc_ir::{AffineExpr, AffineMap, Attr, Module, Op};
+use fbc_ir::{Attr, Module, Op};
 
 fn dims(rank: usize) -> Vec<String> {
     (0..rank).map(fbc_index::dim_name).collect()
@@ -52,10 +50,14 @@ pub fn reshape_map(in_shape: &[u64], out_shape: &[u64]) -> IndexMap {
         if out_shape[k] == 1 {
             continue;
         }
-        let term = if s == 1 { d(k) } else { Expr::Mul(Box::new(d(k)), Box::new(Expr::Const(s))) };
+        let term = if s == 1 {
+            d(k)
+        } else {
+            Expr::Bin(IndexOp::Mul, Box::new(d(k)), Box::new(Expr::Const(s)))
+        };
         linear = Some(match linear {
             None => term,
-            Some(l) => Expr::Add(Box::new(l), Box::new(term)),
+            Some(l) => Expr::Bin(IndexOp::Add, Box::new(l), Box::new(term)),
         });
     }
     let linear = linear.unwrap_or(Expr::Const(0));
@@ -70,13 +72,17 @@ pub fn reshape_map(in_shape: &[u64], out_shape: &[u64]) -> IndexMap {
             let q = if in_strides[a] == 1 {
                 linear.clone()
             } else {
-                Expr::FloorDiv(Box::new(linear.clone()), Box::new(Expr::Const(in_strides[a])))
+                Expr::Bin(
+                    IndexOp::FloorDiv,
+                    Box::new(linear.clone()),
+                    Box::new(Expr::Const(in_strides[a])),
+                )
             };
             // The outermost axis needs no `mod`: the linear index is below the element count.
             if a == 0 {
                 q
             } else {
-                Expr::Mod(Box::new(q), Box::new(Expr::Const(n as i64)))
+                Expr::Bin(IndexOp::Mod, Box::new(q), Box::new(Expr::Const(n as i64)))
             }
         })
         .collect();
@@ -122,7 +128,7 @@ pub fn op_map(m: &Module, op: Op) -> Option<IndexMap> {
         OpKind::Tensor(TensorOp::Reshape) => Some(reshape_map(&in_shape, &out_shape)),
         OpKind::Tensor(TensorOp::Broadcast) => Some(broadcast_map(&in_shape, &out_shape)),
         OpKind::Layout(LayoutOp::Remap) => match data.attr("map")? {
-            Attr::Map(map) => Some(to_index_map(map)),
+            Attr::Map(map) => Some(map.clone()),
             _ => None,
         },
         _ => None,
@@ -135,149 +141,9 @@ pub fn compose_chain(maps: &[IndexMap]) -> Option<IndexMap> {
     rest.iter().try_fold(first.clone(), |acc, m| acc.compose(m).ok())
 }
 
-/// The index language's operator for an IR operator (the IR's six are a subset).
-fn index_op(op: BinOp) -> IndexOp {
-    match op {
-        BinOp::Add => IndexOp::Add,
-        BinOp::Sub => IndexOp::Sub,
-        BinOp::Mul => IndexOp::Mul,
-        BinOp::FloorDiv => IndexOp::FloorDiv,
-        BinOp::CeilDiv => IndexOp::CeilDiv,
-        BinOp::Mod => IndexOp::Mod,
-    }
-}
-
-/// The IR operator of an index-language operator, `None` for those the IR lacks.
-fn ir_op(op: IndexOp) -> Option<BinOp> {
-    Some(match op {
-        IndexOp::Add => BinOp::Add,
-        IndexOp::Sub => BinOp::Sub,
-        IndexOp::Mul => BinOp::Mul,
-        IndexOp::FloorDiv => BinOp::FloorDiv,
-        IndexOp::CeilDiv => BinOp::CeilDiv,
-        IndexOp::Mod => BinOp::Mod,
-        IndexOp::Shl | IndexOp::Shr | IndexOp::And | IndexOp::Min | IndexOp::Max => return None,
-    })
-}
-
-/// An IR index expression in the index language (exactly: the IR's operators are a subset with
-/// the same semantics).
-pub fn to_index_expr(e: &AffineExpr) -> Expr {
-    match e {
-        AffineExpr::Var(v) => Expr::Var(v.clone()),
-        AffineExpr::Const(c) => Expr::Const(*c),
-        AffineExpr::Neg(a) => Expr::negate(to_index_expr(a)),
-        AffineExpr::Bin(op, a, b) => {
-            Expr::binary(index_op(*op), to_index_expr(a), to_index_expr(b))
-        }
-    }
-}
-
-/// An IR map in the index language.
-pub fn to_index_map(m: &AffineMap) -> IndexMap {
-    IndexMap {
-        dims: m.dims.clone(),
-        symbols: m.symbols.clone(),
-        results: m.results.iter().map(to_index_expr).collect(),
-    }
-}
-
-fn pow2_of_mask(m: i64) -> Option<i64> {
-    (m >= 0 && (m as u64).wrapping_add(1).is_power_of_two()).then(|| m + 1)
-}
-
-/// Back to the IR's affine syntax; `None` for `min`/`max` or shifts by non-constants.
-pub fn from_index_expr(e: &Expr) -> Option<AffineExpr> {
-    let konst = |c: i64| Box::new(AffineExpr::Const(c));
-    Some(match e {
-        Expr::Const(c) => AffineExpr::Const(*c),
-        Expr::Var(v) => AffineExpr::Var(v.clone()),
-        Expr::Neg(a) => AffineExpr::Neg(Box::new(from_index_expr(a)?)),
-        Expr::Shl(a, b) => match **b {
-            Expr::Const(k) if (0..63).contains(&k) => {
-                AffineExpr::Bin(BinOp::Mul, Box::new(from_index_expr(a)?), konst(1 << k))
-            }
-            _ => return None,
-        },
-        Expr::Shr(a, b) => match **b {
-            Expr::Const(k) if (0..63).contains(&k) => {
-                AffineExpr::Bin(BinOp::FloorDiv, Box::new(from_index_expr(a)?), konst(1 << k))
-            }
-            _ => return None,
-        },
-        Expr::And(a, b) => match (&**a, &**b) {
-            (x, Expr::Const(m)) | (Expr::Const(m), x) => {
-                AffineExpr::Bin(BinOp::Mod, Box::new(from_index_expr(x)?), konst(pow2_of_mask(*m)?))
-            }
-            _ => return None,
-        },
-        other => {
-            let (op, a, b) = other.as_binary()?;
-            AffineExpr::Bin(
-                ir_op(op)?,
-                Box::new(from_index_expr(a)?),
-                Box::new(from_index_expr(b)?),
-            )
-        }
-    })
-}
-
-/// Back to an IR map; `None` when a result uses what the IR cannot spell
-/// ([`from_index_expr`]).
-pub fn from_index_map(m: &IndexMap) -> Option<AffineMap> {
-    Some(AffineMap {
-        dims: m.dims.clone(),
-        symbols: m.symbols.clone(),
-        results: m.results.iter().map(from_index_expr).collect::<Option<_>>()?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
-
     use super::*;
-
-    const IR_OPS: [BinOp; 6] =
-        [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::FloorDiv, BinOp::CeilDiv, BinOp::Mod];
-
-    /// IR expressions over `d0..d2`, with divisors of every sign and the i64 extremes.
-    fn ir_expr() -> impl Strategy<Value = AffineExpr> {
-        let leaf = prop_oneof![
-            (0usize..3).prop_map(|k| AffineExpr::Var(format!("d{k}"))),
-            (-70i64..70).prop_map(AffineExpr::Const),
-            prop_oneof![Just(i64::MAX), Just(i64::MIN)].prop_map(AffineExpr::Const),
-        ];
-        leaf.prop_recursive(4, 24, 2, |inner| {
-            prop_oneof![
-                inner.clone().prop_map(|a| AffineExpr::Neg(Box::new(a))),
-                (0usize..6, inner.clone(), inner).prop_map(|(k, a, b)| AffineExpr::Bin(
-                    IR_OPS[k],
-                    Box::new(a),
-                    Box::new(b)
-                )),
-            ]
-        })
-    }
-
-    proptest! {
-        /// The IR's evaluator (`AffineExpr::eval`, behind the interpreter's `layout.remap`) and
-        /// the index language's (behind every simplification) are twins: they must agree on
-        /// every expression, undefined results included, and the conversion must round-trip.
-        #[test]
-        fn ir_and_index_semantics_agree(e in ir_expr(), v in prop::array::uniform3(-100i64..100)) {
-            let env = |n: &str| match n {
-                "d0" => Some(v[0]),
-                "d1" => Some(v[1]),
-                "d2" => Some(v[2]),
-                _ => None,
-            };
-            let ix = to_index_expr(&e);
-            prop_assert_eq!(e.eval(&env), ix.eval(&env), "{}", e);
-            prop_assert_eq!(fbc_dialects::layout::map::eval_expr(&e, &env), ix.eval(&env));
-            prop_assert_eq!(from_index_expr(&ix), Some(e.clone()));
-        }
-    }
 
     fn eval(m: &IndexMap, idx: &[i64]) -> Vec<i64> {
         m.eval(idx).expect("defined")
@@ -319,25 +185,6 @@ mod tests {
                     assert_eq!(eval(&m, &[0, h, s, e]), vec![0, s, h * 4 + e]);
                 }
             }
-        }
-    }
-
-    #[test]
-    fn shifts_and_masks_come_back_as_pow2_div_mod() {
-        let e = Expr::parse("(d0 >> 6) + (d1 & 63) + (d2 << 2)").unwrap();
-        let a = from_index_expr(&e).unwrap();
-        assert_eq!(a.to_string(), "d0 floordiv 64 + d1 mod 64 + d2 * 4");
-        assert!(from_index_expr(&Expr::parse("d0 & 5").unwrap()).is_none());
-        assert!(from_index_expr(&Expr::parse("min(d0, 3)").unwrap()).is_none());
-        let back = to_index_expr(&a);
-        for (x, y, z) in [(0, 0, 0), (-65, 64, -3), (1000, 127, 9)] {
-            let env = |n: &str| match n {
-                "d0" => Some(x),
-                "d1" => Some(y),
-                "d2" => Some(z),
-                _ => None,
-            };
-            assert_eq!(back.eval(&env), e.eval(&env));
         }
     }
 }

@@ -246,7 +246,7 @@ fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
                 if let Some(a) = attr {
                     m.set_attr(sink_op, "fbc.layout", a);
                 }
-                if let Some(tm) = maps::from_index_map(&tile_map) {
+                if let Some(tm) = tile_map.to_affine() {
                     m.set_attr(sink_op, "fbc.tile_map", Attr::Map(tm));
                 }
                 m.remove_attr(sink_op, "fbc.tile_fallback");
@@ -296,7 +296,7 @@ impl Pass for IndexElim {
             if m.op(sink_op).attr("fbc.tile_fallback").is_some() {
                 continue;
             }
-            let Some(map) = chain_map(m, &c).and_then(|im| maps::from_index_map(&im)) else {
+            let Some(map) = chain_map(m, &c).and_then(|im| im.to_affine()) else {
                 continue;
             };
             let d = m.op(sink_op);
@@ -369,7 +369,7 @@ impl Pass for IndexSimplify {
             let (attr, b, a) = match cache.get(&key) {
                 Some(hit) => hit.clone(),
                 None => {
-                    let im = maps::to_index_map(map);
+                    let im = map.clone();
                     let mut ranges = Ranges::new();
                     for (dim, &n) in im.dims.iter().zip(&shape) {
                         let _ = ranges.insert(
@@ -379,8 +379,7 @@ impl Pass for IndexSimplify {
                         );
                     }
                     let (out, stats) = fbc_index::simplify_map(&im, &ranges, &limits);
-                    let attr = maps::from_index_map(&out)
-                        .map_or_else(|| Attr::Map(map.clone()), Attr::Map);
+                    let attr = out.to_affine().map_or_else(|| Attr::Map(map.clone()), Attr::Map);
                     let entry = (attr, stats.divmod_before, stats.divmod_after);
                     cache.insert(key, entry.clone());
                     entry

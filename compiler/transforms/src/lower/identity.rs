@@ -13,32 +13,33 @@
 //! nothing is dropped on a guess.
 
 use fbc_dialects::memory::{Iter, Kernel, Scalar};
+use fbc_index::{Expr, IndexMap};
 use fbc_ir::attr::BinOp;
-use fbc_ir::{AffineExpr, AffineMap, Span};
+use fbc_ir::Span;
 
 use super::{Sid, StorageObj};
 
 /// `Σ c_i·d_i + c` of a division-free affine expression over `dims`.
-fn linear(e: &AffineExpr, dims: &[String]) -> Option<(Vec<i128>, i128)> {
+fn linear(e: &Expr, dims: &[String]) -> Option<(Vec<i128>, i128)> {
     Some(match e {
-        AffineExpr::Var(v) => {
+        Expr::Var(v) => {
             let i = dims.iter().position(|d| d == v)?;
             let mut c = vec![0; dims.len()];
             c[i] = 1;
             (c, 0)
         }
-        AffineExpr::Const(k) => (vec![0; dims.len()], i128::from(*k)),
-        AffineExpr::Neg(a) => {
+        Expr::Const(k) => (vec![0; dims.len()], i128::from(*k)),
+        Expr::Neg(a) => {
             let (c, k) = linear(a, dims)?;
             (c.into_iter().map(|x| -x).collect(), -k)
         }
-        AffineExpr::Bin(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+        Expr::Bin(op @ (BinOp::Add | BinOp::Sub), a, b) => {
             let (ca, ka) = linear(a, dims)?;
             let (cb, kb) = linear(b, dims)?;
             let s = if *op == BinOp::Add { 1 } else { -1 };
             (ca.iter().zip(&cb).map(|(x, y)| x + s * y).collect(), ka + s * kb)
         }
-        AffineExpr::Bin(BinOp::Mul, a, b) => {
+        Expr::Bin(BinOp::Mul, a, b) => {
             let (ca, ka) = linear(a, dims)?;
             let (cb, kb) = linear(b, dims)?;
             // One side must be a constant.
@@ -50,12 +51,12 @@ fn linear(e: &AffineExpr, dims: &[String]) -> Option<(Vec<i128>, i128)> {
                 return None;
             }
         }
-        AffineExpr::Bin(..) => return None,
+        Expr::Bin(..) => return None,
     })
 }
 
 /// Whether the two maps (over the same dimension names) are the same function.
-pub(crate) fn same_map(a: &AffineMap, b: &AffineMap) -> bool {
+pub(crate) fn same_map(a: &IndexMap, b: &IndexMap) -> bool {
     if a.dims != b.dims || a.results.len() != b.results.len() {
         return false;
     }
@@ -125,21 +126,21 @@ pub(crate) fn drop_identity_copies(
 
 #[cfg(test)]
 mod tests {
-    use super::same_map;
-    use fbc_ir::attr::BinOp;
-    use fbc_ir::{AffineExpr, AffineMap};
+    use fbc_index::{BinOp, Expr, IndexMap};
 
-    fn d(i: usize) -> AffineExpr {
-        AffineExpr::Var(format!("d{i}"))
+    use super::same_map;
+
+    fn d(i: usize) -> Expr {
+        Expr::Var(format!("d{i}"))
     }
-    fn c(k: i64) -> AffineExpr {
-        AffineExpr::Const(k)
+    fn c(k: i64) -> Expr {
+        Expr::Const(k)
     }
-    fn bin(op: BinOp, a: AffineExpr, b: AffineExpr) -> AffineExpr {
-        AffineExpr::Bin(op, Box::new(a), Box::new(b))
+    fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Bin(op, Box::new(a), Box::new(b))
     }
-    fn map(rank: usize, results: Vec<AffineExpr>) -> AffineMap {
-        AffineMap { dims: (0..rank).map(|i| format!("d{i}")).collect(), symbols: vec![], results }
+    fn map(rank: usize, results: Vec<Expr>) -> IndexMap {
+        IndexMap { dims: (0..rank).map(|i| format!("d{i}")).collect(), symbols: vec![], results }
     }
 
     #[test]

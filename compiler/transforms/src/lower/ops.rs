@@ -9,13 +9,13 @@
 use fbc_dialects::kind::{FuncOp as F, LayoutOp as L, OpKind as K, TensorOp as T};
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U};
-use fbc_index::Expr;
+use fbc_index::{BinOp as IndexOp, Expr};
 use fbc_ir::{Attr, Diagnostic, ElemType, Module, Op, Span, Value};
 
 use super::{
     dim, domain_of, identity, located, value_name, Access, LKernel, Lower, Map, Operand, Tid,
 };
-use crate::index_elim::maps::{broadcast_results, reshape_map, to_index_map, transpose_map};
+use crate::index_elim::maps::{broadcast_results, reshape_map, transpose_map};
 
 // ----- scalar builders -----
 
@@ -459,7 +459,7 @@ impl Lower<'_> {
                         if s == 0 {
                             dim(k)
                         } else {
-                            Expr::Add(Box::new(dim(k)), Box::new(Expr::Const(s)))
+                            Expr::Bin(IndexOp::Add, Box::new(dim(k)), Box::new(Expr::Const(s)))
                         }
                     })
                     .collect();
@@ -469,7 +469,7 @@ impl Lower<'_> {
                 let Some(Attr::Map(map)) = d.attr("map") else {
                     return Err(located(span, "layout.remap without a map"));
                 };
-                let im = to_index_map(map);
+                let im = map.clone();
                 // Rename the map's dimensions to d0, d1, ... (the convention of every map here).
                 let ren: Map = (0..im.dims.len()).map(dim).collect();
                 let subst = im.dims.iter().cloned().zip(ren).collect();
@@ -660,8 +660,11 @@ impl Lower<'_> {
                 }
                 let h = dd / 2;
                 let last = dim(n - 1);
-                let rot =
-                    Expr::Mod(Box::new(shift(last.clone(), h)), Box::new(Expr::Const(dd as i64)));
+                let rot = Expr::Bin(
+                    IndexOp::Mod,
+                    Box::new(shift(last.clone(), h)),
+                    Box::new(Expr::Const(dd as i64)),
+                );
                 let mut rot_full = identity(n);
                 rot_full[n - 1] = rot.clone();
                 let sd = vec![dim(n - 2), last];
@@ -1168,7 +1171,7 @@ fn shift(e: Expr, by: u64) -> Expr {
     if by == 0 {
         e
     } else {
-        Expr::Add(Box::new(e), Box::new(Expr::Const(by as i64)))
+        Expr::Bin(IndexOp::Add, Box::new(e), Box::new(Expr::Const(by as i64)))
     }
 }
 

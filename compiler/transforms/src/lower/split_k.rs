@@ -31,7 +31,7 @@
 
 use fbc_dialects::kind::TensorOp;
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin};
-use fbc_index::Expr;
+use fbc_index::{BinOp as IndexOp, Expr};
 use fbc_ir::{Diagnostic, ElemType};
 use fbc_target::HardwareProfile;
 
@@ -197,8 +197,9 @@ fn split_one(l: &mut Lower<'_>, k: &LKernel, s: u64) -> Result<Vec<LKernel>, Dia
 
     // Partial sums over [S, P..., Kc]: old d_i → d_(i+1), old k → d0·Kc + d_(np+1).
     let mut with: Vec<Expr> = (1..=np).map(dim).collect();
-    with.push(Expr::Add(
-        Box::new(Expr::Mul(Box::new(dim(0)), Box::new(Expr::Const(chunk as i64)))),
+    with.push(Expr::Bin(
+        IndexOp::Add,
+        Box::new(Expr::Bin(IndexOp::Mul, Box::new(dim(0)), Box::new(Expr::Const(chunk as i64)))),
         Box::new(dim(np + 1)),
     ));
     let mut dims: Vec<Scalar> = (1..=np).map(Scalar::Dim).collect();
@@ -226,7 +227,7 @@ fn split_one(l: &mut Lower<'_>, k: &LKernel, s: u64) -> Result<Vec<LKernel>, Dia
     if tail > 0 {
         let start = s * chunk;
         let mut with: Vec<Expr> = (0..np).map(dim).collect();
-        with.push(Expr::Add(Box::new(Expr::Const(start as i64)), Box::new(dim(np))));
+        with.push(Expr::Bin(IndexOp::Add, Box::new(Expr::Const(start as i64)), Box::new(dim(np))));
         let mut dims: Vec<Scalar> = (0..np).map(Scalar::Dim).collect();
         dims.push(k_scalar(None, start, np));
         let mut domain = par.to_vec();

@@ -20,12 +20,11 @@ use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
 use fbc_dialects::layout::{Intra, Layout, Matrix, RTile};
 use fbc_dialects::memory::{Guard, Iter, Kernel, Scalar, ScalarBin};
-use fbc_index::{simplify_map, Expr, IndexMap, Limits, Ranges};
-use fbc_ir::{AffineMap, Diagnostic, Span};
+use fbc_index::{simplify_map, BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
+use fbc_ir::{Diagnostic, Span};
 
 use super::fusion::map_scalar;
 use super::{compose, dim, identity, located, LKernel, Lower, Map, Operand, Sid};
-use crate::index_elim::maps::from_index_expr;
 
 fn c(v: u64) -> Expr {
     Expr::Const(v as i64)
@@ -34,7 +33,7 @@ fn add(a: Expr, b: Expr) -> Expr {
     match (&a, &b) {
         (Expr::Const(0), _) => b,
         (_, Expr::Const(0)) => a,
-        _ => Expr::Add(Box::new(a), Box::new(b)),
+        _ => Expr::Bin(IndexOp::Add, Box::new(a), Box::new(b)),
     }
 }
 fn mul(a: Expr, k: u64) -> Expr {
@@ -43,21 +42,21 @@ fn mul(a: Expr, k: u64) -> Expr {
         (_, 1) => a,
         (Expr::Const(0), _) => a,
         (Expr::Const(v), _) if v.checked_mul(k as i64).is_some() => Expr::Const(v * k as i64),
-        _ => Expr::Mul(Box::new(a), Box::new(c(k))),
+        _ => Expr::Bin(IndexOp::Mul, Box::new(a), Box::new(c(k))),
     }
 }
 fn fdiv(a: Expr, k: u64) -> Expr {
     if k == 1 {
         a
     } else {
-        Expr::FloorDiv(Box::new(a), Box::new(c(k)))
+        Expr::Bin(IndexOp::FloorDiv, Box::new(a), Box::new(c(k)))
     }
 }
 fn fmod(a: Expr, k: u64) -> Expr {
     if k == 1 {
         Expr::Const(0)
     } else {
-        Expr::Mod(Box::new(a), Box::new(c(k)))
+        Expr::Bin(IndexOp::Mod, Box::new(a), Box::new(c(k)))
     }
 }
 
@@ -235,7 +234,7 @@ impl Mapper {
             Limits { time_limit: std::time::Duration::from_millis(100), ..Limits::default() };
         let (simple, _) = simplify_map(&map, &ranges, &limits);
         // Only keep what converts back to the IR's syntax.
-        let r = if simple.results.iter().all(|e| from_index_expr(e).is_some()) {
+        let r = if simple.results.iter().all(|e| e.to_affine().is_some()) {
             simple.results
         } else {
             results
@@ -315,15 +314,15 @@ impl Mapper {
         splits
     }
 
-    fn affine(&self, results: &[Expr], n: usize, span: Span) -> Result<AffineMap, Diagnostic> {
+    fn affine(&self, results: &[Expr], n: usize, span: Span) -> Result<IndexMap, Diagnostic> {
         let results = results
             .iter()
             .map(|e| {
-                from_index_expr(e)
+                e.to_affine()
                     .ok_or_else(|| located(span, format!("index `{e}` has no affine form")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(AffineMap {
+        Ok(IndexMap {
             dims: (0..n).map(fbc_index::dim_name).collect(),
             symbols: Vec::new(),
             results,
@@ -473,15 +472,15 @@ fn source_of(k: &LKernel) -> String {
 fn split_candidates(e: &Expr, domain: &[u64], out: &mut Vec<(usize, u64)>) {
     // The simplifier writes power-of-two division and modulo as `>>` and `&`.
     let by = match e {
-        Expr::FloorDiv(a, b) | Expr::Mod(a, b) => match **b {
+        Expr::Bin(IndexOp::FloorDiv, a, b) | Expr::Bin(IndexOp::Mod, a, b) => match **b {
             Expr::Const(c) => Some((a, c)),
             _ => None,
         },
-        Expr::Shr(a, b) => match **b {
+        Expr::Bin(IndexOp::Shr, a, b) => match **b {
             Expr::Const(k) if (0..62).contains(&k) => Some((a, 1i64 << k)),
             _ => None,
         },
-        Expr::And(a, b) => match **b {
+        Expr::Bin(IndexOp::And, a, b) => match **b {
             Expr::Const(m) if m > 0 && (m & (m + 1)) == 0 => Some((a, m + 1)),
             _ => None,
         },
@@ -509,7 +508,11 @@ fn split_candidates(e: &Expr, domain: &[u64], out: &mut Vec<(usize, u64)>) {
 fn div_like(e: &Expr) -> usize {
     let own = usize::from(matches!(
         e,
-        Expr::FloorDiv(..) | Expr::CeilDiv(..) | Expr::Mod(..) | Expr::Shr(..) | Expr::And(..)
+        Expr::Bin(IndexOp::FloorDiv, ..)
+            | Expr::Bin(IndexOp::CeilDiv, ..)
+            | Expr::Bin(IndexOp::Mod, ..)
+            | Expr::Bin(IndexOp::Shr, ..)
+            | Expr::Bin(IndexOp::And, ..)
     ));
     own + e.children().map(div_like).sum::<usize>()
 }
@@ -541,11 +544,11 @@ fn expr_scalar(e: &Expr) -> Scalar {
     match e {
         Expr::Const(v) => Scalar::Int(*v),
         Expr::Var(v) => Scalar::Dim(v.trim_start_matches('d').parse().unwrap_or(0)),
-        Expr::Add(a, c) => b(ScalarBin::Add, a, c),
-        Expr::Sub(a, c) => b(ScalarBin::Sub, a, c),
-        Expr::Mul(a, c) => b(ScalarBin::Mul, a, c),
-        Expr::FloorDiv(a, c) => b(ScalarBin::Div, a, c),
-        Expr::Mod(a, c) => b(ScalarBin::Rem, a, c),
+        Expr::Bin(IndexOp::Add, a, c) => b(ScalarBin::Add, a, c),
+        Expr::Bin(IndexOp::Sub, a, c) => b(ScalarBin::Sub, a, c),
+        Expr::Bin(IndexOp::Mul, a, c) => b(ScalarBin::Mul, a, c),
+        Expr::Bin(IndexOp::FloorDiv, a, c) => b(ScalarBin::Div, a, c),
+        Expr::Bin(IndexOp::Mod, a, c) => b(ScalarBin::Rem, a, c),
         Expr::Neg(a) => {
             Scalar::Bin(ScalarBin::Sub, Box::new(Scalar::Int(0)), Box::new(expr_scalar(a)))
         }
@@ -566,15 +569,15 @@ fn interval(e: &Expr, domain: &[u64]) -> Option<(i64, i64)> {
             let k: usize = v.strip_prefix('d')?.parse().ok()?;
             (0, i64::try_from(*domain.get(k)?).ok()?.checked_sub(1)?)
         }
-        Expr::Add(a, b) => {
+        Expr::Bin(IndexOp::Add, a, b) => {
             let (a, b) = (interval(a, domain)?, interval(b, domain)?);
             (a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)
         }
-        Expr::Sub(a, b) => {
+        Expr::Bin(IndexOp::Sub, a, b) => {
             let (a, b) = (interval(a, domain)?, interval(b, domain)?);
             (a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)
         }
-        Expr::Mul(a, b) => {
+        Expr::Bin(IndexOp::Mul, a, b) => {
             let (a, c) = match (konst(a), konst(b)) {
                 (_, Some(c)) => (interval(a, domain)?, c),
                 (Some(c), _) => (interval(b, domain)?, c),
@@ -583,9 +586,9 @@ fn interval(e: &Expr, domain: &[u64]) -> Option<(i64, i64)> {
             let (x, y) = (a.0.checked_mul(c)?, a.1.checked_mul(c)?);
             (x.min(y), x.max(y))
         }
-        Expr::FloorDiv(a, b) | Expr::Shr(a, b) => {
+        Expr::Bin(IndexOp::FloorDiv, a, b) | Expr::Bin(IndexOp::Shr, a, b) => {
             let c = konst(b)?;
-            let c = if matches!(e, Expr::Shr(..)) {
+            let c = if matches!(e, Expr::Bin(IndexOp::Shr, ..)) {
                 1i64.checked_shl(u32::try_from(c).ok()?)?
             } else {
                 c
@@ -596,12 +599,12 @@ fn interval(e: &Expr, domain: &[u64]) -> Option<(i64, i64)> {
             let a = interval(a, domain)?;
             (a.0.div_euclid(c), a.1.div_euclid(c))
         }
-        Expr::Shl(a, b) => {
+        Expr::Bin(IndexOp::Shl, a, b) => {
             let c = 1i64.checked_shl(u32::try_from(konst(b)?).ok()?)?;
             let a = interval(a, domain)?;
             (a.0.checked_mul(c)?, a.1.checked_mul(c)?)
         }
-        Expr::And(a, b) => {
+        Expr::Bin(IndexOp::And, a, b) => {
             // `x & (2^k - 1)` is `x mod 2^k`.
             let c = konst(b)?.checked_add(1)?;
             if c <= 0 || c & (c - 1) != 0 {
@@ -614,7 +617,7 @@ fn interval(e: &Expr, domain: &[u64]) -> Option<(i64, i64)> {
                 (0, c - 1)
             }
         }
-        Expr::Mod(a, b) => {
+        Expr::Bin(IndexOp::Mod, a, b) => {
             let c = konst(b)?;
             if c <= 0 {
                 return None;
