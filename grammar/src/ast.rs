@@ -149,15 +149,9 @@ pub struct AffineMap {
     pub span: Span,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinOp {
-    Add,
-    Sub,
-    Mul,
-    FloorDiv,
-    CeilDiv,
-    Mod,
-}
+/// The operators of index expressions, `fbc_index`'s (the IR's maps hold `fbc_index` maps); the
+/// grammar spells the affine ones: `+ - * floordiv ceildiv mod`.
+pub use fbc_index::BinOp;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExprKind {

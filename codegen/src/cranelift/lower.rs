@@ -43,56 +43,23 @@ use fbc_ir::ElemType;
 use super::math::FuncRefs;
 use super::Fault;
 
-/// A closed integer interval `[lo, hi]` (`lo > hi`: empty, only for zero-extent dimensions that
-/// are never entered).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Iv {
-    pub(crate) lo: i128,
-    pub(crate) hi: i128,
-}
+/// The interval arithmetic of index maps is `fbc_index::Interval`'s: exact in `i128`, checked
+/// against `i64` (`checked_*`), floor/ceil division and modulo with the positive part of the
+/// divisor. Zero-extent dimensions never reach here (their kernels have no body).
+pub(crate) use fbc_index::Interval as Iv;
 
-impl Iv {
-    pub(crate) fn point(v: i128) -> Iv {
-        Iv { lo: v, hi: v }
-    }
-
-    fn of_corners(c: [i128; 4]) -> Iv {
-        Iv { lo: c.into_iter().min().unwrap_or(0), hi: c.into_iter().max().unwrap_or(0) }
-    }
-
-    fn within(self, lo: i128, hi: i128) -> bool {
-        self.lo >= lo && self.hi <= hi
-    }
-
-    fn fits_i64(self) -> bool {
-        self.within(i128::from(i64::MIN), i128::from(i64::MAX))
-    }
-
-    fn constant(self) -> Option<i64> {
-        (self.lo == self.hi).then(|| i64::try_from(self.lo).ok()).flatten()
-    }
+/// Whether every value of `iv` lies in `[lo, hi]`.
+fn within(iv: Iv, lo: i64, hi: i64) -> bool {
+    iv.lo >= lo && iv.hi <= hi
 }
 
 /// The interval of `a op c` (`floordiv`, `ceildiv`, `mod`) for `a` in `ia` and a divisor in
-/// `ic`, which must be positive (`ic.lo >= 1`).
+/// `ic` (its positive part: the others fault before any use).
 fn div_iv(op: BinOp, ia: Iv, ic: Iv) -> Iv {
     match op {
-        BinOp::FloorDiv => Iv::of_corners(
-            [ia.lo, ia.hi]
-                .map(|x| [floor_div(x, ic.lo), floor_div(x, ic.hi)])
-                .as_flattened()
-                .try_into()
-                .unwrap_or([0; 4]),
-        ),
-        BinOp::CeilDiv => Iv::of_corners(
-            [ia.lo, ia.hi]
-                .map(|x| [ceil_div(x, ic.lo), ceil_div(x, ic.hi)])
-                .as_flattened()
-                .try_into()
-                .unwrap_or([0; 4]),
-        ),
-        _ if ic.lo == ic.hi && ia.within(0, ic.lo - 1) => ia,
-        _ => Iv { lo: 0, hi: ic.hi - 1 },
+        BinOp::FloorDiv => ia.floordiv(ic),
+        BinOp::CeilDiv => ia.ceildiv(ic),
+        _ => ia.modulo(ic),
     }
 }
 
@@ -101,35 +68,29 @@ fn div_iv(op: BinOp, ia: Iv, ic: Iv) -> Iv {
 /// a map is rejected at compile time) or `e` names an unknown dimension. A divisor that may be
 /// non-positive is narrowed to its positive part: the code faults before using the others.
 pub(crate) fn map_iv(e: &Expr, map: &IndexMap, ranges: &[Iv]) -> Option<Iv> {
-    let iv = match e {
+    Some(match e {
         Expr::Var(name) => ranges[map.dims.iter().position(|d| d == name)?],
-        Expr::Const(c) => Iv::point(i128::from(*c)),
-        Expr::Neg(a) => {
-            let ia = map_iv(a, map, ranges)?;
-            Iv { lo: -ia.hi, hi: -ia.lo }
-        }
+        Expr::Const(c) => Iv::point(*c),
+        Expr::Neg(a) => map_iv(a, map, ranges)?.checked_neg()?,
         Expr::Bin(op, a, c) => {
             let ia = map_iv(a, map, ranges)?;
             let ic = map_iv(c, map, ranges)?;
             match op {
-                BinOp::Add => Iv { lo: ia.lo + ic.lo, hi: ia.hi + ic.hi },
-                BinOp::Sub => Iv { lo: ia.lo - ic.hi, hi: ia.hi - ic.lo },
-                BinOp::Mul => {
-                    Iv::of_corners([ia.lo * ic.lo, ia.lo * ic.hi, ia.hi * ic.lo, ia.hi * ic.hi])
-                }
+                BinOp::Add => ia.checked_add(ic)?,
+                BinOp::Sub => ia.checked_sub(ic)?,
+                BinOp::Mul => ia.checked_mul(ic)?,
                 BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
                     if ic.hi <= 0 {
                         // Always undefined: the code faults before any use.
                         return None;
                     }
-                    div_iv(*op, ia, Iv { lo: ic.lo.max(1), hi: ic.hi })
+                    div_iv(*op, ia, ic)
                 }
                 // The IR's maps are affine (the verifier checks it).
                 BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Min | BinOp::Max => return None,
             }
         }
-    };
-    iv.fits_i64().then_some(iv)
+    })
 }
 
 /// The element offsets operand `t` (map `map`) can be written at when the domain indices range
@@ -137,33 +98,24 @@ pub(crate) fn map_iv(e: &Expr, map: &IndexMap, ranges: &[Iv]) -> Option<Iv> {
 /// image coordinate outside the operand faults instead of being written). `None`: unknown, or
 /// no offset can be in range.
 pub(crate) fn write_span(map: &IndexMap, t: MemType, ranges: &[Iv]) -> Option<Iv> {
-    let clamp = |iv: Iv, n: i128| {
-        let c = Iv { lo: iv.lo.max(0), hi: iv.hi.min(n - 1) };
-        (c.lo <= c.hi).then_some(c)
-    };
+    let clamp = |iv: Iv, n: i64| Iv::new(0, n.checked_sub(1)?)?.intersect(iv);
     match t.storage {
         StorageKind::Buffer { .. } => {
-            clamp(map_iv(map.results.first()?, map, ranges)?, i128::from(t.elems()))
+            clamp(map_iv(map.results.first()?, map, ranges)?, i64::try_from(t.elems()).ok()?)
         }
         StorageKind::Image { width, height } => {
-            let ext = [i128::from(width), i128::from(height), 4];
+            let ext = [i64::try_from(width).ok()?, i64::try_from(height).ok()?, 4];
             let mut c = [Iv::point(0); 3];
             for i in 0..3 {
                 c[i] = clamp(map_iv(map.results.get(i)?, map, ranges)?, ext[i])?;
             }
             // (y·W + x)·4 + c is increasing in each coordinate within its extent.
-            let at = |x: i128, y: i128, ch: i128| (y * ext[0] + x) * 4 + ch;
-            Some(Iv { lo: at(c[0].lo, c[1].lo, c[2].lo), hi: at(c[0].hi, c[1].hi, c[2].hi) })
+            let at = |x: i64, y: i64, ch: i64| {
+                (i128::from(y) * i128::from(ext[0]) + i128::from(x)) * 4 + i128::from(ch)
+            };
+            Iv::exact(at(c[0].lo, c[1].lo, c[2].lo), at(c[0].hi, c[1].hi, c[2].hi))
         }
     }
-}
-
-fn floor_div(a: i128, b: i128) -> i128 {
-    a.div_euclid(b) - i128::from(b < 0 && a.rem_euclid(b) != 0)
-}
-
-fn ceil_div(a: i128, b: i128) -> i128 {
-    -floor_div(-a, b)
 }
 
 /// A payload value: `f32`, or a 64-bit integer.
@@ -393,7 +345,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         self.b.switch_to_block(head);
         let params = self.b.block_params(head).to_vec();
         self.dims[from] = params[0];
-        self.ranges[from] = Iv { lo: 0, hi: i128::from(n - 1) };
+        self.ranges[from] = Iv { lo: 0, hi: n - 1 };
         let out = self.nest_dims(rest, params[1..].to_vec(), body)?;
         let next = self.b.ins().iadd_imm_s(params[0], 1);
         let more = match end {
@@ -426,34 +378,23 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let j = map.dims.iter().position(|d| d == name).ok_or_else(|| {
                     format!("map {map} uses `{name}`, which is not one of its dimensions")
                 })?;
-                (self.dims[j], self.ranges[j])
+                (self.dims[j], Some(self.ranges[j]))
             }
-            Expr::Const(c) => (self.iconst(*c), Iv::point(i128::from(*c))),
+            Expr::Const(c) => (self.iconst(*c), Some(Iv::point(*c))),
             Expr::Neg(a) => {
                 let (a, ia) = self.affine(a, map, who)?;
-                (self.b.ins().ineg(a), Iv { lo: -ia.hi, hi: -ia.lo })
+                (self.b.ins().ineg(a), ia.checked_neg())
             }
             Expr::Bin(op, a, c) => {
                 let (a, ia) = self.affine(a, map, who)?;
                 let (c, ic) = self.affine(c, map, who)?;
                 match op {
-                    BinOp::Add => {
-                        (self.b.ins().iadd(a, c), Iv { lo: ia.lo + ic.lo, hi: ia.hi + ic.hi })
-                    }
-                    BinOp::Sub => {
-                        (self.b.ins().isub(a, c), Iv { lo: ia.lo - ic.hi, hi: ia.hi - ic.lo })
-                    }
-                    BinOp::Mul => (
-                        self.b.ins().imul(a, c),
-                        Iv::of_corners([
-                            ia.lo * ic.lo,
-                            ia.lo * ic.hi,
-                            ia.hi * ic.lo,
-                            ia.hi * ic.hi,
-                        ]),
-                    ),
+                    BinOp::Add => (self.b.ins().iadd(a, c), ia.checked_add(ic)),
+                    BinOp::Sub => (self.b.ins().isub(a, c), ia.checked_sub(ic)),
+                    BinOp::Mul => (self.b.ins().imul(a, c), ia.checked_mul(ic)),
                     BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod => {
-                        self.map_div(*op, (a, ia), (c, ic), who)?
+                        let (v, iv) = self.map_div(*op, (a, ia), (c, ic), who)?;
+                        (v, Some(iv))
                     }
                     // The IR's maps are affine (the verifier checks it).
                     BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Min | BinOp::Max => {
@@ -462,14 +403,14 @@ impl<'a, 'f> Lower<'a, 'f> {
                 }
             }
         };
-        if !iv.fits_i64() {
+        let Some(iv) = iv else {
             return Err(format!(
                 "the index map {map} can leave the 64-bit range over the domain {:?}",
                 self.k.domain
             ));
-        }
+        };
         // A value known exactly is a constant, which lets Cranelift fold what uses it.
-        Ok(match iv.constant() {
+        Ok(match iv.singleton() {
             Some(c) if !matches!(e, Expr::Const(_)) => (self.iconst(c), iv),
             _ => (v, iv),
         })
@@ -492,8 +433,8 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
         let iv = div_iv(op, ia, ic);
         // Constant divisor: the cheap forms.
-        if let Some(d) = ic.constant() {
-            if ia.within(0, i128::from(d) - 1) {
+        if let Some(d) = ic.singleton() {
+            if within(ia, 0, d - 1) {
                 return Ok(match op {
                     BinOp::Mod => (a, iv),
                     BinOp::FloorDiv => (self.iconst(0), iv),
@@ -510,9 +451,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                     BinOp::FloorDiv => self.b.ins().sshr_imm_s(a, s),
                     BinOp::Mod => self.b.ins().band_imm_s(a, d - 1),
                     _ => {
-                        if !(Iv { lo: ia.lo + i128::from(d) - 1, hi: ia.hi + i128::from(d) - 1 })
-                            .fits_i64()
-                        {
+                        if ia.checked_add(Iv::point(d - 1)).is_none() {
                             return Err("a `ceildiv` can leave the 64-bit range".into());
                         }
                         let t = self.b.ins().iadd_imm_s(a, d - 1);
@@ -541,7 +480,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             _ => {
                 // ceildiv(a, c) = -floordiv(-a, c); `-a` fits because `a`'s interval is in i64
                 // and was produced by checked steps except at i64::MIN.
-                if ia.lo == i128::from(i64::MIN) {
+                if ia.lo == i64::MIN {
                     return Err("a `ceildiv` can leave the 64-bit range".into());
                 }
                 let na = self.b.ins().ineg(a);
@@ -598,7 +537,7 @@ impl<'a, 'f> Lower<'a, 'f> {
 
     /// Faults unless `0 <= v < len`; nothing when the interval proves it.
     fn check_range(&mut self, v: Value, iv: Iv, len: i64, fault: Fault) {
-        if !iv.within(0, i128::from(len) - 1) {
+        if !within(iv, 0, len - 1) {
             let bad = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, v, len);
             self.fail_if(bad, fault);
         }
@@ -747,18 +686,21 @@ impl<'a, 'f> Lower<'a, 'f> {
         let mut cond: Option<Value> = None;
         let mut narrowed = self.ranges.clone();
         for (e, &bound) in g.map.results.iter().zip(&g.bounds) {
-            let hi = i128::from(bound) - 1;
+            let bound =
+                i64::try_from(bound).map_err(|_| format!("guard bound {bound} is too large"))?;
+            let hi = bound - 1;
             let (v, iv) = self.affine(e, &g.map, who)?;
             if let Expr::Var(name) = e {
                 if let Some(j) = g.map.dims.iter().position(|d| d == name) {
-                    narrowed[j] = Iv { lo: narrowed[j].lo.max(0), hi: narrowed[j].hi.min(hi) };
+                    // Where the guard never holds, the code is unreachable: keep the range.
+                    if let Some(n) = Iv::new(0, hi).and_then(|g| g.intersect(narrowed[j])) {
+                        narrowed[j] = n;
+                    }
                 }
             }
-            if iv.within(0, hi) {
+            if within(iv, 0, hi) {
                 continue;
             }
-            let bound =
-                i64::try_from(bound).map_err(|_| format!("guard bound {bound} is too large"))?;
             let ok = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, v, bound);
             cond = Some(match cond {
                 None => ok,

@@ -64,7 +64,7 @@ impl Split {
             .domain
             .iter()
             .enumerate()
-            .map(|(d, &n)| if d < np { Iv { lo: 0, hi: i128::from(n) - 1 } } else { Iv::point(0) })
+            .map(|(d, &n)| if d < np { Iv::clamped(0, i128::from(n) - 1) } else { Iv::point(0) })
             .collect();
         let out = kernel.output();
         Some(Split {
@@ -121,7 +121,7 @@ impl Split {
         let mut spans = Vec::with_capacity(chunks.len());
         for &(lo, hi) in chunks {
             let mut ranges = self.ranges.clone();
-            ranges[self.dim] = Iv { lo: i128::from(lo), hi: i128::from(hi) - 1 };
+            ranges[self.dim] = Iv::clamped(i128::from(lo), i128::from(hi) - 1);
             match lower::write_span(&self.out_map, self.out_type, &ranges) {
                 Some(s) => spans.push(s),
                 None => return false,

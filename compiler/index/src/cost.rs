@@ -15,9 +15,11 @@
 //! smaller expressions; egg then breaks remaining ties by its sorted node
 //! order, which is deterministic with the `deterministic` feature.
 
+#[cfg(feature = "simplify")]
 use egg::{CostFunction, Id, Language};
 
 use crate::expr::{BinOp, Expr};
+#[cfg(feature = "simplify")]
 use crate::lang::IndexLang;
 
 /// Cost of a division-like node.
@@ -88,9 +90,11 @@ impl Cost {
 }
 
 /// egg cost function implementing the model.
+#[cfg(feature = "simplify")]
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct CostModel;
 
+#[cfg(feature = "simplify")]
 pub(crate) fn lang_node_cost(node: &IndexLang) -> Cost {
     let ops = match node {
         IndexLang::Num(_) | IndexLang::Symbol(_) => 0,
@@ -100,6 +104,7 @@ pub(crate) fn lang_node_cost(node: &IndexLang) -> Cost {
     Cost { ops, var_refs: u64::from(matches!(node, IndexLang::Symbol(_))), nodes: 1 }
 }
 
+#[cfg(feature = "simplify")]
 impl CostFunction<IndexLang> for CostModel {
     type Cost = Cost;
 

@@ -1,4 +1,11 @@
-//! Integer index expressions simplified with egg e-graphs.
+//! Integer index expressions and maps, and their simplification with egg e-graphs.
+//!
+//! The core — [`Expr`], [`IndexMap`], [`Interval`], [`Ranges`], parsing, evaluation, printing and
+//! [`check_refines`] — has no dependency: it is the one index-map type of fbc, which the IR's
+//! attributes hold and every back end reads. The simplifier (the egg language, the rules and the
+//! extraction, behind the default `simplify` feature) is what the passes and `fbc
+//! simplify-index` add on top; crates below the passes depend on the core alone
+//! (`default-features = false`).
 //!
 //! `fbc-index` implements the index-transformation elimination step of
 //! FBLayout (Sec. 4.3.2): tile index maps of stacked layout transformations
@@ -80,15 +87,19 @@
 //! assert_eq!((s.divmod_before, s.divmod_after), (2, 0));
 //! ```
 
+#[cfg(feature = "simplify")]
 mod analysis;
 pub mod cost;
 mod expr;
 mod interval;
+#[cfg(feature = "simplify")]
 mod lang;
 mod map;
 mod parse;
 mod ranges;
+#[cfg(feature = "simplify")]
 mod rules;
+#[cfg(feature = "simplify")]
 mod simplify;
 mod verify;
 
@@ -97,6 +108,8 @@ pub use interval::Interval;
 pub use map::{IndexMap, MapError};
 pub use parse::{ParseError, MAX_DEPTH, MAX_NESTING};
 pub use ranges::{RangeError, Ranges};
+#[cfg(feature = "simplify")]
 pub use rules::rule_names;
+#[cfg(feature = "simplify")]
 pub use simplify::{simplify, simplify_map, Limits, MapSimplified, Outcome, RunReport, Simplified};
 pub use verify::{check_refines, Counterexample};
