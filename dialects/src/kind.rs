@@ -127,6 +127,88 @@ op_kinds! {
     }
 }
 
+/// Groups of tensor ops, as patterns: `match t { fbc_dialects::tensor_reductions!() => ... }`.
+/// A consumer that matches exhaustively names every op once, by group or alone; an op added to a
+/// group is then handled as its group is, and an op in no group makes every such match fail to
+/// compile until it is named.
+#[macro_export]
+macro_rules! tensor_elementwise_binary {
+    () => {
+        $crate::kind::TensorOp::Add
+            | $crate::kind::TensorOp::Sub
+            | $crate::kind::TensorOp::Mul
+            | $crate::kind::TensorOp::Div
+            | $crate::kind::TensorOp::Max
+            | $crate::kind::TensorOp::Min
+    };
+}
+
+/// The unary math ops (`scale`, which has a factor, is not one of them).
+#[macro_export]
+macro_rules! tensor_elementwise_unary {
+    () => {
+        $crate::kind::TensorOp::Neg
+            | $crate::kind::TensorOp::Exp
+            | $crate::kind::TensorOp::Log
+            | $crate::kind::TensorOp::Sqrt
+            | $crate::kind::TensorOp::Rsqrt
+            | $crate::kind::TensorOp::Tanh
+            | $crate::kind::TensorOp::Sigmoid
+            | $crate::kind::TensorOp::Relu
+            | $crate::kind::TensorOp::Silu
+            | $crate::kind::TensorOp::Gelu
+    };
+}
+
+/// `reduce_sum`, `reduce_mean`, `reduce_max`.
+#[macro_export]
+macro_rules! tensor_reductions {
+    () => {
+        $crate::kind::TensorOp::ReduceSum
+            | $crate::kind::TensorOp::ReduceMean
+            | $crate::kind::TensorOp::ReduceMax
+    };
+}
+
+/// Pure data movement: `reshape`, `transpose`, `broadcast`, `slice`, `concat`.
+#[macro_export]
+macro_rules! tensor_data_movement {
+    () => {
+        $crate::kind::TensorOp::Reshape
+            | $crate::kind::TensorOp::Transpose
+            | $crate::kind::TensorOp::Broadcast
+            | $crate::kind::TensorOp::Slice
+            | $crate::kind::TensorOp::Concat
+    };
+}
+
+/// The vector-Jacobian products of elementwise ops (`f'(x) · dy`, pointwise).
+#[macro_export]
+macro_rules! tensor_elementwise_vjps {
+    () => {
+        $crate::kind::TensorOp::GeluGrad
+            | $crate::kind::TensorOp::SiluGrad
+            | $crate::kind::TensorOp::SigmoidGrad
+            | $crate::kind::TensorOp::TanhGrad
+            | $crate::kind::TensorOp::ReluGrad
+    };
+}
+
+/// Every vector-Jacobian product autodiff builds (the `*_grad` kernels but `slice_grad`, which
+/// is data movement with an adjoint of its own).
+#[macro_export]
+macro_rules! tensor_vjps {
+    () => {
+        $crate::tensor_elementwise_vjps!()
+            | $crate::kind::TensorOp::SoftmaxGrad
+            | $crate::kind::TensorOp::LayernormGrad
+            | $crate::kind::TensorOp::RmsnormGrad
+            | $crate::kind::TensorOp::RopeGrad
+            | $crate::kind::TensorOp::CrossEntropyGrad
+            | $crate::kind::TensorOp::EmbeddingGrad
+    };
+}
+
 op_kinds! {
     /// The `layout` dialect's ops ([`crate::layout`]).
     LayoutOp {
@@ -219,6 +301,30 @@ mod tests {
         same(crate::tensor::ops(), TensorOp::ALL.iter().map(|k| k.name()));
         same(crate::layout::ops(), LayoutOp::ALL.iter().map(|k| k.name()));
         same(crate::memory::ops(), MemoryOp::ALL.iter().map(|k| k.name()));
+    }
+
+    /// Which group an op is in (each op in at most one of the leaf groups).
+    fn group(t: TensorOp) -> &'static str {
+        match t {
+            crate::tensor_elementwise_binary!() => "binary",
+            crate::tensor_elementwise_unary!() => "unary",
+            crate::tensor_reductions!() => "reduction",
+            crate::tensor_data_movement!() => "movement",
+            crate::tensor_vjps!() => "vjp",
+            _ => "",
+        }
+    }
+
+    #[test]
+    fn groups_hold_the_ops_their_names_say() {
+        let of = |g: &str| TensorOp::ALL.iter().filter(|&&t| group(t) == g).count();
+        assert_eq!(
+            [of("binary"), of("unary"), of("reduction"), of("movement"), of("vjp")],
+            [6, 10, 3, 5, 11]
+        );
+        assert!(matches!(TensorOp::GeluGrad, crate::tensor_elementwise_vjps!()));
+        assert_eq!(group(TensorOp::SliceGrad), "");
+        assert_eq!(group(TensorOp::Scale), "");
     }
 
     #[test]

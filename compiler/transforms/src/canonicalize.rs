@@ -113,12 +113,11 @@ fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
         T::Min => binary(&f64::min),
         // A constant is folded already; GELU's erf has no f64 form in std; the rest reduce,
         // index, normalise or are backward helpers, which splat folding does not cover.
-        T::Constant
+        fbc_dialects::tensor_vjps!()
+        | fbc_dialects::tensor_reductions!()
+        | T::Constant
         | T::Gelu
         | T::Matmul
-        | T::ReduceSum
-        | T::ReduceMean
-        | T::ReduceMax
         | T::Softmax
         | T::Layernorm
         | T::Rmsnorm
@@ -127,17 +126,6 @@ fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
         | T::CrossEntropy
         | T::Slice
         | T::Concat
-        | T::SoftmaxGrad
-        | T::LayernormGrad
-        | T::RmsnormGrad
-        | T::GeluGrad
-        | T::SiluGrad
-        | T::SigmoidGrad
-        | T::TanhGrad
-        | T::ReluGrad
-        | T::RopeGrad
-        | T::CrossEntropyGrad
-        | T::EmbeddingGrad
         | T::Unbroadcast
         | T::SliceGrad
         | T::Ge => None,

@@ -14,18 +14,7 @@ use super::emit::{dims_attr, internal, Emitter};
 /// that [`has_rule`] and [`apply`] share one list.
 macro_rules! no_rule {
     () => {
-        T::Constant
-            | T::SoftmaxGrad
-            | T::LayernormGrad
-            | T::RmsnormGrad
-            | T::GeluGrad
-            | T::SiluGrad
-            | T::SigmoidGrad
-            | T::TanhGrad
-            | T::ReluGrad
-            | T::RopeGrad
-            | T::CrossEntropyGrad
-            | T::EmbeddingGrad
+        fbc_dialects::tensor_vjps!() | T::Constant
     };
 }
 

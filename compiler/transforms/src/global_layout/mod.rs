@@ -121,28 +121,13 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::Concat
             | T::Rope
             | T::RopeGrad => true,
-            T::Constant
-            | T::Add
-            | T::Sub
-            | T::Mul
-            | T::Div
-            | T::Max
-            | T::Min
-            | T::Neg
-            | T::Exp
-            | T::Log
-            | T::Sqrt
-            | T::Rsqrt
-            | T::Tanh
-            | T::Sigmoid
-            | T::Relu
-            | T::Silu
-            | T::Gelu
+            fbc_dialects::tensor_elementwise_vjps!()
+            | fbc_dialects::tensor_elementwise_binary!()
+            | fbc_dialects::tensor_elementwise_unary!()
+            | fbc_dialects::tensor_reductions!()
+            | T::Constant
             | T::Scale
             | T::Matmul
-            | T::ReduceSum
-            | T::ReduceMean
-            | T::ReduceMax
             | T::Softmax
             | T::Layernorm
             | T::Rmsnorm
@@ -153,11 +138,6 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::SoftmaxGrad
             | T::LayernormGrad
             | T::RmsnormGrad
-            | T::GeluGrad
-            | T::SiluGrad
-            | T::SigmoidGrad
-            | T::TanhGrad
-            | T::ReluGrad
             | T::CrossEntropyGrad
             | T::Unbroadcast
             | T::Ge => false,

@@ -67,7 +67,7 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
             1 => one(if flag("transpose_b") { r - 1 } else { r - 2 }),
             _ => None,
         },
-        T::ReduceSum | T::ReduceMax | T::ReduceMean if i == 0 => {
+        fbc_dialects::tensor_reductions!() if i == 0 => {
             let axes = d.attr("axes").and_then(Attr::as_ints)?;
             axes.iter().map(|&a| normalize_axis(a, r)).collect()
         }
@@ -89,51 +89,21 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         }
         // The reductions above for their other operands (or a rank too small to reduce);
         // elementwise ops, data movement, gathers and the other backward helpers reduce nothing.
-        T::Matmul
-        | T::ReduceSum
-        | T::ReduceMax
-        | T::ReduceMean
+        fbc_dialects::tensor_vjps!()
+        | fbc_dialects::tensor_elementwise_binary!()
+        | fbc_dialects::tensor_elementwise_unary!()
+        | fbc_dialects::tensor_reductions!()
+        | fbc_dialects::tensor_data_movement!()
+        | T::Matmul
         | T::Softmax
         | T::Layernorm
-        | T::SoftmaxGrad
         | T::Rmsnorm
         | T::CrossEntropy
-        | T::CrossEntropyGrad
-        | T::LayernormGrad
-        | T::RmsnormGrad
         | T::Unbroadcast
         | T::Constant
-        | T::Add
-        | T::Sub
-        | T::Mul
-        | T::Div
-        | T::Max
-        | T::Min
-        | T::Neg
-        | T::Exp
-        | T::Log
-        | T::Sqrt
-        | T::Rsqrt
-        | T::Tanh
-        | T::Sigmoid
-        | T::Relu
-        | T::Silu
-        | T::Gelu
         | T::Scale
         | T::Rope
         | T::Embedding
-        | T::Reshape
-        | T::Transpose
-        | T::Broadcast
-        | T::Slice
-        | T::Concat
-        | T::GeluGrad
-        | T::SiluGrad
-        | T::SigmoidGrad
-        | T::TanhGrad
-        | T::ReluGrad
-        | T::RopeGrad
-        | T::EmbeddingGrad
         | T::SliceGrad
         | T::Ge => None,
     }

@@ -66,29 +66,11 @@ const DEFAULT_EPS: f64 = 1e-5;
 /// [`Lowerer::lower_op`] that lowers them, and the ops [`pointwise`] has a body for.
 macro_rules! pointwise_ops {
     () => {
-        T::Add
-            | T::Sub
-            | T::Mul
-            | T::Div
-            | T::Max
-            | T::Min
+        fbc_dialects::tensor_elementwise_vjps!()
+            | fbc_dialects::tensor_elementwise_binary!()
+            | fbc_dialects::tensor_elementwise_unary!()
             | T::Ge
-            | T::Neg
-            | T::Exp
-            | T::Log
-            | T::Sqrt
-            | T::Rsqrt
-            | T::Tanh
-            | T::Sigmoid
-            | T::Relu
-            | T::Silu
             | T::Scale
-            | T::Gelu
-            | T::GeluGrad
-            | T::SiluGrad
-            | T::SigmoidGrad
-            | T::TanhGrad
-            | T::ReluGrad
     };
 }
 
