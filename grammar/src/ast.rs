@@ -149,9 +149,18 @@ pub struct AffineMap {
     pub span: Span,
 }
 
-/// The operators of index expressions, `fbc_index`'s (the IR's maps hold `fbc_index` maps); the
-/// grammar spells the affine ones: `+ - * floordiv ceildiv mod`.
-pub use fbc_index::BinOp;
+/// The operators the text form of index maps spells: MLIR's affine ones. (The IR's maps are
+/// `fbc_index` maps, whose operator set is a superset; `fbc_ir::from_ast` maps these onto it.
+/// The syntax tree keeps its own enum so that the grammar sits below the IR core.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    FloorDiv,
+    CeilDiv,
+    Mod,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExprKind {

@@ -100,7 +100,7 @@ fi
 W=$O/sweep.txt
 variant() { # name, work-group [x, y], per_item [cols, rows], tile_k, local_vector (4), stage_along_k (true), prefetch (false)
   sed -e '/^\[contraction\]/,$d' -e "s/^preferred_work_groups = .*/preferred_work_groups = [[$2]]/" \
-    compiler/target/profiles/nvidia.toml > $T/$1.toml
+    dialects/target/profiles/nvidia.toml > $T/$1.toml
   printf '\n[contraction]\nper_item = [%s]\ntile_k = %s\nlocal_vector = %s\nstage_along_k = %s\nprefetch = %s\n' \
     "$3" "$4" "${5:-4}" "${6:-true}" "${7:-false}" >> $T/$1.toml
   for g in "mfb -O3" "mfb -O0" "mha_c1 -O3"; do

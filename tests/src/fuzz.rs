@@ -4,7 +4,7 @@
 //! both. Nothing may panic, allocate past the memory limit, or read or write outside storage
 //! (the JIT's code would fault; the bounds prover and run-time checks must stop it first).
 //!
-//! `grammar/fuzz/fuzz_targets/memory.rs` runs it under libFuzzer (`cargo fuzz run memory`, on a
+//! `tests/fuzz/fuzz_targets/memory.rs` runs it under libFuzzer (`cargo fuzz run memory`, on a
 //! nightly toolchain); `tests/tests/fuzz_memory.rs` runs it on stable over generated launches.
 //! Callers set a small memory limit first ([`fbc_runtime::limits::set_max_memory`]).
 

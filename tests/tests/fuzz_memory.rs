@@ -2,7 +2,7 @@
 //! modules — random domains (zero extents included), maps with `floordiv`/`mod`, offsets that
 //! may leave the storage at the corners or only inside, payloads with gathers, integer
 //! division, `int()` and comparisons, guards, reductions with epilogues, outputs that are also
-//! inputs — and the seed corpus of `grammar/fuzz/corpus/memory/`. Every module must either be
+//! inputs — and the seed corpus of `tests/fuzz/corpus/memory/`. Every module must either be
 //! refused with diagnostics or run on the reference executor and the CPU JIT with the same
 //! outcome, under a 16 MiB memory limit. (Its own test binary: the limit is process-wide.)
 
@@ -113,8 +113,7 @@ proptest! {
 #[test]
 fn the_seed_corpus_runs() {
     fbc_runtime::limits::set_max_memory(LIMIT);
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../grammar/fuzz/corpus/memory");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/memory");
     let mut ran = 0;
     for entry in std::fs::read_dir(&dir).expect("corpus folder") {
         let path = entry.expect("entry").path();

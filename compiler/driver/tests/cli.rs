@@ -261,7 +261,7 @@ fn emit_report_is_json_with_the_documented_fields() {
 #[test]
 fn a_profile_file_is_a_target_and_its_errors_are_located() {
     let dir = scratch("profile-file");
-    let nvidia = include_str!("../../target/profiles/nvidia.toml");
+    let nvidia = include_str!("../../../dialects/target/profiles/nvidia.toml");
     let matmul = "\
 func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
   %0 = tensor.matmul %a, %b : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>

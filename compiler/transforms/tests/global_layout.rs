@@ -151,7 +151,7 @@ fn boundaries_and_tiny_images() {
     assert_eq!(Layout::from_attr(g.op(conv).attr("to").unwrap()).unwrap(), Layout::Linear);
 
     // A profile whose images hold 8 x 8 texels: every R-Tile here needs a buffer.
-    let toml = include_str!("../../target/profiles/generic.toml")
+    let toml = include_str!("../../../dialects/target/profiles/generic.toml")
         .replace("max_width = 8192", "max_width = 8")
         .replace("max_height = 8192", "max_height = 8")
         .replace("name = \"generic\"", "name = \"tiny\"");

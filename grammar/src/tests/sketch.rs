@@ -144,7 +144,15 @@ pub fn expr(e: &Expr) -> String {
         ExprKind::Const(c) => c.to_string(),
         ExprKind::Neg(x) => format!("-{}", expr(x)),
         ExprKind::Bin(op, a, b) => {
-            format!("({} {} {})", expr(a), op.name(), expr(b))
+            let op = match op {
+                BinOp::Add => "+",
+                BinOp::Sub => "-",
+                BinOp::Mul => "*",
+                BinOp::FloorDiv => "floordiv",
+                BinOp::CeilDiv => "ceildiv",
+                BinOp::Mod => "mod",
+            };
+            format!("({} {op} {})", expr(a), expr(b))
         }
     }
 }

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use fbc_grammar::ast;
 use fbc_grammar::{Diagnostic, SourceFile, Span};
 
-use fbc_index::{Expr, IndexMap};
+use fbc_index::{BinOp, Expr, IndexMap};
 
 use crate::attr::{Attr, DialectAttr};
 use crate::module::{FuncId, Loc, Module, OpSpans, Value};
@@ -351,7 +351,8 @@ impl Builder<'_> {
                 _ => Expr::Neg(Box::new(self.expr(inner, known))),
             },
             ast::ExprKind::Bin(op, a, b) => {
-                Expr::Bin(*op, Box::new(self.expr(a, known)), Box::new(self.expr(b, known)))
+                let (a, b) = (self.expr(a, known), self.expr(b, known));
+                Expr::binary(index_op(*op), a, b)
             }
         }
     }
@@ -460,4 +461,16 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// The index operator of one the grammar spells (the affine six).
+fn index_op(op: ast::BinOp) -> BinOp {
+    match op {
+        ast::BinOp::Add => BinOp::Add,
+        ast::BinOp::Sub => BinOp::Sub,
+        ast::BinOp::Mul => BinOp::Mul,
+        ast::BinOp::FloorDiv => BinOp::FloorDiv,
+        ast::BinOp::CeilDiv => BinOp::CeilDiv,
+        ast::BinOp::Mod => BinOp::Mod,
+    }
 }
