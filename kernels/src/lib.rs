@@ -1,10 +1,11 @@
-//! OpenCL C templates of fbc, as data.
+//! OpenCL C templates of fbc, as `.cl` files.
 //!
 //! The OpenCL C writer (`fbc_codegen::opencl`) builds most kernels expression by expression from a
 //! launch's [`Kernel`](../fbc_dialects/memory/struct.Kernel.html) description. What is fixed text
-//! lives here: the [`PRELUDE`] of helpers every generated source starts with, and the
-//! [`contraction`] template (a register-blocked, local-memory-tiled matrix product) whose holes the
-//! writer fills with the index arithmetic of one launch.
+//! lives here, as OpenCL C files loaded with `include_str!`: `prelude.cl`, the [`PRELUDE`] of
+//! helpers every generated source starts with, and `contraction.cl`, the [`CONTRACTION`] template
+//! (a register-blocked, local-memory-tiled matrix product) whose named holes [`contraction`]
+//! fills with the tile shapes, staging loops and index arithmetic of one launch ([`fill`]).
 
 use std::fmt::Write as _;
 
@@ -16,99 +17,7 @@ use std::fmt::Write as _;
 /// mode: reads are always in range), and the payload's integer arithmetic without C's undefined
 /// behaviour (wrapping `+ - * neg abs`, floor `/ %` with `MIN / -1 = MIN`, saturating `int()`,
 /// the low 32 bits for an `i32` store).
-pub const PRELUDE: &str = "\
-// Floor division and modulo with MLIR affine-map semantics (rounding toward -inf).
-inline long fbc_floordiv(long a, long b) { long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-inline long fbc_ceildiv(long a, long b) { return -fbc_floordiv(-a, b); }
-inline long fbc_mod(long a, long b) { return a - fbc_floordiv(a, b) * b; }
-inline long fbc_iabs(long a) { return a < 0 ? as_long(0UL - as_ulong(a)) : a; }
-// max/min that propagate NaN, as the tensor dialect does.
-inline float fbc_fmax(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmax(a, b); }
-inline float fbc_fmin(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmin(a, b); }
-inline float fbc_sigmoid(float a) { return a >= 0.0f ? 1.0f / (1.0f + exp(-a)) : exp(a) / (1.0f + exp(a)); }
-// Each channel rounded to the nearest f16 (ties to even), as a float: what an f16 image holds.
-// write_imagef to a CL_HALF_FLOAT image may round toward zero; values already exact in f16 are
-// stored unchanged. vstore_half/vload_half are core OpenCL (no cl_khr_fp16).
-inline float4 fbc_rte_half4(float4 v) { ushort h[4]; vstore_half4_rte(v, 0, (__private half*)h); return vload_half4(0, (__private half*)h); }
-// Channel c of a texel.
-inline float fbc_ch(float4 v, long c) { return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w)); }
-__constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
-// Run-time checks, for accesses the compiler could not prove in range (data-dependent offsets)
-// and for payload arithmetic that can fail (integer division by zero, int() of NaN). A failed
-// check does not touch memory (a read gives 0, a write is skipped) and records the run's first
-// fault in the error buffer e (the first atomic_cmpxchg of e[0] wins): e[0] the launch's fault
-// id, e[1] kind (1 read, 2 load, 3 write, 4 `/` by 0, 5 `%` by 0, 6 int() of NaN), e[2] operand
-// (-1 for arithmetic), e[3..8] the coordinates (offset, or x, y, channel; the dividend for kinds
-// 4 and 5) as lo/hi halves, e[9] the domain rank, e[10..25] the domain point.
-#define FBC_PT long p0, long p1, long p2, long p3, long p4, long p5, long p6, long p7
-inline void fbc_half(__global int* e, int at, long v) { e[at] = (int)v; e[at + 1] = (int)(v >> 32); }
-inline void fbc_fault(__global int* e, int id, int kind, int op, long v0, long v1, long v2, int rank, FBC_PT) {
-  if (atomic_cmpxchg((volatile __global int*)e, 0, id) != 0) return;
-  e[1] = kind; e[2] = op; fbc_half(e, 3, v0); fbc_half(e, 5, v1); fbc_half(e, 7, v2); e[9] = rank;
-  fbc_half(e, 10, p0); fbc_half(e, 12, p1); fbc_half(e, 14, p2); fbc_half(e, 16, p3);
-  fbc_half(e, 18, p4); fbc_half(e, 20, p5); fbc_half(e, 22, p6); fbc_half(e, 24, p7);
-}
-#define FBC_PASS p0, p1, p2, p3, p4, p5, p6, p7
-inline float fbc_ldf(__global const float* x, long o, long n, __global int* e, int id, int kind, int op, int rank, FBC_PT) {
-  if (o >= 0 && o < n) return x[o];
-  fbc_fault(e, id, kind, op, o, 0, 0, rank, FBC_PASS); return 0.0f;
-}
-inline int fbc_ldi(__global const int* x, long o, long n, __global int* e, int id, int kind, int op, int rank, FBC_PT) {
-  if (o >= 0 && o < n) return x[o];
-  fbc_fault(e, id, kind, op, o, 0, 0, rank, FBC_PASS); return 0;
-}
-inline void fbc_stf(__global float* x, long o, long n, float v, __global int* e, int id, int op, int rank, FBC_PT) {
-  if (o >= 0 && o < n) x[o] = v; else fbc_fault(e, id, 3, op, o, 0, 0, rank, FBC_PASS);
-}
-inline void fbc_sti(__global int* x, long o, long n, int v, __global int* e, int id, int op, int rank, FBC_PT) {
-  if (o >= 0 && o < n) x[o] = v; else fbc_fault(e, id, 3, op, o, 0, 0, rank, FBC_PASS);
-}
-inline float fbc_rdch(__read_only image2d_t x, long px, long py, long c, long w, long h, __global int* e, int id, int op, int rank, FBC_PT) {
-  if (px >= 0 && px < w && py >= 0 && py < h && c >= 0 && c < 4) return fbc_ch(read_imagef(x, fbc_smp, (int2)((int)px, (int)py)), c);
-  fbc_fault(e, id, 1, op, px, py, c, rank, FBC_PASS); return 0.0f;
-}
-inline void fbc_wrimg(__write_only image2d_t x, long px, long py, long w, long h, float4 v, __global int* e, int id, int op, int rank, FBC_PT) {
-  if (px >= 0 && px < w && py >= 0 && py < h) write_imagef(x, (int2)((int)px, (int)py), v);
-  else fbc_fault(e, id, 3, op, px, py, 0, rank, FBC_PASS);
-}
-// Payload integers: 64-bit two's complement that wraps (computed on ulong: signed overflow is
-// undefined in C), floor division and modulo with MIN / -1 = MIN and MIN % -1 = 0.
-inline long fbc_iadd(long a, long b) { return as_long(as_ulong(a) + as_ulong(b)); }
-inline long fbc_isub(long a, long b) { return as_long(as_ulong(a) - as_ulong(b)); }
-inline long fbc_imul(long a, long b) { return as_long(as_ulong(a) * as_ulong(b)); }
-inline long fbc_ineg(long a) { return as_long(0UL - as_ulong(a)); }
-// A zero divisor gives 0 here; the checked forms below (used wherever a divisor is not a
-// non-zero constant) record it (kinds 4 and 5) in the error buffer, so that the run fails as on
-// the reference executor and the CPU JIT.
-inline long fbc_idiv(long a, long b) {
-  if (b == 0) return 0;
-  if (b == -1) return fbc_ineg(a);
-  const long q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-inline long fbc_imod(long a, long b) {
-  if (b == 0 || b == -1) return 0;
-  const long r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-inline long fbc_idivc(long a, long b, __global int* e, int id, int rank, FBC_PT) {
-  if (b == 0) fbc_fault(e, id, 4, -1, a, 0, 0, rank, FBC_PASS);
-  return fbc_idiv(a, b);
-}
-inline long fbc_imodc(long a, long b, __global int* e, int id, int rank, FBC_PT) {
-  if (b == 0) fbc_fault(e, id, 5, -1, a, 0, 0, rank, FBC_PASS);
-  return fbc_imod(a, b);
-}
-// int(x): toward zero, saturating at the long range (convert_long_sat_rtz); NaN gives 0, and the
-// checked form records it (kind 6).
-inline long fbc_toint(float x) { return convert_long_sat_rtz(x); }
-inline long fbc_tointc(float x, __global int* e, int id, int rank, FBC_PT) {
-  if (isnan(x)) fbc_fault(e, id, 6, -1, 0, 0, 0, rank, FBC_PASS);
-  return convert_long_sat_rtz(x);
-}
-// The i32 element a long stores: the low 32 bits (as_int: no implementation-defined conversion).
-inline int fbc_toi32(long a) { return as_int((uint)as_ulong(a)); }
-";
+pub const PRELUDE: &str = include_str!("../prelude.cl");
 
 /// Which index of a staged operand a [`TexelRead`] runs along: four consecutive values of it are
 /// the four channels of one texel.
@@ -388,13 +297,6 @@ pub fn contraction(c: &Contraction<'_>) -> String {
     let (m, n, k) = (c.m, c.n, c.k);
     let threads = gx * gy;
     let ix = c.index;
-    let mut s = String::new();
-    s.push_str(c.comment);
-    let _ = writeln!(
-        s,
-        "__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {}({}) {{",
-        c.name, c.params
-    );
     let sides = |pick: &dyn Fn(usize) -> bool, what: &str| -> String {
         let v: Vec<&str> =
             ["a", "b"].into_iter().enumerate().filter(|&(i, _)| pick(i)).map(|(_, x)| x).collect();
@@ -409,34 +311,22 @@ pub fn contraction(c: &Contraction<'_>) -> String {
     if c.prefetch {
         notes.push_str("; the next step prefetched into registers");
     }
-    let _ = writeln!(s, "  // [{m} x {k}] x [{k} x {n}], {} batch(es); block {bm} x {bn}, {py} x {px} outputs per work-item, k step {tk}{notes}", c.batches.max(1));
-    s.push_str("  const int lx = get_local_id(0), ly = get_local_id(1);\n");
-    s.push_str("  const int lid = ly * ");
-    let _ = writeln!(s, "{gx} + lx;");
-    let _ = writeln!(
-        s,
-        "  const {ix} row0 = ({ix})get_group_id(1) * {bm}, col0 = ({ix})get_group_id(0) * {bn};"
-    );
-    let _ = writeln!(s, "  const {ix} bz = get_global_id(2);");
-    s.push_str(c.batch_decl);
     // A tile read as float4 is declared as float4 (aligned) and staged through a float view:
     // each work-item reads 4 consecutive rows or columns at once (4 scalar reads at a stride of
     // 4 would hit the same local-memory banks).
+    let mut tiles = String::new();
     for (i, (tile, block)) in [("As", bm), ("Bs", bn)].into_iter().enumerate() {
         let w = block + c.pad(i);
         if c.vec(i) {
-            let _ = writeln!(s, "  __local float4 {tile}4[{tk}][{}];", w / 4);
-            let _ =
-                writeln!(s, "  __local float (*{tile})[{w}] = (__local float (*)[{w}]){tile}4;");
+            let _ = writeln!(tiles, "  __local float4 {tile}4[{tk}][{}];", w / 4);
+            let _ = writeln!(
+                tiles,
+                "  __local float (*{tile})[{w}] = (__local float (*)[{w}]){tile}4;"
+            );
         } else {
-            let _ = writeln!(s, "  __local float {tile}[{tk}][{w}];");
+            let _ = writeln!(tiles, "  __local float {tile}[{tk}][{w}];");
         }
     }
-    let _ = writeln!(s, "  float acc[{py}][{px}];");
-    let _ = writeln!(
-        s,
-        "  for (int i = 0; i < {py}; ++i)\n    for (int j = 0; j < {px}; ++j) acc[i][j] = 0.0f;"
-    );
     let a = Stage {
         tile: "As",
         outer: "row",
@@ -456,58 +346,47 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         k_fastest: c.pad(1) > 0,
     };
     let steps = Steps { k, tk, threads, ix };
+    let (mut first_loads, mut stage_text, mut next_loads) =
+        (String::new(), String::new(), String::new());
     if c.prefetch {
         // The first step's operands in registers; each step stores them into the tiles, then
         // loads the next step's while it computes.
         for st in [&a, &b] {
             let g = staging(st, steps, "0");
             let (regs, n) = prefetch_regs(st, &g, threads);
-            let _ = writeln!(s, "  {} {regs}[{n}];", g.ty);
-            prefetch_load(&mut s, "  ", st, steps, "0");
+            let _ = writeln!(first_loads, "  {} {regs}[{n}];", g.ty);
+            prefetch_load(&mut first_loads, "  ", st, steps, "0");
+            prefetch_store(&mut stage_text, st, steps);
         }
-    }
-    let _ = writeln!(s, "  for ({ix} k0 = 0; k0 < {k}; k0 += {tk}) {{");
-    if c.prefetch {
+        let _ = writeln!(next_loads, "    if (k0 + {tk} < {k}) {{");
         for st in [&a, &b] {
-            prefetch_store(&mut s, st, steps);
+            prefetch_load(&mut next_loads, "      ", st, steps, &format!("(k0 + {tk})"));
         }
-        s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
-        let _ = writeln!(s, "    if (k0 + {tk} < {k}) {{");
-        for st in [&a, &b] {
-            prefetch_load(&mut s, "      ", st, steps, &format!("(k0 + {tk})"));
-        }
-        s.push_str("    }\n");
+        next_loads.push_str("    }\n");
     } else {
         for st in [&a, &b] {
-            stage(&mut s, st, steps);
+            stage(&mut stage_text, st, steps);
         }
-        s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
     }
     // A whole step every time (a constant trip count the compiler unrolls): the staging wrote
     // zeros past the reduction, and adding 0·0 to a sum that started at +0 changes no bit.
-    let _ = writeln!(s, "    #pragma unroll\n    for (int q = 0; q < {tk}; ++q) {{");
-    let _ = writeln!(s, "      float a[{py}], b[{px}];");
+    let mut reads = String::new();
     for (i, (v, tile, p, l, g)) in
         [("a", "As", py, "ly", gy), ("b", "Bs", px, "lx", gx)].into_iter().enumerate()
     {
         if c.vec(i) {
             let _ = writeln!(
-                s,
+                reads,
                 "      for (int i = 0; i < {}; ++i) {{\n        const float4 v = {tile}4[q][{l} + i * {g}];\n        {v}[4 * i] = v.x; {v}[4 * i + 1] = v.y; {v}[4 * i + 2] = v.z; {v}[4 * i + 3] = v.w;\n      }}",
                 p / 4
             );
         } else {
             let _ = writeln!(
-                s,
+                reads,
                 "      for (int i = 0; i < {p}; ++i) {v}[i] = {tile}[q][{l} + i * {g}];"
             );
         }
     }
-    let _ = writeln!(
-        s,
-        "      for (int i = 0; i < {py}; ++i)\n        for (int j = 0; j < {px}; ++j) acc[i][j] += a[i] * b[j];"
-    );
-    s.push_str("    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
     // The rows and columns a work-item owns: groups of 4 consecutive ones strided by 4 × the
     // group size where read as float4, else one strided by the group size.
     let at = |i: usize, x: &str, l: &str, g: u64| {
@@ -517,24 +396,79 @@ pub fn contraction(c: &Contraction<'_>) -> String {
             format!("{l} + {x} * {g}")
         }
     };
-    let _ = writeln!(s, "  for (int i = 0; i < {py}; ++i) {{");
-    let _ = writeln!(s, "    const {ix} row = row0 + {};", at(0, "i", "ly", gy));
-    let _ = writeln!(s, "    if (row >= {m}) break;");
+    let mut store = String::new();
     if c.texel_store {
-        let _ = writeln!(s, "    const {ix} col = col0 + lx * {px};");
-        let _ = writeln!(s, "    if (col >= {n}) break;");
-        s.push_str("    const float acc0 = acc[i][0], acc1 = acc[i][1], acc2 = acc[i][2], acc3 = acc[i][3];\n");
-        let _ = writeln!(s, "    {}", c.store);
-        s.push_str("  }\n}\n");
-        return s;
+        let _ = writeln!(store, "    const {ix} col = col0 + lx * {px};");
+        let _ = writeln!(store, "    if (col >= {n}) break;");
+        store.push_str(
+            "    const float acc0 = acc[i][0], acc1 = acc[i][1], acc2 = acc[i][2], acc3 = acc[i][3];\n",
+        );
+        let _ = writeln!(store, "    {}", c.store);
+    } else {
+        let _ = writeln!(store, "    for (int j = 0; j < {px}; ++j) {{");
+        let _ = writeln!(store, "      const {ix} col = col0 + {};", at(1, "j", "lx", gx));
+        let _ = writeln!(store, "      if (col >= {n}) break;");
+        store.push_str("      const float acc_ij = acc[i][j];\n");
+        let _ = writeln!(store, "      {{ const float acc = acc_ij; {} }}", c.store);
+        store.push_str("    }\n");
     }
-    let _ = writeln!(s, "    for (int j = 0; j < {px}; ++j) {{");
-    let _ = writeln!(s, "      const {ix} col = col0 + {};", at(1, "j", "lx", gx));
-    let _ = writeln!(s, "      if (col >= {n}) break;");
-    s.push_str("      const float acc_ij = acc[i][j];\n");
-    let _ = writeln!(s, "      {{ const float acc = acc_ij; {} }}", c.store);
-    s.push_str("    }\n  }\n}\n");
-    s
+    let num = |v: u64| v.to_string();
+    fill(
+        CONTRACTION,
+        &[
+            ("comment", c.comment),
+            ("gx", &num(gx)),
+            ("gy", &num(gy)),
+            ("name", c.name),
+            ("params", c.params),
+            ("m", &num(m)),
+            ("n", &num(n)),
+            ("k", &num(k)),
+            ("batches", &num(c.batches.max(1))),
+            ("bm", &num(bm)),
+            ("bn", &num(bn)),
+            ("py", &num(py)),
+            ("px", &num(px)),
+            ("tk", &num(tk)),
+            ("notes", &notes),
+            ("ix", ix),
+            ("batch_decl", c.batch_decl),
+            ("tiles", &tiles),
+            ("first_loads", &first_loads),
+            ("stage", &stage_text),
+            ("next_loads", &next_loads),
+            ("reads", &reads),
+            ("row_at", &at(0, "i", "ly", gy)),
+            ("store", &store),
+        ],
+    )
+}
+
+/// The tiled contraction kernel as OpenCL C with named holes (`{{name}}`), which [`contraction`]
+/// fills: the fixed structure of the kernel is this file; what varies with the parameters (the
+/// tile declarations, the staging and prefetch loops, the register reads, the store) is built in
+/// Rust and put in its hole.
+pub const CONTRACTION: &str = include_str!("../contraction.cl");
+
+/// `template` with every hole `{{name}}` replaced by the text `holes` gives for `name`. The
+/// templates are this crate's own files: a hole without text is a bug here, and panics (every
+/// test that writes a kernel finds it).
+pub fn fill(template: &str, holes: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() * 2);
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find("}}").expect("an unterminated hole in a kernel template");
+        let name = &after[..end];
+        let text = holes.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+        out.push_str(
+            text.unwrap_or_else(|| panic!("the kernel template's hole `{name}` has no text")),
+        );
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]

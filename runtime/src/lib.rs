@@ -1,20 +1,22 @@
 //! Reference interpreter and device runtimes of fbc.
 //!
-//! [`reference`](mod@reference) holds the numeric reference kernels — one straightforward CPU
-//! implementation of every tensor-dialect op and of the backward helpers autodiff uses — that
-//! serve as the golden oracle for every other backend. [`interp`] executes functions of IR
-//! modules with those kernels (in f32 or f64), makes deterministic random inputs, and checks that
-//! two versions of a function compute the same results ([`interp::check_equivalent`]). With the
-//! `opencl` feature, `opencl` runs the kernels `fbc-codegen` writes on an OpenCL device; with the
-//! `jit` feature, `jit` runs lowered modules with native code from the Cranelift back end.
+//! - [`reference`](mod@reference): the numeric reference kernels — one straightforward CPU
+//!   implementation of every tensor-dialect op and of the backward helpers autodiff uses — the
+//!   golden oracle of every other back end;
+//! - [`exec`]: the memory dialect's reference executor: host packing of tensors into storage by
+//!   layout, the meaning of one launch, and the [`exec::Launcher`] trait;
+//! - [`interp`]: executes functions of IR modules (in f32 or f64), memory ops included, makes
+//!   deterministic random inputs, and checks that two versions of a function compute the same
+//!   results ([`interp::check_equivalent`]);
+//! - [`device`]: running on a device: `device::opencl` (feature `opencl`) runs the kernels
+//!   `fbc-codegen` writes on an OpenCL device; `device::cpu_jit` (feature `jit`) runs lowered
+//!   modules with native code from the Cranelift back end;
+//! - [`limits`]: the memory limit every run is checked against before it allocates.
 
+pub mod device;
+pub mod exec;
 pub mod interp;
-#[cfg(feature = "jit")]
-pub mod jit;
 pub mod limits;
-pub mod memory;
-#[cfg(feature = "opencl")]
-pub mod opencl;
 pub mod reference;
 
 pub use interp::{

@@ -48,7 +48,8 @@ pub fn memory_module(bytes: &[u8]) -> Result<Outcome, String> {
             continue;
         };
         let reference = Interpreter::new(&module).run_id(f, inputs.clone());
-        let jit = fbc_runtime::jit::run(&module, f, inputs, Options::default()).map(|(v, _)| v);
+        let jit = fbc_runtime::device::cpu_jit::run(&module, f, inputs, Options::default())
+            .map(|(v, _)| v);
         match (reference, jit) {
             (Ok(a), Ok(b)) => {
                 if !same_bits(&a, &b) {

@@ -290,7 +290,7 @@ pub(crate) fn device(_driver: &crate::Driver, _a: &BenchArgs) -> Result<(), crat
 pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate::Failure> {
     use crate::run_cmd::opencl as rc;
     use crate::Failure;
-    use fbc_runtime::opencl::{DeviceSel, RunOptions};
+    use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
 
     if a.target != "opencl" {
         return Err(Failure::Usage(format!(
@@ -330,8 +330,14 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
             repeat: a.repeat.max(1),
             ..RunOptions::default()
         };
-        let res = fbc_runtime::opencl::run(&c.out.source, &c.out.manifest, &fname, &inputs, &opts)
-            .map_err(|e| rc::device_failure(&c.file.name, &e))?;
+        let res = fbc_runtime::device::opencl::run(
+            &c.out.source,
+            &c.out.manifest,
+            &fname,
+            &inputs,
+            &opts,
+        )
+        .map_err(|e| rc::device_failure(&c.file.name, &e))?;
         device_name = res.device.clone();
         let f = c
             .out

@@ -139,9 +139,14 @@ impl<'d> Session<'d> {
         lowered: &Module,
         func: FuncId,
         inputs: Vec<Value>,
-    ) -> Result<(Vec<Value>, fbc_runtime::jit::JitStats), Failure> {
-        fbc_runtime::jit::run(lowered, func, inputs, fbc_runtime::interp::Options::default())
-            .map_err(|e| Failure::input(file, &[e.to_diagnostic()]))
+    ) -> Result<(Vec<Value>, fbc_runtime::device::cpu_jit::JitStats), Failure> {
+        fbc_runtime::device::cpu_jit::run(
+            lowered,
+            func,
+            inputs,
+            fbc_runtime::interp::Options::default(),
+        )
+        .map_err(|e| Failure::input(file, &[e.to_diagnostic()]))
     }
 
     /// Runs a pipeline text with the session's profile and instrumentation.

@@ -150,10 +150,11 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
     use crate::run_cmd::opencl as rc;
     use crate::Failure;
     use fbc_codegen::opencl::{DeviceTuning, Options, Writer};
-    use fbc_runtime::opencl::{DeviceSel, RunOptions};
+    use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
 
     let sel = DeviceSel::parse(&a.device);
-    let dev = fbc_runtime::opencl::device(&sel).map_err(|e| Failure::Usage(e.to_string()))?;
+    let dev =
+        fbc_runtime::device::opencl::device(&sel).map_err(|e| Failure::Usage(e.to_string()))?;
     let session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
     let c = rc::compile(&session, &a.file, a.entry.as_deref(), true, Entries::default())?;
     let profile = &session.profile;
@@ -188,7 +189,7 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             Writer::new(opts).write(&c.lowered).map_err(|e| Failure::Input(format!("{e}\n")))?;
         let run_opts =
             RunOptions { device: sel.clone(), repeat: a.repeat.max(1), ..RunOptions::default() };
-        let res = match fbc_runtime::opencl::run(
+        let res = match fbc_runtime::device::opencl::run(
             &out.source,
             &out.manifest,
             &fname,

@@ -36,7 +36,8 @@ fn the_jit_equals_the_reference_executor_bit_for_bit_with_f16_images() {
         let f = half.find_func("main").expect("main");
         let reference = Interpreter::new(&half).run_id(f, inputs.clone()).expect("reference");
         let (jit, _) =
-            fbc_runtime::jit::run(&half, f, inputs.clone(), Options::default()).expect("jit");
+            fbc_runtime::device::cpu_jit::run(&half, f, inputs.clone(), Options::default())
+                .expect("jit");
         let (r, j) = (f32s(&reference), f32s(&jit));
         assert_eq!(r.len(), j.len());
         for (i, (a, b)) in r.iter().zip(&j).enumerate() {

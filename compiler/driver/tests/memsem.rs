@@ -10,8 +10,8 @@
 //! notice, except under `CI=true`, where it fails.
 
 use fbc_codegen::opencl::{Manifest, Options, Step, Writer};
+use fbc_runtime::device::cpu_jit::JitLauncher;
 use fbc_runtime::interp::{Interpreter, Value};
-use fbc_runtime::jit::JitLauncher;
 use fbc_runtime::reference::Tensor;
 
 mod common;
@@ -47,7 +47,7 @@ fn opencl(text: &str, inputs: &[Value]) -> Option<Vec<Value>> {
 /// is none (and not under CI).
 #[cfg(feature = "opencl")]
 fn opencl_result(text: &str, inputs: &[Value]) -> Option<Result<Vec<Value>, String>> {
-    use fbc_runtime::opencl::{devices, run, Cache, RunOptions};
+    use fbc_runtime::device::opencl::{devices, run, Cache, RunOptions};
     if devices().is_empty() {
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),

@@ -18,7 +18,7 @@ mod common;
 
 /// Whether a device is there; panics under CI when none is.
 fn have_device() -> bool {
-    if !fbc_runtime::opencl::devices().is_empty() {
+    if !fbc_runtime::device::opencl::devices().is_empty() {
         return true;
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -324,8 +324,8 @@ fn emitted(p: &std::path::Path, name: &str) -> String {
 
 #[test]
 fn emitted_source_compiles_as_opencl_1_2_and_3_0() {
+    use fbc_runtime::device::opencl::{run, Cache, RunOptions};
     use fbc_runtime::interp::Value;
-    use fbc_runtime::opencl::{run, Cache, RunOptions};
     use fbc_runtime::reference::Tensor;
     if !have_device() {
         return;
@@ -871,15 +871,15 @@ fn write_and_run_main(
     kernels: fbc_codegen::opencl::KernelOptions,
     inputs: &[fbc_runtime::interp::Value],
     case: &str,
-) -> (fbc_codegen::opencl::Output, fbc_runtime::opencl::RunOutput) {
+) -> (fbc_codegen::opencl::Output, fbc_runtime::device::opencl::RunOutput) {
     let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
     let out = fbc_codegen::opencl::Writer::new(opts).write(lowered).expect("OpenCL C");
-    let run = fbc_runtime::opencl::run(
+    let run = fbc_runtime::device::opencl::run(
         &out.source,
         &out.manifest,
         "main",
         inputs,
-        &fbc_runtime::opencl::RunOptions::default(),
+        &fbc_runtime::device::opencl::RunOptions::default(),
     )
     .unwrap_or_else(|e| panic!("{case}: {e}"));
     (out, run)
@@ -1246,7 +1246,7 @@ fn tune_writes_a_database_that_runs_use_and_unusable_ones_are_ignored() {
     assert!(o.stdout.contains(shape) && o.stdout.contains("wrote"), "{}", o.stdout);
     let text = std::fs::read_to_string(&db).expect("database written");
     let parsed = fbc_codegen::opencl::TuningDb::parse(&text).expect("parses");
-    let devices = fbc_runtime::opencl::devices();
+    let devices = fbc_runtime::device::opencl::devices();
     let dev = &devices[0];
     let entries = parsed.for_device(&dev.name, &dev.driver).expect("entries for the device");
     let t = entries.shapes.get(shape).expect("the matmul's shape class");

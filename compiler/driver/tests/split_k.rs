@@ -88,7 +88,7 @@ mod opencl {
     use super::*;
 
     fn have_device() -> bool {
-        if !fbc_runtime::opencl::devices().is_empty() {
+        if !fbc_runtime::device::opencl::devices().is_empty() {
             return true;
         }
         if std::env::var("CI").is_ok_and(|v| v == "true") {

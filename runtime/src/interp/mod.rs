@@ -19,9 +19,9 @@
 //! - Values are dropped after their last use, so peak memory is the live set, not the whole
 //!   function. Before a run starts, [`check_memory`] checks that live set, op by op, against the
 //!   memory limit ([`crate::limits`]); a run that would not fit fails at once, at the op.
-//! - Memory-dialect ops (`interp/memory.rs`) keep storage beside the tensor values of a frame:
+//! - Memory-dialect ops (`interp/memory_ops.rs`) keep storage beside the tensor values of a frame:
 //!   uploads pack tensors by their layout, launches run through a [`Launcher`] (the reference
-//!   executor of `crate::memory` unless [`Interpreter::run_with_launcher`] is given another),
+//!   executor of `crate::exec` unless [`Interpreter::run_with_launcher`] is given another),
 //!   downloads unpack. A lowered function therefore runs like the tensor function it came from.
 //!
 //! [`random_inputs`] makes deterministic inputs for any function, and [`check_equivalent`] runs a
@@ -31,7 +31,7 @@
 pub(crate) mod budget;
 mod equiv;
 mod error;
-mod memory;
+mod memory_ops;
 mod ops;
 mod random;
 mod value;
@@ -48,7 +48,7 @@ pub use error::InterpError;
 pub use random::{index_bound, random_input, random_inputs, DEFAULT_INDEX_BOUND};
 pub use value::{Mode, Value};
 
-pub use crate::memory::{Launcher, ReferenceLauncher};
+pub use crate::exec::{Launcher, ReferenceLauncher};
 
 /// How the interpreter runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl Default for Options {
 }
 
 /// Whether `name` is an op the interpreter can execute: calls, returns and the memory ops (run
-/// here and in `memory.rs`), and every op with a kernel in the dispatch table (`ops.rs`).
+/// here and in `memory_ops.rs`), and every op with a kernel in the dispatch table (`ops.rs`).
 pub fn supports(name: &str) -> bool {
     OpKind::from_name(name).is_some_and(|k| {
         matches!(k, OpKind::Func(_) | OpKind::Memory(_)) || ops::kernel(k).is_some()
@@ -194,11 +194,11 @@ impl<'m> Interpreter<'m> {
                 last_use.insert(v, pos);
             }
         }
-        let mut mem = memory::MemEnv::new();
+        let mut mem = memory_ops::MemEnv::new();
         for (pos, &op) in f.body.iter().enumerate() {
             let d = module.op(op);
             if MemoryOp::of(d.def).is_some() {
-                memory::execute(module, d, &mut env, &mut mem, launcher, self.options.mode)?;
+                memory_ops::execute(module, d, &mut env, &mut mem, launcher, self.options.mode)?;
                 for &r in &d.results {
                     if !last_use.contains_key(&r) {
                         env.remove(&r);

@@ -60,7 +60,7 @@ macro_rules! any {
 }
 
 /// The kernel of an op of kind `kind`: every tensor and layout op has one; `None` for the ops
-/// the interpreter runs itself (calls, returns, the memory ops: `mod.rs`, `memory.rs`).
+/// the interpreter runs itself (calls, returns, the memory ops: `mod.rs`, `memory_ops.rs`).
 pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
     use fbc_dialects::kind::{LayoutOp as L, TensorOp as T};
     let t = match kind {

@@ -81,8 +81,13 @@ pub(crate) fn check(
                  max|model|); errors against the f64 interpreter reported\n"
             ));
             let run = if h.jit {
-                fbc_runtime::jit::run(h.module, h.func, inputs.clone(), Options::default())
-                    .map(|(v, _)| v)
+                fbc_runtime::device::cpu_jit::run(
+                    h.module,
+                    h.func,
+                    inputs.clone(),
+                    Options::default(),
+                )
+                .map(|(v, _)| v)
             } else {
                 Interpreter::new(h.module).run_id(h.func, inputs.clone())
             };

@@ -134,7 +134,7 @@ pub(crate) fn devices() -> Result<(), Failure> {
 
 #[cfg(feature = "opencl")]
 pub(crate) fn devices() -> Result<(), Failure> {
-    let list = fbc_runtime::opencl::devices();
+    let list = fbc_runtime::device::opencl::devices();
     if list.is_empty() {
         return Err(Failure::Usage(
             "no OpenCL platform or device found (install an ICD, e.g. pocl-opencl-icd)".into(),
@@ -152,8 +152,8 @@ pub(crate) fn devices() -> Result<(), Failure> {
 
 /// The OpenCL runtime error as an input error of the file.
 #[cfg(feature = "opencl")]
-pub(crate) fn device_failure(file: &str, e: &fbc_runtime::opencl::OpenClError) -> Failure {
-    use fbc_runtime::opencl::OpenClError;
+pub(crate) fn device_failure(file: &str, e: &fbc_runtime::device::opencl::OpenClError) -> Failure {
+    use fbc_runtime::device::opencl::OpenClError;
     match e {
         OpenClError::NoDevice(_) => Failure::Usage(e.to_string()),
         // At the launch's op when the error belongs to one.
@@ -194,7 +194,9 @@ fn fault_at(lowered: &Module, file: &SourceFile, location: &str, message: &str) 
 /// says so).
 #[cfg(feature = "opencl")]
 pub(crate) fn device_tuning(explicit: Option<&Path>, device: &str) -> crate::tuning::Entries {
-    match fbc_runtime::opencl::device(&fbc_runtime::opencl::DeviceSel::parse(device)) {
+    match fbc_runtime::device::opencl::device(&fbc_runtime::device::opencl::DeviceSel::parse(
+        device,
+    )) {
         Ok(d) => crate::tuning::load(
             explicit,
             crate::tuning::For::Device { name: &d.name, driver: &d.driver },
@@ -205,7 +207,7 @@ pub(crate) fn device_tuning(explicit: Option<&Path>, device: &str) -> crate::tun
 
 #[cfg(feature = "opencl")]
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
-    use fbc_runtime::opencl::{DeviceSel, RunOptions};
+    use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
 
     if a.f64 {
         return Err(Failure::Usage("not yet supported: --f64 with --target opencl".into()));
@@ -225,14 +227,13 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         show_build_warnings: a.verbose,
         ..RunOptions::default()
     };
-    let res = fbc_runtime::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts).map_err(
-        |e| match &e {
-            fbc_runtime::opencl::OpenClError::Fault { location, message } => {
+    let res = fbc_runtime::device::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
+        .map_err(|e| match &e {
+            fbc_runtime::device::opencl::OpenClError::Fault { location, message } => {
                 fault_at(&c.lowered, file, location, message)
             }
             _ => device_failure(&file.name, &e),
-        },
-    )?;
+        })?;
     let types = &module.func(func).result_types;
     let mut text = String::new();
     if a.verbose {

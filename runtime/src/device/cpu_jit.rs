@@ -8,7 +8,7 @@
 //! for the launcher's lifetime. No unsafe code here: the one call into native code, with its
 //! checks, is `fbc_codegen::cranelift`'s.
 //!
-//! [`run_kernel`]: crate::memory::run_kernel
+//! [`run_kernel`]: crate::exec::run_kernel
 
 use std::time::{Duration, Instant};
 
@@ -16,8 +16,8 @@ use fbc_codegen::cranelift::{Jit, OperandMut};
 use fbc_dialects::memory::{Kernel, MemType};
 use fbc_ir::{FuncId, Module};
 
+use crate::exec::{run_kernel, Launcher, MemData};
 use crate::interp::{InterpError, Interpreter, Options, Value};
-use crate::memory::{run_kernel, Launcher, MemData};
 
 /// Counters of a [`JitLauncher`]'s work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -129,9 +129,9 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::tests::{parse, EMBED};
+    use crate::exec::ReferenceLauncher;
     use crate::interp::random_inputs;
-    use crate::memory::tests::{parse, EMBED};
-    use crate::memory::ReferenceLauncher;
     use crate::reference::Tensor;
 
     /// Runs `@f` with the reference executor and with the JIT on the same random inputs; the

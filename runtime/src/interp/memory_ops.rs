@@ -18,7 +18,7 @@ use fbc_ir::{Module, OpData, Type};
 
 use super::error::InterpError;
 use super::value::{Mode, Value};
-use crate::memory::{pack, unpack, Launcher, MemData};
+use crate::exec::{pack, unpack, Launcher, MemData};
 
 /// Storage of one frame.
 pub(crate) type MemEnv = HashMap<fbc_ir::Value, MemData>;

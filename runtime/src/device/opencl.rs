@@ -12,7 +12,7 @@
 //!   HALF_FLOAT for `f16` storage) objects are created at `alloc`/`upload` and released at
 //!   `dealloc` (a `fill` step zeroes an allocation that may be read before it is fully written;
 //!   a `copy` step snapshots a launch's output that the launch also reads); uploads are packed by
-//!   their layout on the host ([`crate::memory::pack`], which
+//!   their layout on the host ([`crate::exec::pack`], which
 //!   rounds to `f16` for an `f16` image; the rounded values are then converted to `f16` bits
 //!   exactly), downloads read back (`f16` bits widened to `f32`) and unpacked. Images are checked
 //!   against the device's limits, and `f16` images against its supported image formats, before
@@ -39,8 +39,8 @@ use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::MemType;
 use fbc_ir::ElemType;
 
+use crate::exec::{pack, unpack, MemData};
 use crate::interp::Value;
-use crate::memory::{pack, unpack, MemData};
 use ocl::enums::{
     DeviceInfo, DeviceInfoResult, ImageChannelDataType, ImageChannelOrder, MemObjectType,
     ProfilingInfo, ProfilingInfoResult, ProgramInfo, ProgramInfoResult,
@@ -946,7 +946,7 @@ pub fn run(
 }
 
 /// The fault an error buffer records (see the prelude's `fbc_fault`), in the reference
-/// executor's words (`crate::memory::run_kernel`), at the launch that recorded it.
+/// executor's words (`crate::exec::run_kernel`), at the launch that recorded it.
 fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     let long = |at: usize| i64::from(e[at] as u32) | (i64::from(e[at + 1]) << 32);
     let id = u32::try_from(e[0]).ok();

@@ -1,0 +1,186 @@
+//! Storage contents and the host copies between tensors and storage, by layout.
+
+use fbc_dialects::layout::Layout;
+use fbc_dialects::memory::scalar::round_f16;
+use fbc_dialects::memory::{check_storage, MemType, ScalarValue, StorageKind};
+use fbc_ir::{ElemType, TensorType};
+
+use crate::interp::budget::mem_elems;
+use crate::interp::Value;
+use crate::reference::Tensor;
+
+/// The contents of one storage: `f32` or `i32` elements (an image: its texel array).
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemData {
+    /// `f32` storage (buffers and images; an `f16` image's values, each exact in `f16`).
+    F32(Vec<f32>),
+    /// `i32` buffers.
+    I32(Vec<i32>),
+}
+
+impl MemData {
+    /// Zero-filled storage of type `ty`; an error when it does not fit in memory's address space.
+    pub fn zeroed(ty: MemType) -> Result<MemData, String> {
+        // The host copy holds 4-byte f32 or i32 elements (an f16 image's values too).
+        let n = crate::limits::check_elems(format_args!("storage {ty}"), mem_elems(&ty), 4)?;
+        Ok(match ty.elem {
+            ElemType::I32 => MemData::I32(vec![0; n]),
+            _ => MemData::F32(vec![0.0; n]),
+        })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            MemData::F32(v) => v.len(),
+            MemData::I32(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the contents can be storage of type `ty` (element type and count).
+    pub fn fits(&self, ty: MemType) -> bool {
+        let kind_ok = matches!(
+            (self, ty.value_elem()),
+            (MemData::F32(_), ElemType::F32) | (MemData::I32(_), ElemType::I32)
+        );
+        kind_ok && self.len() as u64 == ty.elems()
+    }
+
+    /// Element `i` as a payload value.
+    pub(crate) fn get(&self, i: usize) -> Option<ScalarValue> {
+        match self {
+            MemData::F32(v) => v.get(i).map(|&x| ScalarValue::F32(x)),
+            MemData::I32(v) => v.get(i).map(|&x| ScalarValue::Int(i64::from(x))),
+        }
+    }
+}
+
+/// Where element `idx` (row-major over `shape`) of a tensor lives in storage `ty` under
+/// `layout`: row-major for a linear buffer, else the texel array offset of its texel.
+struct Placement {
+    linear: bool,
+    width: u64,
+}
+
+impl Placement {
+    fn new(layout: &Layout, shape: &[u64], ty: MemType) -> Result<Placement, String> {
+        let linear = matches!((layout, ty.storage), (Layout::Linear, StorageKind::Buffer { .. }));
+        let width = match ty.storage {
+            StorageKind::Image { width, .. } => width,
+            StorageKind::Buffer { .. } => {
+                layout.image_extent(shape).ok_or("the image extent overflows")?[0]
+            }
+        };
+        Ok(Placement { linear, width })
+    }
+
+    fn offset(&self, layout: &Layout, shape: &[u64], flat: usize, idx: &[u64]) -> Option<usize> {
+        if self.linear {
+            return Some(flat);
+        }
+        let t = layout.texel_of(shape, idx)?;
+        let o = t.y.checked_mul(self.width)?.checked_add(t.x)?.checked_mul(4)?.checked_add(t.c)?;
+        usize::try_from(o).ok()
+    }
+}
+
+/// Steps a row-major multi-index over `shape`; false after the last one.
+fn next_index(idx: &mut [u64], shape: &[u64]) -> bool {
+    for k in (0..idx.len()).rev() {
+        idx[k] += 1;
+        if idx[k] < shape[k] {
+            return true;
+        }
+        idx[k] = 0;
+    }
+    false
+}
+
+fn tensor_type(shape: &[u64], elem: ElemType) -> TensorType {
+    TensorType::new(shape.to_vec(), elem)
+}
+
+/// Places tensor `t` (of shape `shape`) in new storage of type `ty` by `layout`; elements no
+/// tensor element maps to are 0. Float tensors are stored as `f32` (an `F64` value, in the
+/// interpreter's f64 mode, is rounded to nearest), and into an `f16` image rounded on to the
+/// nearest `f16`; `i32` tensors as `i32`.
+pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<MemData, String> {
+    let elem = if t.is_float() { ElemType::F32 } else { ElemType::I32 };
+    check_storage(layout, &tensor_type(shape, elem), ty)?;
+    if !t.shape().iter().map(|&d| d as u64).eq(shape.iter().copied()) {
+        return Err(format!("the tensor is {t}, expected shape {shape:?}"));
+    }
+    let mut out = MemData::zeroed(ty)?;
+    let place = Placement::new(layout, shape, ty)?;
+    let mut idx = vec![0u64; shape.len()];
+    let n = t.numel();
+    let half = ty.is_half();
+    let put = |flat: usize, idx: &[u64], out: &mut MemData, v: ScalarValue| {
+        let o = place.offset(layout, shape, flat, idx);
+        let ok = match (out, o, v) {
+            (MemData::F32(d), Some(o), ScalarValue::F32(v)) => {
+                d.get_mut(o).map(|e| *e = if half { round_f16(v) } else { v })
+            }
+            (MemData::I32(d), Some(o), ScalarValue::Int(v)) => d.get_mut(o).map(|e| *e = v as i32),
+            _ => None,
+        };
+        ok.ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))
+    };
+    for flat in 0..n {
+        let v = match t {
+            Value::F32(x) => ScalarValue::F32(x.data()[flat]),
+            Value::F64(x) => ScalarValue::F32(x.data()[flat] as f32),
+            Value::I32(x) => ScalarValue::Int(i64::from(x.data()[flat])),
+        };
+        put(flat, &idx, &mut out, v)?;
+        next_index(&mut idx, shape);
+    }
+    Ok(out)
+}
+
+/// The tensor of shape `shape` that storage `m` of type `ty` holds by `layout` (the inverse of
+/// [`pack`]; padding is ignored): `Value::F32` or `Value::I32` as the storage is (`F32` for an
+/// `f16` image).
+pub fn unpack(layout: &Layout, shape: &[u64], m: &MemData, ty: MemType) -> Result<Value, String> {
+    let elem = ty.value_elem();
+    check_storage(layout, &tensor_type(shape, elem), ty)?;
+    if !m.fits(ty) {
+        return Err(format!("the storage holds {} elements, not a {ty}", m.len()));
+    }
+    let place = Placement::new(layout, shape, ty)?;
+    let dims: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
+        .collect::<Result<_, _>>()?;
+    let numel = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    // The offsets (8 bytes each) and the tensor (4 bytes each) are held together.
+    let n = crate::limits::check_elems(
+        format_args!("the download of a tensor of shape {shape:?}"),
+        numel,
+        12,
+    )?;
+    let mut idx = vec![0u64; shape.len()];
+    let mut offsets = Vec::with_capacity(n);
+    for flat in 0..n {
+        let o = place
+            .offset(layout, shape, flat, &idx)
+            .filter(|&o| o < m.len())
+            .ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))?;
+        offsets.push(o);
+        next_index(&mut idx, shape);
+    }
+    let err = |e: crate::reference::KernelError| e.to_string();
+    Ok(match m {
+        MemData::F32(d) => {
+            Value::F32(Tensor::new(dims, offsets.iter().map(|&o| d[o]).collect()).map_err(err)?)
+        }
+        MemData::I32(d) => {
+            Value::I32(Tensor::new(dims, offsets.iter().map(|&o| d[o]).collect()).map_err(err)?)
+        }
+    })
+}
