@@ -16,7 +16,7 @@
 use fbc_ir::{OpData, OpDef};
 
 macro_rules! op_kinds {
-    ($(#[$meta:meta])* $ty:ident { $($variant:ident = $name:literal,)* }) => {
+    ($(#[$meta:meta])* $ty:ident in $kind:ident { $($variant:ident = $name:literal,)* }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $ty {
@@ -44,12 +44,15 @@ macro_rules! op_kinds {
 
             /// The kind of an op definition.
             pub fn of(def: &OpDef) -> Option<$ty> {
-                $ty::from_name(def.name)
+                match OpKind::of(def)? {
+                    OpKind::$kind(k) => Some(k),
+                    _ => None,
+                }
             }
 
             /// The kind of an op.
             pub fn of_op(op: &OpData) -> Option<$ty> {
-                $ty::from_name(op.name())
+                $ty::of(op.def)
             }
 
             /// Whether `op` is this kind of op.
@@ -68,7 +71,7 @@ macro_rules! op_kinds {
 
 op_kinds! {
     /// The IR core's `func` ops.
-    FuncOp {
+    FuncOp in Func {
         Return = "func.return",
         Call = "func.call",
     }
@@ -76,7 +79,7 @@ op_kinds! {
 
 op_kinds! {
     /// The `tensor` dialect's ops ([`crate::tensor`]).
-    TensorOp {
+    TensorOp in Tensor {
         Constant = "tensor.constant",
         Add = "tensor.add",
         Sub = "tensor.sub",
@@ -211,7 +214,7 @@ macro_rules! tensor_vjps {
 
 op_kinds! {
     /// The `layout` dialect's ops ([`crate::layout`]).
-    LayoutOp {
+    LayoutOp in Layout {
         Assign = "layout.assign",
         Convert = "layout.convert",
         Remap = "layout.remap",
@@ -220,7 +223,7 @@ op_kinds! {
 
 op_kinds! {
     /// The `memory` dialect's ops ([`crate::memory`]).
-    MemoryOp {
+    MemoryOp in Memory {
         Alloc = "memory.alloc",
         Dealloc = "memory.dealloc",
         Upload = "memory.upload",
@@ -238,6 +241,20 @@ pub enum OpKind {
     Memory(MemoryOp),
 }
 
+/// The kinds of the op definitions of [`crate::registry`], by address: every op of a module
+/// points at one of these statics, so its kind is one hash lookup rather than a comparison
+/// with each name.
+fn by_address() -> &'static rustc_hash::FxHashMap<usize, OpKind> {
+    static TABLE: std::sync::OnceLock<rustc_hash::FxHashMap<usize, OpKind>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        crate::registry()
+            .iter()
+            .filter_map(|d| Some((d as *const OpDef as usize, OpKind::from_name(d.name)?)))
+            .collect()
+    })
+}
+
 impl OpKind {
     /// The kind of the op called `name`; `None` for an op no dialect of fbc defines (one a
     /// plugin registered).
@@ -252,9 +269,13 @@ impl OpKind {
         }
     }
 
-    /// The kind of an op definition.
+    /// The kind of an op definition: by its address for fbc's own definitions, else by its
+    /// name (a definition a plugin built).
     pub fn of(def: &OpDef) -> Option<OpKind> {
-        OpKind::from_name(def.name)
+        match by_address().get(&(def as *const OpDef as usize)) {
+            Some(&k) => Some(k),
+            None => OpKind::from_name(def.name),
+        }
     }
 
     /// The kind of an op.

@@ -305,17 +305,13 @@ impl Driver {
                 e.offset, e.message
             ))
         })?;
-        // Option values are part of the command line: a value a pass refuses (`lr=nan`,
-        // `tile-h=0`) is a usage error, found before any pass runs.
-        for step in &steps {
-            if let Err(m) = step.info.instantiate(&step.options) {
-                return Err(Failure::Usage(format!(
-                    "invalid pipeline `{pipeline}`: pass `{}`: {m}",
-                    step.info.name
-                )));
-            }
-        }
         let mut pm = PassManager::new(steps);
+        // Option values are part of the command line: a value a pass refuses (`lr=nan`,
+        // `tile-h=0`, an unknown `target=`) is a usage error, found before any pass runs; each
+        // pass is created once.
+        let passes = pm.instantiate().map_err(|(name, m)| {
+            Failure::Usage(format!("invalid pipeline `{pipeline}`: pass `{name}`: {m}"))
+        })?;
         pm.instrumentation = flags.clone();
         for name in &flags.print_after {
             if self.passes.get(name).is_none() {
@@ -325,7 +321,7 @@ impl Driver {
         let mut cx = PassContext::for_target(&self.ops, target);
         let mut stderr = std::io::stderr();
         let timings = pm
-            .run(module, &mut cx, &mut |s| {
+            .run_passes(passes, module, &mut cx, &mut |s| {
                 let _ = stderr.write_all(s.as_bytes());
             })
             .map_err(|d| Failure::input(file, &d))?;

@@ -467,6 +467,17 @@ impl PassManager {
         PassManager { steps, instrumentation: Instrumentation::default() }
     }
 
+    /// Creates every step's pass, in order: the first option value a pass refuses is an error
+    /// naming the pass and saying why (`(pass name, message)`).
+    pub fn instantiate(&self) -> Result<Vec<Box<dyn Pass>>, (String, String)> {
+        self.steps
+            .iter()
+            .map(|step| {
+                step.info.instantiate(&step.options).map_err(|m| (step.info.name.clone(), m))
+            })
+            .collect()
+    }
+
     /// Runs every step in order. `dump` receives IR printed after passes (for `--print-ir-after`).
     pub fn run(
         &self,
@@ -474,11 +485,24 @@ impl PassManager {
         cx: &mut PassContext<'_>,
         dump: &mut dyn FnMut(&str),
     ) -> Result<Timings, Vec<Diagnostic>> {
+        let passes = self.instantiate().map_err(|(name, m)| {
+            vec![Diagnostic::error(format!("cannot create pass `{name}`: {m}"))]
+        })?;
+        self.run_passes(passes, module, cx, dump)
+    }
+
+    /// [`PassManager::run`] with the passes already created by [`PassManager::instantiate`]
+    /// (one per step, in order): what a driver does that checks every option before anything
+    /// runs, so that each pass is created once.
+    pub fn run_passes(
+        &self,
+        passes: Vec<Box<dyn Pass>>,
+        module: &mut Module,
+        cx: &mut PassContext<'_>,
+        dump: &mut dyn FnMut(&str),
+    ) -> Result<Timings, Vec<Diagnostic>> {
         let mut timings = Timings::default();
-        for step in &self.steps {
-            let mut pass = step.info.instantiate(&step.options).map_err(|m| {
-                vec![Diagnostic::error(format!("cannot create pass `{}`: {m}", step.info.name))]
-            })?;
+        for (step, mut pass) in self.steps.iter().zip(passes) {
             let start = Instant::now();
             let activity = crate::activity::enter(format!("pass `{}`", step.info.name));
             pass.run(module, cx)?;
