@@ -9,6 +9,7 @@
 //! while it runs.
 
 use fbc_ir::pass::{OptionKind, OptionSpec, PassContext, PassOptions};
+use fbc_ir::Diagnostic;
 use fbc_target::HardwareProfile;
 
 /// A pass's `target` option: `None` (the default, `target=`) is the pipeline's profile.
@@ -47,3 +48,29 @@ impl TargetOption {
         self.0.as_deref().unwrap_or(cx.target)
     }
 }
+
+/// What a pass's `run` returns.
+pub(crate) type PassResult = Result<(), Vec<Diagnostic>>;
+
+/// `impl Pass` for a pass that compiles for a hardware profile: it is called `$name`, and its
+/// `run` hands the type's `run_for` the profile of its `target` option
+/// ([`TargetOption::profile`]), so no such pass resolves a target itself.
+macro_rules! profile_pass {
+    ($ty:ty, $name:expr) => {
+        impl fbc_ir::Pass for $ty {
+            fn name(&self) -> &str {
+                $name
+            }
+
+            fn run(
+                &mut self,
+                m: &mut fbc_ir::Module,
+                cx: &mut fbc_ir::PassContext<'_>,
+            ) -> Result<(), Vec<fbc_ir::Diagnostic>> {
+                let profile = self.target.profile(cx);
+                self.run_for(m, cx, profile)
+            }
+        }
+    };
+}
+pub(crate) use profile_pass;

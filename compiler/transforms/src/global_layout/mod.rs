@@ -90,9 +90,7 @@ use fbc_dialects::kind::{FuncOp, LayoutOp, OpKind, TensorOp as T};
 use fbc_dialects::layout::{Layout, RTile, Storage};
 use fbc_index::IndexMap;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
-use fbc_ir::{
-    Attr, Diagnostic, FbClass, FuncId, Module, Op, OpData, Pass, PassContext, Type, Value,
-};
+use fbc_ir::{Attr, FbClass, FuncId, Module, Op, OpData, PassContext, Type, Value};
 use fbc_target::HardwareProfile;
 use serde_json::json;
 
@@ -100,7 +98,7 @@ use crate::layout::analysis::{reduction_uses, value_name};
 use crate::layout::candidates;
 use crate::layout::perf_model::{self, Consumer, TensorDesc};
 use crate::layout::rtile::{select, CandidateReader};
-use crate::target::TargetOption;
+use crate::target::{PassResult, TargetOption};
 use plan::Planner;
 
 pub const NAME: &str = "global-layout";
@@ -638,13 +636,10 @@ fn us(s: f64) -> f64 {
     (s * 1e8).round() / 100.0
 }
 
-impl Pass for GlobalLayout {
-    fn name(&self) -> &str {
-        NAME
-    }
+crate::target::profile_pass!(GlobalLayout, NAME);
 
-    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = self.target.profile(cx);
+impl GlobalLayout {
+    fn run_for(&self, m: &mut Module, cx: &mut PassContext<'_>, p: &HardwareProfile) -> PassResult {
         let mut funcs = Vec::new();
         for f in m.func_ids().collect::<Vec<_>>() {
             funcs.push(self.run_func(m, cx, p, f));

@@ -32,12 +32,10 @@ use std::collections::HashMap;
 
 use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::{Layout, RTile};
-use fbc_ir::{
-    Attr, Diagnostic, FbClass, FuncId, Module, Op, Pass, PassContext, Type, Value, ValueDef,
-};
+use fbc_ir::{Attr, Diagnostic, FbClass, FuncId, Module, Op, PassContext, Type, Value, ValueDef};
 use fbc_target::HardwareProfile;
 
-use crate::target::TargetOption;
+use crate::target::{PassResult, TargetOption};
 use serde_json::json;
 
 use super::analysis::{reduction_uses, root, value_name};
@@ -187,13 +185,10 @@ pub struct RTileCandidates {
     pub max_padding: f64,
 }
 
-impl Pass for RTileCandidates {
-    fn name(&self) -> &str {
-        CANDIDATES
-    }
+crate::target::profile_pass!(RTileCandidates, CANDIDATES);
 
-    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = self.target.profile(cx);
+impl RTileCandidates {
+    fn run_for(&self, m: &mut Module, cx: &mut PassContext<'_>, p: &HardwareProfile) -> PassResult {
         let mut records = Vec::new();
         // Layers repeat: generate (and build the attribute of) each distinct input once.
         let mut memo: HashMap<CandidateInput, ([usize; 4], Attr)> = HashMap::new();
@@ -358,13 +353,10 @@ pub struct RTileSelect {
     pub print: bool,
 }
 
-impl Pass for RTileSelect {
-    fn name(&self) -> &str {
-        SELECT
-    }
+crate::target::profile_pass!(RTileSelect, SELECT);
 
-    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let p = self.target.profile(cx);
+impl RTileSelect {
+    fn run_for(&self, m: &mut Module, cx: &mut PassContext<'_>, p: &HardwareProfile) -> PassResult {
         let mut records = Vec::new();
         let mut report = String::new();
         // Transformer layers repeat the same tensors; scoring is pure in its inputs, so a

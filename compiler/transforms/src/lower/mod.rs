@@ -64,12 +64,11 @@ use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar};
 use fbc_index::Expr;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{
-    Attr, Diagnostic, ElemType, FuncId, Module, Op, OpDef, Pass, PassContext, Span, TensorType,
-    Value,
+    Attr, Diagnostic, ElemType, FuncId, Module, Op, OpDef, PassContext, Span, TensorType, Value,
 };
 use fbc_target::HardwareProfile;
 
-use crate::target::TargetOption;
+use crate::target::{PassResult, TargetOption};
 
 /// The pass's registered name.
 pub const NAME: &str = "lower-to-memory";
@@ -128,13 +127,15 @@ pub struct LowerToMemory {
     pub split_k: SplitK,
 }
 
-impl Pass for LowerToMemory {
-    fn name(&self) -> &str {
-        NAME
-    }
+crate::target::profile_pass!(LowerToMemory, NAME);
 
-    fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
-        let profile = self.target.profile(cx);
+impl LowerToMemory {
+    fn run_for(
+        &self,
+        m: &mut Module,
+        cx: &mut PassContext<'_>,
+        profile: &HardwareProfile,
+    ) -> PassResult {
         if self.half_images && !profile.image.supported {
             return Err(vec![Diagnostic::error(format!(
                 "{NAME}: half-images=true, but target `{}` has no image support, so no f16 image \
