@@ -17,6 +17,13 @@
 //!   that uses an op the interpreter lacks fails naming that op. Functions the pipeline adds
 //!   (`@f_grad` of autodiff) have no "before" and are not compared.
 //!
+//! - `compile ARGS`: what `fbc FILE ARGS` makes of the file (`-O3 --target mali --emit memory`,
+//!   `--emit opencl`, `--emit report`), through the same arguments and [`fbc::Driver::compile_module`]:
+//!   the text is the snapshot (for `opencl`, the `.cl` source). A lowered module (`memory`,
+//!   `opencl`) must also compute what the file does: every function runs in the reference
+//!   interpreter before and after, as for `opt`; and `--emit memory` output must parse back and
+//!   print the same (a fixpoint).
+//!
 //! Any other kind, or a file without a header, is an error: a test that silently does nothing is
 //! worse than no test.
 
@@ -41,6 +48,8 @@ pub enum Run {
     RoundTrip,
     Diagnostics,
     Opt(String),
+    /// The arguments of `fbc FILE ARGS`.
+    Compile(String),
 }
 
 /// Reads the `// RUN:` header of a test file.
@@ -59,9 +68,11 @@ pub fn parse_header(text: &str) -> Result<Vec<Run>, String> {
             "round-trip" if args.is_empty() => Run::RoundTrip,
             "diagnostics" if args.is_empty() => Run::Diagnostics,
             "opt" if !args.trim().is_empty() => Run::Opt(args.trim().to_string()),
+            "compile" if !args.trim().is_empty() => Run::Compile(args.trim().to_string()),
             _ => {
                 return Err(format!(
-                    "unknown RUN line `{rest}`; kinds: round-trip, diagnostics, opt PIPELINE"
+                    "unknown RUN line `{rest}`; kinds: round-trip, diagnostics, opt PIPELINE, \
+                     compile ARGS"
                 ))
             }
         });
@@ -123,9 +134,42 @@ pub fn run_file(name: &str, text: &str) -> Result<String, String> {
                 check_pipeline_equivalence(name, &pipeline, &before, &m)?;
                 out.push_str(&fbc_ir::print_module(&m));
             }
+            Run::Compile(args) => out.push_str(&compile(&driver, name, text, &args)?),
         }
     }
     Ok(out)
+}
+
+/// A `compile ARGS` run (see the crate docs).
+fn compile(driver: &fbc::Driver, name: &str, text: &str, args: &str) -> Result<String, String> {
+    use clap::Parser as _;
+    let file = Arc::new(SourceFile::new(name, text));
+    let m = fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
+    let argv: Vec<&str> = ["fbc", name].into_iter().chain(args.split_whitespace()).collect();
+    let cli = fbc::Cli::try_parse_from(&argv).map_err(|e| format!("{name}: `{args}`: {e}"))?;
+    let failed = |e: fbc::Failure| {
+        let (fbc::Failure::Input(t) | fbc::Failure::Usage(t) | fbc::Failure::Internal(t)) = e;
+        format!("{name}: `fbc {name} {args}` failed: {t}")
+    };
+    let lowered = match driver.compile_module(&file, m.clone(), &cli.compile).map_err(failed)? {
+        fbc::Compiled::Opencl(out, lowered) => {
+            check_pipeline_equivalence(name, args, &m, &lowered)?;
+            return Ok(out.source);
+        }
+        fbc::Compiled::Text(t) if cli.compile.emit_kind() == fbc::EmitKind::Memory => t,
+        fbc::Compiled::Text(t) => return Ok(t),
+    };
+    let again = Arc::new(SourceFile::new(name, lowered.clone()));
+    let back = fbc_ir::parse_module(&again, &driver.ops)
+        .map_err(|d| format!("the lowered module does not parse:\n{}", render(&again, &d)))?;
+    let reprinted = fbc_ir::print_module(&back);
+    if reprinted != lowered {
+        return Err(format!(
+            "printing the lowered module is not a fixpoint:\n{lowered}\n---\n{reprinted}"
+        ));
+    }
+    check_pipeline_equivalence(name, args, &m, &back)?;
+    Ok(lowered)
 }
 
 /// Runs every function of `before` and of `after` (the module after `pipeline`) on the same

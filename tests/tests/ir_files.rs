@@ -16,12 +16,14 @@ fn ir_files() {
 fn unknown_headers_are_rejected() {
     assert_eq!(
         fbc_tests::parse_header("// RUN: frobnicate\nmodule {}\n"),
-        Err("unknown RUN line `frobnicate`; kinds: round-trip, diagnostics, opt PIPELINE".into())
+        Err("unknown RUN line `frobnicate`; kinds: round-trip, diagnostics, opt PIPELINE, compile ARGS"
+            .into())
     );
     assert_eq!(fbc_tests::parse_header("module {}\n"), Err("no `// RUN:` header".into()));
     assert_eq!(
         fbc_tests::parse_header("// RUN: opt\n"),
-        Err("unknown RUN line `opt`; kinds: round-trip, diagnostics, opt PIPELINE".into())
+        Err("unknown RUN line `opt`; kinds: round-trip, diagnostics, opt PIPELINE, compile ARGS"
+            .into())
     );
 }
 

@@ -31,8 +31,8 @@ use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
 use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
 
 pub use cli::{
-    BenchArgs, BenchParseArgs, Cli, Command, DeviceArgs, EmitKind, GenArgs, LayoutStrategy,
-    LowerArgs, RunArgs, TuneArgs,
+    BenchArgs, BenchParseArgs, Cli, Command, CompileArgs, DeviceArgs, EmitKind, GenArgs,
+    LayoutStrategy, LowerArgs, RunArgs, TuneArgs,
 };
 pub use session::{has_half_images, is_lowered, Session};
 
@@ -119,6 +119,14 @@ fn catch_internal_errors(command: impl FnOnce() -> Result<(), Failure>) -> Resul
             )))
         }
     }
+}
+
+/// What [`Driver::compile_module`] made: the text of `--emit ir|memory|report`, or OpenCL C
+/// with its manifest and the lowered module it was written from.
+#[derive(Debug)]
+pub enum Compiled {
+    Text(String),
+    Opencl(Box<fbc_codegen::opencl::Output>, Box<Module>),
 }
 
 /// The registries a command line runs against.
@@ -219,32 +227,10 @@ impl Driver {
     }
 
     fn compile(&self, path: &Path, a: &cli::CompileArgs) -> Result<(), Failure> {
-        let session = a.session(self)?;
-        let emit = a.emit_kind();
-        if a.half_images && emit != EmitKind::Opencl {
-            return Err(Failure::Usage(format!(
-                "--half-images sets the storage of lowered code; it needs --emit opencl, not \
-                 --emit {}",
-                emit.name()
-            )));
-        }
-        let (file, mut module) = self.load(path)?;
-        let transforms_total = report::count_transforms(&module);
-        let (timings, stats) = session.optimize(&file, &mut module)?;
-        match emit {
-            EmitKind::Report => {
-                let r = report::build(a.target_name(), &module, transforms_total, &stats, &timings);
-                if a.verbose {
-                    let _ = std::io::stderr().write_all(report::summary(&r).as_bytes());
-                }
-                let text = serde_json::to_string_pretty(&r).unwrap_or_default() + "\n";
-                output::write_text(a.output.as_deref(), &text)
-            }
-            EmitKind::Opencl => {
-                session.lower(&file, &mut module)?;
-                let tuned =
-                    tuning::load(a.tuning.as_deref(), tuning::For::Profile(&session.profile));
-                let out = session.emit_opencl(&module, true, tuned)?;
+        let (file, module) = self.load(path)?;
+        match self.compile_module(&file, module, a)? {
+            Compiled::Text(text) => output::write_text(a.output.as_deref(), &text),
+            Compiled::Opencl(out, module) => {
                 let dir = match &a.output {
                     Some(d) => d.clone(),
                     None => opencl_emit::default_dir(&module, path),
@@ -255,8 +241,50 @@ impl Driver {
                 }
                 Ok(())
             }
-            _ => output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module)),
         }
+    }
+
+    /// What `fbc FILE ARGS` makes of a loaded module, without writing it: the text of `--emit
+    /// ir|memory|report`, or the OpenCL C and manifest of `--emit opencl` with the lowered
+    /// module. The file tests (`fbc_tests`) call this with the arguments of their `// RUN:` line.
+    pub fn compile_module(
+        &self,
+        file: &SourceFile,
+        mut module: Module,
+        a: &cli::CompileArgs,
+    ) -> Result<Compiled, Failure> {
+        let session = a.session(self)?;
+        let emit = a.emit_kind();
+        if a.half_images && !matches!(emit, EmitKind::Opencl | EmitKind::Memory) {
+            return Err(Failure::Usage(format!(
+                "--half-images sets the storage of lowered code; it needs --emit opencl or memory, \
+                 not --emit {}",
+                emit.name()
+            )));
+        }
+        let transforms_total = report::count_transforms(&module);
+        let (timings, stats) = session.optimize(file, &mut module)?;
+        Ok(match emit {
+            EmitKind::Report => {
+                let r = report::build(a.target_name(), &module, transforms_total, &stats, &timings);
+                if a.verbose {
+                    let _ = std::io::stderr().write_all(report::summary(&r).as_bytes());
+                }
+                Compiled::Text(serde_json::to_string_pretty(&r).unwrap_or_default() + "\n")
+            }
+            EmitKind::Memory => {
+                session.lower(file, &mut module)?;
+                Compiled::Text(fbc_ir::print_module(&module))
+            }
+            EmitKind::Opencl => {
+                session.lower(file, &mut module)?;
+                let tuned =
+                    tuning::load(a.tuning.as_deref(), tuning::For::Profile(&session.profile));
+                let out = session.emit_opencl(&module, true, tuned)?;
+                Compiled::Opencl(Box::new(out), Box::new(module))
+            }
+            EmitKind::Ir => Compiled::Text(fbc_ir::print_module(&module)),
+        })
     }
 
     /// Reads and verifies a `.fbir` file (`-` is standard input).

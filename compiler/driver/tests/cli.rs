@@ -301,3 +301,27 @@ func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.starts_with("fbc: error: cannot read hardware profile"), "{}", o.stderr);
 }
+
+/// `--emit memory` writes the lowered module; it parses back, and printing it again (`fbc opt`)
+/// changes nothing. `--half-images` applies to it; to `--emit ir` it does not (exit 2).
+#[test]
+fn emit_memory_writes_the_lowered_module_which_parses_back() {
+    let dir = scratch("emit-memory");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/attention.fbir");
+    let ex = example.to_str().expect("utf-8");
+    let out = dir.join("lowered.fbir");
+    let o = fbc(&[ex, "-O3", "--target", "mali", "--emit", "memory", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = std::fs::read_to_string(&out).expect("written");
+    assert!(text.contains("memory.launch") && text.contains("!memory.image2d<"), "{text}");
+    assert!(!text.contains("= tensor."), "{text}");
+    let again = fbc(&["opt", out.to_str().unwrap()]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.stdout, text);
+    let half = fbc(&[ex, "-O3", "--target", "mali", "--emit", "memory", "--half-images"]);
+    assert_eq!(half.code, 0, "{}", half.stderr);
+    assert!(half.stdout.contains("f16>"), "{}", half.stdout);
+    let ir = fbc(&[ex, "-O3", "--emit", "ir", "--half-images"]);
+    assert_eq!(ir.code, 2);
+    assert!(ir.stderr.contains("needs --emit opencl or memory, not --emit ir"), "{}", ir.stderr);
+}

@@ -136,7 +136,7 @@ fn the_flag_on_the_command_line() {
     assert!(o.stderr.contains("--half-images sets the storage of lowered kernels"), "{}", o.stderr);
     let o = common::fbc(&[&input, "-O3", "--emit", "ir", "--half-images"]);
     assert_eq!(o.code, 2, "{}", o.stderr);
-    assert!(o.stderr.contains("it needs --emit opencl, not --emit ir"), "{}", o.stderr);
+    assert!(o.stderr.contains("it needs --emit opencl or memory, not --emit ir"), "{}", o.stderr);
     // The pass option is listed.
     let o = common::fbc(&["passes"]);
     assert!(o.stdout.contains("half-images=bool (default: false)"), "{}", o.stdout);

@@ -110,6 +110,9 @@ pub(crate) fn parse_max_memory(s: &str) -> Result<u64, String> {
 pub enum EmitKind {
     /// The optimised IR in canonical text form.
     Ir,
+    /// The module lowered to the memory dialect (storage, launches), in canonical text form:
+    /// what the back ends read, and it parses back.
+    Memory,
     /// A JSON report of the layout decisions.
     Report,
     /// OpenCL C and a launch manifest.
@@ -120,6 +123,7 @@ impl EmitKind {
     pub fn name(self) -> &'static str {
         match self {
             EmitKind::Ir => "ir",
+            EmitKind::Memory => "memory",
             EmitKind::Report => "report",
             EmitKind::Opencl => "opencl",
         }
@@ -190,7 +194,7 @@ pub struct CompileArgs {
     pub verbose: bool,
 
     /// Store every image2d texture as f16 (`CL_HALF_FLOAT`; values rounded to f16 at every
-    /// store, arithmetic in f32): half the texture memory. With `--emit opencl`.
+    /// store, arithmetic in f32): half the texture memory. With `--emit opencl` or `memory`.
     #[arg(long)]
     pub half_images: bool,
 

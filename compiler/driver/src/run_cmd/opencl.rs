@@ -30,7 +30,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fbc_codegen::opencl::Output;
-use fbc_dialects::kind::MemoryOp;
 use fbc_ir::{FuncId, Module, SourceFile};
 
 use crate::{Driver, Failure};
@@ -177,7 +176,7 @@ fn fault_at(lowered: &Module, file: &SourceFile, location: &str, message: &str) 
         .iter()
         .flat_map(|f| &f.body)
         .map(|&op| lowered.op(op))
-        .filter(|d| MemoryOp::Launch.is(d) && d.span.end > d.span.start)
+        .filter(|d| fbc_dialects::kind::MemoryOp::Launch.is(d) && d.span.end > d.span.start)
         .map(|d| d.span)
         .find(|s| {
             let (l, c) = file.line_col(s.start);
