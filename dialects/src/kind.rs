@@ -294,15 +294,6 @@ impl OpKind {
     }
 }
 
-impl TensorOp {
-    /// The op's definition in the tensor dialect's tables.
-    pub fn def(self) -> &'static OpDef {
-        crate::tensor::ops()
-            .find(|d| d.name == self.name())
-            .expect("every TensorOp has a definition (checked by the kind tests)")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,7 +347,6 @@ mod tests {
         }
         for k in TensorOp::ALL {
             assert_eq!(TensorOp::from_name(k.name()), Some(*k));
-            assert_eq!(k.def().name, k.name());
         }
         assert_eq!(OpKind::from_name("tensor.nope"), None);
         assert_eq!(OpKind::from_name("plugin.scale"), None);

@@ -146,7 +146,7 @@ impl<'d> Session<'d> {
             inputs,
             fbc_runtime::interp::Options::default(),
         )
-        .map_err(|e| Failure::input(file, &[e.to_diagnostic()]))
+        .map_err(|e| crate::run_cmd::located(file, &e))
     }
 
     /// Runs a pipeline text with the session's profile and instrumentation.

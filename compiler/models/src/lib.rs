@@ -431,6 +431,11 @@ impl Generated {
     }
 }
 
+/// A bug in the generator of `model` (or in autodiff on its graph), with the model named.
+fn internal(model: &ModelInfo, msg: &str) -> Error {
+    Error::Internal(format!("fbc gen {}: internal error: {msg}", model.name))
+}
+
 /// Builds `model` with `spec` and checks it with the verifier: a graph that does not verify is
 /// an internal error naming the model.
 pub fn generate_verified(
@@ -438,8 +443,7 @@ pub fn generate_verified(
     model: &ModelInfo,
     spec: &Spec,
 ) -> Result<Generated, Error> {
-    let internal =
-        |msg: String| Error::Internal(format!("fbc gen {}: internal error: {msg}", model.name));
+    let internal = |msg: String| internal(model, &msg);
     let generated = generate(ops, model, spec)
         .map_err(|e| internal(format!("building the graph failed: {e}")))?;
     let diags = fbc_ir::verify_module(&generated.module);
@@ -463,8 +467,7 @@ pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
         return Ok(generated.module);
     }
     let pipeline = generated.autodiff_pipeline(model)?;
-    let internal =
-        |msg: String| Error::Internal(format!("fbc gen {}: internal error: {msg}", model.name));
+    let internal = |msg: String| internal(model, &msg);
     let (file, mut module) = reparse(&ops, model, &generated.module).map_err(internal)?;
     let passes = fbc_transforms::default_registry();
     let steps = passes.parse_pipeline(&pipeline).map_err(|e| internal(e.message))?;

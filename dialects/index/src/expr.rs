@@ -211,14 +211,20 @@ impl Expr {
 
     /// Whether every operator of the tree is affine ([`BinOp::is_affine`]).
     pub fn is_affine(&self) -> bool {
+        self.non_affine_op().is_none()
+    }
+
+    /// An operator of the tree that is not affine, if there is one (what a message about a map
+    /// the IR cannot hold names).
+    pub fn non_affine_op(&self) -> Option<BinOp> {
         let mut stack = vec![self];
         while let Some(e) = stack.pop() {
-            if e.as_binary().is_some_and(|(op, _, _)| !op.is_affine()) {
-                return false;
+            if let Some((op, _, _)) = e.as_binary().filter(|(op, _, _)| !op.is_affine()) {
+                return Some(op);
             }
             stack.extend(e.children());
         }
-        true
+        None
     }
 
     /// The same function in affine operators only: `a << k` as `a * 2^k`, `a >> k` as

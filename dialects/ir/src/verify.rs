@@ -237,20 +237,7 @@ pub fn check_generic(
 fn non_affine(a: &crate::attr::Attr) -> Option<crate::attr::BinOp> {
     use crate::attr::Attr;
     match a {
-        Attr::Map(m) => m.results.iter().find_map(|e| {
-            let mut stack = vec![e];
-            while let Some(e) = stack.pop() {
-                if let Some((op, x, y)) = e.as_binary() {
-                    if !op.is_affine() {
-                        return Some(op);
-                    }
-                    stack.extend([x, y]);
-                } else if let fbc_index::Expr::Neg(x) = e {
-                    stack.push(x);
-                }
-            }
-            None
-        }),
+        Attr::Map(m) => m.results.iter().find_map(fbc_index::Expr::non_affine_op),
         Attr::Array(items) => items.iter().find_map(non_affine),
         _ => None,
     }
