@@ -22,11 +22,10 @@ pub mod tuning;
 
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser as _;
 use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
 use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
 
@@ -149,11 +148,15 @@ impl Driver {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let cli = match Cli::try_parse_from(args) {
+        let cli = match cli::parse(args) {
             Ok(c) => c,
-            Err(e) => {
+            Err(cli::ParseError::Clap(e)) => {
                 let _ = e.print();
                 return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+            }
+            Err(cli::ParseError::Usage(text)) => {
+                let _ = writeln!(std::io::stderr(), "fbc: error: {text}");
+                return ExitCode::from(EXIT_USAGE);
             }
         };
         match self.run_guarded(&cli) {
@@ -180,8 +183,39 @@ impl Driver {
         catch_internal_errors(|| self.run(cli))
     }
 
-    /// Runs a parsed command line.
+    /// Runs a parsed command line, with the pass plugins of `FBC_PASS_PLUGINS` and
+    /// `--load-pass-plugin` loaded first.
     pub fn run(&self, cli: &Cli) -> Result<(), Failure> {
+        let mut plugins: Vec<PathBuf> = std::env::var_os("FBC_PASS_PLUGINS")
+            .map(|list| {
+                std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()).collect()
+            })
+            .unwrap_or_default();
+        plugins.extend(cli.load_pass_plugin.iter().cloned());
+        if plugins.is_empty() {
+            return self.run_command(cli);
+        }
+        let mut driver = self.clone();
+        driver.load_plugins(&plugins)?;
+        driver.run_command(cli)
+    }
+
+    /// Loads pass plugins into this driver's pass registry (see `fbc_plugin`), in order. Every
+    /// plugin that cannot be loaded is reported, each at its path (exit status 1).
+    pub fn load_plugins(&mut self, paths: &[PathBuf]) -> Result<(), Failure> {
+        let errors: Vec<String> = paths
+            .iter()
+            .filter_map(|p| fbc_plugin::host::load(p, &mut self.passes).err())
+            .map(|e| format!("{e}\n"))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Failure::Input(errors.concat()))
+        }
+    }
+
+    fn run_command(&self, cli: &Cli) -> Result<(), Failure> {
         match &cli.command {
             Some(Command::Opt(a)) => {
                 let (file, mut module) = self.load(&a.file)?;

@@ -72,14 +72,16 @@ impl<'d> Session<'d> {
         Ok(Session::new(driver, crate::hardware_profile(name_or_path)?))
     }
 
-    /// Runs the `-O level` pipeline with the session's strategy. Returns the pass timings and
-    /// statistics.
+    /// Runs the `-O level` pipeline with the session's strategy, with the pipelines registered
+    /// at its extension points (by crates and plugins that add passes) around it. Returns the
+    /// pass timings and statistics.
     pub fn optimize(
         &self,
         file: &SourceFile,
         module: &mut Module,
     ) -> Result<(Timings, Statistics), Failure> {
-        let pipeline = fbc_transforms::pipeline(self.level, self.strategy);
+        let base = fbc_transforms::pipeline(self.level, self.strategy);
+        let pipeline = self.driver.passes.extended_pipeline(&base);
         self.run(file, module, &pipeline)
     }
 

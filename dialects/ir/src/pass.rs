@@ -128,6 +128,17 @@ pub struct PassOptions {
 }
 
 impl PassOptions {
+    /// Options from values already parsed and checked against the pass's declared options (what
+    /// a pass plugin receives from the host, which parsed the pipeline text).
+    pub fn from_values(values: impl IntoIterator<Item = (String, OptionValue)>) -> PassOptions {
+        PassOptions { values: values.into_iter().collect() }
+    }
+
+    /// Every value, by option name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &OptionValue)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
     pub fn get(&self, name: &str) -> Option<&OptionValue> {
         self.values.get(name)
     }
@@ -242,10 +253,39 @@ impl PipelineStep {
     }
 }
 
-/// All passes fbc can run, by name.
+/// Where an `-O` pipeline takes passes that are not its own (LLVM's extension points): a
+/// crate or plugin that registers passes can ask for them to run in every optimisation
+/// pipeline, not only in `fbc opt --passes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExtensionPoint {
+    /// Before the level's first pass.
+    PipelineStart,
+    /// After the level's last pass, before lowering.
+    OptimizerEnd,
+}
+
+impl ExtensionPoint {
+    pub const ALL: [ExtensionPoint; 2] =
+        [ExtensionPoint::PipelineStart, ExtensionPoint::OptimizerEnd];
+
+    /// The kebab-case name (`pipeline-start`, `optimizer-end`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ExtensionPoint::PipelineStart => "pipeline-start",
+            ExtensionPoint::OptimizerEnd => "optimizer-end",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ExtensionPoint> {
+        ExtensionPoint::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// All passes fbc can run, by name, and the pipelines registered at extension points.
 #[derive(Debug, Clone, Default)]
 pub struct PassRegistry {
     passes: BTreeMap<String, PassInfo>,
+    extensions: Vec<(ExtensionPoint, String)>,
 }
 
 impl PassRegistry {
@@ -272,6 +312,29 @@ impl PassRegistry {
 
     pub fn get(&self, name: &str) -> Option<&PassInfo> {
         self.passes.get(name)
+    }
+
+    /// Asks for `pipeline` (pipeline text, checked when a pipeline containing it is parsed) to
+    /// run at `at` in every `-O` pipeline; several requests at one point run in the order made.
+    pub fn extend_pipeline(&mut self, at: ExtensionPoint, pipeline: &str) {
+        self.extensions.push((at, pipeline.to_string()));
+    }
+
+    /// The pipelines registered at extension points, in the order registered.
+    pub fn extensions(&self) -> &[(ExtensionPoint, String)] {
+        &self.extensions
+    }
+
+    /// `base` (an `-O` pipeline's text) with the extension pipelines around it.
+    pub fn extended_pipeline(&self, base: &str) -> String {
+        let at = |point: ExtensionPoint| {
+            self.extensions.iter().filter(move |(p, _)| *p == point).map(|(_, t)| t.as_str())
+        };
+        let parts: Vec<&str> = at(ExtensionPoint::PipelineStart)
+            .chain((!base.is_empty()).then_some(base))
+            .chain(at(ExtensionPoint::OptimizerEnd))
+            .collect();
+        parts.join(",")
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PassInfo> {

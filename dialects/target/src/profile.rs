@@ -9,10 +9,10 @@
 //! Tensor tiles are usually given in elements: with RGBA packed along the width, a tile of
 //! `tile_w` elements is `ceil(tile_w / 4)` texels wide and its height is unchanged.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Everything the compiler knows about one target device.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HardwareProfile {
     /// Short lowercase identifier, the name `fbc --target` accepts (`mali`, `adreno`, ...).
@@ -41,7 +41,7 @@ fn default_resident_work_items() -> u32 {
 
 /// The tiled contraction kernel's parameters that a profile sets for its device: the analytic
 /// defaults the OpenCL writer uses where no tuning says otherwise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContractionParams {
     /// Register block: the most outputs one work-item computes, `[columns, rows]`, each 1, 2, 4
@@ -87,7 +87,7 @@ impl Default for ContractionParams {
 }
 
 /// Execution resources of a device.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Compute {
     /// Work-items per subgroup (warp / wave), the granularity FBLayout's C1 aligns tile
@@ -117,7 +117,7 @@ pub struct Compute {
 
 /// Texture cache geometry: FBLayout fetches texture data in `block_h x block_w` texel blocks
 /// (the paper's `C_h x C_w`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TextureCache {
     /// Cache line, in bytes.
@@ -143,7 +143,7 @@ impl TextureCache {
 }
 
 /// `image2d` limits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageLimits {
     /// Whether the device supports images at all (`CL_DEVICE_IMAGE_SUPPORT`).
@@ -157,7 +157,7 @@ pub struct ImageLimits {
 }
 
 /// Off-chip memory.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Memory {
     /// Peak DRAM bandwidth, in GB/s (10^9 bytes per second).

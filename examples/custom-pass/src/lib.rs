@@ -2,14 +2,19 @@
 //! `scale(scale(x, a), b)` into `scale(x, a·b)` and, unless `keep-unit=true`, drops a scale by 1.
 //!
 //! It uses only fbc's public library API: the `Pass` trait, `PassInfo` with a typed option, the
-//! typed op kinds (`fbc_dialects::kind`) and the `Module` mutation methods. `register` is the single entry point a host calls; the same
-//! function is what a future shared-library loader will look up.
+//! typed op kinds (`fbc_dialects::kind`) and the `Module` mutation methods. [`register`] is the one
+//! entry point, used two ways: built as a `cdylib`, the crate is a pass plugin for the stock
+//! `fbc --load-pass-plugin` (`declare_plugin!` below exports it); linked as a library, `fbc-custom`
+//! (src/main.rs) calls it on its own `Driver`.
 
 use fbc_dialects::kind::TensorOp;
-use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
+use fbc_ir::pass::{ExtensionPoint, OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{Attr, Diagnostic, Module, Pass, PassContext};
 
-/// Adds this crate's passes to a registry.
+fbc_plugin::declare_plugin!(register);
+
+/// Adds this crate's passes to a registry, and `fold-scales` to the start of every `-O`
+/// pipeline (whose `dce` then removes the scales it bypassed).
 pub fn register(passes: &mut PassRegistry) {
     passes.register(PassInfo::new(
         "fold-scales",
@@ -22,6 +27,7 @@ pub fn register(passes: &mut PassRegistry) {
         )],
         |opts| Ok(Box::new(FoldScales { keep_unit: opts.bool("keep-unit") })),
     ));
+    passes.extend_pipeline(ExtensionPoint::PipelineStart, "fold-scales");
 }
 
 #[derive(Debug)]

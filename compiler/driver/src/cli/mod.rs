@@ -41,7 +41,6 @@ Examples:
     version,
     about,
     after_help = EXAMPLES,
-    args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
 pub struct Cli {
@@ -51,8 +50,55 @@ pub struct Cli {
     #[command(flatten)]
     pub compile: CompileArgs,
 
+    /// Load a pass plugin: a shared library built with `fbc_plugin::declare_plugin!`, whose
+    /// passes then run like built-in ones (in `--passes`, in `-O` pipelines where the plugin
+    /// asks, and in `fbc passes`). Repeatable; the libraries `FBC_PASS_PLUGINS` lists (separated
+    /// like PATH) are loaded first.
+    #[arg(long = "load-pass-plugin", value_name = "PATH", global = true)]
+    pub load_pass_plugin: Vec<PathBuf>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// Why a command line was refused.
+#[derive(Debug)]
+pub(crate) enum ParseError {
+    Clap(clap::Error),
+    Usage(String),
+}
+
+/// Parses a command line (`args[0]` is the program name). Options of `fbc FILE` given before a
+/// subcommand are refused rather than ignored (`fbc -O3 opt x.fbir`); only the global ones
+/// (`--load-pass-plugin`) may stand on either side of the subcommand's name.
+pub(crate) fn parse<I, T>(args: I) -> Result<Cli, ParseError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{parser::ValueSource, CommandFactory as _, FromArgMatches as _};
+    let command = Cli::command();
+    let matches = command.clone().try_get_matches_from(args).map_err(ParseError::Clap)?;
+    if let Some((name, _)) = matches.subcommand() {
+        let misplaced: Vec<String> = command
+            .get_arguments()
+            .filter(|a| !a.is_global_set())
+            .filter(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .map(|a| match (a.get_long(), a.get_short()) {
+                (Some(l), _) => format!("--{l}"),
+                (None, Some(c)) => format!("-{c}"),
+                (None, None) => a.get_id().to_string().to_uppercase(),
+            })
+            .collect();
+        if !misplaced.is_empty() {
+            return Err(ParseError::Usage(format!(
+                "{} belong{} to `fbc FILE`, not to `fbc {name}`",
+                misplaced.join(", "),
+                if misplaced.len() == 1 { "s" } else { "" }
+            )));
+        }
+    }
+    Cli::from_arg_matches(&matches).map_err(ParseError::Clap)
 }
 
 #[derive(Debug, Subcommand)]
