@@ -1,5 +1,19 @@
-//! fbc's file-driven tests: `.fbir` files under `tests/ir/` whose header says what to do with
-//! them, snapshotted with insta.
+//! fbc's file-driven tests: `.fbir` files whose header says what to do with them, snapshotted
+//! with insta; fbc's own are under `tests/ir/`, and a crate of yours (a plugin, your models) runs
+//! the same harness on its own folder:
+//!
+//! ```ignore
+//! // tests/ir_files.rs of your crate; snapshots go to tests/snapshots/ of your crate.
+//! #[test]
+//! fn ir_files() {
+//!     let mut driver = fbc::Driver::default();
+//!     my_passes::register(&mut driver.passes);  // or driver.load_plugins(&[path])
+//!     fbc_testing::run_dir!("ir", fbc_testing::Harness::new(driver));
+//! }
+//! ```
+//!
+//! [`run_dir!`] runs every `*.fbir` file under the folder (relative to the calling test file)
+//! and asserts its snapshot; review new ones with `cargo insta review` (or `INSTA_UPDATE=always`).
 //!
 //! A header is one or more `// RUN: KIND [ARGS]` lines at the top of the file. Kinds:
 //! - `round-trip`: the file verifies; its canonical print is a fixpoint of parse+print, and is the
@@ -28,6 +42,10 @@
 //! worse than no test.
 
 pub mod fuzz;
+
+/// The snapshot library [`run_dir!`] asserts with, re-exported so that a user's crate needs no
+/// insta dependency of its own (only `cargo insta` to review).
+pub use insta;
 
 use std::sync::Arc;
 
@@ -83,93 +101,161 @@ pub fn parse_header(text: &str) -> Result<Vec<Run>, String> {
     Ok(runs)
 }
 
-/// Runs one test file and returns the snapshot text.
+/// Runs one test file with fbc's own passes and returns the snapshot text.
 pub fn run_file(name: &str, text: &str) -> Result<String, String> {
-    let driver = fbc::Driver::default();
-    let mut out = String::new();
-    for run in parse_header(text)? {
-        match run {
-            Run::RoundTrip => {
-                let file = Arc::new(SourceFile::new(name, text));
-                let m = fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
-                let printed = fbc_ir::print_module(&m);
-                let again = Arc::new(SourceFile::new(name, printed.clone()));
-                let m2 = fbc_ir::parse_module(&again, &driver.ops).map_err(|d| {
-                    format!("the printed form does not parse:\n{}", render(&again, &d))
-                })?;
-                let reprinted = fbc_ir::print_module(&m2);
-                if reprinted != printed {
-                    return Err(format!(
-                        "printing is not a fixpoint:\n{printed}\n---\n{reprinted}"
-                    ));
-                }
-                out.push_str(&printed);
-            }
-            Run::Diagnostics => {
-                for (i, chunk) in chunks(text).iter().enumerate() {
-                    if i > 0 {
-                        out.push_str("// -----\n");
-                    }
-                    let file = Arc::new(SourceFile::new(name, chunk.clone()));
-                    match fbc_ir::parse_module(&file, &driver.ops) {
-                        Ok(_) => {
-                            return Err(format!(
-                                "chunk {i} of {name} verified, but errors were expected"
-                            ))
-                        }
-                        Err(d) => out.push_str(&render(&file, &d)),
-                    }
-                }
-            }
-            Run::Opt(pipeline) => {
-                let file = Arc::new(SourceFile::new(name, text));
-                let mut m =
-                    fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
-                let steps = driver.passes.parse_pipeline(&pipeline).map_err(|e| e.to_string())?;
-                let mut pm = PassManager::new(steps);
-                pm.instrumentation.verify_each = true;
-                let mut cx = PassContext::new(&driver.ops);
-                let before = m.clone();
-                pm.run(&mut m, &mut cx, &mut |_| {}).map_err(|d| render(&file, &d))?;
-                check_pipeline_equivalence(name, &pipeline, &before, &m)?;
-                out.push_str(&fbc_ir::print_module(&m));
-            }
-            Run::Compile(args) => out.push_str(&compile(&driver, name, text, &args)?),
-        }
-    }
-    Ok(out)
+    Harness::default().run_file(name, text)
 }
 
-/// A `compile ARGS` run (see the crate docs).
-fn compile(driver: &fbc::Driver, name: &str, text: &str, args: &str) -> Result<String, String> {
-    use clap::Parser as _;
-    let file = Arc::new(SourceFile::new(name, text));
-    let m = fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
-    let argv: Vec<&str> = ["fbc", name].into_iter().chain(args.split_whitespace()).collect();
-    let cli = fbc::Cli::try_parse_from(&argv).map_err(|e| format!("{name}: `{args}`: {e}"))?;
-    let failed = |e: fbc::Failure| {
-        let (fbc::Failure::Input(t) | fbc::Failure::Usage(t) | fbc::Failure::Internal(t)) = e;
-        format!("{name}: `fbc {name} {args}` failed: {t}")
+/// Runs every `.fbir` file under a folder with [`Harness::run_file`] and asserts each result as
+/// an insta snapshot: `run_dir!("ir")` with fbc's own passes, `run_dir!("ir", harness)` with a
+/// [`Harness`] of yours. The folder is relative to the calling file, snapshots are stored next to
+/// it (in `snapshots/`, one per file, named after it), as `insta::glob!` does. A file that fails
+/// (a bad header, an error where none was expected, a pass that changes the numbers) fails the
+/// test naming the file.
+#[macro_export]
+macro_rules! run_dir {
+    ($dir:literal) => {
+        $crate::run_dir!($dir, $crate::Harness::default())
     };
-    let lowered = match driver.compile_module(&file, m.clone(), &cli.compile).map_err(failed)? {
-        fbc::Compiled::Opencl(out, lowered) => {
-            check_pipeline_equivalence(name, args, &m, &lowered)?;
-            return Ok(out.source);
-        }
-        fbc::Compiled::Text(t) if cli.compile.emit_kind() == fbc::EmitKind::Memory => t,
-        fbc::Compiled::Text(t) => return Ok(t),
-    };
-    let again = Arc::new(SourceFile::new(name, lowered.clone()));
-    let back = fbc_ir::parse_module(&again, &driver.ops)
-        .map_err(|d| format!("the lowered module does not parse:\n{}", render(&again, &d)))?;
-    let reprinted = fbc_ir::print_module(&back);
-    if reprinted != lowered {
-        return Err(format!(
-            "printing the lowered module is not a fixpoint:\n{lowered}\n---\n{reprinted}"
-        ));
+    ($dir:literal, $harness:expr) => {{
+        let harness: $crate::Harness = $harness;
+        $crate::insta::glob!($dir, "**/*.fbir", |path| {
+            let text = ::std::fs::read_to_string(path).expect("test files are UTF-8");
+            let name = path.file_name().expect("a file").to_string_lossy().into_owned();
+            match harness.run_file(&name, &text) {
+                Ok(out) => $crate::insta::assert_snapshot!(out),
+                Err(e) => panic!("{}: {e}", path.display()),
+            }
+        });
+    }};
+}
+
+/// The file-test harness over a driver: fbc's own (`Harness::default()`), or one with your
+/// passes registered or your plugins loaded, so that `opt` and `compile` runs can name them.
+#[derive(Debug, Clone, Default)]
+pub struct Harness {
+    pub driver: fbc::Driver,
+}
+
+impl Harness {
+    pub fn new(driver: fbc::Driver) -> Harness {
+        Harness { driver }
     }
-    check_pipeline_equivalence(name, args, &m, &back)?;
-    Ok(lowered)
+
+    /// Runs one test file (its text, `name` for diagnostics) and returns the snapshot text.
+    pub fn run_file(&self, name: &str, text: &str) -> Result<String, String> {
+        let driver = &self.driver;
+        let mut out = String::new();
+        for run in parse_header(text)? {
+            match run {
+                Run::RoundTrip => {
+                    let file = Arc::new(SourceFile::new(name, text));
+                    let m =
+                        fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
+                    let printed = fbc_ir::print_module(&m);
+                    let again = Arc::new(SourceFile::new(name, printed.clone()));
+                    let m2 = fbc_ir::parse_module(&again, &driver.ops).map_err(|d| {
+                        format!("the printed form does not parse:\n{}", render(&again, &d))
+                    })?;
+                    let reprinted = fbc_ir::print_module(&m2);
+                    if reprinted != printed {
+                        return Err(format!(
+                            "printing is not a fixpoint:\n{printed}\n---\n{reprinted}"
+                        ));
+                    }
+                    out.push_str(&printed);
+                }
+                Run::Diagnostics => {
+                    for (i, chunk) in chunks(text).iter().enumerate() {
+                        if i > 0 {
+                            out.push_str("// -----\n");
+                        }
+                        let file = Arc::new(SourceFile::new(name, chunk.clone()));
+                        match fbc_ir::parse_module(&file, &driver.ops) {
+                            Ok(_) => {
+                                return Err(format!(
+                                    "chunk {i} of {name} verified, but errors were expected"
+                                ))
+                            }
+                            Err(d) => out.push_str(&render(&file, &d)),
+                        }
+                    }
+                }
+                Run::Opt(pipeline) => {
+                    let file = Arc::new(SourceFile::new(name, text));
+                    let mut m =
+                        fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
+                    let steps =
+                        driver.passes.parse_pipeline(&pipeline).map_err(|e| e.to_string())?;
+                    let mut pm = PassManager::new(steps);
+                    pm.instrumentation.verify_each = true;
+                    let mut cx = PassContext::new(&driver.ops);
+                    let before = m.clone();
+                    pm.run(&mut m, &mut cx, &mut |_| {}).map_err(|d| render(&file, &d))?;
+                    check_pipeline_equivalence(name, &pipeline, &before, &m)?;
+                    out.push_str(&fbc_ir::print_module(&m));
+                }
+                Run::Compile(args) => {
+                    out.push_str(&self.compile(name, text, &args, Numbers::Check)?)
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A `compile ARGS` run (see the crate docs): the text of `fbc NAME ARGS` for `text` (for
+    /// `--emit opencl`, the `.cl` source), a lowered module checked to parse back to itself
+    /// and, with [`Numbers::Check`], to compute what `text` does.
+    pub fn compile(
+        &self,
+        name: &str,
+        text: &str,
+        args: &str,
+        numbers: Numbers,
+    ) -> Result<String, String> {
+        use clap::Parser as _;
+        let driver = &self.driver;
+        let file = Arc::new(SourceFile::new(name, text));
+        let m = fbc_ir::parse_module(&file, &driver.ops).map_err(|d| render(&file, &d))?;
+        let argv: Vec<&str> = ["fbc", name].into_iter().chain(args.split_whitespace()).collect();
+        let cli = fbc::Cli::try_parse_from(&argv).map_err(|e| format!("{name}: `{args}`: {e}"))?;
+        let failed = |e: fbc::Failure| {
+            let (fbc::Failure::Input(t) | fbc::Failure::Usage(t) | fbc::Failure::Internal(t)) = e;
+            format!("{name}: `fbc {name} {args}` failed: {t}")
+        };
+        let lowered = match driver.compile_module(&file, m.clone(), &cli.compile).map_err(failed)? {
+            fbc::Compiled::Opencl(out, lowered) => {
+                if numbers == Numbers::Check {
+                    check_pipeline_equivalence(name, args, &m, &lowered)?;
+                }
+                return Ok(out.source);
+            }
+            fbc::Compiled::Text(t) if cli.compile.emit_kind() == fbc::EmitKind::Memory => t,
+            fbc::Compiled::Text(t) => return Ok(t),
+        };
+        let again = Arc::new(SourceFile::new(name, lowered.clone()));
+        let back = fbc_ir::parse_module(&again, &driver.ops)
+            .map_err(|d| format!("the lowered module does not parse:\n{}", render(&again, &d)))?;
+        let reprinted = fbc_ir::print_module(&back);
+        if reprinted != lowered {
+            return Err(format!(
+                "printing the lowered module is not a fixpoint:\n{lowered}\n---\n{reprinted}"
+            ));
+        }
+        if numbers == Numbers::Check {
+            check_pipeline_equivalence(name, args, &m, &back)?;
+        }
+        Ok(lowered)
+    }
+}
+
+/// Whether [`Harness::compile`] runs the interpreter on the module before and after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numbers {
+    Check,
+    /// For modules too large to interpret in a test (the shipped full-size examples), whose
+    /// pipelines the small file tests and translation validation check instead.
+    Skip,
 }
 
 /// Runs every function of `before` and of `after` (the module after `pipeline`) on the same

@@ -11,6 +11,6 @@ fn ops_reference_is_current() {
     let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         on_disk == generated,
-        "docs/ops.md is stale; regenerate with FBC_UPDATE_DOCS=1 cargo test -p fbc-tests --test docs"
+        "docs/ops.md is stale; regenerate with FBC_UPDATE_DOCS=1 cargo test -p fbc-testing --test docs"
     );
 }

@@ -13,7 +13,7 @@ fn module(src: &str) -> Module {
 #[test]
 fn a_correct_pipeline_passes() {
     let src = "// RUN: opt canonicalize,cse,dce\nfunc.func @f(%x: tensor<4x8xf32>) -> tensor<8x4xf32> {\n  %0 = tensor.transpose %x {perm = [1, 0]}\n  %1 = tensor.transpose %0 {perm = [1, 0]}\n  %2 = tensor.transpose %1 {perm = [1, 0]}\n  %3 = tensor.exp %2\n  %4 = tensor.exp %2\n  %5 = tensor.add %3, %4\n  func.return %5 : tensor<8x4xf32>\n}\n";
-    let out = fbc_tests::run_file("ok.fbir", src).unwrap();
+    let out = fbc_testing::run_file("ok.fbir", src).unwrap();
     assert!(out.contains("tensor.scale") || out.contains("tensor.add"), "{out}");
 }
 
@@ -22,7 +22,7 @@ fn a_changed_result_is_caught_with_the_worst_element() {
     let before = module("func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\n  %0 = tensor.exp %x\n  func.return %0 : tensor<3xf32>\n}\n");
     let after = module("func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\n  %0 = tensor.exp %x\n  %1 = tensor.scale %0 {factor = 1.0001}\n  func.return %1 : tensor<3xf32>\n}\n");
     let e =
-        fbc_tests::check_pipeline_equivalence("t.fbir", "bad-pass", &before, &after).unwrap_err();
+        fbc_testing::check_pipeline_equivalence("t.fbir", "bad-pass", &before, &after).unwrap_err();
     assert!(
         e.starts_with("t.fbir: `bad-pass` changed what a function computes, or it cannot run: @f"),
         "{e}"
@@ -30,13 +30,13 @@ fn a_changed_result_is_caught_with_the_worst_element() {
     assert!(e.contains("worst at ["), "{e}");
     // Within f32 tolerance (one part in 10^7) is equal.
     let close = module("func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\n  %0 = tensor.exp %x\n  %1 = tensor.scale %0 {factor = 1.0000001}\n  func.return %1 : tensor<3xf32>\n}\n");
-    fbc_tests::check_pipeline_equivalence("t.fbir", "ok-pass", &before, &close).unwrap();
+    fbc_testing::check_pipeline_equivalence("t.fbir", "ok-pass", &before, &close).unwrap();
 }
 
 #[test]
 fn large_functions_fail_with_a_request_to_shrink() {
     let src = "// RUN: opt canonicalize\nfunc.func @big(%x: tensor<300x300xf32>) -> tensor<300x300xf32> {\n  func.return %x : tensor<300x300xf32>\n}\n";
-    let e = fbc_tests::run_file("big.fbir", src).unwrap_err();
+    let e = fbc_testing::run_file("big.fbir", src).unwrap_err();
     assert_eq!(
         e,
         "big.fbir: @big: argument %x (tensor<300x300xf32>) has more than 65536 elements; shrink \
@@ -48,6 +48,6 @@ fn large_functions_fail_with_a_request_to_shrink() {
 #[test]
 fn functions_that_cannot_run_fail_instead_of_being_skipped() {
     let src = "// RUN: opt dce\nfunc.func @f(%x: tensor<4xi8>) -> tensor<4xi8> {\n  func.return %x : tensor<4xi8>\n}\n";
-    let e = fbc_tests::run_file("i8.fbir", src).unwrap_err();
+    let e = fbc_testing::run_file("i8.fbir", src).unwrap_err();
     assert!(e.contains("@f is tensor<4xi8>; the interpreter runs only tensors of"), "{e}");
 }

@@ -1,4 +1,4 @@
-//! The memory-dialect fuzz harness (`fbc_tests::fuzz`) on stable Rust: generated `memory.launch`
+//! The memory-dialect fuzz harness (`fbc_testing::fuzz`) on stable Rust: generated `memory.launch`
 //! modules — random domains (zero extents included), maps with `floordiv`/`mod`, offsets that
 //! may leave the storage at the corners or only inside, payloads with gathers, integer
 //! division, `int()` and comparisons, guards, reductions with epilogues, outputs that are also
@@ -6,7 +6,7 @@
 //! refused with diagnostics or run on the reference executor and the CPU JIT with the same
 //! outcome, under a 16 MiB memory limit. (Its own test binary: the limit is process-wide.)
 
-use fbc_tests::fuzz::{memory_module, Outcome};
+use fbc_testing::fuzz::{memory_module, Outcome};
 use proptest::prelude::*;
 
 const LIMIT: u64 = 16 << 20;

@@ -2,26 +2,19 @@
 
 #[test]
 fn ir_files() {
-    insta::glob!("../ir", "**/*.fbir", |path| {
-        let text = std::fs::read_to_string(path).expect("test files are UTF-8");
-        let name = path.file_name().expect("a file").to_string_lossy().into_owned();
-        match fbc_tests::run_file(&name, &text) {
-            Ok(out) => insta::assert_snapshot!(out),
-            Err(e) => panic!("{}: {e}", path.display()),
-        }
-    });
+    fbc_testing::run_dir!("../ir");
 }
 
 #[test]
 fn unknown_headers_are_rejected() {
     assert_eq!(
-        fbc_tests::parse_header("// RUN: frobnicate\nmodule {}\n"),
+        fbc_testing::parse_header("// RUN: frobnicate\nmodule {}\n"),
         Err("unknown RUN line `frobnicate`; kinds: round-trip, diagnostics, opt PIPELINE, compile ARGS"
             .into())
     );
-    assert_eq!(fbc_tests::parse_header("module {}\n"), Err("no `// RUN:` header".into()));
+    assert_eq!(fbc_testing::parse_header("module {}\n"), Err("no `// RUN:` header".into()));
     assert_eq!(
-        fbc_tests::parse_header("// RUN: opt\n"),
+        fbc_testing::parse_header("// RUN: opt\n"),
         Err("unknown RUN line `opt`; kinds: round-trip, diagnostics, opt PIPELINE, compile ARGS"
             .into())
     );
@@ -29,6 +22,6 @@ fn unknown_headers_are_rejected() {
 
 #[test]
 fn chunks_keep_line_numbers() {
-    let c = fbc_tests::chunks("a\n// -----\nb\nc");
+    let c = fbc_testing::chunks("a\n// -----\nb\nc");
     assert_eq!(c, vec!["a\n\n\n".to_string(), "\n\nb\nc".to_string()]);
 }

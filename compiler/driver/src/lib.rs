@@ -280,7 +280,7 @@ impl Driver {
 
     /// What `fbc FILE ARGS` makes of a loaded module, without writing it: the text of `--emit
     /// ir|memory|report`, or the OpenCL C and manifest of `--emit opencl` with the lowered
-    /// module. The file tests (`fbc_tests`) call this with the arguments of their `// RUN:` line.
+    /// module. The file tests (`fbc_testing`) call this with the arguments of their `// RUN:` line.
     pub fn compile_module(
         &self,
         file: &SourceFile,

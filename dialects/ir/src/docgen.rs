@@ -10,7 +10,7 @@ pub fn markdown_reference(registry: &OpRegistry) -> String {
     let mut s = String::from(
         "# Op reference\n\n\
          Generated from the op definitions (`fbc_ir::docgen::markdown_reference`); do not edit by\n\
-         hand. Regenerate with `FBC_UPDATE_DOCS=1 cargo test -p fbc-tests --test docs`.\n",
+         hand. Regenerate with `FBC_UPDATE_DOCS=1 cargo test -p fbc-testing --test docs`.\n",
     );
     for dialect in registry.dialects() {
         let _ = write!(s, "\n## `{dialect}` dialect\n\n| op | summary | class |\n|---|---|---|\n");
