@@ -105,8 +105,9 @@ pub enum Tok {
     /// An identifier with dots: an op name (`tensor.add`) or a dotted key (`fbc.version`).
     #[regex(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z0-9_$.]*")]
     DottedIdent,
-    /// `%v` used as an operand or argument.
-    #[regex(r"%[A-Za-z0-9_$.\-]+")]
+    /// `%v` used as an operand or argument; `%v#2` is result 2 of a group defined as `%v:N`
+    /// (MLIR's form of multi-result ops).
+    #[regex(r"%[A-Za-z0-9_$.\-]+(#[0-9]+)?")]
     Value,
     /// `%v` in the result list of an op (followed, through commas, by `=`); made by [`Tokens`].
     DefValue,
@@ -306,7 +307,7 @@ impl<'s, 'd> Tokens<'s, 'd> {
     fn value_kind(&mut self, start: usize, end: usize) -> Tok {
         if start >= self.run.0 {
             let bytes = self.src.as_bytes();
-            let mut i = skip_trivia(bytes, end);
+            let mut i = skip_trivia(bytes, skip_group_count(bytes, end));
             while bytes.get(i) == Some(&b',') {
                 let v = skip_trivia(bytes, i + 1);
                 let name = bytes
@@ -315,7 +316,7 @@ impl<'s, 'd> Tokens<'s, 'd> {
                 if bytes.get(v) != Some(&b'%') || name == 0 {
                     break;
                 }
-                i = skip_trivia(bytes, v + 1 + name);
+                i = skip_trivia(bytes, skip_group_count(bytes, v + 1 + name));
             }
             self.run = (i, bytes.get(i) == Some(&b'='));
         }
@@ -339,6 +340,17 @@ impl Iterator for Tokens<'_, '_> {
     }
 }
 
+/// Past the `:N` of a result group `%r:N` at `i` (no space inside, as MLIR writes it), or `i`.
+fn skip_group_count(bytes: &[u8], i: usize) -> usize {
+    let digits =
+        bytes.get(i + 1..).map_or(0, |r| r.iter().take_while(|b| b.is_ascii_digit()).count());
+    if bytes.get(i) == Some(&b':') && digits > 0 {
+        i + 1 + digits
+    } else {
+        i
+    }
+}
+
 /// The first byte at or after `i` that is not whitespace or in a `//` comment.
 fn skip_trivia(bytes: &[u8], mut i: usize) -> usize {
     loop {
@@ -354,7 +366,7 @@ fn skip_trivia(bytes: &[u8], mut i: usize) -> usize {
 
 /// The characters of a value name after `%` (the lexer's `%[A-Za-z0-9_$.\-]+`).
 fn is_value_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'.' | b'-')
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'.' | b'-' | b'#')
 }
 
 /// The diagnostic for a run of characters no token starts with.

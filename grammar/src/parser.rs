@@ -29,6 +29,10 @@ pub const MAX_NESTING: usize = 256;
 /// Parsing stops once this many errors are recorded; the last diagnostic then says so.
 pub const MAX_ERRORS: usize = 1000;
 
+/// The most results one `%r:N` group may define (an op with more is not a real program, and a
+/// count is not allowed to make the parser allocate without bound).
+pub const MAX_GROUP: usize = 4096;
+
 type Error = ParseError<usize, Tok, Infallible>;
 
 /// Parses a whole `.fbir` file. See [`crate::parse`].
@@ -134,6 +138,77 @@ impl DExpr {
 }
 
 impl Sink {
+    /// A result name as defined: `%r#0` is how one result of a group is used, never defined.
+    pub fn result(&self, name: Ident) -> Vec<Ident> {
+        if name.name.contains('#') {
+            let base = name.name.split('#').next().unwrap_or_default();
+            self.push(
+                Diagnostic::error(format!("`%{}` cannot be defined", name.name))
+                    .at(name.span)
+                    .with_label("a result use, not a definition")
+                    .with_note(format!(
+                        "a group of results is defined as `%{base}:N` and used as `%{base}#0` .. \
+                         `%{base}#N-1`"
+                    )),
+            );
+        }
+        vec![name]
+    }
+
+    /// The results of MLIR's `%r:N`: `r#0` .. `r#N-1`, each spanning the group.
+    pub fn result_group(&self, src: &str, name: Ident, count: Lit) -> Vec<Ident> {
+        let text = &src[count.l..count.r];
+        let span = Span::new(name.span.start as usize, count.r);
+        let group = self.result(name);
+        match text.parse::<usize>() {
+            Ok(n) if (1..=MAX_GROUP).contains(&n) => {
+                (0..n).map(|i| Ident { name: format!("{}#{i}", group[0].name), span }).collect()
+            }
+            _ => {
+                self.error(
+                    &format!("a result group has 1 to {MAX_GROUP} results, found `{text}`"),
+                    count.l,
+                    count.r,
+                );
+                group
+            }
+        }
+    }
+
+    /// An op name without a dialect: `return` and `call`, as mlir-opt prints the func dialect's
+    /// ops inside a `func.func`, are `func.return` and `func.call`; anything else is an error.
+    pub fn bare_op_name(&self, src: &str, l: usize, r: usize) -> Ident {
+        let text = &src[l..r];
+        let name = match text {
+            "return" | "call" => format!("func.{text}"),
+            _ => {
+                self.push(
+                    Diagnostic::error(format!("`{text}` is not an op name"))
+                        .at(Span::new(l, r))
+                        .with_label("expected `dialect.op`")
+                        .with_note("without a dialect, only `return` and `call` (of func) are ops"),
+                );
+                text.to_string()
+            }
+        };
+        Ident { name, span: Span::new(l, r) }
+    }
+
+    /// `name @callee(operands)`: fbc's generic `name operands {callee = @callee}`.
+    pub fn call_form(&self, mut op: Op, callee: Ident) -> Op {
+        if op.name.name != "func.call" {
+            self.push(
+                Diagnostic::error(format!("`{}` has no `@callee(...)` form", op.name.name))
+                    .at(callee.span)
+                    .with_label("only func.call is written with its callee first"),
+            );
+        }
+        let span = callee.span;
+        let value = Attr { kind: AttrKind::Symbol(callee.name), span };
+        op.attrs.insert(0, NamedAttr { name: Ident { name: "callee".into(), span }, value, span });
+        op
+    }
+
     fn push(&self, d: Diagnostic) {
         self.diags.borrow_mut().push(d);
     }
@@ -616,6 +691,11 @@ fn expected_phrase(expected: &[String]) -> String {
             groups.push(name);
         }
     };
+    // Where an op starts, a bare identifier is one of func's ops written without `func.`
+    // (`return`, `call`): still an op name to the reader, not any identifier.
+    if rest.contains(&"DottedIdent") && !rest.contains(&"\"true\"") {
+        rest.retain(|t| *t != "BareIdent");
+    }
     take_group(&mut rest, ATTR_START, "attribute value", true);
     take_group(&mut rest, TYPE_START, "type", true);
     if rest.contains(&"BareIdent") {

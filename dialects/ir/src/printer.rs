@@ -58,7 +58,11 @@ struct Names {
 
 impl Names {
     fn assign(&mut self, m: &Module, v: Value) {
-        let wanted = m.value(v).name.as_deref();
+        // A result of an MLIR group `%r:2` is named `r#0`; fbc prints every result by name
+        // (`%r_0, %r_1 = ...`), which parses back to the same names.
+        let sanitized =
+            m.value(v).name.as_deref().filter(|n| n.contains('#')).map(|n| n.replace('#', "_"));
+        let wanted = sanitized.as_deref().or(m.value(v).name.as_deref());
         let name = match wanted {
             Some(w) if self.taken.insert(w.to_string()) => w.to_string(),
             _ => loop {
