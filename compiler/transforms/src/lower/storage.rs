@@ -20,7 +20,7 @@ use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
 use fbc_dialects::layout::{Intra, Layout, Matrix, RTile};
 use fbc_dialects::memory::{Guard, Iter, Kernel, Scalar, ScalarBin};
-use fbc_index::{simplify_map, BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
+use fbc_index::{BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
 use fbc_ir::{Diagnostic, Span};
 
 use super::fusion::map_scalar;
@@ -190,11 +190,76 @@ pub(crate) fn retarget_images(l: &mut Lower<'_>) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-/// Simplified maps by the maps and the domain they range over.
-pub(crate) type MapMemo = HashMap<(Vec<Expr>, Vec<u64>), Vec<Expr>>;
+/// Simplified index expressions by the expression and the extents of the domain dimensions it
+/// reads, those renumbered `d0, d1, ...` in order. Simplification sees a dimension only through
+/// its range, so an expression over dimensions of the same extents simplifies the same in any
+/// kernel: equal expressions recur across the kernels of a function (the maps of one tensor's
+/// layout in every launch that reads it, with or without other dimensions around it, and again
+/// after [`Mapper::split_dims`] renumbers the dimensions) and across the functions of a module
+/// (a loss and its gradient).
+pub(crate) type MapMemo = HashMap<MemoKey, Expr>;
 
-/// Builds final kernels, simplifying maps (memoised: equal maps over equal domains recur, within
-/// a function and across the functions of a module, such as a loss and its gradient).
+/// The key of [`MapMemo`]: an expression over `d0 .. dk` and the extents of those.
+type MemoKey = (Expr, Vec<u64>);
+
+/// The memo key of `e` over `domain`, with the domain dimension each key dimension stands for;
+/// `None` when `e` has nothing to simplify.
+fn memo_key(e: &Expr, domain: &[u64]) -> Option<(MemoKey, Vec<usize>)> {
+    if div_like(e) == 0 {
+        return None;
+    }
+    let mask = dims_read(e);
+    let used: Vec<usize> = (0..domain.len().min(64)).filter(|&k| mask & (1 << k) != 0).collect();
+    let mut compact = [usize::MAX; 64];
+    for (i, &k) in used.iter().enumerate() {
+        compact[k] = i;
+    }
+    let key = (
+        renumber(e, &|k| compact.get(k).copied().filter(|&i| i != usize::MAX)),
+        used.iter().map(|&k| domain[k]).collect(),
+    );
+    Some((key, used))
+}
+
+/// `e` with each dimension `dK` renamed to `d(to(K))` where `to` gives one; nothing else
+/// changes (no folding).
+fn renumber(e: &Expr, to: &dyn Fn(usize) -> Option<usize>) -> Expr {
+    match e {
+        Expr::Var(v) => {
+            match v.strip_prefix('d').and_then(|k| k.parse::<usize>().ok()).and_then(to) {
+                Some(i) => dim(i),
+                None => e.clone(),
+            }
+        }
+        Expr::Const(_) => e.clone(),
+        Expr::Neg(a) => Expr::Neg(Box::new(renumber(a, to))),
+        Expr::Bin(op, a, b) => Expr::Bin(*op, Box::new(renumber(a, to)), Box::new(renumber(b, to))),
+    }
+}
+
+/// The domain dimensions `d0` .. `d63` that `e` reads, as a bit set.
+fn dims_read(e: &Expr) -> u64 {
+    match e {
+        Expr::Var(v) => v
+            .strip_prefix('d')
+            .and_then(|k| k.parse::<u32>().ok())
+            .filter(|&k| k < 64)
+            .map_or(0, |k| 1 << k),
+        _ => e.children().fold(0, |m, c| m | dims_read(c)),
+    }
+}
+
+/// The expression of `key` simplified over the ranges of its dimensions.
+fn simplify_keyed((e, extents): &MemoKey) -> Expr {
+    let mut ranges = Ranges::new();
+    for (k, &n) in extents.iter().enumerate() {
+        let _ = ranges.insert(fbc_index::dim_name(k), 0, n as i64);
+    }
+    let limits = Limits { time_limit: std::time::Duration::from_millis(100), ..Limits::default() };
+    fbc_index::simplify(e, &ranges, &limits).output
+}
+
+/// Builds final kernels, simplifying maps (memoised per expression, see [`MapMemo`]).
 pub(crate) struct Mapper {
     simplify: bool,
     memo: MapMemo,
@@ -215,32 +280,79 @@ impl Mapper {
         self.memo
     }
 
-    /// `results` simplified over `domain` (memoised; no statistics).
+    /// `results` simplified over `domain` (memoised; no statistics): each result simplified on
+    /// its own, and the map kept as it was unless every result converts back to the IR's
+    /// syntax.
     fn simplified(&mut self, results: Vec<Expr>, domain: &[u64]) -> Vec<Expr> {
         if !self.simplify || results.iter().all(|e| div_like(e) == 0) {
             return results;
         }
-        let key = (results.clone(), domain.to_vec());
-        if let Some(r) = self.memo.get(&key) {
-            return r.clone();
-        }
-        let dims: Vec<String> = (0..domain.len()).map(fbc_index::dim_name).collect();
-        let mut ranges = Ranges::new();
-        for (k, &n) in domain.iter().enumerate() {
-            let _ = ranges.insert(fbc_index::dim_name(k), 0, n as i64);
-        }
-        let map = IndexMap { dims, symbols: Vec::new(), results: results.clone() };
-        let limits =
-            Limits { time_limit: std::time::Duration::from_millis(100), ..Limits::default() };
-        let (simple, _) = simplify_map(&map, &ranges, &limits);
-        // Only keep what converts back to the IR's syntax.
-        let r = if simple.results.iter().all(|e| e.to_affine().is_some()) {
-            simple.results
+        let simple: Vec<Expr> = results
+            .iter()
+            .map(|e| match memo_key(e, domain) {
+                Some((key, used)) => {
+                    let r = match self.memo.get(&key) {
+                        Some(r) => r,
+                        None => {
+                            let r = simplify_keyed(&key);
+                            self.memo.entry(key).or_insert(r)
+                        }
+                    };
+                    renumber(r, &|i| used.get(i).copied())
+                }
+                None => e.clone(),
+            })
+            .collect();
+        if simple.iter().all(|e| e.to_affine().is_some()) {
+            simple
         } else {
             results
-        };
-        self.memo.insert(key, r.clone());
-        r
+        }
+    }
+
+    /// Simplifies, in parallel, each of `exprs` (over its domain) that the memo does not hold
+    /// yet, and adds them to it: what [`Mapper::simplified`] then finds there. The e-graph runs
+    /// are independent, so the worker threads share nothing but the list; results are the same
+    /// as one at a time.
+    fn prefill<'e>(&mut self, exprs: impl IntoIterator<Item = (&'e Expr, &'e [u64])>) {
+        if !self.simplify {
+            return;
+        }
+        let mut keys: Vec<MemoKey> = exprs
+            .into_iter()
+            .filter_map(|(e, domain)| Some(memo_key(e, domain)?.0))
+            .filter(|k| !self.memo.contains_key(k))
+            .collect();
+        let unique: rustc_hash::FxHashSet<MemoKey> = keys.drain(..).collect();
+        keys.extend(unique);
+        // Asked once: the answer reads cgroup files, which costs more than a small batch.
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cpus =
+            *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+        let threads = cpus.min(keys.len());
+        if threads < 2 {
+            return;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let done: Vec<(usize, Expr)> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut out = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(key) = keys.get(i) else { break };
+                            out.push((i, simplify_keyed(key)));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
+        });
+        for (i, r) in done {
+            self.memo.insert(keys[i].clone(), r);
+        }
     }
 
     /// Splits domain dimensions that the maps only use through `d floordiv c` and `d mod c`.
@@ -273,22 +385,40 @@ impl Mapper {
             // (div-like operations left, (dimension, factor), the split maps)
             type Trial = (usize, (usize, u64), Vec<Vec<Expr>>);
             let mut best: Option<Trial> = None;
-            for &(d, c) in &cands {
-                let mut domain = k.domain.clone();
-                domain.splice(d..=d, [domain[d] / c, c]);
-                let sub = split_subst(k.domain.len(), d, c);
-                let var = format!("d{d}");
-                let trial: Vec<Vec<Expr>> = exprs
-                    .iter()
-                    .map(|r| {
-                        let uses = r.iter().any(|e| e.vars().contains(&var));
-                        let r: Vec<Expr> = r.iter().map(|e| e.substitute_all(&sub)).collect();
-                        if uses {
-                            self.simplified(r, &domain)
-                        } else {
-                            r
-                        }
-                    })
+            // Each candidate's maps, split directly or substituted and still to be simplified
+            // (all of those first, in parallel; the trials below then find them in the memo):
+            // ((dimension, factor), the split domain, per map (to simplify, its results)).
+            type Staged = ((usize, u64), Vec<u64>, Vec<(bool, Vec<Expr>)>);
+            let staged: Vec<Staged> = cands
+                .iter()
+                .map(|&(d, c)| {
+                    let mut domain = k.domain.clone();
+                    domain.splice(d..=d, [domain[d] / c, c]);
+                    let sub = split_subst(k.domain.len(), d, c);
+                    let maps = exprs
+                        .iter()
+                        .map(|r| {
+                            if let Some(direct) =
+                                r.iter().map(|e| split_direct(e, d, c)).collect::<Option<Vec<_>>>()
+                            {
+                                return (false, direct);
+                            }
+                            let uses = r.iter().any(|e| dims_read(e) & (1 << d) != 0);
+                            (uses, r.iter().map(|e| e.substitute_all(&sub)).collect())
+                        })
+                        .collect();
+                    ((d, c), domain, maps)
+                })
+                .collect();
+            self.prefill(staged.iter().flat_map(|(_, domain, maps)| {
+                maps.iter()
+                    .filter(|(simplify, _)| *simplify)
+                    .flat_map(move |(_, r)| r.iter().map(move |e| (e, domain.as_slice())))
+            }));
+            for ((d, c), domain, maps) in staged {
+                let trial: Vec<Vec<Expr>> = maps
+                    .into_iter()
+                    .map(|(simplify, r)| if simplify { self.simplified(r, &domain) } else { r })
                     .collect();
                 let n = total(&trial);
                 if n < now && best.as_ref().is_none_or(|b| n < b.0) {
@@ -406,6 +536,7 @@ impl Mapper {
         });
         // div/mod before simplification, and left in the final (simplified, split) maps.
         self.divmod_before += exprs.iter().flatten().map(Expr::count_divmod).sum::<usize>();
+        self.prefill(exprs.iter().flatten().map(|e| (e, k.domain.as_slice())));
         for r in &mut exprs {
             *r = self.simplified(std::mem::take(r), &k.domain);
         }
@@ -526,6 +657,35 @@ fn split_subst(n: usize, d: usize, c: u64) -> HashMap<String, Expr> {
             (fbc_index::dim_name(j), to)
         })
         .collect()
+}
+
+/// `e` after splitting dimension `d` by `c` (see [`Mapper::split_dims`]) when `e` reads `d` only
+/// as `d floordiv c` (or `d >> log2 c`), which becomes the outer new dimension, and `d mod c`
+/// (or `d & (c - 1)`), the inner one; later dimensions move up by one. `None` where `e` reads
+/// `d` otherwise: then the substituted `c·e + f` needs the simplifier. Nothing else in `e`
+/// changes, and `e` was simplified already, so this is what simplifying the substitution gives,
+/// without the e-graph (most of `lower-to-memory`'s time was spent re-deriving it).
+fn split_direct(e: &Expr, d: usize, c: u64) -> Option<Expr> {
+    let index = |v: &str| v.strip_prefix('d').and_then(|k| k.parse::<usize>().ok());
+    let is_d = |a: &Expr| matches!(a, Expr::Var(v) if index(v) == Some(d));
+    let is = |b: &Expr, want: u64| matches!(b, Expr::Const(k) if u64::try_from(*k) == Ok(want));
+    let shift = |b: &Expr| matches!(b, Expr::Const(k) if (0..62).contains(k) && 1u64 << k == c);
+    Some(match e {
+        Expr::Bin(IndexOp::FloorDiv, a, b) if is_d(a) && is(b, c) => dim(d),
+        Expr::Bin(IndexOp::Shr, a, b) if is_d(a) && shift(b) => dim(d),
+        Expr::Bin(IndexOp::Mod, a, b) if is_d(a) && is(b, c) => dim(d + 1),
+        Expr::Bin(IndexOp::And, a, b) if is_d(a) && is(b, c - 1) => dim(d + 1),
+        Expr::Var(v) => match index(v) {
+            Some(j) if j == d => return None,
+            Some(j) if j > d => dim(j + 1),
+            _ => e.clone(),
+        },
+        Expr::Const(_) => e.clone(),
+        Expr::Neg(a) => Expr::Neg(Box::new(split_direct(a, d, c)?)),
+        Expr::Bin(op, a, b) => {
+            Expr::Bin(*op, Box::new(split_direct(a, d, c)?), Box::new(split_direct(b, d, c)?))
+        }
+    })
 }
 
 /// `e` with every domain index `Dim(i)` replaced by `dims[i]`.
@@ -730,5 +890,48 @@ mod tests {
         let e = Expr::parse("(d0 floordiv 4) - 1").unwrap();
         assert_eq!(interval(&e, &[8]), Some((-1, 0)));
         assert_eq!(interval(&Expr::parse("d0 * d1").unwrap(), &[2, 2]), None);
+    }
+
+    /// Splitting `d1` (extent 8) by 4 without the simplifier: `d1 floordiv 4` and `d1 >> 2`
+    /// become the outer part, `d1 mod 4` and `d1 & 3` the inner one, later dimensions move up;
+    /// on every point the result equals the substitution `d1 = 4·e + f`. A bare `d1`, or a
+    /// division by another constant, is left to the simplifier.
+    #[test]
+    fn a_split_is_made_directly_where_the_dimension_is_read_only_by_its_factor() {
+        let parse = |s: &str| Expr::parse(s).expect("parses");
+        let cases = [
+            ("d1 floordiv 4 * 64 + d1 mod 4 * 2 + d2", Some("d1 * 64 + d2 * 2 + d3")),
+            ("(d1 >> 2) * 3 + (d1 & 3) + d0 * 5", Some("d1 * 3 + d2 + d0 * 5")),
+            ("d0 + d2 * 7", Some("d0 + d3 * 7")),
+            ("d1 + d1 floordiv 4", None),
+            ("d1 floordiv 2", None),
+        ];
+        for (src, want) in cases {
+            let e = parse(src);
+            let got = split_direct(&e, 1, 4);
+            assert_eq!(got, want.map(parse), "{src}");
+            let Some(got) = got else { continue };
+            for d0 in 0..3 {
+                for d1 in 0..8 {
+                    for d2 in 0..3 {
+                        assert_eq!(eval(&e, &[d0, d1, d2]), eval(&got, &[d0, d1 / 4, d1 % 4, d2]));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The memo sees an expression up to the numbering of its dimensions: the same map over
+    /// `d2, d5` and over `d0, d1` of the same extents is one entry, and the result comes back in
+    /// the caller's dimensions.
+    #[test]
+    fn memo_keys_renumber_dimensions_and_results_come_back_in_the_callers() {
+        let parse = |s: &str| Expr::parse(s).expect("parses");
+        let mut m = Mapper::new(true, MapMemo::default());
+        let a = m.simplified(vec![parse("(d2 * 4 + d5) floordiv 4")], &[9, 9, 6, 9, 9, 4]);
+        assert_eq!(a, vec![parse("d2")]);
+        let b = m.simplified(vec![parse("(d0 * 4 + d1) floordiv 4")], &[6, 4]);
+        assert_eq!(b, vec![parse("d0")]);
+        assert_eq!(m.into_memo().len(), 1);
     }
 }
