@@ -213,6 +213,27 @@ pub struct FunctionManifest {
 }
 
 impl FunctionManifest {
+    /// Bytes of storage a runtime holds that gives each `plan-memory` slot one object at the
+    /// largest size its allocations take, and every upload and unplanned allocation its own:
+    /// the figure `plan-memory` plans for, next to [`FunctionManifest::peak_bytes`], the lower
+    /// bound of any plan (what is live at once).
+    pub fn planned_bytes(&self) -> u64 {
+        let mut slots: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+        let mut own = 0u64;
+        for s in &self.steps {
+            let (Step::Alloc { storage } | Step::Upload { storage, .. }) = s else { continue };
+            let Some(d) = self.storage.get(*storage) else { continue };
+            match (s, d.slot) {
+                (Step::Alloc { .. }, Some(k)) => {
+                    let b = slots.entry(k).or_default();
+                    *b = (*b).max(d.bytes);
+                }
+                _ => own = own.saturating_add(d.bytes),
+            }
+        }
+        slots.values().fold(own, |a, &b| a.saturating_add(b))
+    }
+
     /// The launches, in order.
     pub fn launches(&self) -> impl Iterator<Item = &Launch> {
         self.steps.iter().filter_map(|s| match s {

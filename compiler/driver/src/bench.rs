@@ -167,8 +167,12 @@ pub struct StrategyFigures {
     pub total_ns: u64,
     pub gflops: f64,
     pub gbps: f64,
-    /// Peak bytes of live storage (the manifest's schedule after plan-memory).
+    /// Peak bytes of live storage (the manifest's schedule after plan-memory): the lower bound.
     pub peak_bytes: u64,
+    /// Bytes of storage under plan-memory's slots ([`FunctionManifest::planned_bytes`]).
+    ///
+    /// [`FunctionManifest::planned_bytes`]: fbc_codegen::opencl::FunctionManifest::planned_bytes
+    pub planned_bytes: u64,
     /// plan-memory's statistics, when it ran.
     pub plan_memory: std::collections::BTreeMap<String, f64>,
     /// Host time to enqueue one launch (argument setting and `clEnqueueNDRangeKernel`; kernel
@@ -235,6 +239,7 @@ pub fn figures(
         gflops: per_s(kernels.iter().map(|k| k.flops).sum(), total_ns),
         gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
         peak_bytes: f.peak_bytes,
+        planned_bytes: f.planned_bytes(),
         plan_memory,
         host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
         kernels,
@@ -246,7 +251,7 @@ pub fn table(s: &StrategyFigures) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes, host {:.1} us per launch",
+        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes planned, {} live at once (x{:.2}), host {:.1} us per launch",
         s.strategy,
         s.level,
         s.kernel_count,
@@ -255,7 +260,9 @@ pub fn table(s: &StrategyFigures) -> String {
         s.total_ns as f64 * 1e-6,
         s.gflops,
         s.gbps,
+        s.planned_bytes,
         s.peak_bytes,
+        s.planned_bytes as f64 / s.peak_bytes.max(1) as f64,
         s.host_ns_per_launch as f64 * 1e-3
     );
     let _ = writeln!(
@@ -423,6 +430,7 @@ mod tests {
             gflops: 0.0,
             gbps: 0.0,
             peak_bytes: 0,
+            planned_bytes: 0,
             plan_memory: Default::default(),
             host_ns_per_launch: 0,
         }

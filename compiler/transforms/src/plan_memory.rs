@@ -4,7 +4,8 @@
 //! and `memory.upload` results) is where it dies; a `memory.dealloc` follows that op (a value
 //! never used dies where it is defined). Allocations get a `slot`: the first free slot of the
 //! same storage type — an image slot of exactly the same `[W, H]`, or for buffers the smallest
-//! free buffer slot of the same element type that is large enough (best fit) — else a new slot.
+//! free buffer slot of the same element type that is large enough (best fit), else the largest
+//! free one of that type, grown to the allocation's size — else a new slot.
 //! A slot is free again after the op that last uses its current value. Running the pass again
 //! recomputes everything (old deallocs and slots are dropped first).
 //!
@@ -183,14 +184,30 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
             if first_writer_convert.get(&r).copied().unwrap_or(false) {
                 plan.convert_allocations += 1;
             }
-            let best = slots
+            let free = |s: &&Slot| s.free && same_kind(&s.ty, &ty);
+            let fits = slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.free && same_kind(&s.ty, &ty) && s.bytes >= ty.bytes())
+                .filter(|(_, s)| free(s) && s.bytes >= ty.bytes())
                 .min_by_key(|(_, s)| s.bytes)
                 .map(|(k, _)| k);
-            let k = match best {
-                Some(k) => k,
+            // A buffer slot grows: the largest free one of the element type takes an allocation
+            // larger than itself (one buffer at the larger size), rather than a new slot beside
+            // it. Image slots keep their exact [W, H].
+            let grown = || {
+                let buffer = matches!(ty.storage, StorageKind::Buffer { .. });
+                slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| buffer && free(s))
+                    .max_by_key(|(_, s)| s.bytes)
+                    .map(|(k, _)| k)
+            };
+            let k = match fits.or_else(grown) {
+                Some(k) => {
+                    slots[k].bytes = slots[k].bytes.max(ty.bytes());
+                    k
+                }
                 None => {
                     slots.push(Slot { ty, bytes: ty.bytes(), free: false });
                     slots.len() - 1
