@@ -173,6 +173,8 @@ pub struct StrategyFigures {
     ///
     /// [`FunctionManifest::planned_bytes`]: fbc_codegen::opencl::FunctionManifest::planned_bytes
     pub planned_bytes: u64,
+    /// The most bytes of storage objects the device held at once (the runtime's tracker).
+    pub device_peak_bytes: u64,
     /// plan-memory's statistics, when it ran.
     pub plan_memory: std::collections::BTreeMap<String, f64>,
     /// Host time to enqueue one launch (argument setting and `clEnqueueNDRangeKernel`; kernel
@@ -240,6 +242,7 @@ pub fn figures(
         gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
         peak_bytes: f.peak_bytes,
         planned_bytes: f.planned_bytes(),
+        device_peak_bytes: 0,
         plan_memory,
         host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
         kernels,
@@ -251,7 +254,7 @@ pub fn table(s: &StrategyFigures) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes planned, {} live at once (x{:.2}), host {:.1} us per launch",
+        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes planned, {} live at once (x{:.2}), {} held on the device (x{:.2}), host {:.1} us per launch",
         s.strategy,
         s.level,
         s.kernel_count,
@@ -263,6 +266,8 @@ pub fn table(s: &StrategyFigures) -> String {
         s.planned_bytes,
         s.peak_bytes,
         s.planned_bytes as f64 / s.peak_bytes.max(1) as f64,
+        s.device_peak_bytes,
+        s.device_peak_bytes as f64 / s.peak_bytes.max(1) as f64,
         s.host_ns_per_launch as f64 * 1e-3
     );
     let _ = writeln!(
@@ -364,7 +369,9 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         } else {
             format!("{} split-k={split_k}", s.cli_name())
         };
-        runs.push(figures(&label, session.level, f, &medians, plan, res.launch_host_ns));
+        let mut fig = figures(&label, session.level, f, &medians, plan, res.launch_host_ns);
+        fig.device_peak_bytes = res.device_peak_bytes;
+        runs.push(fig);
     }
     if let Some((fb, faster)) = fblayout_losses(&runs) {
         for r in faster {
@@ -431,6 +438,7 @@ mod tests {
             gbps: 0.0,
             peak_bytes: 0,
             planned_bytes: 0,
+            device_peak_bytes: 0,
             plan_memory: Default::default(),
             host_ns_per_launch: 0,
         }

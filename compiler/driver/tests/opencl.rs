@@ -1303,3 +1303,39 @@ fn tune_writes_a_database_that_runs_use_and_unusable_ones_are_ignored() {
         assert!(!src.contains("Tuned for this device"), "{tag}");
     }
 }
+
+// ----- memory held -----
+
+/// The runtime's allocation tracker, on the functions of `tests/ir/passes/plan-memory.fbir`
+/// planned: the device holds exactly what is live at once (516 bytes: its pool gives `%b` the
+/// upload's buffer, dead by then, and `%c` and `%d` the objects of `%s` and `%a`), less than
+/// plan-memory's slots, which keep uploads apart (772 bytes for `@f`; 768 for `@grow`, whose
+/// grown slot takes `%c`), and than every storage on its own (1032).
+#[test]
+fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() {
+    if !have_device() {
+        return;
+    }
+    let dir = common::scratch("memory-held");
+    let planned = dir.join("planned.fbir");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/ir/passes/plan-memory.fbir");
+    let o = common::fbc(&[
+        "opt",
+        src,
+        "--passes",
+        "plan-memory",
+        "-o",
+        planned.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (entry, plan) in [("f", 772), ("grow", 768)] {
+        let p = planned.to_str().expect("utf-8 path");
+        let o = common::fbc(&["bench", p, "--entry", entry, "--repeat", "1", "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+        let run = &v["runs"][0];
+        assert_eq!(run["peak_bytes"], 516, "@{entry}: live at once");
+        assert_eq!(run["planned_bytes"], plan, "@{entry}: planned");
+        assert_eq!(run["device_peak_bytes"], 516, "@{entry}: held on the device");
+    }
+}

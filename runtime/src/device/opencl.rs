@@ -270,6 +270,9 @@ pub struct RunOutput {
     /// runs: divided by the launches, the host cost of a launch.
     pub launch_host_ns: u64,
     pub cache: CacheStatus,
+    /// The most bytes of storage objects the device held at once (the allocation tracker of
+    /// [`Objects`]), in any run.
+    pub device_peak_bytes: u64,
 }
 
 pub use crate::cache_dir;
@@ -402,25 +405,72 @@ struct Pool {
 }
 
 impl Pool {
-    /// A storage object for `desc`: a freed one that fits, else a new one.
-    fn take(&mut self, queue: &Queue, desc: &StorageDesc) -> Result<Mem, OpenClError> {
+    /// A storage object for `desc`: a freed one that fits, else a new one (then `true`).
+    fn take(&mut self, queue: &Queue, desc: &StorageDesc) -> Result<(Mem, bool), OpenClError> {
         let fits = |e: &(StorageKind, Dtype, u64, Mem)| {
             e.0 == desc.kind && e.1 == desc.dtype && e.2 == desc.elems
         };
         match self.free.iter().position(fits) {
             Some(i) => {
                 self.held -= desc.bytes;
-                Ok(self.free.swap_remove(i).3)
+                Ok((self.free.swap_remove(i).3, false))
             }
-            None => create(queue, desc),
+            None => Ok((create(queue, desc)?, true)),
         }
     }
 
-    /// Keeps `m`, the storage object of `desc`, unless the pool is full.
-    fn give(&mut self, desc: &StorageDesc, m: Mem) {
+    /// Keeps `m`, the storage object of `desc`, unless the pool is full (then `false`: `m` is
+    /// released).
+    fn give(&mut self, desc: &StorageDesc, m: Mem) -> bool {
         if self.held + desc.bytes <= self.cap {
             self.held += desc.bytes;
             self.free.push((desc.kind, desc.dtype, desc.elems, m));
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The storage objects of a function's runs, from a [`Pool`], and the bytes they hold: the
+/// runtime's allocation tracker.
+///
+/// The pool reuses an object for any later storage of the same kind, element type and size,
+/// uploads included, which `plan-memory`'s slots do not (an upload keeps its own storage there):
+/// on a Llama layer's gradient (seq 256, nvidia profile) the pool holds 427 MB where one object
+/// per slot would hold the plan's 482 MB, against 346 MB live at once. So the runtime keeps the
+/// pool, and reports what it held next to the plan.
+struct Objects {
+    pool: Pool,
+    /// Bytes of all storage objects that exist (in use or in the pool).
+    held: u64,
+    /// The most `held` has been.
+    high_water: u64,
+}
+
+impl Objects {
+    fn new(f: &FunctionManifest) -> Objects {
+        Objects {
+            pool: Pool { free: Vec::new(), held: 0, cap: f.peak_bytes },
+            held: 0,
+            high_water: 0,
+        }
+    }
+
+    /// The storage object of an allocation or upload of `desc`.
+    fn take(&mut self, queue: &Queue, desc: &StorageDesc) -> Result<Mem, OpenClError> {
+        let (m, made) = self.pool.take(queue, desc)?;
+        if made {
+            self.held = self.held.saturating_add(desc.bytes);
+            self.high_water = self.high_water.max(self.held);
+        }
+        Ok(m)
+    }
+
+    /// Takes back the storage object of `desc`, no longer in use.
+    fn give(&mut self, desc: &StorageDesc, m: Mem) {
+        if !self.pool.give(desc, m) {
+            self.held = self.held.saturating_sub(desc.bytes);
         }
     }
 }
@@ -749,7 +799,7 @@ pub fn run(
     // arguments again (the storage objects are new each run).
     let mut kernels: Vec<Option<Kernel>> = (0..n_launch).map(|_| None).collect();
     let mut launch_host_ns = Vec::with_capacity(runs);
-    let mut pool = Pool { free: Vec::new(), held: 0, cap: f.peak_bytes };
+    let mut objects = Objects::new(f);
     for run in 0..runs {
         let timed = opts.repeat == 0 || run > 0;
         let mut host = std::time::Duration::ZERO;
@@ -763,11 +813,11 @@ pub fn run(
             match s {
                 Step::Alloc { storage } => {
                     let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    live.insert(*storage, pool.take(&queue, desc)?);
+                    live.insert(*storage, objects.take(&queue, desc)?);
                 }
                 Step::Upload { storage, .. } => {
                     let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    let m = pool.take(&queue, desc)?;
+                    let m = objects.take(&queue, desc)?;
                     if let Some(p) = packed.get(storage) {
                         write_mem(&m, p, &desc.name)?;
                     }
@@ -775,7 +825,7 @@ pub fn run(
                 }
                 Step::Dealloc { storage } => {
                     if let (Some(m), Some(desc)) = (live.remove(storage), f.storage.get(*storage)) {
-                        pool.give(desc, m);
+                        objects.give(desc, m);
                     }
                 }
                 Step::Fill { storage } => {
@@ -786,7 +836,8 @@ pub fn run(
                 Step::Copy { from, to } => {
                     let src = live.get(from).ok_or_else(|| not_live("copy", *from))?;
                     let dst = live.get(to).ok_or_else(|| not_live("copy", *to))?;
-                    copy_mem(src, dst)?;
+                    let desc = f.storage.get(*to).ok_or_else(|| bad_id(*to))?;
+                    copy_mem(src, dst, desc)?;
                 }
                 Step::Launch(l) => {
                     let start = std::time::Instant::now();
@@ -912,7 +963,7 @@ pub fn run(
         }
         for (id, m) in live.drain() {
             if let Some(desc) = f.storage.get(id) {
-                pool.give(desc, m);
+                objects.give(desc, m);
             }
         }
         queue.finish().map_err(ocl_err)?;
@@ -942,6 +993,7 @@ pub fn run(
         launches: times,
         launch_host_ns: median(launch_host_ns),
         cache,
+        device_peak_bytes: objects.high_water,
     })
 }
 
@@ -996,24 +1048,28 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     }
 }
 
-/// Sets every element of `m` to 0 (the contents of a fresh `memory.alloc`): buffers by
-/// `clEnqueueFillBuffer`, images by writing zeros from the host (`clEnqueueFillImage` takes a
-/// four-channel colour that `ocl` passes as one element).
+/// Sets every element of storage `s` in `m` to 0 (the contents of a fresh `memory.alloc`):
+/// buffers by `clEnqueueFillBuffer` (its first `elems`), images by
+/// writing zeros from the host (`clEnqueueFillImage` takes a four-channel colour that `ocl`
+/// passes as one element).
 fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     let n = usize::try_from(s.elems).unwrap_or(0);
+    let len = Some(n.max(1));
     match m {
-        Mem::F32(b) => b.cmd().fill(0.0, None).enq().map_err(ocl_err),
-        Mem::I32(b) => b.cmd().fill(0, None).enq().map_err(ocl_err),
+        Mem::F32(b) => b.cmd().fill(0.0, len).enq().map_err(ocl_err),
+        Mem::I32(b) => b.cmd().fill(0, len).enq().map_err(ocl_err),
         Mem::Image(i) => i.write(vec![0.0f32; n].as_slice()).enq().map_err(ocl_err),
         Mem::HalfImage(i) => i.write(vec![0u16; n].as_slice()).enq().map_err(ocl_err),
     }
 }
 
-/// Copies `src` into `dst`, storage of the same type (the snapshot of a launch's output).
-fn copy_mem(src: &Mem, dst: &Mem) -> Result<(), OpenClError> {
+/// Copies `src` into `dst`, storage of the same type (the snapshot of a launch's output), as
+/// many elements as `dst`'s storage `s` has.
+fn copy_mem(src: &Mem, dst: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
+    let n = Some(usize::try_from(s.elems).unwrap_or(0).max(1));
     match (src, dst) {
-        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
-        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
+        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, n).enq().map_err(ocl_err),
+        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, n).enq().map_err(ocl_err),
         (Mem::Image(a), Mem::Image(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         (Mem::HalfImage(a), Mem::HalfImage(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         _ => Err(OpenClError::Manifest("copy between storage of different types".into())),
