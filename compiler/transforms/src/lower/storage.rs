@@ -663,8 +663,9 @@ fn split_subst(n: usize, d: usize, c: u64) -> HashMap<String, Expr> {
 /// as `d floordiv c` (or `d >> log2 c`), which becomes the outer new dimension, and `d mod c`
 /// (or `d & (c - 1)`), the inner one; later dimensions move up by one. `None` where `e` reads
 /// `d` otherwise: then the substituted `c·e + f` needs the simplifier. Nothing else in `e`
-/// changes, and `e` was simplified already, so this is what simplifying the substitution gives,
-/// without the e-graph (most of `lower-to-memory`'s time was spent re-deriving it).
+/// changes: `e` was simplified already, and the result equals the substitution everywhere on
+/// the domain, found without the e-graph (which spent most of `lower-to-memory`'s time
+/// re-deriving it).
 fn split_direct(e: &Expr, d: usize, c: u64) -> Option<Expr> {
     let index = |v: &str| v.strip_prefix('d').and_then(|k| k.parse::<usize>().ok());
     let is_d = |a: &Expr| matches!(a, Expr::Var(v) if index(v) == Some(d));
@@ -674,7 +675,10 @@ fn split_direct(e: &Expr, d: usize, c: u64) -> Option<Expr> {
         Expr::Bin(IndexOp::FloorDiv, a, b) if is_d(a) && is(b, c) => dim(d),
         Expr::Bin(IndexOp::Shr, a, b) if is_d(a) && shift(b) => dim(d),
         Expr::Bin(IndexOp::Mod, a, b) if is_d(a) && is(b, c) => dim(d + 1),
-        Expr::Bin(IndexOp::And, a, b) if is_d(a) && is(b, c - 1) => dim(d + 1),
+        // `d & m` is `d mod (m + 1)` only for a power of two.
+        Expr::Bin(IndexOp::And, a, b) if is_d(a) && c.is_power_of_two() && is(b, c - 1) => {
+            dim(d + 1)
+        }
         Expr::Var(v) => match index(v) {
             Some(j) if j == d => return None,
             Some(j) if j > d => dim(j + 1),
@@ -906,6 +910,9 @@ mod tests {
             ("d1 + d1 floordiv 4", None),
             ("d1 floordiv 2", None),
         ];
+        // By 6: `d1 & 5` is not `d1 mod 6`.
+        assert_eq!(split_direct(&parse("d1 & 5"), 1, 6), None);
+        assert_eq!(split_direct(&parse("d1 mod 6 + d1 floordiv 6"), 1, 6), Some(parse("d2 + d1")));
         for (src, want) in cases {
             let e = parse(src);
             let got = split_direct(&e, 1, 4);
