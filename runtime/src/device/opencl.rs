@@ -1049,9 +1049,8 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
 }
 
 /// Sets every element of storage `s` in `m` to 0 (the contents of a fresh `memory.alloc`):
-/// buffers by `clEnqueueFillBuffer` (its first `elems`), images by
-/// writing zeros from the host (`clEnqueueFillImage` takes a four-channel colour that `ocl`
-/// passes as one element).
+/// buffers by `clEnqueueFillBuffer` over its `elems`, images by writing zeros from the host
+/// (`clEnqueueFillImage` takes a four-channel colour that `ocl` passes as one element).
 fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     let n = usize::try_from(s.elems).unwrap_or(0);
     let len = Some(n.max(1));
