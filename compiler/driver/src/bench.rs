@@ -340,6 +340,7 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         let opts = RunOptions {
             device: DeviceSel::parse(&a.device.device),
             repeat: a.repeat.max(1),
+            device_memory: a.device.device_memory.runtime(),
             ..RunOptions::default()
         };
         let res = fbc_runtime::device::opencl::run(

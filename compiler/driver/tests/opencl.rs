@@ -1339,3 +1339,44 @@ fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() 
         assert_eq!(run["device_peak_bytes"], 516, "@{entry}: held on the device");
     }
 }
+
+/// `--device-memory`: on a schedule whose later storage fits no freed object (`%b`, `%c` are
+/// smaller than `%x` and `%a`), the pool keeps every object (704 bytes: 256 + 256 + 64 + 128),
+/// while `live-peak` releases `%x`'s before making `%b` and holds the live peak, 512 bytes; the
+/// results are the interpreter's either way.
+#[test]
+fn device_memory_live_peak_holds_no_more_than_is_live_at_once() {
+    if !have_device() {
+        return;
+    }
+    let text = "\
+func.func @h(%x: tensor<64xf32>) -> tensor<32xf32> {
+  %x_m = memory.upload %x {layout = #layout.linear} : (tensor<64xf32>) -> !memory.buffer<64, f32>
+  %a_m = memory.alloc : () -> !memory.buffer<64, f32>
+  memory.launch %x_m, %a_m {body = \"exp(x0)\", domain = [64], iterators = [\"parallel\"], kernel = \"h_exp_a\", maps = [(d0) -> (d0), (d0) -> (d0)], source = \"tensor.exp\"} : (!memory.buffer<64, f32>, !memory.buffer<64, f32>) -> ()
+  %b_m = memory.alloc : () -> !memory.buffer<16, f32>
+  memory.launch %a_m, %b_m {body = \"x0\", domain = [16], iterators = [\"parallel\"], kernel = \"h_head_b\", maps = [(d0) -> (d0), (d0) -> (d0)], source = \"tensor.slice\"} : (!memory.buffer<64, f32>, !memory.buffer<16, f32>) -> ()
+  %c_m = memory.alloc : () -> !memory.buffer<32, f32>
+  memory.launch %b_m, %c_m {body = \"x0 * 2.0\", domain = [32], iterators = [\"parallel\"], kernel = \"h_tile_c\", maps = [(d0) -> (d0 mod 16), (d0) -> (d0)], source = \"tensor.tile\"} : (!memory.buffer<16, f32>, !memory.buffer<32, f32>) -> ()
+  %c = memory.download %c_m {layout = #layout.linear} : (!memory.buffer<32, f32>) -> tensor<32xf32>
+  func.return %c : tensor<32xf32>
+}
+";
+    let dir = common::scratch("device-memory");
+    let src = dir.join("h.fbir");
+    std::fs::write(&src, text).expect("write");
+    let planned = dir.join("planned.fbir");
+    let (src, planned) = (src.to_str().expect("utf-8"), planned.to_str().expect("utf-8"));
+    let o = common::fbc(&["opt", src, "--passes", "plan-memory", "-o", planned]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (mode, held) in [("pooled", 704), ("live-peak", 512)] {
+        let o =
+            common::fbc(&["bench", planned, "--repeat", "2", "--json", "--device-memory", mode]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+        assert_eq!(v["runs"][0]["peak_bytes"], 512, "{mode}: live at once");
+        assert_eq!(v["runs"][0]["device_peak_bytes"], held, "{mode}: held on the device");
+        let path = std::path::Path::new(planned);
+        check(path, 3, &["--device-memory", mode]).unwrap_or_else(|e| panic!("{mode}: {e}"));
+    }
+}

@@ -416,4 +416,28 @@ pub struct DeviceArgs {
     /// in the cache directory, where it has entries for the device).
     #[arg(long, value_name = "FILE")]
     pub tuning: Option<PathBuf>,
+
+    /// How storage objects are kept on the device: `pooled` reuses freed objects (fastest; the
+    /// device may hold more than is live at once), `live-peak` releases them so that the device
+    /// never holds more than the function's live peak (objects are made again: slower).
+    #[arg(long, value_enum, default_value = "pooled")]
+    pub device_memory: DeviceMemoryArg,
+}
+
+/// `--device-memory` (see [`DeviceArgs::device_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceMemoryArg {
+    Pooled,
+    LivePeak,
+}
+
+impl DeviceMemoryArg {
+    #[cfg(feature = "opencl")]
+    pub fn runtime(self) -> fbc_runtime::device::opencl::DeviceMemory {
+        use fbc_runtime::device::opencl::DeviceMemory;
+        match self {
+            DeviceMemoryArg::Pooled => DeviceMemory::Pooled,
+            DeviceMemoryArg::LivePeak => DeviceMemory::LivePeak,
+        }
+    }
 }

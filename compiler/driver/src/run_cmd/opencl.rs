@@ -224,6 +224,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let opts = RunOptions {
         device: DeviceSel::parse(&a.device.device),
         show_build_warnings: a.verbose,
+        device_memory: a.device.device_memory.runtime(),
         ..RunOptions::default()
     };
     let res = fbc_runtime::device::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
