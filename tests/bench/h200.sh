@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # torch.json, clblast.txt. PARTS: the sections to run (default all: check bench lora mfbsplit
-# splitk reduce tune sweep torch clblast), so that a measurement can be split over device calls
+# splitk memory reduce tune sweep torch clblast), so that a measurement can be split over device calls
 # of at most 10 minutes.
 set -u
-PARTS=${PARTS:-check bench lora mfbsplit splitk reduce tune sweep torch clblast}
+PARTS=${PARTS:-check bench lora mfbsplit splitk memory reduce tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -63,6 +63,19 @@ timeout 300 $B bench $T/l512.fbir --entry loss_grad --device $D --profile $P --s
 for b in $B $OLD; do
   echo "=== llama step seq 512 strategies $b" >> $R
   timeout 300 $b bench $T/l512.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $R 2>&1
+done
+fi
+# Device memory (issue 11): storage held with --device-memory pooled and live-peak, alternated
+# twice, on the one-layer Llama step and MHA C1 (part memory). Each bench line gives the time,
+# the memory planned, what is live at once and what the device held.
+if want memory; then
+$B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
+for rep in 1 2; do
+  for dm in pooled live-peak; do
+    echo "=== memory $dm ($rep)" >> $R
+    timeout 200 $B bench $T/l512.fbir --entry loss_grad --device $D --profile $P --device-memory $dm --repeat 10 2>&1 | grep strategy >> $R
+    timeout 100 $B bench $T/mha_c1.fbir --device $D --profile $P --device-memory $dm --repeat 10 2>&1 | grep strategy >> $R
+  done
 done
 fi
 # Row reductions (softmax, norms, cross-entropy at a 32000-word vocabulary, a column sum): the
