@@ -236,7 +236,7 @@ pub enum DeviceMemory {
     Pooled,
     /// Before an object is made that would leave the device holding more than the function's
     /// live peak, pooled objects are released, largest first: the device never holds more than
-    /// is live at once, at the cost of objects made again (5-6% more device time on the same
+    /// is live at once, at the cost of objects made again (5-8% more device time on the same
     /// graphs on the H200).
     LivePeak,
 }
