@@ -870,8 +870,7 @@ pub fn run(
                 Step::Copy { from, to } => {
                     let src = live.get(from).ok_or_else(|| not_live("copy", *from))?;
                     let dst = live.get(to).ok_or_else(|| not_live("copy", *to))?;
-                    let desc = f.storage.get(*to).ok_or_else(|| bad_id(*to))?;
-                    copy_mem(src, dst, desc)?;
+                    copy_mem(src, dst)?;
                 }
                 Step::Launch(l) => {
                     let start = std::time::Instant::now();
@@ -1082,27 +1081,24 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     }
 }
 
-/// Sets every element of storage `s` in `m` to 0 (the contents of a fresh `memory.alloc`):
-/// buffers by `clEnqueueFillBuffer` over its `elems`, images by writing zeros from the host
-/// (`clEnqueueFillImage` takes a four-channel colour that `ocl` passes as one element).
+/// Sets every element of `m` to 0 (the contents of a fresh `memory.alloc`): buffers by
+/// `clEnqueueFillBuffer`, images by writing zeros from the host (`clEnqueueFillImage` takes a
+/// four-channel colour that `ocl` passes as one element).
 fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     let n = usize::try_from(s.elems).unwrap_or(0);
-    let len = Some(n.max(1));
     match m {
-        Mem::F32(b) => b.cmd().fill(0.0, len).enq().map_err(ocl_err),
-        Mem::I32(b) => b.cmd().fill(0, len).enq().map_err(ocl_err),
+        Mem::F32(b) => b.cmd().fill(0.0, None).enq().map_err(ocl_err),
+        Mem::I32(b) => b.cmd().fill(0, None).enq().map_err(ocl_err),
         Mem::Image(i) => i.write(vec![0.0f32; n].as_slice()).enq().map_err(ocl_err),
         Mem::HalfImage(i) => i.write(vec![0u16; n].as_slice()).enq().map_err(ocl_err),
     }
 }
 
-/// Copies `src` into `dst`, storage of the same type (the snapshot of a launch's output), as
-/// many elements as `dst`'s storage `s` has.
-fn copy_mem(src: &Mem, dst: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
-    let n = Some(usize::try_from(s.elems).unwrap_or(0).max(1));
+/// Copies `src` into `dst`, storage of the same type (the snapshot of a launch's output).
+fn copy_mem(src: &Mem, dst: &Mem) -> Result<(), OpenClError> {
     match (src, dst) {
-        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, n).enq().map_err(ocl_err),
-        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, n).enq().map_err(ocl_err),
+        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
+        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
         (Mem::Image(a), Mem::Image(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         (Mem::HalfImage(a), Mem::HalfImage(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         _ => Err(OpenClError::Manifest("copy between storage of different types".into())),
