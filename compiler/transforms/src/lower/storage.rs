@@ -387,7 +387,8 @@ impl Mapper {
             let mut best: Option<Trial> = None;
             // Each candidate's maps, split directly or substituted and still to be simplified
             // (all of those first, in parallel; the trials below then find them in the memo):
-            // ((dimension, factor), the split domain, per map (to simplify, its results)).
+            // ((dimension, factor), the split domain, per map (to simplify, its results)). A map
+            // that does not read the dimension always splits directly (only renumbered).
             type Staged = ((usize, u64), Vec<u64>, Vec<(bool, Vec<Expr>)>);
             let staged: Vec<Staged> = cands
                 .iter()
@@ -403,8 +404,7 @@ impl Mapper {
                             {
                                 return (false, direct);
                             }
-                            let uses = r.iter().any(|e| dims_read(e) & (1 << d) != 0);
-                            (uses, r.iter().map(|e| e.substitute_all(&sub)).collect())
+                            (true, r.iter().map(|e| e.substitute_all(&sub)).collect())
                         })
                         .collect();
                     ((d, c), domain, maps)
