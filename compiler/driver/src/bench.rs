@@ -213,6 +213,7 @@ pub fn figures(
     medians: &[u64],
     plan_memory: std::collections::BTreeMap<String, f64>,
     launch_host_ns: u64,
+    device_peak_bytes: u64,
 ) -> StrategyFigures {
     let kernels: Vec<KernelFigures> = f
         .launches()
@@ -242,7 +243,7 @@ pub fn figures(
         gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
         peak_bytes: f.peak_bytes,
         planned_bytes: f.planned_bytes(),
-        device_peak_bytes: 0,
+        device_peak_bytes,
         plan_memory,
         host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
         kernels,
@@ -370,9 +371,16 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         } else {
             format!("{} split-k={split_k}", s.cli_name())
         };
-        let mut fig = figures(&label, session.level, f, &medians, plan, res.launch_host_ns);
-        fig.device_peak_bytes = res.device_peak_bytes;
-        runs.push(fig);
+        let host_ns = res.launch_host_ns;
+        runs.push(figures(
+            &label,
+            session.level,
+            f,
+            &medians,
+            plan,
+            host_ns,
+            res.device_peak_bytes,
+        ));
     }
     if let Some((fb, faster)) = fblayout_losses(&runs) {
         for r in faster {
