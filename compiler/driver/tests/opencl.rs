@@ -1306,6 +1306,23 @@ fn tune_writes_a_database_that_runs_use_and_unusable_ones_are_ignored() {
 
 // ----- memory held -----
 
+/// `src` (a memory-dialect file) after `fbc opt --passes plan-memory`, written under `dir`.
+fn planned(src: &str, dir: &std::path::Path) -> String {
+    let out = dir.join("planned.fbir");
+    let out = out.to_str().expect("utf-8 path").to_string();
+    let o = common::fbc(&["opt", src, "--passes", "plan-memory", "-o", &out]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    out
+}
+
+/// The first run's figures of `fbc bench FILE --json ARGS`.
+fn bench_json(file: &str, args: &[&str]) -> serde_json::Value {
+    let o = common::fbc(&[&["bench", file, "--json"], args].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+    v["runs"][0].clone()
+}
+
 /// The runtime's allocation tracker, on the functions of `tests/ir/passes/plan-memory.fbir`
 /// planned: the device holds exactly what is live at once (516 bytes: its pool gives `%b` the
 /// upload's buffer, dead by then, and `%c` and `%d` the objects of `%s` and `%a`), less than
@@ -1316,24 +1333,10 @@ fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() 
     if !have_device() {
         return;
     }
-    let dir = common::scratch("memory-held");
-    let planned = dir.join("planned.fbir");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/ir/passes/plan-memory.fbir");
-    let o = common::fbc(&[
-        "opt",
-        src,
-        "--passes",
-        "plan-memory",
-        "-o",
-        planned.to_str().expect("utf-8 path"),
-    ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    let p = planned(src, &common::scratch("memory-held"));
     for (entry, plan) in [("f", 772), ("grow", 768)] {
-        let p = planned.to_str().expect("utf-8 path");
-        let o = common::fbc(&["bench", p, "--entry", entry, "--repeat", "1", "--json"]);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
-        let run = &v["runs"][0];
+        let run = bench_json(&p, &["--entry", entry, "--repeat", "1"]);
         assert_eq!(run["peak_bytes"], 516, "@{entry}: live at once");
         assert_eq!(run["planned_bytes"], plan, "@{entry}: planned");
         assert_eq!(run["device_peak_bytes"], 516, "@{entry}: held on the device");
@@ -1362,21 +1365,13 @@ func.func @h(%x: tensor<64xf32>) -> tensor<32xf32> {
   func.return %c : tensor<32xf32>
 }
 ";
-    let dir = common::scratch("device-memory");
-    let src = dir.join("h.fbir");
-    std::fs::write(&src, text).expect("write");
-    let planned = dir.join("planned.fbir");
-    let (src, planned) = (src.to_str().expect("utf-8"), planned.to_str().expect("utf-8"));
-    let o = common::fbc(&["opt", src, "--passes", "plan-memory", "-o", planned]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    let src = write_tmp("device-memory.fbir", text);
+    let p = planned(src.to_str().expect("utf-8 path"), &common::scratch("device-memory"));
     for (mode, held) in [("pooled", 704), ("live-peak", 512)] {
-        let o =
-            common::fbc(&["bench", planned, "--repeat", "2", "--json", "--device-memory", mode]);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
-        assert_eq!(v["runs"][0]["peak_bytes"], 512, "{mode}: live at once");
-        assert_eq!(v["runs"][0]["device_peak_bytes"], held, "{mode}: held on the device");
-        let path = std::path::Path::new(planned);
+        let run = bench_json(&p, &["--repeat", "2", "--device-memory", mode]);
+        assert_eq!(run["peak_bytes"], 512, "{mode}: live at once");
+        assert_eq!(run["device_peak_bytes"], held, "{mode}: held on the device");
+        let path = std::path::Path::new(&p);
         check(path, 3, &["--device-memory", mode]).unwrap_or_else(|e| panic!("{mode}: {e}"));
     }
 }
