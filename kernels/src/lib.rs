@@ -5,9 +5,14 @@
 //! lives here, as OpenCL C files loaded with `include_str!`: `prelude.cl`, the [`PRELUDE`] of
 //! helpers every generated source starts with, and `contraction.cl`, the [`CONTRACTION`] template
 //! (a register-blocked, local-memory-tiled matrix product) whose named holes [`contraction`]
-//! fills with the tile shapes, staging loops and index arithmetic of one launch ([`fill`]).
+//! fills with the tile shapes, staging loops and index arithmetic of one launch ([`fill`]), and
+//! `skinny_k.cl`/`skinny_w.cl`, the two forms of the [`skinny`] contraction for products with a
+//! narrow side.
 
 use std::fmt::Write as _;
+
+mod skinny;
+pub use skinny::{skinny, Lanes, Skinny, SKINNY_K, SKINNY_W};
 
 /// The helpers every generated source starts with: MLIR floor division and modulo for index
 /// arithmetic that may see negative operands, NaN-propagating `max`/`min` (OpenCL's `fmax`

@@ -35,6 +35,11 @@ for nm, fn in [("xa_q", lambda: x @ A), ("xa_down", lambda: h @ Ad), ("dxa_q", l
                ("dxa_up", lambda: dyu @ Bu.t()), ("db_q", lambda: xa.t() @ dy),
                ("da_q", lambda: x.t() @ dxa), ("da_down", lambda: h.t() @ dxa)]:
     out[f"lora_{nm}_ms"] = t(fn)
+# The device's copy bandwidth (bytes read + written per second) at the sizes the LoRA products
+# read (4 and 16 MB) and large (256 MB): what their bandwidth goal (issue 10) is measured against.
+for mb in [4, 16, 256]:
+    src = torch.randn(mb * 2**18, device=dev); dst = torch.empty_like(src)
+    out[f"copy_{mb}mb_gbps"] = 2 * mb * 2**20 / (t(lambda: dst.copy_(src)) * 1e-3) / 1e9
 for name, S, H, D in [("c1", 512, 32, 2048), ("c2", 512, 16, 1024), ("c3", 512, 8, 1024)]:
     x = torch.randn(1, S, D, device=dev); w = [torch.randn(D, D, device=dev) for _ in range(4)]
     hd = D // H

@@ -397,6 +397,32 @@ struct Split {
     cols: Vec<usize>,
 }
 
+/// The two operands of a contraction as the tiled and skinny forms read them: their positions,
+/// their scalar reads over `row`/`col` and `kk`, and their texel reads where they have one.
+struct Sides<'a> {
+    a: usize,
+    b: usize,
+    a_at: &'a str,
+    b_at: &'a str,
+    a_tex: &'a Option<(String, fbc_kernels::Along)>,
+    b_tex: &'a Option<(String, fbc_kernels::Along)>,
+    /// The domain indices as C expressions over `row` (`a`) or `col` (`b`) and `kk`.
+    a_dims: &'a [String],
+    b_dims: &'a [String],
+}
+
+/// A contraction's extents: rows `m`, columns `n`, reduction `k`, batches, and the statements
+/// that declare the batch indices from `bz`.
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    split: &'a Split,
+    m: u64,
+    n: u64,
+    k: u64,
+    batches: u64,
+    batch_decl: &'a str,
+}
+
 /// The value of each dimension in `dims` (in domain order, the last fastest) from their
 /// flattened index `var`, as C expressions of width `w`.
 fn flatten(dims: &[usize], var: &str, domain: &[u64], w: Width) -> Vec<(usize, String)> {
@@ -589,6 +615,20 @@ impl Cx<'_> {
                 .eval(&|name| Some(if mp.dims.get(d).is_some_and(|x| x == name) { v } else { 0 }))
         };
         matches!((at(0), at(1)), (Some(x), Some(y)) if y - x == 1)
+    }
+
+    /// Whether operand `i` read at its map moves to the neighbouring element along domain
+    /// dimension `d` (a buffer), or its texel's x coordinate or channel moves with `d` (an
+    /// image: neighbouring work-items then read the same or neighbouring texels of a row).
+    fn moves_along(&self, i: usize, d: usize) -> bool {
+        if !self.is_image(i) {
+            return self.unit_stride(i, d);
+        }
+        let m = &self.k.maps[i];
+        m.dims.get(d).is_some_and(|v| {
+            m.results.first().is_some_and(|e| uses(e, v))
+                || m.results.get(2).is_some_and(|e| uses(e, v))
+        })
     }
 
     /// Whether some input read at its map moves to the neighbouring element (buffer) or channel
@@ -1509,6 +1549,22 @@ impl Cx<'_> {
             let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
             format!("x{out}[{}] = {v};", self.coord(out, 0, &s_dims)?)
         };
+        if !texel && !guarded && m.min(n) <= fbc_target::SKINNY_SIDE {
+            let sides = Sides {
+                a,
+                b,
+                a_at: &a_at,
+                b_at: &b_at,
+                a_tex: &a_tex,
+                b_tex: &b_tex,
+                a_dims: &a_dims,
+                b_dims: &b_dims,
+            };
+            let shape = Shape { split: &split, m, n, k: kk, batches, batch_decl: &batch_decl };
+            if let Some(e) = self.skinny(comment, &sides, &shape, &store, opts) {
+                return Ok(Some(e));
+            }
+        }
         let mut group = group0;
         while group[0] * group[1] > opts.max_group && (group[0] > 1 || group[1] > 1) {
             if group[0] >= group[1] {
@@ -1599,5 +1655,89 @@ impl Cx<'_> {
             checked: false,
             shape: Some(shape),
         }))
+    }
+
+    /// The skinny form of a contraction with a side of at most [`fbc_target::SKINNY_SIDE`]
+    /// outputs (see [`fbc_kernels::Skinny`]), or `None` where its wide operand is read neither
+    /// contiguously along the reduction nor along its wide index (the tiled kernel then runs).
+    fn skinny(
+        &self,
+        comment: &str,
+        sides: &Sides<'_>,
+        shape: &Shape<'_>,
+        store: &str,
+        opts: &KernelOptions,
+    ) -> Option<Emitted> {
+        use fbc_kernels::{Along, Lanes};
+        let Shape { split, m, n, k, batches, batch_decl } = *shape;
+        let nd = self.k.domain.len();
+        // The wide side: rows (operand `a`) where the columns are narrow, else columns (`b`).
+        let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
+        let (op, last, at, tex, dims, narrow_at, (w, j)) = if rows_wide {
+            (sides.a, split.rows.last(), sides.a_at, sides.a_tex, sides.a_dims, sides.b_at, (m, n))
+        } else {
+            (sides.b, split.cols.last(), sides.b_at, sides.b_tex, sides.b_dims, sides.a_at, (n, m))
+        };
+        // A buffer contiguous along the innermost dimension of the lanes' index, whose extent
+        // is a multiple of 4, is read four values at a time (`vload4`: the four are in one
+        // run of that dimension, from an index that is a multiple of 4).
+        let vload = |d: usize| -> Option<String> {
+            let ok = !self.is_image(op)
+                && !self.map_checked(op)
+                && self.k.domain[d] % 4 == 0
+                && self.unit_stride(op, d);
+            ok.then(|| self.coord(op, 0, dims).ok())
+                .flatten()
+                .map(|off| format!("vload4(0, x{op} + ({off}))"))
+        };
+        let (lanes, texel) = match tex {
+            Some((t, Along::K)) => (Lanes::K, Some(t.clone())),
+            Some((t, Along::Outer)) => (Lanes::Wide, Some(t.clone())),
+            None if self.moves_along(op, nd - 1) => (Lanes::K, vload(nd - 1)),
+            None if last.is_some_and(|&d| self.moves_along(op, d)) => {
+                (Lanes::Wide, last.and_then(|&d| vload(d)))
+            }
+            None => return None,
+        };
+        let texel = texel.as_deref();
+        let group = fbc_kernels::Skinny::group_for(
+            lanes,
+            j,
+            texel.is_some(),
+            opts.max_group,
+            opts.local_mem_bytes,
+        );
+        let params = self.params();
+        let (wide, narrow) = if rows_wide { ("row", "col") } else { ("col", "row") };
+        let s = fbc_kernels::Skinny {
+            name: &self.k.name,
+            params: &params,
+            comment,
+            wide,
+            narrow,
+            w,
+            j,
+            k,
+            batches,
+            batch_decl,
+            wide_at: at,
+            wide_texel: texel,
+            narrow_at,
+            store,
+            lanes,
+            group,
+            index: self.w.ty(),
+        };
+        if s.local_bytes() > opts.local_mem_bytes {
+            return None;
+        }
+        Some(Emitted {
+            source: fbc_kernels::skinny(&s),
+            global: s.global().to_vec(),
+            local: Some(vec![group[0], group[1], 1]),
+            tiled: true,
+            checked: false,
+            shape: None,
+        })
     }
 }

@@ -812,8 +812,8 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
     if !have_device() {
         return;
     }
-    let shapes: [(u64, u64, u64); 5] =
-        [(37, 29, 9), (70, 130, 67), (512, 8, 40), (300, 2, 33), (64, 64, 64)];
+    // Sides of at most 16 outputs take the skinny kernel instead: see the next test.
+    let shapes: [(u64, u64, u64); 4] = [(37, 29, 9), (70, 130, 67), (300, 17, 33), (64, 64, 64)];
     // Edge register blocks and k steps, with and without register prefetch (a tile smaller
     // than the work-group, a share that is not a whole number of items per work-item), then
     // every parameter set `fbc tune` may pick.
@@ -862,6 +862,82 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
             }
         }
     }
+}
+
+/// Products with a side of at most 16 outputs (LoRA's rank side) run the skinny kernel, in both
+/// of its forms (lanes along the reduction where the wide operand is contiguous along it, lanes
+/// along the wide side where it is contiguous along that), on buffers (-O0) and R-Tile images
+/// (-O3), and give the reference executor's results within `--check`'s bound: ranks 2, 3, 4, 8
+/// and 16 on either side, reductions that the lanes' stride does not divide (19, 33, 70) and one
+/// shorter than the 32 lanes, split in two (`split-k=2`, chunks and a tail) and unsplit.
+#[test]
+fn skinny_contractions_match_the_reference_executor() {
+    if !have_device() {
+        return;
+    }
+    // (M, K, N, transpose_a, transpose_b)
+    let shapes: [(u64, u64, u64, bool, bool); 8] = [
+        (512, 40, 8, false, false),
+        (300, 33, 2, false, false),
+        (1000, 70, 4, false, true),
+        (37, 19, 16, false, false),
+        (16, 129, 700, true, false),
+        (3, 256, 1024, true, false),
+        (640, 96, 8, true, false),
+        (8, 512, 256, false, false),
+    ];
+    let mut forms = std::collections::BTreeSet::new();
+    let profile = fbc_target::builtin("generic").expect("generic");
+    for (m, k, n, ta, tb) in shapes {
+        let (ash, bsh) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
+        let attrs = match (ta, tb) {
+            (true, _) => " {transpose_a = true}",
+            (_, true) => " {transpose_b = true}",
+            _ => "",
+        };
+        let (at, bt) = (
+            format!("tensor<{}x{}xf32>", ash[0], ash[1]),
+            format!("tensor<{}x{}xf32>", bsh[0], bsh[1]),
+        );
+        let text = common::main_module(
+            &format!("%a: {at}, %b: {bt}"),
+            &format!("  %r = tensor.matmul %a, %b{attrs} : ({at}, {bt}) -> tensor<{m}x{n}xf32>"),
+            &format!("tensor<{m}x{n}xf32>"),
+        );
+        let original = common::parse(&text);
+        let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
+        for (o3, split) in [(false, "off"), (false, "2"), (true, "off"), (true, "2")] {
+            let lowered = if o3 {
+                common::lower_o3_with(&text, &profile, split).expect("lowers")
+            } else {
+                common::lower_o0_with(&text, &profile, split).expect("lowers")
+            };
+            let f = lowered.find_func("main").expect("main");
+            let want = fbc_runtime::interp::Interpreter::new(&lowered)
+                .run_id(f, inputs.clone())
+                .expect("reference executor");
+            let case =
+                format!("{m}x{k}x{n} ta={ta} tb={tb} -O{} split-k {split}", if o3 { 3 } else { 0 });
+            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+            let (out, got) = write_and_run_main(&lowered, kernels, &inputs, &case);
+            let form = out.source.lines().find_map(|l| {
+                let l = l.trim_start().strip_prefix("// skinny ")?;
+                Some(if l.contains("work-items along k") { "k" } else { "wide" })
+            });
+            let form = form.unwrap_or_else(|| panic!("{case}: no skinny kernel\n{}", out.source));
+            forms.insert((o3, form));
+            let (w, g) = (want[0].as_f32().expect("f32"), got.results[0].as_f32().expect("f32"));
+            let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            assert_eq!(g.data().len(), w.data().len(), "{case}");
+            for (i, (x, y)) in g.data().iter().zip(w.data()).enumerate() {
+                let bound = 1e-5 + 1e-4 * (y.abs() + big);
+                assert!((x - y).abs() <= bound, "{case}: element {i}: {x} vs {y}");
+            }
+        }
+    }
+    let all: std::collections::BTreeSet<_> =
+        [(false, "k"), (false, "wide"), (true, "k"), (true, "wide")].into_iter().collect();
+    assert_eq!(forms, all, "both forms at both levels");
 }
 
 /// Writes the lowered module `lowered` as OpenCL C with `kernels` and runs its `@main` on the

@@ -132,20 +132,20 @@ mod opencl {
         assert_eq!(o.code, 0, "{}", o.stderr);
         let t = &o.stdout;
         // On the generic profile (4 compute units × 2048: 8192 work-items) x·A (1024 outputs,
-        // 64 work-items of 4 × 4, K = 4096) splits by 16 (chunks of 256); xᵀ·g (32768 outputs)
-        // has a reduction of 128, too short to split.
+        // a side of 8: the skinny kernel, K = 4096) splits by 8 (1024 × 8 work-items); xᵀ·g
+        // (32768 outputs) fills the device unsplit.
         assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
         assert!(t.contains("strategy fblayout split-k=off (-O3): 2 kernels"), "{t}");
         assert!(t.contains("lora_matmul_xa_partial"), "{t}");
-        assert!(t.contains("tensor.matmul[split-k 16]"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 8]"), "{t}");
         assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
-        // On the cpu profile (16 cores × 16 work-items in flight: 256) x·A's 64 work-items split
-        // by 4 only.
+        // On the cpu profile (16 cores × 16 work-items in flight: 256) x·A's 1024 outputs fill
+        // the device unsplit.
         let args = ["bench", &p, "--profile", "cpu", "--split-k", "auto", "--repeat", "1"];
         let o = common::fbc(&args);
         assert_eq!(o.code, 0, "{}", o.stderr);
         let t = &o.stdout;
-        assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
-        assert!(t.contains("tensor.matmul[split-k 4]"), "{t}");
+        assert!(t.contains("strategy fblayout split-k=auto (-O3): 2 kernels"), "{t}");
+        assert!(!t.contains("split-k 4]"), "{t}");
     }
 }

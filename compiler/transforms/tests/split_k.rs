@@ -81,15 +81,15 @@ fn a_chunk_count_dividing_k_needs_no_tail() {
 
 #[test]
 fn auto_splits_skinny_products_and_leaves_square_ones() {
-    // LoRA down x·A on nvidia (132 compute units): 4096 outputs, a skinny output (64
-    // work-items of 8 × 8), K = 8192 → 256 chunks of 32.
+    // LoRA down x·A on nvidia (132 compute units × 2048): 4096 outputs with a side of 8 (the
+    // skinny kernel), K = 8192 → 64 chunks of 128 (4096 × 64 = 262144 work-items).
     let m = parse(&product(512, 8192, 8));
     let (after, st) = lowered(&m, "lower-to-memory", "nvidia");
     assert_eq!(st.get("lower-to-memory", "split-k"), 1);
     let ks = kernels(&after);
-    assert_eq!(ks[0].source, "tensor.matmul[split-k 256]");
-    assert_eq!(ks[0].domain, vec![256, 512, 8, 32]);
-    assert_eq!(ks[1].source, "tensor.matmul[split-k 256 sum]");
+    assert_eq!(ks[0].source, "tensor.matmul[split-k 64]");
+    assert_eq!(ks[0].domain, vec![64, 512, 8, 128]);
+    assert_eq!(ks[1].source, "tensor.matmul[split-k 64 sum]");
     // A large product fills the device (2048×8192 outputs: 262144 work-items of 8 × 8): not
     // split, one launch.
     let m = parse(&product(2048, 512, 8192));

@@ -16,7 +16,9 @@ mod validate;
 use std::path::Path;
 
 pub use error::{TargetError, ValidationProblem};
-pub use profile::{Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache};
+pub use profile::{
+    Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache, SKINNY_SIDE,
+};
 pub use table::summary_table;
 
 /// Names of the builtin profiles, sorted.

@@ -39,6 +39,12 @@ fn default_resident_work_items() -> u32 {
     2048
 }
 
+/// The narrowest side, in outputs, of a contraction that takes the skinny kernel instead of the
+/// tiled one (`fbc_kernels::Skinny`): a product with at most this many rows or columns (LoRA's
+/// rank side) is bound by reading its wide operand, and split-K chooses its chunks for that
+/// kernel.
+pub const SKINNY_SIDE: u64 = 16;
+
 /// The tiled contraction kernel's parameters that a profile sets for its device: the analytic
 /// defaults the OpenCL writer uses where no tuning says otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]

@@ -129,27 +129,47 @@ pub fn lower_o3(
     half: bool,
     profile: &fbc_target::HardwareProfile,
 ) -> Result<(Module, Statistics), String> {
-    lower_at(text, 3, half, profile)
+    lower_at(text, 3, half, profile, "auto")
+}
+
+/// `text` at `-O3` (f32 images) with lower-to-memory's `split-k` option `split`.
+pub fn lower_o3_with(
+    text: &str,
+    profile: &fbc_target::HardwareProfile,
+    split: &str,
+) -> Result<Module, String> {
+    lower_at(text, 3, false, profile, split).map(|(m, _)| m)
+}
+
+/// `text` at `-O0` with lower-to-memory's `split-k` option `split`.
+pub fn lower_o0_with(
+    text: &str,
+    profile: &fbc_target::HardwareProfile,
+    split: &str,
+) -> Result<Module, String> {
+    lower_at(text, 0, false, profile, split).map(|(m, _)| m)
 }
 
 /// `text` at `-O0`, lowered for `profile` (buffers only); the pipeline's error as text.
 pub fn lower_o0(text: &str, profile: &fbc_target::HardwareProfile) -> Result<Module, String> {
-    lower_at(text, 0, false, profile).map(|(m, _)| m)
+    lower_at(text, 0, false, profile, "auto").map(|(m, _)| m)
 }
 
-/// `text` at `-O level`, lowered for `profile` (`half`: f16 images).
+/// `text` at `-O level`, lowered for `profile` (`half`: f16 images; `split`: the `split-k`
+/// option).
 fn lower_at(
     text: &str,
     level: u8,
     half: bool,
     profile: &fbc_target::HardwareProfile,
+    split: &str,
 ) -> Result<(Module, Statistics), String> {
     let reg = fbc_dialects::registry();
     let mut m = parse(text);
     // The lowering takes the profile from the pass context (it need not be a builtin one).
     let pipeline = [
         fbc_transforms::pipeline_for_level(level).to_string(),
-        format!("lower-to-memory{{half-images={half}}},plan-memory"),
+        format!("lower-to-memory{{half-images={half} split-k={split}}},plan-memory"),
     ]
     .iter()
     .filter(|p| !p.is_empty())

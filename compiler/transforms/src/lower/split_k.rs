@@ -22,7 +22,11 @@
 //! only where the output cannot fill the device. With `fill = compute_units ×
 //! resident_work_items` of the hardware profile (2048 resident work-items per compute unit
 //! unless the profile says otherwise: a Hopper SM holds 2048 threads; a CPU core under PoCL runs
-//! one vector of work-items at a time) and `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
+//! one vector of work-items at a time), a product whose output has a side of at most
+//! `fbc_target::SKINNY_SIDE` (16) outputs, which the OpenCL writer gives the skinny kernel (a
+//! few outputs per work-item, work-items sharing the reads of a chunk), splits by the largest
+//! power of two `S ≥ 2` with `∏P·S ≤ fill` and `K / S ≥ 128` (32 lanes reading a texel of four
+//! each). Any other contraction has `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
 //! computes the profile's `px × py` register block per work-item), a contraction with
 //! `W ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `W·S ≤ fill` and `K / S ≥ 256`
 //! (each chunk long enough to amortise its launch share and the final sum), or `K / S ≥ 32`
@@ -37,6 +41,9 @@ use fbc_target::HardwareProfile;
 
 use super::fusion::map_scalar;
 use super::{compose, dim, identity, LKernel, Lower, Operand};
+
+/// The shortest chunk `auto` makes for the skinny kernel: 32 lanes reading a texel of four.
+const SKINNY_CHUNK: u64 = 128;
 
 /// The shortest reduction chunk `auto` makes.
 const MIN_CHUNK: u64 = 256;
@@ -73,9 +80,16 @@ impl SplitK {
         }
     }
 
-    /// The number of chunks `S` for a contraction with `outputs` parallel points and a reduction
-    /// of `k` elements; `None`: no split.
-    pub fn chunks(self, outputs: u64, k: u64, profile: &HardwareProfile) -> Option<u64> {
+    /// The number of chunks `S` for a contraction with `outputs` parallel points, whose
+    /// output matrix is `narrow` wide on its narrower side, and a reduction of `k` elements;
+    /// `None`: no split.
+    pub fn chunks(
+        self,
+        outputs: u64,
+        narrow: u64,
+        k: u64,
+        profile: &HardwareProfile,
+    ) -> Option<u64> {
         match self {
             SplitK::Off => None,
             SplitK::Fixed(n) => (k >= n).then_some(n),
@@ -83,6 +97,9 @@ impl SplitK {
                 let c = &profile.compute;
                 let fill =
                     u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
+                if narrow <= fbc_target::SKINNY_SIDE {
+                    return skinny_chunks(outputs, k, fill);
+                }
                 // The tiled kernel computes a register block of outputs per work-item.
                 let [px, py] = profile.contraction.per_item;
                 let items = outputs.div_ceil(u64::from(px.max(1)) * u64::from(py.max(1)));
@@ -103,6 +120,18 @@ impl SplitK {
             }
         }
     }
+}
+
+/// Split-K for the skinny kernel (a side of at most `fbc_target::SKINNY_SIDE` outputs): it runs
+/// about one work-item per output and chunk (a few outputs each, several work-items sharing a
+/// chunk's reads), so the largest power of two `S ≥ 2` with `outputs · S ≤ fill` and chunks of
+/// at least [`SKINNY_CHUNK`].
+fn skinny_chunks(outputs: u64, k: u64, fill: u64) -> Option<u64> {
+    let mut s = 1u64;
+    while s * 2 <= k / SKINNY_CHUNK && outputs.saturating_mul(s * 2) <= fill {
+        s *= 2;
+    }
+    (s >= 2).then_some(s)
 }
 
 impl std::fmt::Display for SplitK {
@@ -160,7 +189,12 @@ pub(crate) fn split(
         let np = k.n_par;
         let chosen = if splittable(&k) {
             let outputs: u64 = k.domain[..np].iter().product();
-            policy.chunks(outputs, k.domain[np], profile)
+            // A matmul's parallel dimensions end with its rows and columns.
+            let narrow = match k.domain[..np] {
+                [.., r, c] => r.min(c),
+                _ => u64::MAX,
+            };
+            policy.chunks(outputs, narrow, k.domain[np], profile)
         } else {
             None
         };
@@ -316,32 +350,37 @@ mod tests {
     #[test]
     fn auto_splits_skinny_products_to_fill_the_device() {
         let nv = fbc_target::builtin("nvidia").unwrap();
-        // 132 CUs × 2048 = 270336 work-items, 8 × 8 outputs each.
-        // Skinny (at most 270336 / 256 = 1056 work-items): chunks down to 32.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &nv), Some(256)); // LoRA down x·A
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 2048, &nv), Some(64)); // LoRA q x·A
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &nv), Some(16)); // dA = xᵀ·d(xa)
-        assert_eq!(SplitK::Auto.chunks(8192 * 8, 512, &nv), Some(16)); // dA of down
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 300, &nv), Some(8));
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 63, &nv), None); // K too short to chunk
+        // 132 CUs × 2048 = 270336 work-items.
+        // Skinny (a side of at most 16): outputs × S within that, chunks of at least 128.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 8192, &nv), Some(64)); // LoRA down x·A
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 2048, &nv), Some(16)); // LoRA q x·A
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 8, 512, &nv), Some(4)); // dA = xᵀ·d(xa)
+        assert_eq!(SplitK::Auto.chunks(8192 * 8, 8, 512, &nv), Some(4)); // dA of down
+        assert_eq!(SplitK::Auto.chunks(8192 * 16, 16, 512, &nv), Some(2));
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 300, &nv), Some(2));
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 255, &nv), None); // K too short to chunk
 
-        // Not skinny: chunks of at least 256.
-        assert_eq!(SplitK::Auto.chunks(1057 * 64, 2048, &nv), Some(8));
-        assert_eq!(SplitK::Auto.chunks(512 * 512, 2048, &nv), Some(8)); // K projection (GQA)
-        assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &nv), Some(8)); // Q projection
-        assert_eq!(SplitK::Auto.chunks(512 * 8192, 2048, &nv), Some(4)); // gate
-        assert_eq!(SplitK::Auto.chunks(2048 * 8192, 512, &nv), None); // dB of gate: device full
+        // Not skinny: the tiled kernel's 8 × 8 outputs per work-item, chunks of at least 256, or
+        // 32 where at most 270336 / 256 = 1056 work-items.
+        assert_eq!(SplitK::Auto.chunks(32 * 32, 32, 8192, &nv), Some(256));
+        assert_eq!(SplitK::Auto.chunks(1057 * 64, 64, 2048, &nv), Some(8));
+        assert_eq!(SplitK::Auto.chunks(512 * 512, 512, 2048, &nv), Some(8)); // K projection (GQA)
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, 512, 2048, &nv), Some(8)); // Q projection
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, 512, 2048, &nv), Some(4)); // gate
+        assert_eq!(SplitK::Auto.chunks(2048 * 8192, 2048, 512, &nv), None); // dB of gate: full
         let generic = fbc_target::builtin("generic").unwrap();
         // 4 CUs × 2048 = 8192 work-items.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &generic), Some(32));
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 512, &generic), Some(2));
-        assert_eq!(SplitK::Auto.chunks(512 * 2048, 2048, &generic), None);
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 8192, &generic), Some(2));
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, 8, 512, &generic), None);
+        assert_eq!(SplitK::Auto.chunks(32 * 32, 32, 8192, &generic), Some(32));
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, 512, 2048, &generic), None);
         // A CPU (16 cores × 16 resident work-items = 256) is full with any LoRA product.
         let cpu = fbc_target::builtin("cpu").unwrap();
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8192, &cpu), None);
-        assert_eq!(SplitK::Auto.chunks(64, 8192, &cpu), Some(32));
-        assert_eq!(SplitK::Fixed(7).chunks(1 << 30, 100, &cpu), Some(7));
-        assert_eq!(SplitK::Fixed(7).chunks(4, 6, &cpu), None);
-        assert_eq!(SplitK::Off.chunks(4, 1 << 20, &cpu), None);
+        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 8192, &cpu), None);
+        assert_eq!(SplitK::Auto.chunks(64, 8, 8192, &cpu), Some(4));
+        assert_eq!(SplitK::Auto.chunks(64, 32, 8192, &cpu), Some(32));
+        assert_eq!(SplitK::Fixed(7).chunks(1 << 30, 8, 100, &cpu), Some(7));
+        assert_eq!(SplitK::Fixed(7).chunks(4, 2, 6, &cpu), None);
+        assert_eq!(SplitK::Off.chunks(4, 2, 1 << 20, &cpu), None);
     }
 }
