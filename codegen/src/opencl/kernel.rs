@@ -99,6 +99,8 @@ pub struct Emitted {
     pub global: Vec<u64>,
     pub local: Option<Vec<u64>>,
     pub tiled: bool,
+    /// The kernel is the skinny contraction (`fbc_kernels::skinny`).
+    pub skinny: bool,
     /// The kernel checks accesses when it runs and takes the error buffer as its last
     /// parameter (`__global int* fbc_err`, [`FAULT_INTS`] ints), where a failed check records
     /// the fault id it was written with.
@@ -1379,6 +1381,7 @@ impl Cx<'_> {
             global: vec![global],
             local: Some(vec![g]),
             tiled: false,
+            skinny: false,
             checked: self.checked,
             shape: None,
         })
@@ -1652,6 +1655,7 @@ impl Cx<'_> {
             global,
             local: Some(vec![group[0], group[1], 1]),
             tiled: true,
+            skinny: false,
             checked: false,
             shape: Some(shape),
         }))
@@ -1735,7 +1739,8 @@ impl Cx<'_> {
             source: fbc_kernels::skinny(&s),
             global: s.global().to_vec(),
             local: Some(vec![group[0], group[1], 1]),
-            tiled: true,
+            tiled: false,
+            skinny: true,
             checked: false,
             shape: None,
         })

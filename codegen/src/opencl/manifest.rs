@@ -179,6 +179,9 @@ pub struct Launch {
     pub bytes: u64,
     /// Whether the kernel is the tiled contraction (else the plain one).
     pub tiled: bool,
+    /// Whether the kernel is the skinny contraction (a product with a narrow side).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skinny: bool,
     /// A tiled contraction's shape class (`tuning::shape_key`), the key of `fbc tune`'s
     /// database.
     #[serde(default, skip_serializing_if = "Option::is_none")]

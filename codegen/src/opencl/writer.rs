@@ -476,6 +476,7 @@ impl FuncWriter<'_> {
             flops: kernel::kernel_flops(&k),
             bytes,
             tiled: e.tiled,
+            skinny: e.skinny,
             shape: e.shape,
             fault_id: e.checked.then_some(fault_id),
         }));

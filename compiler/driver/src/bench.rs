@@ -146,6 +146,7 @@ pub struct KernelFigures {
     pub kernel: String,
     pub source: String,
     pub tiled: bool,
+    pub skinny: bool,
     pub conversion: bool,
     pub median_ns: u64,
     pub flops: u64,
@@ -222,6 +223,7 @@ pub fn figures(
             kernel: l.kernel.clone(),
             source: l.source.clone(),
             tiled: l.tiled,
+            skinny: l.skinny,
             conversion: l.source.contains(LayoutOp::Convert.name()),
             median_ns: ns,
             flops: l.flops,
@@ -280,6 +282,8 @@ pub fn table(s: &StrategyFigures) -> String {
         let mut src = k.source.clone();
         if k.tiled {
             src.push_str(" [tiled]");
+        } else if k.skinny {
+            src.push_str(" [skinny]");
         }
         let _ = writeln!(
             t,
