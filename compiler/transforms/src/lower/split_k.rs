@@ -48,11 +48,12 @@ const SKINNY_CHUNK: u64 = 128;
 /// The shortest reduction chunk `auto` makes.
 const MIN_CHUNK: u64 = 256;
 
-/// The shortest chunk for a skinny output: one of at most `fill / SKINNY` work-items.
-const MIN_SKINNY_CHUNK: u64 = 32;
+/// The shortest chunk (tiled kernel) for a tiny output: one of at most `fill / TINY`
+/// work-items.
+const MIN_TINY_CHUNK: u64 = 32;
 
-/// See [`MIN_SKINNY_CHUNK`]: on the H200, 1056 work-items, eight per compute unit.
-const SKINNY: u64 = 256;
+/// See [`MIN_TINY_CHUNK`]: on the H200, 1056 work-items, eight per compute unit.
+const TINY: u64 = 256;
 
 /// The `split-k` option of `lower-to-memory`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,12 +107,13 @@ impl SplitK {
                 if items == 0 || items.saturating_mul(2) > fill {
                     return None;
                 }
-                // A skinny output (LoRA's rank-8 side) leaves most of the device idle even
-                // split into 256-long chunks; it takes shorter ones. On the H200
-                // (`tests/bench/h200.sh`, part lora) the seven LoRA products of a Llama step
-                // took 0.147 ms with them against 0.170 ms with 256-long chunks, side by side.
+                // A very small output (at most `fill / 256` work-items) leaves most of the
+                // device idle even split into 256-long chunks; it takes shorter ones. On the
+                // H200 (`tests/bench/h200.sh`, part lora) the seven LoRA products of a Llama
+                // step, in the tiled kernel before the skinny one, took 0.147 ms with them
+                // against 0.170 ms with 256-long chunks, side by side.
                 let min_chunk =
-                    if items.saturating_mul(SKINNY) <= fill { MIN_SKINNY_CHUNK } else { MIN_CHUNK };
+                    if items.saturating_mul(TINY) <= fill { MIN_TINY_CHUNK } else { MIN_CHUNK };
                 let mut s = 1u64;
                 while s * 2 <= k / min_chunk && items.saturating_mul(s * 2) <= fill {
                     s *= 2;
