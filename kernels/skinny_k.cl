@@ -2,16 +2,29 @@
 void {{name}}({{params}}) {
   // skinny [{{w}} x {{k}}] x [{{k}} x {{j}}] ({{wide}} wide, {{narrow}} narrow), {{batches}} batch(es): {{lanes}} work-items along k share {{rb}} {{wide}}(s), {{gy}} such per group{{notes}}
   const int lx = get_local_id(0), ly = get_local_id(1);
+  const int lid = ly * {{lanes}} + lx;
   const {{ix}} w0 = ({{ix}})get_group_id(1) * {{bw}} + ly * {{rb}};
   const {{ix}} bz = get_global_id(2);
 {{batch_decl}}  __local float red[{{gy}}][{{outs}}][{{lanes}} + 1];
+  // The narrow operand's values of one trip: value c of lane l at nvs[c][l][j] (lanes one
+  // row of j + 1 apart: distinct banks).
+  __local float nvs[{{v}}][{{lanes}}][{{j}} + 1];
   float part[{{rb}}][{{j}}];
   for (int r = 0; r < {{rb}}; ++r)
     for (int j = 0; j < {{j}}; ++j) part[r][j] = 0.0f;
-  #pragma unroll 4
   for (int t = 0; t < {{trips}}; ++t) {
-    const {{ix}} k0 = ({{ix}})(lx * {{v}}) + ({{ix}})t * {{step}};
-{{tail}}{{accumulate}}  }
+    const {{ix}} kb = ({{ix}})t * {{step}};
+    // The group stages the trip's {{step}} x {{j}} narrow values (neighbouring work-items read
+    // neighbouring {{stage_order}}), zero past the reduction.
+    if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);
+    for (int q = lid; q < {{step}} * {{j}}; q += {{group}}) {
+      const int kq = {{kq}}, j = {{jq}};
+      const {{ix}} kk = kb + kq, {{narrow}} = j;
+      nvs[kq % {{v}}][kq / {{v}}][j] = kk < {{k}} ? {{narrow_at}} : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const {{ix}} k0 = kb + lx * {{v}};
+{{tail}}{{accumulate}}{{tail_end}}  }
   // Each lane's partial sums into local memory; then lane o adds output o's {{lanes}} partials
   // in lane order (a fixed order: the same bits every run).
   for (int r = 0; r < {{rb}}; ++r)

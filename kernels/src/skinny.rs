@@ -50,6 +50,10 @@ pub struct Skinny<'a> {
     pub wide_texel: Option<&'a str>,
     /// The narrow operand at `(narrow, kk)` as a `float`.
     pub narrow_at: &'a str,
+    /// The narrow operand is contiguous along the reduction (else along the narrow index):
+    /// how [`Lanes::K`] stages it in local memory, neighbouring work-items reading neighbouring
+    /// values.
+    pub narrow_k_fastest: bool,
     /// One statement storing `float acc`, the output at `(wide, narrow)`.
     pub store: &'a str,
     pub lanes: Lanes,
@@ -89,7 +93,7 @@ impl Skinny<'_> {
     pub fn local_bytes(&self) -> u64 {
         let [gx, gy] = self.group;
         4 * match self.lanes {
-            Lanes::K => gy * self.rb() * self.j * (gx + 1),
+            Lanes::K => gy * self.rb() * self.j * (gx + 1) + self.v() * gx * (self.j + 1),
             Lanes::Wide => self.j * gy * self.block(),
         }
     }
@@ -127,6 +131,7 @@ impl Skinny<'_> {
             wide_at: "",
             wide_texel: texel.then_some(""),
             narrow_at: "",
+            narrow_k_fastest: false,
             store: "",
             lanes,
             group: [32, 8],
@@ -152,40 +157,25 @@ pub fn skinny(s: &Skinny<'_>) -> String {
     let (ix, j, w, wide, narrow) = (s.index, s.j, s.w, s.wide, s.narrow);
     let (rb, v) = (s.rb(), s.v());
     let mut acc = String::new();
-    // The narrow operand's `j` values at one `kk`, into `nv{suffix}`.
-    let narrow_reads = |acc: &mut String, indent: &str, into: &str| {
-        let _ = writeln!(
-            acc,
-            "{indent}for (int j = 0; j < {j}; ++j) {{ const {ix} {narrow} = j; {into} = {}; }}",
-            s.narrow_at
-        );
-    };
     let channels = ["x", "y", "z", "w"];
     let template = match (s.lanes, s.wide_texel) {
         (Lanes::K, None) => {
-            let _ = writeln!(acc, "    const {ix} kk = k0;\n    float nv[{j}];");
-            narrow_reads(&mut acc, "    ", "nv[j]");
             let _ = writeln!(
                 acc,
-                "    for (int r = 0; r < {rb}; ++r) {{\n      const {ix} {wide} = w0 + r;\n      if ({wide} >= {w}) break;\n      const float wv = {};\n      for (int j = 0; j < {j}; ++j) part[r][j] += wv * nv[j];\n    }}",
+                "    {{\n      const {ix} kk = k0;\n      for (int r = 0; r < {rb}; ++r) {{\n        const {ix} {wide} = w0 + r;\n        if ({wide} >= {w}) break;\n        const float wv = {};\n        for (int j = 0; j < {j}; ++j) part[r][j] += wv * nvs[0][lx][j];\n      }}\n    }}",
                 s.wide_at
             );
             SKINNY_K
         }
         (Lanes::K, Some(t)) => {
-            let _ = writeln!(
-                acc,
-                "    float nv[4][{j}];\n    for (int c = 0; c < 4; ++c) {{\n      const {ix} kk = k0 + c;"
-            );
-            narrow_reads(&mut acc, "      ", "nv[c][j]");
             let sum: Vec<String> = channels
                 .iter()
                 .enumerate()
-                .map(|(c, ch)| format!("part[r][j] += tv.{ch} * nv[{c}][j];"))
+                .map(|(c, ch)| format!("part[r][j] += tv.{ch} * nvs[{c}][lx][j];"))
                 .collect();
             let _ = writeln!(
                 acc,
-                "    }}\n    for (int r = 0; r < {rb}; ++r) {{\n      const {ix} {wide} = w0 + r, kk = k0;\n      if ({wide} >= {w}) break;\n      const float4 tv = {t};\n      for (int j = 0; j < {j}; ++j) {{ {} }}\n    }}",
+                "    for (int r = 0; r < {rb}; ++r) {{\n      const {ix} {wide} = w0 + r, kk = k0;\n      if ({wide} >= {w}) break;\n      const float4 tv = {t};\n      for (int j = 0; j < {j}; ++j) {{ {} }}\n    }}",
                 sum.join(" ")
             );
             SKINNY_K
@@ -220,12 +210,19 @@ pub fn skinny(s: &Skinny<'_>) -> String {
         Lanes::Wide => gy,
     };
     let trips = s.k.div_ceil(step);
-    let var = if s.lanes == Lanes::K { "k0" } else { "kk" };
-    let indent = if s.lanes == Lanes::K { "    " } else { "      " };
-    let tail = if s.k % step == 0 {
-        String::new()
+    // Lanes along k meet the group's barriers every trip: past the end they skip the trip's
+    // arithmetic instead of leaving the loop.
+    let (tail, tail_end) = match (s.lanes, s.k % step == 0) {
+        (_, true) => (String::new(), String::new()),
+        (Lanes::K, false) => (format!("    if (k0 < {}) {{\n", s.k), "    }\n".to_string()),
+        (Lanes::Wide, false) => (format!("      if (kk >= {}) break;\n", s.k), String::new()),
+    };
+    // The staging order of the narrow operand: along the reduction where it is contiguous
+    // along it (`Bᵀ` read as `b[j, kk]`), else along the narrow index (`A[kk, j]`).
+    let (kq, jq, stage_order) = if s.narrow_k_fastest {
+        (format!("q % {step}"), format!("q / {step}"), "k")
     } else {
-        format!("{indent}if ({var} >= {}) break;\n", s.k)
+        (format!("q / {j}"), format!("q % {j}"), s.narrow)
     };
     let notes = if v == 4 { "; the wide operand read four values at a time" } else { "" };
     let num = |x: u64| x.to_string();
@@ -251,6 +248,12 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             ("trips", &num(trips)),
             ("step", &num(step)),
             ("tail", &tail),
+            ("tail_end", &tail_end),
+            ("kq", &kq),
+            ("jq", &jq),
+            ("stage_order", stage_order),
+            ("group", &num(gx * gy)),
+            ("narrow_at", s.narrow_at),
             ("ix", ix),
             ("batch_decl", s.batch_decl),
             ("accumulate", &acc),
@@ -284,6 +287,7 @@ mod tests {
             wide_at: "x0[row * 70 + kk]",
             wide_texel: texel.then_some("vload4(0, x0 + row * 70 + kk)"),
             narrow_at: "x1[kk * 8 + col]",
+            narrow_k_fastest: false,
             store: "x2[row * 8 + col] = acc;",
             lanes,
             group: Skinny::group_for(lanes, j, texel, 256, 48 * 1024),
@@ -297,12 +301,19 @@ mod tests {
         assert_eq!((s.group, s.rb(), s.block()), ([32, 8], 2, 16));
         // 1000 rows in blocks of 16: 63 groups of 8 rows of lanes; 3 batches.
         assert_eq!(s.global(), [32, 63 * 8, 3]);
-        assert_eq!(s.local_bytes(), 4 * 8 * 16 * 33);
+        // The lanes' partials (8 rows of lanes × 16 outputs × 33) and one trip's narrow values.
+        assert_eq!(s.local_bytes(), 4 * (8 * 16 * 33 + 32 * 9));
         let src = skinny(&s);
-        // 70 is not a multiple of the 32 lanes: three trips, the last one checked.
-        assert!(src.contains("for (int t = 0; t < 3; ++t) {\n    const int k0 = (int)(lx * 1) + (int)t * 32;\n    if (k0 >= 70) break;\n"), "{src}");
-        assert!(src.contains("nv[j] = x1[kk * 8 + col]; }"), "{src}");
-        assert!(src.contains("const float wv = x0[row * 70 + kk];"), "{src}");
+        // 70 is not a multiple of the 32 lanes: three trips, lanes past the end skip the last
+        // one's arithmetic but meet its barriers.
+        assert!(
+            src.contains("for (int t = 0; t < 3; ++t) {\n    const int kb = (int)t * 32;"),
+            "{src}"
+        );
+        assert!(src.contains("    const int k0 = kb + lx * 1;\n    if (k0 < 70) {\n"), "{src}");
+        // The narrow operand staged along its narrow index, zero past the reduction.
+        assert!(src.contains("for (int q = lid; q < 32 * 8; q += 256) {\n      const int kq = q / 8, j = q % 8;\n      const int kk = kb + kq, col = j;\n      nvs[kq % 1][kq / 1][j] = kk < 70 ? x1[kk * 8 + col] : 0.0f;"), "{src}");
+        assert!(src.contains("const float wv = x0[row * 70 + kk];\n        for (int j = 0; j < 8; ++j) part[r][j] += wv * nvs[0][lx][j];"), "{src}");
         assert!(
             src.contains(
                 "for (int l = 0; l < 32; ++l) acc += red[ly][o][l];\n    x2[row * 8 + col] = acc;"
@@ -310,10 +321,18 @@ mod tests {
             "{src}"
         );
         assert!(!src.contains("{{"), "{src}");
-        // A texel of four along k: 32 lanes × 4 per trip.
-        let t = skinny(&Skinny { k: 256, ..base(Lanes::K, true, 8) });
-        assert!(t.contains("for (int t = 0; t < 2; ++t) {\n    const int k0 = (int)(lx * 4) + (int)t * 128;\n    float nv[4][8];"), "{t}");
-        assert!(t.contains("part[r][j] += tv.x * nv[0][j]; part[r][j] += tv.y * nv[1][j];"), "{t}");
+        // A texel of four along k: 32 lanes × 4 per trip; a narrow operand contiguous along k
+        // is staged along k.
+        let t = skinny(&Skinny { k: 256, narrow_k_fastest: true, ..base(Lanes::K, true, 8) });
+        assert!(
+            t.contains("for (int t = 0; t < 2; ++t) {\n    const int kb = (int)t * 128;"),
+            "{t}"
+        );
+        assert!(t.contains("const int kq = q % 128, j = q / 128;"), "{t}");
+        assert!(
+            t.contains("part[r][j] += tv.x * nvs[0][lx][j]; part[r][j] += tv.y * nvs[1][lx][j];"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -1727,6 +1727,7 @@ impl Cx<'_> {
             wide_at: at,
             wide_texel: texel,
             narrow_at,
+            narrow_k_fastest: self.moves_along(if rows_wide { sides.b } else { sides.a }, nd - 1),
             store,
             lanes,
             group,
