@@ -127,25 +127,26 @@ mod opencl {
         let dir = common::scratch("split-k-bench");
         let p = file(&dir, "lora.fbir", LORA);
         let p = p.to_string_lossy().into_owned();
-        let args = ["bench", &p, "--profile", "generic", "--split-k", "auto,off", "--repeat", "1"];
+        let args = ["bench", &p, "--profile", "nvidia", "--split-k", "auto,off", "--repeat", "1"];
         let o = common::fbc(&args);
         assert_eq!(o.code, 0, "{}", o.stderr);
         let t = &o.stdout;
-        // On the generic profile (4 compute units × 2048: 8192 work-items) x·A (1024 outputs,
-        // a side of 8: the skinny kernel, K = 4096) splits by 8 (1024 × 8 work-items); xᵀ·g
-        // (32768 outputs) fills the device unsplit.
-        assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
+        // For the nvidia profile (132 compute units: at most 264 work-groups of the skinny
+        // kernel) x·A (128 × 8 outputs, lanes along k: 8 groups, K = 4096) splits by 32, and
+        // xᵀ·g (4096 × 8 outputs, lanes along the 4096: 32 groups, K = 128) by 4: two partial
+        // sums and two sums.
+        assert!(t.contains("strategy fblayout split-k=auto (-O3): 4 kernels"), "{t}");
         assert!(t.contains("strategy fblayout split-k=off (-O3): 2 kernels"), "{t}");
         assert!(t.contains("lora_matmul_xa_partial"), "{t}");
-        assert!(t.contains("tensor.matmul[split-k 8]"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 32] [skinny]"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 4] [skinny]"), "{t}");
         assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
-        // On the cpu profile (16 cores × 16 work-items in flight: 256) x·A's 1024 outputs fill
-        // the device unsplit.
-        let args = ["bench", &p, "--profile", "cpu", "--split-k", "auto", "--repeat", "1"];
+        // For the generic profile (4 compute units: at most 8 groups) neither splits.
+        let args = ["bench", &p, "--profile", "generic", "--split-k", "auto", "--repeat", "1"];
         let o = common::fbc(&args);
         assert_eq!(o.code, 0, "{}", o.stderr);
         let t = &o.stdout;
         assert!(t.contains("strategy fblayout split-k=auto (-O3): 2 kernels"), "{t}");
-        assert!(!t.contains("split-k 4]"), "{t}");
+        assert!(!t.contains("[split-k"), "{t}");
     }
 }

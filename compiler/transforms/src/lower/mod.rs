@@ -54,7 +54,7 @@ mod ops;
 mod split_k;
 mod storage;
 
-pub use split_k::SplitK;
+pub use split_k::{ProductShape, SplitK};
 
 use std::collections::HashMap;
 

@@ -24,9 +24,8 @@
 //! unless the profile says otherwise: a Hopper SM holds 2048 threads; a CPU core under PoCL runs
 //! one vector of work-items at a time), a product whose output has a side of at most
 //! `fbc_target::SKINNY_SIDE` (16) outputs, which the OpenCL writer gives the skinny kernel (a
-//! few outputs per work-item, work-items sharing the reads of a chunk), splits by the largest
-//! power of two `S ≥ 2` with `∏P·S ≤ fill` and `K / S ≥ 128` (32 lanes reading a texel of four
-//! each). Any other contraction has `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
+//! few outputs per work-item, work-items sharing the reads of a chunk), splits into at most
+//! two of its work-groups per compute unit (see `skinny_chunks`). Any other contraction has `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
 //! computes the profile's `px × py` register block per work-item), a contraction with
 //! `W ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `W·S ≤ fill` and `K / S ≥ 256`
 //! (each chunk long enough to amortise its launch share and the final sum), or `K / S ≥ 32`
@@ -41,9 +40,6 @@ use fbc_target::HardwareProfile;
 
 use super::fusion::map_scalar;
 use super::{compose, dim, identity, LKernel, Lower, Operand};
-
-/// The shortest chunk `auto` makes for the skinny kernel: 32 lanes reading a texel of four.
-const SKINNY_CHUNK: u64 = 128;
 
 /// The shortest reduction chunk `auto` makes.
 const MIN_CHUNK: u64 = 256;
@@ -81,13 +77,12 @@ impl SplitK {
         }
     }
 
-    /// The number of chunks `S` for a contraction with `outputs` parallel points, whose
-    /// output matrix is `narrow` wide on its narrower side, and a reduction of `k` elements;
-    /// `None`: no split.
+    /// The number of chunks `S` for a contraction with `outputs` parallel points and a
+    /// reduction of `k` elements, whose output matrix has `shape`; `None`: no split.
     pub fn chunks(
         self,
         outputs: u64,
-        narrow: u64,
+        shape: ProductShape,
         k: u64,
         profile: &HardwareProfile,
     ) -> Option<u64> {
@@ -98,8 +93,8 @@ impl SplitK {
                 let c = &profile.compute;
                 let fill =
                     u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
-                if narrow <= fbc_target::SKINNY_SIDE {
-                    return skinny_chunks(outputs, k, fill);
+                if let ProductShape::Skinny { narrow, lanes_along_k } = shape {
+                    return skinny_chunks(outputs, narrow, lanes_along_k, k, c.compute_units);
                 }
                 // The tiled kernel computes a register block of outputs per work-item.
                 let [px, py] = profile.contraction.per_item;
@@ -124,13 +119,31 @@ impl SplitK {
     }
 }
 
-/// Split-K for the skinny kernel (a side of at most `fbc_target::SKINNY_SIDE` outputs): it runs
-/// about one work-item per output and chunk (a few outputs each, several work-items sharing a
-/// chunk's reads), so the largest power of two `S ≥ 2` with `outputs · S ≤ fill` and chunks of
-/// at least [`SKINNY_CHUNK`].
-fn skinny_chunks(outputs: u64, k: u64, fill: u64) -> Option<u64> {
+/// The output matrix of a contraction, as split-K's choice needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProductShape {
+    /// A side of at most `fbc_target::SKINNY_SIDE` outputs, `narrow`: the skinny kernel, whose
+    /// lanes run along the reduction where the wide operand's last index is the reduction (its
+    /// contiguous one in a row-major or R-Tile layout), else along the wide side.
+    Skinny { narrow: u64, lanes_along_k: bool },
+    /// Anything else: the tiled kernel.
+    Tiled,
+}
+
+/// Split-K for the skinny kernel: the largest power of two `S ≥ 2` that gives the device at
+/// most two work-groups per compute unit, with chunks no shorter than one trip of the lanes (128
+/// values along k: 32 lanes reading a texel of four; 32 along the wide side: 8 rows of lanes, 4
+/// values each). A work-group covers `16 · narrow` outputs with its lanes along k (8 rows of
+/// lanes, up to 16 outputs each) and `128 · narrow` along the wide side (32 lanes, a texel of
+/// four wide indices each). On the H200 (`tests/bench/h200.sh`, part lora, one call) the
+/// weight gradients 2048×512 · 512×8 took 0.011 ms split by 16 (256 groups) against 0.0185 by 4,
+/// and 8192×512 · 512×8 0.0186 ms by 4 (256 groups) against 0.0254 by 16.
+fn skinny_chunks(outputs: u64, narrow: u64, lanes_along_k: bool, k: u64, cus: u32) -> Option<u64> {
+    let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, 32) };
+    let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
+    let most = 2 * u64::from(cus.max(1));
     let mut s = 1u64;
-    while s * 2 <= k / SKINNY_CHUNK && outputs.saturating_mul(s * 2) <= fill {
+    while groups.saturating_mul(s * 2) <= most && s * 2 <= k / min_chunk {
         s *= 2;
     }
     (s >= 2).then_some(s)
@@ -155,6 +168,28 @@ fn splittable(k: &LKernel) -> bool {
         && k.combine == Some(Combine::Add)
         && k.domain.len() == k.n_par + 1
         && !loads
+}
+
+/// The output shape of matmul launch `k` (domain `[B..., M, N, K]`): skinny where `M` or `N`
+/// is at most `fbc_target::SKINNY_SIDE`, its lanes along k where the operand that reads the
+/// wide side has the reduction as its last index.
+fn shape(k: &LKernel) -> ProductShape {
+    let np = k.n_par;
+    let [m, n] = match k.domain[..np] {
+        [.., m, n] => [m, n],
+        _ => return ProductShape::Tiled,
+    };
+    if m.min(n) > fbc_target::SKINNY_SIDE {
+        return ProductShape::Tiled;
+    }
+    let wide = if n <= fbc_target::SKINNY_SIDE && m >= n { np - 2 } else { np - 1 };
+    let name = fbc_index::dim_name(wide);
+    let lanes_along_k = k
+        .inputs
+        .iter()
+        .find(|o| o.map.iter().any(|e| e.vars().contains(&name)))
+        .is_some_and(|o| o.map.last() == Some(&dim(np)));
+    ProductShape::Skinny { narrow: m.min(n), lanes_along_k }
 }
 
 /// `e` with domain index `Dim(i)` replaced by `dims[i]`.
@@ -191,12 +226,7 @@ pub(crate) fn split(
         let np = k.n_par;
         let chosen = if splittable(&k) {
             let outputs: u64 = k.domain[..np].iter().product();
-            // A matmul's parallel dimensions end with its rows and columns.
-            let narrow = match k.domain[..np] {
-                [.., r, c] => r.min(c),
-                _ => u64::MAX,
-            };
-            policy.chunks(outputs, narrow, k.domain[np], profile)
+            policy.chunks(outputs, shape(&k), k.domain[np], profile)
         } else {
             None
         };
@@ -352,37 +382,40 @@ mod tests {
     #[test]
     fn auto_splits_skinny_products_to_fill_the_device() {
         let nv = fbc_target::builtin("nvidia").unwrap();
-        // 132 CUs × 2048 = 270336 work-items.
-        // Skinny (a side of at most 16): outputs × S within that, chunks of at least 128.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 8192, &nv), Some(64)); // LoRA down x·A
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 2048, &nv), Some(16)); // LoRA q x·A
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 8, 512, &nv), Some(4)); // dA = xᵀ·d(xa)
-        assert_eq!(SplitK::Auto.chunks(8192 * 8, 8, 512, &nv), Some(4)); // dA of down
-        assert_eq!(SplitK::Auto.chunks(8192 * 16, 16, 512, &nv), Some(2));
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 300, &nv), Some(2));
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 255, &nv), None); // K too short to chunk
+        let k_lanes = ProductShape::Skinny { narrow: 8, lanes_along_k: true };
+        let w_lanes = ProductShape::Skinny { narrow: 8, lanes_along_k: false };
+        let tiled = ProductShape::Tiled;
+        // Skinny, on 132 CUs: at most 264 work-groups of 128 (lanes along k) or 1024 outputs.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 8192, &nv), Some(8)); // LoRA down x·A
+        assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 2048, &nv), Some(8)); // LoRA q x·A
+        assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 512, &nv), Some(4)); // chunks of 128
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, w_lanes, 512, &nv), Some(16)); // dA = xᵀ·d(xa)
+        assert_eq!(SplitK::Auto.chunks(8192 * 8, w_lanes, 512, &nv), Some(4)); // dA of down
+        let w16 = ProductShape::Skinny { narrow: 16, lanes_along_k: false };
+        assert_eq!(SplitK::Auto.chunks(8192 * 16, w16, 512, &nv), Some(4));
+        assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 255, &nv), None); // K too short to chunk
+        assert_eq!(SplitK::Auto.chunks(8192 * 8 * 8, k_lanes, 8192, &nv), None); // device full
 
         // Not skinny: the tiled kernel's 8 × 8 outputs per work-item, chunks of at least 256, or
         // 32 where at most 270336 / 256 = 1056 work-items.
-        assert_eq!(SplitK::Auto.chunks(32 * 32, 32, 8192, &nv), Some(256));
-        assert_eq!(SplitK::Auto.chunks(1057 * 64, 64, 2048, &nv), Some(8));
-        assert_eq!(SplitK::Auto.chunks(512 * 512, 512, 2048, &nv), Some(8)); // K projection (GQA)
-        assert_eq!(SplitK::Auto.chunks(512 * 2048, 512, 2048, &nv), Some(8)); // Q projection
-        assert_eq!(SplitK::Auto.chunks(512 * 8192, 512, 2048, &nv), Some(4)); // gate
-        assert_eq!(SplitK::Auto.chunks(2048 * 8192, 2048, 512, &nv), None); // dB of gate: full
+        assert_eq!(SplitK::Auto.chunks(32 * 32, tiled, 8192, &nv), Some(256));
+        assert_eq!(SplitK::Auto.chunks(1057 * 64, tiled, 2048, &nv), Some(8));
+        assert_eq!(SplitK::Auto.chunks(512 * 512, tiled, 2048, &nv), Some(8)); // K projection (GQA)
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 2048, &nv), Some(8)); // Q projection
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 2048, &nv), Some(4)); // gate
+        assert_eq!(SplitK::Auto.chunks(2048 * 8192, tiled, 512, &nv), None); // dB of gate: full
         let generic = fbc_target::builtin("generic").unwrap();
-        // 4 CUs × 2048 = 8192 work-items.
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 8192, &generic), Some(2));
-        assert_eq!(SplitK::Auto.chunks(2048 * 8, 8, 512, &generic), None);
-        assert_eq!(SplitK::Auto.chunks(32 * 32, 32, 8192, &generic), Some(32));
-        assert_eq!(SplitK::Auto.chunks(512 * 2048, 512, 2048, &generic), None);
-        // A CPU (16 cores × 16 resident work-items = 256) is full with any LoRA product.
+        // 4 CUs: at most 8 work-groups.
+        assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 8192, &generic), None);
+        assert_eq!(SplitK::Auto.chunks(128 * 8, k_lanes, 4096, &generic), None);
+        assert_eq!(SplitK::Auto.chunks(32 * 8, k_lanes, 4096, &generic), Some(4));
+        assert_eq!(SplitK::Auto.chunks(2048 * 8, w_lanes, 512, &generic), None);
+        assert_eq!(SplitK::Auto.chunks(32 * 32, tiled, 8192, &generic), Some(32));
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 2048, &generic), None);
         let cpu = fbc_target::builtin("cpu").unwrap();
-        assert_eq!(SplitK::Auto.chunks(512 * 8, 8, 8192, &cpu), None);
-        assert_eq!(SplitK::Auto.chunks(64, 8, 8192, &cpu), Some(4));
-        assert_eq!(SplitK::Auto.chunks(64, 32, 8192, &cpu), Some(32));
-        assert_eq!(SplitK::Fixed(7).chunks(1 << 30, 8, 100, &cpu), Some(7));
-        assert_eq!(SplitK::Fixed(7).chunks(4, 2, 6, &cpu), None);
-        assert_eq!(SplitK::Off.chunks(4, 2, 1 << 20, &cpu), None);
+        assert_eq!(SplitK::Auto.chunks(64, tiled, 8192, &cpu), Some(32));
+        assert_eq!(SplitK::Fixed(7).chunks(1 << 30, k_lanes, 100, &cpu), Some(7));
+        assert_eq!(SplitK::Fixed(7).chunks(4, tiled, 6, &cpu), None);
+        assert_eq!(SplitK::Off.chunks(4, tiled, 1 << 20, &cpu), None);
     }
 }
