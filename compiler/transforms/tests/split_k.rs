@@ -20,6 +20,16 @@ fn product(m: u64, k: u64, n: u64) -> String {
     )
 }
 
+/// `xᵀ·g` with `x: [k, m]`, `g: [k, n]`.
+fn product_ta(k: u64, m: u64, n: u64) -> String {
+    format!(
+        "func.func @f(%x: tensor<{k}x{m}xf32>, %g: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
+  %y = tensor.matmul %x, %g {{transpose_a = true}} : (tensor<{k}x{m}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  func.return %y : tensor<{m}x{n}xf32>
+}}"
+    )
+}
+
 /// A small LoRA product with a fused epilogue, `K = 10` split by 4: partial sums over four
 /// chunks of 2, a tail of 2 into slot 4, and the sum of the five slots followed by the scale and
 /// the residual add.
@@ -81,15 +91,22 @@ fn a_chunk_count_dividing_k_needs_no_tail() {
 
 #[test]
 fn auto_splits_skinny_products_and_leaves_square_ones() {
-    // LoRA down x·A on nvidia (132 compute units × 2048): 4096 outputs with a side of 8 (the
-    // skinny kernel), K = 8192 → 64 chunks of 128 (4096 × 64 = 262144 work-items).
+    // LoRA down x·A on nvidia (132 compute units): 4096 outputs with a side of 8 (the skinny
+    // kernel, lanes along k: 32 work-groups of 128 outputs), K = 8192 → 8 chunks of 1024 (256
+    // work-groups, at most two per compute unit).
     let m = parse(&product(512, 8192, 8));
     let (after, st) = lowered(&m, "lower-to-memory", "nvidia");
     assert_eq!(st.get("lower-to-memory", "split-k"), 1);
     let ks = kernels(&after);
-    assert_eq!(ks[0].source, "tensor.matmul[split-k 64]");
-    assert_eq!(ks[0].domain, vec![64, 512, 8, 128]);
-    assert_eq!(ks[1].source, "tensor.matmul[split-k 64 sum]");
+    assert_eq!(ks[0].source, "tensor.matmul[split-k 8]");
+    assert_eq!(ks[0].domain, vec![8, 512, 8, 1024]);
+    assert_eq!(ks[1].source, "tensor.matmul[split-k 8 sum]");
+    // Its weight gradient xᵀ·g (8192 × 8 outputs, K = 512): the wide operand's last index is the
+    // wide side (lanes along it: 64 work-groups of 1024 outputs) → 4 chunks.
+    let m = parse(&product_ta(512, 8192, 8));
+    let (after, _) = lowered(&m, "lower-to-memory", "nvidia");
+    assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 4]");
+    same_numbers(&m, &after, "xᵀ·g split");
     // A large product fills the device (2048×8192 outputs: 262144 work-items of 8 × 8): not
     // split, one launch.
     let m = parse(&product(2048, 512, 8192));
