@@ -852,14 +852,7 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
             let (out, got) = write_and_run_main(&lowered, kernels, &inputs, &case);
             assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
             assert_eq!(out.source.contains("Bs_next[u] = "), prefetch, "{case}: prefetch");
-            let (w, g) = (want[0].as_f32().expect("f32"), got.results[0].as_f32().expect("f32"));
-            // `--check`'s bound (the device may fuse `acc + a·b` into one rounding).
-            let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
-            assert_eq!(g.data().len(), w.data().len(), "{case}");
-            for (i, (x, y)) in g.data().iter().zip(w.data()).enumerate() {
-                let bound = 1e-5 + 1e-4 * (y.abs() + big);
-                assert!((x - y).abs() <= bound, "{case}: element {i}: {x} vs {y}");
-            }
+            within_check_bound(&want[0], &got.results[0], &case);
         }
     }
 }
@@ -926,18 +919,28 @@ fn skinny_contractions_match_the_reference_executor() {
             });
             let form = form.unwrap_or_else(|| panic!("{case}: no skinny kernel\n{}", out.source));
             forms.insert((o3, form));
-            let (w, g) = (want[0].as_f32().expect("f32"), got.results[0].as_f32().expect("f32"));
-            let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
-            assert_eq!(g.data().len(), w.data().len(), "{case}");
-            for (i, (x, y)) in g.data().iter().zip(w.data()).enumerate() {
-                let bound = 1e-5 + 1e-4 * (y.abs() + big);
-                assert!((x - y).abs() <= bound, "{case}: element {i}: {x} vs {y}");
-            }
+            within_check_bound(&want[0], &got.results[0], &case);
         }
     }
     let all: std::collections::BTreeSet<_> =
         [(false, "k"), (false, "wide"), (true, "k"), (true, "wide")].into_iter().collect();
     assert_eq!(forms, all, "both forms at both levels");
+}
+
+/// Asserts that the f32 result `got` is within `--check`'s bound of the reference `want` (the
+/// device may fuse `acc + a·b` into one rounding, and sum in another order).
+fn within_check_bound(
+    want: &fbc_runtime::interp::Value,
+    got: &fbc_runtime::interp::Value,
+    case: &str,
+) {
+    let (w, g) = (want.as_f32().expect("f32"), got.as_f32().expect("f32"));
+    let big = w.data().iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    assert_eq!(g.data().len(), w.data().len(), "{case}");
+    for (i, (x, y)) in g.data().iter().zip(w.data()).enumerate() {
+        let bound = 1e-5 + 1e-4 * (y.abs() + big);
+        assert!((x - y).abs() <= bound, "{case}: element {i}: {x} vs {y}");
+    }
 }
 
 /// Writes the lowered module `lowered` as OpenCL C with `kernels` and runs its `@main` on the
