@@ -75,27 +75,17 @@ impl Skinny<'_> {
     /// Wide indices a work-item of [`Lanes::K`] accumulates (its outputs at most
     /// `OUTS_PER_ITEM`); 1 for [`Lanes::Wide`] (times [`Skinny::v`]).
     pub fn rb(&self) -> u64 {
-        match self.lanes {
-            Lanes::K => (OUTS_PER_ITEM / self.j.max(1)).max(1),
-            Lanes::Wide => 1,
-        }
+        rows_per_item(self.lanes, self.j)
     }
 
     /// Wide indices one work-group covers.
     pub fn block(&self) -> u64 {
-        match self.lanes {
-            Lanes::K => self.group[1] * self.rb(),
-            Lanes::Wide => self.group[0] * self.v(),
-        }
+        block(self.lanes, self.group, self.j, self.v())
     }
 
     /// Bytes of local memory the kernel uses.
     pub fn local_bytes(&self) -> u64 {
-        let [gx, gy] = self.group;
-        4 * match self.lanes {
-            Lanes::K => gy * self.rb() * self.j * (gx + 1) + self.v() * gx * (self.j + 1),
-            Lanes::Wide => self.j * gy * self.block(),
-        }
+        local_bytes(self.lanes, self.group, self.j, self.v())
     }
 
     /// The global work size `[x, y, z]`.
@@ -115,42 +105,47 @@ impl Skinny<'_> {
         j: u64,
         texel: bool,
         max_group: u64,
-        local_bytes: u64,
+        local_limit: u64,
     ) -> [u64; 2] {
-        let mut s = Skinny {
-            name: "",
-            params: "",
-            comment: "",
-            wide: "",
-            narrow: "",
-            w: 1,
-            j,
-            k: 1,
-            batches: 1,
-            batch_decl: "",
-            wide_at: "",
-            wide_texel: texel.then_some(""),
-            narrow_at: "",
-            narrow_k_fastest: false,
-            store: "",
-            lanes,
-            group: [32, 8],
-            index: "int",
-        };
-        while s.group[1] > 1
-            && (s.group[0] * s.group[1] > max_group || s.local_bytes() > local_bytes)
-        {
-            s.group[1] /= 2;
+        let v = if texel { 4 } else { 1 };
+        let too_big =
+            |g: [u64; 2]| g[0] * g[1] > max_group || local_bytes(lanes, g, j, v) > local_limit;
+        let mut group = [32, 8];
+        while group[1] > 1 && too_big(group) {
+            group[1] /= 2;
         }
-        while s.group[0] > 1
-            && (s.group[0] * s.group[1] > max_group || s.local_bytes() > local_bytes)
-        {
-            s.group[0] /= 2;
+        while group[0] > 1 && too_big(group) {
+            group[0] /= 2;
         }
-        s.group
+        group
     }
 }
 
+/// [`Skinny::rb`] for a narrow side of `j`.
+fn rows_per_item(lanes: Lanes, j: u64) -> u64 {
+    match lanes {
+        Lanes::K => (OUTS_PER_ITEM / j.max(1)).max(1),
+        Lanes::Wide => 1,
+    }
+}
+
+/// [`Skinny::block`] for `group`, a narrow side of `j` and `v` values per read.
+fn block(lanes: Lanes, group: [u64; 2], j: u64, v: u64) -> u64 {
+    match lanes {
+        Lanes::K => group[1] * rows_per_item(lanes, j),
+        Lanes::Wide => group[0] * v,
+    }
+}
+
+/// [`Skinny::local_bytes`] for `group`, a narrow side of `j` and `v` values per read: the
+/// lanes' partials and, along k, one trip's narrow values.
+fn local_bytes(lanes: Lanes, group: [u64; 2], j: u64, v: u64) -> u64 {
+    let [gx, gy] = group;
+    4 * match lanes {
+        Lanes::K => gy * rows_per_item(lanes, j) * j * (gx + 1) + v * gx * (j + 1),
+        Lanes::Wide => j * gy * block(lanes, group, j, v),
+    }
+}
 /// The skinny contraction kernel of `s` (see [`Lanes`] for its two forms).
 pub fn skinny(s: &Skinny<'_>) -> String {
     let [gx, gy] = s.group;
