@@ -1663,7 +1663,9 @@ impl Cx<'_> {
 
     /// The skinny form of a contraction with a side of at most [`fbc_target::SKINNY_SIDE`]
     /// outputs (see [`fbc_kernels::Skinny`]), or `None` where its wide operand is read neither
-    /// contiguously along the reduction nor along its wide index (the tiled kernel then runs).
+    /// contiguously along the reduction nor along its wide index, or only along its wide index
+    /// over a reduction shorter than [`fbc_target::SKINNY_WIDE_MIN_K`] (the tiled kernel then
+    /// runs).
     fn skinny(
         &self,
         comment: &str,
@@ -1703,6 +1705,9 @@ impl Cx<'_> {
             }
             None => return None,
         };
+        if lanes == Lanes::Wide && k < fbc_target::SKINNY_WIDE_MIN_K {
+            return None;
+        }
         let texel = texel.as_deref();
         let group = fbc_kernels::Skinny::group_for(
             lanes,

@@ -133,13 +133,14 @@ mod opencl {
         let t = &o.stdout;
         // For the nvidia profile (132 compute units: at most 264 work-groups of the skinny
         // kernel) x·A (128 × 8 outputs, lanes along k: 8 groups, K = 4096) splits by 32, and
-        // xᵀ·g (4096 × 8 outputs, lanes along the 4096: 32 groups, K = 128) by 4: two partial
-        // sums and two sums.
+        // xᵀ·g (4096 × 8 outputs, lanes along the 4096: 32 groups, K = 128) by 4, into chunks
+        // of 32, too short for lanes along the wide side: the tiled kernel runs them. Two
+        // partial sums (skinny, tiled) and two sums.
         assert!(t.contains("strategy fblayout split-k=auto (-O3): 4 kernels"), "{t}");
         assert!(t.contains("strategy fblayout split-k=off (-O3): 2 kernels"), "{t}");
         assert!(t.contains("lora_matmul_xa_partial"), "{t}");
         assert!(t.contains("tensor.matmul[split-k 32] [skinny]"), "{t}");
-        assert!(t.contains("tensor.matmul[split-k 4] [skinny]"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 4] [tiled]"), "{t}");
         assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
         // For the generic profile (4 compute units: at most 8 groups) neither splits.
         let args = ["bench", &p, "--profile", "generic", "--split-k", "auto", "--repeat", "1"];

@@ -18,6 +18,7 @@ use std::path::Path;
 pub use error::{TargetError, ValidationProblem};
 pub use profile::{
     Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache, SKINNY_SIDE,
+    SKINNY_WIDE_MIN_K,
 };
 pub use table::summary_table;
 

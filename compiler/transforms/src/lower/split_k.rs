@@ -137,7 +137,9 @@ pub enum ProductShape {
 /// lanes, up to 16 outputs each) and `128 · narrow` along the wide side (32 lanes, a texel of
 /// four wide indices each). On the H200 (`tests/bench/h200.sh`, part lora, one call) the
 /// weight gradients 2048×512 · 512×8 took 0.011 ms split by 16 (256 groups) against 0.0185 by 4,
-/// and 8192×512 · 512×8 0.0186 ms by 4 (256 groups) against 0.0254 by 16.
+/// and 8192×512 · 512×8 0.0186 ms by 4 (256 groups) against 0.0254 by 16. Chunks that short
+/// along the wide side (below `fbc_target::SKINNY_WIDE_MIN_K`) then run in the tiled kernel,
+/// faster still at these counts (see that constant); the counts stay the ones measured best.
 fn skinny_chunks(outputs: u64, narrow: u64, lanes_along_k: bool, k: u64, cus: u32) -> Option<u64> {
     let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, 32) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
