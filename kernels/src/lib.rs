@@ -311,8 +311,10 @@ pub fn contraction(c: &Contraction<'_>) -> String {
             format!("; {} {what}", v.join(", "))
         }
     };
-    let mut notes =
-        sides(&|i| c.pad(i) > 0, "staged along k") + &sides(&|i| c.vec(i), "read as float4");
+    let texel = |i: usize| if i == 0 { c.a_texel.is_some() } else { c.b_texel.is_some() };
+    let mut notes = sides(&|i| c.pad(i) > 0, "staged along k")
+        + &sides(&texel, "staged a texel at a time")
+        + &sides(&|i| c.vec(i), "read as float4");
     if c.prefetch {
         notes.push_str("; the next step prefetched into registers");
     }

@@ -279,6 +279,70 @@ fn uses(e: &Expr, d: &str) -> bool {
     }
 }
 
+/// Whether `e` has one value over each aligned run `4q .. 4q + 3` of dimension `d` (the other
+/// dimensions fixed): `d` is read only through a floor division by a multiple of 4 (or a shift
+/// by at least 2) of an expression that is `4·Q + d mod 4`, `Q` itself constant over the run.
+/// A texel whose channel is `d mod 4` then holds the four values of a run, read at once.
+fn texel_invariant(e: &Expr, d: &str) -> bool {
+    use fbc_index::BinOp as O;
+    if !uses(e, d) {
+        return true;
+    }
+    match e {
+        Expr::Neg(a) => texel_invariant(a, d),
+        Expr::Bin(O::Add | O::Sub | O::Mul, a, b) => texel_invariant(a, d) && texel_invariant(b, d),
+        Expr::Bin(O::FloorDiv, a, c) => {
+            matches!(**c, Expr::Const(c) if c > 0 && c % 4 == 0) && quad(a, d)
+        }
+        Expr::Bin(O::Shr, a, s) => matches!(**s, Expr::Const(2..=62)) && quad(a, d),
+        _ => false,
+    }
+}
+
+/// Whether `e` is `4·Q + d mod 4` with `Q` constant over each aligned run of four values of `d`
+/// (see [`texel_invariant`]).
+fn quad(e: &Expr, d: &str) -> bool {
+    use fbc_index::BinOp as O;
+    let four = |c: &Expr| matches!(c, Expr::Const(c) if *c > 0 && c % 4 == 0);
+    match e {
+        Expr::Var(v) => v == d,
+        Expr::Bin(O::Mod, a, c) => four(c) && quad(a, d),
+        Expr::Bin(O::And, a, m) => {
+            matches!(**m, Expr::Const(m) if m >= 3 && (m + 1) & m == 0) && quad(a, d)
+        }
+        Expr::Bin(O::Add, a, b) => (quad(a, d) && step(b, d)) || (step(a, d) && quad(b, d)),
+        Expr::Bin(O::Sub, a, b) => quad(a, d) && step(b, d),
+        _ => false,
+    }
+}
+
+/// Whether `e` is a multiple of 4 that is constant over each aligned run of four values of `d`.
+fn step(e: &Expr, d: &str) -> bool {
+    use fbc_index::BinOp as O;
+    let four = |c: &Expr| matches!(c, Expr::Const(c) if c % 4 == 0);
+    texel_invariant(e, d)
+        && match e {
+            Expr::Const(c) => c % 4 == 0,
+            Expr::Neg(a) => step(a, d),
+            Expr::Bin(O::Add | O::Sub, a, b) => step(a, d) && step(b, d),
+            Expr::Bin(O::Mul, a, b) => four(a) || four(b),
+            Expr::Bin(O::Shl, _, s) => matches!(**s, Expr::Const(2..=62)),
+            _ => false,
+        }
+}
+
+/// Whether `e` is `d mod 4` (or `d & 3`, or `d` itself where `d` has extent 4): the channel of
+/// a texel that holds four consecutive values of `d`.
+fn channel_of(e: &Expr, d: &str, extent: u64) -> bool {
+    use fbc_index::BinOp as O;
+    match e {
+        Expr::Var(v) => v == d && extent == 4,
+        Expr::Bin(O::Mod, a, c) => **c == Expr::Const(4) && quad(a, d),
+        Expr::Bin(O::And, a, m) => **m == Expr::Const(3) && quad(a, d),
+        _ => false,
+    }
+}
+
 fn map_uses(m: &IndexMap, dim: usize) -> bool {
     m.dims.get(dim).is_some_and(|d| m.results.iter().any(|e| uses(e, d)))
 }
@@ -1502,8 +1566,9 @@ impl Cx<'_> {
         };
         let a_at = when(&a_ok, self.read(a, &a_dims)?.0, "0.0f");
         let b_at = when(&b_ok, self.read(b, &b_dims)?.0, "0.0f");
-        // Texel-wide staging: the operand's channel is the innermost dimension (extent 4) of the
-        // reduction or of its own rows/columns, and x and y do not depend on it.
+        // Texel-wide staging: the operand's channel is the innermost dimension of the reduction
+        // or of its own rows/columns (extent 4), or that dimension mod 4 (extent a multiple of
+        // 4), and x and y are the same over each aligned run of four of its values.
         let texel_read = |i: usize, ds: &[String], along: [(&[usize], fbc_kernels::Along); 2]| {
             along.into_iter().find_map(|(axis, al)| {
                 // Under a guard only along the reduction: four rows or columns of one texel
@@ -1513,11 +1578,11 @@ impl Cx<'_> {
                 }
                 let j = *axis.last()?;
                 let mp = &k.maps[i];
-                let ch = Expr::Var(mp.dims[j].clone());
+                let v = &mp.dims[j];
                 let ok = self.is_image(i)
-                    && k.domain[j] == 4
-                    && mp.results[2] == ch
-                    && !mp.results[..2].iter().any(|e| uses(e, &mp.dims[j]));
+                    && k.domain[j] % 4 == 0
+                    && channel_of(&mp.results[2], v, k.domain[j])
+                    && mp.results[..2].iter().all(|e| texel_invariant(e, v));
                 ok.then(|| self.texel(i, ds).map(|t| (t, al)))
             })
         };
@@ -1750,5 +1815,69 @@ impl Cx<'_> {
             checked: false,
             shape: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{channel_of, texel_invariant};
+    use fbc_index::Expr;
+
+    fn e(s: &str) -> Expr {
+        s.parse().unwrap_or_else(|err| panic!("{s}: {err:?}"))
+    }
+
+    /// Where `texel_invariant` says yes, the expression takes one value over every aligned run
+    /// of four values of `d7` (checked for `d7 < 128` and a spread of the other dimensions);
+    /// where it says no, some run gives two values.
+    #[test]
+    fn texel_invariance_is_what_evaluation_shows() {
+        let cases = [
+            ("d1 floordiv 16 * 8 + d7 mod 32 floordiv 4", true),
+            ("d0 * 128 + (d3 + (d1 mod 16 * 2 + d7 floordiv 32) * 4)", true),
+            ("(d7 + d1 * 8) floordiv 4", true),
+            ("(d1 * 4 + d7) mod 64 floordiv 8", true),
+            ("(d7 & 31) >> 2", true),
+            ("(d7 - d1 * 4) floordiv 4 + d1", true),
+            ("d1 + 3", true),
+            ("d7 floordiv 2", false),
+            ("(d7 + d1) floordiv 4", false),
+            ("(d7 + 2) floordiv 4", false),
+            ("d7 mod 6 floordiv 4", false),
+            ("d7 mod 4", false),
+            ("d7 >> 1", false),
+            ("(d7 * 2) floordiv 4", false),
+        ];
+        for (src, want) in cases {
+            let x = e(src);
+            assert_eq!(texel_invariant(&x, "d7"), want, "{src}");
+            let mut constant = true;
+            for d1 in [0, 1, 3, 5, 17] {
+                for q in 0..32 {
+                    let at = |r: i64| {
+                        x.eval(&|v| match v {
+                            "d7" => Some(4 * q + r),
+                            "d1" => Some(d1),
+                            _ => Some(2),
+                        })
+                        .expect("evaluates")
+                    };
+                    constant &= (1..4).all(|r| at(r) == at(0));
+                }
+            }
+            assert_eq!(constant, want, "{src}: evaluation");
+        }
+    }
+
+    #[test]
+    fn texel_channels() {
+        assert!(channel_of(&e("d7 mod 4"), "d7", 64));
+        assert!(channel_of(&e("d7 & 3"), "d7", 64));
+        assert!(channel_of(&e("(d7 + d1 * 4) mod 4"), "d7", 64));
+        assert!(channel_of(&e("d7"), "d7", 4));
+        assert!(!channel_of(&e("d7"), "d7", 8));
+        assert!(!channel_of(&e("d7 mod 8"), "d7", 64));
+        assert!(!channel_of(&e("(d7 + 1) mod 4"), "d7", 64));
+        assert!(!channel_of(&e("d1 mod 4"), "d7", 64));
     }
 }
