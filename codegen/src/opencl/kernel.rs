@@ -1190,6 +1190,28 @@ impl Cx<'_> {
         } else {
             None
         };
+        // A group reduction whose innermost reduced dimension is the channel of an input image
+        // (extent 4, x and y not depending on it) reads a texel per step: each work-item
+        // combines the four values of every `g`th texel, in channel order.
+        let by_texel = group.is_some()
+            && !image_out
+            && n > p + 1
+            && k.domain[n - 1] == 4
+            && k.guard.is_none()
+            && (0..k.maps.len()).any(|i| {
+                let m = &k.maps[i];
+                let ch = Expr::Var(m.dims[n - 1].clone());
+                i != out
+                    && self.is_image(i)
+                    && !self.map_checked(i)
+                    && m.results[2] == ch
+                    && !m.results[..2].iter().any(|e| uses(e, &m.dims[n - 1]))
+            });
+        // Its work-items stride the texels: at most one per texel.
+        let group = match group {
+            Some(g) if by_texel => Some(g.min(1 << (63 - (reduced / 4).max(1).leading_zeros()))),
+            g => g,
+        };
         let columns = if group.is_none()
             && k.combine.is_some()
             && n > p
@@ -1215,9 +1237,10 @@ impl Cx<'_> {
         s.push_str(comment);
         let _ = writeln!(s, "__kernel void {}({}) {{", k.name, self.params());
         if let Some(g) = group {
+            let what = if by_texel { "texel (four values, in channel order)" } else { "value" };
             let _ = writeln!(
                 s,
-                "  // One work-group of {g} per output: each work-item combines every {g}th value, a tree combines theirs.\n  __local float fbc_red[{}];\n  const {ix} gid = get_group_id(0);\n  const int lid = (int)get_local_id(0);",
+                "  // One work-group of {g} per output: each work-item combines every {g}th {what}, a tree combines theirs.\n  __local float fbc_red[{}];\n  const {ix} gid = get_group_id(0);\n  const int lid = (int)get_local_id(0);",
                 g * channels.len() as u64
             );
         } else if let Some([c, l]) = columns {
@@ -1275,13 +1298,15 @@ impl Cx<'_> {
                     indent.push_str("  ");
                 }
                 Some((first, g)) => {
-                    let _ = writeln!(
-                        s,
-                        "  for ({ix} r = {first}; r < {}; r += {g}) {{",
-                        w.lit(reduced)
-                    );
+                    let (steps, outer) = if by_texel {
+                        (reduced / 4, &k.domain[p..n - 1])
+                    } else {
+                        (reduced, &k.domain[p..])
+                    };
+                    let _ =
+                        writeln!(s, "  for ({ix} r = {first}; r < {}; r += {g}) {{", w.lit(steps));
                     indent.push_str("  ");
-                    for (j, e) in unflatten("r", &k.domain[p..], w).into_iter().enumerate() {
+                    for (j, e) in unflatten("r", outer, w).into_iter().enumerate() {
                         let _ = writeln!(s, "{indent}const {ix} d{} = {e};", p + j);
                     }
                 }
@@ -1295,11 +1320,20 @@ impl Cx<'_> {
             }
             // The four channels of an image output share their input texels: each is read once
             // per step, into a `float4` (see the elementwise case below).
-            if image_out {
+            if image_out || by_texel {
                 *self.texels.borrow_mut() = Some(Vec::new());
             }
             let mut lines = String::new();
-            for (&c, g) in channels.iter().zip(&guards) {
+            if by_texel {
+                // The channel dimension at 0..3: the four reads share one texel.
+                for c in 0..4 {
+                    let mut dims = names.clone();
+                    dims[n - 1] = w.lit(c);
+                    let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
+                    let _ = writeln!(lines, "{indent}{}", combine_into(comb, "acc", &v));
+                }
+            }
+            for (&c, g) in channels.iter().zip(&guards).filter(|_| !by_texel) {
                 let dims = dims_of(c);
                 let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
                 let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);

@@ -614,6 +614,49 @@ fn contractions_stage_whole_texels_along_any_side() {
     }
 }
 
+/// Row reductions over an R-Tile image whose channel is the innermost reduced dimension: 8 rows
+/// of 32 texels (128 values each), summed and maximised.
+const TEXEL_REDUCTION: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<1024xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %ma = memory.upload %a {layout = #layout.linear} : (tensor<1024xf32>) -> !memory.buffer<1024, f32>
+  %ia = memory.alloc : () -> !memory.image2d<[32, 8], f32>
+  memory.launch %ma, %ia {kernel = "pack", source = "layout.convert", domain = [8, 32, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d0 * 128 + d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<1024, f32>, !memory.image2d<[32, 8], f32>) -> ()
+  %s = memory.alloc : () -> !memory.buffer<8, f32>
+  memory.launch %ia, %s {kernel = "row_sum", source = "tensor.reduce_sum", domain = [8, 32, 4], iterators = ["parallel", "reduction", "reduction"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d0)], body = "x0", combine = "add"} : (!memory.image2d<[32, 8], f32>, !memory.buffer<8, f32>) -> ()
+  %m = memory.alloc : () -> !memory.buffer<8, f32>
+  memory.launch %ia, %m {kernel = "row_max", source = "tensor.reduce_max", domain = [8, 32, 4], iterators = ["parallel", "reduction", "reduction"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d0)], body = "x0", combine = "max"} : (!memory.image2d<[32, 8], f32>, !memory.buffer<8, f32>) -> ()
+  %ys = memory.download %s {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
+  %ym = memory.download %m {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
+  func.return %ys, %ym : (tensor<8xf32>, tensor<8xf32>) -> ()
+}
+"#;
+
+/// A work-group reduction over an image whose channel is the innermost reduced dimension reads
+/// a texel per step (one `read_imagef` for four values, combined in channel order), with one
+/// work-item per texel at most (32 texels: a group of 32), and gives the exact sums and maxima.
+#[test]
+fn group_reductions_read_whole_texels() {
+    if !have_device() {
+        return;
+    }
+    let (a, b) = exact_inputs(1024);
+    let (out, dump) = run_exact("texel_reduction", TEXEL_REDUCTION, &a, &b);
+    for k in ["row_sum", "row_max"] {
+        let src = std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
+        let body = src.split("__kernel").nth(1).expect("a kernel");
+        assert!(body.contains("One work-group of 32 per output: each work-item combines every 32th texel (four values, in channel order)"), "{src}");
+        assert!(body.contains("t0.s3") && !body.contains("fbc_ch(read"), "{src}");
+    }
+    let bytes = std::fs::read(&out).expect("outputs");
+    let (sum, max) =
+        (read_safetensors_f32(&bytes, "result0"), read_safetensors_f32(&bytes, "result1"));
+    for r in 0..8 {
+        let row = &a[r * 128..(r + 1) * 128];
+        // Quarters and halves: exact in f32 in any order.
+        assert_eq!(sum[r], row.iter().sum::<f32>(), "sum of row {r}");
+        assert_eq!(max[r], row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)), "max of row {r}");
+    }
+}
+
 /// A safetensors file with one F32 vector.
 fn safetensors_f32(name: &str, v: &[f32]) -> Vec<u8> {
     let header = format!(
