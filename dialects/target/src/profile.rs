@@ -47,11 +47,11 @@ pub const SKINNY_SIDE: u64 = 16;
 
 /// The shortest reduction the skinny kernel takes with its lanes along the wide side (8 rows of
 /// lanes striding the reduction, their partials added at the end): a shorter one, a split-K
-/// chunk, runs in the tiled kernel. On the H200 (`tests/bench/h200.sh`, part lora, one call)
-/// the weight gradients 2048×512 · 512×8 and 8192×512 · 512×8 split into chunks of 32 to 128
-/// took 0.0066-0.0106 and 0.0121-0.0213 ms per partial launch in the tiled kernel against
-/// 0.0095-0.0145 and 0.0153-0.0231 ms in the skinny one; unsplit (k = 512) the skinny kernel
-/// took 0.0194 and 0.0235 ms against the tiled kernel's 0.0277 and 0.0364.
+/// chunk, runs in the tiled kernel. On the H200 (`tests/bench/h200.sh`, part lora, one call,
+/// split-k 4, 8 and 16) the weight gradients 2048×512 · 512×8 and 8192×512 · 512×8 took
+/// 0.0078-0.0106 and 0.0121-0.0213 ms per partial launch in the tiled kernel against
+/// 0.0109-0.0145 and 0.0154-0.0231 ms in the skinny one; unsplit (k = 512) the skinny kernel
+/// took 0.0219 and 0.0235 ms against the tiled kernel's 0.0272 and 0.0364.
 pub const SKINNY_WIDE_MIN_K: u64 = 256;
 
 /// The tiled contraction kernel's parameters that a profile sets for its device: the analytic
