@@ -1158,8 +1158,32 @@ impl Cx<'_> {
         let n = k.domain.len();
         let out = self.out();
         let image_out = self.is_image(out);
-        // The work-item dimensions: every parallel dim, except the channel of an image output.
-        let wi = if image_out {
+        // An elementwise launch into an f32 buffer whose last dimension (extent 4) is the
+        // channel of an input image and runs along four aligned, consecutive output elements
+        // (`4·Q + d`): a work-item computes the four from one texel read and stores them with
+        // one `vstore4`.
+        let vec_out = !image_out
+            && k.combine.is_none()
+            && k.guard.is_none()
+            && n == p
+            && p > 0
+            && k.domain[p - 1] == 4
+            && self.types[out].elem == ElemType::F32
+            && !self.map_checked(out)
+            && quad(&k.maps[out].results[0], &k.maps[out].dims[p - 1])
+            && (0..k.maps.len()).any(|i| {
+                let m = &k.maps[i];
+                i != out
+                    && self.is_image(i)
+                    && !self.map_checked(i)
+                    && m.results[2] == Expr::Var(m.dims[p - 1].clone())
+                    && !m.results[..2].iter().any(|e| uses(e, &m.dims[p - 1]))
+            });
+        // The work-item dimensions: every parallel dim, except the channel of an image output
+        // (or of a four-wide store).
+        let wi = if vec_out {
+            p - 1
+        } else if image_out {
             if p == 0 || k.domain[p - 1] != 4 {
                 return Err(
                     "an image output needs the channel (extent 4) as its last parallel dimension"
@@ -1231,7 +1255,7 @@ impl Cx<'_> {
             (None, None) => None,
         };
         let channels: Vec<Option<u64>> =
-            if image_out { (0..4).map(Some).collect() } else { vec![None] };
+            if image_out || vec_out { (0..4).map(Some).collect() } else { vec![None] };
         let (w, ix) = (self.w, self.w.ty());
         let mut s = String::new();
         s.push_str(comment);
@@ -1408,7 +1432,7 @@ impl Cx<'_> {
             // The channels of a texel usually read the same input texels: each is read once,
             // into a `float4`, when at least one channel's guard holds (a texel is in range
             // wherever a channel that reads it is computed).
-            if image_out {
+            if image_out || vec_out {
                 *self.texels.borrow_mut() = Some(Vec::new());
             }
             let mut lines = String::new();
@@ -1448,6 +1472,10 @@ impl Cx<'_> {
                 .collect();
             let v = self.texel_value(&vs.join(", "));
             let _ = writeln!(s, "  {}", self.image_store(&x, &y, &v, &dims));
+        } else if vec_out {
+            let off = self.coord(out, 0, &dims_of(Some(0)))?;
+            let vs: Vec<String> = values.into_iter().map(as_f).collect();
+            let _ = writeln!(s, "  vstore4((float4)({}), 0, x{out} + ({off}));", vs.join(", "));
         } else {
             let mut dims = dims_of(None);
             for d in dims.iter_mut().skip(p) {

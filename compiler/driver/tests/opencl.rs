@@ -615,8 +615,10 @@ fn contractions_stage_whole_texels_along_any_side() {
 }
 
 /// Row reductions over an R-Tile image whose channel is the innermost reduced dimension: 8 rows
-/// of 32 texels (128 values each), summed and maximised.
-const TEXEL_REDUCTION: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<1024xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+/// of 32 texels (128 values each), summed and maximised; the image unpacked (doubled) into a
+/// buffer where its channel runs along four consecutive elements, and transposed where it
+/// does not.
+const TEXEL_REDUCTION: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<1024xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<1024xf32>, tensor<1024xf32>) {
   %ma = memory.upload %a {layout = #layout.linear} : (tensor<1024xf32>) -> !memory.buffer<1024, f32>
   %ia = memory.alloc : () -> !memory.image2d<[32, 8], f32>
   memory.launch %ma, %ia {kernel = "pack", source = "layout.convert", domain = [8, 32, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d0 * 128 + d1 * 4 + d2), (d0, d1, d2) -> (d1, d0, d2)], body = "x0"} : (!memory.buffer<1024, f32>, !memory.image2d<[32, 8], f32>) -> ()
@@ -624,17 +626,26 @@ const TEXEL_REDUCTION: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tenso
   memory.launch %ia, %s {kernel = "row_sum", source = "tensor.reduce_sum", domain = [8, 32, 4], iterators = ["parallel", "reduction", "reduction"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d0)], body = "x0", combine = "add"} : (!memory.image2d<[32, 8], f32>, !memory.buffer<8, f32>) -> ()
   %m = memory.alloc : () -> !memory.buffer<8, f32>
   memory.launch %ia, %m {kernel = "row_max", source = "tensor.reduce_max", domain = [8, 32, 4], iterators = ["parallel", "reduction", "reduction"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d0)], body = "x0", combine = "max"} : (!memory.image2d<[32, 8], f32>, !memory.buffer<8, f32>) -> ()
+  %u = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %ia, %u {kernel = "unpack", source = "layout.convert", domain = [8, 32, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d0 * 128 + d1 * 4 + d2)], body = "x0 * 2.0"} : (!memory.image2d<[32, 8], f32>, !memory.buffer<1024, f32>) -> ()
+  %t = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %ia, %t {kernel = "unpack_t", source = "layout.convert", domain = [8, 32, 4], iterators = ["parallel", "parallel", "parallel"], maps = [(d0, d1, d2) -> (d1, d0, d2), (d0, d1, d2) -> (d2 * 256 + d1 * 8 + d0)], body = "x0"} : (!memory.image2d<[32, 8], f32>, !memory.buffer<1024, f32>) -> ()
   %ys = memory.download %s {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
   %ym = memory.download %m {layout = #layout.linear} : (!memory.buffer<8, f32>) -> tensor<8xf32>
-  func.return %ys, %ym : (tensor<8xf32>, tensor<8xf32>) -> ()
+  %yu = memory.download %u {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  %yt = memory.download %t {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  func.return %ys, %ym, %yu, %yt : (tensor<8xf32>, tensor<8xf32>, tensor<1024xf32>, tensor<1024xf32>) -> ()
 }
 "#;
 
 /// A work-group reduction over an image whose channel is the innermost reduced dimension reads
 /// a texel per step (one `read_imagef` for four values, combined in channel order), with one
 /// work-item per texel at most (32 texels: a group of 32), and gives the exact sums and maxima.
+/// An elementwise launch from that image into four consecutive, aligned buffer elements per
+/// texel computes them in one work-item and stores them with one `vstore4`; into a transposed
+/// buffer it stores one element per work-item. Both give the image's values.
 #[test]
-fn group_reductions_read_whole_texels() {
+fn image_reads_take_whole_texels_in_reductions_and_four_wide_stores() {
     if !have_device() {
         return;
     }
@@ -646,9 +657,21 @@ fn group_reductions_read_whole_texels() {
         assert!(body.contains("One work-group of 32 per output: each work-item combines every 32th texel (four values, in channel order)"), "{src}");
         assert!(body.contains("t0.s3") && !body.contains("fbc_ch(read"), "{src}");
     }
+    let src = |k: &str| std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
+    let (unpack, unpack_t) = (src("unpack"), src("unpack_t"));
+    assert!(unpack.contains("if (gid >= 256) return;") && unpack.contains("vstore4("), "{unpack}");
+    assert!(unpack_t.contains("if (gid >= 1024) return;"), "{unpack_t}");
+    assert!(!unpack_t.split("__kernel").nth(1).unwrap_or_default().contains("vstore4"));
     let bytes = std::fs::read(&out).expect("outputs");
     let (sum, max) =
         (read_safetensors_f32(&bytes, "result0"), read_safetensors_f32(&bytes, "result1"));
+    let doubled: Vec<f32> = a.iter().map(|v| v * 2.0).collect();
+    assert_eq!(read_safetensors_f32(&bytes, "result2"), doubled, "unpacked");
+    let t = read_safetensors_f32(&bytes, "result3");
+    for (i, &v) in a.iter().enumerate() {
+        let (row, x, c) = (i / 128, (i / 4) % 32, i % 4);
+        assert_eq!(t[c * 256 + x * 8 + row], v, "transposed {i}");
+    }
     for r in 0..8 {
         let row = &a[r * 128..(r + 1) * 128];
         // Quarters and halves: exact in f32 in any order.
