@@ -125,13 +125,18 @@ pub const FAULT_DIMS: usize = 8;
 /// memory combines their partial results, in an order fixed by the group size (so results are
 /// the same run to run). The group is the largest power of two up to 256 (and the
 /// device's limit) that is no larger than the reduction.
+/// The largest power of two no larger than `x` (1 for `x ≤ 1`).
+fn floor_pow2(x: u64) -> u64 {
+    1u64 << (63 - x.max(1).leading_zeros())
+}
+
 pub fn group_reduction(items: u64, reduced: u64, opts: &KernelOptions) -> Option<u64> {
     const MIN_REDUCED: u64 = 128;
     if reduced < MIN_REDUCED || items.saturating_mul(4) > opts.resident {
         return None;
     }
     let most = 256.min(opts.max_group).min(reduced);
-    (most >= 2).then(|| 1u64 << (63 - most.leading_zeros()))
+    (most >= 2).then(|| floor_pow2(most))
 }
 
 /// The shape `[C, L]` of the column-group form of a reduction with `items` outputs, each
@@ -152,7 +157,7 @@ pub fn column_reduction(items: u64, reduced: u64, opts: &KernelOptions) -> Optio
     }
     let group = 256.min(opts.max_group);
     let lanes = group / COLS;
-    (lanes >= 2).then(|| [COLS, 1u64 << (63 - lanes.leading_zeros())])
+    (lanes >= 2).then(|| [COLS, floor_pow2(lanes)])
 }
 
 /// The C statement that combines value `v` into accumulator `acc` (`max` propagates NaN).
@@ -669,6 +674,19 @@ impl Cx<'_> {
         format!(", fbc_err, {}, {})", self.fault_id, self.fault_args(dims))
     }
 
+    /// Whether each texel operand `i` reads holds four consecutive values of domain dimension
+    /// `d`: an image whose channel is `d` (extent 4) or `d mod 4` (extent a multiple of 4),
+    /// its x and y the same over each aligned run of four values of `d` (see
+    /// [`texel_invariant`]).
+    fn texel_holds(&self, i: usize, d: usize) -> bool {
+        let (m, extent) = (&self.k.maps[i], self.k.domain[d]);
+        let v = &m.dims[d];
+        self.is_image(i)
+            && extent % 4 == 0
+            && channel_of(&m.results[2], v, extent)
+            && m.results[..2].iter().all(|e| texel_invariant(e, v))
+    }
+
     /// Whether buffer operand `i`'s element offset steps by exactly one along domain dimension
     /// `d`, from the origin (a layout heuristic: only the staging order depends on it).
     fn unit_stride(&self, i: usize, d: usize) -> bool {
@@ -1171,14 +1189,8 @@ impl Cx<'_> {
             && self.types[out].elem == ElemType::F32
             && !self.map_checked(out)
             && quad(&k.maps[out].results[0], &k.maps[out].dims[p - 1])
-            && (0..k.maps.len()).any(|i| {
-                let m = &k.maps[i];
-                i != out
-                    && self.is_image(i)
-                    && !self.map_checked(i)
-                    && m.results[2] == Expr::Var(m.dims[p - 1].clone())
-                    && !m.results[..2].iter().any(|e| uses(e, &m.dims[p - 1]))
-            });
+            && (0..k.maps.len())
+                .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, p - 1));
         // The work-item dimensions: every parallel dim, except the channel of an image output
         // (or of a four-wide store).
         let wi = if vec_out {
@@ -1222,18 +1234,11 @@ impl Cx<'_> {
             && n > p + 1
             && k.domain[n - 1] == 4
             && k.guard.is_none()
-            && (0..k.maps.len()).any(|i| {
-                let m = &k.maps[i];
-                let ch = Expr::Var(m.dims[n - 1].clone());
-                i != out
-                    && self.is_image(i)
-                    && !self.map_checked(i)
-                    && m.results[2] == ch
-                    && !m.results[..2].iter().any(|e| uses(e, &m.dims[n - 1]))
-            });
+            && (0..k.maps.len())
+                .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, n - 1));
         // Its work-items stride the texels: at most one per texel.
         let group = match group {
-            Some(g) if by_texel => Some(g.min(1 << (63 - (reduced / 4).max(1).leading_zeros()))),
+            Some(g) if by_texel => Some(g.min(floor_pow2(reduced / 4))),
             g => g,
         };
         let columns = if group.is_none()
@@ -1639,13 +1644,7 @@ impl Cx<'_> {
                     return None;
                 }
                 let j = *axis.last()?;
-                let mp = &k.maps[i];
-                let v = &mp.dims[j];
-                let ok = self.is_image(i)
-                    && k.domain[j] % 4 == 0
-                    && channel_of(&mp.results[2], v, k.domain[j])
-                    && mp.results[..2].iter().all(|e| texel_invariant(e, v));
-                ok.then(|| self.texel(i, ds).map(|t| (t, al)))
+                self.texel_holds(i, j).then(|| self.texel(i, ds).map(|t| (t, al)))
             })
         };
         use fbc_kernels::Along;
