@@ -579,7 +579,7 @@ fn contractions_stage_whole_texels_along_any_side() {
     }
     let (a, b) = exact_inputs(1024);
     let (out, dump) = run_exact("texel_staging", TEXEL_STAGING, &a, &b);
-    let src = |k: &str| std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
+    let src = |k: &str| dumped_kernel(&dump, k);
     let (mm1, mm2) = (src("mm1"), src("mm2"));
     // mm1: `a` four reduction steps per texel, `b` four columns per texel.
     assert!(mm1.contains("As[4 * (t / ") && mm1.contains("vstore4(v, 0, &Bs["), "{mm1}");
@@ -591,9 +591,8 @@ fn contractions_stage_whole_texels_along_any_side() {
     assert!(mm3.contains("As[4 * (t / ") && mm3.contains("vstore4(v, 0, &Bs["), "{mm3}");
     assert!(mm4.contains("vstore4(v, 0, &As[") && mm4.contains("Bs[4 * (t / "), "{mm4}");
     for k in [&mm1, &mm2, &mm3, &mm4] {
-        let body = k.split("__kernel").nth(1).expect("a kernel");
-        assert!(body.contains("a, b staged a texel at a time"), "{k}");
-        assert!(!body.contains("fbc_ch(read"), "no single-channel reads: {k}");
+        assert!(k.contains("a, b staged a texel at a time"), "{k}");
+        assert!(!k.contains("fbc_ch(read"), "no single-channel reads: {k}");
     }
     let bytes = std::fs::read(&out).expect("outputs");
     let (c1, c2) =
@@ -652,16 +651,14 @@ fn image_reads_take_whole_texels_in_reductions_and_four_wide_stores() {
     let (a, b) = exact_inputs(1024);
     let (out, dump) = run_exact("texel_reduction", TEXEL_REDUCTION, &a, &b);
     for k in ["row_sum", "row_max"] {
-        let src = std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
-        let body = src.split("__kernel").nth(1).expect("a kernel");
-        assert!(body.contains("One work-group of 32 per output: each work-item combines every 32th texel (four values, in channel order)"), "{src}");
-        assert!(body.contains("t0.s3") && !body.contains("fbc_ch(read"), "{src}");
+        let body = dumped_kernel(&dump, k);
+        assert!(body.contains("One work-group of 32 per output: each work-item combines every 32th texel (four values, in channel order)"), "{body}");
+        assert!(body.contains("t0.s3") && !body.contains("fbc_ch(read"), "{body}");
     }
-    let src = |k: &str| std::fs::read_to_string(dump.join(format!("{k}.cl"))).expect("dumped");
-    let (unpack, unpack_t) = (src("unpack"), src("unpack_t"));
+    let (unpack, unpack_t) = (dumped_kernel(&dump, "unpack"), dumped_kernel(&dump, "unpack_t"));
     assert!(unpack.contains("if (gid >= 256) return;") && unpack.contains("vstore4("), "{unpack}");
     assert!(unpack_t.contains("if (gid >= 1024) return;"), "{unpack_t}");
-    assert!(!unpack_t.split("__kernel").nth(1).unwrap_or_default().contains("vstore4"));
+    assert!(!unpack_t.contains("vstore4"), "{unpack_t}");
     let bytes = std::fs::read(&out).expect("outputs");
     let (sum, max) =
         (read_safetensors_f32(&bytes, "result0"), read_safetensors_f32(&bytes, "result1"));
@@ -678,6 +675,14 @@ fn image_reads_take_whole_texels_in_reductions_and_four_wide_stores() {
         assert_eq!(sum[r], row.iter().sum::<f32>(), "sum of row {r}");
         assert_eq!(max[r], row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)), "max of row {r}");
     }
+}
+
+/// Kernel `name` as `--dump-kernels` wrote it into `dump`, from its `__kernel` on (without the
+/// helpers every source starts with).
+fn dumped_kernel(dump: &std::path::Path, name: &str) -> String {
+    let src = std::fs::read_to_string(dump.join(format!("{name}.cl"))).expect("dumped");
+    let at = src.find("__kernel").unwrap_or_else(|| panic!("{name}: no kernel\n{src}"));
+    src[at..].to_string()
 }
 
 /// A safetensors file with one F32 vector.
