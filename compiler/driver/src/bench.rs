@@ -149,6 +149,10 @@ pub struct KernelFigures {
     pub skinny: bool,
     pub conversion: bool,
     pub median_ns: u64,
+    /// Where the launch lay in the last timed run: its start after the run's first launch
+    /// started, and its device time (`--timeline` draws these).
+    pub start_ns: u64,
+    pub last_ns: u64,
     pub flops: u64,
     pub bytes: u64,
     pub gflops: f64,
@@ -206,30 +210,42 @@ fn per_s(units: u64, ns: u64) -> f64 {
     }
 }
 
+/// A launch's device times as the runtime measured them (`fbc_runtime`'s `LaunchTime`, which
+/// exists only with OpenCL): the median of the timed runs, and the last timed run's start and
+/// duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchTimes {
+    pub median_ns: u64,
+    pub start_ns: u64,
+    pub last_ns: u64,
+}
+
 /// The figures of a run's launch times against the manifest of its function.
 pub fn figures(
     strategy: &str,
     level: u8,
     f: &fbc_codegen::opencl::FunctionManifest,
-    medians: &[u64],
+    times: &[LaunchTimes],
     plan_memory: std::collections::BTreeMap<String, f64>,
     launch_host_ns: u64,
     device_peak_bytes: u64,
 ) -> StrategyFigures {
     let kernels: Vec<KernelFigures> = f
         .launches()
-        .zip(medians)
-        .map(|(l, &ns)| KernelFigures {
+        .zip(times)
+        .map(|(l, t)| KernelFigures {
             kernel: l.kernel.clone(),
             source: l.source.clone(),
             tiled: l.tiled,
             skinny: l.skinny,
             conversion: l.source.contains(LayoutOp::Convert.name()),
-            median_ns: ns,
+            median_ns: t.median_ns,
+            start_ns: t.start_ns,
+            last_ns: t.last_ns,
             flops: l.flops,
             bytes: l.bytes,
-            gflops: per_s(l.flops, ns),
-            gbps: per_s(l.bytes, ns),
+            gflops: per_s(l.flops, t.median_ns),
+            gbps: per_s(l.bytes, t.median_ns),
         })
         .collect();
     let total_ns: u64 = kernels.iter().map(|k| k.median_ns).sum();
@@ -299,15 +315,24 @@ pub fn table(s: &StrategyFigures) -> String {
 }
 
 #[cfg(not(feature = "opencl"))]
-pub(crate) fn device(_driver: &crate::Driver, _a: &BenchArgs) -> Result<(), crate::Failure> {
+pub(crate) fn device(
+    _driver: &crate::Driver,
+    _a: &BenchArgs,
+    _quiet: bool,
+) -> Result<(), crate::Failure> {
     Err(crate::run_cmd::opencl::no_opencl())
 }
 
+/// `fbc bench` on an OpenCL device; `quiet` (`-q`) hides the progress bars.
 #[cfg(feature = "opencl")]
-pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate::Failure> {
+pub(crate) fn device(
+    driver: &crate::Driver,
+    a: &BenchArgs,
+    quiet: bool,
+) -> Result<(), crate::Failure> {
     use crate::run_cmd::opencl as rc;
     use crate::Failure;
-    use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
+    use fbc_runtime::device::opencl::{DeviceSel, Progress, RunOptions};
 
     if a.target != "opencl" {
         return Err(Failure::Usage(format!(
@@ -342,27 +367,45 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
         let c = rc::compile(&session, &a.file, a.entry.as_deref(), !a.plain_kernels, tuned)?;
         let fname = c.entry_name();
         let inputs = c.inputs(None, Some(a.seed))?;
-        let opts = RunOptions {
+        let label = if a.split_k.is_empty() {
+            s.cli_name().to_string()
+        } else {
+            format!("{} split-k={split_k}", s.cli_name())
+        };
+        let mut opts = RunOptions {
             device: DeviceSel::parse(&a.device.device),
             repeat: a.repeat.max(1),
             device_memory: a.device.device_memory.runtime(),
             ..RunOptions::default()
         };
+        let bar = crate::progress::bar(opts.runs() as u64, label.clone(), quiet || a.json);
+        let ticks = bar.clone();
+        opts.progress =
+            Some(Progress(std::sync::Arc::new(move |done| ticks.set_position(done as u64))));
         let res = fbc_runtime::device::opencl::run(
             &c.out.source,
             &c.out.manifest,
             &fname,
             &inputs,
             &opts,
-        )
-        .map_err(|e| rc::device_failure(&c.file.name, &e))?;
+        );
+        bar.finish_and_clear();
+        let res = res.map_err(|e| rc::device_failure(&c.file.name, &e))?;
         device_name = res.device.clone();
         let f = c
             .out
             .manifest
             .function(&fname)
             .ok_or_else(|| Failure::Usage(format!("no function @{fname} in the manifest")))?;
-        let medians: Vec<u64> = res.launches.iter().map(|l| l.median_ns()).collect();
+        let times: Vec<LaunchTimes> = res
+            .launches
+            .iter()
+            .map(|l| LaunchTimes {
+                median_ns: l.median_ns(),
+                start_ns: l.start_ns,
+                last_ns: l.ns.last().copied().unwrap_or(0),
+            })
+            .collect();
         let plan: std::collections::BTreeMap<String, f64> = c
             .stats
             .counters
@@ -370,21 +413,8 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
             .filter(|((pass, _), _)| pass == "plan-memory")
             .map(|((_, k), v)| (k.clone(), *v as f64))
             .collect();
-        let label = if a.split_k.is_empty() {
-            s.cli_name().to_string()
-        } else {
-            format!("{} split-k={split_k}", s.cli_name())
-        };
         let host_ns = res.launch_host_ns;
-        runs.push(figures(
-            &label,
-            session.level,
-            f,
-            &medians,
-            plan,
-            host_ns,
-            res.device_peak_bytes,
-        ));
+        runs.push(figures(&label, session.level, f, &times, plan, host_ns, res.device_peak_bytes));
     }
     if let Some((fb, faster)) = fblayout_losses(&runs) {
         for r in faster {
@@ -397,6 +427,15 @@ pub(crate) fn device(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate:
                 fb.total_ns as f64 / r.total_ns as f64,
             );
         }
+    }
+    if let Some(path) = &a.timeline {
+        let html = crate::timeline::html(
+            &a.file.display().to_string(),
+            &device_name,
+            a.repeat.max(1),
+            &runs,
+        );
+        crate::output::write_atomic(path, html.as_bytes())?;
     }
     let base = runs.first().map_or(0, |r| r.total_ns);
     let ratios: Vec<(String, f64)> = runs

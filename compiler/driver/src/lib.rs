@@ -14,10 +14,14 @@ mod cli;
 mod gen_cmd;
 mod opencl_emit;
 mod output;
+// Its users, `fbc bench` and `fbc tune`, are built with the `opencl` feature only.
+#[cfg_attr(not(feature = "opencl"), allow(dead_code))]
+mod progress;
 pub mod report;
 mod run_cmd;
 mod session;
 mod simplify_cmd;
+pub mod timeline;
 pub mod tuning;
 
 use std::ffi::OsString;
@@ -236,10 +240,10 @@ impl Driver {
                 output::write_text(None, &fbc_target::summary_table(&profiles))
             }
             Some(Command::SimplifyIndex(a)) => simplify_cmd::run(a),
-            Some(Command::Tune(a)) => tuning::tune(self, a),
+            Some(Command::Tune(a)) => tuning::tune(self, a, cli.quiet),
             Some(Command::Bench(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
-                bench::device(self, a)
+                bench::device(self, a, cli.quiet)
             }
             Some(Command::BenchParse(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));

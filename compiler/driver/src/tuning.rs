@@ -140,13 +140,21 @@ pub fn with_candidate(
 }
 
 #[cfg(not(feature = "opencl"))]
-pub(crate) fn tune(_driver: &crate::Driver, _a: &TuneArgs) -> Result<(), crate::Failure> {
+pub(crate) fn tune(
+    _driver: &crate::Driver,
+    _a: &TuneArgs,
+    _quiet: bool,
+) -> Result<(), crate::Failure> {
     Err(crate::run_cmd::opencl::no_opencl())
 }
 
-/// `fbc tune`: see the module documentation.
+/// `fbc tune`: see the module documentation. `quiet` (`-q`) hides the progress bar.
 #[cfg(feature = "opencl")]
-pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Failure> {
+pub(crate) fn tune(
+    driver: &crate::Driver,
+    a: &TuneArgs,
+    quiet: bool,
+) -> Result<(), crate::Failure> {
     use crate::run_cmd::opencl as rc;
     use crate::Failure;
     use fbc_codegen::opencl::{DeviceTuning, Options, Writer};
@@ -166,13 +174,7 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
     // Device time of each shape class's launches under each candidate (None: not run).
     let mut times: BTreeMap<String, Vec<Option<u64>>> = BTreeMap::new();
     let mut launches: BTreeMap<String, usize> = BTreeMap::new();
-    let bar = indicatif::ProgressBar::new(candidates.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "tuning {bar:30} {pos}/{len} parameter sets, {elapsed} ({msg})",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = crate::progress::bar(candidates.len() as u64, "parameter sets", quiet);
     let start = std::time::Instant::now();
     let mut skipped = 0usize;
     for (i, &cand) in candidates.iter().enumerate() {
@@ -181,7 +183,7 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             break;
         }
         bar.set_message(format!(
-            "group {:?} per_item {:?} tile_k {} local_vector {} prefetch {}",
+            "parameter set group {:?} per_item {:?} tile_k {} local_vector {} prefetch {}",
             cand.0, cand.1, cand.2, cand.3, cand.5
         ));
         let opts = Options { kernels: with_candidate(profile, cand), ..Options::default() };
@@ -200,7 +202,8 @@ pub(crate) fn tune(driver: &crate::Driver, a: &TuneArgs) -> Result<(), crate::Fa
             // The profile's own parameters must run; a candidate the device refuses (too much
             // local memory, too large a group) is left out.
             Err(e) if i > 0 => {
-                bar.println(format!("candidate {cand:?} does not run here: {e}"));
+                // (`println` of a hidden bar prints nothing: the note goes to stderr itself.)
+                bar.suspend(|| eprintln!("candidate {cand:?} does not run here: {e}"));
                 bar.inc(1);
                 continue;
             }

@@ -302,6 +302,28 @@ func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256
     assert!(o.stderr.starts_with("fbc: error: cannot read hardware profile"), "{}", o.stderr);
 }
 
+/// `-q` is global: accepted on either side of a subcommand's name (the options of `fbc FILE`
+/// given before one are refused), and it changes no output.
+#[test]
+fn quiet_stands_on_either_side_of_a_subcommand_and_changes_no_output() {
+    let dir = scratch("quiet");
+    let input = write(&dir, "good.fbir", GOOD.as_bytes());
+    let plain = fbc(&["opt", &input]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    for args in [["-q", "opt", &input], ["opt", &input, "-q"], ["opt", "--quiet", &input]] {
+        let o = fbc(&args);
+        assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (0, plain.stdout.as_str(), ""));
+    }
+    let o = fbc(&[&input, "-q", "--emit", "ir"]);
+    assert_eq!((o.code, o.stderr.as_str()), (0, ""));
+    assert_eq!(o.stdout, fbc(&[&input, "--emit", "ir"]).stdout);
+    let o = fbc(&["-O3", "opt", &input]);
+    assert_eq!(
+        (o.code, o.stderr.as_str()),
+        (2, "fbc: error: -O belongs to `fbc FILE`, not to `fbc opt`\n")
+    );
+}
+
 /// `--emit memory` writes the lowered module; it parses back, and printing it again (`fbc opt`)
 /// changes nothing. `--half-images` applies to it; to `--emit ir` it does not (exit 2).
 #[test]

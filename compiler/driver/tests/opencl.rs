@@ -3,7 +3,7 @@
 //! `|device - reference| <= 1e-5 + 1e-4·(|reference| + max|reference|)` per element: every op at
 //! -O0 and at -O3 with each layout strategy, attention, generated training steps; the OpenCL C
 //! compiles as CL1.2 and CL3.0; images larger than the device allows are refused clearly;
-//! `--substitute-kernel`, the program cache and `fbc bench --json`.
+//! `--substitute-kernel`, the program cache, `fbc bench --json` and `--timeline`.
 //!
 //! No silent skips: without an OpenCL device these tests fail when `CI=true` and only print a
 //! notice and pass when `CI` is unset (a developer machine without PoCL).
@@ -866,6 +866,81 @@ fn bench_json_has_the_documented_shape() {
     let o = common::fbc(&["bench", p.to_str().unwrap_or_default(), "--repeat", "1"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("strategy fblayout (-O3):"), "{}", o.stdout);
+}
+
+/// `examples/matmul_fb.fbir` at a size PoCL runs in moments: the weight read by two matmuls
+/// that reduce along different axes, which the convert strategy converts.
+const MATMUL_FB_SMALL: &str = r#"func.func @matmul_fb(%a: tensor<64x128xf32>, %b: tensor<128x256xf32>, %do: tensor<64x256xf32>) -> (tensor<64x256xf32>, tensor<64x128xf32>) {
+  %o = tensor.matmul %a, %b : (tensor<64x128xf32>, tensor<128x256xf32>) -> tensor<64x256xf32>
+  %da = tensor.matmul %do, %b {transpose_b = true} : (tensor<64x256xf32>, tensor<128x256xf32>) -> tensor<64x128xf32>
+  func.return %o, %da : (tensor<64x256xf32>, tensor<64x128xf32>) -> ()
+}
+"#;
+
+/// `fbc bench --timeline`: one row per strategy compared, one bar per launch the run reports
+/// (convert's conversion kernels drawn as conversions), the first at the run's start; and the
+/// progress bars never reach standard output, nor a standard error that is not a terminal, with
+/// `-q` on either side of `bench` or without it.
+#[test]
+fn bench_timeline_draws_every_launch_and_progress_stays_off_a_pipe() {
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("timeline.fbir", MATMUL_FB_SMALL);
+    let p = p.to_str().unwrap_or_default();
+    let html = common::scratch("timeline").join("t.html");
+    let t = html.to_str().unwrap_or_default();
+    let o = common::fbc(&[
+        "bench",
+        p,
+        "--compare",
+        "fblayout,convert",
+        "--repeat",
+        "1",
+        "--json",
+        "--timeline",
+        t,
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+    let html = std::fs::read_to_string(&html).expect("the timeline is written");
+    let rows: Vec<&str> = html.split("<g class=\"row\">").skip(1).collect();
+    let runs = j["runs"].as_array().expect("runs");
+    assert_eq!(rows.len(), runs.len());
+    for (row, run) in rows.iter().zip(runs) {
+        let kernels = run["kernels"].as_array().expect("kernels");
+        assert_eq!(row.matches("<rect class=\"k k-").count(), kernels.len(), "{row}");
+        for k in kernels {
+            let name = k["kernel"].as_str().unwrap_or_default();
+            assert!(row.contains(&format!("<title>{name}\n")), "{name} in {row}");
+            assert!(k["last_ns"].as_u64().is_some_and(|n| n > 0), "{k}");
+        }
+        assert_eq!(kernels[0]["start_ns"], 0, "{run}");
+        // One in-order queue: each launch starts once the one before it ended.
+        let span = |k: &serde_json::Value| {
+            let (s, n) = (k["start_ns"].as_u64().unwrap_or(0), k["last_ns"].as_u64().unwrap_or(0));
+            (s, s + n)
+        };
+        for w in kernels.windows(2) {
+            assert!(span(&w[1]).0 >= span(&w[0]).1, "{} starts before {} ends", w[1], w[0]);
+        }
+        let conversions = row.matches("<rect class=\"k k-conversion\"").count() as u64;
+        assert_eq!(Some(conversions), run["conversion_kernels"].as_u64(), "{row}");
+    }
+    assert!(runs[1]["conversion_kernels"].as_u64() > Some(0), "convert converts");
+    let plain = common::fbc(&["bench", p, "--repeat", "2"]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    for o in [
+        plain,
+        common::fbc(&["-q", "bench", p, "--repeat", "2"]),
+        common::fbc(&["bench", p, "--repeat", "2", "-q"]),
+    ] {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.stdout.starts_with(&format!("{p} on ")), "{}", o.stdout);
+        for s in [&o.stdout, &o.stderr] {
+            assert!(!s.contains(['\r', '\u{1b}', '█', '░']), "progress drawn: {s:?}");
+        }
+    }
 }
 
 #[test]

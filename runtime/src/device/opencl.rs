@@ -18,7 +18,9 @@
 //!   against the device's limits, and `f16` images against its supported image formats, before
 //!   anything is created.
 //! - **Launches** go to one in-order queue with profiling enabled; each launch's device time
-//!   (`END - START` of its event, in ns) is reported per kernel and run.
+//!   (`END - START` of its event, in ns) is reported per kernel and run, and for the last timed
+//!   run also where it started (`START` after the run's first launch's `START`: `fbc bench
+//!   --timeline`).
 //! - **Faults**: launches with a `fault_id` check the accesses the compiler could not prove in
 //!   range (data-dependent `xK[e]` loads); they take one error buffer, created and zero-filled
 //!   once per run and read once after the queue finishes (no synchronisation per launch). A
@@ -211,9 +213,32 @@ pub struct RunOptions {
     /// are reported either way.
     pub show_build_warnings: bool,
     pub device_memory: DeviceMemory,
+    /// Told after each run, the warm-up included, how many of the [`RunOptions::runs`] are done:
+    /// the caller's progress display (the runtime draws nothing itself).
+    pub progress: Option<Progress>,
+}
+
+/// A callback of [`RunOptions::progress`]: it gets the number of runs done.
+#[derive(Clone)]
+pub struct Progress(pub std::sync::Arc<dyn Fn(usize) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress(..)")
+    }
 }
 
 impl RunOptions {
+    /// How many times the function runs: one warm-up run and [`RunOptions::repeat`] timed ones,
+    /// or one run (timed) for a `repeat` of 0.
+    pub fn runs(&self) -> usize {
+        if self.repeat == 0 {
+            1
+        } else {
+            self.repeat + 1
+        }
+    }
+
     /// The options `clBuildProgram` gets: [`RunOptions::build_options`], with `-w` unless
     /// warnings are shown.
     fn effective_build_options(&self) -> String {
@@ -258,6 +283,11 @@ pub struct LaunchTime {
     pub kernel: String,
     /// Nanoseconds of each timed run.
     pub ns: Vec<u64>,
+    /// When the launch started in the last timed run: nanoseconds after that run's first launch
+    /// started (the `START`s of their profiling events). With the last of [`LaunchTime::ns`],
+    /// where the launch lay on the device's timeline; the gaps between launches are the
+    /// device idling or the queue's own overhead.
+    pub start_ns: u64,
 }
 
 impl LaunchTime {
@@ -814,9 +844,11 @@ pub fn run(
         }
     }
     let n_launch = f.launches().count();
-    let mut times: Vec<LaunchTime> =
-        f.launches().map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new() }).collect();
-    let runs = if opts.repeat == 0 { 1 } else { opts.repeat + 1 };
+    let mut times: Vec<LaunchTime> = f
+        .launches()
+        .map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new(), start_ns: 0 })
+        .collect();
+    let runs = opts.runs();
     let mut results = vec![None; f.results.len()];
     let errors = if f.launches().any(|l| l.fault_id.is_some()) {
         Some(
@@ -1008,9 +1040,16 @@ pub fn run(
             }
         }
         if timed {
+            let mut first = None;
             for (t, ev) in times.iter_mut().zip(&events) {
-                t.ns.push(event_ns(ev)?);
+                let (start, end) = event_span(ev)?;
+                let first = *first.get_or_insert(start);
+                t.ns.push(end.saturating_sub(start));
+                t.start_ns = start.saturating_sub(first);
             }
+        }
+        if let Some(p) = &opts.progress {
+            (p.0)(run + 1);
         }
     }
     let results = results
@@ -1113,7 +1152,8 @@ fn bad_id(id: usize) -> OpenClError {
     OpenClError::Manifest(format!("storage id {id} is not in the storage table"))
 }
 
-fn event_ns(ev: &Event) -> Result<u64, OpenClError> {
+/// The `START` and `END` of an event's command, in the device's nanoseconds.
+fn event_span(ev: &Event) -> Result<(u64, u64), OpenClError> {
     let start = match ev.profiling_info(ProfilingInfo::Start).map_err(ocl_err)? {
         ProfilingInfoResult::Start(v) => v,
         _ => 0,
@@ -1122,7 +1162,7 @@ fn event_ns(ev: &Event) -> Result<u64, OpenClError> {
         ProfilingInfoResult::End(v) => v,
         _ => 0,
     };
-    Ok(end.saturating_sub(start))
+    Ok((start, end))
 }
 
 fn check_inputs(f: &FunctionManifest, inputs: &[Value]) -> Result<(), OpenClError> {

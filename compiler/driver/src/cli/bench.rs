@@ -55,6 +55,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Also write the last timed run's kernels as a timeline (one self-contained HTML file: one
+    /// row per strategy, a bar per launch at its device start and time, coloured by op kind).
+    #[arg(long, value_name = "OUT.html")]
+    pub timeline: Option<PathBuf>,
+
     /// When contractions split their reduction into parallel chunks (lower-to-memory's
     /// `split-k`): auto, off or a chunk count N; several (`auto,off`) run side by side, each
     /// with every strategy.

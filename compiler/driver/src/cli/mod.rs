@@ -57,6 +57,11 @@ pub struct Cli {
     #[arg(long = "load-pass-plugin", value_name = "PATH", global = true)]
     pub load_pass_plugin: Vec<PathBuf>,
 
+    /// Draw no progress bars (`fbc bench`, `fbc tune`). They are drawn on standard error only,
+    /// and never under `--json` or when standard error is not a terminal.
+    #[arg(short = 'q', long, global = true)]
+    pub quiet: bool,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -70,7 +75,7 @@ pub(crate) enum ParseError {
 
 /// Parses a command line (`args[0]` is the program name). Options of `fbc FILE` given before a
 /// subcommand are refused rather than ignored (`fbc -O3 opt x.fbir`); only the global ones
-/// (`--load-pass-plugin`) may stand on either side of the subcommand's name.
+/// (`--load-pass-plugin`, `-q`) may stand on either side of the subcommand's name.
 pub(crate) fn parse<I, T>(args: I) -> Result<Cli, ParseError>
 where
     I: IntoIterator<Item = T>,
