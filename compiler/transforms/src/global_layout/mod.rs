@@ -84,7 +84,7 @@
 
 mod plan;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use fbc_dialects::kind::{FuncOp, LayoutOp, OpKind, TensorOp as T};
 use fbc_dialects::layout::{Layout, RTile, Storage};
@@ -99,6 +99,7 @@ use crate::layout::candidates;
 use crate::layout::perf_model::{self, Consumer, TensorDesc};
 use crate::layout::rtile::{select, CandidateReader};
 use crate::target::{PassResult, TargetOption};
+use petgraph::unionfind::UnionFind;
 use plan::Planner;
 
 pub const NAME: &str = "global-layout";
@@ -489,14 +490,7 @@ impl<'a> Ctx<'a> {
     /// Chains: anchors joined by conflicts under `plan` (each anchor with its preference).
     fn chains(&self, m: &Module, plan: &Planner<'_>) -> Vec<Vec<usize>> {
         let n = self.anchors.len();
-        let mut parent: Vec<usize> = (0..n).collect();
-        fn find(p: &mut [usize], mut x: usize) -> usize {
-            while p[x] != x {
-                p[x] = p[p[x]];
-                x = p[x];
-            }
-            x
-        }
+        let mut sets: UnionFind<usize> = UnionFind::new(n);
         let mut joined = vec![false; n];
         for (op, _, _) in plan.converts() {
             // The anchor to vary: the converted assign, or the assign reading a converted view.
@@ -526,19 +520,21 @@ impl<'a> Ctx<'a> {
                 }
             }
             let Some(j) = producer.and_then(|o| self.primary_anchor(m, plan, o)) else { continue };
-            let (a, b) = (find(&mut parent, k), find(&mut parent, j));
-            parent[a] = b;
+            sets.union(k, j);
             joined[k] = true;
             joined[j] = true;
         }
-        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (k, &j) in joined.iter().enumerate() {
-            if j {
-                let r = find(&mut parent, k);
-                groups.entry(r).or_default().push(k);
-            }
+        // Each set once, in the order of its first anchor (anchors are in program order).
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<usize, usize> = HashMap::new();
+        for k in (0..n).filter(|&k| joined[k]) {
+            let g = *group_of.entry(sets.find_mut(k)).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(k);
         }
-        groups.into_values().filter(|g| g.len() >= 2).collect()
+        groups.into_iter().filter(|g| g.len() >= 2).collect()
     }
 
     /// Size-ranked candidate tiles of a chain.
