@@ -23,6 +23,7 @@ mod session;
 mod simplify_cmd;
 pub mod timeline;
 pub mod tuning;
+mod viz_cmd;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -240,6 +241,7 @@ impl Driver {
                 output::write_text(None, &fbc_target::summary_table(&profiles))
             }
             Some(Command::SimplifyIndex(a)) => simplify_cmd::run(a),
+            Some(Command::Viz(a)) => viz_cmd::run(self, a),
             Some(Command::Tune(a)) => tuning::tune(self, a, cli.quiet),
             Some(Command::Bench(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));

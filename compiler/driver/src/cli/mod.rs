@@ -9,6 +9,7 @@ mod bench;
 mod gen;
 mod run;
 mod tune;
+mod viz;
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ pub use bench::BenchArgs;
 pub use gen::GenArgs;
 pub use run::RunArgs;
 pub use tune::TuneArgs;
+pub use viz::VizArgs;
 
 use crate::{Driver, Failure, Session};
 
@@ -31,6 +33,8 @@ Examples:
   fbc model.fbir -O3 --target mali -o out/             OpenCL C + launch manifest in out/
   fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
   fbc tune model.fbir --device 0 --budget 120          tune its contractions for the device
+  fbc viz model.fbir -O3 --target mali -o model.html   graph, layouts and placements as a page
+  fbc viz model.fbir --tensor q2_rt --svg -o q2.svg    one tensor's placement as SVG
   fbc passes                                           list passes and their options
   fbc targets                                          list hardware profiles";
 
@@ -128,6 +132,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Time contraction parameter sets on a device and store the fastest per shape class.
     Tune(TuneArgs),
+    /// Draw the compiled graph with its layouts and each tensor's R-Tile placement (HTML or SVG).
+    Viz(VizArgs),
 }
 
 #[derive(Debug, Args)]

@@ -19,7 +19,9 @@
 //!   (reshape/transpose ops still in the graph).
 //! - `index-simplify` simplifies every `layout.remap` map with the egg simplifier (`fbc-index`)
 //!   under the ranges of the result's indices. Statistics: `divmod-before`, `divmod-after`
-//!   (div/mod operations per map, after strength reduction: shifts and masks are not div/mod).
+//!   (div/mod operations per map, after strength reduction: shifts and masks are not div/mod);
+//!   the record `index-simplify` lists every remap (`result`, the map `before` and `after`,
+//!   `divmod_before`, `divmod_after`), which `fbc viz` shows.
 //!
 //! Every rewrite is exact on logical values (a remap gathers exactly what the chain computed), so
 //! the interpreter gives the same numbers before and after whichever tile is chosen; the tile only
@@ -354,6 +356,7 @@ impl Pass for IndexSimplify {
         let mut cache: HashMap<(String, Vec<u64>), (Attr, usize, usize)> = HashMap::new();
         let limits = Limits::default();
         let (mut before, mut after) = (0usize, 0usize);
+        let mut remaps = Vec::new();
         for op in m.all_ops().collect::<Vec<_>>() {
             let d = m.op(op);
             if !LayoutOp::Remap.is(d) {
@@ -387,10 +390,27 @@ impl Pass for IndexSimplify {
             };
             before += b;
             after += a;
+            let name = d
+                .results
+                .first()
+                .map(|&r| crate::layout::analysis::value_name(m, r))
+                .unwrap_or_default();
+            let after_text = match &attr {
+                Attr::Map(a) => a.to_string(),
+                other => other.to_string(),
+            };
+            remaps.push(serde_json::json!({
+                "result": name,
+                "before": map.to_string(),
+                "after": after_text,
+                "divmod_before": b,
+                "divmod_after": a,
+            }));
             m.set_attr(op, "map", attr);
         }
         cx.stats.add("index-simplify", "divmod-before", before as i64);
         cx.stats.add("index-simplify", "divmod-after", after as i64);
+        cx.stats.records.insert("index-simplify".into(), serde_json::json!({ "remaps": remaps }));
         Ok(())
     }
 }
