@@ -11,13 +11,16 @@
 //! - [`device`]: running on a device: `device::opencl` (feature `opencl`) runs the kernels
 //!   `fbc-codegen` writes on an OpenCL device; `device::cpu_jit` (feature `jit`) runs lowered
 //!   modules with native code from the Cranelift back end;
-//! - [`limits`]: the memory limit every run is checked against before it allocates.
+//! - [`limits`]: the memory limit every run is checked against before it allocates;
+//! - [`weights`]: tiled, checksummed weight files (`.fbw`, `fbc pack`), f32/f16/INT8/INT4, and
+//!   their validating reader.
 
 pub mod device;
 pub mod exec;
 pub mod interp;
 pub mod limits;
 pub mod reference;
+pub mod weights;
 
 pub use interp::{
     check_equivalent, random_inputs, InterpError, Interpreter, Mode, Options, Tolerance, Value,

@@ -14,6 +14,7 @@ mod cli;
 mod gen_cmd;
 mod opencl_emit;
 mod output;
+mod pack_cmd;
 // Its users, `fbc bench` and `fbc tune`, are built with the `opencl` feature only.
 #[cfg_attr(not(feature = "opencl"), allow(dead_code))]
 mod progress;
@@ -242,6 +243,7 @@ impl Driver {
             }
             Some(Command::SimplifyIndex(a)) => simplify_cmd::run(a),
             Some(Command::Viz(a)) => viz_cmd::run(self, a),
+            Some(Command::Pack(a)) => pack_cmd::run(a),
             Some(Command::Tune(a)) => tuning::tune(self, a, cli.quiet),
             Some(Command::Bench(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));

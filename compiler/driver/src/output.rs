@@ -55,6 +55,26 @@ fn write_stdout(text: &str) -> Result<(), Failure> {
     }
 }
 
+/// Writes `path` through `write` on a temporary sibling file, renamed into place only when
+/// `write` succeeds (removed otherwise): for outputs streamed rather than held in memory.
+pub(crate) fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}.fbc-tmp-{}", std::process::id()));
+    pending(&tmp);
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| write(&mut f).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done(&tmp);
+    result.map_err(|e| Failure::Usage(format!("cannot write {}: {e}", path.display())))
+}
+
 /// Writes bytes to `path` through a temporary file and a rename.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));

@@ -38,7 +38,7 @@
 mod check;
 pub(crate) mod io;
 mod jit;
-mod mapped;
+pub(crate) mod mapped;
 pub(crate) mod opencl;
 
 pub(crate) use opencl::devices;

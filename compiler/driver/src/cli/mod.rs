@@ -7,6 +7,7 @@
 
 mod bench;
 mod gen;
+mod pack;
 mod run;
 mod tune;
 mod viz;
@@ -17,6 +18,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use bench::BenchArgs;
 pub use gen::GenArgs;
+pub use pack::PackArgs;
 pub use run::RunArgs;
 pub use tune::TuneArgs;
 pub use viz::VizArgs;
@@ -33,6 +35,7 @@ Examples:
   fbc model.fbir -O3 --target mali -o out/             OpenCL C + launch manifest in out/
   fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
   fbc tune model.fbir --device 0 --budget 120          tune its contractions for the device
+  fbc pack w.safetensors -o w.fbw --quant int4 --group 64   tiled, quantised weights
   fbc viz model.fbir -O3 --target mali -o model.html   graph, layouts and placements as a page
   fbc viz model.fbir --tensor q2_rt --svg -o q2.svg    one tensor's placement as SVG
   fbc passes                                           list passes and their options
@@ -132,6 +135,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Time contraction parameter sets on a device and store the fastest per shape class.
     Tune(TuneArgs),
+    /// Pack a safetensors file into a tiled, checksummed `.fbw` weight file (f32, f16, int8,
+    /// int4), or validate one (`--inspect`).
+    Pack(PackArgs),
     /// Draw the compiled graph with its layouts and each tensor's R-Tile placement (HTML or SVG).
     Viz(VizArgs),
 }

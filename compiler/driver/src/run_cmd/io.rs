@@ -188,7 +188,7 @@ pub(crate) fn encode_outputs(
 /// The first key that the JSON header of safetensors bytes `file` gives twice. The safetensors
 /// crate keeps the last of duplicates silently; a file that names one tensor twice is ambiguous,
 /// so it is refused. `None` for a header that is not a JSON object (the crate reports that).
-fn duplicate_header_key(file: &[u8]) -> Option<String> {
+pub(crate) fn duplicate_header_key(file: &[u8]) -> Option<String> {
     use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
 
     struct FirstDuplicate;
