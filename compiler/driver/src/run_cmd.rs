@@ -84,8 +84,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let func = entry(&module, a.entry.as_deref(), &file)?;
     let mode = if a.f64 { Mode::F64 } else { Mode::F32 };
     check_memory(&file, &module, func, mode)?;
-    let inputs =
-        io::read_inputs(&module, func, a.inputs.as_deref(), a.random_inputs, mode, &file.name)?;
+    let inputs = io::read_inputs(&module, func, a.sources(), mode, &file.name)?;
 
     let start = Instant::now();
     let interp = Interpreter::with_options(&module, Options { mode, ..Options::default() });

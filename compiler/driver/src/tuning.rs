@@ -167,7 +167,8 @@ pub(crate) fn tune(
     let c = rc::compile(&session, &a.file, a.entry.as_deref(), true, Entries::default())?;
     let profile = &session.profile;
     let fname = c.entry_name();
-    let inputs = c.inputs(None, Some(a.seed))?;
+    let inputs =
+        c.inputs(crate::run_cmd::io::Sources { seed: Some(a.seed), ..Default::default() })?;
     let own = candidate_of(&fbc_codegen::opencl::KernelOptions::for_target(profile));
     let mut candidates = vec![own];
     candidates.extend(CANDIDATES.iter().copied().filter(|&c| c != own));

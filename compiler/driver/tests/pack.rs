@@ -122,3 +122,107 @@ fn damaged_and_unsupported_inputs_are_errors_that_write_nothing() {
     assert_eq!(o.code, 1);
     assert!(o.stderr.contains("truncated: the header says"), "{}", o.stderr);
 }
+
+/// A gated MLP with an output projection, small enough for the interpreter: hidden 64, FFN
+/// 256, sequence 8, 96 logits.
+const MLP: &str = r#"func.func @mlp(%x: tensor<1x8x64xf32>, %norm: tensor<64xf32>, %wg: tensor<64x256xf32>, %wu: tensor<64x256xf32>, %wd: tensor<256x64xf32>, %wout: tensor<64x96xf32>) -> tensor<1x8x96xf32> {
+  %h = tensor.rmsnorm %x, %norm {eps = 1.0e-05} : (tensor<1x8x64xf32>, tensor<64xf32>) -> tensor<1x8x64xf32>
+  %g = tensor.matmul %h, %wg : (tensor<1x8x64xf32>, tensor<64x256xf32>) -> tensor<1x8x256xf32>
+  %u = tensor.matmul %h, %wu : (tensor<1x8x64xf32>, tensor<64x256xf32>) -> tensor<1x8x256xf32>
+  %a = tensor.silu %g : (tensor<1x8x256xf32>) -> tensor<1x8x256xf32>
+  %m = tensor.mul %a, %u : (tensor<1x8x256xf32>, tensor<1x8x256xf32>) -> tensor<1x8x256xf32>
+  %d = tensor.matmul %m, %wd : (tensor<1x8x256xf32>, tensor<256x64xf32>) -> tensor<1x8x64xf32>
+  %y = tensor.add %x, %d : (tensor<1x8x64xf32>, tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+  %r = tensor.matmul %y, %wout : (tensor<1x8x64xf32>, tensor<64x96xf32>) -> tensor<1x8x96xf32>
+  func.return %r : tensor<1x8x96xf32>
+}
+"#;
+
+/// Deterministic values in [-scale, scale].
+fn pseudo(n: usize, seed: u64, scale: f32) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .flat_map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (((s >> 33) as f32 / (1u64 << 31) as f32 * 2.0 - 1.0) * scale).to_le_bytes()
+        })
+        .collect()
+}
+
+fn logits(path: &std::path::Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let v = st.tensor("result0").unwrap();
+    v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+#[test]
+fn a_model_runs_on_packed_weights_and_int8_logits_stay_within_1e_2() {
+    let dir = scratch("pack-run");
+    let fbir = common::write(&dir, "mlp.fbir", MLP.as_bytes());
+    let x = ("x", Dtype::F32, vec![1, 8, 64], pseudo(8 * 64, 1, 1.0));
+    let weights = vec![
+        ("norm", Dtype::F32, vec![64], pseudo(64, 2, 1.0)),
+        ("wg", Dtype::F32, vec![64, 256], pseudo(64 * 256, 3, 0.125)),
+        ("wu", Dtype::F32, vec![64, 256], pseudo(64 * 256, 4, 0.125)),
+        ("wd", Dtype::F32, vec![256, 64], pseudo(256 * 64, 5, 0.0625)),
+        ("wout", Dtype::F32, vec![64, 96], pseudo(64 * 96, 6, 0.125)),
+    ];
+    let mut all = weights.clone();
+    all.push(x.clone());
+    let all = safetensors_file(&dir, "all.safetensors", &all);
+    let xs = safetensors_file(&dir, "x.safetensors", &[x]);
+    let ws = safetensors_file(&dir, "w.safetensors", &weights);
+    let reference = dir.join("ref.safetensors");
+    let o = fbc(&["run", &fbir, "--inputs", &all, "--outputs", reference.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let want = logits(&reference);
+    let amax = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let mut errors = Vec::new();
+    for quant in ["f32", "int8", "int4"] {
+        let fbw = dir.join(format!("w.{quant}.fbw"));
+        let o = fbc(&["pack", &ws, "-o", fbw.to_str().unwrap(), "--quant", quant]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let out = dir.join(format!("{quant}.safetensors"));
+        let o = fbc(&[
+            "run",
+            &fbir,
+            "--inputs",
+            &xs,
+            "--weights",
+            fbw.to_str().unwrap(),
+            "--outputs",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let got = logits(&out);
+        let err = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / amax;
+        errors.push(err);
+    }
+    // f32 tiles give the same numbers; int8 within 1e-2 of the largest logit; int4 coarser.
+    assert_eq!(errors[0], 0.0);
+    assert!(errors[1] > 0.0 && errors[1] <= 1e-2, "int8: {}", errors[1]);
+    assert!(errors[2] > errors[1] && errors[2] <= 0.2, "int4: {}", errors[2]);
+    eprintln!("relative logit error: int8 {:.3e}, int4 {:.3e}", errors[1], errors[2]);
+}
+
+#[test]
+fn a_weight_of_the_wrong_shape_is_an_error_naming_it() {
+    let dir = scratch("pack-run-shape");
+    let fbir = common::write(&dir, "mlp.fbir", MLP.as_bytes());
+    let ws = safetensors_file(
+        &dir,
+        "w.safetensors",
+        &[("wg", Dtype::F32, vec![64, 255], pseudo(64 * 255, 3, 0.1))],
+    );
+    let fbw = dir.join("w.fbw");
+    assert_eq!(fbc(&["pack", &ws, "-o", fbw.to_str().unwrap()]).code, 0);
+    let o = fbc(&["run", &fbir, "--weights", fbw.to_str().unwrap(), "--random-inputs", "1"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("weight `wg` of")
+            && o.stderr.contains("expected tensor<64x256xf32>, found f32 [64, 255]"),
+        "{}",
+        o.stderr
+    );
+}

@@ -23,6 +23,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT.safetensors")]
     pub outputs: Option<PathBuf>,
 
+    /// Arguments from a weight file (`fbc pack`'s `.fbw`, validated, its tiles' checksums
+    /// checked, quantised weights dequantised to f32), by name, for those `--inputs` does not
+    /// give.
+    #[arg(long, value_name = "W.fbw")]
+    pub weights: Option<PathBuf>,
+
     /// Deterministic random values for every argument not given in --inputs.
     #[arg(long, value_name = "SEED")]
     pub random_inputs: Option<u64>,
@@ -71,4 +77,15 @@ pub struct RunArgs {
     /// half of the available memory.
     #[arg(long, value_name = "SIZE", value_parser = super::parse_max_memory)]
     pub max_memory: Option<u64>,
+}
+
+impl RunArgs {
+    /// Where the arguments come from: `--inputs`, `--weights`, `--random-inputs`.
+    pub(crate) fn sources(&self) -> crate::run_cmd::io::Sources<'_> {
+        crate::run_cmd::io::Sources {
+            inputs: self.inputs.as_deref(),
+            weights: self.weights.as_deref(),
+            seed: self.random_inputs,
+        }
+    }
 }

@@ -16,16 +16,24 @@ use safetensors::{Dtype, SafeTensors};
 use super::mapped::map_file;
 use crate::Failure;
 
-/// One value per argument of `func`: from the safetensors file at `inputs`, and random (from
-/// `seed`) for the arguments it does not give.
+/// Where a run's argument values come from, in order of precedence: the safetensors file
+/// `--inputs`, the weight file `--weights` (`.fbw`, dequantised), random values from `--random-inputs`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sources<'a> {
+    pub inputs: Option<&'a Path>,
+    pub weights: Option<&'a Path>,
+    pub seed: Option<u64>,
+}
+
+/// One value per argument of `func`, from `src`.
 pub(crate) fn read_inputs(
     module: &Module,
     func: FuncId,
-    inputs: Option<&Path>,
-    seed: Option<u64>,
+    src: Sources<'_>,
     mode: Mode,
     fbir: &str,
 ) -> Result<Vec<Value>, Failure> {
+    let Sources { inputs, weights, seed } = src;
     let f = module.func(func);
     let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, func, i)).collect();
     let origin = inputs.map_or_else(|| fbir.to_string(), |p| p.display().to_string());
@@ -72,6 +80,45 @@ pub(crate) fn read_inputs(
             ));
         }
     }
+    if let Some(path) = weights {
+        let wname = path.display().to_string();
+        let map = map_file(path)
+            .map_err(|e| Failure::Input(format!("{wname}: error: cannot read: {e}\n")))?;
+        let w = fbc_runtime::weights::Weights::new(&map[..])
+            .map_err(|e| Failure::Input(format!("{wname}: error: {e}\n")))?;
+        for (i, name) in names.iter().enumerate() {
+            if given_args[i] {
+                continue;
+            }
+            let Ok(entry) = w.tensor(name) else { continue };
+            given_args[i] = true;
+            let ty = module.value_type(f.args[i]);
+            let fits = ty.as_tensor().is_some_and(|t| {
+                t.elem.is_float() && t.shape.iter().copied().eq(entry.shape.iter().copied())
+            });
+            if !fits {
+                errors.push(format!(
+                    "weight `{name}` of {wname}: expected {ty}, found {} {:?}",
+                    entry.dtype.name(),
+                    entry.shape
+                ));
+                continue;
+            }
+            match w.dequantize(name) {
+                Ok(x) => {
+                    let shape: Vec<usize> = entry.shape.iter().map(|&d| d as usize).collect();
+                    let v = match mode {
+                        Mode::F64 => Tensor::new(shape, x.iter().map(|&v| f64::from(v)).collect())
+                            .ok()
+                            .map(Value::F64),
+                        _ => Tensor::new(shape, x).ok().map(Value::F32),
+                    };
+                    values[i] = v;
+                }
+                Err(e) => errors.push(format!("{wname}: {e}")),
+            }
+        }
+    }
     for (i, slot) in values.iter_mut().enumerate() {
         if given_args[i] {
             continue;
@@ -83,7 +130,7 @@ pub(crate) fn read_inputs(
                 Err(e) => errors.push(e.to_string()),
             },
             None => {
-                let hint = if inputs.is_some() {
+                let hint = if inputs.is_some() || weights.is_some() {
                     "add it to the inputs file or pass --random-inputs SEED"
                 } else {
                     "pass --inputs IN.safetensors or --random-inputs SEED"

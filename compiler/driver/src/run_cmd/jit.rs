@@ -42,14 +42,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let lowering = compile_start.elapsed();
     let lfunc = super::lowered_func(&lowered, &fname, &file)?;
     super::check_memory(&file, &lowered, lfunc, Mode::F32)?;
-    let inputs = super::io::read_inputs(
-        &module,
-        func,
-        a.inputs.as_deref(),
-        a.random_inputs,
-        Mode::F32,
-        &file.name,
-    )?;
+    let inputs = super::io::read_inputs(&module, func, a.sources(), Mode::F32, &file.name)?;
     let start = Instant::now();
     let (results, stats) = session.jit(&file, &lowered, lfunc, inputs.clone())?;
     let elapsed = start.elapsed();

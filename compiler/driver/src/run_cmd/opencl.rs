@@ -53,15 +53,13 @@ impl Compiled {
         self.module.func(self.func).name.clone()
     }
 
-    /// The entry's arguments as `f32` values: from the safetensors file `given`, random from
-    /// `seed` for those it does not give.
+    /// The entry's arguments as `f32` values, from `src`.
     pub(crate) fn inputs(
         &self,
-        given: Option<&Path>,
-        seed: Option<u64>,
+        src: super::io::Sources<'_>,
     ) -> Result<Vec<fbc_runtime::interp::Value>, Failure> {
         let f32 = fbc_runtime::interp::Mode::F32;
-        super::io::read_inputs(&self.module, self.func, given, seed, f32, &self.file.name)
+        super::io::read_inputs(&self.module, self.func, src, f32, &self.file.name)
     }
 }
 
@@ -216,7 +214,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let c = compile(&session, &a.file, a.entry.as_deref(), true, tuned)?;
     let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = c.entry_name();
-    let inputs = c.inputs(a.inputs.as_deref(), a.random_inputs)?;
+    let inputs = c.inputs(a.sources())?;
     if let Some(dir) = &a.dump_kernels {
         crate::opencl_emit::dump_kernels(&c.out, module, &a.file, dir)?;
     }
