@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# torch.json, clblast.txt. PARTS: the sections to run (default all: check bench lora mfbsplit
-# splitk memory reduce tune sweep torch clblast), so that a measurement can be split over device calls
+# torch.json, clblast.txt, timeline_*.html. PARTS: the sections to run (default all: check bench lora mfbsplit
+# splitk timeline memory reduce tune sweep torch clblast), so that a measurement can be split over device calls
 # of at most 10 minutes.
 set -u
-PARTS=${PARTS:-check bench lora mfbsplit splitk memory reduce tune sweep torch clblast}
+PARTS=${PARTS:-check bench lora mfbsplit splitk timeline memory reduce tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -64,6 +64,15 @@ for b in $B $OLD; do
   echo "=== llama step seq 512 strategies $b" >> $R
   timeout 300 $b bench $T/l512.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $R 2>&1
 done
+fi
+# Timelines (issue 19): where the device time of the Llama step and of MHA C1 goes, launch by
+# launch, fblayout against reuse (part timeline): $OUT/timeline_step.html, timeline_mha_c1.html.
+if want timeline; then
+[ -f $T/l512.fbir ] || $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
+echo "=== timeline llama step seq 512 $B" >> $R
+timeout 200 $B bench $T/l512.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse --repeat 5 -q --timeline $O/timeline_step.html >> $R 2>&1
+echo "=== timeline mha_c1 $B" >> $R
+timeout 100 $B bench $T/mha_c1.fbir --device $D --profile $P --compare fblayout,reuse --repeat 5 -q --timeline $O/timeline_mha_c1.html >> $R 2>&1
 fi
 # Device memory (issue 11): storage held with --device-memory pooled and live-peak, alternated
 # twice, on the one-layer Llama step and MHA C1 (part memory). Each bench line gives the time,

@@ -180,6 +180,8 @@ pub struct StrategyFigures {
     pub planned_bytes: u64,
     /// The most bytes of storage objects the device held at once (the runtime's tracker).
     pub device_peak_bytes: u64,
+    /// Storage objects the runtime made over all runs (not taken from its pool).
+    pub objects_made: u64,
     /// plan-memory's statistics, when it ran.
     pub plan_memory: std::collections::BTreeMap<String, f64>,
     /// Host time to enqueue one launch (argument setting and `clEnqueueNDRangeKernel`; kernel
@@ -262,6 +264,7 @@ pub fn figures(
         peak_bytes: f.peak_bytes,
         planned_bytes: f.planned_bytes(),
         device_peak_bytes,
+        objects_made: 0,
         plan_memory,
         host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
         kernels,
@@ -415,7 +418,10 @@ pub(crate) fn device(
             .map(|((_, k), v)| (k.clone(), *v as f64))
             .collect();
         let host_ns = res.launch_host_ns;
-        runs.push(figures(&label, session.level, f, &times, plan, host_ns, res.device_peak_bytes));
+        let mut fig =
+            figures(&label, session.level, f, &times, plan, host_ns, res.device_peak_bytes);
+        fig.objects_made = res.objects_made;
+        runs.push(fig);
     }
     if let Some((fb, faster)) = fblayout_losses(&runs) {
         for r in faster {
@@ -492,6 +498,7 @@ mod tests {
             peak_bytes: 0,
             planned_bytes: 0,
             device_peak_bytes: 0,
+            objects_made: 0,
             plan_memory: Default::default(),
             host_ns_per_launch: 0,
         }

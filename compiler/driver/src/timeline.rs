@@ -327,6 +327,7 @@ mod tests {
             peak_bytes: 0,
             planned_bytes: 0,
             device_peak_bytes: 0,
+            objects_made: 0,
             plan_memory: Default::default(),
             host_ns_per_launch: 0,
             kernels,

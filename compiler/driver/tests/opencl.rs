@@ -1623,10 +1623,19 @@ func.func @h(%x: tensor<64xf32>) -> tensor<32xf32> {
 ";
     let src = write_tmp("device-memory.fbir", text);
     let p = planned(src.to_str().expect("utf-8 path"), &common::scratch("device-memory"));
+    // Objects made over the three runs (a warm-up and two timed): the pool makes the first run's
+    // four and no more; live-peak releases objects to stay at the live peak and makes them
+    // again in every run.
     for (mode, held) in [("pooled", 704), ("live-peak", 512)] {
         let run = bench_json(&p, &["--repeat", "2", "--device-memory", mode]);
         assert_eq!(run["peak_bytes"], 512, "{mode}: live at once");
         assert_eq!(run["device_peak_bytes"], held, "{mode}: held on the device");
+        let made = run["objects_made"].as_u64().unwrap_or(0);
+        if mode == "pooled" {
+            assert_eq!(made, 4, "{mode}: objects made in three runs");
+        } else {
+            assert!(made > 3 * 2, "{mode}: {made} objects made in three runs");
+        }
         let path = std::path::Path::new(&p);
         check(path, 3, &["--device-memory", mode]).unwrap_or_else(|e| panic!("{mode}: {e}"));
     }

@@ -253,10 +253,13 @@ impl RunOptions {
 /// How a run keeps device storage objects between its steps and across its repetitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceMemory {
-    /// A freed object is kept for any later storage of the same kind, element type and size
-    /// (the pool holds at most the function's live peak): the fastest, since the driver
-    /// allocates device memory at an object's first use, but the device may hold more than is
-    /// live at once (1.36x on a Llama layer's gradient, 1.80x on MHA C1, on the H200).
+    /// A freed object is kept for any later storage of the same kind, element type and size,
+    /// in the same run or the next (the pool may hold one object per storage of the function):
+    /// the fastest, since after the first run no object is made or released — making one costs
+    /// host time, and releasing one makes the NVIDIA driver wait for the device to drain (up to
+    /// 150 us a release on the H200, in the middle of a run's launches) — but the device may hold
+    /// more than is live at once (1.45x on a Llama layer's gradient, 1.88x on MHA C1, on the
+    /// H200).
     #[default]
     Pooled,
     /// Before an object is made that would leave the device holding more than the function's
@@ -320,6 +323,9 @@ pub struct RunOutput {
     /// The most bytes of storage objects the device held at once (the allocation tracker of
     /// [`Objects`]), in any run.
     pub device_peak_bytes: u64,
+    /// Storage objects the runs made rather than took from the pool, over all runs (the warm-up
+    /// included): under [`DeviceMemory::Pooled`] the first run's, whatever the repetitions.
+    pub objects_made: u64,
 }
 
 pub use crate::cache_dir;
@@ -443,7 +449,7 @@ enum Mem {
 /// Storage objects that runs have freed (deallocated, or live when a run ended), kept for later
 /// allocations of the same kind, element type and size, in the same run or the next: device
 /// allocation is the largest host cost of a launch sequence (the driver allocates a new object
-/// at its first use). It holds at most `cap` bytes (the function's peak), and a new allocation's
+/// at its first use). It holds at most `cap` bytes ([`Objects::pool_cap`]), and a new allocation's
 /// contents are unspecified either way (the manifest fills what is read before it is written).
 struct Pool {
     /// (kind, element type, elements, bytes, the object)
@@ -490,9 +496,10 @@ impl Pool {
 ///
 /// The pool reuses an object for any later storage of the same kind, element type and size,
 /// uploads included, which `plan-memory`'s slots do not (an upload keeps its own storage there):
-/// on a Llama layer's gradient (seq 256, nvidia profile) the pool holds 427 MB where one object
-/// per slot would hold the plan's 482 MB, against 346 MB live at once. So the runtime keeps the
-/// pool, and reports what it held next to the plan; [`DeviceMemory`] says how much it keeps.
+/// on a Llama layer's gradient (seq 512, nvidia profile, on the H200) the pool holds 607 MB against
+/// 419 MB live at once (it held 569 MB when it released what exceeded the plan's peak at the end
+/// of each run, and made those objects again in the next: slower, see [`DeviceMemory::Pooled`]).
+/// The runtime reports what it held next to the plan; [`DeviceMemory`] says how much it keeps.
 struct Objects {
     pool: Pool,
     mode: DeviceMemory,
@@ -500,15 +507,31 @@ struct Objects {
     held: u64,
     /// The most `held` has been.
     high_water: u64,
+    /// Storage objects made (not taken from the pool), over all runs.
+    made: u64,
 }
 
 impl Objects {
     fn new(f: &FunctionManifest, mode: DeviceMemory) -> Objects {
         Objects {
-            pool: Pool { free: Vec::new(), held: 0, cap: f.peak_bytes },
+            pool: Pool { free: Vec::new(), held: 0, cap: Objects::pool_cap(f, mode) },
             mode,
             held: 0,
             high_water: 0,
+            made: 0,
+        }
+    }
+
+    /// What the pool may hold: under [`DeviceMemory::Pooled`] every storage object of the
+    /// function (so that repeated runs make and release none: a pool capped below what a run
+    /// makes released some at the end of each run and made them again in the next), under
+    /// [`DeviceMemory::LivePeak`] the function's planned peak.
+    fn pool_cap(f: &FunctionManifest, mode: DeviceMemory) -> u64 {
+        match mode {
+            DeviceMemory::Pooled => {
+                f.storage.iter().map(|d| d.bytes).fold(0, u64::saturating_add).max(f.peak_bytes)
+            }
+            DeviceMemory::LivePeak => f.peak_bytes,
         }
     }
 
@@ -528,6 +551,7 @@ impl Objects {
         let m = create(queue, desc)?;
         self.held = self.held.saturating_add(desc.bytes);
         self.high_water = self.high_water.max(self.held);
+        self.made += 1;
         Ok(m)
     }
 
@@ -1066,6 +1090,7 @@ pub fn run(
         launch_host_ns: median(launch_host_ns),
         cache,
         device_peak_bytes: objects.high_water,
+        objects_made: objects.made,
     })
 }
 
