@@ -13,6 +13,7 @@
 use std::fmt::Write as _;
 
 use fbc_dialects::kind::{LayoutOp, OpKind, TensorOp};
+use fbc_viz::svg::escape;
 
 use crate::bench::StrategyFigures;
 
@@ -151,21 +152,6 @@ text.sub{fill:#777;font-size:11px}
 .k-other{fill:#bab0ac}
 .k-conversion{fill:url(#hatch);stroke:#b71c1c}
 ";
-
-/// The text of `s` for HTML and SVG text and attribute values.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// The spacing of the axis ticks, in µs: 1, 2 or 5 times a power of ten, at most ten steps over
 /// `span_us`; and the decimals its labels need.
