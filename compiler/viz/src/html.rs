@@ -19,7 +19,7 @@ use serde_json::Value as Json;
 
 use crate::graph::{self, edge_layouts, layout_colour, value_layout};
 use crate::placement::{placement_svg, short_layout, Placement};
-use crate::svg::escape;
+use crate::svg::{escape, PALETTE};
 
 /// What the page shows.
 #[derive(Debug)]
@@ -342,7 +342,21 @@ pub fn page_html(p: &Page<'_>) -> Result<String, String> {
         let g = graph::op_graph(m, f);
         let d = graph::layout(&g);
         let legend = edge_layouts(&g);
-        let _ = writeln!(body, "<h2>@{} ({} nodes, {} edge crossings)</h2><div class=\"legend\">edges: <span style=\"background:#9a9a9a\"></span>row-major", escape(&m.func(f).name), g.node_count(), d.crossings);
+        // A training step carries dozens of layouts: the legend folds, and says when the
+        // palette's colours repeat.
+        let repeat = if legend.len() > PALETTE.len() {
+            format!(", colours repeat after {}", PALETTE.len())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            body,
+            "<h2>@{} ({} nodes, {} edge crossings)</h2><div class=\"legend\">nodes: red conversion, green remap, blue assign, orange copy left by a fallback<details><summary>edges: grey row-major and {} R-Tile layout(s){repeat}</summary><span style=\"background:#9a9a9a\"></span>row-major",
+            escape(&m.func(f).name),
+            g.node_count(),
+            d.crossings,
+            legend.len()
+        );
         for l in &legend {
             let short = layouts.get(l).map_or_else(|| l.clone(), short_layout);
             let _ = write!(
@@ -353,7 +367,7 @@ pub fn page_html(p: &Page<'_>) -> Result<String, String> {
                 escape(&short)
             );
         }
-        body.push_str("<br>nodes: red conversion, green remap, blue assign, orange copy left by a fallback</div>\n");
+        body.push_str("</details></div>\n");
         body.push_str(&graph::graph_svg(&g, &d, &|v| id_of.get(&v).copied()));
     }
     let open = p
