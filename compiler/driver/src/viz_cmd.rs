@@ -1,7 +1,6 @@
 //! `fbc viz`: the module after the pipeline drawn as one HTML page, or one tensor's placement
 //! as an SVG (`fbc_viz`).
 
-use fbc_dialects::layout::Layout;
 use fbc_ir::{Module, Type, Value};
 
 use crate::cli::VizArgs;
@@ -49,9 +48,7 @@ pub(crate) fn run(driver: &Driver, a: &VizArgs) -> Result<(), Failure> {
                 name.trim_start_matches('%')
             )));
         };
-        let layout = fbc_viz::graph::value_layout(&module, v)
-            .and_then(|text| fbc_viz::html::layout_by_text(&module, &text))
-            .unwrap_or(Layout::Linear);
+        let layout = fbc_viz::graph::layout_of(&module, v);
         let shape: Vec<u64> = t.shape.to_vec();
         let vname = format!("%{}", name.trim_start_matches('%'));
         fbc_viz::placement_svg(&fbc_viz::Placement {

@@ -14,6 +14,7 @@
 //! The drawing is deterministic: the same module gives the same SVG text.
 
 use fbc_dialects::kind::{LayoutOp, TensorOp};
+use fbc_dialects::layout::Layout;
 use fbc_ir::{Attr, FuncId, Module, Value, ValueDef};
 use petgraph::algo::toposort;
 use petgraph::graph::DiGraph;
@@ -74,18 +75,18 @@ pub struct Edge {
     pub layout: Option<String>,
 }
 
-fn value_name(m: &Module, v: Value) -> String {
+/// `%name`, or `%N` for an unnamed value.
+pub(crate) fn value_name(m: &Module, v: Value) -> String {
     match m.value(v).name.as_deref() {
         Some(n) => format!("%{n}"),
         None => format!("%{}", v.index()),
     }
 }
 
-/// The layout a value carries: a `layout.assign`'s `layout`, its producer's `fbc.layout`, or
-/// for an argument its entry of the function's `fbc.arg_layouts`. `#layout.linear` counts as
-/// none.
-pub fn value_layout(m: &Module, v: Value) -> Option<String> {
-    let attr = match m.value(v).def {
+/// The layout attribute a value carries: a `layout.assign`'s `layout`, its producer's
+/// `fbc.layout`, or for an argument its entry of the function's `fbc.arg_layouts`.
+fn layout_attr(m: &Module, v: Value) -> Option<Attr> {
+    match m.value(v).def {
         ValueDef::Arg { func, index } => match m.func(func).attr("fbc.arg_layouts") {
             Some(Attr::Array(a)) => a.get(index as usize).cloned(),
             _ => None,
@@ -94,9 +95,19 @@ pub fn value_layout(m: &Module, v: Value) -> Option<String> {
             let d = m.op(op);
             if LayoutOp::Assign.is(d) { d.attr("layout") } else { d.attr("fbc.layout") }.cloned()
         }
-    }?;
+    }
+}
+
+/// The text of the layout a value carries ([`layout_attr`]); `#layout.linear` counts as none.
+pub fn value_layout(m: &Module, v: Value) -> Option<String> {
+    let attr = layout_attr(m, v)?;
     let text = attr.to_string();
     (!matches!(attr, Attr::Unit) && text != "#layout.linear").then_some(text)
+}
+
+/// The layout a value carries, `#layout.linear` where it carries none (or none that parses).
+pub fn layout_of(m: &Module, v: Value) -> Layout {
+    layout_attr(m, v).and_then(|a| Layout::from_attr(&a).ok()).unwrap_or(Layout::Linear)
 }
 
 /// The op graph of function `f`.

@@ -17,7 +17,7 @@ use fbc_dialects::layout::Layout;
 use fbc_ir::{Attr, Module, Type, Value, ValueDef};
 use serde_json::Value as Json;
 
-use crate::graph::{self, edge_layouts, layout_colour, value_layout};
+use crate::graph::{self, edge_layouts, layout_colour, layout_of, value_name};
 use crate::placement::{placement_svg, short_layout, Placement};
 use crate::svg::{escape, PALETTE};
 
@@ -76,18 +76,6 @@ fn known_layouts(m: &Module) -> HashMap<String, Layout> {
     }
     out.insert(Layout::Linear.to_string(), Layout::Linear);
     out
-}
-
-/// The layout whose attribute text is `text`, if the module holds it.
-pub fn layout_by_text(m: &Module, text: &str) -> Option<Layout> {
-    known_layouts(m).remove(text)
-}
-
-fn value_name(m: &Module, v: Value) -> String {
-    match m.value(v).name.as_deref() {
-        Some(n) => format!("%{n}"),
-        None => format!("%{}", v.index()),
-    }
 }
 
 /// The tensor a value's layout decision was made for: through `layout.assign`, its operand.
@@ -264,8 +252,7 @@ pub fn page_html(p: &Page<'_>) -> Result<String, String> {
         let name = value_name(m, v);
         let Type::Tensor(t) = m.value_type(v) else { continue };
         let shape: Vec<u64> = t.shape.to_vec();
-        let final_layout =
-            value_layout(m, v).and_then(|l| layouts.get(&l).cloned()).unwrap_or(Layout::Linear);
+        let final_layout = layout_of(m, v);
         let _ = writeln!(
             panels,
             "<div class=\"tensor\" id=\"t{k}\"><h2>{}</h2>",
