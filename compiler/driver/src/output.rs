@@ -66,7 +66,7 @@ pub(crate) fn write_atomic_with(
     let tmp = dir.join(format!(".{file_name}.fbc-tmp-{}", std::process::id()));
     pending(&tmp);
     let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| write(&mut f).and_then(|()| f.sync_all()))
+        .and_then(|mut f| write(&mut f))
         .and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -77,14 +77,5 @@ pub(crate) fn write_atomic_with(
 
 /// Writes bytes to `path` through a temporary file and a rename.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{file_name}.fbc-tmp-{}", std::process::id()));
-    pending(&tmp);
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    done(&tmp);
-    result.map_err(|e| Failure::Usage(format!("cannot write {}: {e}", path.display())))
+    write_atomic_with(path, |f| f.write_all(bytes))
 }
