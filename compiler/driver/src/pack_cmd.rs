@@ -9,29 +9,17 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use fbc_runtime::weights::{writer::layer_of, PackOptions, Packer, Weights};
-use safetensors::{Dtype, SafeTensors};
+use safetensors::SafeTensors;
 
 use crate::cli::PackArgs;
+use crate::run_cmd::io::f32_values;
 use crate::run_cmd::mapped::map_file;
 use crate::{output, Failure};
 
 /// A tensor's values in f32, or why not.
 fn to_f32(view: &safetensors::tensor::TensorView<'_>) -> Result<Vec<f32>, String> {
-    let b = view.data();
-    Ok(match view.dtype() {
-        Dtype::F32 => {
-            b.chunks_exact(4).map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]])).collect()
-        }
-        Dtype::F16 => b
-            .chunks_exact(2)
-            .map(|x| half::f16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32())
-            .collect(),
-        Dtype::BF16 => b
-            .chunks_exact(2)
-            .map(|x| half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32())
-            .collect(),
-        other => return Err(format!("dtype {other:?} (expected F32, F16 or BF16)")),
-    })
+    f32_values(view.dtype(), view.data())
+        .ok_or_else(|| format!("dtype {:?} (expected F32, F16 or BF16)", view.dtype()))
 }
 
 fn inspect(a: &PackArgs, name: &str) -> Result<(), Failure> {

@@ -146,6 +146,24 @@ pub(crate) fn read_inputs(
     Ok(values.into_iter().flatten().collect())
 }
 
+/// The values of a safetensors tensor of float `dtype` (F32, F16, BF16) as `f32`; `None` for
+/// other dtypes.
+pub(crate) fn f32_values(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => {
+            bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+        }
+        Dtype::F16 => {
+            bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+        }
+        Dtype::BF16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => return None,
+    })
+}
+
 /// The value of a safetensors tensor given for an argument of type `ty`, or `None` when its
 /// dtype or shape does not fit: the dtype must be the argument's own (F32, F16, BF16, F64, I32),
 /// or F64 for any float argument in f64 mode.
@@ -159,14 +177,11 @@ fn decode(view: &safetensors::tensor::TensorView<'_>, ty: &Type, mode: Mode) -> 
     let bytes = view.data();
     // safetensors has checked that the byte length matches shape × dtype; `Tensor::new` checks
     // again, so a corrupt length is an error here rather than a panic anywhere.
-    let f32s = |w: usize, f: fn(&[u8]) -> f32| {
-        Tensor::new(shape.clone(), bytes.chunks_exact(w).map(f).collect()).ok().map(Value::F32)
-    };
     match (view.dtype(), t.elem) {
-        (Dtype::F32, ElemType::F32) => f32s(4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        (Dtype::F16, ElemType::F16) => f32s(2, |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
-        (Dtype::BF16, ElemType::BF16) => {
-            f32s(2, |b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        (d @ Dtype::F32, ElemType::F32)
+        | (d @ Dtype::F16, ElemType::F16)
+        | (d @ Dtype::BF16, ElemType::BF16) => {
+            Tensor::new(shape, f32_values(d, bytes)?).ok().map(Value::F32)
         }
         (Dtype::F64, e) if e == ElemType::F64 || (e.is_float() && mode == Mode::F64) => {
             let data = bytes
