@@ -160,7 +160,7 @@ pub struct KernelFigures {
 }
 
 /// The figures of one strategy.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct StrategyFigures {
     pub strategy: String,
     pub level: u8,
@@ -485,23 +485,7 @@ mod tests {
     use super::*;
 
     fn run(strategy: &str, total_ns: u64) -> StrategyFigures {
-        StrategyFigures {
-            strategy: strategy.into(),
-            level: 3,
-            kernels: Vec::new(),
-            kernel_count: 0,
-            conversion_kernels: 0,
-            conversion_share: 0.0,
-            total_ns,
-            gflops: 0.0,
-            gbps: 0.0,
-            peak_bytes: 0,
-            planned_bytes: 0,
-            device_peak_bytes: 0,
-            objects_made: 0,
-            plan_memory: Default::default(),
-            host_ns_per_launch: 0,
-        }
+        StrategyFigures { strategy: strategy.into(), level: 3, total_ns, ..Default::default() }
     }
 
     #[test]

@@ -306,17 +306,9 @@ mod tests {
             level: 3,
             kernel_count: kernels.len(),
             conversion_kernels: kernels.iter().filter(|k| k.conversion).count(),
-            conversion_share: 0.0,
             total_ns: kernels.iter().map(|k| k.median_ns).sum(),
-            gflops: 0.0,
-            gbps: 0.0,
-            peak_bytes: 0,
-            planned_bytes: 0,
-            device_peak_bytes: 0,
-            objects_made: 0,
-            plan_memory: Default::default(),
-            host_ns_per_launch: 0,
             kernels,
+            ..Default::default()
         }
     }
 
