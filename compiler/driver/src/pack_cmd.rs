@@ -16,10 +16,9 @@ use crate::run_cmd::io::f32_values;
 use crate::run_cmd::mapped::map_file;
 use crate::{output, Failure};
 
-/// A tensor's values in f32, or why not.
-fn to_f32(view: &safetensors::tensor::TensorView<'_>) -> Result<Vec<f32>, String> {
-    f32_values(view.dtype(), view.data())
-        .ok_or_else(|| format!("dtype {:?} (expected F32, F16 or BF16)", view.dtype()))
+/// A tensor's values in f32 (its dtype was checked to convert).
+fn to_f32(view: &safetensors::tensor::TensorView<'_>) -> Vec<f32> {
+    f32_values(view.dtype(), view.data()).unwrap_or_default()
 }
 
 fn inspect(a: &PackArgs, name: &str) -> Result<(), Failure> {
@@ -82,9 +81,16 @@ pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
     // Name order: the same input gives the same file.
     let views: BTreeMap<String, safetensors::tensor::TensorView<'_>> =
         st.iter().map(|(n, v)| (n.to_string(), v)).collect();
+    // Converting no bytes says whether a dtype converts, without converting the tensor.
     let errors: Vec<String> = views
         .iter()
-        .filter_map(|(n, v)| to_f32(v).err().map(|e| format!("{name}: error: tensor `{n}`: {e}\n")))
+        .filter(|(_, v)| f32_values(v.dtype(), &[]).is_none())
+        .map(|(n, v)| {
+            format!(
+                "{name}: error: tensor `{n}`: dtype {:?} (expected F32, F16 or BF16)\n",
+                v.dtype()
+            )
+        })
         .collect();
     if !errors.is_empty() {
         return Err(Failure::Input(errors.concat()));
@@ -97,15 +103,12 @@ pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
     }
     let opts =
         PackOptions { quant: a.quant, group: a.group, tile_bytes: a.tile_bytes, mixed: a.mixed };
-    let mut originals: Vec<(String, Vec<f32>)> = Vec::new();
     output::write_atomic_with(out_path, |file| {
         let mut p = Packer::new(std::io::BufWriter::new(file), opts.clone(), layers)?;
         for (n, v) in &views {
             let shape: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
-            // Checked above: every tensor converts.
-            let values = to_f32(v).unwrap_or_default();
+            let values = to_f32(v);
             p.add(n, &shape, &values)?;
-            originals.push((n.clone(), values));
         }
         p.finish().map(|_| ())
     })?;
@@ -118,7 +121,10 @@ pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
     })?;
     let mut rows = Vec::new();
     let (mut f32_bytes, mut bytes) = (0u64, 0u64);
-    for (n, x) in &originals {
+    // One tensor at a time, converted again from the mapped input: a checkpoint's f32 values are
+    // never all in memory.
+    for (n, v) in &views {
+        let x = to_f32(v);
         let t = w.tensor(n).map_err(|e| Failure::Internal(e.to_string()))?;
         let y = w.dequantize(n).map_err(|e| Failure::Internal(e.to_string()))?;
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
