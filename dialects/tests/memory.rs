@@ -126,7 +126,7 @@ fn scalar_parse_errors_have_offsets() {
     assert_eq!(err("x0 x1"), "unexpected `x1` after the expression (at byte 3)");
     assert_eq!(
         err("foo(x0)"),
-        "unknown name `foo`; expected xK, dK, acc, inf, nan or a call (exp, log, sqrt, rsqrt, \
+        "unknown name `foo`; expected xK, dK, sK, acc, inf, nan or a call (exp, log, sqrt, rsqrt, \
          tanh, erf, sigmoid, abs, floor, int, float, max, min, select) (at byte 0)"
     );
     assert_eq!(
@@ -360,7 +360,7 @@ fn launch_verifier_rules() {
         ),
         (
             "kernel = \"k\", domain = [4, 2], iterators = [\"reduction\", \"parallel\"], maps = [(d0, d1) -> (d0), (d0, d1) -> (d0)], body = \"x0\", combine = \"add\"",
-            "every \"parallel\" iterator must come before every \"reduction\" one — `iterators` of memory.launch",
+            "every \"parallel\" iterator must come before every \"reduction\" or \"row\" one — `iterators` of memory.launch",
             "iterators",
         ),
         (
@@ -432,6 +432,57 @@ fn launch_verifier_rules() {
             "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0 % 2\"",
             "`%` needs two integer operands, found `x0 % 2` — `body` of memory.launch",
             "body",
+        ),
+        // Row kernels: statistics exactly with row dimensions, read in order.
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\"",
+            "the domain has row dimensions, so `stats` (at least one statistic) is required",
+            "",
+        ),
+        (
+            "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0\", stats = [\"max: x0\"]",
+            "`stats` is only allowed when the domain has row dimensions — `stats` of memory.launch",
+            "stats",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"row\", \"reduction\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0)], body = \"x0\", combine = \"add\", stats = [\"max: x0\"]",
+            "a launch has \"reduction\" or \"row\" iterators, not both — `iterators` of memory.launch",
+            "iterators",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"max: x0 + s0\"]",
+            "statistic 0: `s0`: the first statistic reads no statistic — `stats` of memory.launch",
+            "stats",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"max: x0\", \"add: x0 - s1\"]",
+            "statistic 1: `s1` is not computed before statistic 1 (it may read s0 to s0) — `stats` of memory.launch",
+            "stats",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0 - s1\", stats = [\"max: x0\"]",
+            "`s1` refers to statistic 1, but the launch has 1 — `body` of memory.launch",
+            "body",
+        ),
+        (
+            "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0 - s0\"",
+            "`s0` reads a row statistic, but the launch is not a row kernel (it has no `stats`) — `body` of memory.launch",
+            "body",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"sum: x0\"]",
+            "statistic 0: the combine of a statistic must be `add` or `max`, found `sum` — `stats` of memory.launch",
+            "stats",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"add: x0; acc * x0\"]",
+            "statistic 0: the epilogue reads `x0`, whose map uses the reduction dimension `d1`; it runs once per parallel point — `stats` of memory.launch",
+            "stats",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"add: x0\"], epilogue = \"acc\"",
+            "a row kernel has no `epilogue`: its body is computed at every point, after the statistics — `epilogue` of memory.launch",
+            "epilogue",
         ),
     ];
     let select = launch_err(

@@ -1,8 +1,8 @@
 //! The memory-dialect fuzz harness (`fbc_testing::fuzz`) on stable Rust: generated `memory.launch`
 //! modules — random domains (zero extents included), maps with `floordiv`/`mod`, offsets that
 //! may leave the storage at the corners or only inside, payloads with gathers, integer
-//! division, `int()` and comparisons, guards, reductions with epilogues, outputs that are also
-//! inputs — and the seed corpus of `tests/fuzz/corpus/memory/`. Every module must either be
+//! division, `int()` and comparisons, guards, reductions with epilogues, row kernels with two
+//! statistics, outputs that are also inputs — and the seed corpus of `tests/fuzz/corpus/memory/`. Every module must either be
 //! refused with diagnostics or run on the reference executor and the CPU JIT with the same
 //! outcome, under a 16 MiB memory limit. (Its own test binary: the limit is process-wide.)
 
@@ -63,17 +63,35 @@ fn module() -> impl Strategy<Value = String> {
                 payload(),
                 any::<bool>(),
                 any::<bool>(),
+                (any::<bool>(), payload(), payload()),
             )
         })
-        .prop_map(|((np, nr, extents, n), m0, m1, mo, body, in_place, guarded)| {
+        .prop_map(|((np, nr, extents, n), m0, m1, mo, body, in_place, guarded, (row, s0, s1))| {
             let dims = np + nr;
+            let row = row && nr > 0;
             let ds: Vec<String> = (0..dims).map(|d| format!("d{d}")).collect();
             let ds = ds.join(", ");
+            let rest = if row { "\"row\"" } else { "\"reduction\"" };
             let iters: Vec<&str> =
-                (0..dims).map(|d| if d < np { "\"parallel\"" } else { "\"reduction\"" }).collect();
-            // The output map reads only parallel dimensions (an epilogue/reduction rule).
-            let mo = if nr > 0 && mo.contains(&format!("d{}", np)) { "d0".to_string() } else { mo };
-            let red = if nr > 0 { ", combine = \"add\", epilogue = \"acc * 2.0\"" } else { "" };
+                (0..dims).map(|d| if d < np { "\"parallel\"" } else { rest }).collect();
+            // A reduction's output map reads only parallel dimensions (an epilogue/reduction
+            // rule); a row kernel writes at every point.
+            let mo = if nr > 0 && !row && mo.contains(&format!("d{}", np)) {
+                "d0".to_string()
+            } else {
+                mo
+            };
+            // A row kernel: a maximum, a sum that reads it, and a body that reads both.
+            let (body, red) = if row {
+                let stats = format!(
+                    ", stats = [\"max: float({s0})\", \"add: exp(float({s1}) - s0); acc + 1.0\"]"
+                );
+                (format!("float({body}) - s0 * s1"), stats)
+            } else if nr > 0 {
+                (body, ", combine = \"add\", epilogue = \"acc * 2.0\"".to_string())
+            } else {
+                (body, String::new())
+            };
             let guard = if guarded {
                 format!(", guard = ({ds}) -> (d0), guard_bounds = [2]")
             } else {

@@ -151,6 +151,8 @@ struct Lower<'a, 'f> {
     reads: HashMap<usize, V>,
     /// The reduction result, while the epilogue is emitted.
     acc: Option<V>,
+    /// The row statistics computed so far at the current parallel point (a row kernel).
+    stats: Vec<Value>,
     /// Base of the accumulator row of an interchanged reduction (see [`interchange`]).
     scratch: Option<Value>,
     /// The dimension whose loop runs over the chunk `[lo, hi)` given by the caller (clamped to
@@ -247,6 +249,7 @@ pub(crate) fn lower(
         exit,
         reads: HashMap::new(),
         acc: None,
+        stats: Vec::new(),
         scratch: scratch_base,
         split,
     };
@@ -255,7 +258,15 @@ pub(crate) fn lower(
     // at the identity and the epilogue still runs ([`Lower::compute`]), as in the reference
     // executor.
     if !kernel.domain[..np].contains(&0) {
-        if let Some((j, _)) = scratch {
+        if kernel.is_row() {
+            if scratch.is_some() {
+                return Err("internal: a row kernel cannot be interchanged".into());
+            }
+            l.nest(0, np, Vec::new(), &mut |l, _| {
+                l.row_point()?;
+                Ok(Vec::new())
+            })?;
+        } else if let Some((j, _)) = scratch {
             let outer: Vec<usize> = (0..np).filter(|&d| d != j).collect();
             l.nest_dims(&outer, Vec::new(), &mut |l, _| {
                 l.row(j)?;
@@ -574,37 +585,107 @@ impl<'a, 'f> Lower<'a, 'f> {
             ElemType::I32 => I32,
             _ => F32,
         };
-        let value = match self.guard()? {
-            None => self.compute(out_ty)?,
-            Some((cond, narrowed)) => {
-                let then = self.b.create_block();
-                let other = self.b.create_block();
-                let merge = self.b.create_block();
-                self.b.append_block_param(merge, out_ty);
-                self.b.ins().brif(cond, then, &[], other, &[]);
-                self.b.switch_to_block(then);
-                let saved = std::mem::replace(&mut self.ranges, narrowed);
-                let v = self.compute(out_ty)?;
-                self.ranges = saved;
-                for r in np..self.k.domain.len() {
-                    self.dims[r] = self.iconst(0);
-                    self.ranges[r] = Iv::point(0);
-                }
-                self.b.ins().jump(merge, &[BlockArg::from(v)]);
-                self.b.switch_to_block(other);
-                let zero = if out_ty == I32 {
-                    self.b.ins().iconst(I32, 0)
-                } else {
-                    self.b.ins().f32const(0.0)
-                };
-                self.b.ins().jump(merge, &[BlockArg::from(zero)]);
-                self.b.switch_to_block(merge);
-                self.b.block_params(merge)[0]
+        let value = self.guarded(out_ty, &mut |l| {
+            let v = l.compute(out_ty)?;
+            // The reduction's loops left their indices behind: the store is at index 0.
+            for r in np..l.k.domain.len() {
+                l.dims[r] = l.iconst(0);
+                l.ranges[r] = Iv::point(0);
             }
-        };
+            Ok(v)
+        })?;
+        self.store_out(value)
+    }
+
+    /// Stores `value` into the output at its map, at the current point.
+    fn store_out(&mut self, value: Value) -> Result<(), String> {
+        let out = self.k.output();
         let off = self.offset(out, Fault::WriteOutOfBounds(out))?;
         let addr = self.address(out, off);
         self.b.ins().store(MemFlagsData::trusted(), value, addr, 0);
+        Ok(())
+    }
+
+    /// The value `value` emits (of type `out_ty`) where the guard holds at the current point,
+    /// else 0; while `value` is emitted the index ranges are narrowed to where the guard holds.
+    fn guarded(
+        &mut self,
+        out_ty: Type,
+        value: &mut dyn FnMut(&mut Self) -> Result<Value, String>,
+    ) -> Result<Value, String> {
+        let Some((cond, narrowed)) = self.guard()? else { return value(self) };
+        let then = self.b.create_block();
+        let other = self.b.create_block();
+        let merge = self.b.create_block();
+        self.b.append_block_param(merge, out_ty);
+        self.b.ins().brif(cond, then, &[], other, &[]);
+        self.b.switch_to_block(then);
+        let saved = std::mem::replace(&mut self.ranges, narrowed);
+        let v = value(self)?;
+        self.ranges = saved;
+        self.b.ins().jump(merge, &[BlockArg::from(v)]);
+        self.b.switch_to_block(other);
+        let zero =
+            if out_ty == I32 { self.b.ins().iconst(I32, 0) } else { self.b.ins().f32const(0.0) };
+        self.b.ins().jump(merge, &[BlockArg::from(zero)]);
+        self.b.switch_to_block(merge);
+        Ok(self.b.block_params(merge)[0])
+    }
+
+    /// One row of a row kernel at the current parallel point: each statistic combined over the
+    /// row dimensions in row-major order from the combine's identity, then its epilogue; then
+    /// the body stored at every row point (0 where the guard fails), as the reference executor
+    /// computes it.
+    fn row_point(&mut self) -> Result<(), String> {
+        let k = self.k;
+        let np = k.parallel_dims();
+        let rank = k.domain.len();
+        let out_ty = match self.types[k.output()].elem {
+            ElemType::I32 => I32,
+            _ => F32,
+        };
+        let reset = |l: &mut Self| {
+            for r in np..rank {
+                l.dims[r] = l.iconst(0);
+                l.ranges[r] = Iv::point(0);
+            }
+        };
+        self.stats.clear();
+        for st in &k.stats {
+            let init = self.b.ins().f32const(st.combine.identity());
+            let acc = self.nest(np, rank, vec![init], &mut |l, acc| {
+                l.reads.clear();
+                let v = l.scalar(&st.body)?;
+                let v = l.as_f(v);
+                Ok(vec![match st.combine {
+                    Combine::Add => l.b.ins().fadd(acc[0], v),
+                    Combine::Max => l.fmax(acc[0], v),
+                }])
+            })?;
+            reset(self);
+            let v = match &st.epilogue {
+                Some(e) => {
+                    self.reads.clear();
+                    self.acc = Some(V::F(acc[0]));
+                    let v = self.scalar(e);
+                    self.acc = None;
+                    let v = v?;
+                    self.as_f(v)
+                }
+                None => acc[0],
+            };
+            self.stats.push(v);
+        }
+        self.nest(np, rank, Vec::new(), &mut |l, _| {
+            let value = l.guarded(out_ty, &mut |l| {
+                l.reads.clear();
+                let v = l.scalar(&l.k.body)?;
+                l.finish(v, out_ty)
+            })?;
+            l.store_out(value)?;
+            Ok(Vec::new())
+        })?;
+        reset(self);
         Ok(())
     }
 
@@ -868,6 +949,9 @@ impl<'a, 'f> Lower<'a, 'f> {
                 *self.dims.get(*d).ok_or_else(|| format!("`d{d}` is not a domain dimension"))?,
             ),
             Scalar::Acc => self.acc.ok_or("`acc` outside an epilogue")?,
+            Scalar::Stat(k) => V::F(
+                *self.stats.get(*k).ok_or_else(|| format!("`s{k}` read before it is computed"))?,
+            ),
             Scalar::In(k) => {
                 if let Some(v) = self.reads.get(k) {
                     return Ok(*v);

@@ -59,7 +59,8 @@ impl Split {
         if reads_output || kernel.domain.contains(&0) {
             return None;
         }
-        let np = kernel.parallel_dims();
+        // The dimensions of the points written: a row kernel writes at every row point too.
+        let np = kernel.point_dims();
         let ranges = kernel
             .domain
             .iter()
@@ -132,7 +133,7 @@ impl Split {
     }
 }
 
-/// Calls of transcendental functions in the payload (body and epilogue).
+/// Calls of transcendental functions in the payloads (body, epilogue, statistics).
 fn calls(k: &Kernel) -> u64 {
     let mut n = 0u64;
     let mut visit = |s: &Scalar| {
@@ -144,8 +145,7 @@ fn calls(k: &Kernel) -> u64 {
             n += 1;
         }
     };
-    k.body.visit(&mut visit);
-    if let Some(e) = &k.epilogue {
+    for e in k.payloads() {
         e.visit(&mut visit);
     }
     n

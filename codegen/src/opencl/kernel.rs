@@ -14,6 +14,8 @@
 //! (`fbc_idivc`, `fbc_imodc`, `fbc_tointc`), which record a division by zero or `int(NaN)` in
 //! the error buffer like a failed bounds check.
 
+mod row;
+
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
@@ -116,6 +118,15 @@ pub const FAULT_INTS: usize = 26;
 /// How many domain indices a fault records (the rest of a deeper domain is not recorded).
 pub const FAULT_DIMS: usize = 8;
 
+/// The largest power of two no larger than `x` (1 for `x ≤ 1`).
+fn floor_pow2(x: u64) -> u64 {
+    1u64 << (63 - x.max(1).leading_zeros())
+}
+
+/// The shortest reduction (in values) that takes a work-group per output ([`group_reduction`],
+/// and a row kernel's rows).
+const GROUP_MIN_REDUCED: u64 = 128;
+
 /// The work-group size of the group-reduction form of a reduction with `items` outputs, each
 /// combining `reduced` values, or `None` for the plain form (one work-item per output, looping
 /// over the reduction). A reduction with few outputs (at most a quarter of what the device keeps
@@ -125,14 +136,8 @@ pub const FAULT_DIMS: usize = 8;
 /// memory combines their partial results, in an order fixed by the group size (so results are
 /// the same run to run). The group is the largest power of two up to 256 (and the
 /// device's limit) that is no larger than the reduction.
-/// The largest power of two no larger than `x` (1 for `x ≤ 1`).
-fn floor_pow2(x: u64) -> u64 {
-    1u64 << (63 - x.max(1).leading_zeros())
-}
-
 pub fn group_reduction(items: u64, reduced: u64, opts: &KernelOptions) -> Option<u64> {
-    const MIN_REDUCED: u64 = 128;
-    if reduced < MIN_REDUCED || items.saturating_mul(4) > opts.resident {
+    if reduced < GROUP_MIN_REDUCED || items.saturating_mul(4) > opts.resident {
         return None;
     }
     let most = 256.min(opts.max_group).min(reduced);
@@ -171,12 +176,17 @@ fn combine_into(comb: Combine, acc: &str, v: &str) -> String {
 }
 
 /// Floating-point (and integer) operations of one run of `k`: the body and the combine at every
-/// domain point, the epilogue at every parallel point.
+/// domain point, the epilogue at every parallel point (a row kernel: also each statistic's body
+/// and combine at every point, its epilogue at every parallel point).
 pub fn kernel_flops(k: &Kernel) -> u64 {
     let points: u64 = k.domain.iter().product();
     let par: u64 = k.domain[..k.parallel_dims().min(k.domain.len())].iter().product();
     let per = k.body.count_ops() + u64::from(k.combine.is_some());
-    points * per + par * k.epilogue.as_ref().map_or(0, Scalar::count_ops)
+    let stats_per: u64 = k.stats.iter().map(|st| st.body.count_ops() + 1).sum();
+    let stats_par: u64 =
+        k.stats.iter().filter_map(|st| st.epilogue.as_ref()).map(Scalar::count_ops).sum();
+    points * (per + stats_per)
+        + par * (k.epilogue.as_ref().map_or(0, Scalar::count_ops) + stats_par)
 }
 
 /// Writes kernel `k`, whose operands have `types`, under the comment lines `comment`. Every
@@ -196,7 +206,11 @@ pub fn emit(
     let kind = |i: usize| types.get(i).map(|t| ScalarKind::of_elem(t.elem));
     let body_kind = k.body.kind(&kind, None).ok();
     let arithmetic = k.body.arithmetic_can_fail(&kind, None)
-        || k.epilogue.as_ref().is_some_and(|e| e.arithmetic_can_fail(&kind, body_kind));
+        || k.epilogue.as_ref().is_some_and(|e| e.arithmetic_can_fail(&kind, body_kind))
+        || k.stats.iter().any(|st| {
+            st.body.arithmetic_can_fail(&kind, None)
+                || st.epilogue.as_ref().is_some_and(|e| e.arithmetic_can_fail(&kind, None))
+        });
     let checked = bounds.any_checked() || arithmetic;
     let (w, wide);
     let comment = match index_width(k) {
@@ -221,6 +235,9 @@ pub fn emit(
         w,
         coords: RefCell::new(Vec::new()),
     };
+    if k.is_row() {
+        return cx.row(comment, opts);
+    }
     // Generated contractions are always proven; a checked one takes the plain kernel.
     if opts.tiled && !checked {
         if let Some(e) = cx.contraction(comment, opts)? {
@@ -267,7 +284,7 @@ fn check(k: &Kernel, types: &[MemType]) -> Result<(), String> {
             return Err("guard map does not fit the domain or its bounds".into());
         }
     }
-    let has_red = k.parallel_dims() < n;
+    let has_red = k.parallel_dims() < n && !k.is_row();
     if has_red != k.combine.is_some() {
         return Err("a combine is required exactly when there are reduction dimensions".into());
     }
@@ -986,6 +1003,8 @@ impl Cx<'_> {
                 Ty::I,
             ),
             Scalar::Acc => (vec![Lit(env.acc.to_string().into())], Ty::F),
+            // A row kernel declares its statistics as `fbc_s0`, `fbc_s1`, ... before they are read.
+            Scalar::Stat(k) => (vec![Lit(format!("fbc_s{k}").into())], Ty::F),
             Scalar::Un(op, _) => {
                 let t = ty(0);
                 let call = |name: &str| (wrap(format!("{name}("), f(0), ")"), Ty::F);

@@ -193,12 +193,90 @@ fn long_reductions_run_a_work_group_per_output() {
         ),
     ];
     if have_device() {
-        let p = write_tmp("long_softmax_src.fbir", &cases[0].1);
-        let src = emitted(&p, "long_softmax_src");
+        let p = write_tmp("long_reduce_max_src.fbir", &cases[1].1);
+        let src = emitted(&p, "long_reduce_max_src");
         assert!(src.contains("One work-group of 256 per output"), "{src}");
         assert!(src.contains("barrier(CLK_LOCAL_MEM_FENCE)"), "{src}");
+        // Softmax is a row kernel: a work-group per row as well.
+        let p = write_tmp("long_softmax_src.fbir", &cases[0].1);
+        let src = emitted(&p, "long_softmax_src");
+        assert!(src.contains("A row kernel: one work-group of 256 per row"), "{src}");
     }
     run_cases(&cases);
+}
+
+/// Row kernels on the device against the reference executor (the interpreter on the same
+/// lowered module): a work-group per row (rows of at least 128 values) and a work-item per row,
+/// rows read a value or a texel at a time, buffer and whole-texel image outputs, every row-wise
+/// op. The tree of a work-group adds in another order than the reference: within `--check`'s
+/// bound of the row's magnitude.
+#[test]
+fn row_kernels_match_the_reference_executor() {
+    if !have_device() {
+        return;
+    }
+    let rtile = "#layout.rtile<tile = [4, 8], horizontal = 1>";
+    let softmax = |r: u64, c: u64, layout: &str| {
+        let t = format!("tensor<{r}x{c}xf32>");
+        module(
+            &format!("%x: {t}"),
+            &format!("  %r = tensor.softmax %x {{axis = -1{layout}}} : ({t}) -> {t}"),
+            &t,
+        )
+    };
+    let rows = |op: &str| {
+        let t = "tensor<6x300xf32>";
+        let v = "tensor<300xf32>";
+        let body = match op {
+            "layernorm_grad" => format!("  %r, %dg, %db = tensor.layernorm_grad %x, %g, %dy : ({t}, {v}, {t}) -> ({t}, {v}, {v})"),
+            "rmsnorm_grad" => format!("  %r, %dg = tensor.rmsnorm_grad %x, %g, %dy : ({t}, {v}, {t}) -> ({t}, {v})"),
+            _ => format!("  %r = tensor.softmax_grad %x, %dy {{axis = -1}} : ({t}, {t}) -> {t}"),
+        };
+        module(&format!("%x: {t}, %g: {v}, %dy: {t}"), &body, t)
+    };
+    let ce = module(
+        "%x: tensor<5x700xf32>, %l: tensor<5xi32>, %dl: tensor<f32>",
+        "  %r = tensor.cross_entropy_grad %x, %l, %dl : (tensor<5x700xf32>, tensor<5xi32>, tensor<f32>) -> tensor<5x700xf32>",
+        "tensor<5x700xf32>",
+    );
+    // (case, text, what its kernel's comment says)
+    let cases = [
+        ("row_group_values", softmax(6, 300, ""), "one work-group of 256 per row. Each statistic: every work-item combines every 256th value"),
+        ("row_items_values", softmax(40, 20, ""), "one work-item per row, a value a step"),
+        ("row_items_texels", softmax(8, 16, &format!(", fbc.layout = {rtile}")), "one work-item per row, a texel (four values) a step"),
+        ("row_group_texels", softmax(4, 512, &format!(", fbc.layout = {rtile}")), "one work-group of 128 per row. Each statistic: every work-item combines every 128th texel (four values)"),
+        ("row_layernorm_grad", rows("layernorm_grad"), "one work-group of 256 per row"),
+        ("row_rmsnorm_grad", rows("rmsnorm_grad"), "one work-group of 256 per row"),
+        ("row_softmax_grad", rows("softmax_grad"), "one work-group of 256 per row"),
+        ("row_cross_entropy_grad", ce, "one work-group of 256 per row"),
+    ];
+    let mali = fbc_target::builtin("mali").expect("mali");
+    for (name, text, form) in cases {
+        let original = common::parse(&text);
+        let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
+        let lowered = common::lower_o1(&text, &mali).expect("lowers");
+        let f = lowered.find_func("main").expect("main");
+        let reference = fbc_runtime::interp::Interpreter::new(&lowered)
+            .run_id(f, inputs.clone())
+            .expect("reference executor");
+        let kernels = fbc_codegen::opencl::KernelOptions::for_target(&mali);
+        let (out, run) = write_and_run_main(&lowered, kernels, &inputs, name);
+        assert!(
+            out.source.contains(&format!("// A row kernel: {form}")),
+            "{name}:\n{}",
+            out.source
+        );
+        let r = reference[0].as_f32().expect("f32").data().to_vec();
+        let d = run.results[0].as_f32().expect("f32").data().to_vec();
+        assert_eq!(r.len(), d.len(), "{name}");
+        let scale = r.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in r.iter().zip(&d).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 + 1e-4 * (a.abs() + scale),
+                "{name}[{i}]: {a} against {b}"
+            );
+        }
+    }
 }
 
 /// Reductions with few outputs whose reads move along the outputs (column sums: the reduction

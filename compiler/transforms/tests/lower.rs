@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 
-use fbc_dialects::memory::MemType;
+use fbc_dialects::memory::{Iter, MemType};
 use fbc_ir::pass::Statistics;
 use fbc_ir::{Module, PassContext, PassManager, SourceFile};
 
@@ -178,21 +178,163 @@ fn matmul_bias_gelu_is_one_kernel() {
     same_numbers(&m, &plain, "unfused");
 }
 
+/// The statistics of a row kernel, as printed.
+fn stats_of(k: &fbc_dialects::memory::Kernel) -> Vec<String> {
+    k.stats.iter().map(ToString::to_string).collect()
+}
+
+/// Softmax along the middle axis is one row kernel over `[rows..., axis]`: per row its maximum,
+/// the sum of `exp(x - max)`, then the row; the scale before it is read once per pass (fused),
+/// not stored.
 #[test]
-fn softmax_is_three_passes_over_rows() {
+fn softmax_is_one_row_kernel() {
     let src = r#"func.func @f(%x: tensor<3x5x4xf32>) -> tensor<3x5x4xf32> {
-  %y = tensor.softmax %x {axis = 1} : (tensor<3x5x4xf32>) -> tensor<3x5x4xf32>
+  %s = tensor.scale %x {factor = 0.5} : (tensor<3x5x4xf32>) -> tensor<3x5x4xf32>
+  %y = tensor.softmax %s {axis = 1} : (tensor<3x5x4xf32>) -> tensor<3x5x4xf32>
   func.return %y : tensor<3x5x4xf32>
 }"#;
     let m = parse(src);
-    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "generic");
+    let (after, st) = lowered(&m, "lower-to-memory,plan-memory", "generic");
     let ks = kernels(&after);
     let names: Vec<&str> = ks.iter().map(|k| k.name.as_str()).collect();
-    assert_eq!(names, ["f_softmax_y_max", "f_softmax_y_sum", "f_softmax_y"]);
-    assert_eq!(ks[0].domain, vec![3, 4, 5]);
-    assert_eq!(ks[0].maps[0].to_string(), "(d0, d1, d2) -> (d0 * 20 + d2 * 4 + d1)");
-    assert_eq!(ks[2].body.to_string(), "exp(x0 - x1) / x2");
+    assert_eq!(names, ["f_softmax_y"]);
+    let k = &ks[0];
+    assert_eq!(k.domain, vec![3, 4, 5]);
+    assert_eq!(k.iterators, [Iter::Parallel, Iter::Parallel, Iter::Row]);
+    assert_eq!(k.maps[0].to_string(), "(d0, d1, d2) -> (d0 * 20 + d2 * 4 + d1)");
+    assert_eq!(k.maps[1].to_string(), "(d0, d1, d2) -> (d0 * 20 + d2 * 4 + d1)");
+    assert_eq!(stats_of(k), ["max: x0 * 0.5", "add: exp(x0 * 0.5 - s0)"]);
+    assert_eq!(k.body.to_string(), "exp(x0 * 0.5 - s0) / s1");
+    assert_eq!(k.source, "tensor.scale+tensor.softmax");
+    assert_eq!(st.get("lower-to-memory", "fused-ops"), 1);
     same_numbers(&m, &after, "softmax");
+    // Without fusion the scale is a launch of its own; the row kernel reads what it stored.
+    let (plain, _) = lowered(&m, "lower-to-memory{fuse=false}", "generic");
+    let ks = kernels(&plain);
+    assert_eq!(ks.len(), 2);
+    assert_eq!(stats_of(&ks[1]), ["max: x0", "add: exp(x0 - s0)"]);
+    same_numbers(&m, &plain, "softmax unfused");
+}
+
+/// Every row-wise op is one row kernel writing its result, with the statistics in the launch in
+/// the order and association of the separate passes; the norms' gradients keep in temporaries
+/// the statistics their weight gradients read too (the row kernel reads them there).
+#[test]
+fn row_wise_ops_are_row_kernels() {
+    let src = r#"func.func @f(%x: tensor<2x3x8xf32>, %dy: tensor<2x3x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>, %g3: tensor<3xf32>, %logits: tensor<5x7xf32>, %labels: tensor<5xi32>, %dloss: tensor<f32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<5x7xf32>) {
+  %ln = tensor.layernorm %x, %g3, %g3 {axis = 1, eps = 1.0e-3} : (tensor<2x3x8xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<2x3x8xf32>
+  %rn = tensor.rmsnorm %x, %g : (tensor<2x3x8xf32>, tensor<8xf32>) -> tensor<2x3x8xf32>
+  %sg = tensor.softmax_grad %x, %dy {axis = -1} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %ln2 = tensor.layernorm %x, %g, %b : (tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x3x8xf32>
+  %dx, %dg, %db = tensor.layernorm_grad %x, %g, %dy : (tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %rx, %rg = tensor.rmsnorm_grad %x, %g, %dy : (tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>)
+  %c = tensor.cross_entropy_grad %logits, %labels, %dloss : (tensor<5x7xf32>, tensor<5xi32>, tensor<f32>) -> tensor<5x7xf32>
+  func.return %ln, %rn, %sg, %ln2, %dx, %dg, %db, %rx, %rg, %c : (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<5x7xf32>) -> ()
+}"#;
+    let m = parse(src);
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "generic");
+    let rows: Vec<(String, Vec<String>, String)> =
+        kernels(&after).iter().map(|k| (k.name.clone(), stats_of(k), k.body.to_string())).collect();
+    let row = |name: &str, stats: &[&str], body: &str| {
+        (
+            name.to_string(),
+            stats.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            body.to_string(),
+        )
+    };
+    let mean = "acc / 8.0";
+    let rstd = |n: &str, eps: &str| format!("1.0 / sqrt(acc / {n} + {eps})");
+    assert_eq!(
+        rows,
+        [
+            row(
+                "f_layernorm_ln",
+                &[
+                    "add: x0; acc / 3.0",
+                    &format!("add: (x0 - s0) * (x0 - s0); {}", rstd("3.0", "0.001"))
+                ],
+                "(x0 - s0) * s1 * x1 + x2",
+            ),
+            row(
+                "f_rmsnorm_rn",
+                &[&format!("add: x0 * x0; {}", rstd("8.0", "1.0e-5"))],
+                "x0 * s0 * x1"
+            ),
+            row("f_softmax_grad_sg", &["add: x0 * x1"], "x1 * (x0 - s0)"),
+            row(
+                "f_layernorm_ln2",
+                &[
+                    &format!("add: x0; {mean}"),
+                    &format!("add: (x0 - s0) * (x0 - s0); {}", rstd("8.0", "1.0e-5"))
+                ],
+                "(x0 - s0) * s1 * x1 + x2",
+            ),
+            row("f_layernorm_grad_dx_mean", &[], "x0"),
+            row("f_layernorm_grad_dx_rstd", &[], "(x0 - x1) * (x0 - x1)"),
+            row(
+                "f_layernorm_grad_dx",
+                &[
+                    &format!("add: x0 * x1; {mean}"),
+                    &format!("add: x0 * x1 * ((x2 - x3) * x4); {mean}")
+                ],
+                "x4 * (x0 * x1 - s0 - (x2 - x3) * x4 * s1)",
+            ),
+            row("f_layernorm_grad_dg", &[], "x0 * ((x1 - x2) * x3)"),
+            row("f_layernorm_grad_db", &[], "x0"),
+            row("f_rmsnorm_grad_rx_rstd", &[], "x0 * x0"),
+            row(
+                "f_rmsnorm_grad_rx",
+                &[&format!("add: x0 * x1 * x2; {mean}")],
+                "x3 * x0 * x1 - x2 * x3 * x3 * x3 * s0",
+            ),
+            row("f_rmsnorm_grad_rg", &[], "x0 * x1 * x2"),
+            row(
+                "f_cross_entropy_grad_c",
+                &["max: x0", "add: exp(x0 - s0)"],
+                "exp(x0 - (s0 + log(s1))) * (x1 / 5.0) - select(d1 == x2, x1 / 5.0, 0.0)",
+            ),
+        ]
+    );
+    same_numbers(&m, &after, "row kernels");
+    // After -O3 and its layout decisions the numbers stay.
+    let s = fbc_transforms::global_layout::Strategy::parse("fblayout").expect("strategy");
+    let (opt, _) = lowered(&m, &fbc_transforms::pipeline(3, s), "mali");
+    let (o3, _) = lowered(&opt, &fbc_transforms::lowering_pipeline(Default::default()), "mali");
+    same_numbers(&m, &o3, "row kernels at -O3");
+}
+
+/// A row kernel writes an R-Tile image a texel at a time where each texel holds four
+/// consecutive elements of a row and none is padding: its last dimension is the channel. A
+/// padded image keeps the three passes (the texel-domain kernel guards the padding).
+#[test]
+fn row_kernels_write_whole_texels() {
+    // Rows of 16, or of 12 (padded to 16: each row's last texel is padding).
+    let src = |w: u64| {
+        let pad = 16 - w;
+        format!(
+            r#"func.func @f(%x: tensor<8x{w}xf32>) -> tensor<8x{w}xf32> {{
+  %y = tensor.softmax %x {{axis = -1, fbc.layout = #layout.rtile<tile = [4, 8], horizontal = 1, pad = [0, {pad}]>}} : (tensor<8x{w}xf32>) -> tensor<8x{w}xf32>
+  func.return %y : tensor<8x{w}xf32>
+}}"#
+        )
+    };
+    let m = parse(&src(16));
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "mali");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 1);
+    let k = &ks[0];
+    assert_eq!(k.domain, vec![8, 4, 4]);
+    assert_eq!(k.iterators, [Iter::Parallel, Iter::Row, Iter::Row]);
+    assert_eq!(k.maps[1].results.len(), 3, "an image output");
+    assert_eq!(k.maps[1].results[2].to_string(), "d2", "the channel is the last dimension");
+    assert!(k.guard.is_none());
+    same_numbers(&m, &after, "whole texels");
+    let m = parse(&src(12));
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "mali");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 3, "padding: the statistics and the texel-domain kernel");
+    assert!(ks.iter().all(|k| k.stats.is_empty()));
+    same_numbers(&m, &after, "padded");
 }
 
 /// An R-Tile with padding written as an image: the kernel iterates over texels, reads through

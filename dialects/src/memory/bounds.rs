@@ -27,8 +27,8 @@
 //! the reference executor before it is reported, so a violation is never a false alarm.
 //!
 //! [`LaunchBounds`] asks these questions for every access of a [`Kernel`]: each operand's map
-//! (inputs where the body or the epilogue reads them, under the guard; the output where it is
-//! written, everywhere), the guard map itself (defined everywhere), and every `xK[e]` load whose
+//! (inputs where the body or the epilogue reads them, under the guard, and where a row kernel's
+//! statistics read them, everywhere; the output where it is written, everywhere), the guard map itself (defined everywhere), and every `xK[e]` load whose
 //! offset depends only on domain indices. Loads whose offset depends on data (an embedding id,
 //! a cross-entropy label) cannot be decided here: back ends check them when they run. Reads
 //! under a `select` branch happen only where the branch is taken, so a violation there is not
@@ -552,15 +552,34 @@ impl fmt::Display for Violation {
     }
 }
 
-/// Where an operand is read: in the body (over the whole domain) or in the epilogue (once per
-/// parallel point), and whether only under a `select` branch.
-#[derive(Debug, Clone, Copy, Default)]
-struct Uses {
-    body: bool,
-    body_always: bool,
-    epilogue: bool,
-    epilogue_always: bool,
+/// Where a payload runs: the body (over the whole domain, under the guard), the epilogue
+/// (once per parallel point, under the guard), a row statistic's body (over the whole domain)
+/// or its epilogue (once per parallel point); statistics ignore the guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Site {
+    Body,
+    Epilogue,
+    StatBody,
+    StatEpilogue,
 }
+
+impl Site {
+    const ALL: [Site; 4] = [Site::Body, Site::Epilogue, Site::StatBody, Site::StatEpilogue];
+
+    /// Whether it runs at every domain point (else once per parallel point).
+    fn everywhere(self) -> bool {
+        matches!(self, Site::Body | Site::StatBody)
+    }
+
+    fn guarded(self) -> bool {
+        matches!(self, Site::Body | Site::Epilogue)
+    }
+}
+
+/// Where an operand is read, per [`Site`]: `(read there, read there outside every `select`
+/// branch)`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Uses([(bool, bool); 4]);
 
 /// Visits `e`, calling `f(scalar, under_select_branch)` for every subexpression.
 fn walk(e: &Scalar, cond: bool, f: &mut dyn FnMut(&Scalar, bool)) {
@@ -675,7 +694,11 @@ impl Kernel {
         let par = par.unwrap_or(full);
         let np = self.parallel_dims();
         let n = self.maps.len();
-        let zero: Vec<bool> = (0..rank).map(|d| d >= np).collect();
+        // A row kernel's output points (its guard and store) are every domain point; otherwise
+        // the parallel points, the reduction dimensions at 0.
+        let row = self.is_row();
+        let points = if row { full } else { par };
+        let zero: Vec<bool> = (0..rank).map(|d| d >= np && !row).collect();
         let cond = self.guard.as_ref().and_then(|g| {
             let exprs =
                 g.map.results.iter().map(|e| Ix::of(e, &g.map.dims)).collect::<Option<Vec<_>>>()?;
@@ -691,7 +714,7 @@ impl Kernel {
         if let Some(c) = &cond {
             let mut b = Bound::Proven;
             for e in &c.exprs {
-                let r = prove(e, Some(Interval::FULL), par, None);
+                let r = prove(e, Some(Interval::FULL), points, None);
                 if let Bound::Violated { point, .. } = &r {
                     note(Violation {
                         operand: None,
@@ -709,29 +732,32 @@ impl Kernel {
         }
         // Where each operand is read.
         let mut uses = vec![Uses::default(); n];
-        let mut loads: Vec<(usize, Scalar, bool, bool)> = Vec::new(); // (k, offset, epilogue, conditional)
-        let mut scan = |e: &Scalar, epilogue: bool, uses: &mut Vec<Uses>| {
+        let mut loads: Vec<(usize, Scalar, Site, bool)> = Vec::new(); // (k, offset, site, conditional)
+        let mut scan = |e: &Scalar, site: Site, uses: &mut Vec<Uses>| {
             walk(e, false, &mut |s, c| match s {
                 Scalar::In(k) if *k < n => {
-                    let u = &mut uses[*k];
-                    if epilogue {
-                        u.epilogue = true;
-                        u.epilogue_always |= !c;
-                    } else {
-                        u.body = true;
-                        u.body_always |= !c;
-                    }
+                    let u = &mut uses[*k].0[site as usize];
+                    u.0 = true;
+                    u.1 |= !c;
                 }
-                Scalar::Load(k, off) if *k < n => loads.push((*k, (**off).clone(), epilogue, c)),
+                Scalar::Load(k, off) if *k < n => loads.push((*k, (**off).clone(), site, c)),
                 _ => {}
             });
         };
         if body_runs {
-            scan(&self.body, false, &mut uses);
+            scan(&self.body, Site::Body, &mut uses);
+            for st in &self.stats {
+                scan(&st.body, Site::StatBody, &mut uses);
+            }
         }
         if let Some(e) = &self.epilogue {
-            scan(e, true, &mut uses);
+            scan(e, Site::Epilogue, &mut uses);
         }
+        for e in self.stats.iter().filter_map(|st| st.epilogue.as_ref()) {
+            scan(e, Site::StatEpilogue, &mut uses);
+        }
+        let site_box = |site: Site| if site.everywhere() { full } else { par };
+        let site_cond = |site: Site| if site.guarded() { cond.as_ref() } else { None };
         let out_k = self.output();
         for (k, (m, ty)) in self.maps.iter().zip(types).enumerate() {
             let u = uses[k];
@@ -762,23 +788,29 @@ impl Kernel {
                     b = b.clone().worst(r);
                 }
             };
-            if u.body {
-                ask(full, cond.as_ref(), AccessKind::Read, u.body_always);
-            }
-            if u.epilogue {
-                ask(par, cond.as_ref(), AccessKind::Read, u.epilogue_always);
+            for site in Site::ALL {
+                let (read, always) = u.0[site as usize];
+                if read {
+                    ask(site_box(site), site_cond(site), AccessKind::Read, always);
+                }
             }
             if k == out_k {
-                ask(par, None, AccessKind::Write, true);
+                ask(points, None, AccessKind::Write, true);
             }
             out.maps[k] = b;
         }
-        for (k, off, epilogue, conditional) in loads {
+        for (k, off, site, conditional) in loads {
             let ty = types[k];
             let bound = Ix::of_scalar(&off).map(|ix| {
-                let bx = if epilogue { par } else { full };
                 let eval = |p: &[i64]| ix.eval_wrapping(p);
-                let r = prove_with(&ix, &eval, below(ty.elems()), bx, cond.as_ref(), BUDGET);
+                let r = prove_with(
+                    &ix,
+                    &eval,
+                    below(ty.elems()),
+                    site_box(site),
+                    site_cond(site),
+                    BUDGET,
+                );
                 match r {
                     Bound::Violated { point, value } if !conditional => {
                         note(Violation {
@@ -960,6 +992,7 @@ mod tests {
             combine: None,
             epilogue: None,
             guard: None,
+            stats: Vec::new(),
         };
         let t = MemType::buffer(8, ElemType::F32);
         let lb = k.bounds(&[t, MemType::buffer(64, ElemType::F32)]);

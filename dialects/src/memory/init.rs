@@ -90,15 +90,14 @@ fn read_before_written(m: &Module, ops: &[fbc_ir::Op], v: Value, t: MemType) -> 
     false
 }
 
-/// Whether the payload (body or epilogue) reads the output operand: `xN` or `xN[e]`. Those reads
+/// Whether the payload (body, epilogue, statistics) reads the output operand: `xN` or `xN[e]`. Those reads
 /// see the contents before the launch.
 pub fn reads_output(k: &Kernel) -> bool {
     let out = k.output();
     let mut found = false;
     let mut visit =
         |s: &Scalar| found |= matches!(s, Scalar::In(j) | Scalar::Load(j, _) if *j == out);
-    k.body.visit(&mut visit);
-    if let Some(e) = &k.epilogue {
+    for e in k.payloads() {
         e.visit(&mut visit);
     }
     found
@@ -108,7 +107,8 @@ pub fn reads_output(k: &Kernel) -> bool {
 /// output of type `t`, as sorted disjoint half-open intervals clipped to the storage; `None` when
 /// they are not known (see the module doc).
 pub fn written_intervals(k: &Kernel, t: MemType) -> Option<Vec<(u64, u64)>> {
-    let np = k.parallel_dims();
+    // The dimensions of an output point: a row kernel writes at every row point too.
+    let np = k.point_dims();
     let par = &k.domain[..np];
     if par.contains(&0) {
         return Some(Vec::new());
@@ -188,7 +188,7 @@ fn offset(r: &[i64], t: MemType) -> Option<i128> {
 /// the affine `(y·W + x)·4 + c`).
 fn mixed_radix(map: &IndexMap, k: &Kernel, t: MemType) -> Option<(i128, i128)> {
     let n = k.domain.len();
-    let np = k.parallel_dims();
+    let np = k.point_dims();
     let mut forms: Vec<(Vec<i128>, i128)> =
         map.results.iter().map(|e| affine_form(e, &map.dims)).collect::<Option<_>>()?;
     for (c, _) in &mut forms {

@@ -17,8 +17,23 @@
 //! read [`Scalar::Acc`]. Reductions combine in domain order (row-major over the reduction dims),
 //! which is the reference interpreter's summation order.
 //!
+//! A **row kernel** (softmax, the normalisations and their gradients in one launch) has row
+//! dimensions instead of reduction dimensions (`iterators` `"row"`, after the parallel ones) and
+//! a list of statistics (`stats`). For every point `p` of the parallel sub-domain it computes
+//!
+//! ```text
+//! s_k = epilogue_k(combine_k over the row sub-domain of body_k(p, r))   for k = 0, 1, ...
+//! for every row point r:  if guard holds: out[map_out(p, r)] = body(p, r)   else 0
+//! ```
+//!
+//! `body_k` reads `s0..s(k-1)` (`Scalar::Stat`), `epilogue_k` reads `acc` and the earlier
+//! statistics and, like an epilogue, only the parallel dimensions; the body reads every
+//! statistic. The guard applies to the output points only: every row point takes part in
+//! every statistic. Text form: `stats = ["max: x0", "add: exp(x0 - s0)"]`, an entry
+//! `COMBINE: BODY` or `COMBINE: BODY; EPILOGUE`.
+//!
 //! An image output can only be written a whole texel at a time, so a launch whose output is an
-//! image has the channel as its last parallel dimension, of extent 4, and the output map's third
+//! image has the channel as its last parallel dimension (a row kernel: its last dimension), of extent 4, and the output map's third
 //! result is exactly that dimension: back ends compute the four channels of a texel in one
 //! work-item and write them together. Padding of tiled layouts is where the `guard` fails.
 //!
@@ -140,6 +155,9 @@ impl MemType {
 pub enum Iter {
     Parallel,
     Reduction,
+    /// A dimension of a row kernel's rows: every statistic reduces over the row dimensions, and
+    /// the body is written at every point of the parallel and row dimensions.
+    Row,
 }
 
 /// How a reduction combines the body's values.
@@ -149,6 +167,15 @@ pub enum Combine {
     Add,
     /// Maximum, starting from -inf; NaN wins (the tensor dialect propagates NaN).
     Max,
+}
+
+/// One statistic of a row kernel: `combine` over the row dimensions of `body` (in row-major
+/// order), then `epilogue` of the result (`acc`), once per parallel point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stat {
+    pub combine: Combine,
+    pub body: Scalar,
+    pub epilogue: Option<Scalar>,
 }
 
 /// Points where the output is computed: `0 <= map(point)[i] < bounds[i]` for every `i`;
@@ -216,6 +243,9 @@ pub enum Scalar {
     Load(usize, Box<Scalar>),
     /// Domain index `k`.
     Dim(usize),
+    /// Row statistic `k` of the current parallel point; only in a row kernel (see
+    /// [`Kernel::stats`]).
+    Stat(usize),
     /// The reduction result; only in an epilogue.
     Acc,
     Un(ScalarUn, Box<Scalar>),
@@ -234,7 +264,8 @@ pub struct Kernel {
     pub source: String,
     /// Iteration extents.
     pub domain: Vec<u64>,
-    /// One per domain dimension: every `Parallel` before every `Reduction`.
+    /// One per domain dimension: every `Parallel` before every `Reduction` (or every `Row`;
+    /// a kernel has reduction or row dimensions, not both).
     pub iterators: Vec<Iter>,
     /// One per operand (inputs, then the output): domain → storage coordinates.
     pub maps: Vec<IndexMap>,
@@ -245,6 +276,10 @@ pub struct Kernel {
     /// Applied once per parallel point to the reduction result.
     pub epilogue: Option<Scalar>,
     pub guard: Option<Guard>,
+    /// The statistics of a row kernel, computed in order at each parallel point (statistic `k`
+    /// may read `s0..s(k-1)`); the body reads them all. Present exactly when there are row
+    /// dimensions. See the module docs.
+    pub stats: Vec<Stat>,
 }
 
 impl Kernel {
@@ -256,6 +291,77 @@ impl Kernel {
     /// Index of the output operand.
     pub fn output(&self) -> usize {
         self.maps.len() - 1
+    }
+
+    /// Every payload expression: the body, the epilogue, each statistic's body and epilogue.
+    pub fn payloads(&self) -> impl Iterator<Item = &Scalar> {
+        std::iter::once(&self.body).chain(self.epilogue.as_ref()).chain(
+            self.stats.iter().flat_map(|s| std::iter::once(&s.body).chain(s.epilogue.as_ref())),
+        )
+    }
+
+    /// Whether it is a row kernel (it has statistics and row dimensions).
+    pub fn is_row(&self) -> bool {
+        !self.stats.is_empty()
+    }
+
+    /// Number of the leading dimensions that index an output point: every dimension of a row
+    /// kernel, else the parallel ones.
+    pub fn point_dims(&self) -> usize {
+        if self.is_row() {
+            self.domain.len()
+        } else {
+            self.parallel_dims()
+        }
+    }
+}
+
+impl Stat {
+    /// Reads the text form `COMBINE: BODY` or `COMBINE: BODY; EPILOGUE` (`"max: x0"`, `"add:
+    /// x0 * x0; rsqrt(acc / 64.0 + 1.0e-5)"`).
+    pub fn parse(text: &str) -> Result<Stat, String> {
+        let (c, rest) = text.split_once(':').ok_or_else(|| {
+            format!(
+                "expected `add: BODY` or `max: BODY` (optionally `; EPILOGUE`), found \"{}\"",
+                super::scalar::excerpt(text, 0)
+            )
+        })?;
+        let combine = match c.trim() {
+            "add" => Combine::Add,
+            "max" => Combine::Max,
+            other => {
+                return Err(format!(
+                    "the combine of a statistic must be `add` or `max`, found `{other}`"
+                ))
+            }
+        };
+        let (body, epilogue) = match rest.split_once(';') {
+            Some((b, e)) => (b, Some(e)),
+            None => (rest, None),
+        };
+        let parse = |what: &str, t: &str| {
+            Scalar::parse(t).map_err(|e| {
+                format!(
+                    "its {what} does not parse: {e}: \"{}\"",
+                    super::scalar::excerpt(t, e.offset)
+                )
+            })
+        };
+        Ok(Stat {
+            combine,
+            body: parse("body", body)?,
+            epilogue: epilogue.map(|e| parse("epilogue", e)).transpose()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Stat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.combine.name(), self.body)?;
+        if let Some(e) = &self.epilogue {
+            write!(f, "; {e}")?;
+        }
+        Ok(())
     }
 }
 
@@ -404,14 +510,16 @@ pub const LAUNCH_ATTRS: &[&str] = &[
     "kernel",
     "maps",
     "source",
+    "stats",
 ];
 
 impl Iter {
-    /// The attribute text: `"parallel"` or `"reduction"`.
+    /// The attribute text: `"parallel"`, `"reduction"` or `"row"`.
     pub fn name(self) -> &'static str {
         match self {
             Iter::Parallel => "parallel",
             Iter::Reduction => "reduction",
+            Iter::Row => "row",
         }
     }
 }
@@ -483,9 +591,10 @@ impl Kernel {
                 .map(|a| match a.as_str() {
                     Some("parallel") => Ok(Iter::Parallel),
                     Some("reduction") => Ok(Iter::Reduction),
+                    Some("row") => Ok(Iter::Row),
                     _ => kerr(
                         "iterators",
-                        format!("`iterators` entries must be \"parallel\" or \"reduction\", found `{a}`"),
+                        format!("`iterators` entries must be \"parallel\", \"reduction\" or \"row\", found `{a}`"),
                     ),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
@@ -508,8 +617,12 @@ impl Kernel {
         if iterators[np..].contains(&Iter::Parallel) {
             return kerr(
                 "iterators",
-                "every \"parallel\" iterator must come before every \"reduction\" one",
+                "every \"parallel\" iterator must come before every \"reduction\" or \"row\" one",
             );
+        }
+        let has_rows = iterators[np..].contains(&Iter::Row);
+        if has_rows && iterators[np..].contains(&Iter::Reduction) {
+            return kerr("iterators", "a launch has \"reduction\" or \"row\" iterators, not both");
         }
         let maps = match get("maps") {
             Some(Attr::Array(items)) => items
@@ -573,7 +686,7 @@ impl Kernel {
             },
             None => None,
         };
-        let has_reduction = np < domain.len();
+        let has_reduction = np < domain.len() && !has_rows;
         match (has_reduction, combine) {
             (true, None) => return kerr("combine", "the domain has reduction dimensions, so `combine` (\"add\" or \"max\") is required"),
             (false, Some(_)) => return kerr("combine", "`combine` is only allowed when the domain has reduction dimensions"),
@@ -620,7 +733,41 @@ impl Kernel {
             (None, Some(_)) => return kerr("guard_bounds", "`guard_bounds` needs `guard`"),
             _ => return kerr("guard", "malformed guard"),
         };
-        Ok(Kernel { name, source, domain, iterators, maps, body, combine, epilogue, guard })
+        let stats = match get("stats") {
+            None => Vec::new(),
+            Some(Attr::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match a {
+                    Attr::Str(t) => {
+                        Stat::parse(t).or_else(|m| kerr("stats", format!("statistic {i}: {m}")))
+                    }
+                    _ => {
+                        kerr("stats", format!("entry {i} of `stats` must be a string, found `{a}`"))
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(a) => {
+                return kerr("stats", format!("`stats` must be an array of strings, found `{a}`"))
+            }
+        };
+        match (has_rows, stats.is_empty()) {
+            (true, true) => return kerr(
+                "stats",
+                "the domain has row dimensions, so `stats` (at least one statistic) is required",
+            ),
+            (false, false) => {
+                return kerr("stats", "`stats` is only allowed when the domain has row dimensions")
+            }
+            _ => {}
+        }
+        if has_rows && domain[np..].contains(&0) {
+            return kerr("domain", "a row kernel's row dimensions must not be empty (every statistic reduces over at least one point)");
+        }
+        if has_rows && epilogue.is_some() {
+            return kerr("epilogue", "a row kernel has no `epilogue`: its body is computed at every point, after the statistics");
+        }
+        Ok(Kernel { name, source, domain, iterators, maps, body, combine, epilogue, guard, stats })
     }
 
     /// The attributes of a `memory.launch` op computing this kernel, in canonical (sorted) order.
@@ -645,6 +792,12 @@ impl Kernel {
         a.push(("kernel".into(), Attr::Str(self.name.clone())));
         a.push(("maps".into(), Attr::Array(self.maps.iter().cloned().map(Attr::Map).collect())));
         a.push(("source".into(), Attr::Str(self.source.clone())));
+        if !self.stats.is_empty() {
+            a.push((
+                "stats".into(),
+                Attr::Array(self.stats.iter().map(|s| Attr::Str(s.to_string())).collect()),
+            ));
+        }
         a
     }
 
@@ -695,7 +848,13 @@ impl Kernel {
         let np = self.parallel_dims();
         let kind = |k: usize| types.get(k).map(|t| ScalarKind::of_elem(t.elem));
         // Operand and dimension references, loads.
-        let refs = |e: &Scalar, key: &'static str, epilogue: bool| -> Result<(), KernelError> {
+        // `visible`: how many statistics `e` may read (`s0..`); `epilogue`: it runs once per
+        // parallel point.
+        let refs = |e: &Scalar,
+                    key: &'static str,
+                    epilogue: bool,
+                    visible: usize|
+         -> Result<(), KernelError> {
             let mut err: Option<String> = None;
             e.visit(&mut |s| {
                 if err.is_some() {
@@ -710,6 +869,14 @@ impl Kernel {
                     }
                     Scalar::Dim(k) if *k >= rank => {
                         err = Some(format!("`d{k}` is not a domain dimension (the domain has {rank})"));
+                    }
+                    Scalar::Stat(k) if *k >= visible => {
+                        err = Some(match (self.stats.len(), key) {
+                            (0, _) => format!("`s{k}` reads a row statistic, but the launch is not a row kernel (it has no `stats`)"),
+                            (_, "stats") if visible == 0 => format!("`s{k}`: the first statistic reads no statistic"),
+                            (_, "stats") => format!("`s{k}` is not computed before statistic {visible} (it may read s0 to s{})", visible - 1),
+                            (n, _) => format!("`s{k}` refers to statistic {k}, but the launch has {n}"),
+                        });
                     }
                     Scalar::Dim(k) if epilogue && *k >= np => {
                         err = Some(format!("the epilogue reads `d{k}`, a reduction dimension; it runs once per parallel point"));
@@ -731,11 +898,33 @@ impl Kernel {
                 None => Ok(()),
             }
         };
-        refs(&self.body, "body", false)?;
+        let nstats = self.stats.len();
+        refs(&self.body, "body", false, nstats)?;
+        for (i, st) in self.stats.iter().enumerate() {
+            let at = |e: KernelError| KernelError {
+                attr: "stats",
+                message: format!("statistic {i}: {}", e.message),
+            };
+            refs(&st.body, "stats", false, i).map_err(at)?;
+            let bk = st.body.kind(&kind, None).or_else(|m| kerr("stats", m)).map_err(at)?;
+            if st.combine == Combine::Max && bk == ScalarKind::Int {
+                return kerr("stats", format!("statistic {i}: a statistic combines f32 values; its body is an integer expression (use float(..))"));
+            }
+            if let Some(e) = &st.epilogue {
+                refs(e, "stats", true, i).map_err(at)?;
+                let ek = e
+                    .kind(&kind, Some(ScalarKind::Float))
+                    .or_else(|m| kerr("stats", m))
+                    .map_err(at)?;
+                if ek == ScalarKind::Int {
+                    return kerr("stats", format!("statistic {i}: its epilogue computes an integer; statistics are f32 values (use float(..))"));
+                }
+            }
+        }
         let body_kind = self.body.kind(&kind, None).or_else(|m| kerr("body", m))?;
         let mut out_kind = body_kind;
         if let Some(e) = &self.epilogue {
-            refs(e, "epilogue", true)?;
+            refs(e, "epilogue", true, 0)?;
             out_kind = e.kind(&kind, Some(body_kind)).or_else(|m| kerr("epilogue", m))?;
         }
         if self.combine == Some(Combine::Max) && body_kind == ScalarKind::Int {
@@ -749,11 +938,13 @@ impl Kernel {
             return kerr(key, format!("the output (operand {out}, {out_ty}) holds integers, but the kernel computes f32 values (use int(..))"));
         }
         if out_ty.is_image() {
-            let last = np.checked_sub(1).filter(|&l| self.domain[l] == 4);
+            let pd = self.point_dims();
+            let what = if self.is_row() { "dimension" } else { "parallel dimension" };
+            let last = pd.checked_sub(1).filter(|&l| self.domain[l] == 4);
             let Some(last) = last else {
                 return kerr(
                     "domain",
-                    format!("the output (operand {out}) is an image, so the last parallel dimension must be the channel, of extent 4; the domain is {:?} with {np} parallel dimension(s)", self.domain),
+                    format!("the output (operand {out}) is an image, so the last {what} must be the channel, of extent 4; the domain is {:?} with {np} parallel dimension(s)", self.domain),
                 );
             };
             let m = &self.maps[out];
@@ -762,7 +953,7 @@ impl Kernel {
                 return kerr(
                     "maps",
                     format!(
-                        "the output (operand {out}) is an image, so the channel result of its map must be `{}` (the last parallel dimension), found `{}`",
+                        "the output (operand {out}) is an image, so the channel result of its map must be `{}` (the last {what}), found `{}`",
                         m.dims[last], m.results[2]
                     ),
                 );

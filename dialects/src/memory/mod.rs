@@ -38,7 +38,8 @@ pub mod scalar;
 
 pub use bounds::{AccessKind, Bound, LaunchBounds, Violation};
 pub use kernel::{
-    Combine, Guard, Iter, Kernel, KernelError, MemType, Scalar, ScalarBin, ScalarUn, StorageKind,
+    Combine, Guard, Iter, Kernel, KernelError, MemType, Scalar, ScalarBin, ScalarUn, Stat,
+    StorageKind,
 };
 pub use ops::{check_storage, default_storage};
 pub use scalar::{ScalarEnv, ScalarError, ScalarKind, ScalarValue};

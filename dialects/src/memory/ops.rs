@@ -144,20 +144,25 @@ pub static OPS: &[OpDef] = &[
               \n\
               **Attributes:** `kernel` (required): the kernel name; `source` (optional): the tensor\n\
               ops it computes, `+`-joined; `domain` (required): iteration extents; `iterators`\n\
-              (required): `\"parallel\"` or `\"reduction\"` per dimension, parallel first; `maps`\n\
+              (required): `\"parallel\"`, `\"reduction\"` or `\"row\"` per dimension, parallel\n\
+              first, reduction or row dimensions (not both) after; `maps`\n\
               (required): one index map per operand from the domain to storage coordinates (1 result,\n\
               the element offset, for a buffer; 3, `x, y, c`, for an image); `body` (required);\n\
               `combine` (`\"add\"` or `\"max\"`, exactly when there are reduction dimensions);\n\
               `epilogue` (optional); `guard` and `guard_bounds` (together, optional): an index map of\n\
-              the domain and its exclusive upper bounds.\n\
+              the domain and its exclusive upper bounds; `stats` (exactly when there are row\n\
+              dimensions): a row kernel's statistics, each `\"COMBINE: BODY\"` or `\"COMBINE: BODY;\n\
+              EPILOGUE\"`, computed per parallel point over the row dimensions in order and read as\n\
+              `s0, s1, ...` by later statistics and by the body, which is then written at every point.\n\
               \n\
               **Verifier:** every operand has a memory type; the domain, iterators, maps and guard\n\
               agree in rank; every map has as many results as its operand has coordinates; `body` and\n\
               `epilogue` parse, refer to existing operands and dimensions, load only from buffers,\n\
               integer-valued offsets and `%` operands, `acc` only in the epilogue, which reads only\n\
               operands whose maps use only parallel dimensions; an integer output gets integer values;\n\
-              an image output has a last parallel dimension of extent 4 that is exactly the third\n\
-              result of its map (a work-item writes a whole texel); no access is proven out of\n\
+              an image output has a last parallel dimension (a row kernel: a last dimension) of\n\
+              extent 4 that is exactly the third result of its map (a work-item writes a whole\n\
+              texel); a statistic reads only earlier statistics; no access is proven out of\n\
               bounds: the bounds prover (`dialects/src/memory/bounds.rs`) looks for a point of the\n\
               domain (inside the guard for reads) where a map, the guard or an `xK[e]` offset that\n\
               reads only domain indices is undefined or outside its storage, and names it.\n\
@@ -169,13 +174,14 @@ pub static OPS: &[OpDef] = &[
             AttrDef::required("kernel", AttrKind::Str, "the kernel name, unique in the module"),
             AttrDef::optional("source", AttrKind::Str, "\"\"", "the tensor ops computed, `+`-joined"),
             AttrDef::required("domain", AttrKind::IntArray, "iteration extents"),
-            AttrDef::required("iterators", AttrKind::Any, "\"parallel\" | \"reduction\" per dimension"),
+            AttrDef::required("iterators", AttrKind::Any, "\"parallel\" | \"reduction\" | \"row\" per dimension"),
             AttrDef::required("maps", AttrKind::Any, "one index map per operand: domain → storage coordinates"),
             AttrDef::required("body", AttrKind::Str, "the scalar expression at each point"),
             AttrDef::optional("combine", AttrKind::Enum(&["add", "max"]), "none", "how reduction values combine"),
             AttrDef::optional("epilogue", AttrKind::Str, "\"acc\"", "applied to the reduction result"),
             AttrDef::optional("guard", AttrKind::Any, "none", "index map whose results must be in bounds"),
             AttrDef::optional("guard_bounds", AttrKind::IntArray, "none", "exclusive upper bounds of the guard"),
+            AttrDef::optional("stats", AttrKind::Any, "none", "a row kernel's statistics, in order"),
         ],
         traits: EFFECTS,
         class: None,

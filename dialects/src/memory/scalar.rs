@@ -461,6 +461,9 @@ impl Parser<'_> {
         if let Some(rest) = w.strip_prefix('d').filter(|r| numeric(r)) {
             return Ok(Scalar::Dim(index(rest)?));
         }
+        if let Some(rest) = w.strip_prefix('s').filter(|r| numeric(r)) {
+            return Ok(Scalar::Stat(index(rest)?));
+        }
         let call = |n: usize| -> Option<&'static str> {
             match (w, n) {
                 ("max" | "min", 2) | ("select", 3) => Some(""),
@@ -478,7 +481,7 @@ impl Parser<'_> {
             return Err(ScalarError {
                 offset: start,
                 message: format!(
-                    "unknown name `{w}`; expected xK, dK, acc, inf, nan or a call ({}, max, min, select)",
+                    "unknown name `{w}`; expected xK, dK, sK, acc, inf, nan or a call ({}, max, min, select)",
                     UNARY_CALLS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
                 ),
             });
@@ -551,6 +554,7 @@ impl Scalar {
                     stack.extend([Task::Text("]"), Task::Node(a, 0)]);
                 }
                 Scalar::Dim(k) => write!(f, "d{k}")?,
+                Scalar::Stat(k) => write!(f, "s{k}")?,
                 Scalar::Acc => f.write_str("acc")?,
                 Scalar::Un(op @ (ScalarUn::Neg | ScalarUn::Not), a) => {
                     f.write_str(op.name())?;
@@ -639,6 +643,7 @@ impl Drop for Scalar {
                         | Scalar::Int(_)
                         | Scalar::In(_)
                         | Scalar::Dim(_)
+                        | Scalar::Stat(_)
                         | Scalar::Acc
                 ) {
                     out.push(std::mem::replace(&mut **b, Scalar::Acc));
@@ -774,6 +779,7 @@ impl Scalar {
                     let leaf = match e {
                         Scalar::Float(_) => Some(Float),
                         Scalar::Int(_) | Scalar::Dim(_) => Some(Int),
+                        Scalar::Stat(_) => Some(Float),
                         Scalar::In(k) => {
                             Some(operand(*k).ok_or_else(|| format!("`x{k}`: no operand {k}"))?)
                         }
@@ -867,6 +873,10 @@ pub trait ScalarEnv {
     fn dim(&mut self, k: usize) -> Result<i64, String>;
     /// The reduction result (epilogues only).
     fn acc(&mut self) -> Result<ScalarValue, String>;
+    /// Row statistic `k` of the current parallel point (row kernels only).
+    fn stat(&mut self, k: usize) -> Result<ScalarValue, String> {
+        Err(format!("`s{k}`: no row statistics here"))
+    }
 }
 
 /// A [`ScalarEnv`] made of closures.
@@ -1058,6 +1068,7 @@ impl Scalar {
                 load(env, *k, off)?
             }
             Scalar::Dim(k) => ScalarValue::Int(env.dim(*k)?),
+            Scalar::Stat(k) => env.stat(*k)?,
             Scalar::Acc => env.acc()?,
             Scalar::Un(op, e) => apply_un(*op, e.eval_at(env, depth)?)?,
             Scalar::Bin(op, a, b) => {
@@ -1094,6 +1105,7 @@ impl Scalar {
                     Scalar::Int(v) => vals.push(ScalarValue::Int(*v)),
                     Scalar::In(k) => vals.push(env.input(*k)?),
                     Scalar::Dim(k) => vals.push(ScalarValue::Int(env.dim(*k)?)),
+                    Scalar::Stat(k) => vals.push(env.stat(*k)?),
                     Scalar::Acc => vals.push(env.acc()?),
                     Scalar::Load(k, a) => stack.extend([Task::Load(*k), Task::Visit(a)]),
                     Scalar::Un(op, a) => stack.extend([Task::Un(*op), Task::Visit(a)]),

@@ -180,6 +180,7 @@ enum Instr {
     /// Pops an offset.
     Load(usize),
     Dim(usize),
+    Stat(usize),
     Acc,
     Un(ScalarUn),
     Bin(fbc_dialects::memory::ScalarBin),
@@ -218,6 +219,7 @@ impl Program {
                 self.push(Instr::Load(*k), depth, 0);
             }
             Scalar::Dim(k) => self.push(Instr::Dim(*k), depth, 1),
+            Scalar::Stat(k) => self.push(Instr::Stat(*k), depth, 1),
             Scalar::Acc => self.push(Instr::Acc, depth, 1),
             Scalar::Un(op, a) => {
                 self.emit(a, depth);
@@ -253,6 +255,8 @@ struct Ctx<'a> {
     data: &'a [&'a MemData],
     idx: &'a [i64],
     acc: ScalarValue,
+    /// The row statistics computed so far (a row kernel).
+    stats: &'a [f32],
     /// Per operand: whether its element offset at `idx` is `cur` (a linear buffer map, kept up
     /// to date incrementally).
     fast: &'a [bool],
@@ -304,6 +308,9 @@ impl Program {
                     stack.push(v);
                 }
                 Instr::Dim(k) => stack.push(ScalarValue::Int(cx.idx[k])),
+                Instr::Stat(k) => stack.push(ScalarValue::F32(
+                    *cx.stats.get(k).ok_or_else(|| format!("`s{k}` read before it is computed"))?,
+                )),
                 Instr::Acc => stack.push(cx.acc),
                 Instr::Un(op) => {
                     let a = pop(stack)?;
@@ -392,8 +399,7 @@ pub fn run_kernel(
     let empty_reduction = domain[np..].contains(&0);
     let fail = |e: String| format!("kernel `{}`: {e}", k.name);
     // Reads of the output operand see its contents before the launch.
-    let reads_out =
-        reads_operand(&k.body, out) || k.epilogue.as_ref().is_some_and(|e| reads_operand(e, out));
+    let reads_out = k.payloads().any(|e| reads_operand(e, out));
     let (ins, outs) = operands.split_at_mut(out);
     let out_data: &mut MemData = &mut *outs[0];
     let before = if reads_out { Some(out_data.clone()) } else { None };
@@ -430,20 +436,24 @@ pub fn run_kernel(
     let out_int = types[out].elem == ElemType::I32;
     let out_half = types[out].is_half();
     let zero = if out_int { ScalarValue::Int(0) } else { ScalarValue::F32(0.0) };
-    loop {
-        // One parallel point.
-        let mut guarded = true;
-        if let Some((g, bounds)) = &guard {
-            for (e, &b) in g.iter().zip(bounds) {
-                let v = e
-                    .eval(&idx)
-                    .ok_or_else(|| fail(format!("the guard is undefined at {idx:?}")))?;
-                if v < 0 || v as u64 >= b {
-                    guarded = false;
-                    break;
-                }
+    let store = |out_data: &mut MemData, o: usize, value: ScalarValue| -> Result<(), String> {
+        match (out_data, value) {
+            (MemData::F32(d), v) if out_half => d[o] = round_f16(v.as_f32()),
+            (MemData::F32(d), v) => d[o] = v.as_f32(),
+            (MemData::I32(d), ScalarValue::Int(v)) => d[o] = v as i32,
+            (MemData::I32(_), ScalarValue::F32(_)) => {
+                return Err("an f32 value for an i32 output".into())
             }
         }
+        Ok(())
+    };
+    if k.is_row() {
+        let rows = Rows { maps: &maps, data: &shared, fast: &fast, lin: &lin, domain: &domain, np };
+        return rows.run(k, guard.as_ref(), &mut *out_data, &store, zero).map_err(fail);
+    }
+    loop {
+        // One parallel point.
+        let guarded = guard_holds(guard.as_ref(), &idx).map_err(fail)?;
         for (c, l) in cur.iter_mut().zip(&lin) {
             if let Some((coeffs, c0)) = l {
                 *c = c0 + coeffs.iter().zip(&idx).map(|(a, b)| a * b).sum::<i64>();
@@ -457,6 +467,7 @@ pub fn run_kernel(
                         data: &shared,
                         idx: &idx,
                         acc: zero,
+                        stats: &[],
                         fast: &fast,
                         cur: &cur,
                     };
@@ -474,6 +485,7 @@ pub fn run_kernel(
                             data: &shared,
                             idx: &ridx,
                             acc: zero,
+                            stats: &[],
                             fast: &fast,
                             cur: &rcur,
                         };
@@ -499,8 +511,15 @@ pub fn run_kernel(
             };
             match &epilogue {
                 Some(e) => {
-                    let cx =
-                        Ctx { maps: &maps, data: &shared, idx: &idx, acc, fast: &fast, cur: &cur };
+                    let cx = Ctx {
+                        maps: &maps,
+                        data: &shared,
+                        idx: &idx,
+                        acc,
+                        stats: &[],
+                        fast: &fast,
+                        cur: &cur,
+                    };
                     e.run(&cx, &mut stack).map_err(fail)?
                 }
                 None => acc,
@@ -509,19 +528,128 @@ pub fn run_kernel(
             zero
         };
         let o = maps[out].offset(&idx, out).map_err(fail)?;
-        match (&mut *out_data, value) {
-            (MemData::F32(d), v) if out_half => d[o] = round_f16(v.as_f32()),
-            (MemData::F32(d), v) => d[o] = v.as_f32(),
-            (MemData::I32(d), ScalarValue::Int(v)) => d[o] = v as i32,
-            (MemData::I32(_), ScalarValue::F32(_)) => {
-                return Err(fail("an f32 value for an i32 output".into()))
-            }
-        }
+        store(&mut *out_data, o, value).map_err(fail)?;
         if !step(&mut idx[..np], &domain[..np]) {
             break;
         }
     }
     Ok(())
+}
+
+/// A compiled guard: its results and their bounds.
+type CompiledGuard = (Vec<CompiledExpr>, Vec<u64>);
+
+/// Whether the guard holds at `idx` (no guard: always).
+fn guard_holds(guard: Option<&CompiledGuard>, idx: &[i64]) -> Result<bool, String> {
+    let Some((g, bounds)) = guard else { return Ok(true) };
+    for (e, &b) in g.iter().zip(bounds) {
+        let v = e.eval(idx).ok_or_else(|| format!("the guard is undefined at {idx:?}"))?;
+        if v < 0 || v as u64 >= b {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// What a row kernel's evaluation reads (see `fbc_dialects::memory::kernel`'s module docs).
+struct Rows<'a> {
+    maps: &'a [OperandMap],
+    data: &'a [&'a MemData],
+    fast: &'a [bool],
+    lin: &'a [Option<(Vec<i64>, i64)>],
+    domain: &'a [i64],
+    np: usize,
+}
+
+impl Rows<'_> {
+    /// The tracked offsets at `idx`.
+    fn offsets(&self, idx: &[i64], cur: &mut [i64]) {
+        for (c, l) in cur.iter_mut().zip(self.lin) {
+            if let Some((coeffs, c0)) = l {
+                *c = c0 + coeffs.iter().zip(idx).map(|(a, b)| a * b).sum::<i64>();
+            }
+        }
+    }
+
+    /// Every parallel point: its statistics in order, each folded over the row in row-major
+    /// order from the combine's identity (then its epilogue), then the body stored at every row
+    /// point (zero where the guard fails).
+    fn run(
+        &self,
+        k: &Kernel,
+        guard: Option<&CompiledGuard>,
+        out_data: &mut MemData,
+        store: &dyn Fn(&mut MemData, usize, ScalarValue) -> Result<(), String>,
+        zero: ScalarValue,
+    ) -> Result<(), String> {
+        let (np, rank) = (self.np, self.domain.len());
+        let stats: Vec<(Combine, Program, Option<Program>)> = k
+            .stats
+            .iter()
+            .map(|s| (s.combine, Program::new(&s.body), s.epilogue.as_ref().map(Program::new)))
+            .collect();
+        let body = Program::new(&k.body);
+        let mut values = vec![0f32; stats.len()];
+        let mut idx = vec![0i64; rank];
+        let mut cur = vec![0i64; self.maps.len()];
+        let mut stack = Vec::new();
+        let out = k.output();
+        loop {
+            for (i, (c, sbody, epi)) in stats.iter().enumerate() {
+                idx[np..].fill(0);
+                self.offsets(&idx, &mut cur);
+                let mut acc = c.identity();
+                loop {
+                    let cx = self.ctx(&idx, &cur, zero, &values[..i]);
+                    let v = sbody.run(&cx, &mut stack)?.as_f32();
+                    acc = match c {
+                        Combine::Add => acc + v,
+                        Combine::Max => fmax_nan(acc, v),
+                    };
+                    if !step_tracked(&mut idx, np, self.domain, self.lin, &mut cur) {
+                        break;
+                    }
+                }
+                values[i] = match epi {
+                    Some(e) => {
+                        idx[np..].fill(0);
+                        self.offsets(&idx, &mut cur);
+                        let cx = self.ctx(&idx, &cur, ScalarValue::F32(acc), &values[..i]);
+                        e.run(&cx, &mut stack)?.as_f32()
+                    }
+                    None => acc,
+                };
+            }
+            idx[np..].fill(0);
+            self.offsets(&idx, &mut cur);
+            loop {
+                let value = if guard_holds(guard, &idx)? {
+                    body.run(&self.ctx(&idx, &cur, zero, &values), &mut stack)?
+                } else {
+                    zero
+                };
+                let o = self.maps[out].offset(&idx, out)?;
+                store(out_data, o, value)?;
+                if !step_tracked(&mut idx, np, self.domain, self.lin, &mut cur) {
+                    break;
+                }
+            }
+            idx[np..].fill(0);
+            if !step(&mut idx[..np], &self.domain[..np]) {
+                return Ok(());
+            }
+        }
+    }
+
+    fn ctx<'c>(
+        &'c self,
+        idx: &'c [i64],
+        cur: &'c [i64],
+        acc: ScalarValue,
+        stats: &'c [f32],
+    ) -> Ctx<'c> {
+        Ctx { maps: self.maps, data: self.data, idx, acc, stats, fast: self.fast, cur }
+    }
 }
 
 /// `(coefficients, constant)` of a buffer map that is linear in the domain indices and whose

@@ -318,6 +318,7 @@ fn out_of_range_maps_are_errors() {
         combine: None,
         epilogue: None,
         guard: None,
+        stats: Vec::new(),
     };
     let t = MemType::buffer(4, ElemType::F32);
     let mut a = MemData::F32(vec![10.0, 11.0, 12.0, 13.0]);
@@ -641,6 +642,7 @@ mod props {
                             epilogue,
                             guard: guard
                                 .map(|(r, b)| Guard { bounds: vec![b; r.len()], map: map(r) }),
+                            stats: Vec::new(),
                         };
                         (k, types.clone())
                     })

@@ -155,6 +155,11 @@ pub fn lower_o0(text: &str, profile: &fbc_target::HardwareProfile) -> Result<Mod
     lower_at(text, 0, false, profile, "auto").map(|(m, _)| m)
 }
 
+/// `text` at `-O1` (its layouts as written), lowered for `profile`.
+pub fn lower_o1(text: &str, profile: &fbc_target::HardwareProfile) -> Result<Module, String> {
+    lower_at(text, 1, false, profile, "auto").map(|(m, _)| m)
+}
+
 /// `text` at `-O level`, lowered for `profile` (`half`: f16 images; `split`: the `split-k`
 /// option).
 fn lower_at(

@@ -5,6 +5,8 @@
 //!   map, a body without domain indices or loads) and whose only reader is kernel `K` is
 //!   substituted into `K`: each read of `T` at map `m` becomes `P`'s body with `P`'s operand maps
 //!   composed with `m`. `P` disappears and `T` is never stored.
+//!   `K` may be a row kernel (softmax, a normalisation): then `T` is read, and `P` computed, once
+//!   per statistic and once for the output, instead of `T` being stored and read as often.
 //! - **epilogue**: when `P` is a reduction (matmul, reductions, row statistics) whose result `T`
 //!   only a pointwise kernel `K` over `T`'s shape reads, at the identity map, `K` becomes `P`'s
 //!   epilogue (`acc` in place of `T`); `K`'s other operands are read at `P`'s output point.
@@ -18,7 +20,7 @@
 
 use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::memory::scalar::MAX_TREE_DEPTH;
-use fbc_dialects::memory::Scalar;
+use fbc_dialects::memory::{Scalar, Stat};
 use smallvec::SmallVec;
 
 use super::{compose, LKernel, Lower, Operand, Tid};
@@ -111,17 +113,39 @@ impl Shape {
     }
 }
 
-/// The shapes of a kernel's body and epilogue.
+/// The shapes of a kernel's body and epilogue, and the largest of a row kernel's statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shapes {
     body: Shape,
     epilogue: Option<Shape>,
+    /// The deepest and the largest payload of the statistics (bodies and epilogues), and
+    /// whether any reads domain indices or offsets.
+    stats: Option<Shape>,
 }
 
 impl Shapes {
     fn of(k: &LKernel) -> Shapes {
-        Shapes { body: Shape::of(&k.body), epilogue: k.epilogue.as_ref().map(Shape::of) }
+        Shapes {
+            body: Shape::of(&k.body),
+            epilogue: k.epilogue.as_ref().map(Shape::of),
+            stats: stat_shapes(k, &mut Shape::of),
+        }
     }
+}
+
+/// The largest of `shape` over the payloads of `k`'s statistics (`None`: it has none).
+fn stat_shapes(k: &LKernel, shape: &mut dyn FnMut(&Scalar) -> Shape) -> Option<Shape> {
+    k.stats.iter().flat_map(|st| std::iter::once(&st.body).chain(st.epilogue.as_ref())).fold(
+        None,
+        |acc, e| {
+            let s = shape(e);
+            Some(acc.map_or(s, |a: Shape| Shape {
+                depth: a.depth.max(s.depth),
+                size: a.size.max(s.size),
+                dims: a.dims || s.dims,
+            }))
+        },
+    )
 }
 
 /// The shapes of the kernel fusing `p` into `k` (reading `p`'s output `t`), or `None` when a
@@ -135,14 +159,19 @@ fn fused_shapes(ps: Shapes, k: &LKernel, t: Tid, epilogue: bool) -> Option<Shape
         // `into_epilogue` drops an epilogue that is `acc` itself.
         let is_acc =
             ps.epilogue.is_none() && matches!(k.body, Scalar::In(i) if slots.get(i) == Some(&true));
-        Shapes { body: ps.body, epilogue: (!is_acc).then_some(e) }
+        Shapes { body: ps.body, epilogue: (!is_acc).then_some(e), stats: None }
     } else {
+        let mut sub = |e: &Scalar| Shape::substituted(e, &slots, ps.body);
         Shapes {
-            body: Shape::substituted(&k.body, &slots, ps.body),
-            epilogue: k.epilogue.as_ref().map(|e| Shape::substituted(e, &slots, ps.body)),
+            body: sub(&k.body),
+            epilogue: k.epilogue.as_ref().map(&mut sub),
+            stats: stat_shapes(k, &mut sub),
         }
     };
-    (shapes.body.fits() && shapes.epilogue.is_none_or(Shape::fits)).then_some(shapes)
+    let fits = shapes.body.fits()
+        && shapes.epilogue.is_none_or(Shape::fits)
+        && shapes.stats.is_none_or(Shape::fits);
+    fits.then_some(shapes)
 }
 
 /// [`renumber`] without rebuilding the tree; no walk at all when `to` is the identity (a chain
@@ -278,6 +307,7 @@ fn uses(l: &Lower<'_>) -> Uses {
 fn pointwise(k: &LKernel, ps: Shapes, shape: &[u64]) -> bool {
     !shape.is_empty()
         && k.combine.is_none()
+        && k.stats.is_empty()
         && k.domain == shape
         && !ps.body.dims
         && is_identity(&k.out.map, shape.len())
@@ -332,6 +362,7 @@ fn find(
             kk.inputs.iter().filter(|i| i.t == t).all(|i| is_identity(&i.map, shape.len()));
         if pk.combine.is_some()
             && kk.combine.is_none()
+            && kk.stats.is_empty()
             && reads_identity
             && kk.domain == *shape
             && !shape.is_empty()
@@ -385,8 +416,7 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
     // Each read of T at map m: P's body with P's operands read at (P map ∘ m).
     let mut subst: Vec<Option<Scalar>> = vec![None; k.inputs.len()];
     let t_slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
-    let mut left =
-        reads_of(&k.body, &t_slots) + k.epilogue.as_ref().map_or(0, |e| reads_of(e, &t_slots));
+    let mut left = payloads(&k).map(|e| reads_of(e, &t_slots)).sum::<usize>();
     let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| t_slots[i]).collect();
     let mut p_body = Some(p.body);
     for (n, &slot) in t_reads.iter().enumerate() {
@@ -412,35 +442,46 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
             subst[i].clone()
         }
     };
-    let body = map_scalar(&k.body, &mut |s| match s {
-        Scalar::In(i) => Some(match k_to[*i] {
-            None => take(*i).unwrap_or_else(|| s.clone()),
-            Some(j) => Scalar::In(j),
-        }),
-        Scalar::Load(i, off) => {
-            let off = map_scalar(off, &mut |x| match x {
-                Scalar::In(j) => Some(match k_to[*j] {
-                    None => take(*j).unwrap_or(Scalar::In(*j)),
-                    Some(jj) => Scalar::In(jj),
-                }),
-                _ => None,
-            });
-            Some(Scalar::Load(k_to[*i].unwrap_or(*i), Box::new(off)))
-        }
-        _ => None,
-    });
-    let epilogue = k.epilogue.as_ref().map(|e| {
+    let mut subst = |e: &Scalar| {
         map_scalar(e, &mut |s| match s {
             Scalar::In(i) => Some(match k_to[*i] {
-                None => take(*i).unwrap_or(Scalar::In(*i)),
+                None => take(*i).unwrap_or_else(|| s.clone()),
                 Some(j) => Scalar::In(j),
             }),
+            Scalar::Load(i, off) => {
+                let off = map_scalar(off, &mut |x| match x {
+                    Scalar::In(j) => Some(match k_to[*j] {
+                        None => take(*j).unwrap_or(Scalar::In(*j)),
+                        Some(jj) => Scalar::In(jj),
+                    }),
+                    _ => None,
+                });
+                Some(Scalar::Load(k_to[*i].unwrap_or(*i), Box::new(off)))
+            }
             _ => None,
         })
-    });
+    };
+    let body = subst(&k.body);
+    let epilogue = k.epilogue.as_ref().map(&mut subst);
+    let stats = k
+        .stats
+        .iter()
+        .map(|st| Stat {
+            combine: st.combine,
+            body: subst(&st.body),
+            epilogue: st.epilogue.as_ref().map(&mut subst),
+        })
+        .collect();
     let mut source = p.source;
     source.extend(k.source.iter().copied());
-    LKernel { inputs, body, epilogue, source, ..k }
+    LKernel { inputs, body, epilogue, stats, source, ..k }
+}
+
+/// Every payload of `k`: body, epilogue, each statistic's body and epilogue.
+fn payloads(k: &LKernel) -> impl Iterator<Item = &Scalar> {
+    std::iter::once(&k.body)
+        .chain(k.epilogue.as_ref())
+        .chain(k.stats.iter().flat_map(|st| std::iter::once(&st.body).chain(st.epilogue.as_ref())))
 }
 
 /// `K` as the epilogue of reduction `P`.

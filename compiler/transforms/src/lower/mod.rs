@@ -60,7 +60,7 @@ use std::collections::HashMap;
 
 use fbc_dialects::kind::{FuncOp, LayoutOp, MemoryOp};
 use fbc_dialects::layout::{Layout, Storage};
-use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar};
+use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar, Stat};
 use fbc_index::Expr;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{
@@ -431,6 +431,9 @@ pub(crate) struct LKernel {
     pub body: Scalar,
     pub combine: Option<Combine>,
     pub epilogue: Option<Scalar>,
+    /// A row kernel's statistics (see `fbc_dialects::memory::kernel`): then the dimensions after
+    /// `n_par` are row dimensions, not reductions, and `combine` and `epilogue` are `None`.
+    pub stats: Vec<Stat>,
     /// Span of the op it came from.
     pub span: Span,
 }
@@ -683,6 +686,7 @@ impl<'m> Lower<'m> {
             body: Scalar::In(0),
             combine: None,
             epilogue: None,
+            stats: Vec::new(),
             span,
         });
     }

@@ -4,11 +4,15 @@
 //! Numbers follow the reference kernels (`runtime/src/reference/`): the same formulas in the same
 //! association, and reductions in row-major order over the reduced axes (the reference's
 //! summation order). Ops that need several passes over a row (softmax, the normalisations,
-//! cross-entropy and their gradients) compute row statistics into small linear temporaries first.
+//! cross-entropy's gradient and the normalisations' gradients) are one row kernel where their
+//! result can take one ([`Lower::row_output`]): its statistics are computed per row in the
+//! launch, in the same order and association as the separate passes. Elsewhere, and for the
+//! statistics other kernels read too (the norms' weight gradients), they are computed into small
+//! linear temporaries first.
 
 use fbc_dialects::kind::{FuncOp as F, LayoutOp as L, OpKind as K, TensorOp as T};
-use fbc_dialects::layout::Layout;
-use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U};
+use fbc_dialects::layout::{Intra, Layout};
+use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U, Stat, StorageKind};
 use fbc_index::{BinOp as IndexOp, Expr};
 use fbc_ir::{Attr, Diagnostic, ElemType, Module, Op, Span, Value};
 
@@ -55,6 +59,21 @@ fn select(c: Scalar, a: Scalar, b: Scalar) -> Scalar {
 /// `1 / sqrt(v)`, as the reference computes `sqrt().recip()`.
 fn rsqrt(v: Scalar) -> Scalar {
     div(f(1.0), un(U::Sqrt, v))
+}
+/// Row statistic `k` of a row kernel.
+fn sk(k: usize) -> Scalar {
+    Scalar::Stat(k)
+}
+fn stat(combine: Combine, body: Scalar, epilogue: Option<Scalar>) -> Stat {
+    Stat { combine, body, epilogue }
+}
+/// `acc / n` (a mean).
+fn mean_of(n: f64) -> Option<Scalar> {
+    Some(div(Scalar::Acc, f(n)))
+}
+/// `1 / sqrt(acc / n + eps)` (a reciprocal RMS or standard deviation).
+fn rstd_of(n: f64, eps: f64) -> Option<Scalar> {
+    Some(rsqrt(add(div(Scalar::Acc, f(n)), f(eps))))
 }
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
@@ -296,9 +315,8 @@ impl Lower<'_> {
         } else {
             (body, combine, epilogue)
         };
-        let short = d.name().split('.').nth(1).unwrap_or(d.name()).to_string();
         self.kernels.push(LKernel {
-            op: short,
+            op: short_name(d.name()),
             result,
             source: vec![d.name()],
             note: String::new(),
@@ -309,6 +327,63 @@ impl Lower<'_> {
             body,
             combine,
             epilogue,
+            stats: Vec::new(),
+            span: d.span,
+        });
+    }
+
+    /// Whether result `t` of a row-wise op over `rows` can be written by one row kernel: any
+    /// buffer; an image only where every texel holds four consecutive elements of one row (the
+    /// rows along the last axis, tiles and blocks a multiple of 4 wide) and none is padding, so
+    /// that the kernel writes whole texels, all of them.
+    fn row_output(&self, t: Tid, rows: &Rows) -> bool {
+        let s = &self.storages[self.tensors[t].storage];
+        let StorageKind::Image { width, height } = s.ty.storage else { return true };
+        let Layout::RTile(r) = &s.layout else { return false };
+        let quad = |w: u64| w % 4 == 0;
+        let numel = rows.shape.iter().try_fold(1u64, |a, &n| a.checked_mul(n));
+        rows.axis + 1 == rows.shape.len()
+            && quad(rows.len())
+            && quad(r.tile[1])
+            && match r.intra {
+                Intra::Rows => true,
+                Intra::Block { bw, .. } => quad(bw),
+            }
+            && width.checked_mul(height).and_then(|n| n.checked_mul(4)) == numel
+    }
+
+    /// One launch writing result `t` (of shape `rows.shape`) of a row-wise op: per row the
+    /// statistics `stats` in order, then `body` at every element of the row. The domain is
+    /// `rows`' reduction domain with the axis as a row dimension, so operands are read with the
+    /// `red_*` maps (a statistic of another kernel at `red_stat`).
+    #[allow(clippy::too_many_arguments)]
+    fn row_kernel(
+        &mut self,
+        op: Op,
+        result: String,
+        rows: &Rows,
+        inputs: Vec<Operand>,
+        stats: Vec<Stat>,
+        t: Tid,
+        body: Scalar,
+    ) {
+        if rows.shape.contains(&0) {
+            return;
+        }
+        let d = self.m.op(op);
+        self.kernels.push(LKernel {
+            op: short_name(d.name()),
+            result,
+            source: vec![d.name()],
+            note: String::new(),
+            domain: rows.red_domain(),
+            n_par: rows.n_par(),
+            inputs,
+            out: out(t, rows.red_full()),
+            body,
+            combine: None,
+            epilogue: None,
+            stats,
             span: d.span,
         });
     }
@@ -554,8 +629,19 @@ impl Lower<'_> {
                     span,
                 )?;
                 let rows = Rows { shape: shape.clone(), axis };
-                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
                 let t = self.output(op, 0)?;
+                if self.row_output(t, &rows) {
+                    // max, Σ exp(x - max), then exp(x - max) / Σ.
+                    let inputs = vec![self.read(ops[0], rows.red_full(), span)?];
+                    let stats = vec![
+                        stat(Combine::Max, x(0), None),
+                        stat(Combine::Add, un(U::Exp, sub(x(0), sk(0))), None),
+                    ];
+                    let body = div(un(U::Exp, sub(x(0), sk(0))), sk(1));
+                    self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
+                    return Ok(());
+                }
+                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
                 let inputs = vec![
                     self.read(ops[0], identity(shape.len()), span)?,
                     opnd(mx, rows.full_stat()),
@@ -577,9 +663,16 @@ impl Lower<'_> {
                     self.read(ops[0], rows.red_full(), span)?,
                 ];
                 let body = mul(x(0), x(1));
+                let t = self.output(op, 0)?;
+                if self.row_output(t, &rows) {
+                    // s = Σ x0·x1, then x1·(x0 - s).
+                    let stats = vec![stat(Combine::Add, body, None)];
+                    let body = mul(x(1), sub(x(0), sk(0)));
+                    self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
+                    return Ok(());
+                }
                 let s =
                     self.row_stat(op, res[0], &rows, "dot", inputs, body, Combine::Add, None)?;
-                let t = self.output(op, 0)?;
                 let n = shape.len();
                 let inputs = vec![
                     self.read(ops[0], identity(n), span)?,
@@ -597,8 +690,25 @@ impl Lower<'_> {
                 )?;
                 let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
                 let rows = Rows { shape: shape.clone(), axis };
-                let (mean, rstd) = self.moments(op, ops[0], res[0], &rows, eps)?;
                 let t = self.output(op, 0)?;
+                if self.row_output(t, &rows) {
+                    // mean, rstd (two-pass variance), then (x - mean)·rstd·gamma + beta.
+                    let len = rows.len() as f64;
+                    let inputs = vec![
+                        self.read(ops[0], rows.red_full(), span)?,
+                        self.read(ops[1], rows.red_axis(), span)?,
+                        self.read(ops[2], rows.red_axis(), span)?,
+                    ];
+                    let dev = || sub(x(0), sk(0));
+                    let stats = vec![
+                        stat(Combine::Add, x(0), mean_of(len)),
+                        stat(Combine::Add, mul(dev(), dev()), rstd_of(len, eps)),
+                    ];
+                    let body = add(mul(mul(dev(), sk(1)), x(1)), x(2));
+                    self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
+                    return Ok(());
+                }
+                let (mean, rstd) = self.moments(op, ops[0], res[0], &rows, eps)?;
                 let n = shape.len();
                 let inputs = vec![
                     self.read(ops[0], identity(n), span)?,
@@ -617,8 +727,20 @@ impl Lower<'_> {
                 if shape.is_empty() {
                     return Err(located(span, "rmsnorm of a rank-0 tensor"));
                 }
-                let r = self.rms(op, ops[0], res[0], &rows, eps)?;
                 let t = self.output(op, 0)?;
+                if self.row_output(t, &rows) {
+                    // 1/sqrt(mean(x²) + eps), then x·r·gamma.
+                    let len = rows.len() as f64;
+                    let inputs = vec![
+                        self.read(ops[0], rows.red_full(), span)?,
+                        self.read(ops[1], rows.red_axis(), span)?,
+                    ];
+                    let stats = vec![stat(Combine::Add, mul(x(0), x(0)), rstd_of(len, eps))];
+                    let body = mul(mul(x(0), sk(0)), x(1));
+                    self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
+                    return Ok(());
+                }
+                let r = self.rms(op, ops[0], res[0], &rows, eps)?;
                 let n = shape.len();
                 let inputs = vec![
                     self.read(ops[0], identity(n), span)?,
@@ -723,8 +845,25 @@ impl Lower<'_> {
                     return Ok(());
                 }
                 let rows = Rows { shape: shape.clone(), axis: 1 };
-                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
                 let t = self.output(op, 0)?;
+                let scale = |dloss: usize| div(x(dloss), f(nn as f64));
+                if kind == K::Tensor(T::CrossEntropyGrad) && self.row_output(t, &rows) {
+                    // max, Σ exp(x - max), then softmax·dloss/N - (dloss/N at the label).
+                    let inputs = vec![
+                        self.read(ops[0], rows.red_full(), span)?,
+                        self.read(ops[2], Vec::new(), span)?,
+                        self.read(ops[1], vec![dim(0)], span)?,
+                    ];
+                    let stats = vec![
+                        stat(Combine::Max, x(0), None),
+                        stat(Combine::Add, un(U::Exp, sub(x(0), sk(0))), None),
+                    ];
+                    let p = mul(un(U::Exp, sub(x(0), add(sk(0), un(U::Log, sk(1))))), scale(1));
+                    let body = sub(p, select(bin(B::Eq, dk(1), x(2)), scale(1), f(0.0)));
+                    self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
+                    return Ok(());
+                }
+                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
                 if kind == K::Tensor(T::CrossEntropy) {
                     let logits = self.read_linear(ops[0], span)?;
                     let inputs = vec![
@@ -773,9 +912,8 @@ impl Lower<'_> {
                         self.read(ops[2], Vec::new(), span)?,
                         self.read(ops[1], vec![dim(0)], span)?,
                     ];
-                    let scale = || div(x(3), f(nn as f64));
-                    let p = mul(un(U::Exp, sub(x(0), add(x(1), un(U::Log, x(2))))), scale());
-                    let body = sub(p, select(bin(B::Eq, dk(1), x(4)), scale(), f(0.0)));
+                    let p = mul(un(U::Exp, sub(x(0), add(x(1), un(U::Log, x(2))))), scale(3));
+                    let body = sub(p, select(bin(B::Eq, dk(1), x(4)), scale(3), f(0.0)));
                     self.elementwise(op, rname(0), shape, inputs, t, body);
                 }
             }
@@ -1008,13 +1146,13 @@ impl Lower<'_> {
         let span = self.m.op(op).span;
         let n = rows.len() as f64;
         let input = self.read(src, rows.red_full(), span)?;
-        let epi = Some(div(Scalar::Acc, f(n)));
-        let mean = self.row_stat(op, res, rows, "mean", vec![input], x(0), Combine::Add, epi)?;
+        let mean =
+            self.row_stat(op, res, rows, "mean", vec![input], x(0), Combine::Add, mean_of(n))?;
         let inputs = vec![self.read(src, rows.red_full(), span)?, opnd(mean, rows.red_stat())];
         let dev = || sub(x(0), x(1));
-        let epi = Some(rsqrt(add(div(Scalar::Acc, f(n)), f(eps))));
         let body = mul(dev(), dev());
-        let rstd = self.row_stat(op, res, rows, "rstd", inputs, body, Combine::Add, epi)?;
+        let rstd =
+            self.row_stat(op, res, rows, "rstd", inputs, body, Combine::Add, rstd_of(n, eps))?;
         Ok((mean, rstd))
     }
 
@@ -1030,9 +1168,8 @@ impl Lower<'_> {
         let span = self.m.op(op).span;
         let n = rows.len() as f64;
         let input = self.read(src, rows.red_full(), span)?;
-        let epi = Some(rsqrt(add(div(Scalar::Acc, f(n)), f(eps))));
         let body = mul(x(0), x(0));
-        self.row_stat(op, res, rows, "rstd", vec![input], body, Combine::Add, epi)
+        self.row_stat(op, res, rows, "rstd", vec![input], body, Combine::Add, rstd_of(n, eps))
     }
 
     fn layernorm_grad(&mut self, op: Op, ops: &[Value], res: &[Value]) -> Result<(), Diagnostic> {
@@ -1045,39 +1182,52 @@ impl Lower<'_> {
         let n = rows.len() as f64;
         let rn = value_name(self.m, res[0]);
         let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
+        // mean and rstd: the weight gradient reads them too.
         let (mean, rstd) = self.moments(op, x_, res[0], &rows, eps)?;
+        let t = self.output(op, 0)?;
         // mean_g = Σ dy·gamma / n; mean_gx = Σ dy·gamma·x̂ / n, x̂ = (x - mean)·r.
-        let inputs =
-            vec![self.read(dy, rows.red_full(), span)?, self.read(gamma, rows.red_axis(), span)?];
-        let mean_n = || Some(div(Scalar::Acc, f(n)));
-        let body = mul(x(0), x(1));
-        let mg =
-            self.row_stat(op, res[0], &rows, "mean_g", inputs, body, Combine::Add, mean_n())?;
-        let inputs = vec![
+        let stat_inputs = vec![
             self.read(dy, rows.red_full(), span)?,
             self.read(gamma, rows.red_axis(), span)?,
             self.read(x_, rows.red_full(), span)?,
             opnd(mean, rows.red_stat()),
             opnd(rstd, rows.red_stat()),
         ];
-        let body = mul(mul(x(0), x(1)), mul(sub(x(2), x(3)), x(4)));
-        let mgx =
-            self.row_stat(op, res[0], &rows, "mean_gx", inputs, body, Combine::Add, mean_n())?;
-        // dx = r·(dy·gamma - mean_g - x̂·mean_gx)
-        let k = shape.len();
-        let t = self.output(op, 0)?;
-        let inputs = vec![
-            self.read(dy, identity(k), span)?,
-            self.read(gamma, rows.full_axis(), span)?,
-            self.read(x_, identity(k), span)?,
-            opnd(mean, rows.full_stat()),
-            opnd(rstd, rows.full_stat()),
-            opnd(mg, rows.full_stat()),
-            opnd(mgx, rows.full_stat()),
-        ];
-        let xhat = mul(sub(x(2), x(3)), x(4));
-        let body = mul(x(4), sub(sub(mul(x(0), x(1)), x(5)), mul(xhat, x(6))));
-        self.elementwise(op, rn, shape.clone(), inputs, t, body);
+        let g_body = mul(x(0), x(1));
+        let gx_body = mul(mul(x(0), x(1)), mul(sub(x(2), x(3)), x(4)));
+        if self.row_output(t, &rows) {
+            // dx = r·(dy·gamma - mean_g - x̂·mean_gx) in the same launch.
+            let stats = vec![
+                stat(Combine::Add, g_body, mean_of(n)),
+                stat(Combine::Add, gx_body, mean_of(n)),
+            ];
+            let xhat = mul(sub(x(2), x(3)), x(4));
+            let body = mul(x(4), sub(sub(mul(x(0), x(1)), sk(0)), mul(xhat, sk(1))));
+            self.row_kernel(op, rn, &rows, stat_inputs, stats, t, body);
+        } else {
+            let inputs = stat_inputs[..2].to_vec();
+            let mg = self.row_stat(
+                op,
+                res[0],
+                &rows,
+                "mean_g",
+                inputs,
+                g_body,
+                Combine::Add,
+                mean_of(n),
+            )?;
+            let mgx = self.row_stat(
+                op,
+                res[0],
+                &rows,
+                "mean_gx",
+                stat_inputs,
+                gx_body,
+                Combine::Add,
+                mean_of(n),
+            )?;
+            self.layernorm_dx(op, rn, &rows, [x_, gamma, dy], [mean, rstd, mg, mgx], t)?;
+        }
         // dgamma = Σ dy·x̂, dbeta = Σ dy over every axis but `axis`.
         let tg = self.output(op, 1)?;
         let inputs = vec![
@@ -1094,6 +1244,35 @@ impl Lower<'_> {
         Ok(())
     }
 
+    /// layernorm_grad's `dx = r·(dy·gamma - mean_g - x̂·mean_gx)` from its statistics in
+    /// temporaries.
+    fn layernorm_dx(
+        &mut self,
+        op: Op,
+        rn: String,
+        rows: &Rows,
+        [x_, gamma, dy]: [Value; 3],
+        [mean, rstd, mg, mgx]: [Tid; 4],
+        t: Tid,
+    ) -> Result<(), Diagnostic> {
+        let span = self.m.op(op).span;
+        let shape = rows.shape.clone();
+        let k = shape.len();
+        let inputs = vec![
+            self.read(dy, identity(k), span)?,
+            self.read(gamma, rows.full_axis(), span)?,
+            self.read(x_, identity(k), span)?,
+            opnd(mean, rows.full_stat()),
+            opnd(rstd, rows.full_stat()),
+            opnd(mg, rows.full_stat()),
+            opnd(mgx, rows.full_stat()),
+        ];
+        let xhat = mul(sub(x(2), x(3)), x(4));
+        let body = mul(x(4), sub(sub(mul(x(0), x(1)), x(5)), mul(xhat, x(6))));
+        self.elementwise(op, rn, shape, inputs, t, body);
+        Ok(())
+    }
+
     fn rmsnorm_grad(&mut self, op: Op, ops: &[Value], res: &[Value]) -> Result<(), Diagnostic> {
         let d = self.m.op(op);
         let span = d.span;
@@ -1106,28 +1285,39 @@ impl Lower<'_> {
         let n = rows.len() as f64;
         let rn = value_name(self.m, res[0]);
         let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
+        // r: the weight gradient reads it too.
         let r = self.rms(op, x_, res[0], &rows, eps)?;
+        let t = self.output(op, 0)?;
         // s = Σ dy·gamma·x / n
-        let inputs = vec![
+        let mut inputs = vec![
             self.read(dy, rows.red_full(), span)?,
             self.read(gamma, rows.red_axis(), span)?,
             self.read(x_, rows.red_full(), span)?,
         ];
-        let (body, epi) = (mul(mul(x(0), x(1)), x(2)), Some(div(Scalar::Acc, f(n))));
-        let s = self.row_stat(op, res[0], &rows, "dot", inputs, body, Combine::Add, epi)?;
-        // dx = r·dy·gamma - x·r·r·r·s
+        let body = mul(mul(x(0), x(1)), x(2));
         let k = shape.len();
-        let t = self.output(op, 0)?;
-        let inputs = vec![
-            self.read(dy, identity(k), span)?,
-            self.read(gamma, rows.full_axis(), span)?,
-            self.read(x_, identity(k), span)?,
-            opnd(r, rows.full_stat()),
-            opnd(s, rows.full_stat()),
-        ];
-        let body =
-            sub(mul(mul(x(3), x(0)), x(1)), mul(mul(mul(mul(x(2), x(3)), x(3)), x(3)), x(4)));
-        self.elementwise(op, rn, shape.clone(), inputs, t, body);
+        if self.row_output(t, &rows) {
+            // dx = r·dy·gamma - x·r·r·r·s in the same launch.
+            inputs.push(opnd(r, rows.red_stat()));
+            let stats = vec![stat(Combine::Add, body, mean_of(n))];
+            let body =
+                sub(mul(mul(x(3), x(0)), x(1)), mul(mul(mul(mul(x(2), x(3)), x(3)), x(3)), sk(0)));
+            self.row_kernel(op, rn, &rows, inputs, stats, t, body);
+        } else {
+            let s =
+                self.row_stat(op, res[0], &rows, "dot", inputs, body, Combine::Add, mean_of(n))?;
+            // dx = r·dy·gamma - x·r·r·r·s
+            let inputs = vec![
+                self.read(dy, identity(k), span)?,
+                self.read(gamma, rows.full_axis(), span)?,
+                self.read(x_, identity(k), span)?,
+                opnd(r, rows.full_stat()),
+                opnd(s, rows.full_stat()),
+            ];
+            let body =
+                sub(mul(mul(x(3), x(0)), x(1)), mul(mul(mul(mul(x(2), x(3)), x(3)), x(3)), x(4)));
+            self.elementwise(op, rn, shape.clone(), inputs, t, body);
+        }
         // dgamma = Σ dy·x·r over the leading axes.
         let tg = self.output(op, 1)?;
         let inputs = vec![
@@ -1139,6 +1329,11 @@ impl Lower<'_> {
         self.col_sum(op, value_name(self.m, res[1]), &rows, tg, inputs, body);
         Ok(())
     }
+}
+
+/// The op's name without its dialect (`softmax`).
+fn short_name(name: &str) -> String {
+    name.split('.').nth(1).unwrap_or(name).to_string()
 }
 
 fn out(t: Tid, map: Map) -> Operand {

@@ -378,8 +378,10 @@ impl Mapper {
             for e in exprs.iter().flatten() {
                 split_candidates(e, &k.domain, &mut cands);
             }
-            // The channel of an image output stays one dimension (back ends write whole texels).
-            cands.retain(|&(d, _)| !(image_out && d + 1 == k.n_par));
+            // The channel of an image output stays one dimension (back ends write whole texels):
+            // the last parallel dimension, or a row kernel's last dimension.
+            let channel = if k.stats.is_empty() { k.n_par } else { k.domain.len() };
+            cands.retain(|&(d, _)| !(image_out && d + 1 == channel));
             cands.sort_unstable();
             cands.dedup();
             // (div-like operations left, (dimension, factor), the split maps)
@@ -432,8 +434,7 @@ impl Mapper {
             let dims: Vec<Scalar> = (0..k.domain.len())
                 .map(|j| sub.get(&format!("d{j}")).map_or(Scalar::Dim(j), expr_scalar))
                 .collect();
-            k.body = subst_dims(&k.body, &dims);
-            k.epilogue = k.epilogue.as_ref().map(|e| subst_dims(e, &dims));
+            subst_payloads(k, &dims);
             let n = k.domain[d];
             k.domain.splice(d..=d, [n / c, c]);
             if d < k.n_par {
@@ -491,7 +492,27 @@ impl Mapper {
         let out_s = &l.storages[out_t.storage];
         let mut k = k.clone();
         let mut guard = None;
-        if let (true, Layout::RTile(r)) = (out_s.ty.is_image(), &out_s.layout) {
+        let row = !k.stats.is_empty();
+        let image_out = out_s.ty.is_image();
+        if row && image_out {
+            // A row kernel writes whole texels: its last (row) dimension becomes (texel, channel),
+            // `d = 4·e + f`; the output's layout makes `f` the channel (`Lower::row_output`).
+            let last = k.domain.len() - 1;
+            let n = k.domain[last];
+            if n % CHANNELS != 0 {
+                return Err(located(k.span, format!("internal: a row kernel writes an image, but its rows of {n} are not whole texels")));
+            }
+            let mut with: Map = identity(last);
+            with.push(add(mul(dim(last), CHANNELS), dim(last + 1)));
+            for o in k.inputs.iter_mut().chain(std::iter::once(&mut k.out)) {
+                if !o.gather {
+                    o.map = compose(&o.map, &with);
+                }
+            }
+            let dims: Vec<Scalar> = with.iter().map(expr_scalar).collect();
+            subst_payloads(&mut k, &dims);
+            k.domain.splice(last.., [n / CHANNELS, CHANNELS]);
+        } else if let (true, Layout::RTile(r)) = (image_out, &out_s.layout) {
             // Iterate over texels: (y, x, c) then the reductions.
             let (inv, gmap, bounds) = rtile_inverse(r, &out_t.shape);
             let [w, h] = r.image_extent(&out_t.shape).unwrap_or([1, 1]);
@@ -507,10 +528,8 @@ impl Mapper {
                     o.map = compose(&o.map, &with);
                 }
             }
-            let to_scalar = |e: &Expr| expr_scalar(e);
-            let dims: Vec<Scalar> = with.iter().map(to_scalar).collect();
-            k.body = subst_dims(&k.body, &dims);
-            k.epilogue = k.epilogue.as_ref().map(|e| subst_dims(e, &dims));
+            let dims: Vec<Scalar> = with.iter().map(expr_scalar).collect();
+            subst_payloads(&mut k, &dims);
             let mut domain = vec![h, w, CHANNELS];
             domain.extend_from_slice(&k.domain[k.n_par..]);
             k.domain = domain;
@@ -518,11 +537,12 @@ impl Mapper {
             k.out.map = inv;
             guard = Some((gmap, bounds));
         }
-        let image_out = out_s.ty.is_image();
+        // The output of a kernel iterating over texels is written at `(x, y, c) = (d1, d0, d2)`.
+        let texel_domain = image_out && !row;
         let mut sids = Vec::new();
         let mut exprs = Vec::new();
         for o in k.inputs.iter().chain(std::iter::once(&k.out)) {
-            let results = if std::ptr::eq(o, &k.out) && image_out {
+            let results = if std::ptr::eq(o, &k.out) && texel_domain {
                 vec![dim(1), dim(0), dim(2)]
             } else {
                 Self::storage_map(l, o)
@@ -545,6 +565,18 @@ impl Mapper {
         }
         self.divmod_after += exprs.iter().flatten().map(Expr::count_divmod).sum::<usize>();
         let n = k.domain.len();
+        if row && image_out {
+            // The texel's x and y must not depend on the channel (the last dimension).
+            let out_map = &exprs[k.inputs.len()];
+            let ch = Expr::dim(n - 1);
+            let uses_ch = |e: &Expr| n <= 64 && dims_read(e) & (1 << (n - 1)) != 0;
+            if out_map[2] != ch || out_map[..2].iter().any(uses_ch) {
+                return Err(located(
+                    k.span,
+                    format!("internal: a row kernel's image output is not written a texel at a time: ({})", out_map.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+                ));
+            }
+        }
         let guard = match bounds {
             Some(bounds) => {
                 let g = exprs.pop().unwrap_or_default();
@@ -566,8 +598,8 @@ impl Mapper {
         };
         let maps =
             exprs.iter().map(|r| self.affine(r, n, k.span)).collect::<Result<Vec<_>, _>>()?;
-        let iterators =
-            (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { Iter::Reduction }).collect();
+        let rest = if row { Iter::Row } else { Iter::Reduction };
+        let iterators = (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { rest }).collect();
         let kernel = Kernel {
             name,
             source: source_of(&k),
@@ -578,6 +610,7 @@ impl Mapper {
             combine: k.combine,
             epilogue: k.epilogue.clone(),
             guard,
+            stats: k.stats.clone(),
         };
         Ok((kernel, sids))
     }
@@ -701,6 +734,16 @@ fn subst_dims(e: &Scalar, dims: &[Scalar]) -> Scalar {
 }
 
 /// An index expression as integer scalar arithmetic (`/` and `%` floor on integers).
+/// [`subst_dims`] in every payload of `k`: body, epilogue, statistics.
+fn subst_payloads(k: &mut LKernel, dims: &[Scalar]) {
+    k.body = subst_dims(&k.body, dims);
+    k.epilogue = k.epilogue.as_ref().map(|e| subst_dims(e, dims));
+    for st in &mut k.stats {
+        st.body = subst_dims(&st.body, dims);
+        st.epilogue = st.epilogue.as_ref().map(|e| subst_dims(e, dims));
+    }
+}
+
 fn expr_scalar(e: &Expr) -> Scalar {
     let b = |op, a: &Expr, c: &Expr| {
         Scalar::Bin(op, Box::new(expr_scalar(a)), Box::new(expr_scalar(c)))
