@@ -303,6 +303,37 @@ fn row_wise_ops_are_row_kernels() {
     same_numbers(&m, &o3, "row kernels at -O3");
 }
 
+/// Cross-entropy and its gradient over the same logits share the row statistics: the gradient
+/// reads the loss's row maximum and sum instead of computing them again (three passes over the
+/// logits instead of five).
+#[test]
+fn cross_entropy_and_its_gradient_share_row_statistics() {
+    let src = r#"func.func @f(%logits: tensor<5x7xf32>, %labels: tensor<5xi32>, %dloss: tensor<f32>) -> (tensor<f32>, tensor<5x7xf32>) {
+  %l = tensor.cross_entropy %logits, %labels : (tensor<5x7xf32>, tensor<5xi32>) -> tensor<f32>
+  %c = tensor.cross_entropy_grad %logits, %labels, %dloss : (tensor<5x7xf32>, tensor<5xi32>, tensor<f32>) -> tensor<5x7xf32>
+  func.return %l, %c : (tensor<f32>, tensor<5x7xf32>) -> ()
+}"#;
+    let m = parse(src);
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "generic");
+    let ks = kernels(&after);
+    let names: Vec<&str> = ks.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "f_cross_entropy_l_max",
+            "f_cross_entropy_l_sum",
+            "f_cross_entropy_l",
+            "f_cross_entropy_grad_c"
+        ]
+    );
+    assert!(ks[3].stats.is_empty());
+    assert_eq!(
+        ks[3].body.to_string(),
+        "exp(x0 - (x1 + log(x2))) * (x3 / 5.0) - select(d1 == x4, x3 / 5.0, 0.0)"
+    );
+    same_numbers(&m, &after, "shared statistics");
+}
+
 /// A row kernel writes an R-Tile image a texel at a time where each texel holds four
 /// consecutive elements of a row and none is padding: its last dimension is the channel. A
 /// padded image keeps the three passes (the texel-domain kernel guards the padding).

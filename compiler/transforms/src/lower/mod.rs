@@ -466,6 +466,10 @@ pub(crate) struct Lower<'m> {
     pub converts: usize,
     /// R-Tiles stored as texel arrays in buffers because their image exceeds the target.
     pub image_fallbacks: usize,
+    /// The row maximum and the row sum of `exp(x - max)` computed into temporaries, by the
+    /// logits they were computed of: cross-entropy and its gradient over the same logits share
+    /// them.
+    pub exp_stats: HashMap<Value, (Tid, Tid)>,
 }
 
 pub(crate) fn located(span: Span, msg: impl Into<String>) -> Diagnostic {
@@ -512,6 +516,7 @@ impl<'m> Lower<'m> {
             copies: 0,
             converts: 0,
             image_fallbacks: 0,
+            exp_stats: HashMap::new(),
         };
         let fd = m.func(f);
         let arg_layouts: Vec<Attr> = fd

@@ -847,7 +847,13 @@ impl Lower<'_> {
                 let rows = Rows { shape: shape.clone(), axis: 1 };
                 let t = self.output(op, 0)?;
                 let scale = |dloss: usize| div(x(dloss), f(nn as f64));
-                if kind == K::Tensor(T::CrossEntropyGrad) && self.row_output(t, &rows) {
+                // Statistics of these logits computed already (the loss before its gradient):
+                // read them instead of computing them again.
+                let known = self.exp_stats.get(&ops[0]).copied();
+                if kind == K::Tensor(T::CrossEntropyGrad)
+                    && known.is_none()
+                    && self.row_output(t, &rows)
+                {
                     // max, Σ exp(x - max), then softmax·dloss/N - (dloss/N at the label).
                     let inputs = vec![
                         self.read(ops[0], rows.red_full(), span)?,
@@ -863,7 +869,11 @@ impl Lower<'_> {
                     self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
                     return Ok(());
                 }
-                let (mx, sm) = self.max_and_expsum(op, ops[0], res[0], &rows)?;
+                let (mx, sm) = match known {
+                    Some(stats) => stats,
+                    None => self.max_and_expsum(op, ops[0], res[0], &rows)?,
+                };
+                self.exp_stats.insert(ops[0], (mx, sm));
                 if kind == K::Tensor(T::CrossEntropy) {
                     let logits = self.read_linear(ops[0], span)?;
                     let inputs = vec![
