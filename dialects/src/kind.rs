@@ -113,6 +113,7 @@ op_kinds! {
         Broadcast = "tensor.broadcast",
         Slice = "tensor.slice",
         Concat = "tensor.concat",
+        UpdateSlice = "tensor.update_slice",
         SoftmaxGrad = "tensor.softmax_grad",
         LayernormGrad = "tensor.layernorm_grad",
         RmsnormGrad = "tensor.rmsnorm_grad",

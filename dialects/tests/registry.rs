@@ -36,6 +36,7 @@ const EXPECTED: &[(&str, Option<FbClass>)] = &[
     ("tensor.broadcast", Some(FtiD)),
     ("tensor.slice", Some(FtiD)),
     ("tensor.concat", Some(FtiD)),
+    ("tensor.update_slice", Some(FtiD)),
     ("tensor.embedding", Some(FtdD)),
     ("tensor.cross_entropy", Some(FtdC)),
     ("tensor.softmax_grad", Some(FtdC)),

@@ -95,7 +95,10 @@ impl Kind {
             | T::CrossEntropyGrad
             | T::Unbroadcast
             | T::EmbeddingGrad => Kind::Reduction,
-            fbc_dialects::tensor_data_movement!() | T::Embedding | T::SliceGrad => Kind::Movement,
+            fbc_dialects::tensor_data_movement!()
+            | T::Embedding
+            | T::SliceGrad
+            | T::UpdateSlice => Kind::Movement,
             fbc_dialects::tensor_elementwise_binary!()
             | fbc_dialects::tensor_elementwise_unary!()
             | fbc_dialects::tensor_elementwise_vjps!()

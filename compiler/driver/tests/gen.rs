@@ -179,6 +179,15 @@ fn option_mistakes_exit_2_and_say_what_is_allowed() {
         ("mha", &["--training"], "no loss"),
         ("llama3.2-1b", &["--encoder-len", "10"], "only whisper-large-decoder"),
         ("llama3.2-1b", &["--lora-rank", "4096"], "from 0 to 2048"),
+        ("bert-large", &["--inference"], "`--inference` does not apply to bert-large"),
+        ("llama3.2-1b", &["--inference", "--training"], "cannot be used with"),
+        ("llama3.2-1b", &["--max-seq", "64"], "`--max-seq` applies only with --inference"),
+        (
+            "llama3.2-1b",
+            &["--inference", "--seq", "64", "--max-seq", "32"],
+            "`--max-seq` (32) must be at least `--seq` (64)",
+        ),
+        ("llama3.2-1b", &["--inference", "--max-seq", "200000"], "from 1 to 131072"),
     ];
     for (model, args, want) in cases {
         let o = gen(model, args);
@@ -221,4 +230,32 @@ fn training_runs_autodiff_or_says_it_is_missing() {
     // Nothing to train: a usage error whether or not the pass exists.
     let o = gen("llama3.2-1b", &["--layers", "1", "--seq", "8", "--lora-rank", "0", "--training"]);
     assert_eq!(o.code, 2, "{}", o.stderr);
+}
+
+/// `--inference`: `@prefill` over the prompt and `@decode` of one token, each with the layer's
+/// KV caches as its last arguments (written with `tensor.update_slice`) and as its results after
+/// the logits; no LoRA adapters unless asked for; the cache length defaults to 2048.
+#[test]
+fn inference_builds_prefill_and_decode_with_kv_caches() {
+    let o = gen("qwen2.5-1.5b", &["--inference", "--layers", "2", "--seq", "8", "--vocab", "32"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let sigs: Vec<&str> = o.stdout.lines().filter(|l| l.contains("func.func")).collect();
+    assert_eq!(sigs.len(), 2);
+    // Qwen 2.5-1.5B: 2 KV heads of 128.
+    let cache = "tensor<1x2x2048x128xf32>";
+    for (sig, s) in sigs.iter().zip([8, 1]) {
+        let name = if s == 8 { "@prefill" } else { "@decode" };
+        assert!(
+            sig.contains(&format!(
+                "{name}(%tokens: tensor<1x{s}xi32>, %pos: tensor<i32>, %mask: tensor<{s}x2048xf32>"
+            )),
+            "{sig}"
+        );
+        let tail = format!(
+            "%l1_v_cache: {cache}) -> (tensor<1x{s}x32xf32>, {cache}, {cache}, {cache}, {cache})"
+        );
+        assert!(sig.contains(&tail), "{sig}");
+        assert!(!sig.contains("lora"), "{sig}");
+    }
+    assert_eq!(o.stdout.matches("tensor.update_slice").count(), 8);
 }

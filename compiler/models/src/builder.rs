@@ -80,6 +80,12 @@ impl<'r> Graph<'r> {
         self.arg(name, shape, ElemType::F32)
     }
 
+    /// Moves the arguments whose names satisfy `last` after the others, keeping each group's
+    /// order (an inference function's KV caches come after its weights).
+    pub(crate) fn args_last(&mut self, last: impl Fn(&str) -> bool) {
+        self.args.sort_by_key(|(name, _)| last(name));
+    }
+
     pub(crate) fn ty(&self, v: V) -> &TensorType {
         &self.vals[v.0 as usize].ty
     }
@@ -225,6 +231,19 @@ impl<'r> Graph<'r> {
         self.op(name, TensorOp::Embedding, &[table, ids], vec![])
     }
 
+    /// `dest` with `update` written along `axis` from the run-time `offset` on.
+    pub(crate) fn update_slice(
+        &mut self,
+        name: &str,
+        dest: V,
+        update: V,
+        offset: V,
+        axis: i64,
+    ) -> Result<V, String> {
+        let attrs = vec![attr("axis", Attr::Int(axis))];
+        self.op(name, TensorOp::UpdateSlice, &[dest, update, offset], attrs)
+    }
+
     pub(crate) fn cross_entropy(&mut self, name: &str, logits: V, labels: V) -> Result<V, String> {
         self.op(name, TensorOp::CrossEntropy, &[logits, labels], vec![])
     }
@@ -243,9 +262,21 @@ impl<'r> Graph<'r> {
         func: &str,
         results: &[V],
     ) -> Result<Module, String> {
+        let mut m = Module::new(Some(module_name.to_string()));
+        self.finish_into(&mut m, func, results)?;
+        Ok(m)
+    }
+
+    /// Adds function `func` to `m`, taking the declared arguments (in declaration order) and
+    /// returning `results`.
+    pub(crate) fn finish_into(
+        self,
+        m: &mut Module,
+        func: &str,
+        results: &[V],
+    ) -> Result<(), String> {
         let ret =
             self.ops.get(FuncOp::Return.name()).ok_or("op `func.return` is not registered")?;
-        let mut m = Module::new(Some(module_name.to_string()));
         let arg_types: Vec<Type> =
             self.args.iter().map(|(_, v)| Type::Tensor(self.ty(*v).clone())).collect();
         let result_types: Vec<Type> =
@@ -271,6 +302,6 @@ impl<'r> Graph<'r> {
         }
         let outs = results.iter().map(|&v| lookup(&map, v)).collect::<Result<Vec<_>, _>>()?;
         m.append_op(f, ret, &outs, vec![], vec![], Span::default());
-        Ok(m)
+        Ok(())
     }
 }

@@ -22,7 +22,7 @@
 //! read a second mask argument, `mask_local`.
 
 use fbc_dialects::kind::TensorOp;
-use fbc_ir::ElemType;
+use fbc_ir::{ElemType, Module, OpRegistry};
 
 use super::blocks::{Attn, Gen, Lin};
 use super::builder::{Graph, V};
@@ -69,7 +69,7 @@ pub(crate) fn build(
     };
     let shared = Shared { mask, mask_local, cos, sin, one };
     for i in 0..spec.layers {
-        x = layer(&mut gen, cfg, &shared, i, x)?;
+        x = layer(&mut gen, cfg, &shared, i, x, None)?.0;
     }
     let h = norm(&mut gen, cfg, &shared, "final_norm", "final_h", x)?;
     let mut logits = gen.g.matmul_bt("logits", h, embed)?;
@@ -84,6 +84,95 @@ pub(crate) fn build(
     let loss = gen.g.cross_entropy("loss", flat, labels_flat)?;
     let module = gen.g.finish(module_name, "loss", &[loss])?;
     Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+}
+
+/// The inference module: `@prefill` over `spec.seq` prompt tokens and `@decode` of one token,
+/// the same graph at two lengths `S`:
+///
+/// ```text
+/// (tokens [B, S] i32, pos i32, mask [S, M], rope_cos [S, hd], rope_sin [S, hd], weights...,
+///  l{i}_k_cache, l{i}_v_cache [B, KV, M, hd] ...) -> (logits [B, S, V], the caches updated)
+/// ```
+///
+/// Each layer writes its new keys (after RoPE) and values into its caches at `pos` with
+/// `tensor.update_slice` (the seed's static per-layer KV region: no concatenation) and attends
+/// over all `M` cache positions; the host gives the mask of the positions to see (`mask[i, j]`
+/// is 0 for `j ≤ pos + i`, a large negative value elsewhere, as in training) and the RoPE rows
+/// of positions `pos .. pos + S`, so one graph serves any position. LoRA adapters only with
+/// `--lora-rank`.
+pub(crate) fn build_inference(
+    ops: &OpRegistry,
+    cfg: &DecoderCfg,
+    module_name: &str,
+    spec: &Spec,
+) -> Result<Generated, String> {
+    let mut m = Module::new(Some(module_name.to_string()));
+    for (func, s) in [("prefill", spec.seq), ("decode", 1)] {
+        let (g, results) = inference_fn(Graph::new(ops), cfg, spec, s)?;
+        g.finish_into(&mut m, func, &results)?;
+    }
+    Ok(Generated { module: m, func: "decode".into(), trainable: Vec::new() })
+}
+
+/// One inference function over `s` new tokens: its graph (caches as the last arguments) and its
+/// results (logits, then every cache in argument order).
+fn inference_fn<'r>(
+    g: Graph<'r>,
+    cfg: &DecoderCfg,
+    spec: &Spec,
+    s: u64,
+) -> Result<(Graph<'r>, Vec<V>), String> {
+    let (b, max) = (spec.batch, spec.max_seq);
+    let mut gen = Gen::new(g, spec.rank);
+    let tokens = gen.g.arg("tokens", &[b, s], ElemType::I32);
+    let pos = gen.g.arg("pos", &[], ElemType::I32);
+    let mask = gen.g.weight("mask", &[s, max]);
+    let mask_local = match cfg.gemma {
+        Some(x) if max > x.sliding_window => Some(gen.g.weight("mask_local", &[s, max])),
+        _ => None,
+    };
+    let cos = gen.g.weight("rope_cos", &[s, cfg.head_dim]);
+    let sin = gen.g.weight("rope_sin", &[s, cfg.head_dim]);
+    let embed = gen.g.weight("embed", &[cfg.vocab, cfg.hidden]);
+    let mut x = gen.g.embedding("embeds", embed, tokens)?;
+    let one = if cfg.gemma.is_some() {
+        x = gen.g.scale("embeds_scaled", x, (cfg.hidden as f64).sqrt())?;
+        Some(gen.g.constant("one", 1.0, &[cfg.hidden])?)
+    } else {
+        None
+    };
+    let shared = Shared { mask, mask_local, cos, sin, one };
+    let mut caches = Vec::new();
+    let cache_shape = [b, cfg.kv_heads, max, cfg.head_dim];
+    for i in 0..spec.layers {
+        let k = gen.g.weight(&format!("l{i}_k_cache"), &cache_shape);
+        let v = gen.g.weight(&format!("l{i}_v_cache"), &cache_shape);
+        let (y, updated) = layer(&mut gen, cfg, &shared, i, x, Some(Cache { k, v, pos }))?;
+        x = y;
+        let (k, v) = updated.ok_or("a layer with a cache returned none")?;
+        caches.extend([k, v]);
+    }
+    let h = norm(&mut gen, cfg, &shared, "final_norm", "final_h", x)?;
+    let mut logits = gen.g.matmul_bt("logits", h, embed)?;
+    if let Some(gm) = cfg.gemma {
+        let c = gm.final_softcap;
+        let d = gen.g.scale("logits_div_cap", logits, 1.0 / c)?;
+        let t = gen.g.unary("logits_tanh", TensorOp::Tanh, d)?;
+        logits = gen.g.scale("logits_capped", t, c)?;
+    }
+    gen.g.args_last(|name| name.ends_with("_cache"));
+    let mut results = vec![logits];
+    results.extend(caches);
+    Ok((gen.g, results))
+}
+
+/// A layer's KV caches `[B, KV, max_seq, head_dim]` in an inference graph, and the position
+/// its new keys and values are written at.
+#[derive(Debug, Clone, Copy)]
+struct Cache {
+    k: V,
+    v: V,
+    pos: V,
 }
 
 /// RMSNorm with weight argument `w` (Gemma: applied as `1 + w`); the result is named `out`.
@@ -104,7 +193,16 @@ fn norm(
     gen.g.rmsnorm(out, x, gamma, cfg.norm_eps)
 }
 
-fn layer(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, i: u64, x: V) -> Result<V, String> {
+/// One decoder layer on `x`; with a `cache`, the new keys and values are written into it and
+/// attention reads the whole cache: the layer's output and the updated caches.
+fn layer(
+    gen: &mut Gen<'_>,
+    cfg: &DecoderCfg,
+    sh: &Shared,
+    i: u64,
+    x: V,
+    cache: Option<Cache>,
+) -> Result<(V, Option<(V, V)>), String> {
     let p = format!("l{i}_");
     let n = |s: &str| format!("{p}{s}");
     let (h, kv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
@@ -124,6 +222,14 @@ fn layer(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, i: u64, x: V) -> Resu
     let v = gen.split_heads(&n("v"), v, kv)?;
     let q = gen.g.rope(&n("q_rot"), q, sh.cos, sh.sin)?;
     let k = gen.g.rope(&n("k_rot"), k, sh.cos, sh.sin)?;
+    let (k, v, updated) = match cache {
+        Some(c) => {
+            let k = gen.g.update_slice(&n("k_cache_out"), c.k, k, c.pos, 2)?;
+            let v = gen.g.update_slice(&n("v_cache_out"), c.v, v, c.pos, 2)?;
+            (k, v, Some((k, v)))
+        }
+        None => (k, v, None),
+    };
     let k = gen.expand_kv(&n("k"), k, h)?;
     let v = gen.expand_kv(&n("v"), v, h)?;
     let (scale, softcap) = match cfg.gemma {
@@ -157,5 +263,5 @@ fn layer(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, i: u64, x: V) -> Resu
     if cfg.gemma.is_some() {
         down = norm(gen, cfg, sh, &n("post_mlp_norm"), &n("down_normed"), down)?;
     }
-    gen.g.add(&n("resid_mlp"), x, down)
+    Ok((gen.g.add(&n("resid_mlp"), x, down)?, updated))
 }

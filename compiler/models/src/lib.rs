@@ -210,7 +210,15 @@ pub struct Spec {
     pub vocab: Option<u64>,
     /// Which of matmul-fb's [`PRODUCTS`] to emit.
     pub products: [bool; 3],
+    /// An inference module (`@prefill` and `@decode` with a KV cache, decoder models only)
+    /// instead of the forward loss.
+    pub inference: bool,
+    /// Positions of the KV cache (`--inference`).
+    pub max_seq: u64,
 }
+
+/// The KV-cache length of `--inference` when `--max-seq` is not given (at least `--seq`).
+pub const DEFAULT_MAX_SEQ: u64 = 2048;
 
 /// The products `fbc gen matmul-fb` can emit, in result order.
 pub const PRODUCTS: [&str; 3] = ["o", "da", "db"];
@@ -239,7 +247,11 @@ pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Gene
         Kind::Decoder(cfg) => {
             let mut cfg = *cfg;
             cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
-            decoder::build(g, &cfg, &name, spec)
+            if spec.inference {
+                decoder::build_inference(ops, &cfg, &name, spec)
+            } else {
+                decoder::build(g, &cfg, &name, spec)
+            }
         }
         Kind::Bert => encoder::build_bert(g, &config::BERT_LARGE, &name, spec),
         Kind::Vit => encoder::build_vit(g, &config::VIT_LARGE, &name, spec),
@@ -275,6 +287,11 @@ pub struct Options {
     pub vocab: Option<u64>,
     /// matmul-fb's products (`o`, `da`, `db`); empty: all three.
     pub products: Vec<String>,
+    /// Build `@prefill` (`seq` tokens) and `@decode` (one token) with a static KV cache of
+    /// `max_seq` positions per layer (decoder models only).
+    pub inference: bool,
+    /// KV-cache positions (`inference` only; default [`DEFAULT_MAX_SEQ`], at least `seq`).
+    pub max_seq: Option<u64>,
 }
 
 /// Why a model could not be built.
@@ -359,7 +376,31 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
         (None, Some(_)) => return Err(not_for("--seq", fixed)),
         (None, None) => 0,
     };
+    if a.inference && a.training {
+        return Err(usage("--inference and --training build different graphs; give one".into()));
+    }
+    if a.inference && !matches!(model.kind, Kind::Decoder(_)) {
+        return Err(not_for(
+            "--inference",
+            "inference graphs are built for the decoder-only models (llama3.2-1b, qwen2.5-1.5b, gemma2-2b)",
+        ));
+    }
+    let max_seq = match (a.inference, a.max_seq) {
+        (true, Some(n)) if n < seq => {
+            return Err(usage(format!(
+                "`--max-seq` ({n}) must be at least `--seq` ({seq}): the prompt fills the cache from position 0"
+            )))
+        }
+        (true, Some(n)) => in_range("--max-seq", n, 1, model.max_seq)?,
+        (true, None) => DEFAULT_MAX_SEQ.min(model.max_seq).max(seq),
+        (false, Some(_)) => {
+            return Err(usage("`--max-seq` applies only with --inference".into()))
+        }
+        (false, None) => 0,
+    };
     let rank = match (model.trainable, a.lora_rank) {
+        // An inference graph gets adapters only when asked for (merged weights are the norm).
+        (true, None) if a.inference => 0,
         (true, None) => DEFAULT_RANK,
         (true, Some(r)) => in_range("--lora-rank", r, 0, model.hidden)?,
         (false, Some(_)) => return Err(not_for("--lora-rank", "it has no trainable parameters")),
@@ -414,7 +455,18 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
             return Err(usage(format!("`--products` applies only to matmul-fb, not to {name}")))
         }
     };
-    Ok(Spec { layers, batch, seq, rank, encoder_len, config, vocab, products })
+    Ok(Spec {
+        layers,
+        batch,
+        seq,
+        rank,
+        encoder_len,
+        config,
+        vocab,
+        products,
+        inference: a.inference,
+        max_seq,
+    })
 }
 
 impl Generated {

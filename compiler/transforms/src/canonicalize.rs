@@ -128,6 +128,7 @@ fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
         | T::Concat
         | T::Unbroadcast
         | T::SliceGrad
+        | T::UpdateSlice
         | T::Ge => None,
     }
 }

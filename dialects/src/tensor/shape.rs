@@ -1,5 +1,5 @@
-//! Data-movement ops: `reshape`, `transpose`, `broadcast`, `slice` and `concat`. They accept any
-//! element type (moving i32 ids around is sensible) and never compute on values.
+//! Data-movement ops: `reshape`, `transpose`, `broadcast`, `slice`, `concat` and `update_slice`.
+//! They accept any element type (moving i32 ids around is sensible) and never compute on values.
 
 use fbc_ir::types::Shape;
 use fbc_ir::{
@@ -145,7 +145,104 @@ pub static OPS: &[OpDef] = &[
         class: Some(FbClass::FtiD),
         infer: infer_concat,
     },
+    OpDef {
+        name: "tensor.update_slice",
+        summary: "a tensor with a run of slices along one axis replaced, at an offset known at run time",
+        doc: "`dest` with `update` written over it along `axis` from `offset` on:\n\
+              `out[.., offset + i, ..] = update[.., i, ..]` for `0 ≤ i < n` (`n` = `update`'s size along\n\
+              `axis`), `out = dest` elsewhere. The KV cache of a decoder: `dest` is the cache\n\
+              `[B, KV, max_seq, head_dim]`, `update` the new tokens' keys or values, `offset` the\n\
+              position of the first of them (XLA's `DynamicUpdateSlice` along one axis).\n\
+              \n\
+              **Operands:** `dest` — a tensor of any element type; `update` — a tensor of `dest`'s\n\
+              element type and rank, equal to it on every axis but `axis`; `offset` — a `tensor<i32>`\n\
+              (rank 0), read when the op runs.\n\
+              \n\
+              **Result:** `dest`'s type.\n\
+              \n\
+              **Attributes:** `axis` (integer, required), in `[-rank, rank)`.\n\
+              \n\
+              **Verifier:** the types above; `n ≤ dest.shape[axis]`; where `offset` is a\n\
+              `tensor.constant`, `0 ≤ offset ≤ dest.shape[axis] - n`. At run time an offset outside\n\
+              that range is an error of the op (nothing is written), on every back end.\n\
+              \n\
+              **Lowering:** where `dest` is not read after the op, the result takes `dest`'s storage\n\
+              and one launch writes `update` into it in place (no copy of `dest`); otherwise `dest`\n\
+              is copied first.\n\
+              \n\
+              **FBLayout class:** FTI-D (data movement). It has no gradient rule: it serves\n\
+              inference graphs.",
+        operands: Arity::Exactly(3),
+        results: Arity::Exactly(1),
+        attrs: &[AttrDef::required(
+            "axis",
+            AttrKind::Int,
+            "the axis the offset runs along; negative values count from the end",
+        )],
+        traits: OpTraits::PURE,
+        class: Some(FbClass::FtiD),
+        infer: infer_update_slice,
+    },
 ];
+
+/// The value of the splat `tensor.constant` that defines operand `i` of the op being verified,
+/// when it exists in the module already and is one.
+fn constant_operand(v: &OpView<'_>, i: usize) -> Option<f64> {
+    if v.op.index() >= v.module.ops.len() {
+        return None;
+    }
+    let operand = *v.module.op(v.op).operands.get(i)?;
+    let def = v.module.op(v.module.defining_op(operand)?);
+    if !def.def.is("tensor.constant") {
+        return None;
+    }
+    def.attr("value").and_then(fbc_ir::Attr::as_float)
+}
+
+fn infer_update_slice(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    const NAME: &str = "tensor.update_slice";
+    let cx = Ctx::new(v, NAME, &["dest", "update", "offset"], Arity::Exactly(3))?;
+    let dest = cx.tensor(0)?;
+    let update = cx.tensor(1)?;
+    let offset = cx.i32_tensor(2)?;
+    cx.rank_exactly(2, offset, 0, "a scalar `tensor<i32>`")?;
+    cx.same_elem(1, update, 0)?;
+    cx.rank_exactly(1, update, dest.rank(), &format!("of `dest`'s rank ({dest})"))?;
+    let axis = cx.req_int("axis")?;
+    let k = cx.axis("axis", "`axis`", axis, dest, 0)?;
+    for (j, (&a, &b)) in dest.shape.iter().zip(&update.shape).enumerate() {
+        if j != k && a != b {
+            return Err(OpError::operand(
+                1,
+                format!("expected {a}, found {b} — dimension {j} of {}", cx.what(1)),
+            )
+            .note(format!(
+                "`update` equals `dest` on every axis but {k}: `dest` is {dest}, `update` is {update}"
+            )));
+        }
+    }
+    let (n, size) = (update.shape[k], dest.shape[k]);
+    if n > size {
+        return Err(OpError::operand(
+            1,
+            format!("{n} slices along axis {k} do not fit in `dest`'s {size} — {}", cx.what(1)),
+        )
+        .note(format!("`dest` is {dest}, `update` is {update}")));
+    }
+    if let Some(o) = constant_operand(v, 2) {
+        if o < 0.0 || o > (size - n) as f64 {
+            return Err(OpError::operand(
+                2,
+                format!(
+                    "the offset {o} is out of range: {n} slices from it must fit in `dest`'s {size} along axis {k}, so it must be from 0 to {} — {}",
+                    size - n,
+                    cx.what(2)
+                ),
+            ));
+        }
+    }
+    cx.done(vec![dest.clone()])
+}
 
 fn infer_reshape(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     const NAME: &str = "tensor.reshape";

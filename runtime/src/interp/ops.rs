@@ -106,6 +106,7 @@ pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
         T::Broadcast => any!(broadcast),
         T::Slice => any!(slice),
         T::Concat => any!(concat),
+        T::UpdateSlice => any!(update_slice),
         // Backward helpers.
         T::SoftmaxGrad => float!(softmax_grad),
         T::LayernormGrad => float!(layernorm_grad),
@@ -348,6 +349,14 @@ fn slice<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
 fn concat<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
     let xs = (0..cx.args.len()).map(|i| cx.x::<T>(i)).collect::<Result<Vec<_>, _>>()?;
     Ok(vec![r::concat(&xs, cx.int("axis", None)?)?])
+}
+
+fn update_slice<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    let offset = cx.ids(2)?.data().first().copied().ok_or_else(|| {
+        Fail::Message("the offset of tensor.update_slice holds no element".into())
+    })?;
+    let out = r::update_slice(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.int("axis", None)?, offset.into())?;
+    Ok(vec![out])
 }
 
 fn softmax_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {

@@ -143,6 +143,13 @@ fn bound_of(module: &Module, v: fbc_ir::Value, seen: &mut HashSet<fbc_ir::Value>
         let b = match (OpKind::of_op(op), u.index) {
             (Some(OpKind::Tensor(T::Embedding)), 1) => dim(op, 0, 0),
             (Some(OpKind::Tensor(T::CrossEntropy | T::CrossEntropyGrad)), 1) => dim(op, 0, 1),
+            // The offsets from which `update` fits: `0 ..= dest - update` along the axis.
+            (Some(OpKind::Tensor(T::UpdateSlice)), 2) => {
+                let t = module.value_type(*op.operands.first()?).as_tensor()?;
+                let axis = op.attr("axis").and_then(fbc_ir::Attr::as_int)?;
+                let axis = fbc_dialects::tensor::normalize_axis(axis, t.rank())?;
+                dim(op, 0, axis).zip(dim(op, 1, axis)).map(|(size, n)| size - n + 1)
+            }
             (Some(OpKind::Tensor(T::EmbeddingGrad)), 0) => {
                 op.attr("vocab").and_then(fbc_ir::Attr::as_int).and_then(|n| u64::try_from(n).ok())
             }

@@ -58,5 +58,7 @@ pub use matmul::matmul;
 pub use nn::{cross_entropy, embedding, layernorm, log_softmax, rmsnorm, rope, softmax};
 pub use reduce::{reduce_max, reduce_mean, reduce_sum, reduce_to_shape};
 pub use scalar::{round_bf16, round_f16, round_to_bf16, round_to_f16, Precision, Real};
-pub use shape::{broadcast, concat, inverse_permutation, reshape, slice, slice_grad, transpose};
+pub use shape::{
+    broadcast, concat, inverse_permutation, reshape, slice, slice_grad, transpose, update_slice,
+};
 pub use tensor::{broadcast_shapes, Tensor};

@@ -144,6 +144,54 @@ pub fn slice_grad<T: Copy + Zero>(
     Ok(out)
 }
 
+/// `tensor.update_slice`: `dest` with `update` written over it along `axis` (negative counts
+/// from the end) from `offset` on. `update` must equal `dest` on every other axis; an offset
+/// from which `update` does not fit (`offset < 0` or `offset + n > dest.shape[axis]`) is an
+/// error, and nothing is written.
+pub fn update_slice<T: Copy>(
+    dest: &Tensor<T>,
+    update: &Tensor<T>,
+    axis: i64,
+    offset: i64,
+) -> Result<Tensor<T>> {
+    const OP: &str = "update_slice";
+    let axis = normalize_axis(OP, axis, dest.rank())?;
+    let compatible = update.rank() == dest.rank()
+        && (0..dest.rank()).all(|k| k == axis || update.shape()[k] == dest.shape()[k]);
+    if !compatible {
+        return Err(KernelError::shape(
+            OP,
+            format!(
+                "update {:?} does not match dest {:?} on the axes other than {axis}",
+                update.shape(),
+                dest.shape()
+            ),
+        ));
+    }
+    let (n, size) = (update.shape()[axis], dest.shape()[axis]);
+    let start =
+        usize::try_from(offset).ok().filter(|&o| o.checked_add(n).is_some_and(|e| e <= size));
+    let Some(start) = start else {
+        return Err(KernelError::shape(
+            OP,
+            format!(
+                "offset {offset} is out of range: {n} slices from it must fit in {size} along axis {axis}, so it must be from 0 to {}",
+                size.saturating_sub(n)
+            ),
+        ));
+    };
+    let mut out = dest.clone();
+    if update.numel() > 0 {
+        let strides = contiguous_strides(dest.shape());
+        let base = start * strides[axis];
+        let data = out.data_mut();
+        for (o, &v) in Offsets::new(update.shape(), &strides, base).zip(update.data()) {
+            data[o] = v;
+        }
+    }
+    Ok(out)
+}
+
 /// `tensor.concat`: `xs` joined along `axis` (negative counts from the end). All inputs need the
 /// same rank and the same extents on every other axis; at least one input is required.
 pub fn concat<T: Copy>(xs: &[&Tensor<T>], axis: i64) -> Result<Tensor<T>> {

@@ -413,3 +413,26 @@ proptest! {
         let _ = transpose_grad(&a, &perm);
     }
 }
+
+/// `update_slice` writes `update` at the offset along the axis (negative axes count from the
+/// end) and leaves the rest of `dest`; an offset from which it does not fit is an error.
+#[test]
+fn update_slice_writes_the_window_and_refuses_offsets_that_do_not_fit() {
+    let dest = Tensor::new(vec![2, 4], (0..8).map(|v| v as f32).collect()).unwrap();
+    let update = Tensor::new(vec![2, 2], vec![-1.0, -2.0, -3.0, -4.0]).unwrap();
+    let out = update_slice(&dest, &update, -1, 1).unwrap();
+    assert_eq!(out.data(), &[0.0, -1.0, -2.0, 3.0, 4.0, -3.0, -4.0, 7.0]);
+    assert_eq!(update_slice(&dest, &update, 1, 2).unwrap().data()[2..4], [-1.0, -2.0]);
+    // Along the first axis, an i32 tensor.
+    let ids = Tensor::new(vec![3, 2], vec![1, 2, 3, 4, 5, 6]).unwrap();
+    let row = Tensor::new(vec![1, 2], vec![9, 9]).unwrap();
+    assert_eq!(update_slice(&ids, &row, 0, 2).unwrap().data(), &[1, 2, 3, 4, 9, 9]);
+    for bad in [-1, 3] {
+        let e = update_slice(&dest, &update, 1, bad).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("update_slice: offset {bad} is out of range: 2 slices from it must fit in 4 along axis 1, so it must be from 0 to 2")
+        );
+    }
+    assert!(update_slice(&dest, &Tensor::<f32>::zeros(&[1, 2]).unwrap(), 1, 0).is_err());
+}

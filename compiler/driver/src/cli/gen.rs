@@ -33,6 +33,16 @@ pub struct GenArgs {
     #[arg(long)]
     pub training: bool,
 
+    /// Build an inference module instead (decoder models): `@prefill` over `--seq` prompt
+    /// tokens and `@decode` of one token, each writing its keys and values into a static KV
+    /// cache per layer at a run-time position and returning the logits and the caches.
+    #[arg(long, conflicts_with = "training")]
+    pub inference: bool,
+
+    /// KV-cache positions per layer, with --inference [default: 2048, at least --seq].
+    #[arg(long, value_name = "N")]
+    pub max_seq: Option<u64>,
+
     /// MHA configuration of Fig. 17 (mha only): c1 = (512, 32, 2048), c2 = (512, 16, 1024),
     /// c3 = (512, 8, 1024) as [sequence, heads, hidden].
     #[arg(long, value_name = "CONFIG")]
@@ -75,6 +85,8 @@ impl GenArgs {
             encoder_len: self.encoder_len,
             vocab: self.vocab,
             products: self.products.clone(),
+            inference: self.inference,
+            max_seq: self.max_seq,
         }
     }
 }

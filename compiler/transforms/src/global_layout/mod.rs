@@ -118,6 +118,7 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::Slice
             | T::SliceGrad
             | T::Concat
+            | T::UpdateSlice
             | T::Rope
             | T::RopeGrad => true,
             fbc_dialects::tensor_elementwise_vjps!()

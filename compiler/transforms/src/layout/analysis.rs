@@ -105,6 +105,7 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         | T::Rope
         | T::Embedding
         | T::SliceGrad
+        | T::UpdateSlice
         | T::Ge => None,
     }
 }

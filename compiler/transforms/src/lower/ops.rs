@@ -588,6 +588,42 @@ impl Lower<'_> {
                     offset += si[axis];
                 }
             }
+            K::Tensor(T::UpdateSlice) => {
+                // One launch over `dest`: inside the window `update` (read by its row-major
+                // offset, the offset being data), elsewhere `dest`. An offset from which
+                // `update` does not fit sends every point's load outside `update` (below it
+                // when negative, past its end when too large), where every back end stops with
+                // an error at this op.
+                let shape = self.shape(ops[0]);
+                let ushape = self.shape(ops[1]);
+                let rank = shape.len();
+                let axis = axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(0), rank, span)?;
+                let t = self.output(op, 0)?;
+                let inputs = vec![
+                    self.read(ops[0], identity(rank), span)?,
+                    self.read_linear(ops[1], span)?,
+                    self.read(ops[2], Vec::new(), span)?,
+                ];
+                let (n, size) = (ushape[axis] as i64, shape[axis] as i64);
+                let mut stride = 1i64;
+                let mut at = int(0);
+                for k in (0..rank).rev() {
+                    let i = if k == axis { sub(dk(k), x(2)) } else { dk(k) };
+                    at = add(mul(i, int(stride)), at);
+                    stride = stride.saturating_mul(ushape[k] as i64);
+                }
+                let numel = stride;
+                let valid = bin(B::And, bin(B::Ge, x(2), int(0)), bin(B::Le, x(2), int(size - n)));
+                let inside = bin(
+                    B::And,
+                    bin(B::Ge, dk(axis), x(2)),
+                    bin(B::Lt, dk(axis), add(x(2), int(n))),
+                );
+                let wild = select(bin(B::Lt, x(2), int(0)), x(2), add(x(2), int(numel)));
+                let load = Scalar::Load(1, Box::new(select(valid.clone(), at, wild)));
+                let write = bin(B::Or, un(U::Not, valid), inside);
+                self.elementwise(op, rname(0), shape, inputs, t, select(write, load, x(0)));
+            }
             K::Tensor(T::SliceGrad) => {
                 let so = self.shape(res[0]);
                 let si = self.shape(ops[0]);

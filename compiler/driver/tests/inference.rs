@@ -1,0 +1,166 @@
+//! `fbc gen MODEL --inference`: `@prefill` and `@decode` with a static KV cache. A prompt run
+//! through `@prefill` at once and the same prompt run through `@prefill` minus its last token,
+//! then `@decode` of that token, give the same logits for it and the same caches: the cache
+//! written at a position is what attention reads back later. On the interpreter, for every
+//! decoder model (one layer, a small vocabulary), and lowered through the CPU JIT.
+
+mod common;
+
+use fbc_runtime::interp::{random_inputs, Interpreter, Value};
+use fbc_runtime::reference::Tensor;
+
+/// `(prompt length, cache positions)`.
+const PROMPT: u64 = 5;
+const MAX: u64 = 9;
+
+fn build(model: &str, seq: u64) -> fbc_ir::Module {
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(seq),
+        vocab: Some(40),
+        inference: true,
+        max_seq: Some(MAX),
+        ..Default::default()
+    };
+    fbc_models::build(model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+/// The inputs of `func` (whose `S` new tokens start at `pos`): `tokens` from the prompt, the
+/// causal mask over the cache (`0` for `j ≤ pos + i`, `-1e9` elsewhere), RoPE rows of the
+/// positions (the frequencies only need to be the same in every call), the given `caches` (else
+/// zeros), and seeded random weights (the same in every call: the seed and the argument index
+/// are).
+fn inputs(
+    m: &fbc_ir::Module,
+    func: &str,
+    tokens: &[i32],
+    pos: i32,
+    caches: Option<&[Value]>,
+) -> Vec<Value> {
+    let f = m.find_func(func).expect("function");
+    let mut values = random_inputs(m, func, 3).expect("inputs");
+    let s = tokens.len();
+    let mut cache = caches.map(|c| c.iter());
+    for (i, &a) in m.func(f).args.iter().enumerate() {
+        let name = m.value(a).name.as_deref().unwrap_or_default().to_string();
+        let shape: Vec<usize> = m
+            .value_type(a)
+            .as_tensor()
+            .expect("tensor")
+            .shape
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let f32s = |f: &dyn Fn(&[usize]) -> f32| {
+            Value::F32(Tensor::from_fn(&shape, |ix| f(ix)).expect("tensor"))
+        };
+        values[i] = match name.as_str() {
+            "tokens" => Value::I32(Tensor::new(shape.clone(), tokens.to_vec()).expect("tokens")),
+            "pos" => Value::I32(Tensor::new(Vec::new(), vec![pos]).expect("pos")),
+            "mask" | "mask_local" => f32s(&|ix| {
+                if ix[1] as i32 <= pos + ix[0] as i32 {
+                    0.0
+                } else {
+                    -1e9
+                }
+            }),
+            "rope_cos" | "rope_sin" => {
+                let hd = shape[1];
+                let cos = name == "rope_cos";
+                f32s(&|ix| {
+                    let p = (pos as usize + ix[0]) as f32;
+                    let freq = 10000f32.powf(-(((ix[1] % (hd / 2)) * 2) as f32) / hd as f32);
+                    if cos {
+                        (p * freq).cos()
+                    } else {
+                        (p * freq).sin()
+                    }
+                })
+            }
+            n if n.ends_with("_cache") => match cache.as_mut().and_then(Iterator::next) {
+                Some(c) => c.clone(),
+                None => f32s(&|_| 0.0),
+            },
+            _ => continue,
+        };
+    }
+    assert_eq!(s, m.value_type(m.func(f).args[0]).as_tensor().expect("tokens").shape[1] as usize);
+    values
+}
+
+fn f32s(v: &Value) -> Vec<f32> {
+    v.as_f32().expect("f32").data().to_vec()
+}
+
+/// The largest difference between `a` and `b` relative to the largest magnitude of `a`.
+fn rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max) / scale
+}
+
+#[test]
+fn decode_continues_prefill_for_every_decoder_model() {
+    let prompt: Vec<i32> = (0..PROMPT as i32).map(|i| (i * 7 + 3) % 40).collect();
+    for model in ["llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"] {
+        let whole = build(model, PROMPT);
+        let head = build(model, PROMPT - 1);
+        // The whole prompt at once.
+        let f = whole.find_func("prefill").expect("prefill");
+        let all = Interpreter::new(&whole)
+            .run_id(f, inputs(&whole, "prefill", &prompt, 0, None))
+            .expect("prefill");
+        // All but the last token, then the last one at its position.
+        let f = head.find_func("prefill").expect("prefill");
+        let first = Interpreter::new(&head)
+            .run_id(f, inputs(&head, "prefill", &prompt[..PROMPT as usize - 1], 0, None))
+            .expect("prefill of the head");
+        let f = head.find_func("decode").expect("decode");
+        let last = &prompt[PROMPT as usize - 1..];
+        let step = inputs(&head, "decode", last, PROMPT as i32 - 1, Some(&first[1..]));
+        let next = Interpreter::new(&head).run_id(f, step).expect("decode");
+        // logits [1, S, V]: the last row of the whole prompt's against decode's one row.
+        let (lw, ld) = (f32s(&all[0]), f32s(&next[0]));
+        let v = ld.len();
+        let e = rel(&lw[lw.len() - v..], &ld);
+        assert!(e < 1e-4, "{model}: decode's logits differ from prefill's by {e} (relative)");
+        // The caches hold the same keys and values.
+        assert_eq!(all.len(), next.len(), "{model}: results");
+        for (k, (a, b)) in all[1..].iter().zip(&next[1..]).enumerate() {
+            let e = rel(&f32s(a), &f32s(b));
+            assert!(e < 1e-5, "{model}: cache {k} differs by {e} (relative)");
+        }
+        // The head's prefill left the last position empty; decode wrote it.
+        let untouched = f32s(&first[1]);
+        assert_ne!(untouched, f32s(&next[1]), "{model}: decode wrote no key");
+    }
+}
+
+/// Both functions lowered (-O0 and -O3) and run by the CPU JIT agree with the interpreter
+/// (`fbc run --check`, random weights and positions from which the new tokens fit).
+#[test]
+fn inference_functions_run_on_the_cpu_jit() {
+    let dir = common::scratch("inference-jit");
+    let path = dir.join("l.fbir");
+    std::fs::write(&path, fbc_ir::print_module(&build("llama3.2-1b", PROMPT))).expect("write");
+    for entry in ["prefill", "decode"] {
+        for level in ["-O0", "-O3"] {
+            let p = path.to_str().expect("path");
+            let args = [
+                "run",
+                p,
+                "--entry",
+                entry,
+                "--target",
+                "cpu-jit",
+                level,
+                "--random-inputs",
+                "4",
+                "--check",
+            ];
+            let o = common::fbc(&args);
+            assert_eq!(o.code, 0, "{entry} {level}: {}", o.stderr);
+            assert!(o.stdout.contains("check passed"), "{entry} {level}: {}", o.stdout);
+        }
+    }
+}
