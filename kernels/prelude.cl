@@ -18,9 +18,10 @@ __constant sampler_t fbc_smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | 
 // and for payload arithmetic that can fail (integer division by zero, int() of NaN). A failed
 // check does not touch memory (a read gives 0, a write is skipped) and records the run's first
 // fault in the error buffer e (the first atomic_cmpxchg of e[0] wins): e[0] the launch's fault
-// id, e[1] kind (1 read, 2 load, 3 write, 4 `/` by 0, 5 `%` by 0, 6 int() of NaN), e[2] operand
-// (-1 for arithmetic), e[3..8] the coordinates (offset, or x, y, channel; the dividend for kinds
-// 4 and 5) as lo/hi halves, e[9] the domain rank, e[10..25] the domain point.
+// id, e[1] kind (1 read, 2 load, 3 write, 4 `/` by 0, 5 `%` by 0, 6 int() of NaN, 7 a map
+// symbol out of its range), e[2] operand (-1 for arithmetic), e[3..8] the coordinates (offset,
+// or x, y, channel; the dividend for kinds 4 and 5; the symbol's value and range for kind 7) as
+// lo/hi halves, e[9] the domain rank, e[10..25] the domain point.
 #define FBC_PT long p0, long p1, long p2, long p3, long p4, long p5, long p6, long p7
 inline void fbc_half(__global int* e, int at, long v) { e[at] = (int)v; e[at + 1] = (int)(v >> 32); }
 inline void fbc_fault(__global int* e, int id, int kind, int op, long v0, long v1, long v2, int rank, FBC_PT) {

@@ -479,6 +479,27 @@ fn launch_verifier_rules() {
             "statistic 0: the epilogue reads `x0`, whose map uses the reduction dimension `d1`; it runs once per parallel point — `stats` of memory.launch",
             "stats",
         ),
+        // Symbols: [operand, lo, hi] each, an i32 input, as many in every map that has any.
+        (
+            "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0)[s0] -> (d0 + s0)], body = \"x0\", symbols = [[0, 3, 1]]",
+            "entry 0 of `symbols` must be [operand, lo, hi] with operand ≥ 0 and 0 ≤ lo ≤ hi, found `[0, 3, 1]` — `symbols` of memory.launch",
+            "symbols",
+        ),
+        (
+            "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0)[s0] -> (d0 + s0)], body = \"x0\", symbols = [[1, 0, 0]]",
+            "symbol 0 reads operand 1, but the launch has 1 inputs — `symbols` of memory.launch",
+            "symbols",
+        ),
+        (
+            "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0)[s0, s1] -> (d0 + s0)], body = \"x0\", symbols = [[0, 0, 0]]",
+            "map 1 has 2 symbols, but the launch binds 1 (`symbols`) — `maps` of memory.launch",
+            "maps",
+        ),
+        (
+            "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0)[s0] -> (d0 + s0)], body = \"x0\", symbols = [[0, 0, 0]]",
+            "symbol 0 reads element 0 of operand 0, which must be an i32 buffer of at least one element, found !memory.buffer<4, f32> — `symbols` of memory.launch",
+            "symbols",
+        ),
         (
             "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"add: x0\"], epilogue = \"acc\"",
             "a row kernel has no `epilogue`: its body is computed at every point, after the statistics — `epilogue` of memory.launch",

@@ -69,7 +69,7 @@ fn div_iv(op: BinOp, ia: Iv, ic: Iv) -> Iv {
 /// non-positive is narrowed to its positive part: the code faults before using the others.
 pub(crate) fn map_iv(e: &Expr, map: &IndexMap, ranges: &[Iv]) -> Option<Iv> {
     Some(match e {
-        Expr::Var(name) => ranges[map.dims.iter().position(|d| d == name)?],
+        Expr::Var(name) => *ranges.get(var_index(map, name)?)?,
         Expr::Const(c) => Iv::point(*c),
         Expr::Neg(a) => map_iv(a, map, ranges)?.checked_neg()?,
         Expr::Bin(op, a, c) => {
@@ -91,6 +91,15 @@ pub(crate) fn map_iv(e: &Expr, map: &IndexMap, ranges: &[Iv]) -> Option<Iv> {
             }
         }
     })
+}
+
+/// The position of variable `name` of `map` among its dimensions then its symbols (the order of
+/// the ranges [`map_iv`] takes: the domain's, then the launch's symbols').
+fn var_index(map: &IndexMap, name: &str) -> Option<usize> {
+    map.dims
+        .iter()
+        .position(|d| d == name)
+        .or_else(|| map.symbols.iter().position(|s| s == name).map(|j| map.dims.len() + j))
 }
 
 /// The element offsets operand `t` (map `map`) can be written at when the domain indices range
@@ -153,6 +162,8 @@ struct Lower<'a, 'f> {
     acc: Option<V>,
     /// The row statistics computed so far at the current parallel point (a row kernel).
     stats: Vec<Value>,
+    /// The launch's symbols (read and checked at entry) and their ranges.
+    syms: Vec<(Value, Iv)>,
     /// Base of the accumulator row of an interchanged reduction (see [`interchange`]).
     scratch: Option<Value>,
     /// The dimension whose loop runs over the chunk `[lo, hi)` given by the caller (clamped to
@@ -250,9 +261,21 @@ pub(crate) fn lower(
         reads: HashMap::new(),
         acc: None,
         stats: Vec::new(),
+        syms: Vec::new(),
         scratch: scratch_base,
         split,
     };
+    // The symbols: element 0 of their operands, each checked against its range before anything
+    // runs (every chunk of a split launch checks, so a bad value writes nothing anywhere).
+    for (j, sym) in kernel.symbols.iter().enumerate() {
+        let v = l.b.ins().load(I32, MemFlagsData::trusted(), l.bases[sym.operand], 0);
+        let v = l.b.ins().sextend(I64, v);
+        let low = l.b.ins().icmp_imm_s(IntCC::SignedLessThan, v, sym.lo);
+        let high = l.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, v, sym.hi);
+        let bad = l.b.ins().bor(low, high);
+        l.fail_if(bad, Fault::SymbolOutOfRange(j));
+        l.syms.push((v, Iv { lo: sym.lo, hi: sym.hi }));
+    }
     let np = kernel.parallel_dims();
     // An empty parallel sub-domain writes nothing; an empty reduction leaves every accumulator
     // at the identity and the epilogue still runs ([`Lower::compute`]), as in the reference
@@ -385,12 +408,20 @@ impl<'a, 'f> Lower<'a, 'f> {
     /// faults (an operand index, or the operand count for the guard).
     fn affine(&mut self, e: &Expr, map: &IndexMap, who: usize) -> Result<(Value, Iv), String> {
         let (v, iv) = match e {
-            Expr::Var(name) => {
-                let j = map.dims.iter().position(|d| d == name).ok_or_else(|| {
-                    format!("map {map} uses `{name}`, which is not one of its dimensions")
-                })?;
-                (self.dims[j], Some(self.ranges[j]))
-            }
+            Expr::Var(name) => match map.dims.iter().position(|d| d == name) {
+                Some(j) => (self.dims[j], Some(self.ranges[j])),
+                None => {
+                    let (v, iv) = map
+                        .symbols
+                        .iter()
+                        .position(|s| s == name)
+                        .and_then(|j| self.syms.get(j).copied())
+                        .ok_or_else(|| {
+                            format!("map {map} uses `{name}`, which is not one of its dimensions or bound symbols")
+                        })?;
+                    (v, Some(iv))
+                }
+            },
             Expr::Const(c) => (self.iconst(*c), Some(Iv::point(*c))),
             Expr::Neg(a) => {
                 let (a, ia) = self.affine(a, map, who)?;

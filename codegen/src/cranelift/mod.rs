@@ -100,6 +100,8 @@ pub enum Fault {
     /// A map of operand `k` divided by a non-positive number (undefined); `k` = operand count
     /// for the guard map.
     MapUndefined(usize),
+    /// Symbol `j` of the maps was outside its range (nothing was written).
+    SymbolOutOfRange(usize),
     /// A code this back end does not produce (never expected).
     Unknown(u32),
 }
@@ -111,6 +113,7 @@ impl Fault {
     const DIV0: u32 = 4;
     const INT_NAN: u32 = 5;
     const MAP: u32 = 6;
+    const SYMBOL: u32 = 7;
 
     /// The return code of the native function.
     pub(crate) fn code(self) -> u32 {
@@ -122,6 +125,7 @@ impl Fault {
             Fault::DivisionByZero => Self::DIV0,
             Fault::IntOfNan => Self::INT_NAN,
             Fault::MapUndefined(k) => Self::MAP | op(k),
+            Fault::SymbolOutOfRange(j) => Self::SYMBOL | op(j),
             Fault::Unknown(c) => c,
         }
     }
@@ -136,6 +140,7 @@ impl Fault {
             Self::DIV0 => Fault::DivisionByZero,
             Self::INT_NAN => Fault::IntOfNan,
             Self::MAP => Fault::MapUndefined(k),
+            Self::SYMBOL => Fault::SymbolOutOfRange(k),
             _ => Fault::Unknown(code),
         }
     }
@@ -155,6 +160,9 @@ impl fmt::Display for Fault {
             Fault::IntOfNan => f.write_str("int() of NaN"),
             Fault::MapUndefined(k) => {
                 write!(f, "the index map of operand {k} divides by a non-positive number")
+            }
+            Fault::SymbolOutOfRange(j) => {
+                write!(f, "symbol s{j} of the maps is outside its range (nothing was written)")
             }
             Fault::Unknown(c) => write!(f, "unknown error code {c}"),
         }

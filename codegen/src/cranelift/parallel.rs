@@ -42,7 +42,8 @@ pub(super) struct Split {
     work: u64,
     out_map: IndexMap,
     out_type: MemType,
-    /// Ranges of the domain indices when the output is written (reduction indices are 0).
+    /// Ranges of the domain indices when the output is written (reduction indices are 0), then
+    /// of the symbols.
     ranges: Vec<Iv>,
 }
 
@@ -66,6 +67,7 @@ impl Split {
             .iter()
             .enumerate()
             .map(|(d, &n)| if d < np { Iv::clamped(0, i128::from(n) - 1) } else { Iv::point(0) })
+            .chain(kernel.symbols.iter().map(|s| Iv { lo: s.lo, hi: s.hi }))
             .collect();
         let out = kernel.output();
         Some(Split {

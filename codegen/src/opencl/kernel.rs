@@ -211,7 +211,8 @@ pub fn emit(
             st.body.arithmetic_can_fail(&kind, None)
                 || st.epilogue.as_ref().is_some_and(|e| e.arithmetic_can_fail(&kind, None))
         });
-    let checked = bounds.any_checked() || arithmetic;
+    // Symbols are checked against their ranges when the kernel runs.
+    let checked = bounds.any_checked() || arithmetic || !k.symbols.is_empty();
     let (w, wide);
     let comment = match index_width(k) {
         Ok(()) => {
@@ -236,6 +237,9 @@ pub fn emit(
         coords: RefCell::new(Vec::new()),
     };
     if k.is_row() {
+        if !k.symbols.is_empty() {
+            return Err("a row kernel with symbols is not supported".into());
+        }
         return cx.row(comment, opts);
     }
     // Generated contractions are always proven; a checked one takes the plain kernel.
@@ -259,8 +263,10 @@ fn check(k: &Kernel, types: &[MemType]) -> Result<(), String> {
         return Err("a parallel dimension after a reduction dimension".into());
     }
     for (i, (m, t)) in k.maps.iter().zip(types).enumerate() {
-        if m.dims.len() != n || !m.symbols.is_empty() {
-            return Err(format!("map of operand {i} is not over the {n} domain dimensions"));
+        if m.dims.len() != n || !(m.symbols.is_empty() || m.symbols.len() == k.symbols.len()) {
+            return Err(format!(
+                "map of operand {i} is not over the {n} domain dimensions and the launch's symbols"
+            ));
         }
         if m.results.len() != t.coords() {
             return Err(format!(
@@ -421,9 +427,11 @@ const INT_POINTS: u128 = 1 << 30;
 pub(crate) fn index_width(k: &Kernel) -> Result<(), String> {
     let p = k.parallel_dims().min(k.domain.len());
     let points = |ds: &[u64]| ds.iter().fold(1u128, |a, &e| a.saturating_mul(u128::from(e)));
-    let Some(domain) = fbc_dialects::memory::bounds::domain_box(&k.domain) else {
+    let Some(mut domain) = fbc_dialects::memory::bounds::domain_box(&k.domain) else {
         return Ok(()); // no point at all
     };
+    // The maps' variables are the dimensions, then the symbols.
+    domain.extend(k.symbols.iter().map(|s| fbc_index::Interval { lo: s.lo, hi: s.hi }));
     for (what, ds) in [("parallel", &k.domain[..p]), ("reduction", &k.domain[p..])] {
         let n = points(ds);
         if n > INT_POINTS {
@@ -432,7 +440,8 @@ pub(crate) fn index_width(k: &Kernel) -> Result<(), String> {
     }
     let fits = |m: &IndexMap| {
         m.results.iter().all(|e| {
-            fbc_dialects::memory::bounds::Ix::of(e, &m.dims).is_some_and(|ix| ix.fits_i32(&domain))
+            fbc_dialects::memory::bounds::Ix::of(e, &m.vars())
+                .is_some_and(|ix| ix.fits_i32(&domain))
         })
     };
     for (i, m) in k.maps.iter().enumerate() {
@@ -677,6 +686,23 @@ impl Cx<'_> {
         ps.join(", ")
     }
 
+    /// The statements that read each symbol of the maps (element 0 of its operand) and end the
+    /// kernel, recording a fault of kind 7 (the operand, the value and the range), when it is
+    /// outside its range: every work-item checks before it writes anything.
+    fn symbol_prologue(&self) -> String {
+        let mut s = String::new();
+        let ix = self.w.ty();
+        for (j, sym) in self.k.symbols.iter().enumerate() {
+            let (k, lo, hi) = (sym.operand, sym.lo, sym.hi);
+            let _ = writeln!(
+                s,
+                "  const {ix} fbc_sym{j} = ({ix})x{k}[0];\n  if (fbc_sym{j} < {lo} || fbc_sym{j} > {hi}) {{ fbc_fault(fbc_err, {}, 7, {k}, (long)fbc_sym{j}, {lo}L, {hi}L, 0, 0L, 0L, 0L, 0L, 0L, 0L, 0L, 0L); return; }}",
+                self.fault_id
+            );
+        }
+        s
+    }
+
     /// The arguments every check passes after its own: the error buffer, the fault id, and
     /// (after `kind`/operand arguments the caller writes) the rank and the domain point.
     fn fault_args(&self, dims: &[String]) -> String {
@@ -756,6 +782,13 @@ impl Cx<'_> {
         // Storage maps have one result (a buffer offset) or three (an image's x, y, channel):
         // four slots per operand hold them all.
         let m = &self.k.maps[i];
+        if !m.symbols.is_empty() {
+            // The symbols' values, read at the kernel's start (`symbol_prologue`).
+            let names = m.vars();
+            let mut texts = dims.to_vec();
+            texts.extend((0..m.symbols.len()).map(|j| format!("fbc_sym{j}")));
+            return affine(&m.results[r], &names, &texts, self.w);
+        }
         if r >= 4 {
             return affine(&m.results[r], &m.dims, dims, self.w);
         }
@@ -1284,6 +1317,7 @@ impl Cx<'_> {
         let mut s = String::new();
         s.push_str(comment);
         let _ = writeln!(s, "__kernel void {}({}) {{", k.name, self.params());
+        s.push_str(&self.symbol_prologue());
         if let Some(g) = group {
             let what = if by_texel { "texel (four values, in channel order)" } else { "value" };
             let _ = writeln!(

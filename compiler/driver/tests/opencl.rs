@@ -1718,3 +1718,82 @@ func.func @h(%x: tensor<64xf32>) -> tensor<32xf32> {
         check(path, 3, &["--device-memory", mode]).unwrap_or_else(|e| panic!("{mode}: {e}"));
     }
 }
+
+/// `tensor.update_slice` written in place with its offset as a map symbol: an offset from which
+/// the update does not fit is an error at the op (exit status 1, no output file) on the
+/// interpreter, the CPU JIT and the device, each saying what was out of range; in range, the
+/// device's result is the interpreter's bit for bit.
+#[test]
+fn update_slice_offsets_are_checked_on_every_back_end() {
+    let text = "func.func @main(%cache: tensor<2x3x6x4xf32>, %new: tensor<2x3x2x4xf32>, %pos: tensor<i32>) -> tensor<2x3x6x4xf32> {\n  %c = tensor.update_slice %cache, %new, %pos {axis = 2} : (tensor<2x3x6x4xf32>, tensor<2x3x2x4xf32>, tensor<i32>) -> tensor<2x3x6x4xf32>\n  func.return %c : tensor<2x3x6x4xf32>\n}\n";
+    let p = write_tmp("update_slice.fbir", text);
+    let inputs = |pos: i32| {
+        let cache: Vec<u8> = (0..144).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let new: Vec<u8> = (0..48).flat_map(|i| (-1.0 - i as f32).to_le_bytes()).collect();
+        let pos = pos.to_le_bytes().to_vec();
+        use safetensors::Dtype;
+        fn view(
+            dtype: Dtype,
+            shape: Vec<usize>,
+            data: &[u8],
+        ) -> safetensors::tensor::TensorView<'_> {
+            safetensors::tensor::TensorView::new(dtype, shape, data).expect("view")
+        }
+        let tensors = vec![
+            ("cache", view(Dtype::F32, vec![2, 3, 6, 4], &cache)),
+            ("new", view(Dtype::F32, vec![2, 3, 2, 4], &new)),
+            ("pos", view(Dtype::I32, vec![], &pos)),
+        ];
+        let bytes = safetensors::tensor::serialize(tensors, None).expect("serialize");
+        let path = write_tmp(&format!("update_slice_{pos:?}.safetensors"), "");
+        std::fs::write(&path, bytes).expect("write");
+        path
+    };
+    let run = |pos: i32, target: &str, out: &std::path::Path| {
+        common::fbc(&[
+            "run",
+            p.to_str().unwrap_or_default(),
+            "--inputs",
+            inputs(pos).to_str().unwrap_or_default(),
+            "--target",
+            target,
+            "--outputs",
+            out.to_str().unwrap_or_default(),
+        ])
+    };
+    let device = have_device();
+    let cases = [
+        ("cpu", "update_slice: offset 5 is out of range: 2 slices from it must fit in 6 along axis 2, so it must be from 0 to 4"),
+        ("cpu-jit", "kernel `main_update_slice_c`: symbol s0 (element 0 of operand 1) is 5, outside 0..=4"),
+        ("opencl", "kernel `main_update_slice_c`: the symbol read from operand 1 is 5, outside 0..=4 (nothing was written)"),
+    ];
+    for (target, message) in cases {
+        if target == "opencl" && !device {
+            continue;
+        }
+        let out = p.with_extension(format!("{target}.bad.safetensors"));
+        let o = run(5, target, &out);
+        assert_eq!(o.code, 1, "{target}: {}", o.stderr);
+        let first = o.stderr.lines().next().unwrap_or_default();
+        assert!(first.starts_with(&format!("{}:2:3: error: ", p.display())), "{target}: {first}");
+        assert!(first.ends_with(message), "{target}: {first}");
+        assert!(!out.exists(), "{target}: an output file was left behind");
+    }
+    // In range: the device writes the window in place, as the interpreter computes it.
+    let want = p.with_extension("cpu.safetensors");
+    assert_eq!(run(3, "cpu", &want).code, 0);
+    for target in ["cpu-jit", "opencl"] {
+        if target == "opencl" && !device {
+            continue;
+        }
+        let got = p.with_extension(format!("{target}.safetensors"));
+        let o = run(3, target, &got);
+        assert_eq!(o.code, 0, "{target}: {}", o.stderr);
+        let (a, b) = (std::fs::read(&want).expect("read"), std::fs::read(&got).expect("read"));
+        assert_eq!(
+            read_safetensors_f32(&a, "result0"),
+            read_safetensors_f32(&b, "result0"),
+            "{target}"
+        );
+    }
+}

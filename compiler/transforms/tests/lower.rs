@@ -340,6 +340,75 @@ fn cross_entropy_and_its_gradient_share_row_statistics() {
     same_numbers(&m, &after, "shared statistics");
 }
 
+/// `tensor.update_slice` writes into `dest`'s storage where nothing reads `dest` after it: one
+/// launch over `update` whose output map adds the offset symbol along the axis (checked against
+/// the offsets from which `update` fits); a chain of updates reuses the storage again. Where
+/// `dest` is read later, or a fusion would move an earlier read of `dest` after the write, it is
+/// copied instead (a launch over all of `dest`). The same numbers every time.
+#[test]
+fn update_slice_writes_in_place_where_dest_is_dead() {
+    let src = r#"func.func @f(%cache: tensor<2x7x4xf32>, %kv: tensor<2x2x4xf32>, %kv2: tensor<2x3x4xf32>, %pos: tensor<i32>, %pos2: tensor<i32>) -> tensor<2x7x4xf32> {
+  %c = tensor.update_slice %cache, %kv, %pos {axis = 1} : (tensor<2x7x4xf32>, tensor<2x2x4xf32>, tensor<i32>) -> tensor<2x7x4xf32>
+  %d = tensor.update_slice %c, %kv2, %pos2 {axis = -2} : (tensor<2x7x4xf32>, tensor<2x3x4xf32>, tensor<i32>) -> tensor<2x7x4xf32>
+  func.return %d : tensor<2x7x4xf32>
+}"#;
+    let m = parse(src);
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "generic");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 2);
+    for (k, (n, hi, pos)) in ks.iter().zip([(2, 5, 3), (3, 4, 4)]) {
+        assert_eq!(k.domain, vec![2, n, 4]);
+        assert_eq!(k.symbols, vec![fbc_dialects::memory::Symbol { operand: 1, lo: 0, hi }]);
+        assert_eq!(k.maps[2].to_string(), "(d0, d1, d2)[s0] -> (d0 * 28 + (d1 + s0) * 4 + d2)");
+        assert_eq!(k.source, "tensor.update_slice [in place]");
+        let launch = after.all_ops().find(|&o| {
+            after.op(o).attr("kernel").and_then(fbc_ir::Attr::as_str) == Some(k.name.as_str())
+        });
+        let cache = after.op(launch.expect("launch")).operands[2];
+        assert_eq!(after.value(cache).name.as_deref(), Some("cache_m"), "operand {pos}");
+    }
+    same_numbers(&m, &after, "in place");
+    // `dest` read after the update: copied (a launch over all of it, no symbol).
+    let read_after = src.replace(
+        "  func.return %d : tensor<2x7x4xf32>",
+        "  %s = tensor.add %d, %cache : (tensor<2x7x4xf32>, tensor<2x7x4xf32>) -> tensor<2x7x4xf32>
+  func.return %s : tensor<2x7x4xf32>",
+    );
+    let m2 = parse(&read_after);
+    let (after, _) = lowered(&m2, "lower-to-memory,plan-memory", "generic");
+    let ks = kernels(&after);
+    assert_eq!(ks[0].domain, vec![2, 7, 4], "the first update copies the cache");
+    assert!(ks[0].symbols.is_empty());
+    assert_eq!(ks[1].source, "tensor.update_slice [in place]", "the copy is then updated in place");
+    same_numbers(&m2, &after, "copied");
+    // An elementwise read of `dest` before the update, used after it: fusing it into its
+    // reader would read the overwritten storage, so it stays a launch of its own.
+    let before = src
+        .replace(
+            "  %c = tensor.update_slice",
+            "  %e = tensor.exp %cache : (tensor<2x7x4xf32>) -> tensor<2x7x4xf32>
+  %c = tensor.update_slice",
+        )
+        .replace(
+            "  func.return %d : tensor<2x7x4xf32>",
+            "  %s = tensor.add %d, %e : (tensor<2x7x4xf32>, tensor<2x7x4xf32>) -> tensor<2x7x4xf32>
+  func.return %s : tensor<2x7x4xf32>",
+        );
+    let m3 = parse(&before);
+    let (after, _) = lowered(&m3, "lower-to-memory,plan-memory", "generic");
+    let sources: Vec<String> = kernels(&after).iter().map(|k| k.source.clone()).collect();
+    assert_eq!(
+        sources,
+        [
+            "tensor.exp",
+            "tensor.update_slice [in place]",
+            "tensor.update_slice [in place]",
+            "tensor.add"
+        ]
+    );
+    same_numbers(&m3, &after, "read before the update");
+}
+
 /// A row kernel writes an R-Tile image a texel at a time where each texel holds four
 /// consecutive elements of a row and none is padding: its last dimension is the channel. A
 /// padded image keeps the three passes (the texel-domain kernel guards the padding).

@@ -96,6 +96,12 @@ impl IndexMap {
         Ok(IndexMap { dims, symbols, results })
     }
 
+    /// The dimension names, then the symbol names: the variables a result may read, in the
+    /// order [`IndexMap::eval`] takes their values.
+    pub fn vars(&self) -> Vec<String> {
+        self.dims.iter().chain(&self.symbols).cloned().collect()
+    }
+
     /// Whether every result is affine ([`Expr::is_affine`]): what the IR's maps must be.
     pub fn is_affine(&self) -> bool {
         self.results.iter().all(Expr::is_affine)

@@ -662,8 +662,16 @@ impl Kernel {
         for d in par.iter_mut().skip(np) {
             *d = Interval::point(0);
         }
+        let (full, par) = (self.with_symbols(full), self.with_symbols(par));
         self.fill(types, &full, Some(&par), &mut out, rank);
         out
+    }
+
+    /// Box `b` of the domain followed by the ranges of the symbols (a map's variables are its
+    /// dimensions, then its symbols).
+    fn with_symbols(&self, mut b: Vec<Interval>) -> Vec<Interval> {
+        b.extend(self.symbols.iter().map(|s| Interval { lo: s.lo, hi: s.hi }));
+        b
     }
 
     /// [`Kernel::bounds`] when the reduction sub-domain is empty: the body never runs.
@@ -675,7 +683,7 @@ impl Kernel {
         }
         if let Some(par) = domain_box(&ext) {
             let rank = self.domain.len();
-            self.fill(types, &par, None, &mut out, rank);
+            self.fill(types, &self.with_symbols(par), None, &mut out, rank);
         }
         out
     }
@@ -765,7 +773,7 @@ impl Kernel {
             let mut b = Bound::Proven;
             let mut ask = |bx: &[Interval], c: Option<&Condition>, kind, certain: bool| {
                 for (i, (e, r)) in m.results.iter().zip(&ranges).enumerate() {
-                    let Some(ix) = Ix::of(e, &m.dims) else {
+                    let Some(ix) = Ix::of(e, &m.vars()) else {
                         b = b.clone().worst(Bound::Unknown);
                         continue;
                     };
@@ -993,6 +1001,7 @@ mod tests {
             epilogue: None,
             guard: None,
             stats: Vec::new(),
+            symbols: Vec::new(),
         };
         let t = MemType::buffer(8, ElemType::F32);
         let lb = k.bounds(&[t, MemType::buffer(64, ElemType::F32)]);

@@ -114,6 +114,10 @@ pub fn written_intervals(k: &Kernel, t: MemType) -> Option<Vec<(u64, u64)>> {
         return Some(Vec::new());
     }
     let map = k.maps.last()?;
+    // Where a map with symbols writes is known only when the launch runs.
+    if !map.symbols.is_empty() {
+        return None;
+    }
     let elems = t.elems();
     let clip = |lo: i128, hi: i128| -> Vec<(u64, u64)> {
         let (lo, hi) = (lo.max(0), hi.min(i128::from(elems)));

@@ -280,6 +280,21 @@ pub struct Kernel {
     /// may read `s0..s(k-1)`); the body reads them all. Present exactly when there are row
     /// dimensions. See the module docs.
     pub stats: Vec<Stat>,
+    /// The symbols of the maps (`(d0, ..)[s0, ..] -> ..`), in order: values known only when the
+    /// launch runs. See [`Symbol`].
+    pub symbols: Vec<Symbol>,
+}
+
+/// A symbol of a launch's maps: element 0 of operand `operand` (an `i32` buffer, an input),
+/// read once when the launch runs. It must lie in `lo..=hi` (`0 ≤ lo`: symbols, like domain
+/// indices, are never negative, which the back ends' division rules rely on): outside, the launch is an error of
+/// its op and writes nothing. The bounds prover takes the symbol from that range, so a map that
+/// uses it is proven in range like any other (a KV cache written at a run-time position).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Symbol {
+    pub operand: usize,
+    pub lo: i64,
+    pub hi: i64,
 }
 
 impl Kernel {
@@ -511,6 +526,7 @@ pub const LAUNCH_ATTRS: &[&str] = &[
     "maps",
     "source",
     "stats",
+    "symbols",
 ];
 
 impl Iter {
@@ -644,11 +660,37 @@ impl Kernel {
         if maps.is_empty() {
             return kerr("maps", "`maps` is empty; a launch has at least its output operand");
         }
+        let symbols = match get("symbols") {
+            None => Vec::new(),
+            Some(Attr::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match a.as_ints().as_deref() {
+                    Some(&[k, lo, hi]) if k >= 0 && 0 <= lo && lo <= hi => {
+                        Ok(Symbol { operand: k as usize, lo, hi })
+                    }
+                    _ => kerr(
+                        "symbols",
+                        format!("entry {i} of `symbols` must be [operand, lo, hi] with operand ≥ 0 and 0 ≤ lo ≤ hi, found `{a}`"),
+                    ),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(a) => {
+                return kerr(
+                    "symbols",
+                    format!("`symbols` must be an array of [operand, lo, hi], found `{a}`"),
+                )
+            }
+        };
         for (i, m) in maps.iter().enumerate() {
-            if !m.symbols.is_empty() {
+            if !m.symbols.is_empty() && m.symbols.len() != symbols.len() {
                 return kerr(
                     "maps",
-                    format!("map {i} has symbols; launch maps take only the domain dimensions"),
+                    format!(
+                        "map {i} has {} symbols, but the launch binds {} (`symbols`)",
+                        m.symbols.len(),
+                        symbols.len()
+                    ),
                 );
             }
             if m.dims.len() != domain.len() {
@@ -767,7 +809,31 @@ impl Kernel {
         if has_rows && epilogue.is_some() {
             return kerr("epilogue", "a row kernel has no `epilogue`: its body is computed at every point, after the statistics");
         }
-        Ok(Kernel { name, source, domain, iterators, maps, body, combine, epilogue, guard, stats })
+        for (j, sym) in symbols.iter().enumerate() {
+            if sym.operand + 1 >= maps.len() {
+                return kerr(
+                    "symbols",
+                    format!(
+                        "symbol {j} reads operand {}, but the launch has {} inputs",
+                        sym.operand,
+                        maps.len() - 1
+                    ),
+                );
+            }
+        }
+        Ok(Kernel {
+            name,
+            source,
+            domain,
+            iterators,
+            maps,
+            body,
+            combine,
+            epilogue,
+            guard,
+            stats,
+            symbols,
+        })
     }
 
     /// The attributes of a `memory.launch` op computing this kernel, in canonical (sorted) order.
@@ -797,6 +863,10 @@ impl Kernel {
                 "stats".into(),
                 Attr::Array(self.stats.iter().map(|s| Attr::Str(s.to_string())).collect()),
             ));
+        }
+        if !self.symbols.is_empty() {
+            let entry = |s: &Symbol| Attr::ints([s.operand as i64, s.lo, s.hi]);
+            a.push(("symbols".into(), Attr::Array(self.symbols.iter().map(entry).collect())));
         }
         a
     }
@@ -828,10 +898,25 @@ impl Kernel {
                     ),
                 );
             }
+            let names = m.vars();
             for r in &m.results {
-                check_expr_vars(r, &m.dims).or_else(|v| {
-                    kerr("maps", format!("map {i} uses `{v}`, which is not one of its dimensions"))
+                check_expr_vars(r, &names).or_else(|v| {
+                    kerr(
+                        "maps",
+                        format!(
+                            "map {i} uses `{v}`, which is not one of its dimensions or symbols"
+                        ),
+                    )
                 })?;
+            }
+        }
+        for (j, sym) in self.symbols.iter().enumerate() {
+            let t = types[sym.operand];
+            if t.is_image() || t.elem != ElemType::I32 || t.elems() == 0 {
+                return kerr(
+                    "symbols",
+                    format!("symbol {j} reads element 0 of operand {}, which must be an i32 buffer of at least one element, found {t}", sym.operand),
+                );
             }
         }
         if let Some(g) = &self.guard {

@@ -39,7 +39,7 @@ pub mod scalar;
 pub use bounds::{AccessKind, Bound, LaunchBounds, Violation};
 pub use kernel::{
     Combine, Guard, Iter, Kernel, KernelError, MemType, Scalar, ScalarBin, ScalarUn, Stat,
-    StorageKind,
+    StorageKind, Symbol,
 };
 pub use ops::{check_storage, default_storage};
 pub use scalar::{ScalarEnv, ScalarError, ScalarKind, ScalarValue};

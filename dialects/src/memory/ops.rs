@@ -153,7 +153,10 @@ pub static OPS: &[OpDef] = &[
               the domain and its exclusive upper bounds; `stats` (exactly when there are row\n\
               dimensions): a row kernel's statistics, each `\"COMBINE: BODY\"` or `\"COMBINE: BODY;\n\
               EPILOGUE\"`, computed per parallel point over the row dimensions in order and read as\n\
-              `s0, s1, ...` by later statistics and by the body, which is then written at every point.\n\
+              `s0, s1, ...` by later statistics and by the body, which is then written at every point;\n\
+              `symbols` (optional): `[operand, lo, hi]` per symbol of the maps (`(d0, ..)[s0, ..] ->\n\
+              ..`): element 0 of that input (an i32 buffer), read when the launch runs and checked\n\
+              to lie in `lo..=hi` (`0 ≤ lo`; outside, the launch is an error and writes nothing).\n\
               \n\
               **Verifier:** every operand has a memory type; the domain, iterators, maps and guard\n\
               agree in rank; every map has as many results as its operand has coordinates; `body` and\n\
@@ -182,6 +185,7 @@ pub static OPS: &[OpDef] = &[
             AttrDef::optional("guard", AttrKind::Any, "none", "index map whose results must be in bounds"),
             AttrDef::optional("guard_bounds", AttrKind::IntArray, "none", "exclusive upper bounds of the guard"),
             AttrDef::optional("stats", AttrKind::Any, "none", "a row kernel's statistics, in order"),
+            AttrDef::optional("symbols", AttrKind::Any, "none", "the maps' symbols: [operand, lo, hi] each"),
         ],
         traits: EFFECTS,
         class: None,

@@ -1119,6 +1119,9 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
         (4, _) => format!("integer division by zero in {v0} / 0"),
         (5, _) => format!("integer division by zero in {v0} % 0"),
         (6, _) => "int() of NaN".into(),
+        (7, _) => format!(
+            "the symbol read from operand {k} is {v0}, outside {v1}..={v2} (nothing was written)"
+        ),
         (2, Some(d)) => {
             format!(
                 "x{k}[{v0}] is outside operand {k} ({} elements) at domain index {idx}",

@@ -161,6 +161,20 @@ impl OperandMap {
     }
 }
 
+/// `m` with its symbols replaced by `values` (in order), a map of the dimensions only.
+fn bind_symbols(m: &IndexMap, values: &[i64]) -> IndexMap {
+    if m.symbols.is_empty() {
+        return m.clone();
+    }
+    let subst: std::collections::HashMap<String, Expr> =
+        m.symbols.iter().cloned().zip(values.iter().map(|&v| Expr::Const(v))).collect();
+    IndexMap {
+        dims: m.dims.clone(),
+        symbols: Vec::new(),
+        results: m.results.iter().map(|e| e.substitute_all(&subst)).collect(),
+    }
+}
+
 fn compile_map(m: &IndexMap, ty: MemType) -> Result<OperandMap, String> {
     let results =
         m.results.iter().map(|e| CompiledExpr::new(e, &m.dims)).collect::<Result<Vec<_>, _>>()?;
@@ -360,11 +374,28 @@ pub fn run_kernel(
             ));
         }
     }
+    // The symbols' values, each checked against its range before anything is written; a map
+    // that uses them is then an ordinary map with the values in their places.
+    let mut values = Vec::with_capacity(k.symbols.len());
+    for (j, sym) in k.symbols.iter().enumerate() {
+        let v = match &*operands[sym.operand] {
+            MemData::I32(d) => d.first().map(|&v| i64::from(v)),
+            MemData::F32(_) => None,
+        }
+        .ok_or_else(|| format!("kernel `{}`: symbol s{j} has no i32 element to read", k.name))?;
+        if v < sym.lo || v > sym.hi {
+            return Err(format!(
+                "kernel `{}`: symbol s{j} (element 0 of operand {}) is {v}, outside {}..={}",
+                k.name, sym.operand, sym.lo, sym.hi
+            ));
+        }
+        values.push(v);
+    }
     let maps = k
         .maps
         .iter()
         .zip(types)
-        .map(|(m, &t)| compile_map(m, t))
+        .map(|(m, &t)| compile_map(&bind_symbols(m, &values), t))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
     let guard = match &k.guard {

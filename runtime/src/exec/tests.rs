@@ -319,6 +319,7 @@ fn out_of_range_maps_are_errors() {
         epilogue: None,
         guard: None,
         stats: Vec::new(),
+        symbols: Vec::new(),
     };
     let t = MemType::buffer(4, ElemType::F32);
     let mut a = MemData::F32(vec![10.0, 11.0, 12.0, 13.0]);
@@ -643,6 +644,7 @@ mod props {
                             guard: guard
                                 .map(|(r, b)| Guard { bounds: vec![b; r.len()], map: map(r) }),
                             stats: Vec::new(),
+                            symbols: Vec::new(),
                         };
                         (k, types.clone())
                     })

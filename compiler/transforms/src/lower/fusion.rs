@@ -265,6 +265,8 @@ struct Uses {
     shared: Vec<bool>,
     gathered: Vec<bool>,
     pinned: Vec<bool>,
+    /// How many kernels write each storage (an in-place update adds a writer to its storage).
+    storage_writers: Vec<usize>,
 }
 
 fn uses(l: &Lower<'_>) -> Uses {
@@ -276,6 +278,7 @@ fn uses(l: &Lower<'_>) -> Uses {
         shared: vec![false; n],
         gathered: vec![false; n],
         pinned: vec![false; n],
+        storage_writers: vec![0; l.storages.len()],
     };
     let mut per_storage = vec![0usize; l.storages.len()];
     for t in &l.tensors {
@@ -292,6 +295,7 @@ fn uses(l: &Lower<'_>) -> Uses {
             u.writer[k.out.t] = i;
         }
         u.writers[k.out.t] += 1;
+        u.storage_writers[l.tensors[k.out.t].storage] += 1;
         for t in distinct(&k.inputs) {
             u.readers[t] += 1;
         }
@@ -328,8 +332,12 @@ fn find(
     k: usize,
 ) -> Option<(usize, Tid, bool)> {
     let kk = kernels[k].as_ref()?;
-    for o in &kk.inputs {
+    for (slot, o) in kk.inputs.iter().enumerate() {
         let t: Tid = o.t;
+        // A symbol's operand stays an operand (its element 0 is read when the launch runs).
+        if kk.symbols.iter().any(|s| s.operand == slot) {
+            continue;
+        }
         // `k` reads `t`, so one reader means `k` alone.
         if u.pinned[t]
             || u.shared[t]
@@ -345,6 +353,11 @@ fn find(
             continue;
         }
         let Some(pk) = kernels[p].as_ref() else { continue };
+        // The fused kernel runs where `k` does: no kernel in between may overwrite what `p`
+        // reads (an in-place update of storage `p` reads).
+        if overwritten_between(l, kernels, u, pk, p, k) {
+            continue;
+        }
         let shape = &l.tensors[t].shape;
         // Conversions stay explicit kernels (the layout strategies are measured by them).
         if is_conversion(pk) || is_conversion(kk) {
@@ -374,6 +387,27 @@ fn find(
         }
     }
     None
+}
+
+/// Whether a kernel strictly between `p` and `k` writes storage that `pk` (at `p`) reads: moving
+/// `pk`'s reads to `k`'s place would then see the new contents. Only storage written by several
+/// kernels can be (its first writer comes before any reader).
+fn overwritten_between(
+    l: &Lower<'_>,
+    kernels: &[Option<LKernel>],
+    u: &Uses,
+    pk: &LKernel,
+    p: usize,
+    k: usize,
+) -> bool {
+    let storage = |t: Tid| l.tensors[t].storage;
+    let read: SmallVec<[usize; 8]> = pk
+        .inputs
+        .iter()
+        .filter(|o| u.storage_writers[storage(o.t)] > 1)
+        .map(|o| storage(o.t))
+        .collect();
+    !read.is_empty() && kernels[p + 1..k].iter().flatten().any(|w| read.contains(&storage(w.out.t)))
 }
 
 fn is_conversion(k: &LKernel) -> bool {
@@ -472,9 +506,18 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
             epilogue: st.epilogue.as_ref().map(&mut subst),
         })
         .collect();
+    // A symbol's operand is never fused away (`find`): it keeps a slot.
+    let symbols = k
+        .symbols
+        .iter()
+        .map(|s| fbc_dialects::memory::Symbol {
+            operand: k_to[s.operand].unwrap_or(s.operand),
+            ..*s
+        })
+        .collect();
     let mut source = p.source;
     source.extend(k.source.iter().copied());
-    LKernel { inputs, body, epilogue, stats, source, ..k }
+    LKernel { inputs, body, epilogue, stats, symbols, source, ..k }
 }
 
 /// Every payload of `k`: body, epilogue, each statistic's body and epilogue.

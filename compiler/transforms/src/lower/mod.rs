@@ -60,7 +60,7 @@ use std::collections::HashMap;
 
 use fbc_dialects::kind::{FuncOp, LayoutOp, MemoryOp};
 use fbc_dialects::layout::{Layout, Storage};
-use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar, Stat};
+use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar, Stat, Symbol};
 use fbc_index::Expr;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{
@@ -434,8 +434,16 @@ pub(crate) struct LKernel {
     /// A row kernel's statistics (see `fbc_dialects::memory::kernel`): then the dimensions after
     /// `n_par` are row dimensions, not reductions, and `combine` and `epilogue` are `None`.
     pub stats: Vec<Stat>,
+    /// The symbols of the maps (`Expr::Var("s0")`, ...): element 0 of input `operand`, in its
+    /// range (see `fbc_dialects::memory::Symbol`).
+    pub symbols: Vec<Symbol>,
     /// Span of the op it came from.
     pub span: Span,
+}
+
+/// The name of map symbol `j` in a logical kernel's maps (`s0`, `s1`, ...).
+pub(crate) fn symbol(j: usize) -> Expr {
+    Expr::Var(format!("s{j}"))
 }
 
 /// A lowered function before it is written back: storage, kernels in launch order, results.
@@ -692,8 +700,17 @@ impl<'m> Lower<'m> {
             combine: None,
             epilogue: None,
             stats: Vec::new(),
+            symbols: Vec::new(),
             span,
         });
+    }
+
+    /// Whether `op` is the last op that uses value `v` (no later op reads it, and the function
+    /// does not return it after): then the op may overwrite `v`'s storage.
+    pub(crate) fn last_use(&self, v: Value, op: Op) -> bool {
+        let at = |o: Op| self.m.func(self.f).body.iter().position(|&b| b == o);
+        let Some(here) = at(op) else { return false };
+        self.m.value(v).uses.iter().all(|u| u.op == op || at(u.op).is_some_and(|i| i < here))
     }
 
     /// Lowers every op of the body into logical kernels.

@@ -12,12 +12,15 @@
 
 use fbc_dialects::kind::{FuncOp as F, LayoutOp as L, OpKind as K, TensorOp as T};
 use fbc_dialects::layout::{Intra, Layout};
-use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B, ScalarUn as U, Stat, StorageKind};
+use fbc_dialects::memory::{
+    Combine, Scalar, ScalarBin as B, ScalarUn as U, Stat, StorageKind, Symbol,
+};
 use fbc_index::{BinOp as IndexOp, Expr};
 use fbc_ir::{Attr, Diagnostic, ElemType, Module, Op, Span, Value};
 
 use super::{
-    dim, domain_of, identity, located, value_name, Access, LKernel, Lower, Map, Operand, Tid,
+    dim, domain_of, identity, located, symbol, value_name, Access, LKernel, Lower, Map, Operand,
+    Tid,
 };
 use crate::index_elim::maps::{broadcast_results, reshape_map, transpose_map};
 
@@ -328,8 +331,54 @@ impl Lower<'_> {
             combine,
             epilogue,
             stats: Vec::new(),
+            symbols: Vec::new(),
             span: d.span,
         });
+    }
+
+    /// `tensor.update_slice` written into `dest`'s own storage, where it can be (see
+    /// [`Lower::update_slice`]): one launch over `update` whose output map is `dest`'s index
+    /// with `offset` (a symbol, read when the launch runs and checked against the offsets from
+    /// which `update` fits) added along `axis`. `false` when `dest` is read after the op, is a
+    /// view, or shares its storage with another tensor: then `dest` must stay as it is.
+    fn update_in_place(&mut self, op: Op, axis: usize) -> Result<bool, Diagnostic> {
+        let d = self.m.op(op);
+        let (span, ops, res) = (d.span, d.operands.clone(), d.results.clone());
+        let dest = self.access_of(ops[0], span)?;
+        let shared =
+            self.tensors.iter().filter(|t| t.storage == self.tensors[dest.t].storage).count() > 1;
+        if dest.map.is_some() || shared || !self.last_use(ops[0], op) || !self.is_linear(dest.t) {
+            return Ok(false);
+        }
+        let (shape, ushape) = (self.shape(ops[0]), self.shape(ops[1]));
+        let rank = shape.len();
+        let inputs =
+            vec![self.read(ops[1], identity(rank), span)?, self.read(ops[2], Vec::new(), span)?];
+        let hi = (shape[axis] - ushape[axis]) as i64;
+        let mut omap = identity(rank);
+        omap[axis] = Expr::Bin(IndexOp::Add, Box::new(dim(axis)), Box::new(symbol(0)));
+        self.access.insert(res[0], Access { t: dest.t, map: None, via: Vec::new() });
+        if ushape.contains(&0) {
+            return Ok(true);
+        }
+        let d = self.m.op(op);
+        self.kernels.push(LKernel {
+            op: short_name(d.name()),
+            result: value_name(self.m, res[0]),
+            source: vec![d.name()],
+            note: " [in place]".into(),
+            domain: ushape.clone(),
+            n_par: rank,
+            inputs,
+            out: out(dest.t, omap),
+            body: x(0),
+            combine: None,
+            epilogue: None,
+            stats: Vec::new(),
+            symbols: vec![Symbol { operand: 1, lo: 0, hi }],
+            span,
+        });
+        Ok(true)
     }
 
     /// Whether result `t` of a row-wise op over `rows` can be written by one row kernel: any
@@ -384,6 +433,7 @@ impl Lower<'_> {
             combine: None,
             epilogue: None,
             stats,
+            symbols: Vec::new(),
             span: d.span,
         });
     }
@@ -589,8 +639,9 @@ impl Lower<'_> {
                 }
             }
             K::Tensor(T::UpdateSlice) => {
-                // One launch over `dest`: inside the window `update` (read by its row-major
-                // offset, the offset being data), elsewhere `dest`. An offset from which
+                // In place where `dest` may be overwritten. Else one launch over `dest` into new
+                // storage: inside the window `update` (read by its row-major offset, the
+                // offset being data), elsewhere `dest`. An offset from which
                 // `update` does not fit sends every point's load outside `update` (below it
                 // when negative, past its end when too large), where every back end stops with
                 // an error at this op.
@@ -598,6 +649,9 @@ impl Lower<'_> {
                 let ushape = self.shape(ops[1]);
                 let rank = shape.len();
                 let axis = axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(0), rank, span)?;
+                if self.update_in_place(op, axis)? {
+                    return Ok(());
+                }
                 let t = self.output(op, 0)?;
                 let inputs = vec![
                     self.read(ops[0], identity(rank), span)?,

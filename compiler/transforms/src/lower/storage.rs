@@ -205,7 +205,8 @@ type MemoKey = (Expr, Vec<u64>);
 /// The memo key of `e` over `domain`, with the domain dimension each key dimension stands for;
 /// `None` when `e` has nothing to simplify.
 fn memo_key(e: &Expr, domain: &[u64]) -> Option<(MemoKey, Vec<usize>)> {
-    if div_like(e) == 0 {
+    // Symbols have no range the simplifier knows: such maps are kept as written.
+    if div_like(e) == 0 || e.vars().iter().any(|v| !is_dim_name(v)) {
         return None;
     }
     let mask = dims_read(e);
@@ -235,6 +236,11 @@ fn renumber(e: &Expr, to: &dyn Fn(usize) -> Option<usize>) -> Expr {
         Expr::Neg(a) => Expr::Neg(Box::new(renumber(a, to))),
         Expr::Bin(op, a, b) => Expr::Bin(*op, Box::new(renumber(a, to)), Box::new(renumber(b, to))),
     }
+}
+
+/// Whether `v` names a domain dimension (`d0`, `d1`, ...), not a symbol.
+fn is_dim_name(v: &str) -> bool {
+    v.strip_prefix('d').is_some_and(|k| k.parse::<usize>().is_ok())
 }
 
 /// The domain dimensions `d0` .. `d63` that `e` reads, as a bit set.
@@ -445,7 +451,14 @@ impl Mapper {
         splits
     }
 
-    fn affine(&self, results: &[Expr], n: usize, span: Span) -> Result<IndexMap, Diagnostic> {
+    /// The IR map of `results` over `n` dimensions and `symbols` symbols (`s0`, ...).
+    fn affine(
+        &self,
+        results: &[Expr],
+        n: usize,
+        symbols: usize,
+        span: Span,
+    ) -> Result<IndexMap, Diagnostic> {
         let results = results
             .iter()
             .map(|e| {
@@ -455,7 +468,7 @@ impl Mapper {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(IndexMap {
             dims: (0..n).map(fbc_index::dim_name).collect(),
-            symbols: Vec::new(),
+            symbols: (0..symbols).map(|j| format!("s{j}")).collect(),
             results,
         })
     }
@@ -591,13 +604,14 @@ impl Mapper {
                 if g.is_empty() {
                     None
                 } else {
-                    Some(Guard { map: self.affine(&g, n, k.span)?, bounds })
+                    Some(Guard { map: self.affine(&g, n, 0, k.span)?, bounds })
                 }
             }
             None => None,
         };
+        let syms = k.symbols.len();
         let maps =
-            exprs.iter().map(|r| self.affine(r, n, k.span)).collect::<Result<Vec<_>, _>>()?;
+            exprs.iter().map(|r| self.affine(r, n, syms, k.span)).collect::<Result<Vec<_>, _>>()?;
         let rest = if row { Iter::Row } else { Iter::Reduction };
         let iterators = (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { rest }).collect();
         let kernel = Kernel {
@@ -611,6 +625,7 @@ impl Mapper {
             epilogue: k.epilogue.clone(),
             guard,
             stats: k.stats.clone(),
+            symbols: k.symbols.clone(),
         };
         Ok((kernel, sids))
     }
