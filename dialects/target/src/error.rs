@@ -65,6 +65,14 @@ pub enum TargetError {
         /// Every problem found, in field order.
         problems: Vec<ValidationProblem>,
     },
+    /// A profile could not be written over its base profile's text ([`crate::write_over`]): a
+    /// note for a field the profile has not, or a bug (the text did not read back as the
+    /// profile).
+    #[error("cannot write the hardware profile: {message}")]
+    Write {
+        /// What went wrong.
+        message: String,
+    },
 }
 
 fn list(problems: &[ValidationProblem]) -> String {

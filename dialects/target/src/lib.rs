@@ -6,21 +6,28 @@
 //! analytic performance model. Builtin profiles live as TOML in `profiles/` (every number there
 //! names its source) and are embedded in the binary; a user can supply a measured profile with
 //! [`from_toml`] or [`from_path`]. Every profile returned by this crate has passed
-//! [`HardwareProfile::validate`].
+//! [`HardwareProfile::validate`]. [`HardwareProfile::to_toml`] writes a profile back in the same
+//! format; [`write_over`] writes one over the text of the profile it was derived from, keeping
+//! that text's comments and noting each replaced value (`fbc calibrate`, whose measurements
+//! beyond the other tables go into the optional `[measured]` table, [`Measured`]).
 
 mod error;
+mod measured;
 mod profile;
 mod table;
 mod validate;
+mod write;
 
 use std::path::Path;
 
 pub use error::{TargetError, ValidationProblem};
+pub use measured::{BlockTime, Date, Measured, Positive};
 pub use profile::{
     Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, TextureCache, SKINNY_SIDE,
     SKINNY_WIDE_MIN_K,
 };
 pub use table::summary_table;
+pub use write::{write_over, Note};
 
 /// Names of the builtin profiles, sorted.
 pub(crate) const BUILTIN_NAMES: &[&str] = &["adreno", "cpu", "generic", "mali", "nvidia"];

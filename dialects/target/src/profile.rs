@@ -1,8 +1,9 @@
 //! The `HardwareProfile` data model and the geometry helpers the layout passes use.
 //!
 //! A profile mirrors the TOML files in `profiles/`: top-level `name`, `description`, `devices`,
-//! then the `[compute]`, `[texture_cache]`, `[image]` and `[memory]` tables. Unknown fields are
-//! rejected so a typo in a measured profile is an error, not a silently ignored default.
+//! then the `[compute]`, `[texture_cache]`, `[image]` and `[memory]` tables, and the optional
+//! `[contraction]` and `[measured]` ones. Unknown fields are rejected so a typo in a measured
+//! profile is an error, not a silently ignored default.
 //!
 //! Units. Sizes are bytes; image and cache-block extents are texels, one texel being one
 //! `image2d` element of `channels` (4, RGBA) values; work-group extents are work-items.
@@ -10,6 +11,8 @@
 //! `tile_w` elements is `ceil(tile_w / 4)` texels wide and its height is unchanged.
 
 use serde::{Deserialize, Serialize};
+
+use crate::measured::Measured;
 
 /// Everything the compiler knows about one target device.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -33,6 +36,10 @@ pub struct HardwareProfile {
     /// [`ContractionParams`] apply).
     #[serde(default)]
     pub contraction: ContractionParams,
+    /// What `fbc calibrate` measured on a device beyond the numbers above (optional; the
+    /// builtin profiles have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
 }
 
 fn default_resident_work_items() -> u32 {

@@ -24,7 +24,11 @@ impl HardwareProfile {
     ///   one cache block;
     /// - `memory`: `dram_bandwidth_gbps` is finite and positive;
     /// - `contraction`: `per_item` extents are 1, 2, 4 or 8; `tile_k` is a power of two from 1
-    ///   to 64; `local_vector` is 1 or 4.
+    ///   to 64; `local_vector` is 1 or 4;
+    /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
+    ///   is positive, each `texture_blocks` shape has power-of-two extents and no shape is
+    ///   listed twice. (Rates and the date are checked as they are read: their types hold
+    ///   only valid values.)
     pub fn validate(&self) -> Result<(), Vec<ValidationProblem>> {
         let mut out = Vec::new();
         let mut bad = |field: &'static str, message: String| {
@@ -181,6 +185,28 @@ impl HardwareProfile {
         }
         if !matches!(k.local_vector, 1 | 4) {
             bad("contraction.local_vector", format!("{} must be 1 or 4", k.local_vector));
+        }
+
+        if let Some(m) = &self.measured {
+            if m.device.trim().is_empty() {
+                bad("measured.device", "must be non-empty".into());
+            }
+            if m.driver.trim().is_empty() {
+                bad("measured.driver", "must be non-empty".into());
+            }
+            if m.work_group_multiple == Some(0) {
+                bad("measured.work_group_multiple", "must be positive".into());
+            }
+            for (i, b) in m.texture_blocks.iter().enumerate() {
+                if !(b.h.is_power_of_two() && b.w.is_power_of_two()) {
+                    bad(
+                        "measured.texture_blocks",
+                        format!("{}x{} must have power-of-two extents", b.h, b.w),
+                    );
+                } else if m.texture_blocks[..i].iter().any(|o| (o.h, o.w) == (b.h, b.w)) {
+                    bad("measured.texture_blocks", format!("{}x{} is listed twice", b.h, b.w));
+                }
+            }
         }
 
         if out.is_empty() {
