@@ -318,6 +318,56 @@ fn select_is_idempotent_and_generates_missing_candidates() {
     assert_eq!(print_module(&parse(&text)), text);
 }
 
+/// `rtile-select{linear=false}`: a tensor whose candidates lose to linear in Eq. 2 gets the best
+/// of them anyway (what `fbc calibrate` times R-Tile contractions with); the others are chosen
+/// as before.
+#[test]
+fn without_linear_every_tensor_with_candidates_gets_its_best_r_tile() {
+    // matmul_fb at 64 x 64 x 64 on nvidia: linear wins for some operands.
+    let small = MATMUL_FB.replace("512x", "64x").replace("2048x", "64x").replace("x2048", "x64");
+    let small = small.replace("x8192", "x64");
+    let (free, s_free) = run(&small, "fb-classify,rtile-candidates,rtile-select", Some("nvidia"));
+    let (forced, s_forced) =
+        run(&small, "fb-classify,rtile-candidates,rtile-select{linear=false}", Some("nvidia"));
+    let count =
+        |s: &Statistics, k: &str| s.counters.get(&("rtile-select".into(), k.into())).copied();
+    assert!(count(&s_free, "linear").unwrap_or(0) > 0, "linear wins somewhere at 64^3");
+    assert_eq!(count(&s_forced, "linear"), None);
+    assert_eq!(count(&s_forced, "rtile"), count(&s_forced, "tensors"));
+    let p = fbc_target::builtin("nvidia").unwrap();
+    for name in ["a", "b", "do"] {
+        let (Some(before), Some(after)) = (
+            m_assign(&free, name).map(|o| free.op(o).attr("layout").cloned()),
+            m_assign(&forced, name).map(|o| forced.op(o).attr("layout").cloned()),
+        ) else {
+            // Linear in the free run: the forced run's choice is the best-scoring candidate.
+            let (cands_m, _) = run(&small, "fb-classify,rtile-candidates", Some("nvidia"));
+            let v = arg(&cands_m, name);
+            let input = candidate_input(&cands_m, v).unwrap();
+            let cands = read_candidates(&cands_m, v).unwrap().unwrap();
+            let desc = TensorDesc { shape: input.shape.clone(), elem_bytes: 4 };
+            let sel = select(&p, &desc, &input.consumers, &cands);
+            assert_eq!(sel.best, 0, "{name}: linear won");
+            let best = fbc_transforms::layout::rtile::best_rtile(&sel);
+            let Layout::RTile(want) = sel.scored[best].layout else { panic!("{name}") };
+            let op = m_assign(&forced, name).unwrap_or_else(|| panic!("%{name} forced"));
+            let got = RTile::from_attr(forced.op(op).attr("layout").unwrap()).unwrap();
+            assert_eq!(got, want, "{name}");
+            assert!(
+                sel.scored[best].total
+                    >= sel.scored[1..].iter().map(|s| s.total).fold(0.0, f64::max)
+            );
+            continue;
+        };
+        assert_eq!(before, after, "{name}: an R-Tile that won stays");
+    }
+}
+
+/// The `layout.assign` reading argument `%name`, if any.
+fn m_assign(m: &Module, name: &str) -> Option<fbc_ir::Op> {
+    m.value(arg(m, name)).uses.iter().map(|u| u.op).find(|&o| m.op(o).def.is("layout.assign"))
+}
+
 #[test]
 fn pass_option_errors() {
     let mut m = parse(MATMUL_FB);

@@ -82,11 +82,18 @@ pub fn register(registry: &mut PassRegistry) {
         vec![
             TargetOption::spec(""),
             OptionSpec::new("print", OptionKind::Bool, Some("false"), "write every tensor's scores to stderr"),
+            OptionSpec::new(
+                "linear",
+                OptionKind::Bool,
+                Some("true"),
+                "let the linear layout win (false: every tensor with a candidate gets its best R-Tile)",
+            ),
         ],
         |o| {
             Ok(Box::new(rtile::RTileSelect {
                 target: TargetOption::from_options(o)?,
                 print: o.bool("print"),
+                linear: o.bool("linear"),
             }))
         },
     ));

@@ -11,11 +11,12 @@
 //! the record `rtile-candidates` lists each tensor's counts. Generation is memoised on the
 //! generator's input (layers repeat).
 //!
-//! **`rtile-select{target= print=false}`** scores, for every R-Tile tensor with at least one
-//! reduction consumer the model understands (one tiled axis reduced), the linear layout and
-//! each candidate (read from the attributes above, generated when absent) with
+//! **`rtile-select{target= print=false linear=true}`** scores, for every R-Tile tensor with at
+//! least one reduction consumer the model understands (one tiled axis reduced), the linear
+//! layout and each candidate (read from the attributes above, generated when absent) with
 //! [`perf_model::total`], and keeps the argmax — ties go to the earlier one, and linear comes
-//! first, so an R-Tile must be strictly better. A chosen R-Tile is materialized as
+//! first, so an R-Tile must be strictly better. With `linear=false` a tensor with candidates
+//! gets the best of them whatever linear scores (`fbc calibrate`'s R-Tile contraction). A chosen R-Tile is materialized as
 //! `%t_rt = layout.assign %t {layout = #layout.rtile<...>, fbc.rtile_score = S,
 //! fbc.linear_score = L}` placed right after `%t`'s definition (at the top of the body for
 //! arguments), and every other user of `%t` reads `%t_rt`. Tensors already read through a
@@ -275,6 +276,18 @@ pub fn select(
     Selection { consumers: consumers.to_vec(), scored, best }
 }
 
+/// The index of the best-scoring R-Tile of `sel` (the first on ties), or linear's (0) when
+/// there is no candidate.
+pub fn best_rtile(sel: &Selection) -> usize {
+    let mut best = 0;
+    for (i, s) in sel.scored.iter().enumerate().skip(1) {
+        if best == 0 || s.total > sel.scored[best].total {
+            best = i;
+        }
+    }
+    best
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -351,6 +364,10 @@ pub fn selection_text(name: &str, ty: &str, sel: &Selection) -> String {
 pub struct RTileSelect {
     pub target: TargetOption,
     pub print: bool,
+    /// Whether the linear layout may win; without it a tensor with candidates gets the best of
+    /// them (`fbc calibrate` times the tiled contraction on R-Tile operands this way, whatever
+    /// the model would choose).
+    pub linear: bool,
 }
 
 crate::target::profile_pass!(RTileSelect, SELECT);
@@ -389,7 +406,10 @@ impl RTileSelect {
             let desc = TensorDesc { shape: input.shape.clone(), elem_bytes: input.elem_bytes };
             let index = *memo.entry((desc, input.consumers, cands)).or_insert_with_key(|key| {
                 let (desc, consumers, cands) = key;
-                let sel = select(p, desc, consumers, cands);
+                let mut sel = select(p, desc, consumers, cands);
+                if !self.linear {
+                    sel.best = best_rtile(&sel);
+                }
                 selection_records.push(selection_record(&sel));
                 let chosen = sel.scored[sel.best].layout.to_string();
                 selections.push((sel, chosen));
