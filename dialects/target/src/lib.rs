@@ -27,13 +27,13 @@ pub use profile::{
     SKINNY_WIDE_MIN_K,
 };
 pub use table::summary_table;
-pub use write::{write_over, Note};
+pub use write::{write_over, Note, NOT_IN_BASE};
 
 /// Names of the builtin profiles, sorted.
 pub(crate) const BUILTIN_NAMES: &[&str] = &["adreno", "cpu", "generic", "mali", "nvidia"];
 
-/// The TOML text of a builtin profile.
-fn builtin_text(name: &str) -> Option<&'static str> {
+/// The TOML text of the builtin profile `name`, with its comments (the source of each number).
+pub fn builtin_text(name: &str) -> Option<&'static str> {
     Some(match name {
         "adreno" => include_str!("../profiles/adreno.toml"),
         "cpu" => include_str!("../profiles/cpu.toml"),
@@ -47,6 +47,24 @@ fn builtin_text(name: &str) -> Option<&'static str> {
 /// Names of the builtin profiles, sorted: `adreno, cpu, generic, mali, nvidia`.
 pub fn builtin_names() -> &'static [&'static str] {
     BUILTIN_NAMES
+}
+
+/// The builtin profile that lists device `device_name` among its `devices` (case-insensitive:
+/// the device's name contains an entry, or an entry contains the name), in [`builtin_names`]
+/// order; `None` when none does.
+pub fn builtin_for_device(device_name: &str) -> Option<&'static str> {
+    let device = device_name.trim().to_lowercase();
+    if device.is_empty() {
+        return None;
+    }
+    BUILTIN_NAMES.iter().copied().find(|name| {
+        builtin(name).is_ok_and(|p| {
+            p.devices
+                .iter()
+                .map(|d| d.trim().to_lowercase())
+                .any(|d| !d.is_empty() && (device.contains(&d) || d.contains(&device)))
+        })
+    })
 }
 
 /// The builtin profile called `name`, parsed and validated.

@@ -38,7 +38,7 @@ impl HardwareProfile {
 /// the note as its trailing comment, and the comment lines directly above its key (which
 /// described the base's value) are dropped, as is the trailing comment of a changed value
 /// without a note; every other line of the base is kept. Tables and keys the base lacks are
-/// added, and those `profile` lacks removed. `header` (comment lines, each ending in a newline)
+/// added (a value without a note then says [`NOT_IN_BASE`]), and those `profile` lacks removed. `header` (comment lines, each ending in a newline)
 /// goes at the top of the file.
 ///
 /// The result is parsed back and must be `profile`: an error names the first difference
@@ -113,6 +113,9 @@ pub fn write_over(
     Ok(text)
 }
 
+/// The comment of a value that the base's text lacks and no note covers.
+pub const NOT_IN_BASE: &str = "not in the base profile: the default";
+
 /// Sets `table[key]` to `v` unless it is `same` as the base's and has no note (then the base's
 /// text stays as it was).
 fn set(
@@ -126,6 +129,8 @@ fn set(
         return Ok(());
     }
     let mut value = edit_value(v)?;
+    // A value the base's text lacks (an optional field it left to its default) says so.
+    let note = note.or((!table.contains_key(key)).then_some(NOT_IN_BASE));
     let suffix = match note {
         Some(n) => format!(" # {}", one_line(n)),
         None => String::new(),

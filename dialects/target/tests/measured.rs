@@ -220,6 +220,10 @@ fn write_over_a_base_without_optional_tables_adds_them() {
     let out = write_over(GENERIC, &p, &note, "").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(from_toml(&out).expect("reads back"), p);
     assert!(out.contains("\n[contraction]\n") && out.contains("tile_k = 32 # tuned\n"), "{out}");
+    // The values the base's text left to their defaults say so.
+    for line in ["per_item = [4, 4] # ", "resident_work_items = 2048 # "] {
+        assert!(out.contains(&format!("{line}{}\n", fbc_target::NOT_IN_BASE)), "{line} in\n{out}");
+    }
     // Round trip of the written file through the plain writer.
     let back = from_toml(&out).expect("reads back");
     assert_eq!(from_toml(&back.to_toml()).expect("plain"), back);

@@ -2,8 +2,8 @@
 //! `fbc targets` summary table.
 
 use fbc_target::{
-    builtin, builtin_names, builtins, from_toml, is_path, resolve, summary_table,
-    ContractionParams, TargetError,
+    builtin, builtin_for_device, builtin_names, builtin_text, builtins, from_toml, is_path,
+    resolve, summary_table, ContractionParams, TargetError,
 };
 
 /// A valid profile, as a user would measure and write one.
@@ -71,6 +71,21 @@ fn builtin_numbers_from_the_paper_and_drivers() {
 
     let cpu = builtin("cpu").unwrap();
     assert_eq!((cpu.image.max_width, cpu.image.max_height), (8192, 8192));
+}
+
+#[test]
+fn a_device_finds_the_builtin_profile_that_lists_it() {
+    assert_eq!(builtin_for_device("NVIDIA H200"), Some("nvidia"));
+    assert_eq!(builtin_for_device("nvidia h100 80gb hbm3"), Some("nvidia"));
+    assert_eq!(builtin_for_device("Mali-G715 r0p0"), Some("mali"));
+    assert_eq!(builtin_for_device("pthread-skylake-avx512-AMD EPYC"), None);
+    assert_eq!(builtin_for_device(""), None);
+    assert_eq!(builtin_for_device("  "), None);
+    for name in builtin_names() {
+        let text = builtin_text(name).expect("embedded");
+        assert_eq!(from_toml(text).expect("valid"), builtin(name).expect("valid"));
+    }
+    assert_eq!(builtin_text("phone"), None);
 }
 
 #[test]
