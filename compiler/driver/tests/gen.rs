@@ -114,6 +114,20 @@ fn microbenchmarks_match_the_examples() {
     let only = gen("matmul-fb", &["--products", "db"]).stdout;
     assert!(only.contains("@matmul_fb(%a: tensor<512x2048xf32>, %do: tensor<512x8192xf32>) -> tensor<2048x8192xf32>"), "{only}");
 
+    // At Fig. 16's size, the module `fbc_models::matmul_fb_at` gives (fbc calibrate's
+    // contraction) is `fbc gen matmul-fb`'s; at another, only the sizes differ.
+    let ops = fbc_dialects::registry();
+    let (file, at) = fbc_models::matmul_fb_at(&ops, (512, 2048, 8192)).expect("builds");
+    assert_eq!(file.name, "<fbc gen matmul-fb 512x2048x8192>");
+    assert_eq!(fbc_ir::print_module(&at), all);
+    let (_, small) = fbc_models::matmul_fb_at(&ops, (64, 32, 16)).expect("builds");
+    let resized = all.replace("512x", "64x").replace("2048x", "32x").replace("x2048", "x32");
+    assert_eq!(fbc_ir::print_module(&small), resized.replace("x8192", "x16"));
+    for dims in [(0, 8, 8), (8, fbc_models::MATMUL_FB_MAX_SIDE + 1, 8)] {
+        let e = fbc_models::matmul_fb_at(&ops, dims).expect_err("out of range");
+        assert!(matches!(e, fbc_models::Error::Usage(_)), "{e}");
+    }
+
     let mha = gen("mha", &["--config", "c1"]);
     let want = fbc(&["opt", &format!("{root}attention.fbir")]);
     assert_eq!(want.code, 0, "{}", want.stderr);

@@ -260,7 +260,7 @@ pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Gene
             cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
             whisper::build(g, &cfg, &name, spec)
         }
-        Kind::MatmulFb => micro::matmul_fb(g, spec.products),
+        Kind::MatmulFb => micro::matmul_fb(g, config::MATMUL_FB, spec.products),
         Kind::Mha => micro::mha(g, spec),
     }
 }
@@ -528,6 +528,39 @@ pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
         .run(&mut module, &mut cx, &mut |_| {})
         .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
     Ok(module)
+}
+
+/// Most rows, columns or reduction steps of [`matmul_fb_at`].
+pub const MATMUL_FB_MAX_SIDE: u64 = 1 << 16;
+
+/// matmul-fb's three products (`o = a·b`, `da = do·bᵀ`, `db = aᵀ·do`) at `M × K × N` = `dims`
+/// instead of Fig. 16's fixed 512 × 2048 × 8192, verified, printed and parsed back as the file
+/// `<fbc gen matmul-fb MxKxN>` (so that diagnostics have positions): the contraction `fbc
+/// calibrate` times, at a size a device runs in moments. A side of 0 or over
+/// [`MATMUL_FB_MAX_SIDE`] is a usage error.
+pub fn matmul_fb_at(
+    ops: &OpRegistry,
+    dims: (u64, u64, u64),
+) -> Result<(Arc<SourceFile>, Module), Error> {
+    let (m, k, n) = dims;
+    if [m, k, n].iter().any(|&d| d == 0 || d > MATMUL_FB_MAX_SIDE) {
+        return Err(Error::Usage(format!(
+            "matmul-fb at {m}x{k}x{n}: each side must be from 1 to {MATMUL_FB_MAX_SIDE}"
+        )));
+    }
+    let model = model("matmul-fb")?;
+    let generated = micro::matmul_fb(Graph::new(ops), dims, ALL_PRODUCTS)
+        .map_err(|e| internal(model, &format!("building the graph failed: {e}")))?;
+    let diags = fbc_ir::verify_module(&generated.module);
+    if !diags.is_empty() {
+        let msgs: Vec<String> = diags.iter().map(|d| d.message.clone()).collect();
+        return Err(internal(model, &format!("the graph does not verify: {}", msgs.join("; "))));
+    }
+    let text = fbc_ir::print_module(&generated.module);
+    let file = Arc::new(SourceFile::new(format!("<fbc gen matmul-fb {m}x{k}x{n}>"), text));
+    let module = fbc_ir::parse_module(&file, ops)
+        .map_err(|d| internal(model, &fbc_grammar::diag::render_all(&file, &d)))?;
+    Ok((file, module))
 }
 
 /// The printed form of a generated `module`, parsed back as the file `<fbc gen NAME>`: the

@@ -5,14 +5,19 @@
 //! `examples/attention.fbir` only in the module name.
 
 use super::builder::Graph;
-use super::config::{MATMUL_FB, MHA_CONFIGS};
+#[cfg(doc)]
+use super::config::MATMUL_FB;
+use super::config::MHA_CONFIGS;
 use super::{Generated, Spec};
 
-/// `@matmul_fb(a, b, do) -> (o = a·b, da = do·bᵀ, db = aᵀ·do)` with M=512, K=2048, N=8192:
-/// the forward product and both backward ones, those of `products` (in that order). An
-/// argument no chosen product reads is left out.
-pub(crate) fn matmul_fb(mut g: Graph<'_>, products: [bool; 3]) -> Result<Generated, String> {
-    let (m, k, n) = MATMUL_FB;
+/// `@matmul_fb(a, b, do) -> (o = a·b, da = do·bᵀ, db = aᵀ·do)` with `(M, K, N)` = `dims`
+/// (Fig. 16's are [`MATMUL_FB`]): the forward product and both backward ones, those of
+/// `products` (in that order). An argument no chosen product reads is left out.
+pub(crate) fn matmul_fb(
+    mut g: Graph<'_>,
+    (m, k, n): (u64, u64, u64),
+    products: [bool; 3],
+) -> Result<Generated, String> {
     let [want_o, want_da, want_db] = products;
     let a = (want_o || want_db).then(|| g.weight("a", &[m, k]));
     let b = (want_o || want_da).then(|| g.weight("b", &[k, n]));
