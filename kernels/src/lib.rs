@@ -7,7 +7,7 @@
 //! (a register-blocked, local-memory-tiled matrix product) whose named holes [`contraction`]
 //! fills with the tile shapes, staging loops and index arithmetic of one launch ([`fill`]), and
 //! `skinny_k.cl`/`skinny_w.cl`, the two forms of the [`skinny`] contraction for products with a
-//! narrow side.
+//! narrow side; `calibrate.cl`, the micro-benchmarks of `fbc calibrate` ([`CALIBRATE`]).
 
 use std::fmt::Write as _;
 
@@ -23,6 +23,12 @@ pub use skinny::{skinny, Lanes, Skinny, SKINNY_K, SKINNY_W};
 /// behaviour (wrapping `+ - * neg abs`, floor `/ %` with `MIN / -1 = MIN`, saturating `int()`,
 /// the low 32 bits for an `i32` store).
 pub const PRELUDE: &str = include_str!("../prelude.cl");
+
+/// The micro-benchmarks of `fbc calibrate`, a program of its own (no prelude): buffer reads in
+/// row order (consecutive work-items read consecutive `float4`s) and column order (a line
+/// apart), `image2d` reads by work-group footprint (rows, columns, tiles tiling the image; or
+/// footprints standing alone on a grid, the texture-block probe), and an empty kernel.
+pub const CALIBRATE: &str = include_str!("../calibrate.cl");
 
 /// Which index of a staged operand a [`TexelRead`] runs along: four consecutive values of it are
 /// the four channels of one texel.

@@ -27,11 +27,22 @@
 //!   recorded fault becomes [`OpenClError::Fault`], at the launch's op, worded as the reference
 //!   executor words the same fault; no results are returned.
 //!
+//! - **Micro-benchmarks** (`fbc calibrate`): [`device_facts`] answers the device queries, and
+//!   [`probe`] times kernels that are not a function's launches (reads in chosen orders, an
+//!   empty kernel) through the same device selection, program build, images and profiling
+//!   events (`opencl/probe.rs`).
+//!
 //! Nothing here panics on a bad manifest or device: every failure is an [`OpenClError`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+mod probe;
+pub use probe::{
+    device_facts, probe, DeviceFacts, Probe, ProbeArg, ProbeLaunch, ProbeOutput, ProbeStorage,
+    ProbeTimes,
+};
 
 use fbc_codegen::opencl::{
     Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind, FAULT_DIMS,
@@ -660,10 +671,10 @@ fn half_format_check(
 }
 
 /// A read-write RGBA image of `[width, height]` texels of `channels` (`T` its host element: `f32`
-/// for `Float`, the `u16` bit patterns for `HalfFloat`).
+/// for `Float`, the `u16` bit patterns for `HalfFloat`); `name` names it in an error.
 fn rgba_image<T: ocl::OclPrm>(
     queue: &Queue,
-    s: &StorageDesc,
+    name: &str,
     [width, height]: [u64; 2],
     channels: ImageChannelDataType,
 ) -> Result<Image<T>, OpenClError> {
@@ -678,7 +689,7 @@ fn rgba_image<T: ocl::OclPrm>(
         .flags(MemFlags::new().read_write())
         .queue(queue.clone())
         .build()
-        .map_err(|e| OpenClError::Ocl(format!("creating image {}: {e}", s.name)))
+        .map_err(|e| OpenClError::Ocl(format!("creating image {name}: {e}")))
 }
 
 /// Checks, before anything is allocated, that the run stays within the memory limit: each
@@ -730,11 +741,14 @@ fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
         .map_err(|_| OpenClError::Manifest(format!("storage {} is too large", s.name)))?
         .max(1); // OpenCL has no empty buffers.
     Ok(match (s.kind, s.dtype) {
-        (StorageKind::Image2d { width, height }, Dtype::F16) => {
-            Mem::HalfImage(rgba_image(queue, s, [width, height], ImageChannelDataType::HalfFloat)?)
-        }
+        (StorageKind::Image2d { width, height }, Dtype::F16) => Mem::HalfImage(rgba_image(
+            queue,
+            &s.name,
+            [width, height],
+            ImageChannelDataType::HalfFloat,
+        )?),
         (StorageKind::Image2d { width, height }, _) => {
-            Mem::Image(rgba_image(queue, s, [width, height], ImageChannelDataType::Float)?)
+            Mem::Image(rgba_image(queue, &s.name, [width, height], ImageChannelDataType::Float)?)
         }
         (StorageKind::Buffer, Dtype::F32) => Mem::F32(
             Buffer::<f32>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?,
