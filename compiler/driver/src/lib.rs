@@ -10,12 +10,14 @@
 //! outputs are written to a temporary file next to the destination and renamed at the end.
 
 pub mod bench;
+pub mod calibrate;
 mod cli;
 mod gen_cmd;
 mod opencl_emit;
 mod output;
 mod pack_cmd;
-// Its users, `fbc bench` and `fbc tune`, are built with the `opencl` feature only.
+// Its users, `fbc bench`, `fbc tune` and `fbc calibrate`, are built with the `opencl` feature
+// only.
 #[cfg_attr(not(feature = "opencl"), allow(dead_code))]
 mod progress;
 pub mod report;
@@ -36,8 +38,8 @@ use fbc_ir::pass::{Instrumentation, PassContext, PassManager, PassRegistry};
 use fbc_ir::{Diagnostic, Module, OpRegistry, SourceFile};
 
 pub use cli::{
-    BenchArgs, BenchParseArgs, Cli, Command, CompileArgs, DeviceArgs, EmitKind, GenArgs,
-    LayoutStrategy, LowerArgs, RunArgs, TuneArgs,
+    BenchArgs, BenchParseArgs, CalibrateArgs, Cli, Command, CompileArgs, DeviceArgs, EmitKind,
+    GenArgs, LayoutStrategy, LowerArgs, RunArgs, TuneArgs,
 };
 pub use session::{has_half_images, is_lowered, Session};
 
@@ -245,6 +247,7 @@ impl Driver {
             Some(Command::Viz(a)) => viz_cmd::run(self, a),
             Some(Command::Pack(a)) => pack_cmd::run(a),
             Some(Command::Tune(a)) => tuning::tune(self, a, cli.quiet),
+            Some(Command::Calibrate(a)) => calibrate::run(self, a, cli.quiet),
             Some(Command::Bench(a)) => {
                 fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
                 bench::device(self, a, cli.quiet)

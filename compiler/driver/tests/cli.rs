@@ -302,6 +302,67 @@ func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256
     assert!(o.stderr.starts_with("fbc: error: cannot read hardware profile"), "{}", o.stderr);
 }
 
+/// A profile with a `[measured]` table (what `fbc calibrate` writes) is a target like any
+/// other; a malformed value in the table is an input error at its line and column, exactly
+/// `FILE:LINE:COL: error: MESSAGE`, for `fbc FILE --target` and `fbc run --profile` alike.
+#[test]
+fn a_measured_table_is_read_and_its_malformed_values_are_located() {
+    let dir = scratch("measured-table");
+    let generic = include_str!("../../../dialects/target/profiles/generic.toml");
+    let measured = "\n[measured]\ndevice = \"Example GPU\"\ndriver = \"1.0\"\n\
+                    date = \"2026-05-01\"\nbuffer_row_gbps = 41.5\nlaunch_host_us = 9.5\n\
+                    texture_blocks = [{ h = 1, w = 16, ns = 40.0 }]\n";
+    let text = format!("{generic}{measured}");
+    let input = write(&dir, "good.fbir", GOOD.as_bytes());
+    let good = write(&dir, "measured.toml", text.as_bytes());
+    let o = fbc(&[&input, "-O3", "--target", &good, "--emit", "ir"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line_of = |t: &str, key: &str| t.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+    let cases = [
+        (
+            "buffer_row_gbps = 41.5",
+            "buffer_row_gbps = -41.5",
+            19,
+            "-41.5 must be a finite positive number",
+        ),
+        (
+            "launch_host_us = 9.5",
+            "launch_host_us = inf",
+            18,
+            "inf must be a finite positive number",
+        ),
+        (
+            "date = \"2026-05-01\"",
+            "date = \"2026-13-01\"",
+            8,
+            "`2026-13-01` is not a day of the calendar",
+        ),
+        ("{ h = 1, w = 16,", "{ h = 1, w = 12,", 32, "12 is not a power of two"),
+        ("launch_host_us = 9.5", "launch_us = 9.5", 1, "unknown field `launch_us`"),
+    ];
+    for (from, to, column, message) in cases {
+        let bad_text = text.replace(from, to);
+        let bad = write(&dir, "bad.toml", bad_text.as_bytes());
+        let key = to.split([' ', '=']).next().unwrap();
+        let key = if key == "{" { "texture_blocks" } else { key };
+        let line = line_of(&bad_text, key);
+        let want = format!("{bad}:{line}:{column}: error: {message}");
+        for args in [
+            vec![input.as_str(), "--target", bad.as_str()],
+            vec!["run", input.as_str(), "--target", "cpu-jit", "--profile", bad.as_str()],
+        ] {
+            let o = fbc(&args);
+            assert_eq!(o.code, 1, "{to}: {}", o.stderr);
+            let first = o.stderr.lines().next().unwrap_or_default();
+            if message.starts_with("unknown field") {
+                assert!(first.starts_with(&want), "{to}: {}", o.stderr);
+            } else {
+                assert_eq!(o.stderr, format!("{want}\n"), "{to}");
+            }
+        }
+    }
+}
+
 /// `-q` is global: accepted on either side of a subcommand's name (the options of `fbc FILE`
 /// given before one are refused), and it changes no output.
 #[test]

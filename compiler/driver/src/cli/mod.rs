@@ -6,6 +6,7 @@
 //! [`LowerArgs::session`] build one.
 
 mod bench;
+mod calibrate;
 mod gen;
 mod pack;
 mod run;
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use bench::BenchArgs;
+pub use calibrate::CalibrateArgs;
 pub use gen::GenArgs;
 pub use pack::PackArgs;
 pub use run::RunArgs;
@@ -35,6 +37,7 @@ Examples:
   fbc model.fbir -O3 --target mali -o out/             OpenCL C + launch manifest in out/
   fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
   fbc tune model.fbir --device 0 --budget 120          tune its contractions for the device
+  fbc calibrate --device 0 -o my-gpu.toml              measure the device, write its profile
   fbc pack w.safetensors -o w.fbw --quant int4 --group 64   tiled, quantised weights
   fbc viz model.fbir -O3 --target mali -o model.html   graph, layouts and placements as a page
   fbc viz model.fbir --tensor q2_rt --svg -o q2.svg    one tensor's placement as SVG
@@ -64,8 +67,8 @@ pub struct Cli {
     #[arg(long = "load-pass-plugin", value_name = "PATH", global = true)]
     pub load_pass_plugin: Vec<PathBuf>,
 
-    /// Draw no progress bars (`fbc bench`, `fbc tune`). They are drawn on standard error only,
-    /// and never under `--json` or when standard error is not a terminal.
+    /// Draw no progress bars (`fbc bench`, `fbc tune`, `fbc calibrate`). They are drawn on
+    /// standard error only, and never under `--json` or when standard error is not a terminal.
     #[arg(short = 'q', long, global = true)]
     pub quiet: bool,
 
@@ -135,6 +138,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Time contraction parameter sets on a device and store the fastest per shape class.
     Tune(TuneArgs),
+    /// Measure a device (read bandwidth by storage and order, texture-cache block, contraction
+    /// rate, launch overhead, device limits) and write a hardware profile of it.
+    Calibrate(CalibrateArgs),
     /// Pack a safetensors file into a tiled, checksummed `.fbw` weight file (f32, f16, int8,
     /// int4), or validate one (`--inspect`).
     Pack(PackArgs),

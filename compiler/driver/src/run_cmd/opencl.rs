@@ -73,6 +73,18 @@ pub(crate) fn compile(
     tuned: crate::tuning::Entries,
 ) -> Result<Compiled, Failure> {
     let (file, module) = session.driver.load(path)?;
+    compile_loaded(session, file, module, entry, tiled, tuned)
+}
+
+/// [`compile`] for a module loaded already (from `file`).
+pub(crate) fn compile_loaded(
+    session: &crate::Session<'_>,
+    file: Arc<SourceFile>,
+    module: Module,
+    entry: Option<&str>,
+    tiled: bool,
+    tuned: crate::tuning::Entries,
+) -> Result<Compiled, Failure> {
     let func = super::entry(&module, entry, &file)?;
     let f32 = fbc_runtime::interp::Mode::F32;
     super::check_memory(&file, &module, func, f32)?;
