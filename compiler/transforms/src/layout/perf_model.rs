@@ -48,7 +48,8 @@
 //!
 //! # Known limits
 //!
-//! The block geometry of the builtin profiles is assumed, not measured (see their TOML); the
+//! The block geometry of the builtin profiles is assumed, not measured (see their TOML; `fbc
+//! calibrate` fits it to a device's read times and writes a profile with it); the
 //! kernel shapes are those of fbc's templates, not tuned per device; cross-path sharing through
 //! L2 is ignored (it favours no candidate over another for aligned tiles).
 
