@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# torch.json, clblast.txt, timeline_*.html. PARTS: the sections to run (default all: check bench lora mfbsplit
-# splitk timeline memory reduce tune sweep torch clblast), so that a measurement can be split over device calls
-# of at most 10 minutes.
+# torch.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast), so that a
+# measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-check bench lora mfbsplit splitk timeline memory reduce tune sweep torch clblast}
+PARTS=${PARTS:-calibrate check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -15,6 +15,12 @@ D=NVIDIA; P=${P:-nvidia}; C=$O/check.txt; R=$O/bench.txt
 { nvidia-smi --query-gpu=name,driver_version --format=csv; $B devices; } >> $C 2>&1
 $B gen matmul-fb -o $T/mfb.fbir
 for c in c1 c2 c3; do $B gen mha --config $c -o $T/mha_$c.fbir; done
+# Calibration (issue 11): `fbc calibrate` over the builtin nvidia profile; the profile it
+# writes is $O/nvidia-calibrated.toml (its log $O/calibrate.txt), what `P=` can then measure.
+if want calibrate; then
+  timeout 300 $B calibrate --device $D --base nvidia -o $O/nvidia-calibrated.toml > $O/calibrate.txt 2>&1
+  echo "rc=$?" >> $O/calibrate.txt
+fi
 if want check; then
 # Correctness on the device: every example and a 1-layer Llama training step, -O3, against the
 # interpreter; with --half-images against the f16 storage model.
@@ -144,6 +150,15 @@ DEFAULT_SWEEP=$(printf '%s\n' "g32x8_p4x4_k16_v1|32, 8|4, 4|16|1" "g32x8_p4x4_k1
 while IFS='|' read -r n g p k lv st pf; do
   [ -n "$n" ] && variant "$n" "$g" "$p" "$k" "${lv:-4}" "${st:-true}" "${pf:-false}"
 done <<< "${SWEEP:-$DEFAULT_SWEEP}"
+fi
+# Inference (issue 14): the 16-layer Llama 3.2-1B at its full vocabulary, one decode step with
+# a 2048-position KV cache written in place, and a 512-token prefill (random weights).
+if want decode; then
+  $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  for e in decode prefill; do
+    echo "=== inference $e $B" >> $R
+    timeout 240 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --repeat 10 >> $R 2>&1
+  done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 # CLBlast 1.5.3 (issue 10), where tests/bench/clblast.sh built it into devbin/clblast: the

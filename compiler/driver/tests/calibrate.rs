@@ -118,14 +118,12 @@ fn calibrate_writes_a_profile_that_every_command_accepts() {
         assert!(v.is_finite() && v > 0.0, "{v}");
     }
     assert_eq!(Some(p.memory.dram_bandwidth_gbps), m.buffer_row_gbps.map(|r| r.get()));
-    let best = [m.contraction_buffer_gflops, m.contraction_image_gflops]
-        .into_iter()
-        .flatten()
-        .map(|r| r.get())
-        .fold(0.0, f64::max);
-    assert_eq!(p.compute.peak_f32_gflops, best);
+    // The hardware peak stays the base's (the contraction rates are evidence only).
+    let generic = fbc_target::builtin("generic").expect("generic");
+    assert_eq!(p.compute.peak_f32_gflops, generic.compute.peak_f32_gflops);
+    assert!(!line(&text, "peak_f32_gflops").contains("measured by fbc calibrate"));
     // Replaced numbers carry the note; the others keep the base's (generic's) comments.
-    for key in ["compute_units", "local_mem_bytes", "dram_bandwidth_gbps", "peak_f32_gflops"] {
+    for key in ["compute_units", "local_mem_bytes", "dram_bandwidth_gbps"] {
         assert!(line(&text, key).contains("# measured by fbc calibrate on "), "{key}");
     }
     assert_eq!(
