@@ -1143,6 +1143,22 @@ impl Cx<'_> {
                 _ => s.batch.push(d),
             }
         }
+        // A product with one row or one column (a matrix-vector product: a decode step's
+        // projections) has that side as a dimension of extent 1 that no map reads: it is the
+        // missing side, so the product is still a contraction (the skinny kernel's, with one
+        // narrow output, reads the wide operand once, coalesced).
+        for side in [&mut s.rows, &mut s.cols] {
+            if side.is_empty() {
+                let unit = s.batch.iter().rposition(|&d| {
+                    self.k.domain[d] == 1
+                        && !map_uses(&self.k.maps[a], d)
+                        && !map_uses(&self.k.maps[b], d)
+                });
+                if let Some(i) = unit {
+                    side.push(s.batch.remove(i));
+                }
+            }
+        }
         (!s.rows.is_empty() && !s.cols.is_empty()).then_some(s)
     }
 

@@ -1102,8 +1102,8 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
 /// Products with a side of at most 16 outputs (LoRA's rank side) run the skinny kernel, in both
 /// of its forms (lanes along the reduction where the wide operand is contiguous along it, lanes
 /// along the wide side where it is contiguous along that), on buffers (-O0) and R-Tile images
-/// (-O3), and give the reference executor's results within `--check`'s bound: ranks 2, 3, 4, 8
-/// and 16 on either side, reductions that the lanes' stride does not divide (19, 33, 70, 600)
+/// (-O3), and give the reference executor's results within `--check`'s bound: ranks 1, 2, 3, 4,
+/// 8 and 16 on either side (rank 1: a matrix-vector product), reductions that the lanes' stride does not divide (19, 33, 70, 600)
 /// and one shorter than the 32 lanes, split in two (`split-k=2`, chunks and a tail) and
 /// unsplit. A product without a skinny kernel is one whose reduction (chunk) is shorter than
 /// `fbc_target::SKINNY_WIDE_MIN_K`, which the tiled kernel takes where the lanes would run
@@ -1114,7 +1114,11 @@ fn skinny_contractions_match_the_reference_executor() {
         return;
     }
     // (M, K, N, transpose_a, transpose_b)
-    let shapes: [(u64, u64, u64, bool, bool); 8] = [
+    let shapes: [(u64, u64, u64, bool, bool); 11] = [
+        // Matrix-vector products (a decode step's projections): one row, or one column.
+        (1, 2048, 512, false, false),
+        (1, 300, 260, false, true),
+        (700, 290, 1, false, false),
         (512, 40, 8, false, false),
         (300, 33, 2, false, false),
         (1000, 70, 4, false, true),
