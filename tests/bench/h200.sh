@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # torch.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -20,6 +20,15 @@ for c in c1 c2 c3; do $B gen mha --config $c -o $T/mha_$c.fbir; done
 if want calibrate; then
   timeout 300 $B calibrate --device $D --base nvidia -o $O/nvidia-calibrated.toml > $O/calibrate.txt 2>&1
   echo "rc=$?" >> $O/calibrate.txt
+fi
+# Inference graphs on the device against the interpreter (part infcheck): a one-layer Llama
+# prefill and decode at a small vocabulary, the caches written in place at a random position.
+if want infcheck; then
+  $B gen llama3.2-1b --inference --layers 1 --seq 16 --max-seq 64 --vocab 512 -o $T/inf1.fbir
+  for e in prefill decode; do
+    echo "== inference $e" >> $C
+    timeout 200 $B run $T/inf1.fbir --entry $e --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+  done
 fi
 if want check; then
 # Correctness on the device: every example and a 1-layer Llama training step, -O3, against the
@@ -152,12 +161,15 @@ while IFS='|' read -r n g p k lv st pf; do
 done <<< "${SWEEP:-$DEFAULT_SWEEP}"
 fi
 # Inference (issue 14): the 16-layer Llama 3.2-1B at its full vocabulary, one decode step with
-# a 2048-position KV cache written in place, and a 512-token prefill (random weights).
+# a 2048-position KV cache written in place, and a 512-token prefill (random weights), with $B
+# and $OLD side by side (ENTRIES: which functions, default both).
 if want decode; then
   $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
-  for e in decode prefill; do
-    echo "=== inference $e $B" >> $R
-    timeout 240 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --repeat 10 >> $R 2>&1
+  for e in ${ENTRIES:-decode prefill}; do
+    for b in $B $OLD; do
+      echo "=== inference $e $b" >> $R
+      timeout 240 $b bench $T/llama_inf.fbir --entry $e --device $D --profile $P --repeat 10 >> $R 2>&1
+    done
   done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
