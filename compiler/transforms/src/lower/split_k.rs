@@ -141,7 +141,12 @@ pub enum ProductShape {
 /// along the wide side (below `fbc_target::SKINNY_WIDE_MIN_K`) then run in the tiled kernel,
 /// faster still at these counts (see that constant); the counts stay the ones measured best.
 fn skinny_chunks(outputs: u64, narrow: u64, lanes_along_k: bool, k: u64, cus: u32) -> Option<u64> {
-    let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, 32) };
+    // A matrix-vector product (one narrow output: a decode step's projections) keeps its chunks
+    // long enough for the skinny kernel's lanes along the wide side: the tiled kernel read a
+    // decode step's 128-long chunks at 350 GB/s where the skinny kernel read the MLP's at
+    // 1.5-2.3 TB/s (H200, `h200.sh` part decode).
+    let wide_min = if narrow == 1 { fbc_target::SKINNY_WIDE_MIN_K } else { 32 };
+    let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, wide_min) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
     let most = 2 * u64::from(cus.max(1));
     let mut s = 1u64;
