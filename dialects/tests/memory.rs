@@ -601,6 +601,14 @@ fn upload_and_download_rules() {
         (e.0.as_str(), e.1.as_deref()),
         ("`slot` must be ≥ 0, found -1", Some("attribute `slot` of memory.alloc"))
     );
+    let e = err(
+        &["tensor<4xf32>"],
+        "%m = memory.upload %a0 {layout = #layout.linear, slot = -2} : (tensor<4xf32>) -> !memory.buffer<4, f32>",
+    );
+    assert_eq!(
+        (e.0.as_str(), e.1.as_deref()),
+        ("`slot` must be ≥ 0, found -2", Some("attribute `slot` of memory.upload"))
+    );
 }
 
 fn rtile_attr(text: &str) -> fbc_ir::Attr {

@@ -49,7 +49,8 @@ pub struct StorageDesc {
     /// Elements (`4·W·H` for an image).
     pub elems: u64,
     pub bytes: u64,
-    /// The `plan-memory` slot of its `memory.alloc`; `None` for uploads and unplanned allocs.
+    /// The `plan-memory` slot of its `memory.alloc` or `memory.upload`; `None` for storage
+    /// outside any slot (unplanned, or an upload the plan keeps on its own).
     pub slot: Option<u64>,
 }
 
@@ -217,7 +218,7 @@ pub struct FunctionManifest {
 
 impl FunctionManifest {
     /// Bytes of storage a runtime holds that gives each `plan-memory` slot one object at the
-    /// largest size its allocations take, and every upload and unplanned allocation its own:
+    /// largest size its tenants (allocations and uploads) take, and all other storage its own:
     /// the figure `plan-memory` plans for, next to [`FunctionManifest::peak_bytes`], the lower
     /// bound of any plan (what is live at once).
     pub fn planned_bytes(&self) -> u64 {
@@ -226,12 +227,12 @@ impl FunctionManifest {
         for s in &self.steps {
             let (Step::Alloc { storage } | Step::Upload { storage, .. }) = s else { continue };
             let Some(d) = self.storage.get(*storage) else { continue };
-            match (s, d.slot) {
-                (Step::Alloc { .. }, Some(k)) => {
+            match d.slot {
+                Some(k) => {
                     let b = slots.entry(k).or_default();
                     *b = (*b).max(d.bytes);
                 }
-                _ => own = own.saturating_add(d.bytes),
+                None => own = own.saturating_add(d.bytes),
             }
         }
         slots.values().fold(own, |a, &b| a.saturating_add(b))

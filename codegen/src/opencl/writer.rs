@@ -170,6 +170,11 @@ fn dtype(e: ElemType) -> Option<Dtype> {
 }
 
 /// A C identifier from any name.
+/// The `plan-memory` slot of an allocation or upload, if it has one.
+fn slot(op: &OpData) -> Option<u64> {
+    op.attr("slot").and_then(fbc_ir::Attr::as_int).and_then(|s| u64::try_from(s).ok())
+}
+
 fn ident(s: &str) -> String {
     let mut o: String =
         s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
@@ -313,11 +318,7 @@ impl FuncWriter<'_> {
             let d = self.module.op(op);
             match OpKind::of_op(d) {
                 Some(OpKind::Memory(MemoryOp::Alloc)) => {
-                    let slot = d
-                        .attr("slot")
-                        .and_then(fbc_ir::Attr::as_int)
-                        .and_then(|s| u64::try_from(s).ok());
-                    let id = self.new_storage(d, d.results[0], slot)?;
+                    let id = self.new_storage(d, d.results[0], slot(d))?;
                     self.steps.push(Step::Alloc { storage: id });
                     if fills.contains(&d.results[0]) {
                         self.steps.push(Step::Fill { storage: id });
@@ -334,7 +335,7 @@ impl FuncWriter<'_> {
                     })?;
                     let (shape, dt) = self.tensor(d, src)?;
                     let layout = self.layout(d)?;
-                    let id = self.new_storage(d, d.results[0], None)?;
+                    let id = self.new_storage(d, d.results[0], slot(d))?;
                     self.steps.push(Step::Upload { arg, storage: id, shape, dtype: dt, layout });
                 }
                 Some(OpKind::Memory(MemoryOp::Download)) => {

@@ -23,7 +23,7 @@
 //! |---|---|
 //! | `%m = memory.alloc {slot = S}` | new storage of the result type (`slot`: set by `plan-memory`) |
 //! | `memory.dealloc %m` | end of `%m`'s lifetime |
-//! | `%m = memory.upload %t {layout = L}` | host → device: tensor `%t` placed in storage by layout `L`, padding zero |
+//! | `%m = memory.upload %t {layout = L, slot = S}` | host → device: tensor `%t` placed in storage by layout `L`, padding zero (`slot`: set by `plan-memory`) |
 //! | `%t = memory.download %m {layout = L}` | device → host: the tensor stored in `%m` by layout `L` |
 //! | `memory.launch %in..., %out {kernel = "name", domain, iterators, maps, body, ...}` | one kernel: see [`Kernel`] |
 //!

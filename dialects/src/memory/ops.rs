@@ -26,9 +26,15 @@ const EFFECTS: OpTraits = OpTraits {
 /// `memory.dealloc` has effects and ends its operand's lifetime.
 const FREES: OpTraits = OpTraits { consumes: true, ..EFFECTS };
 
-/// The attributes of `memory.upload` and `memory.download`: the required `layout`.
+/// The attributes of `memory.download`: the required `layout`.
 const LAYOUT_ATTRS: &[AttrDef] =
     &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")];
+
+/// The attributes of `memory.upload`: the required `layout` and the `slot` of `plan-memory`.
+const UPLOAD_ATTRS: &[AttrDef] = &[
+    AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>"),
+    AttrDef::optional("slot", AttrKind::Int, "none", "storage slot assigned by plan-memory"),
+];
 
 pub static OPS: &[OpDef] = &[
     OpDef {
@@ -42,7 +48,9 @@ pub static OPS: &[OpDef] = &[
               written in the signature (it cannot be inferred).\n\
               \n\
               **Attributes:** `slot` (optional): the storage slot `plan-memory` assigned; allocations\n\
-              with the same slot share storage, their lifetimes are disjoint.\n\
+              and uploads with the same slot share storage, their lifetimes are disjoint, and they\n\
+              are images of one type or buffers of one element type (a buffer slot is as large as\n\
+              its largest tenant).\n\
               \n\
               **Verifier:** the result is a well-formed memory type; `slot` ≥ 0.\n\
               \n\
@@ -90,16 +98,18 @@ pub static OPS: &[OpDef] = &[
               texel array, element `(y·W + x)·4 + c`. Without a signature the result type is the\n\
               first choice.\n\
               \n\
-              **Attributes:** `layout` (required): `#layout.linear` or `#layout.rtile<...>`.\n\
+              **Attributes:** `layout` (required): `#layout.linear` or `#layout.rtile<...>`;\n\
+              `slot` (optional): the storage slot `plan-memory` assigned, shared with allocations\n\
+              and uploads of the same slot as for `memory.alloc`.\n\
               \n\
               **Verifier:** `layout` fits `t` (see `layout.assign`); the storage type has `t`'s\n\
               element type (an `f16` image holds an `f32` tensor) and the size the layout needs (an R-Tile in an image: extent equal to\n\
-              its image extent; in a buffer: `4·W·H` elements; linear: the element count).\n\
+              its image extent; in a buffer: `4·W·H` elements; linear: the element count); `slot` ≥ 0.\n\
               \n\
               **FBLayout class:** none.",
         operands: Arity::Exactly(1),
         results: Arity::Exactly(1),
-        attrs: LAYOUT_ATTRS,
+        attrs: UPLOAD_ATTRS,
         traits: EFFECTS,
         class: None,
         infer: infer_upload,
@@ -215,13 +225,19 @@ fn mem_operand(v: &OpView<'_>, i: usize, name: &str) -> Result<MemType, OpError>
     MemType::parse_type(t).map_err(|e| OpError::operand(i, format!("{e} — operand {i} of {name}")))
 }
 
+/// A `slot` attribute, where present, is ≥ 0.
+fn check_slot(v: &OpView<'_>) -> Result<(), OpError> {
+    match v.attr("slot") {
+        Some(Attr::Int(s)) if *s < 0 => {
+            Err(OpError::attr("slot", format!("`slot` must be ≥ 0, found {s}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn infer_alloc(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     const NAME: &str = "memory.alloc";
-    if let Some(Attr::Int(s)) = v.attr("slot") {
-        if *s < 0 {
-            return Err(OpError::attr("slot", format!("`slot` must be ≥ 0, found {s}")));
-        }
-    }
+    check_slot(v)?;
     let Some(types) = declared(v) else {
         return Err(cannot_infer(NAME, "%m = memory.alloc : () -> !memory.buffer<1024, f32>"));
     };
@@ -333,6 +349,7 @@ fn infer_upload(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
         }
         _ => return Err(OpError::new(format!("`{NAME}` takes 1 operand"))),
     };
+    check_slot(v)?;
     let l = layout_of(v, NAME)?;
     let fail = |e: String| {
         OpError::attr("layout", format!("{e} — `layout` of {NAME}"))

@@ -5,8 +5,8 @@
 //!
 //! Storage is `f32` or `i32` in every mode: in [`Mode::F64`] an upload rounds to `f32` and a
 //! download widens back, so a lowered function computes in `f32` whatever the mode (the memory
-//! dialect has no `f64` storage). Allocation slots are ignored: every `memory.alloc` gets its own
-//! zeroed storage.
+//! dialect has no `f64` storage). `plan-memory`'s slots are ignored: every `memory.alloc` gets its
+//! own zeroed storage, every `memory.upload` its own.
 
 use std::collections::HashMap;
 use std::rc::Rc;
