@@ -662,10 +662,15 @@ fn plan_memory_reuses_a_dead_buffer_and_deallocs_after_last_use() {
     assert_eq!(slot("a"), slot("d"));
     assert_ne!(slot("a"), slot("b"));
     assert_eq!(st.get("plan-memory", "allocations"), 5);
-    // %c (4 bytes) takes %s's slot, %d takes %a's: 3 slots.
+    // %c (4 bytes) takes %s's slot, %d takes %a's, %b the upload %x's (dead after the first
+    // launch): 3 slots, as many bytes as are live at once (%a, %s and %b).
     assert_eq!(st.get("plan-memory", "slots"), 3);
     assert_eq!(st.get("plan-memory", "peak-bytes-no-reuse"), 256 + 256 * 3 + 4 * 2);
-    assert_eq!(st.get("plan-memory", "peak-bytes"), 256 + 256 * 2 + 4);
+    assert_eq!(st.get("plan-memory", "peak-bytes"), 256 * 2 + 4);
+    assert_eq!(st.get("plan-memory", "live-peak-bytes"), 256 * 2 + 4);
+    assert_eq!(st.get("plan-memory", "slot-bound-bytes"), 256 * 2 + 4);
+    let upload = text.lines().find(|l| l.contains("%x_m = memory.upload")).expect("upload");
+    assert!(upload.contains(&format!("slot = {}}}", slot("b").expect("slot of %b"))), "{upload}");
     // Every storage value is deallocated once, after its last use.
     assert_eq!(st.get("plan-memory", "deallocs"), 6);
     let pos = |pat: &str| text.find(pat).unwrap_or_else(|| panic!("{pat}\n{text}"));
