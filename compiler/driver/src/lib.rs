@@ -401,6 +401,9 @@ impl Driver {
         if flags.time_passes {
             let _ = std::io::stderr().write_all(timings.report().as_bytes());
         }
+        if flags.pass_statistics {
+            let _ = std::io::stderr().write_all(cx.stats.report().as_bytes());
+        }
         Ok((timings, cx.stats))
     }
 

@@ -61,6 +61,52 @@ impl Statistics {
     pub fn get(&self, pass: &str, counter: &str) -> i64 {
         self.counters.get(&(pass.to_string(), counter.to_string())).copied().unwrap_or(0)
     }
+
+    /// The counters of each pass, in the style of MLIR's `-mlir-pass-statistics`, then each
+    /// record that is a list of per-function figures (objects with a `"function"` name and
+    /// numbers), one line a function. Other records (large ones, such as rtile-select's scores)
+    /// are left to `--emit report`.
+    pub fn report(&self) -> String {
+        let mut s =
+            String::from("===-------------------------------------------------------------===\n");
+        s.push_str("                         Pass statistics report\n");
+        s.push_str("===-------------------------------------------------------------===\n");
+        let mut pass = "";
+        for ((p, counter), v) in &self.counters {
+            if p != pass {
+                pass = p;
+                let _ = fmt::Write::write_fmt(&mut s, format_args!("'{p}'\n"));
+            }
+            let _ = fmt::Write::write_fmt(&mut s, format_args!("  (S) {v:>14} {counter}\n"));
+        }
+        for (p, record) in &self.records {
+            let Some(rows) = record.as_array() else { continue };
+            let per_function = |r: &serde_json::Value| {
+                r.as_object().is_some_and(|o| {
+                    o.get("function").is_some_and(serde_json::Value::is_string)
+                        && o.iter().all(|(k, v)| k == "function" || v.is_number())
+                })
+            };
+            if rows.is_empty() || !rows.iter().all(per_function) {
+                continue;
+            }
+            let _ = fmt::Write::write_fmt(&mut s, format_args!("'{p}' per function\n"));
+            for r in rows {
+                let o = r.as_object().expect("checked above");
+                let name = o.get("function").and_then(serde_json::Value::as_str).unwrap_or("");
+                let figures: Vec<String> = o
+                    .iter()
+                    .filter(|(k, _)| *k != "function")
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
+                let _ = fmt::Write::write_fmt(
+                    &mut s,
+                    format_args!("  @{name}: {}\n", figures.join(", ")),
+                );
+            }
+        }
+        s
+    }
 }
 
 /// A transformation of a module.
@@ -481,6 +527,8 @@ pub struct Instrumentation {
     /// Print after passes of these names.
     pub print_after: Vec<String>,
     pub time_passes: bool,
+    /// Print every pass's counters after the pipeline ([`Statistics::report`]).
+    pub pass_statistics: bool,
 }
 
 /// How long each pass took, in pipeline order.

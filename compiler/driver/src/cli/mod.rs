@@ -337,6 +337,12 @@ pub struct InstrumentationArgs {
     #[arg(long)]
     pub time_passes: bool,
 
+    /// Print each pass's statistics after its pipeline (to standard error): counters such as
+    /// plan-memory's `peak-bytes` and `live-peak-bytes`, and figures per function where a pass
+    /// records them.
+    #[arg(long)]
+    pub pass_statistics: bool,
+
     /// Verify the IR after every pass (always on in debug builds).
     #[arg(long)]
     pub verify_each: bool,
@@ -351,6 +357,7 @@ impl InstrumentationArgs {
             print_after_all: self.print_ir_after_all,
             print_after: self.print_ir_after.clone(),
             time_passes: self.time_passes,
+            pass_statistics: self.pass_statistics,
         }
     }
 }
