@@ -1662,11 +1662,13 @@ fn bench_json(file: &str, args: &[&str]) -> serde_json::Value {
 }
 
 /// The runtime's allocation tracker, on the functions of `tests/ir/passes/plan-memory.fbir`
-/// planned. The pool reuses an object only for storage of its exact size, so it holds what is
-/// live at once where sizes repeat (`@f`: 516 bytes, as planned) and more than the plan where
-/// they do not (`@pad`: the dead upload's 240 bytes are not reused for %z's 144; `@grow`: a
-/// 16-byte object is not grown to 32; `@stranded`: 484 bytes, the 4-byte upload and both
-/// 40-byte buffers on their own, against the plan's 480 and 440 live at once).
+/// planned. Under `--device-memory planned` the device holds exactly plan-memory's slots
+/// (`planned_bytes`), with one object per slot; the default pool reuses an object only for
+/// storage of its exact size, so it holds what is live at once where sizes repeat (`@f`: 516
+/// bytes, as planned) and more than the plan where they do not (`@pad`: the dead upload's 240
+/// bytes are not reused for %z's 144; `@grow`: a 16-byte object is not grown to 32;
+/// `@stranded`: 484 bytes, the 4-byte upload and both 40-byte buffers on their own, against
+/// the plan's 480 and 440 live at once).
 #[test]
 fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() {
     if !have_device() {
@@ -1674,24 +1676,54 @@ fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() 
     }
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/ir/passes/plan-memory.fbir");
     let p = planned(src, &common::scratch("memory-held"));
-    // (entry, live at once, planned, held by the pool)
-    for (entry, live, plan, pooled) in [
-        ("f", 516, 516, 516),
-        ("pad", 816, 816, 960),
-        ("stranded", 440, 480, 484),
-        ("grow", 48, 48, 64),
+    // (entry, live at once, planned, held by the pool, slots)
+    for (entry, live, plan, pooled, slots) in [
+        ("f", 516, 516, 516, 3),
+        ("pad", 816, 816, 960, 3),
+        ("stranded", 440, 480, 484, 3),
+        ("grow", 48, 48, 64, 2),
     ] {
         let run = bench_json(&p, &["--entry", entry, "--repeat", "1"]);
         assert_eq!(run["peak_bytes"], live, "@{entry}: live at once");
         assert_eq!(run["planned_bytes"], plan, "@{entry}: planned");
         assert_eq!(run["device_peak_bytes"], pooled, "@{entry}: held by the pool");
+        let run =
+            bench_json(&p, &["--entry", entry, "--repeat", "2", "--device-memory", "planned"]);
+        assert_eq!(run["device_peak_bytes"], plan, "@{entry}: held as planned");
+        assert_eq!(run["objects_made"], slots, "@{entry}: one object per slot, made once");
+        check(std::path::Path::new(&p), 3, &["--entry", entry, "--device-memory", "planned"])
+            .unwrap_or_else(|e| panic!("@{entry}: {e}"));
     }
+}
+
+/// A training step (one Llama layer, forward and backward) under `--device-memory planned`:
+/// tenants of a slot share one device object, whatever their sizes, and the results are the
+/// interpreter's; the device holds the plan's peak.
+#[test]
+fn a_training_step_runs_in_plan_memorys_slots() {
+    if !have_device() {
+        return;
+    }
+    let path = common::training_step("ocl-train-planned");
+    for &(level, strategy) in &CONFIGS[..2] {
+        let args =
+            ["--layout-strategy", strategy, "--entry", "loss_grad", "--device-memory", "planned"];
+        check(&path, level, &args).unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));
+    }
+    let p = path.to_str().expect("utf-8 path");
+    let run = bench_json(
+        p,
+        &["-O3", "--entry", "loss_grad", "--repeat", "1", "--device-memory", "planned"],
+    );
+    assert_eq!(run["device_peak_bytes"], run["planned_bytes"]);
+    assert!(run["planned_bytes"].as_u64() >= run["peak_bytes"].as_u64());
 }
 
 /// `--device-memory`: on a schedule whose later storage fits no freed object (`%b`, `%c` are
 /// smaller than `%x` and `%a`), the pool keeps every object (704 bytes: 256 + 256 + 64 + 128),
-/// while `live-peak` releases `%x`'s before making `%b` and holds the live peak, 512 bytes; the
-/// results are the interpreter's either way.
+/// while `live-peak` releases `%x`'s before making `%b` and holds the live peak, 512 bytes, and
+/// `planned` holds plan-memory's two slots (`%x` then `%b`, `%a` then `%c`: 512 bytes, two
+/// objects); the results are the interpreter's either way.
 #[test]
 fn device_memory_live_peak_holds_no_more_than_is_live_at_once() {
     if !have_device() {
@@ -1715,13 +1747,15 @@ func.func @h(%x: tensor<64xf32>) -> tensor<32xf32> {
     // Objects made over the three runs (a warm-up and two timed): the pool makes the first run's
     // four and no more; live-peak releases objects to stay at the live peak and makes them
     // again in every run.
-    for (mode, held) in [("pooled", 704), ("live-peak", 512)] {
+    for (mode, held) in [("pooled", 704), ("live-peak", 512), ("planned", 512)] {
         let run = bench_json(&p, &["--repeat", "2", "--device-memory", mode]);
         assert_eq!(run["peak_bytes"], 512, "{mode}: live at once");
         assert_eq!(run["device_peak_bytes"], held, "{mode}: held on the device");
         let made = run["objects_made"].as_u64().unwrap_or(0);
         if mode == "pooled" {
             assert_eq!(made, 4, "{mode}: objects made in three runs");
+        } else if mode == "planned" {
+            assert_eq!(made, 2, "{mode}: objects made in three runs");
         } else {
             assert!(made > 3 * 2, "{mode}: {made} objects made in three runs");
         }

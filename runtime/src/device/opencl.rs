@@ -278,6 +278,13 @@ pub enum DeviceMemory {
     /// is live at once, at the cost of objects made again (5-8% more device time on the same
     /// graphs on the H200).
     LivePeak,
+    /// `plan-memory`'s plan: one object per slot, made at the slot's first tenant at the size
+    /// of its largest one (a buffer tenant uses its first elements) and kept across runs, and
+    /// every storage outside a slot pooled as under [`DeviceMemory::Pooled`]. The device holds
+    /// exactly the plan's peak ([`FunctionManifest::planned_bytes`]) once every slot has had a
+    /// tenant, so the allocation tracker checks the plan; a slot asked for while a tenant still
+    /// holds it is an error, so a run also checks that no two tenants of a slot are live at once.
+    Planned,
 }
 
 /// Whether the program came from the cache.
@@ -506,14 +513,18 @@ impl Pool {
 /// runtime's allocation tracker.
 ///
 /// The pool reuses an object for any later storage of the same kind, element type and size,
-/// uploads included, which `plan-memory`'s slots do not (an upload keeps its own storage there):
-/// on a Llama layer's gradient (seq 512, nvidia profile, on the H200) the pool holds 607 MB against
-/// 419 MB live at once (it held 569 MB when it released what exceeded the plan's peak at the end
-/// of each run, and made those objects again in the next: slower, see [`DeviceMemory::Pooled`]).
-/// The runtime reports what it held next to the plan; [`DeviceMemory`] says how much it keeps.
+/// uploads included: on a Llama layer's gradient (seq 512, nvidia profile, on the H200) it held
+/// 607 MB against 419 MB live at once (569 MB when it released what exceeded the plan's peak at
+/// the end of each run, and made those objects again in the next: slower, see
+/// [`DeviceMemory::Pooled`]); `plan-memory`'s slots, which also share storage of different
+/// sizes, plan 558 MB there, and [`DeviceMemory::Planned`] holds what they plan. The runtime
+/// reports what it held next to the plan; [`DeviceMemory`] says how much it keeps.
 struct Objects {
     pool: Pool,
     mode: DeviceMemory,
+    /// Under [`DeviceMemory::Planned`]: each slot's object while no tenant holds it, the
+    /// storage that holds it otherwise, and the storage it is made for (its largest tenant).
+    slots: HashMap<u64, SlotObject>,
     /// Bytes of all storage objects that exist (in use or in the pool).
     held: u64,
     /// The most `held` has been.
@@ -522,15 +533,50 @@ struct Objects {
     made: u64,
 }
 
+/// The object of one `plan-memory` slot (see [`DeviceMemory::Planned`]).
+struct SlotObject {
+    /// What the object is made as: the slot's largest tenant.
+    desc: StorageDesc,
+    /// The object, while no tenant holds it (`None` before its first tenant, and while held).
+    free: Option<Mem>,
+    /// The name of the storage holding it.
+    holder: Option<String>,
+}
+
 impl Objects {
-    fn new(f: &FunctionManifest, mode: DeviceMemory) -> Objects {
-        Objects {
+    fn new(f: &FunctionManifest, mode: DeviceMemory) -> Result<Objects, OpenClError> {
+        let mut slots: HashMap<u64, SlotObject> = HashMap::new();
+        if mode == DeviceMemory::Planned {
+            for d in &f.storage {
+                let Some(k) = d.slot else { continue };
+                let e = slots.entry(k).or_insert_with(|| SlotObject {
+                    desc: d.clone(),
+                    free: None,
+                    holder: None,
+                });
+                let same_kind = match (e.desc.kind, d.kind) {
+                    (StorageKind::Buffer, StorageKind::Buffer) => true,
+                    (a, b) => a == b,
+                };
+                if !same_kind || e.desc.dtype != d.dtype {
+                    return Err(OpenClError::Manifest(format!(
+                        "slot {k} holds {} and {}, storage of different types",
+                        e.desc.name, d.name
+                    )));
+                }
+                if d.bytes > e.desc.bytes {
+                    e.desc = d.clone();
+                }
+            }
+        }
+        Ok(Objects {
             pool: Pool { free: Vec::new(), held: 0, cap: Objects::pool_cap(f, mode) },
             mode,
+            slots,
             held: 0,
             high_water: 0,
             made: 0,
-        }
+        })
     }
 
     /// What the pool may hold: under [`DeviceMemory::Pooled`] every storage object of the
@@ -543,6 +589,12 @@ impl Objects {
                 f.storage.iter().map(|d| d.bytes).fold(0, u64::saturating_add).max(f.peak_bytes)
             }
             DeviceMemory::LivePeak => f.peak_bytes,
+            DeviceMemory::Planned => f
+                .storage
+                .iter()
+                .filter(|d| d.slot.is_none())
+                .map(|d| d.bytes)
+                .fold(0, u64::saturating_add),
         }
     }
 
@@ -550,6 +602,24 @@ impl Objects {
     /// (under [`DeviceMemory::LivePeak`] after releasing what would leave the device holding
     /// more than the live peak).
     fn take(&mut self, queue: &Queue, desc: &StorageDesc) -> Result<Mem, OpenClError> {
+        if let Some(slot) = desc.slot.and_then(|k| self.slots.get_mut(&k)) {
+            if let Some(h) = &slot.holder {
+                return Err(OpenClError::Manifest(format!(
+                    "storage {} needs slot {} while storage {h} holds it",
+                    desc.name,
+                    desc.slot.unwrap_or_default()
+                )));
+            }
+            slot.holder = Some(desc.name.clone());
+            if let Some(m) = slot.free.take() {
+                return Ok(m);
+            }
+            let m = create(queue, &slot.desc)?;
+            self.held = self.held.saturating_add(slot.desc.bytes);
+            self.high_water = self.high_water.max(self.held);
+            self.made += 1;
+            return Ok(m);
+        }
         if let Some(m) = self.pool.reuse(desc) {
             return Ok(m);
         }
@@ -568,6 +638,11 @@ impl Objects {
 
     /// Takes back the storage object of `desc`, no longer in use.
     fn give(&mut self, desc: &StorageDesc, m: Mem) {
+        if let Some(slot) = desc.slot.and_then(|k| self.slots.get_mut(&k)) {
+            slot.holder = None;
+            slot.free = Some(m);
+            return;
+        }
         if !self.pool.give(desc, m) {
             self.held = self.held.saturating_sub(desc.bytes);
         }
@@ -903,7 +978,7 @@ pub fn run(
     // arguments again (the storage objects are new each run).
     let mut kernels: Vec<Option<Kernel>> = (0..n_launch).map(|_| None).collect();
     let mut launch_host_ns = Vec::with_capacity(runs);
-    let mut objects = Objects::new(f, opts.device_memory);
+    let mut objects = Objects::new(f, opts.device_memory)?;
     for run in 0..runs {
         let timed = opts.repeat == 0 || run > 0;
         let mut host = std::time::Duration::ZERO;
@@ -938,9 +1013,10 @@ pub fn run(
                     fill_zero(m, desc)?;
                 }
                 Step::Copy { from, to } => {
+                    let desc = f.storage.get(*from).ok_or_else(|| bad_id(*from))?;
                     let src = live.get(from).ok_or_else(|| not_live("copy", *from))?;
                     let dst = live.get(to).ok_or_else(|| not_live("copy", *to))?;
-                    copy_mem(src, dst)?;
+                    copy_mem(src, dst, desc)?;
                 }
                 Step::Launch(l) => {
                     let start = std::time::Instant::now();
@@ -1167,19 +1243,28 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
 /// four-channel colour that `ocl` passes as one element).
 fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     let n = usize::try_from(s.elems).unwrap_or(0);
+    if n == 0 {
+        return Ok(());
+    }
+    // A buffer may be a slot's object, larger than `s`: fill only `s`'s elements.
     match m {
-        Mem::F32(b) => b.cmd().fill(0.0, None).enq().map_err(ocl_err),
-        Mem::I32(b) => b.cmd().fill(0, None).enq().map_err(ocl_err),
+        Mem::F32(b) => b.cmd().fill(0.0, Some(n)).enq().map_err(ocl_err),
+        Mem::I32(b) => b.cmd().fill(0, Some(n)).enq().map_err(ocl_err),
         Mem::Image(i) => i.write(vec![0.0f32; n].as_slice()).enq().map_err(ocl_err),
         Mem::HalfImage(i) => i.write(vec![0u16; n].as_slice()).enq().map_err(ocl_err),
     }
 }
 
-/// Copies `src` into `dst`, storage of the same type (the snapshot of a launch's output).
-fn copy_mem(src: &Mem, dst: &Mem) -> Result<(), OpenClError> {
+/// Copies `src` into `dst`, the objects of storage `s` and of another of its type (the snapshot
+/// of a launch's output); either may be a slot's object, larger than `s`.
+fn copy_mem(src: &Mem, dst: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
+    let n = usize::try_from(s.elems).unwrap_or(0);
+    if n == 0 {
+        return Ok(());
+    }
     match (src, dst) {
-        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
-        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, None).enq().map_err(ocl_err),
+        (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
+        (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
         (Mem::Image(a), Mem::Image(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         (Mem::HalfImage(a), Mem::HalfImage(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         _ => Err(OpenClError::Manifest("copy between storage of different types".into())),

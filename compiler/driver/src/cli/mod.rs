@@ -449,7 +449,9 @@ pub struct DeviceArgs {
 
     /// How storage objects are kept on the device: `pooled` reuses freed objects (fastest; the
     /// device may hold more than is live at once), `live-peak` releases them so that the device
-    /// never holds more than the function's live peak (objects are made again: slower).
+    /// never holds more than the function's live peak (objects are made again: slower),
+    /// `planned` makes one object per plan-memory slot and keeps it (the device holds the plan's
+    /// peak, `planned_bytes`; no object is made after the first run).
     #[arg(long, value_enum, default_value = "pooled")]
     pub device_memory: DeviceMemoryArg,
 }
@@ -459,6 +461,7 @@ pub struct DeviceArgs {
 pub enum DeviceMemoryArg {
     Pooled,
     LivePeak,
+    Planned,
 }
 
 impl DeviceMemoryArg {
@@ -468,6 +471,7 @@ impl DeviceMemoryArg {
         match self {
             DeviceMemoryArg::Pooled => DeviceMemory::Pooled,
             DeviceMemoryArg::LivePeak => DeviceMemory::LivePeak,
+            DeviceMemoryArg::Planned => DeviceMemory::Planned,
         }
     }
 }
