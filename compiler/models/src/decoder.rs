@@ -48,11 +48,39 @@ pub(crate) fn build(
 ) -> Result<Generated, String> {
     let (b, s) = (spec.batch, spec.seq);
     let mut gen = Gen::new(g, spec.rank);
+    let mut labels = None;
+    let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, s, &mut |gen| {
+        labels = Some(gen.g.arg("labels", &[b, s], ElemType::I32));
+    })?;
+    let labels = labels.ok_or("no labels")?;
+    for i in 0..spec.layers {
+        x = layer(&mut gen, cfg, &shared, i, x, None)?.0;
+    }
+    let logits = head(&mut gen, cfg, &shared, x, embed)?;
+    let flat = gen.g.reshape("logits_flat", logits, &[b * s, cfg.vocab])?;
+    let labels_flat = gen.g.reshape("labels_flat", labels, &[b * s])?;
+    let loss = gen.g.cross_entropy("loss", flat, labels_flat)?;
+    let module = gen.g.finish(module_name, "loss", &[loss])?;
+    Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+}
+
+/// The arguments before the layers' weights and what the layers share: `tokens [B, S]`, the
+/// arguments `after_tokens` declares, the masks `[S, keys]` (Gemma's local one where `keys`
+/// exceeds its sliding window), the RoPE tables `[S, head_dim]` and the embedding table; the
+/// embedded tokens (scaled by √hidden for Gemma, which also gets its splat 1.0 for `1 + w`).
+fn inputs(
+    gen: &mut Gen<'_>,
+    cfg: &DecoderCfg,
+    b: u64,
+    s: u64,
+    keys: u64,
+    after_tokens: &mut dyn FnMut(&mut Gen<'_>),
+) -> Result<(V, V, Shared), String> {
     let tokens = gen.g.arg("tokens", &[b, s], ElemType::I32);
-    let labels = gen.g.arg("labels", &[b, s], ElemType::I32);
-    let mask = gen.g.weight("mask", &[s, s]);
+    after_tokens(gen);
+    let mask = gen.g.weight("mask", &[s, keys]);
     let mask_local = match cfg.gemma {
-        Some(x) if s > x.sliding_window => Some(gen.g.weight("mask_local", &[s, s])),
+        Some(x) if keys > x.sliding_window => Some(gen.g.weight("mask_local", &[s, keys])),
         _ => None,
     };
     let cos = gen.g.weight("rope_cos", &[s, cfg.head_dim]);
@@ -67,11 +95,13 @@ pub(crate) fn build(
     } else {
         None
     };
-    let shared = Shared { mask, mask_local, cos, sin, one };
-    for i in 0..spec.layers {
-        x = layer(&mut gen, cfg, &shared, i, x, None)?.0;
-    }
-    let h = norm(&mut gen, cfg, &shared, "final_norm", "final_h", x)?;
+    Ok((x, embed, Shared { mask, mask_local, cos, sin, one }))
+}
+
+/// The final norm and the LM head tied to the embedding table (`h · Eᵀ`), soft-capped for
+/// Gemma: the logits.
+fn head(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, x: V, embed: V) -> Result<V, String> {
+    let h = norm(gen, cfg, sh, "final_norm", "final_h", x)?;
     let mut logits = gen.g.matmul_bt("logits", h, embed)?;
     if let Some(gm) = cfg.gemma {
         let c = gm.final_softcap;
@@ -79,11 +109,7 @@ pub(crate) fn build(
         let t = gen.g.unary("logits_tanh", TensorOp::Tanh, d)?;
         logits = gen.g.scale("logits_capped", t, c)?;
     }
-    let flat = gen.g.reshape("logits_flat", logits, &[b * s, cfg.vocab])?;
-    let labels_flat = gen.g.reshape("labels_flat", labels, &[b * s])?;
-    let loss = gen.g.cross_entropy("loss", flat, labels_flat)?;
-    let module = gen.g.finish(module_name, "loss", &[loss])?;
-    Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+    Ok(logits)
 }
 
 /// The inference module: `@prefill` over `spec.seq` prompt tokens and `@decode` of one token,
@@ -124,24 +150,11 @@ fn inference_fn<'r>(
 ) -> Result<(Graph<'r>, Vec<V>), String> {
     let (b, max) = (spec.batch, spec.max_seq);
     let mut gen = Gen::new(g, spec.rank);
-    let tokens = gen.g.arg("tokens", &[b, s], ElemType::I32);
-    let pos = gen.g.arg("pos", &[], ElemType::I32);
-    let mask = gen.g.weight("mask", &[s, max]);
-    let mask_local = match cfg.gemma {
-        Some(x) if max > x.sliding_window => Some(gen.g.weight("mask_local", &[s, max])),
-        _ => None,
-    };
-    let cos = gen.g.weight("rope_cos", &[s, cfg.head_dim]);
-    let sin = gen.g.weight("rope_sin", &[s, cfg.head_dim]);
-    let embed = gen.g.weight("embed", &[cfg.vocab, cfg.hidden]);
-    let mut x = gen.g.embedding("embeds", embed, tokens)?;
-    let one = if cfg.gemma.is_some() {
-        x = gen.g.scale("embeds_scaled", x, (cfg.hidden as f64).sqrt())?;
-        Some(gen.g.constant("one", 1.0, &[cfg.hidden])?)
-    } else {
-        None
-    };
-    let shared = Shared { mask, mask_local, cos, sin, one };
+    let mut pos = None;
+    let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, max, &mut |gen| {
+        pos = Some(gen.g.arg("pos", &[], ElemType::I32));
+    })?;
+    let pos = pos.ok_or("no position")?;
     let mut caches = Vec::new();
     let cache_shape = [b, cfg.kv_heads, max, cfg.head_dim];
     for i in 0..spec.layers {
@@ -152,14 +165,7 @@ fn inference_fn<'r>(
         let (k, v) = updated.ok_or("a layer with a cache returned none")?;
         caches.extend([k, v]);
     }
-    let h = norm(&mut gen, cfg, &shared, "final_norm", "final_h", x)?;
-    let mut logits = gen.g.matmul_bt("logits", h, embed)?;
-    if let Some(gm) = cfg.gemma {
-        let c = gm.final_softcap;
-        let d = gen.g.scale("logits_div_cap", logits, 1.0 / c)?;
-        let t = gen.g.unary("logits_tanh", TensorOp::Tanh, d)?;
-        logits = gen.g.scale("logits_capped", t, c)?;
-    }
+    let logits = head(&mut gen, cfg, &shared, x, embed)?;
     gen.g.args_last(|name| name.ends_with("_cache"));
     let mut results = vec![logits];
     results.extend(caches);
