@@ -607,25 +607,31 @@ impl<'a, 'f> Lower<'a, 'f> {
     /// The output element of the current parallel point: guard, reduction, epilogue, store.
     fn point(&mut self) -> Result<(), String> {
         let np = self.k.parallel_dims();
-        for r in np..self.k.domain.len() {
-            self.dims[r] = self.iconst(0);
-            self.ranges[r] = Iv::point(0);
-        }
-        let out = self.k.output();
-        let out_ty = match self.types[out].elem {
-            ElemType::I32 => I32,
-            _ => F32,
-        };
+        self.zero_dims(np);
+        let out_ty = self.out_ty();
         let value = self.guarded(out_ty, &mut |l| {
             let v = l.compute(out_ty)?;
             // The reduction's loops left their indices behind: the store is at index 0.
-            for r in np..l.k.domain.len() {
-                l.dims[r] = l.iconst(0);
-                l.ranges[r] = Iv::point(0);
-            }
+            l.zero_dims(np);
             Ok(v)
         })?;
         self.store_out(value)
+    }
+
+    /// The output's element type in native code (`i32` or `f32`).
+    fn out_ty(&self) -> Type {
+        match self.types[self.k.output()].elem {
+            ElemType::I32 => I32,
+            _ => F32,
+        }
+    }
+
+    /// Domain indices `from..` at 0 (their loops are not running), with that range.
+    fn zero_dims(&mut self, from: usize) {
+        for r in from..self.k.domain.len() {
+            self.dims[r] = self.iconst(0);
+            self.ranges[r] = Iv::point(0);
+        }
     }
 
     /// Stores `value` into the output at its map, at the current point.
@@ -671,16 +677,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         let k = self.k;
         let np = k.parallel_dims();
         let rank = k.domain.len();
-        let out_ty = match self.types[k.output()].elem {
-            ElemType::I32 => I32,
-            _ => F32,
-        };
-        let reset = |l: &mut Self| {
-            for r in np..rank {
-                l.dims[r] = l.iconst(0);
-                l.ranges[r] = Iv::point(0);
-            }
-        };
+        let out_ty = self.out_ty();
         self.stats.clear();
         for st in &k.stats {
             let init = self.b.ins().f32const(st.combine.identity());
@@ -693,7 +690,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                     Combine::Max => l.fmax(acc[0], v),
                 }])
             })?;
-            reset(self);
+            self.zero_dims(np);
             let v = match &st.epilogue {
                 Some(e) => {
                     self.reads.clear();
@@ -716,7 +713,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             l.store_out(value)?;
             Ok(Vec::new())
         })?;
-        reset(self);
+        self.zero_dims(np);
         Ok(())
     }
 
@@ -737,17 +734,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             }
         };
         let out = self.k.output();
-        let out_ty = match self.types[out].elem {
-            ElemType::I32 => I32,
-            _ => F32,
-        };
-        let reset = |l: &mut Self| {
-            for r in np..rank {
-                l.dims[r] = l.iconst(0);
-                l.ranges[r] = Iv::point(0);
-            }
-        };
-        reset(self);
+        let out_ty = self.out_ty();
+        self.zero_dims(np);
         self.nest_dims(&[j], Vec::new(), &mut |l, _| {
             let init = l.b.ins().f32const(combine.identity());
             let addr = l.acc_addr(j);
@@ -769,7 +757,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 Ok(Vec::new())
             })
         })?;
-        reset(self);
+        self.zero_dims(np);
         self.nest_dims(&[j], Vec::new(), &mut |l, _| {
             let addr = l.acc_addr(j);
             let acc = V::F(l.b.ins().load(F32, MemFlagsData::trusted(), addr, 0));
@@ -847,10 +835,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                             Combine::Max => l.fmax(acc[0], v),
                         }])
                     })?;
-                    for d in np..rank {
-                        self.dims[d] = self.iconst(0);
-                        self.ranges[d] = Iv::point(0);
-                    }
+                    self.zero_dims(np);
                     V::F(r[0])
                 }
             }

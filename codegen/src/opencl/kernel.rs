@@ -123,6 +123,13 @@ fn floor_pow2(x: u64) -> u64 {
     1u64 << (63 - x.max(1).leading_zeros())
 }
 
+/// The global and local sizes of one work-item per item, in work-groups of the profile's
+/// one-dimensional size (at least one group).
+fn item_grid(items: u64, opts: &KernelOptions) -> (u64, u64) {
+    let g = opts.group_1d.clamp(1, opts.max_group.max(1));
+    (items.div_ceil(g).max(1) * g, g)
+}
+
 /// The shortest reduction (in values) that takes a work-group per output ([`group_reduction`],
 /// and a row kernel's rows).
 const GROUP_MIN_REDUCED: u64 = 128;
@@ -1568,23 +1575,26 @@ impl Cx<'_> {
             let _ = writeln!(s, "  {}", self.buffer_store(&off, &v, &dims));
         }
         s.push_str("}\n");
-        let (global, g) = match (group, columns) {
+        let grid = match (group, columns) {
             (Some(g), _) => (items * g, g),
             (None, Some([c, l])) => (items.div_ceil(c) * c * l, c * l),
-            (None, None) => {
-                let g = opts.group_1d.clamp(1, opts.max_group.max(1));
-                (items.div_ceil(g).max(1) * g, g)
-            }
+            (None, None) => item_grid(items, opts),
         };
-        Ok(Emitted {
-            source: s,
+        Ok(self.flat(s, grid))
+    }
+
+    /// A one-dimensional launch of `source`, of `(global, local)` work-items (not a
+    /// contraction).
+    fn flat(&self, source: String, (global, local): (u64, u64)) -> Emitted {
+        Emitted {
+            source,
             global: vec![global],
-            local: Some(vec![g]),
+            local: Some(vec![local]),
             tiled: false,
             skinny: false,
             checked: self.checked,
             shape: None,
-        })
+        }
     }
 
     /// The tiled contraction, where `k` is one: `acc += xa * xb` over the reduction dimensions,

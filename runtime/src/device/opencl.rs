@@ -175,6 +175,19 @@ fn list_devices() -> Vec<DeviceInfoRow> {
     out
 }
 
+/// A context on the device `info` names and its command queue, with profiling (every launch's
+/// device time comes from its events).
+fn context_and_queue(info: &DeviceInfoRow) -> Result<(Context, Queue), OpenClError> {
+    let context = Context::builder()
+        .platform(info.platform_id)
+        .devices(info.device)
+        .build()
+        .map_err(ocl_err)?;
+    let queue = Queue::new(&context, info.device, Some(CommandQueueProperties::PROFILING_ENABLE))
+        .map_err(ocl_err)?;
+    Ok((context, queue))
+}
+
 fn select(all: &[DeviceInfoRow], sel: &DeviceSel) -> Result<DeviceInfoRow, OpenClError> {
     if all.is_empty() {
         return Err(OpenClError::NoDevice(
@@ -932,13 +945,7 @@ pub fn run(
     let _guard = OPENCL.lock().unwrap_or_else(|p| p.into_inner());
     let info = select(&list_devices(), &opts.device)?;
     check_images(&info, f)?;
-    let context = Context::builder()
-        .platform(info.platform_id)
-        .devices(info.device)
-        .build()
-        .map_err(ocl_err)?;
-    let queue = Queue::new(&context, info.device, Some(CommandQueueProperties::PROFILING_ENABLE))
-        .map_err(ocl_err)?;
+    let (context, queue) = context_and_queue(&info)?;
     check_half_images(&context, &info, f)?;
     let (program, cache) = program(&context, &info, source, opts)?;
     let max_group = device_usize(&info.device, DeviceInfo::MaxWorkGroupSize).unwrap_or(usize::MAX);

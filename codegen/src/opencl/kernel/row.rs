@@ -21,7 +21,8 @@ use fbc_dialects::memory::Combine;
 use fbc_index::Expr;
 
 use super::{
-    as_f, combine_into, floor_pow2, unflatten, Cx, Emitted, Env, KernelOptions, GROUP_MIN_REDUCED,
+    as_f, combine_into, floor_pow2, item_grid, unflatten, Cx, Emitted, Env, KernelOptions,
+    GROUP_MIN_REDUCED,
 };
 
 impl Cx<'_> {
@@ -191,21 +192,10 @@ impl Cx<'_> {
             }
         }
         s.push_str("  }\n}\n");
-        let (global, local) = match group {
+        let grid = match group {
             Some(g) => (rows.max(1) * g, g),
-            None => {
-                let g = opts.group_1d.clamp(1, opts.max_group.max(1));
-                (rows.div_ceil(g).max(1) * g, g)
-            }
+            None => item_grid(rows, opts),
         };
-        Ok(Emitted {
-            source: s,
-            global: vec![global],
-            local: Some(vec![local]),
-            tiled: false,
-            skinny: false,
-            checked: self.checked,
-            shape: None,
-        })
+        Ok(self.flat(s, grid))
     }
 }

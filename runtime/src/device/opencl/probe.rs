@@ -6,12 +6,11 @@
 //! that are not a function's launches, scalar arguments, repetitions of one launch) is its own.
 
 use ocl::enums::{DeviceInfo, DeviceInfoResult, KernelWorkGroupInfo, KernelWorkGroupInfoResult};
-use ocl::flags::CommandQueueProperties;
-use ocl::{Buffer, Context, Event, Image, Kernel, Queue};
+use ocl::{Buffer, Event, Image, Kernel, Queue};
 
 use super::{
-    dims, event_span, list_devices, ocl_err, program, rgba_image, select, CacheStatus,
-    DeviceInfoRow, DeviceSel, OpenClError, RunOptions, OPENCL,
+    context_and_queue, dims, event_span, list_devices, ocl_err, program, rgba_image, select,
+    CacheStatus, DeviceInfoRow, DeviceSel, OpenClError, RunOptions, OPENCL,
 };
 use ocl::enums::ImageChannelDataType;
 
@@ -229,13 +228,7 @@ pub fn probe(p: &Probe, opts: &RunOptions) -> Result<ProbeOutput, OpenClError> {
             }
         }
     }
-    let context = Context::builder()
-        .platform(info.platform_id)
-        .devices(info.device)
-        .build()
-        .map_err(ocl_err)?;
-    let queue = Queue::new(&context, info.device, Some(CommandQueueProperties::PROFILING_ENABLE))
-        .map_err(ocl_err)?;
+    let (context, queue) = context_and_queue(&info)?;
     let (program, cache) = program(&context, &info, &p.source, opts)?;
     let mut mems = Vec::with_capacity(p.storage.len());
     for (i, s) in p.storage.iter().enumerate() {
