@@ -1181,6 +1181,28 @@ impl Cx<'_> {
         }
     }
 
+    /// The statement writing the texel of the output image at `dims` (the channel at 0) from
+    /// its four channels' `values`, each 0 where its guard (when it has one) fails.
+    fn texel_store(
+        &self,
+        values: Vec<(String, Ty)>,
+        guards: &[Option<String>],
+        dims: &[String],
+    ) -> Result<String, String> {
+        let out = self.out();
+        let (x, y) = (self.coord(out, 0, dims)?, self.coord(out, 1, dims)?);
+        let vs: Vec<String> = values
+            .into_iter()
+            .zip(guards)
+            .map(|(v, g)| match g {
+                Some(g) => format!("({g} ? {} : 0.0f)", as_f(v)),
+                None => as_f(v),
+            })
+            .collect();
+        let v = self.texel_value(&vs.join(", "));
+        Ok(self.image_store(&x, &y, &v, dims))
+    }
+
     /// The whole texel operand `i` (an image) reads at `dims`, as a `float4` expression.
     fn texel(&self, i: usize, dims: &[String]) -> Result<String, String> {
         let (x, y) = (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?);
@@ -1542,17 +1564,7 @@ impl Cx<'_> {
             for d in dims.iter_mut().skip(p) {
                 *d = w.lit(0);
             }
-            let (x, y) = (self.coord(out, 0, &dims)?, self.coord(out, 1, &dims)?);
-            let vs: Vec<String> = values
-                .into_iter()
-                .zip(&guards)
-                .map(|(v, g)| match g {
-                    Some(g) => format!("({g} ? {} : 0.0f)", as_f(v)),
-                    None => as_f(v),
-                })
-                .collect();
-            let v = self.texel_value(&vs.join(", "));
-            let _ = writeln!(s, "  {}", self.image_store(&x, &y, &v, &dims));
+            let _ = writeln!(s, "  {}", self.texel_store(values, &guards, &dims)?);
         } else if vec_out {
             let off = self.coord(out, 0, &dims_of(Some(0)))?;
             let vs: Vec<String> = values.into_iter().map(as_f).collect();

@@ -12,23 +12,13 @@
 
 mod common;
 
+use common::have_device;
+
 use fbc_runtime::device::opencl::{
     device_facts, probe, DeviceSel, OpenClError, Probe, ProbeArg, ProbeLaunch, ProbeStorage,
     RunOptions,
 };
 use fbc_target::{from_path, from_toml, HardwareProfile};
-
-/// Whether a device is there; panics under CI when none is.
-fn have_device() -> bool {
-    if !fbc_runtime::device::opencl::devices().is_empty() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but no OpenCL device was found: install pocl-opencl-icd (see .ci/run)");
-    }
-    eprintln!("notice: no OpenCL device; skipping (this would fail with CI=true)");
-    false
-}
 
 /// matmul-fb's three products at 64 x 64 x 64.
 const MATMUL_FB: &str = r#"func.func @matmul_fb(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %do: tensor<64x64xf32>) -> (tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>) {

@@ -16,17 +16,7 @@ use fbc::{Cli, Driver};
 
 mod common;
 
-/// Whether a device is there; panics under CI when none is.
-fn have_device() -> bool {
-    if !fbc_runtime::device::opencl::devices().is_empty() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but no OpenCL device was found: install pocl-opencl-icd (see .ci/run)");
-    }
-    eprintln!("notice: no OpenCL device; skipping (this would fail with CI=true)");
-    false
-}
+use common::have_device;
 
 fn write_tmp(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fbc-opencl-tests-{}", std::process::id()));

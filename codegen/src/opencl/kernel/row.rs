@@ -167,18 +167,7 @@ impl Cx<'_> {
         self.declare_texels(&mut s, "    ", &guards);
         let zero = if self.ctype(out) == "int" { "0" } else { "0.0f" };
         if image_out {
-            let dims = dims_of(Some(0));
-            let (x, y) = (self.coord(out, 0, &dims)?, self.coord(out, 1, &dims)?);
-            let vs: Vec<String> = values
-                .into_iter()
-                .zip(&guards)
-                .map(|(v, g)| match g {
-                    Some(g) => format!("({g} ? {} : 0.0f)", as_f(v)),
-                    None => as_f(v),
-                })
-                .collect();
-            let v = self.texel_value(&vs.join(", "));
-            let _ = writeln!(s, "    {}", self.image_store(&x, &y, &v, &dims));
+            let _ = writeln!(s, "    {}", self.texel_store(values, &guards, &dims_of(Some(0)))?);
         } else {
             for ((&c, v), g) in channels.iter().zip(values).zip(&guards) {
                 let dims = dims_of(c);
