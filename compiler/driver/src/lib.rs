@@ -13,6 +13,7 @@ pub mod bench;
 pub mod calibrate;
 mod cli;
 mod gen_cmd;
+mod generate;
 mod opencl_emit;
 mod output;
 mod pack_cmd;
@@ -235,6 +236,7 @@ impl Driver {
             }
             Some(Command::Run(a)) => run_cmd::run(self, a),
             Some(Command::Gen(a)) => gen_cmd::run(self, a),
+            Some(Command::Generate(a)) => generate::run(self, a, cli.quiet),
             Some(Command::Passes) => output::write_text(None, &self.passes_table()),
             Some(Command::Devices) => run_cmd::devices(),
             Some(Command::Targets) => {

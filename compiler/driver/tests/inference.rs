@@ -164,3 +164,126 @@ fn inference_functions_run_on_the_cpu_jit() {
         }
     }
 }
+
+/// `fbc generate` on a one-layer Llama with random weights: the same new tokens from the
+/// interpreter and from the CPU JIT at -O3 and -O0 (and from PoCL in `tests/opencl.rs`), and the
+/// token ids on stdout with the timings on stderr.
+#[test]
+fn generate_gives_the_same_tokens_on_the_interpreter_and_the_jit() {
+    let dir = common::scratch("generate");
+    let path = dir.join("g.fbir");
+    let module = fbc_models::build(
+        "llama3.2-1b",
+        &fbc_models::Options {
+            layers: Some(1),
+            seq: Some(6),
+            vocab: Some(48),
+            inference: true,
+            max_seq: Some(12),
+            ..Default::default()
+        },
+    )
+    .expect("module");
+    std::fs::write(&path, fbc_ir::print_module(&module)).expect("write");
+    let p = path.to_str().expect("path");
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["generate", p, "--random-weights", "5", "--prompt", "3,17,8", "--max-new", "4"];
+        args.extend_from_slice(extra);
+        let o = common::fbc(&args);
+        assert_eq!(o.code, 0, "{extra:?}: {}", o.stderr);
+        o
+    };
+    let reference = run(&[]);
+    let ids: Vec<i64> =
+        reference.stdout.trim().split(',').map(|t| t.parse().expect("a token id")).collect();
+    assert_eq!(ids.len(), 4);
+    assert!(ids.iter().all(|&t| (0..48).contains(&t)), "{ids:?}");
+    assert!(
+        reference.stderr.contains("prompt 3 tokens, 4 new on cpu: time to first token "),
+        "{}",
+        reference.stderr
+    );
+    assert!(reference.stderr.contains(" ms per output token ("), "{}", reference.stderr);
+    for level in ["-O3", "-O0"] {
+        let jit = run(&["--target", "cpu-jit", level]);
+        assert_eq!(jit.stdout, reference.stdout, "cpu-jit {level}");
+    }
+}
+
+/// `fbc generate`'s mistakes: a module without `@prefill`, a prompt longer than `@prefill` or
+/// than the cache allows with the new tokens, a token outside the vocabulary, a weight missing
+/// from the file (named, before anything runs).
+#[test]
+fn generate_refuses_what_it_cannot_do() {
+    let dir = common::scratch("generate-errors");
+    let path = dir.join("g.fbir");
+    let module = fbc_models::build(
+        "llama3.2-1b",
+        &fbc_models::Options {
+            layers: Some(1),
+            seq: Some(4),
+            vocab: Some(16),
+            inference: true,
+            max_seq: Some(6),
+            ..Default::default()
+        },
+    )
+    .expect("module");
+    std::fs::write(&path, fbc_ir::print_module(&module)).expect("write");
+    let p = path.to_str().expect("path");
+    let gen = |prompt: &str, max_new: &str| {
+        common::fbc(&[
+            "generate",
+            p,
+            "--random-weights",
+            "1",
+            "--prompt",
+            prompt,
+            "--max-new",
+            max_new,
+        ])
+    };
+    let cases = [
+        (gen("1,2,3,4,5", "1"), 2, "the prompt has 5 tokens; @prefill takes at most 4 (`fbc gen --seq`)"),
+        (gen("1,2,3", "4"), 2, "3 prompt tokens and 4 new ones need 7 cache positions; the module's caches hold 6 (`fbc gen --max-seq`)"),
+        (gen("1,16", "1"), 2, "every prompt token must be from 0 to 15"),
+    ];
+    for (o, code, msg) in cases {
+        assert_eq!(o.code, code, "{}", o.stderr);
+        assert!(o.stderr.contains(msg), "{}", o.stderr);
+        assert!(o.stdout.is_empty());
+    }
+    // A weights file without `l0_wq`: named, exit 1.
+    let w = dir.join("w.safetensors");
+    let data = vec![0u8; 16 * 2048 * 4];
+    let embed =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![16, 2048], &data)
+            .expect("view");
+    std::fs::write(&w, safetensors::tensor::serialize(vec![("embed", embed)], None).expect("ser"))
+        .expect("write");
+    let w = w.to_str().expect("w");
+    let o = common::fbc(&["generate", p, "--weights", w, "--prompt", "1", "--max-new", "1"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("input `l0_wq`: missing (tensor<2048x2048xf32>)"), "{}", o.stderr);
+    assert!(!o.stderr.contains("input `tokens`"), "host arguments are not asked for: {}", o.stderr);
+    // Not an inference module.
+    let plain = dir.join("plain.fbir");
+    std::fs::write(&plain, "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %x : tensor<2xf32>\n}\n").expect("write");
+    let o = common::fbc(&[
+        "generate",
+        plain.to_str().expect("p"),
+        "--random-weights",
+        "1",
+        "--prompt",
+        "1",
+    ]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "no @prefill: `fbc generate` takes an inference module (`fbc gen MODEL --inference`)"
+        ),
+        "{}",
+        o.stderr
+    );
+}

@@ -1832,3 +1832,38 @@ fn update_slice_offsets_are_checked_on_every_back_end() {
         );
     }
 }
+
+/// `fbc generate` on the device gives the interpreter's tokens (a one-layer Llama, random
+/// weights), and reports the device memory a call held.
+#[test]
+fn generate_on_the_device_gives_the_interpreters_tokens() {
+    if !have_device() {
+        return;
+    }
+    let module = fbc_models::build(
+        "llama3.2-1b",
+        &fbc_models::Options {
+            layers: Some(1),
+            seq: Some(6),
+            vocab: Some(48),
+            inference: true,
+            max_seq: Some(12),
+            ..Default::default()
+        },
+    )
+    .expect("module");
+    let p = write_tmp("generate.fbir", &fbc_ir::print_module(&module));
+    let p = p.to_str().unwrap_or_default();
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["generate", p, "--random-weights", "5", "--prompt", "3,17,8", "--max-new", "3"];
+        args.extend_from_slice(extra);
+        let o = common::fbc(&args);
+        assert_eq!(o.code, 0, "{extra:?}: {}", o.stderr);
+        o
+    };
+    let reference = run(&[]);
+    let device = run(&["--target", "opencl"]);
+    assert_eq!(device.stdout, reference.stdout);
+    assert!(device.stderr.contains(", peak device memory "), "{}", device.stderr);
+}

@@ -28,6 +28,25 @@ pub(crate) struct GemmaExtras {
     pub sliding_window: u64,
 }
 
+/// Llama 3's RoPE frequency scaling (`rope_type "llama3"`): wavelengths longer than
+/// `original_max_positions / low_freq_factor` are divided by `factor`, those shorter than
+/// `original_max_positions / high_freq_factor` kept, the ones between interpolated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Scaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_positions: f64,
+}
+
+/// A decoder's rotary position embedding: frequency `i` of a head of `head_dim` is
+/// `theta^(-2i/head_dim)` (then Llama 3's scaling, where given).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    pub theta: f64,
+    pub llama3: Option<Llama3Scaling>,
+}
+
 /// A decoder-only (Llama-family) language model.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DecoderCfg {
@@ -44,11 +63,13 @@ pub(crate) struct DecoderCfg {
     pub qkv_bias: bool,
     pub act: GatedAct,
     pub gemma: Option<GemmaExtras>,
+    pub rope: Rope,
 }
 
 /// meta-llama/Llama-3.2-1B `config.json`: hidden_size 2048, num_hidden_layers 16,
 /// num_attention_heads 32, num_key_value_heads 8, head_dim 64, intermediate_size 8192,
-/// hidden_act "silu", rms_norm_eps 1e-05, rope_theta 500000.0 (rope_type "llama3", factor 32),
+/// hidden_act "silu", rms_norm_eps 1e-05, rope_theta 500000.0, rope_scaling {rope_type "llama3",
+/// factor 32.0, low_freq_factor 1.0, high_freq_factor 4.0, original_max_position_embeddings 8192},
 /// vocab_size 128256, max_position_embeddings 131072, tie_word_embeddings true,
 /// attention_bias false, mlp_bias false.
 pub(crate) const LLAMA32_1B: DecoderCfg = DecoderCfg {
@@ -64,6 +85,15 @@ pub(crate) const LLAMA32_1B: DecoderCfg = DecoderCfg {
     qkv_bias: false,
     act: GatedAct::Silu,
     gemma: None,
+    rope: Rope {
+        theta: 500000.0,
+        llama3: Some(Llama3Scaling {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_positions: 8192.0,
+        }),
+    },
 };
 
 /// Qwen/Qwen2.5-1.5B `config.json`: hidden_size 1536, num_hidden_layers 28,
@@ -84,6 +114,7 @@ pub(crate) const QWEN25_15B: DecoderCfg = DecoderCfg {
     qkv_bias: true,
     act: GatedAct::Silu,
     gemma: None,
+    rope: Rope { theta: 1000000.0, llama3: None },
 };
 
 /// google/gemma-2-2b `config.json`: hidden_size 2304, num_hidden_layers 26,
@@ -111,6 +142,7 @@ pub(crate) const GEMMA2_2B: DecoderCfg = DecoderCfg {
         query_pre_attn_scalar: 256.0,
         sliding_window: 4096,
     }),
+    rope: Rope { theta: 10000.0, llama3: None },
 };
 
 /// A post-LayerNorm text encoder (BERT) or a pre-LayerNorm image encoder (ViT).

@@ -124,8 +124,8 @@ fn head(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, x: V, embed: V) -> Res
 /// `tensor.update_slice` (the seed's static per-layer KV region: no concatenation) and attends
 /// over all `M` cache positions; the host gives the mask of the positions to see (`mask[i, j]`
 /// is 0 for `j ≤ pos + i`, a large negative value elsewhere, as in training) and the RoPE rows
-/// of positions `pos .. pos + S`, so one graph serves any position. LoRA adapters only with
-/// `--lora-rank`.
+/// of positions `pos .. pos + S` (`rope::tables`, from the settings each function records as
+/// `fbc.rope`), so one graph serves any position. LoRA adapters only with `--lora-rank`.
 pub(crate) fn build_inference(
     ops: &OpRegistry,
     cfg: &DecoderCfg,
@@ -136,6 +136,15 @@ pub(crate) fn build_inference(
     for (func, s) in [("prefill", spec.seq), ("decode", 1)] {
         let (g, results) = inference_fn(Graph::new(ops), cfg, spec, s)?;
         g.finish_into(&mut m, func, &results)?;
+    }
+    // The host builds the RoPE tables (`fbc generate`): the model's settings go with the module.
+    for f in m.func_ids().collect::<Vec<_>>() {
+        let attrs = &mut m.func_mut(f).attrs;
+        attrs.push((super::rope::ATTR.to_string(), super::rope::to_attr(&cfg.rope)));
+        if let Some(g) = cfg.gemma.filter(|g| spec.max_seq > g.sliding_window) {
+            let w = i64::try_from(g.sliding_window).unwrap_or(i64::MAX);
+            attrs.push((super::rope::WINDOW_ATTR.to_string(), fbc_ir::Attr::Int(w)));
+        }
     }
     Ok(Generated { module: m, func: "decode".into(), trainable: Vec::new() })
 }

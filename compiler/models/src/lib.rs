@@ -22,6 +22,7 @@ mod config;
 mod decoder;
 mod encoder;
 mod micro;
+pub mod rope;
 mod whisper;
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@
 mod bench;
 mod calibrate;
 mod gen;
+mod generate;
 mod pack;
 mod run;
 mod tune;
@@ -20,6 +21,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use bench::BenchArgs;
 pub use calibrate::CalibrateArgs;
 pub use gen::GenArgs;
+pub use generate::GenerateArgs;
 pub use pack::PackArgs;
 pub use run::RunArgs;
 pub use tune::TuneArgs;
@@ -38,6 +40,7 @@ Examples:
   fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
   fbc tune model.fbir --device 0 --budget 120          tune its contractions for the device
   fbc calibrate --device 0 -o my-gpu.toml              measure the device, write its profile
+  fbc generate llama.fbir --weights w.safetensors --prompt 1,2,3 --max-new 32   greedy decoding
   fbc pack w.safetensors -o w.fbw --quant int4 --group 64   tiled, quantised weights
   fbc viz model.fbir -O3 --target mali -o model.html   graph, layouts and placements as a page
   fbc viz model.fbir --tensor q2_rt --svg -o q2.svg    one tensor's placement as SVG
@@ -124,6 +127,9 @@ pub enum Command {
     Run(RunArgs),
     /// Generate a model's `.fbir` (forward, or a whole training step).
     Gen(GenArgs),
+    /// Greedy decoding with an inference module (`fbc gen MODEL --inference`): prefill the
+    /// prompt, then decode one token at a time; token ids and timings.
+    Generate(GenerateArgs),
     /// List the registered passes with their options.
     Passes,
     /// List the hardware profiles of the targets.

@@ -86,6 +86,7 @@ impl RunArgs {
             inputs: self.inputs.as_deref(),
             weights: self.weights.as_deref(),
             seed: self.random_inputs,
+            host: &[],
         }
     }
 }

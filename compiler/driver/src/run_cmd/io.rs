@@ -23,6 +23,9 @@ pub(crate) struct Sources<'a> {
     pub inputs: Option<&'a Path>,
     pub weights: Option<&'a Path>,
     pub seed: Option<u64>,
+    /// Arguments the caller computes itself (`fbc generate`'s tokens, masks, RoPE tables and
+    /// caches): zeros of their type unless a file gives them, never random, never missing.
+    pub host: &'a [&'a str],
 }
 
 /// One value per argument of `func`, from `src`.
@@ -33,7 +36,7 @@ pub(crate) fn read_inputs(
     mode: Mode,
     fbir: &str,
 ) -> Result<Vec<Value>, Failure> {
-    let Sources { inputs, weights, seed } = src;
+    let Sources { inputs, weights, seed, host } = src;
     let f = module.func(func);
     let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, func, i)).collect();
     let origin = inputs.map_or_else(|| fbir.to_string(), |p| p.display().to_string());
@@ -124,6 +127,13 @@ pub(crate) fn read_inputs(
             continue;
         }
         let ty = module.value_type(f.args[i]);
+        if host.contains(&names[i].as_str()) {
+            match zeros(ty, mode) {
+                Some(v) => *slot = Some(v),
+                None => errors.push(format!("input `{}`: cannot hold {ty}", names[i])),
+            }
+            continue;
+        }
         match seed {
             Some(seed) => match random_input(module, func, i, seed) {
                 Ok(v) => *slot = Some(v),
@@ -144,6 +154,19 @@ pub(crate) fn read_inputs(
         return Err(Failure::Input(text));
     }
     Ok(values.into_iter().flatten().collect())
+}
+
+/// A value of type `ty` holding zeros (`None` for a type the interpreter does not hold).
+fn zeros(ty: &Type, mode: Mode) -> Option<Value> {
+    let t = ty.as_tensor()?;
+    let shape: Vec<usize> =
+        t.shape.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
+    Some(match (t.elem, mode) {
+        (ElemType::I32, _) => Value::I32(Tensor::zeros(&shape).ok()?),
+        (e, Mode::F64) if e.is_float() => Value::F64(Tensor::zeros(&shape).ok()?),
+        (e, _) if e.is_float() => Value::F32(Tensor::zeros(&shape).ok()?),
+        _ => return None,
+    })
 }
 
 /// The values of a safetensors tensor of float `dtype` (F32, F16, BF16) as `f32`; `None` for

@@ -179,7 +179,12 @@ pub(crate) fn device_failure(file: &str, e: &fbc_runtime::device::opencl::OpenCl
 /// A kernel's run-time fault rendered at its `memory.launch` op (found in `lowered` by the
 /// manifest's `location`), as the interpreter and the CPU JIT render their launch errors.
 #[cfg(feature = "opencl")]
-fn fault_at(lowered: &Module, file: &SourceFile, location: &str, message: &str) -> Failure {
+pub(crate) fn fault_at(
+    lowered: &Module,
+    file: &SourceFile,
+    location: &str,
+    message: &str,
+) -> Failure {
     let message = format!("`memory.launch`: {message}");
     let span = lowered
         .funcs

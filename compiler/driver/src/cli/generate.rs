@@ -1,0 +1,43 @@
+//! `fbc generate`'s arguments (the command is `generate.rs`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{DeviceArgs, LowerArgs};
+
+/// `fbc generate FILE --prompt IDS`: greedy decoding with an inference module.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The inference module (`fbc gen MODEL --inference`): its `@prefill` and `@decode`.
+    pub file: PathBuf,
+
+    /// The prompt's token ids, comma-separated (at most `@prefill`'s length).
+    #[arg(long, value_name = "ID,ID,...", value_delimiter = ',', required = true, num_args = 1..)]
+    pub prompt: Vec<i64>,
+
+    /// Tokens to generate after the prompt (greedy: the most likely each step).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_new: u64,
+
+    /// The weights, by argument name (`embed`, `l0_wq`, ...): a safetensors file, or `fbc
+    /// pack`'s `.fbw` (dequantised on the host).
+    #[arg(long, value_name = "W.safetensors|W.fbw", required_unless_present = "random_weights")]
+    pub weights: Option<PathBuf>,
+
+    /// Deterministic random weights instead of --weights (tests, benchmarks).
+    #[arg(long, value_name = "SEED", conflicts_with = "weights")]
+    pub random_weights: Option<u64>,
+
+    /// Where to run: `cpu` (the reference interpreter), `cpu-jit` or `opencl`.
+    #[arg(long, default_value = "cpu")]
+    pub target: String,
+
+    // How the module is compiled for `cpu-jit` and `opencl`.
+    #[command(flatten)]
+    pub lower: LowerArgs,
+
+    // With `--target opencl`: the device.
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}

@@ -1,0 +1,411 @@
+//! `fbc generate FILE --prompt 1,2,3 [--max-new N] (--weights W | --random-weights SEED)
+//! [--target cpu|cpu-jit|opencl]`: greedy decoding with an inference module (`fbc gen MODEL
+//! --inference`).
+//!
+//! `@prefill` runs once over the prompt (padded with token 0 to its length `S`: the padding's
+//! keys and values land in cache positions that decode overwrites before the mask lets anything
+//! read them), then `@decode` once per new token, each time at the next position with the caches
+//! the previous call returned. The host builds what the graphs leave to it: the token ids, the
+//! position, the additive mask over the cache (0 where position `j ≤ pos + i`, `-1e9` elsewhere;
+//! for Gemma's local layers also `j > pos + i - window`) and the RoPE rows of the positions from
+//! the settings the module records (`fbc.rope`, `fbc_models::rope`). Each next token is the
+//! arg-max of the last logits row (the first of equal maxima).
+//!
+//! Output: the new token ids, comma-separated, on stdout; on stderr the time to the first token
+//! (prefill), the time per output token and tokens per second (decode), and on OpenCL the most
+//! device memory one call held. The weights come from `--weights` (safetensors or `.fbw`) by
+//! argument name: a missing or mis-shaped one is an error naming it, before anything runs.
+//!
+//! What is not there yet: the caches go back to the host between calls (on OpenCL every call
+//! uploads its arguments; persistent device storage across calls is the runtime's next step),
+//! and batches other than 1.
+
+use std::time::{Duration, Instant};
+
+use fbc_ir::{FuncId, Module, SourceFile, Type};
+use fbc_runtime::interp::{arg_name, Interpreter, Mode, Value};
+use fbc_runtime::reference::Tensor;
+
+use crate::cli::GenerateArgs;
+use crate::run_cmd::io::{read_inputs, Sources};
+use crate::{Driver, Failure};
+
+/// The mask value of a position a row may not see (as the training graphs' masks).
+const MASKED: f32 = -1e9;
+
+/// What the host gives each call, by argument name.
+const HOST: [&str; 6] = ["tokens", "pos", "mask", "mask_local", "rope_cos", "rope_sin"];
+
+/// One of the two functions, with where its host arguments and caches are.
+struct Func {
+    id: FuncId,
+    name: String,
+    /// New tokens per call (`S`).
+    len: usize,
+    /// Argument index by name, for the host's arguments.
+    args: Vec<(String, usize)>,
+    /// The caches' argument indices, in order (the results after the logits, in the same order).
+    caches: Vec<usize>,
+}
+
+/// The model's shape, read off `@decode`'s signature.
+struct Shape {
+    /// Cache positions `M`.
+    positions: usize,
+    head_dim: usize,
+    /// Gemma's sliding window, where the module has a local mask: the positions it sees back.
+    window: Option<usize>,
+    rope: fbc_models::rope::Rope,
+}
+
+fn tensor_shape(ty: &Type) -> Vec<usize> {
+    ty.as_tensor().map(|t| t.shape.iter().map(|&d| d as usize).collect()).unwrap_or_default()
+}
+
+fn input_error(file: &SourceFile, msg: impl std::fmt::Display) -> Failure {
+    Failure::Input(format!("{}: error: {msg}\n", file.name))
+}
+
+fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure> {
+    let id = module.find_func(name).ok_or_else(|| {
+        input_error(
+            file,
+            format!(
+                "no @{name}: `fbc generate` takes an inference module (`fbc gen MODEL --inference`)"
+            ),
+        )
+    })?;
+    let f = module.func(id);
+    let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, id, i)).collect();
+    let mut args = Vec::new();
+    let mut caches = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        if HOST.contains(&n.as_str()) {
+            args.push((n.clone(), i));
+        } else if n.ends_with("_cache") {
+            caches.push(i);
+        }
+    }
+    for want in ["tokens", "pos", "mask", "rope_cos", "rope_sin"] {
+        if !args.iter().any(|(n, _)| n == want) {
+            return Err(input_error(file, format!("@{name} has no argument `{want}`")));
+        }
+    }
+    if f.result_types.len() != caches.len() + 1 {
+        return Err(input_error(
+            file,
+            format!(
+                "@{name} returns {} values; an inference function returns its logits and its {} caches",
+                f.result_types.len(),
+                caches.len()
+            ),
+        ));
+    }
+    let at = |n: &str| args.iter().find(|(a, _)| a == n).map(|&(_, i)| i).unwrap_or(0);
+    let tokens = tensor_shape(module.value_type(f.args[at("tokens")]));
+    if tokens.len() != 2 || tokens[0] != 1 {
+        return Err(input_error(
+            file,
+            format!("@{name}'s tokens are {tokens:?}; `fbc generate` takes a batch of 1"),
+        ));
+    }
+    Ok(Func { id, name: name.to_string(), len: tokens[1], args, caches })
+}
+
+impl Func {
+    fn arg(&self, name: &str) -> Option<usize> {
+        self.args.iter().find(|(n, _)| n == name).map(|&(_, i)| i)
+    }
+
+    /// The host's arguments of a call over `tokens` (padded to `len`) at position `pos`.
+    fn host_inputs(&self, shape: &Shape, tokens: &[i32], pos: usize, values: &mut [Value]) {
+        let (s, m) = (self.len, shape.positions);
+        let mut ids = tokens.to_vec();
+        ids.resize(s, 0);
+        let mask = |window: Option<usize>| {
+            let data = (0..s * m)
+                .map(|x| {
+                    let (i, j) = (x / m, x % m);
+                    let seen = j <= pos + i && window.is_none_or(|w| j + w > pos + i);
+                    if seen {
+                        0.0
+                    } else {
+                        MASKED
+                    }
+                })
+                .collect();
+            Tensor::new(vec![s, m], data).map(Value::F32)
+        };
+        let (cos, sin) =
+            fbc_models::rope::tables(&shape.rope, shape.head_dim as u64, pos as u64, s as u64);
+        let hd = shape.head_dim;
+        let made = [
+            ("tokens", Tensor::new(vec![1, s], ids).map(Value::I32)),
+            ("pos", Tensor::new(Vec::new(), vec![pos as i32]).map(Value::I32)),
+            ("mask", mask(None)),
+            ("mask_local", mask(shape.window)),
+            ("rope_cos", Tensor::new(vec![s, hd], cos).map(Value::F32)),
+            ("rope_sin", Tensor::new(vec![s, hd], sin).map(Value::F32)),
+        ];
+        for (name, v) in made {
+            if let (Some(i), Ok(v)) = (self.arg(name), v) {
+                values[i] = v;
+            }
+        }
+    }
+}
+
+/// The index of the largest of the last row of `logits` (`[1, S, V]`): row `row`.
+fn arg_max(logits: &Value, row: usize, vocab: usize) -> Option<i32> {
+    let data = logits.as_f32()?.data();
+    let r = data.get(row * vocab..(row + 1) * vocab)?;
+    let mut best = 0;
+    for (i, &v) in r.iter().enumerate() {
+        if v > r[best] {
+            best = i;
+        }
+    }
+    i32::try_from(best).ok()
+}
+
+/// How a call runs: the interpreter on the module, the JIT or a device on the lowered one.
+enum Runner<'a> {
+    Interp(Interpreter<'a>),
+    /// The launcher keeps its compiled kernels from call to call.
+    Jit {
+        lowered: Module,
+        launcher: Box<fbc_runtime::device::cpu_jit::JitLauncher>,
+    },
+    #[cfg(feature = "opencl")]
+    OpenCl {
+        compiled: Box<crate::run_cmd::opencl::Compiled>,
+        opts: fbc_runtime::device::opencl::RunOptions,
+    },
+}
+
+impl Runner<'_> {
+    /// Calls function `name` (`id` in the module) on `inputs`: its results, and the device
+    /// memory the call held (OpenCL).
+    fn call(
+        &mut self,
+        file: &SourceFile,
+        id: FuncId,
+        name: &str,
+        inputs: Vec<Value>,
+    ) -> Result<(Vec<Value>, Option<u64>), Failure> {
+        match self {
+            Runner::Interp(i) => {
+                let r = i.run_id(id, inputs).map_err(|e| crate::run_cmd::located(file, &e))?;
+                Ok((r, None))
+            }
+            Runner::Jit { lowered, launcher } => {
+                let f = crate::run_cmd::lowered_func(lowered, name, file)?;
+                let r = Interpreter::new(lowered)
+                    .run_id_with_launcher(f, inputs, launcher.as_mut())
+                    .map_err(|e| crate::run_cmd::located(file, &e))?;
+                Ok((r, None))
+            }
+            #[cfg(feature = "opencl")]
+            Runner::OpenCl { compiled, opts } => {
+                use fbc_runtime::device::opencl::OpenClError;
+                let c = compiled;
+                let res = fbc_runtime::device::opencl::run(
+                    &c.out.source,
+                    &c.out.manifest,
+                    name,
+                    &inputs,
+                    opts,
+                )
+                .map_err(|e| match &e {
+                    OpenClError::Fault { location, message } => {
+                        crate::run_cmd::opencl::fault_at(&c.lowered, file, location, message)
+                    }
+                    _ => crate::run_cmd::opencl::device_failure(&file.name, &e),
+                })?;
+                Ok((res.results, Some(res.device_peak_bytes)))
+            }
+        }
+    }
+}
+
+pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), Failure> {
+    let (file, module) = driver.load(&a.file)?;
+    let prefill = func(&module, &file, "prefill")?;
+    let decode = func(&module, &file, "decode")?;
+    if decode.len != 1 {
+        return Err(input_error(
+            &file,
+            format!("@decode takes {} tokens a call, not 1", decode.len),
+        ));
+    }
+    // The model's shape, from @decode's arguments and attributes.
+    let d = module.func(decode.id);
+    let arg_shape = |f: &Func, n: &str| {
+        f.arg(n).map(|i| tensor_shape(module.value_type(module.func(f.id).args[i])))
+    };
+    let positions = arg_shape(&decode, "mask").and_then(|s| s.get(1).copied()).unwrap_or(0);
+    let head_dim = arg_shape(&decode, "rope_cos").and_then(|s| s.get(1).copied()).unwrap_or(0);
+    let vocab = tensor_shape(&d.result_types[0]).last().copied().unwrap_or(0);
+    let rope = d.attr(fbc_models::rope::ATTR).and_then(fbc_models::rope::from_attr).ok_or_else(
+        || {
+            input_error(
+                &file,
+                format!(
+                    "@decode has no RoPE settings (`{}`); generate the module with `fbc gen MODEL --inference`",
+                    fbc_models::rope::ATTR
+                ),
+            )
+        },
+    )?;
+    // Gemma 2's local layers: the window the module records with its local mask.
+    let window = match decode.arg("mask_local") {
+        None => None,
+        Some(_) => Some(
+            d.attr(fbc_models::rope::WINDOW_ATTR)
+                .and_then(fbc_ir::Attr::as_int)
+                .and_then(|w| usize::try_from(w).ok())
+                .filter(|&w| w > 0)
+                .ok_or_else(|| {
+                    input_error(
+                        &file,
+                        format!(
+                            "@decode has a local mask but no `{}`",
+                            fbc_models::rope::WINDOW_ATTR
+                        ),
+                    )
+                })?,
+        ),
+    };
+    let shape = Shape { positions, head_dim, window, rope };
+    // The prompt and the cache.
+    let (n, max_new) = (a.prompt.len(), a.max_new as usize);
+    if n > prefill.len {
+        return Err(Failure::Usage(format!(
+            "the prompt has {n} tokens; @prefill takes at most {} (`fbc gen --seq`)",
+            prefill.len
+        )));
+    }
+    if n + max_new > positions {
+        return Err(Failure::Usage(format!(
+            "{n} prompt tokens and {max_new} new ones need {} cache positions; the module's caches hold {positions} (`fbc gen --max-seq`)",
+            n + max_new
+        )));
+    }
+    let prompt: Vec<i32> = a
+        .prompt
+        .iter()
+        .map(|&t| i32::try_from(t).ok().filter(|&t| t >= 0 && (t as usize) < vocab))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            Failure::Usage(format!(
+                "every prompt token must be from 0 to {}",
+                vocab.saturating_sub(1)
+            ))
+        })?;
+    // The weights, checked for both functions before anything runs.
+    let caches: Vec<String> =
+        prefill.caches.iter().map(|&i| arg_name(&module, prefill.id, i)).collect();
+    let host_names: Vec<&str> =
+        HOST.iter().copied().chain(caches.iter().map(String::as_str)).collect();
+    let (st, fbw) = match a.weights.as_deref() {
+        Some(p) if p.extension().is_some_and(|e| e == "fbw") => (None, Some(p)),
+        p => (p, None),
+    };
+    let src = Sources { inputs: st, weights: fbw, seed: a.random_weights, host: &host_names };
+    let mut first = read_inputs(&module, prefill.id, src, Mode::F32, &file.name)?;
+    let mut next = read_inputs(&module, decode.id, src, Mode::F32, &file.name)?;
+    // How calls run.
+    let mut runner = match a.target.as_str() {
+        "cpu" => Runner::Interp(Interpreter::new(&module)),
+        "cpu-jit" => {
+            let session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+            let mut lowered = module.clone();
+            session.compile(&file, &mut lowered)?;
+            let launcher = fbc_runtime::device::cpu_jit::JitLauncher::new()
+                .map_err(|e| Failure::Usage(format!("--target cpu-jit: {e}")))?;
+            Runner::Jit { lowered, launcher: Box::new(launcher) }
+        }
+        #[cfg(feature = "opencl")]
+        "opencl" => {
+            use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
+            let session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+            let tuned =
+                crate::run_cmd::opencl::device_tuning(a.device.tuning.as_deref(), &a.device.device);
+            let compiled = crate::run_cmd::opencl::compile_loaded(
+                &session,
+                file.clone(),
+                module.clone(),
+                Some("decode"),
+                true,
+                tuned,
+            )?;
+            let opts = RunOptions {
+                device: DeviceSel::parse(&a.device.device),
+                device_memory: a.device.device_memory.runtime(),
+                ..RunOptions::default()
+            };
+            Runner::OpenCl { compiled: Box::new(compiled), opts }
+        }
+        #[cfg(not(feature = "opencl"))]
+        "opencl" => return Err(crate::run_cmd::opencl::no_opencl()),
+        other => {
+            return Err(Failure::Usage(format!(
+            "--target {other} is not supported by `fbc generate`; supported: cpu, cpu-jit, opencl"
+        )))
+        }
+    };
+    // Prefill.
+    prefill.host_inputs(&shape, &prompt, 0, &mut first);
+    let start = Instant::now();
+    let (out, mut peak) = runner.call(&file, prefill.id, &prefill.name, first)?;
+    let ttft = start.elapsed();
+    let mut tokens = Vec::with_capacity(max_new);
+    let no_logits = || input_error(&file, "@prefill's logits are not f32 rows of the vocabulary");
+    let mut token = arg_max(&out[0], n - 1, vocab).ok_or_else(no_logits)?;
+    let mut carried: Vec<Value> = out.into_iter().skip(1).collect();
+    // Decode, a token at a time.
+    let bar = crate::progress::bar(max_new as u64, "decode", quiet);
+    let mut decode_time = Duration::ZERO;
+    for step in 0..max_new {
+        tokens.push(token);
+        bar.set_position(step as u64 + 1);
+        if step + 1 == max_new {
+            break;
+        }
+        decode.host_inputs(&shape, &[token], n + step, &mut next);
+        for (&i, c) in decode.caches.iter().zip(carried.drain(..)) {
+            next[i] = c;
+        }
+        let start = Instant::now();
+        let (out, p) = runner.call(&file, decode.id, &decode.name, next.clone())?;
+        decode_time += start.elapsed();
+        peak = peak.max(p);
+        token = arg_max(&out[0], 0, vocab).ok_or_else(no_logits)?;
+        carried = out.into_iter().skip(1).collect();
+    }
+    bar.finish_and_clear();
+    let ids: Vec<String> = tokens.iter().map(ToString::to_string).collect();
+    crate::output::write_text(None, &format!("{}\n", ids.join(",")))?;
+    let steps = max_new.saturating_sub(1);
+    let mut report = format!(
+        "prompt {n} tokens, {} new on {}: time to first token {:.3} ms",
+        tokens.len(),
+        a.target,
+        ttft.as_secs_f64() * 1e3
+    );
+    if steps > 0 {
+        let per = decode_time.as_secs_f64() / steps as f64;
+        report.push_str(&format!(
+            ", {:.3} ms per output token ({:.1} tokens/s)",
+            per * 1e3,
+            1.0 / per
+        ));
+    }
+    if let Some(p) = peak {
+        report.push_str(&format!(", peak device memory {p} bytes"));
+    }
+    if !quiet {
+        eprintln!("{report}");
+    }
+    Ok(())
+}
