@@ -14,15 +14,7 @@ const PROMPT: u64 = 5;
 const MAX: u64 = 9;
 
 fn build(model: &str, seq: u64) -> fbc_ir::Module {
-    let opts = fbc_models::Options {
-        layers: Some(1),
-        seq: Some(seq),
-        vocab: Some(40),
-        inference: true,
-        max_seq: Some(MAX),
-        ..Default::default()
-    };
-    fbc_models::build(model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
+    common::parse(&common::inference_module(model, seq, 40, MAX))
 }
 
 /// The inputs of `func` (whose `S` new tokens start at `pos`): `tokens` from the prompt, the
@@ -172,19 +164,8 @@ fn inference_functions_run_on_the_cpu_jit() {
 fn generate_gives_the_same_tokens_on_the_interpreter_and_the_jit() {
     let dir = common::scratch("generate");
     let path = dir.join("g.fbir");
-    let module = fbc_models::build(
-        "llama3.2-1b",
-        &fbc_models::Options {
-            layers: Some(1),
-            seq: Some(6),
-            vocab: Some(48),
-            inference: true,
-            max_seq: Some(12),
-            ..Default::default()
-        },
-    )
-    .expect("module");
-    std::fs::write(&path, fbc_ir::print_module(&module)).expect("write");
+    let text = common::inference_module("llama3.2-1b", 6, 48, 12);
+    std::fs::write(&path, text).expect("write");
     let p = path.to_str().expect("path");
     let run = |extra: &[&str]| {
         let mut args =
@@ -218,19 +199,8 @@ fn generate_gives_the_same_tokens_on_the_interpreter_and_the_jit() {
 fn generate_refuses_what_it_cannot_do() {
     let dir = common::scratch("generate-errors");
     let path = dir.join("g.fbir");
-    let module = fbc_models::build(
-        "llama3.2-1b",
-        &fbc_models::Options {
-            layers: Some(1),
-            seq: Some(4),
-            vocab: Some(16),
-            inference: true,
-            max_seq: Some(6),
-            ..Default::default()
-        },
-    )
-    .expect("module");
-    std::fs::write(&path, fbc_ir::print_module(&module)).expect("write");
+    let text = common::inference_module("llama3.2-1b", 4, 16, 6);
+    std::fs::write(&path, text).expect("write");
     let p = path.to_str().expect("path");
     let gen = |prompt: &str, max_new: &str| {
         common::fbc(&[

@@ -1840,19 +1840,8 @@ fn generate_on_the_device_gives_the_interpreters_tokens() {
     if !have_device() {
         return;
     }
-    let module = fbc_models::build(
-        "llama3.2-1b",
-        &fbc_models::Options {
-            layers: Some(1),
-            seq: Some(6),
-            vocab: Some(48),
-            inference: true,
-            max_seq: Some(12),
-            ..Default::default()
-        },
-    )
-    .expect("module");
-    let p = write_tmp("generate.fbir", &fbc_ir::print_module(&module));
+    let text = common::inference_module("llama3.2-1b", 6, 48, 12);
+    let p = write_tmp("generate.fbir", &text);
     let p = p.to_str().unwrap_or_default();
     let run = |extra: &[&str]| {
         let mut args =

@@ -203,3 +203,18 @@ pub fn have_device() -> bool {
     eprintln!("notice: no OpenCL device; skipping (this would fail with CI=true)");
     false
 }
+
+/// The printed inference module (`fbc gen MODEL --inference`) of `model` with one layer,
+/// `seq` prompt tokens, a vocabulary of `vocab` and `max_seq` cache positions.
+pub fn inference_module(model: &str, seq: u64, vocab: u64, max_seq: u64) -> String {
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(seq),
+        vocab: Some(vocab),
+        inference: true,
+        max_seq: Some(max_seq),
+        ..Default::default()
+    };
+    let m = fbc_models::build(model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"));
+    fbc_ir::print_module(&m)
+}
