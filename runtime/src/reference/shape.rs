@@ -133,15 +133,22 @@ pub fn slice_grad<T: Copy + Zero>(
         start.iter().zip(dy.shape()).map(|(&s, &d)| s.saturating_add(d)).collect();
     check_window(OP, input_shape, start, &end)?;
     let mut out = Tensor::zeros(input_shape)?;
-    if dy.numel() > 0 {
-        let strides = contiguous_strides(input_shape);
-        let base = start.iter().zip(&strides).map(|(s, st)| s * st).sum();
-        let data = out.data_mut();
-        for (o, &v) in Offsets::new(dy.shape(), &strides, base).zip(dy.data()) {
-            data[o] = v;
-        }
-    }
+    paste(&mut out, dy, start);
     Ok(out)
+}
+
+/// Writes `src` over the window of `out` that has `src`'s shape and starts at `start` (one
+/// entry per axis). The caller has checked that the window fits.
+fn paste<T: Copy>(out: &mut Tensor<T>, src: &Tensor<T>, start: &[usize]) {
+    if src.numel() == 0 {
+        return;
+    }
+    let strides = contiguous_strides(out.shape());
+    let base = start.iter().zip(&strides).map(|(s, st)| s * st).sum();
+    let data = out.data_mut();
+    for (o, &v) in Offsets::new(src.shape(), &strides, base).zip(src.data()) {
+        data[o] = v;
+    }
 }
 
 /// `tensor.update_slice`: `dest` with `update` written over it along `axis` (negative counts
@@ -180,15 +187,10 @@ pub fn update_slice<T: Copy>(
             ),
         ));
     };
+    let mut at = vec![0; dest.rank()];
+    at[axis] = start;
     let mut out = dest.clone();
-    if update.numel() > 0 {
-        let strides = contiguous_strides(dest.shape());
-        let base = start * strides[axis];
-        let data = out.data_mut();
-        for (o, &v) in Offsets::new(update.shape(), &strides, base).zip(update.data()) {
-            data[o] = v;
-        }
-    }
+    paste(&mut out, update, &at);
     Ok(out)
 }
 
