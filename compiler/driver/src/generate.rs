@@ -20,6 +20,7 @@
 //! uploads its arguments; persistent device storage across calls is the runtime's next step),
 //! and batches other than 1.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use fbc_ir::{FuncId, Module, SourceFile, Type};
@@ -87,7 +88,7 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
         }
     }
     for want in ["tokens", "pos", "mask", "rope_cos", "rope_sin"] {
-        if !args.iter().any(|(n, _)| n == want) {
+        if find(&args, want).is_none() {
             return Err(input_error(file, format!("@{name} has no argument `{want}`")));
         }
     }
@@ -101,8 +102,7 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
             ),
         ));
     }
-    let at = |n: &str| args.iter().find(|(a, _)| a == n).map(|&(_, i)| i).unwrap_or(0);
-    let tokens = tensor_shape(module.value_type(f.args[at("tokens")]));
+    let tokens = tensor_shape(module.value_type(f.args[find(&args, "tokens").unwrap_or(0)]));
     if tokens.len() != 2 || tokens[0] != 1 {
         return Err(input_error(
             file,
@@ -112,9 +112,14 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
     Ok(Func { id, name: name.to_string(), len: tokens[1], args, caches })
 }
 
+/// The index of host argument `name` in `args`.
+fn find(args: &[(String, usize)], name: &str) -> Option<usize> {
+    args.iter().find(|(n, _)| n == name).map(|&(_, i)| i)
+}
+
 impl Func {
     fn arg(&self, name: &str) -> Option<usize> {
-        self.args.iter().find(|(n, _)| n == name).map(|&(_, i)| i)
+        find(&self.args, name)
     }
 
     /// The host's arguments of a call over `tokens` (padded to `len`) at position `pos`.
@@ -185,23 +190,26 @@ enum Runner<'a> {
 
 impl Runner<'_> {
     /// Calls function `name` (`id` in the module) on `inputs`: its results, and the device
-    /// memory the call held (OpenCL).
+    /// memory the call held (OpenCL). The interpreters take their arguments by value, so
+    /// borrowed ones are copied for them; a device only reads them.
     fn call(
         &mut self,
         file: &SourceFile,
         id: FuncId,
         name: &str,
-        inputs: Vec<Value>,
+        inputs: Cow<'_, [Value]>,
     ) -> Result<(Vec<Value>, Option<u64>), Failure> {
         match self {
             Runner::Interp(i) => {
-                let r = i.run_id(id, inputs).map_err(|e| crate::run_cmd::located(file, &e))?;
+                let r = i
+                    .run_id(id, inputs.into_owned())
+                    .map_err(|e| crate::run_cmd::located(file, &e))?;
                 Ok((r, None))
             }
             Runner::Jit { lowered, launcher } => {
                 let f = crate::run_cmd::lowered_func(lowered, name, file)?;
                 let r = Interpreter::new(lowered)
-                    .run_id_with_launcher(f, inputs, launcher.as_mut())
+                    .run_id_with_launcher(f, inputs.into_owned(), launcher.as_mut())
                     .map_err(|e| crate::run_cmd::located(file, &e))?;
                 Ok((r, None))
             }
@@ -357,7 +365,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     // Prefill.
     prefill.host_inputs(&shape, &prompt, 0, &mut first);
     let start = Instant::now();
-    let (out, mut peak) = runner.call(&file, prefill.id, &prefill.name, first)?;
+    let (out, mut peak) = runner.call(&file, prefill.id, &prefill.name, Cow::Owned(first))?;
     let ttft = start.elapsed();
     let mut tokens = Vec::with_capacity(max_new);
     let no_logits = || input_error(&file, "@prefill's logits are not f32 rows of the vocabulary");
@@ -377,7 +385,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             next[i] = c;
         }
         let start = Instant::now();
-        let (out, p) = runner.call(&file, decode.id, &decode.name, next.clone())?;
+        let (out, p) = runner.call(&file, decode.id, &decode.name, Cow::Borrowed(&next))?;
         decode_time += start.elapsed();
         peak = peak.max(p);
         token = arg_max(&out[0], 0, vocab).ok_or_else(no_logits)?;
