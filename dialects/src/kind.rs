@@ -108,6 +108,8 @@ op_kinds! {
         Rope = "tensor.rope",
         Embedding = "tensor.embedding",
         CrossEntropy = "tensor.cross_entropy",
+        CausalMask = "tensor.causal_mask",
+        Attention = "tensor.attention",
         Reshape = "tensor.reshape",
         Transpose = "tensor.transpose",
         Broadcast = "tensor.broadcast",

@@ -39,6 +39,8 @@ const EXPECTED: &[(&str, Option<FbClass>)] = &[
     ("tensor.update_slice", Some(FtiD)),
     ("tensor.embedding", Some(FtdD)),
     ("tensor.cross_entropy", Some(FtdC)),
+    ("tensor.causal_mask", Some(FtiC)),
+    ("tensor.attention", Some(FtdD)),
     ("tensor.softmax_grad", Some(FtdC)),
     ("tensor.layernorm_grad", Some(FtdD)),
     ("tensor.rmsnorm_grad", Some(FtdD)),

@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # torch.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch clblast), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode tune sweep torch clblast}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -163,12 +163,36 @@ fi
 # Inference (issue 14): the 16-layer Llama 3.2-1B at its full vocabulary, one decode step with
 # a 2048-position KV cache written in place, and a 512-token prefill (random weights), with $B
 # and $OLD side by side (ENTRIES: which functions, default both).
+# A decode step reads the cache up to its position (fused attention, issue 14): $B at the
+# positions POSITIONS (default 2047, the full cache, and 127) given with `--inputs`; $OLD with
+# random inputs (the unfused graph reads every position wherever it is).
 if want decode; then
   $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
   for e in ${ENTRIES:-decode prefill}; do
-    for b in $B $OLD; do
-      echo "=== inference $e $b" >> $R
-      timeout 240 $b bench $T/llama_inf.fbir --entry $e --device $D --profile $P --repeat 10 >> $R 2>&1
+    for p in ${POSITIONS:-2047 127}; do
+      [ $e = prefill ] && p=0
+      python3 tests/bench/scalar_i32.py pos $p > $T/pos.safetensors
+      echo "=== inference $e pos=$p $B" >> $R
+      timeout 240 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $R 2>&1
+      [ $e = prefill ] && break
+    done
+    if [ -n "$OLD" ]; then
+      echo "=== inference $e $OLD" >> $R
+      timeout 240 $OLD bench $T/llama_inf.fbir --entry $e --device $D --profile $P --repeat 10 >> $R 2>&1
+    fi
+  done
+fi
+# Fused attention (issue 14, part attention): the 16-layer Llama decode step with
+# fuse-attention and without it (`--disable-pass`), the same binary side by side, at the
+# positions POSITIONS.
+if want attention; then
+  [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  for p in ${POSITIONS:-2047 127}; do
+    e=decode
+    python3 tests/bench/scalar_i32.py pos $p > $T/pos.safetensors
+    for d in "" "--disable-pass fuse-attention"; do
+      echo "=== attention llama $e pos=$p ${d:-fused} $B" >> $R
+      timeout 200 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 $d >> $R 2>&1
     done
   done
 fi

@@ -14,6 +14,7 @@
 //! (`fbc_idivc`, `fbc_imodc`, `fbc_tointc`), which record a division by zero or `int(NaN)` in
 //! the error buffer like a failed bounds check.
 
+mod attention;
 mod row;
 
 use std::borrow::Cow;
@@ -110,6 +111,22 @@ pub struct Emitted {
     /// The shape class of a tiled contraction (`super::tuning::shape_key`), what `fbc tune`
     /// measures and its database is keyed by.
     pub shape: Option<String>,
+    /// A second kernel that completes this one: the combine of a split attention launch.
+    pub then: Option<Then>,
+}
+
+/// The kernel that runs right after an [`Emitted`] one and completes it: its source (one
+/// `__kernel`, named after the first with `_combine`), its grid, and the `f32` scratch buffer
+/// of `scratch` elements the pair shares, which the first kernel takes as its last storage
+/// parameter and the second as its first; then the second takes the launch's operands
+/// `inputs` (by index) and its output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Then {
+    pub source: String,
+    pub global: u64,
+    pub local: u64,
+    pub scratch: u64,
+    pub inputs: Vec<usize>,
 }
 
 /// Ints of the error buffer: see the prelude's `fbc_fault` for the layout.
@@ -184,9 +201,15 @@ fn combine_into(comb: Combine, acc: &str, v: &str) -> String {
 
 /// Floating-point (and integer) operations of one run of `k`: the body and the combine at every
 /// domain point, the epilogue at every parallel point (a row kernel: also each statistic's body
-/// and combine at every point, its epilogue at every parallel point).
+/// and combine at every point, its epilogue at every parallel point; an attention launch: its
+/// two products over every key).
 pub fn kernel_flops(k: &Kernel) -> u64 {
     let points: u64 = k.domain.iter().product();
+    if k.attention.is_some() {
+        // The scores and the weighted values, two multiply-adds per point, at every key (a
+        // causal launch reads fewer).
+        return 4 * points;
+    }
     let par: u64 = k.domain[..k.parallel_dims().min(k.domain.len())].iter().product();
     let per = k.body.count_ops() + u64::from(k.combine.is_some());
     let stats_per: u64 = k.stats.iter().map(|st| st.body.count_ops() + 1).sum();
@@ -208,7 +231,9 @@ pub fn emit(
     fault_id: u32,
 ) -> Result<Emitted, String> {
     k.check(types).map_err(|e| e.message)?;
-    check(k, types)?;
+    if k.attention.is_none() {
+        check(k, types)?;
+    }
     let bounds = k.bounds(types);
     let kind = |i: usize| types.get(i).map(|t| ScalarKind::of_elem(t.elem));
     let body_kind = k.body.kind(&kind, None).ok();
@@ -243,6 +268,11 @@ pub fn emit(
         w,
         coords: RefCell::new(Vec::new()),
     };
+    if k.attention.is_some() {
+        let (mut e, then) = cx.attention(comment, opts)?;
+        e.then = then;
+        return Ok(e);
+    }
     if k.is_row() {
         if !k.symbols.is_empty() {
             return Err("a row kernel with symbols is not supported".into());
@@ -697,15 +727,37 @@ impl Cx<'_> {
     /// kernel, recording a fault of kind 7 (the operand, the value and the range), when it is
     /// outside its range: every work-item checks before it writes anything.
     fn symbol_prologue(&self) -> String {
+        self.symbol_checks(true)
+    }
+
+    /// The symbols' reads and checks; `returns`: a work-item ends at a symbol out of range.
+    /// Otherwise (kernels with barriers, which every work-item of a group must reach) every
+    /// work-item reads `fbc_ok` (0 when a symbol is out of range: the kernel then reads and
+    /// writes nothing), work-item 0 records the fault, and the symbols read as their `lo`.
+    fn symbol_checks(&self, returns: bool) -> String {
         let mut s = String::new();
         let ix = self.w.ty();
+        if !returns {
+            s.push_str("  int fbc_ok = 1;\n");
+        }
         for (j, sym) in self.k.symbols.iter().enumerate() {
             let (k, lo, hi) = (sym.operand, sym.lo, sym.hi);
-            let _ = writeln!(
-                s,
-                "  const {ix} fbc_sym{j} = ({ix})x{k}[0];\n  if (fbc_sym{j} < {lo} || fbc_sym{j} > {hi}) {{ fbc_fault(fbc_err, {}, 7, {k}, (long)fbc_sym{j}, {lo}L, {hi}L, 0, 0L, 0L, 0L, 0L, 0L, 0L, 0L, 0L); return; }}",
+            let fault = format!(
+                "fbc_fault(fbc_err, {}, 7, {k}, (long)fbc_sym{j}, {lo}L, {hi}L, 0, 0L, 0L, 0L, 0L, 0L, 0L, 0L, 0L);",
                 self.fault_id
             );
+            let _ = writeln!(s, "  {ix} fbc_sym{j} = ({ix})x{k}[0];");
+            if returns {
+                let _ = writeln!(
+                    s,
+                    "  if (fbc_sym{j} < {lo} || fbc_sym{j} > {hi}) {{ {fault} return; }}"
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "  if (fbc_sym{j} < {lo} || fbc_sym{j} > {hi}) {{\n    if (get_local_id(0) == 0) {fault}\n    fbc_ok = 0;\n    fbc_sym{j} = {lo};\n  }}"
+                );
+            }
         }
         s
     }
@@ -1606,6 +1658,7 @@ impl Cx<'_> {
             skinny: false,
             checked: self.checked,
             shape: None,
+            then: None,
         }
     }
 
@@ -1875,6 +1928,7 @@ impl Cx<'_> {
             skinny: false,
             checked: false,
             shape: Some(shape),
+            then: None,
         }))
     }
 
@@ -1966,6 +2020,7 @@ impl Cx<'_> {
             skinny: true,
             checked: false,
             shape: None,
+            then: None,
         })
     }
 }

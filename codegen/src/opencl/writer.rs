@@ -467,11 +467,33 @@ impl FuncWriter<'_> {
         distinct.sort_unstable();
         distinct.dedup();
         let bytes = distinct.iter().map(|&i| self.storage[i].bytes).sum();
+        let out = ids[ids.len() - 1];
+        // A second kernel completing this one gets a scratch buffer the pair shares: the
+        // first kernel's last storage parameter, the second's first.
+        let then = e.then.map(|t| {
+            let id = self.storage.len();
+            self.storage.push(StorageDesc {
+                id,
+                name: format!("{name}_partials"),
+                kind: StorageKind::Buffer,
+                dtype: Dtype::F32,
+                elems: t.scratch,
+                bytes: t.scratch * 4,
+                slot: None,
+            });
+            self.steps.push(Step::Alloc { storage: id });
+            (t, id)
+        });
+        let args_in = ids.clone();
+        let mut args = ids;
+        if let Some((_, id)) = &then {
+            args.push(*id);
+        }
         self.steps.push(Step::Launch(Launch {
             kernel: name.clone(),
             source: k.source.clone(),
-            location,
-            args: ids,
+            location: location.clone(),
+            args,
             global: e.global,
             local: e.local,
             flops: kernel::kernel_flops(&k),
@@ -484,7 +506,31 @@ impl FuncWriter<'_> {
         if let Some(id) = snapshot {
             self.steps.push(Step::Dealloc { storage: id });
         }
-        self.kernels.push((name, e.source));
+        self.kernels.push((name.clone(), e.source));
+        if let Some((t, id)) = then {
+            let second = format!("{name}_combine");
+            self.names.insert(second.clone());
+            let bytes = t.scratch * 4 + self.storage[out].bytes;
+            self.steps.push(Step::Launch(Launch {
+                kernel: second.clone(),
+                source: k.source.clone(),
+                location,
+                args: std::iter::once(id)
+                    .chain(t.inputs.iter().map(|&i| args_in[i]))
+                    .chain([out])
+                    .collect(),
+                global: vec![t.global],
+                local: Some(vec![t.local]),
+                flops: 0,
+                bytes,
+                tiled: false,
+                skinny: false,
+                shape: None,
+                fault_id: None,
+            }));
+            self.steps.push(Step::Dealloc { storage: id });
+            self.kernels.push((second, t.source));
+        }
         Ok(())
     }
 

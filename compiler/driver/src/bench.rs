@@ -369,8 +369,11 @@ pub(crate) fn device(
         let tuned = rc::device_tuning(a.device.tuning.as_deref(), &a.device.device);
         let c = rc::compile(&session, &a.file, a.entry.as_deref(), !a.plain_kernels, tuned)?;
         let fname = c.entry_name();
-        let inputs =
-            c.inputs(crate::run_cmd::io::Sources { seed: Some(a.seed), ..Default::default() })?;
+        let inputs = c.inputs(crate::run_cmd::io::Sources {
+            inputs: a.inputs.as_deref(),
+            seed: Some(a.seed),
+            ..Default::default()
+        })?;
         let label = if a.split_k.is_empty() {
             s.cli_name().to_string()
         } else {

@@ -3,13 +3,13 @@
 //! --inference`).
 //!
 //! `@prefill` runs once over the prompt (padded with token 0 to its length `S`: the padding's
-//! keys and values land in cache positions that decode overwrites before the mask lets anything
-//! read them), then `@decode` once per new token, each time at the next position with the caches
-//! the previous call returned. The host builds what the graphs leave to it: the token ids, the
-//! position, the additive mask over the cache (0 where position `j ≤ pos + i`, `-1e9` elsewhere;
-//! for Gemma's local layers also `j > pos + i - window`) and the RoPE rows of the positions from
-//! the settings the module records (`fbc.rope`, `fbc_models::rope`). Each next token is the
-//! arg-max of the last logits row (the first of equal maxima).
+//! keys and values land in cache positions that decode overwrites before the causal mask lets
+//! anything read them), then `@decode` once per new token, each time at the next position with
+//! the caches the previous call returned. The host builds what the graphs leave to it: the token
+//! ids, the position, and the RoPE rows of the positions from the settings the module records
+//! (`fbc.rope`, `fbc_models::rope`); the graphs compute their masks from the position
+//! (`tensor.causal_mask`). Each next token is the arg-max of the last logits row (the first of
+//! equal maxima).
 //!
 //! Output: the new token ids, comma-separated, on stdout; on stderr the time to the first token
 //! (prefill), the time per output token and tokens per second (decode), and on OpenCL the most
@@ -31,11 +31,8 @@ use crate::cli::GenerateArgs;
 use crate::run_cmd::io::{read_inputs, Sources};
 use crate::{Driver, Failure};
 
-/// The mask value of a position a row may not see (as the training graphs' masks).
-const MASKED: f32 = -1e9;
-
 /// What the host gives each call, by argument name.
-const HOST: [&str; 6] = ["tokens", "pos", "mask", "mask_local", "rope_cos", "rope_sin"];
+const HOST: [&str; 4] = ["tokens", "pos", "rope_cos", "rope_sin"];
 
 /// One of the two functions, with where its host arguments and caches are.
 struct Func {
@@ -51,11 +48,7 @@ struct Func {
 
 /// The model's shape, read off `@decode`'s signature.
 struct Shape {
-    /// Cache positions `M`.
-    positions: usize,
     head_dim: usize,
-    /// Gemma's sliding window, where the module has a local mask: the positions it sees back.
-    window: Option<usize>,
     rope: fbc_models::rope::Rope,
 }
 
@@ -87,7 +80,7 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
             caches.push(i);
         }
     }
-    for want in ["tokens", "pos", "mask", "rope_cos", "rope_sin"] {
+    for want in HOST {
         if find(&args, want).is_none() {
             return Err(input_error(file, format!("@{name} has no argument `{want}`")));
         }
@@ -124,31 +117,15 @@ impl Func {
 
     /// The host's arguments of a call over `tokens` (padded to `len`) at position `pos`.
     fn host_inputs(&self, shape: &Shape, tokens: &[i32], pos: usize, values: &mut [Value]) {
-        let (s, m) = (self.len, shape.positions);
+        let s = self.len;
         let mut ids = tokens.to_vec();
         ids.resize(s, 0);
-        let mask = |window: Option<usize>| {
-            let data = (0..s * m)
-                .map(|x| {
-                    let (i, j) = (x / m, x % m);
-                    let seen = j <= pos + i && window.is_none_or(|w| j + w > pos + i);
-                    if seen {
-                        0.0
-                    } else {
-                        MASKED
-                    }
-                })
-                .collect();
-            Tensor::new(vec![s, m], data).map(Value::F32)
-        };
         let (cos, sin) =
             fbc_models::rope::tables(&shape.rope, shape.head_dim as u64, pos as u64, s as u64);
         let hd = shape.head_dim;
         let made = [
             ("tokens", Tensor::new(vec![1, s], ids).map(Value::I32)),
             ("pos", Tensor::new(Vec::new(), vec![pos as i32]).map(Value::I32)),
-            ("mask", mask(None)),
-            ("mask_local", mask(shape.window)),
             ("rope_cos", Tensor::new(vec![s, hd], cos).map(Value::F32)),
             ("rope_sin", Tensor::new(vec![s, hd], sin).map(Value::F32)),
         ];
@@ -251,7 +228,13 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     let arg_shape = |f: &Func, n: &str| {
         f.arg(n).map(|i| tensor_shape(module.value_type(module.func(f.id).args[i])))
     };
-    let positions = arg_shape(&decode, "mask").and_then(|s| s.get(1).copied()).unwrap_or(0);
+    // Cache positions: the third dimension of the caches `[B, KV, M, hd]`.
+    let positions = decode
+        .caches
+        .first()
+        .map(|&i| tensor_shape(module.value_type(module.func(decode.id).args[i])))
+        .and_then(|s| s.get(2).copied())
+        .unwrap_or(0);
     let head_dim = arg_shape(&decode, "rope_cos").and_then(|s| s.get(1).copied()).unwrap_or(0);
     let vocab = tensor_shape(&d.result_types[0]).last().copied().unwrap_or(0);
     let rope = d.attr(fbc_models::rope::ATTR).and_then(fbc_models::rope::from_attr).ok_or_else(
@@ -265,26 +248,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             )
         },
     )?;
-    // Gemma 2's local layers: the window the module records with its local mask.
-    let window = match decode.arg("mask_local") {
-        None => None,
-        Some(_) => Some(
-            d.attr(fbc_models::rope::WINDOW_ATTR)
-                .and_then(fbc_ir::Attr::as_int)
-                .and_then(|w| usize::try_from(w).ok())
-                .filter(|&w| w > 0)
-                .ok_or_else(|| {
-                    input_error(
-                        &file,
-                        format!(
-                            "@decode has a local mask but no `{}`",
-                            fbc_models::rope::WINDOW_ATTR
-                        ),
-                    )
-                })?,
-        ),
-    };
-    let shape = Shape { positions, head_dim, window, rope };
+    let shape = Shape { head_dim, rope };
     // The prompt and the cache.
     let (n, max_new) = (a.prompt.len(), a.max_new as usize);
     if n > prefill.len {

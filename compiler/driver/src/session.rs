@@ -47,6 +47,8 @@ pub struct Session<'d> {
     pub lowering: LoweringOptions,
     /// What the pass manager does between passes (`--verify-each`, `--print-ir-after`, ...).
     pub instrumentation: Instrumentation,
+    /// Passes left out of the `-O` pipeline (`--disable-pass`).
+    pub disabled: Vec<String>,
 }
 
 impl<'d> Session<'d> {
@@ -63,7 +65,20 @@ impl<'d> Session<'d> {
                 verify_each: cfg!(debug_assertions),
                 ..Instrumentation::default()
             },
+            disabled: Vec::new(),
         }
+    }
+
+    /// `names` if each is a registered pass (a usage error naming the first that is not).
+    pub fn checked_passes(&self, names: &[String]) -> Result<Vec<String>, Failure> {
+        for n in names {
+            if self.driver.passes.get(n).is_none() {
+                return Err(Failure::Usage(format!(
+                    "--disable-pass: no pass named `{n}` (see `fbc passes`)"
+                )));
+            }
+        }
+        Ok(names.to_vec())
     }
 
     /// [`Session::new`] for the profile `name_or_path` names: a builtin name (an unknown one is a
@@ -81,6 +96,7 @@ impl<'d> Session<'d> {
         module: &mut Module,
     ) -> Result<(Timings, Statistics), Failure> {
         let base = fbc_transforms::pipeline(self.level, self.strategy);
+        let base = fbc_transforms::without_passes(&base, &self.disabled);
         let pipeline = self.driver.passes.extended_pipeline(&base);
         self.run(file, module, &pipeline)
     }

@@ -83,7 +83,7 @@ impl Kind {
     fn of_tensor(t: TensorOp) -> Kind {
         use TensorOp as T;
         match t {
-            T::Matmul => Kind::Contraction,
+            T::Matmul | T::Attention => Kind::Contraction,
             fbc_dialects::tensor_reductions!()
             | T::Softmax
             | T::Layernorm
@@ -106,6 +106,7 @@ impl Kind {
             | T::Ge
             | T::Rope
             | T::RopeGrad
+            | T::CausalMask
             | T::Constant => Kind::Elementwise,
         }
     }

@@ -288,7 +288,7 @@ fn emit_report_is_json_with_the_documented_fields() {
     assert!(r["layout_converts"].is_u64() && r["ops"].is_u64() && r["tensors"].is_array(), "{r}");
     let passes: Vec<&str> =
         r["passes"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
-    assert!(passes.starts_with(&["canonicalize", "cse", "dce"]), "{passes:?}");
+    assert!(passes.starts_with(&["canonicalize", "cse", "fuse-attention", "dce"]), "{passes:?}");
     assert!(o.stderr.contains("transforms        8 total"), "{}", o.stderr);
 }
 

@@ -261,7 +261,7 @@ fn inference_builds_prefill_and_decode_with_kv_caches() {
         let name = if s == 8 { "@prefill" } else { "@decode" };
         assert!(
             sig.contains(&format!(
-                "{name}(%tokens: tensor<1x{s}xi32>, %pos: tensor<i32>, %mask: tensor<{s}x2048xf32>"
+                "{name}(%tokens: tensor<1x{s}xi32>, %pos: tensor<i32>, %rope_cos: tensor<{s}x128xf32>"
             )),
             "{sig}"
         );
@@ -272,4 +272,10 @@ fn inference_builds_prefill_and_decode_with_kv_caches() {
         assert!(!sig.contains("lora"), "{sig}");
     }
     assert_eq!(o.stdout.matches("tensor.update_slice").count(), 8);
+    // The masks come from the position: one per function, none from the host.
+    assert_eq!(
+        o.stdout.matches("tensor.causal_mask %pos {shape = [8, 2048]}").count()
+            + o.stdout.matches("tensor.causal_mask %pos {shape = [1, 2048]}").count(),
+        2
+    );
 }

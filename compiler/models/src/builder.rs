@@ -227,6 +227,23 @@ impl<'r> Graph<'r> {
         self.op(name, TensorOp::Rope, &[x, cos, sin], vec![])
     }
 
+    /// The additive causal mask `[s, keys]` of queries at positions `pos + i` (`window` > 0:
+    /// a sliding window of that many positions).
+    pub(crate) fn causal_mask(
+        &mut self,
+        name: &str,
+        pos: V,
+        s: u64,
+        keys: u64,
+        window: u64,
+    ) -> Result<V, String> {
+        let mut attrs = vec![attr("shape", Attr::ints([s as i64, keys as i64]))];
+        if window > 0 {
+            attrs.push(attr("window", Attr::Int(window as i64)));
+        }
+        self.op(name, TensorOp::CausalMask, &[pos], attrs)
+    }
+
     pub(crate) fn embedding(&mut self, name: &str, table: V, ids: V) -> Result<V, String> {
         self.op(name, TensorOp::Embedding, &[table, ids], vec![])
     }

@@ -19,7 +19,8 @@
 //! soft-capped, `50 · tanh(s / 50)`; each sub-block output is normalised again (post-attention
 //! and post-feed-forward norms) before its residual add; the logits are soft-capped at 30. The
 //! sliding window (4096) of even-numbered layers only matters when `S > 4096`; then those layers
-//! read a second mask argument, `mask_local`.
+//! read a second mask, `mask_local` (an argument; in an inference module a windowed
+//! `tensor.causal_mask`).
 
 use fbc_dialects::kind::TensorOp;
 use fbc_ir::{ElemType, Module, OpRegistry};
@@ -51,6 +52,7 @@ pub(crate) fn build(
     let mut labels = None;
     let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, s, &mut |gen| {
         labels = Some(gen.g.arg("labels", &[b, s], ElemType::I32));
+        None
     })?;
     let labels = labels.ok_or("no labels")?;
     for i in 0..spec.layers {
@@ -68,20 +70,28 @@ pub(crate) fn build(
 /// arguments `after_tokens` declares, the masks `[S, keys]` (Gemma's local one where `keys`
 /// exceeds its sliding window), the RoPE tables `[S, head_dim]` and the embedding table; the
 /// embedded tokens (scaled by √hidden for Gemma, which also gets its splat 1.0 for `1 + w`).
+/// The masks are arguments the host fills, or where `after_tokens` returns the position of
+/// the first token, `tensor.causal_mask` ops of it.
 fn inputs(
     gen: &mut Gen<'_>,
     cfg: &DecoderCfg,
     b: u64,
     s: u64,
     keys: u64,
-    after_tokens: &mut dyn FnMut(&mut Gen<'_>),
+    after_tokens: &mut dyn FnMut(&mut Gen<'_>) -> Option<V>,
 ) -> Result<(V, V, Shared), String> {
     let tokens = gen.g.arg("tokens", &[b, s], ElemType::I32);
-    after_tokens(gen);
-    let mask = gen.g.weight("mask", &[s, keys]);
-    let mask_local = match cfg.gemma {
-        Some(x) if keys > x.sliding_window => Some(gen.g.weight("mask_local", &[s, keys])),
-        _ => None,
+    let pos = after_tokens(gen);
+    let window = cfg.gemma.map(|x| x.sliding_window).filter(|&w| keys > w);
+    let (mask, mask_local) = match pos {
+        Some(pos) => (
+            gen.g.causal_mask("mask", pos, s, keys, 0)?,
+            window.map(|w| gen.g.causal_mask("mask_local", pos, s, keys, w)).transpose()?,
+        ),
+        None => (
+            gen.g.weight("mask", &[s, keys]),
+            window.map(|_| gen.g.weight("mask_local", &[s, keys])),
+        ),
     };
     let cos = gen.g.weight("rope_cos", &[s, cfg.head_dim]);
     let sin = gen.g.weight("rope_sin", &[s, cfg.head_dim]);
@@ -116,14 +126,14 @@ fn head(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, x: V, embed: V) -> Res
 /// the same graph at two lengths `S`:
 ///
 /// ```text
-/// (tokens [B, S] i32, pos i32, mask [S, M], rope_cos [S, hd], rope_sin [S, hd], weights...,
+/// (tokens [B, S] i32, pos i32, rope_cos [S, hd], rope_sin [S, hd], weights...,
 ///  l{i}_k_cache, l{i}_v_cache [B, KV, M, hd] ...) -> (logits [B, S, V], the caches updated)
 /// ```
 ///
 /// Each layer writes its new keys (after RoPE) and values into its caches at `pos` with
 /// `tensor.update_slice` (the seed's static per-layer KV region: no concatenation) and attends
-/// over all `M` cache positions; the host gives the mask of the positions to see (`mask[i, j]`
-/// is 0 for `j ≤ pos + i`, a large negative value elsewhere, as in training) and the RoPE rows
+/// over all `M` cache positions through `tensor.causal_mask` of `pos` (0 for `j ≤ pos + i`,
+/// `-inf` elsewhere; Gemma's local layers also `j > pos + i - window`); the host gives the RoPE rows
 /// of positions `pos .. pos + S` (`rope::tables`, from the settings each function records as
 /// `fbc.rope`), so one graph serves any position. LoRA adapters only with `--lora-rank`.
 pub(crate) fn build_inference(
@@ -141,10 +151,6 @@ pub(crate) fn build_inference(
     for f in m.func_ids().collect::<Vec<_>>() {
         let attrs = &mut m.func_mut(f).attrs;
         attrs.push((super::rope::ATTR.to_string(), super::rope::to_attr(&cfg.rope)));
-        if let Some(g) = cfg.gemma.filter(|g| spec.max_seq > g.sliding_window) {
-            let w = i64::try_from(g.sliding_window).unwrap_or(i64::MAX);
-            attrs.push((super::rope::WINDOW_ATTR.to_string(), fbc_ir::Attr::Int(w)));
-        }
     }
     Ok(Generated { module: m, func: "decode".into(), trainable: Vec::new() })
 }
@@ -162,6 +168,7 @@ fn inference_fn<'r>(
     let mut pos = None;
     let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, max, &mut |gen| {
         pos = Some(gen.g.arg("pos", &[], ElemType::I32));
+        pos
     })?;
     let pos = pos.ok_or("no position")?;
     let mut caches = Vec::new();

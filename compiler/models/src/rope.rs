@@ -18,10 +18,6 @@ pub use super::config::{Llama3Scaling, Rope};
 /// The function attribute an inference module records its RoPE settings in.
 pub const ATTR: &str = "fbc.rope";
 
-/// The function attribute that records the sliding window of a model whose local layers read a
-/// second mask, `mask_local` (Gemma 2): the positions a row sees back, itself included.
-pub const WINDOW_ATTR: &str = "fbc.sliding_window";
-
 /// The `head_dim / 2` frequencies of `rope`.
 pub fn frequencies(rope: &Rope, head_dim: u64) -> Vec<f64> {
     let d = head_dim as f64;

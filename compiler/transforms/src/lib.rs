@@ -6,6 +6,7 @@ pub mod autodiff;
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod fuse_attention;
 pub mod global_layout;
 pub mod index_elim;
 pub mod layout;
@@ -29,6 +30,20 @@ pub fn register_passes(r: &mut PassRegistry) {
     r.register(PassInfo::new("dce", "remove pure ops whose results are unused", vec![], |_| {
         Ok(Box::new(dce::Dce))
     }));
+    r.register(PassInfo::new(
+        "fuse-attention",
+        "RoPE, QKᵀ, scale, soft cap, causal mask, softmax and PV as one tensor.attention",
+        vec![fbc_ir::pass::OptionSpec::new(
+            "max-queries",
+            fbc_ir::pass::OptionKind::Int,
+            Some("16"),
+            "fuse attention of at most this many queries per head (decode steps; longer ones keep the tiled products)",
+        )],
+        |o| {
+            let max = o.int("max-queries").unwrap_or(16);
+            Ok(Box::new(fuse_attention::FuseAttention { max_queries: u64::try_from(max).unwrap_or(0) }))
+        },
+    ));
     autodiff::register(r);
     index_elim::register(r);
     layout::register(r);
@@ -90,12 +105,39 @@ pub fn pipeline_for_level(level: u8) -> &'static str {
     match level {
         0 => O0_PIPELINE,
         1 => "canonicalize,dce",
-        2 => "canonicalize,cse,dce",
+        2 => "canonicalize,cse,fuse-attention,dce",
         _ => {
-            "canonicalize,cse,dce,fb-classify,rtile-candidates,rtile-select,tile-propagate,\
+            "canonicalize,cse,fuse-attention,dce,fb-classify,rtile-candidates,rtile-select,tile-propagate,\
               index-elim,index-simplify,global-layout,dce"
         }
     }
+}
+
+/// `pipeline` (comma-separated, each entry `name` or `name{options}`) without the entries whose
+/// pass is named in `names`.
+pub fn without_passes(pipeline: &str, names: &[String]) -> String {
+    let (mut entries, mut cur, mut depth) = (Vec::new(), String::new(), 0usize);
+    for c in pipeline.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                entries.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    entries.push(cur);
+    entries
+        .into_iter()
+        .filter(|e| {
+            let name = e.split('{').next().unwrap_or("").trim();
+            !names.iter().any(|n| n == name)
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The pipeline of an optimisation level with a layout strategy, which applies at `-O3`:
@@ -107,7 +149,7 @@ pub fn pipeline(level: u8, strategy: global_layout::Strategy) -> String {
     match (level, strategy) {
         (0..=2, _) | (_, global_layout::Strategy::FbLayout) => pipeline_for_level(level).to_string(),
         (_, s) => format!(
-            "canonicalize,cse,dce,fb-classify,rtile-candidates,rtile-select,global-layout{{strategy={}}},dce",
+            "canonicalize,cse,fuse-attention,dce,fb-classify,rtile-candidates,rtile-select,global-layout{{strategy={}}},dce",
             s.name()
         ),
     }

@@ -640,6 +640,9 @@ impl Kernel {
     /// Proves or refutes every access of the launch against its operand `types` (see the module
     /// docs). The kernel must have passed [`Kernel::check`].
     pub fn bounds(&self, types: &[MemType]) -> LaunchBounds {
+        if self.attention.is_some() {
+            return self.attention_bounds(types);
+        }
         let n = self.maps.len();
         let rank = self.domain.len();
         let np = self.parallel_dims();
@@ -1002,6 +1005,7 @@ mod tests {
             guard: None,
             stats: Vec::new(),
             symbols: Vec::new(),
+            attention: None,
         };
         let t = MemType::buffer(8, ElemType::F32);
         let lb = k.bounds(&[t, MemType::buffer(64, ElemType::F32)]);

@@ -158,6 +158,9 @@ pub enum Iter {
     /// A dimension of a row kernel's rows: every statistic reduces over the row dimensions, and
     /// the body is written at every point of the parallel and row dimensions.
     Row,
+    /// The key positions of an attention launch: its last dimension (see
+    /// [`attention`](super::attention)).
+    Key,
 }
 
 /// How a reduction combines the body's values.
@@ -283,6 +286,9 @@ pub struct Kernel {
     /// The symbols of the maps (`(d0, ..)[s0, ..] -> ..`), in order: values known only when the
     /// launch runs. See [`Symbol`].
     pub symbols: Vec<Symbol>,
+    /// Present for an attention launch (its last iterator is `"key"`): what it computes is
+    /// [`attention`](super::attention)'s, and `body` is unused.
+    pub attention: Option<super::attention::Attention>,
 }
 
 /// A symbol of a launch's maps: element 0 of operand `operand` (an `i32` buffer, an input),
@@ -509,13 +515,15 @@ pub struct KernelError {
     pub message: String,
 }
 
-fn kerr<T>(attr: &'static str, message: impl Into<String>) -> Result<T, KernelError> {
+pub(crate) fn kerr<T>(attr: &'static str, message: impl Into<String>) -> Result<T, KernelError> {
     Err(KernelError { attr, message: message.into() })
 }
 
 /// The names of `memory.launch`'s attributes, sorted (the canonical order).
 pub const LAUNCH_ATTRS: &[&str] = &[
+    "attention",
     "body",
+    "causal",
     "combine",
     "domain",
     "epilogue",
@@ -536,6 +544,7 @@ impl Iter {
             Iter::Parallel => "parallel",
             Iter::Reduction => "reduction",
             Iter::Row => "row",
+            Iter::Key => "key",
         }
     }
 }
@@ -608,9 +617,10 @@ impl Kernel {
                     Some("parallel") => Ok(Iter::Parallel),
                     Some("reduction") => Ok(Iter::Reduction),
                     Some("row") => Ok(Iter::Row),
+                    Some("key") => Ok(Iter::Key),
                     _ => kerr(
                         "iterators",
-                        format!("`iterators` entries must be \"parallel\", \"reduction\" or \"row\", found `{a}`"),
+                        format!("`iterators` entries must be \"parallel\", \"reduction\", \"row\" or \"key\", found `{a}`"),
                     ),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
@@ -636,6 +646,28 @@ impl Kernel {
                 "every \"parallel\" iterator must come before every \"reduction\" or \"row\" one",
             );
         }
+        if let Some(at) = iterators.iter().position(|i| *i == Iter::Key) {
+            if at + 1 != iterators.len() || at != np || np < 2 {
+                return kerr("iterators", "an attention launch has one \"key\" iterator, the last, after at least two \"parallel\" ones (the query points and the head dimension)");
+            }
+        }
+        let has_keys = iterators.contains(&Iter::Key);
+        let attention = match (get("attention"), has_keys) {
+            (Some(a), true) => Some(super::attention::Attention::from_attrs(a, get("causal"))?),
+            (None, true) => {
+                return kerr(
+                    "attention",
+                    "a launch with a \"key\" iterator is an attention launch and needs `attention`",
+                )
+            }
+            (Some(_), false) => {
+                return kerr("attention", "an attention launch has a \"key\" iterator, its last")
+            }
+            (None, false) if get("causal").is_some() => {
+                return kerr("causal", "`causal` is only allowed on an attention launch")
+            }
+            (None, false) => None,
+        };
         let has_rows = iterators[np..].contains(&Iter::Row);
         if has_rows && iterators[np..].contains(&Iter::Reduction) {
             return kerr("iterators", "a launch has \"reduction\" or \"row\" iterators, not both");
@@ -710,7 +742,17 @@ impl Kernel {
                 kerr(k, format!("`{k}` does not parse: {e}: \"{text}\""))
             })
         };
-        let body = parse("body", &string("body", true)?.unwrap_or_default())?;
+        let body = match attention {
+            Some(_) => {
+                for k in ["body", "epilogue", "combine", "guard", "stats"] {
+                    if get(k).is_some() {
+                        return kerr(k, format!("an attention launch has no `{k}`: it computes what `attention` says"));
+                    }
+                }
+                Scalar::Int(0)
+            }
+            None => parse("body", &string("body", true)?.unwrap_or_default())?,
+        };
         let epilogue = match string("epilogue", false)? {
             Some(s) => Some(parse("epilogue", &s)?),
             None => None,
@@ -728,7 +770,7 @@ impl Kernel {
             },
             None => None,
         };
-        let has_reduction = np < domain.len() && !has_rows;
+        let has_reduction = np < domain.len() && !has_rows && !has_keys;
         match (has_reduction, combine) {
             (true, None) => return kerr("combine", "the domain has reduction dimensions, so `combine` (\"add\" or \"max\") is required"),
             (false, Some(_)) => return kerr("combine", "`combine` is only allowed when the domain has reduction dimensions"),
@@ -833,13 +875,21 @@ impl Kernel {
             guard,
             stats,
             symbols,
+            attention,
         })
     }
 
     /// The attributes of a `memory.launch` op computing this kernel, in canonical (sorted) order.
     pub fn to_attrs(&self) -> Vec<(String, Attr)> {
         let mut a: Vec<(String, Attr)> = Vec::with_capacity(10);
-        a.push(("body".into(), Attr::Str(self.body.to_string())));
+        if let Some(at) = &self.attention {
+            a.push(("attention".into(), at.to_attr()));
+        } else {
+            a.push(("body".into(), Attr::Str(self.body.to_string())));
+        }
+        if let Some(last) = self.attention.as_ref().and_then(|at| at.last.as_ref()) {
+            a.push(("causal".into(), Attr::Map(last.clone())));
+        }
         if let Some(c) = self.combine {
             a.push(("combine".into(), Attr::Str(c.name().into())));
         }
@@ -928,6 +978,9 @@ impl Kernel {
                     )
                 })?;
             }
+        }
+        if self.attention.is_some() {
+            return self.check_attention(types);
         }
         let rank = self.domain.len();
         let np = self.parallel_dims();

@@ -30,12 +30,14 @@
 //! Memory ops have side effects (a launch writes its last operand); their order in the function
 //! is the schedule.
 
+pub mod attention;
 pub mod bounds;
 pub mod init;
 pub mod kernel;
 pub mod ops;
 pub mod scalar;
 
+pub use attention::{Attention, Parts};
 pub use bounds::{AccessKind, Bound, LaunchBounds, Violation};
 pub use kernel::{
     Combine, Guard, Iter, Kernel, KernelError, MemType, Scalar, ScalarBin, ScalarUn, Stat,

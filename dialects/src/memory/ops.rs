@@ -154,7 +154,7 @@ pub static OPS: &[OpDef] = &[
               \n\
               **Attributes:** `kernel` (required): the kernel name; `source` (optional): the tensor\n\
               ops it computes, `+`-joined; `domain` (required): iteration extents; `iterators`\n\
-              (required): `\"parallel\"`, `\"reduction\"` or `\"row\"` per dimension, parallel\n\
+              (required): `\"parallel\"`, `\"reduction\"`, `\"row\"` or `\"key\"` per dimension, parallel\n\
               first, reduction or row dimensions (not both) after; `maps`\n\
               (required): one index map per operand from the domain to storage coordinates (1 result,\n\
               the element offset, for a buffer; 3, `x, y, c`, for an image); `body` (required);\n\
@@ -167,6 +167,16 @@ pub static OPS: &[OpDef] = &[
               `symbols` (optional): `[operand, lo, hi]` per symbol of the maps (`(d0, ..)[s0, ..] ->\n\
               ..`): element 0 of that input (an i32 buffer), read when the launch runs and checked\n\
               to lie in `lo..=hi` (`0 ≤ lo`; outside, the launch is an error and writes nothing).\n\
+              \n\
+              **Attention launches.** With `iterators` ending in `\"key\"` (after the query points'\n\
+              parallel dimensions and the head dimension's), the launch computes softmax attention\n\
+              instead of a body: `attention` = `#memory.attention<scale = F, softcap = F, rope = B,\n\
+              window = N>` (required there, and no `body`, `combine`, `epilogue`, `guard` or\n\
+              `stats`), operands q, k, v, with `rope` the tables cos and sin, then the symbols'\n\
+              buffers, then the output (an f32 buffer), and optionally `causal`: a one-result map\n\
+              of the domain and the symbols giving the last key position each query sees. Its\n\
+              meaning is three ordinary launches (scores, their row softmax, the weighted values:\n\
+              `dialects/src/memory/attention.rs`), which the verifier checks like any launch.\n\
               \n\
               **Verifier:** every operand has a memory type; the domain, iterators, maps and guard\n\
               agree in rank; every map has as many results as its operand has coordinates; `body` and\n\
@@ -187,9 +197,11 @@ pub static OPS: &[OpDef] = &[
             AttrDef::required("kernel", AttrKind::Str, "the kernel name, unique in the module"),
             AttrDef::optional("source", AttrKind::Str, "\"\"", "the tensor ops computed, `+`-joined"),
             AttrDef::required("domain", AttrKind::IntArray, "iteration extents"),
-            AttrDef::required("iterators", AttrKind::Any, "\"parallel\" | \"reduction\" | \"row\" per dimension"),
+            AttrDef::required("iterators", AttrKind::Any, "\"parallel\" | \"reduction\" | \"row\" | \"key\" per dimension"),
             AttrDef::required("maps", AttrKind::Any, "one index map per operand: domain → storage coordinates"),
-            AttrDef::required("body", AttrKind::Str, "the scalar expression at each point"),
+            AttrDef::optional("body", AttrKind::Str, "none", "the scalar expression at each point (required but in an attention launch)"),
+            AttrDef::optional("attention", AttrKind::Any, "none", "an attention launch's #memory.attention<scale, softcap, rope, window>"),
+            AttrDef::optional("causal", AttrKind::Any, "none", "an attention launch's last key position per query: a one-result map"),
             AttrDef::optional("combine", AttrKind::Enum(&["add", "max"]), "none", "how reduction values combine"),
             AttrDef::optional("epilogue", AttrKind::Str, "\"acc\"", "applied to the reduction result"),
             AttrDef::optional("guard", AttrKind::Any, "none", "index map whose results must be in bounds"),

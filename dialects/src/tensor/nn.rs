@@ -1,7 +1,10 @@
-//! Neural-network ops of transformer blocks: `layernorm`, `rmsnorm`, `rope`, `embedding` and
-//! `cross_entropy`. The checks shared with their backward helpers (in `grad.rs`) live here.
+//! Neural-network ops of transformer blocks: `layernorm`, `rmsnorm`, `rope`, `embedding`,
+//! `cross_entropy`, and for inference graphs `causal_mask` and the fused `attention`. The checks
+//! shared with their backward helpers (in `grad.rs`) live here.
 
-use fbc_ir::{Arity, ElemType, FbClass, OpDef, OpError, OpTraits, OpView, TensorType, Type};
+use fbc_ir::{
+    Arity, AttrDef, AttrKind, ElemType, FbClass, OpDef, OpError, OpTraits, OpView, TensorType, Type,
+};
 
 use super::common::{tensor_type, Ctx};
 use super::{AXIS_LAST, DEFAULT_EPS, EPS};
@@ -127,6 +130,92 @@ pub static OPS: &[OpDef] = &[
         class: Some(FbClass::FtdC),
         infer: infer_cross_entropy,
     },
+    OpDef {
+        name: "tensor.causal_mask",
+        summary: "the additive causal mask of queries at a run-time position over a KV cache",
+        doc: "`out[i, j] = 0` where key position `j` may be seen from query `i` at position\n\
+              `pos + i`, `-inf` elsewhere: `j ≤ pos + i`, and with a `window` `w > 0` also\n\
+              `j > pos + i - w` (a sliding window of `w` positions, Gemma 2's local layers).\n\
+              Added to attention scores before the softmax; built from indices, so the host passes\n\
+              only the position.\n\
+              \n\
+              **Operands:** `pos` — a `tensor<i32>` (rank 0), read when the op runs.\n\
+              \n\
+              **Result:** `tensor<SxMxf32>` for `shape = [S, M]`.\n\
+              \n\
+              **Attributes:** `shape` (two integers ≥ 0, required); `window` (integer ≥ 0, default\n\
+              0: no window).\n\
+              \n\
+              **Verifier:** the types above; `shape` has two entries ≥ 0; `window` ≥ 0.\n\
+              \n\
+              **FBLayout class:** FTI-C: it reads no tensor but a scalar, and has no gradient\n\
+              (its operand is an integer).",
+        operands: Arity::Exactly(1),
+        results: Arity::Exactly(1),
+        attrs: &[
+            AttrDef::required("shape", AttrKind::IntArray, "[S, M]: queries and key positions"),
+            AttrDef::optional(
+                "window",
+                AttrKind::Int,
+                "0",
+                "positions a query sees back, itself included; 0: every earlier position",
+            ),
+        ],
+        traits: OpTraits::PURE,
+        class: Some(FbClass::FtiC),
+        infer: infer_causal_mask,
+    },
+    OpDef {
+        name: "tensor.attention",
+        summary: "fused scaled dot-product attention: RoPE on the queries, GQA, causal mask, soft cap",
+        doc: "`out = softmax(mask(cap(scale · q' · kᵀ))) · v` per batch and head, where\n\
+              `q' = rope(q, cos, sin)` with `rope = true` (else `q`), `cap(s) = c · tanh(s / c)` with\n\
+              `softcap = c > 0` (else the identity), and `mask` keeps the scores of the key positions\n\
+              `tensor.causal_mask` keeps (`j ≤ pos + i`, and `j > pos + i - window` with a window)\n\
+              with `causal = true` and sets the others to `-inf` (without `causal` it keeps all).\n\
+              Head `h` of `q` reads head `h / (H / KV)` of `k` and `v` (grouped-query attention:\n\
+              the shared heads are read in place, never broadcast). What `fuse-attention` makes of\n\
+              RoPE, `QKᵀ`, scale, soft cap, mask, softmax and `PV` in an inference graph.\n\
+              \n\
+              **Operands:** `q` — a float tensor `[B, H, S, D]`; `k`, `v` — `[B, KV, M, D]` of\n\
+              `q`'s element type, `H` a multiple of `KV`; then with `rope` `cos`, `sin` — `[S, D]`\n\
+              (`D` even); then with `causal` `pos` — a `tensor<i32>` (rank 0), the position of\n\
+              query 0.\n\
+              \n\
+              **Result:** `q`'s type.\n\
+              \n\
+              **Attributes:** `scale` (float, required, finite); `rope`, `causal` (booleans, default\n\
+              false); `window` (integer ≥ 0, default 0; only with `causal`); `softcap` (float ≥ 0,\n\
+              default 0: none).\n\
+              \n\
+              **Verifier:** the operand count matches `rope` and `causal` (3 + 2 + 1); the types\n\
+              above; the attribute ranges.\n\
+              \n\
+              **Lowering:** one launch of the memory dialect's attention kind: on OpenCL one kernel\n\
+              with online softmax over tiles of keys, reading only the key positions the mask\n\
+              keeps; the reference executor and the CPU JIT run its three-step definition.\n\
+              \n\
+              **FBLayout class:** FTD-D, as the unfused graph it replaces (softmax and the two\n\
+              products); it has no gradient rule: it serves inference graphs, and `fuse-attention`\n\
+              leaves attention whose probabilities a backward reads.",
+        operands: Arity::Between(3, 6),
+        results: Arity::Exactly(1),
+        attrs: &[
+            AttrDef::required("scale", AttrKind::Float, "the factor of the scores"),
+            AttrDef::optional("rope", AttrKind::Bool, "false", "RoPE on `q` with `cos`, `sin`"),
+            AttrDef::optional("causal", AttrKind::Bool, "false", "mask keys after `pos + i`"),
+            AttrDef::optional(
+                "window",
+                AttrKind::Int,
+                "0",
+                "with `causal`: positions a query sees back, itself included; 0: all",
+            ),
+            AttrDef::optional("softcap", AttrKind::Float, "0.0", "`c · tanh(s / c)`; 0: none"),
+        ],
+        traits: OpTraits::PURE,
+        class: Some(FbClass::FtdD),
+        infer: infer_attention,
+    },
 ];
 
 /// Checks `x` (operand 0) and its per-feature parameters (operands `params`, `[x.shape[axis]]`)
@@ -249,4 +338,113 @@ fn infer_cross_entropy(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     let cx = Ctx::new(v, "tensor.cross_entropy", &["logits", "labels"], Arity::Exactly(2))?;
     let logits = check_cross_entropy(&cx)?;
     cx.done(vec![tensor_type(&[], logits.elem)])
+}
+
+fn infer_causal_mask(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    let cx = Ctx::new(v, "tensor.causal_mask", &["pos"], Arity::Exactly(1))?;
+    let pos = cx.i32_tensor(0)?;
+    cx.rank_exactly(0, pos, 0, "a scalar `tensor<i32>`")?;
+    let shape = cx.req_ints("shape")?;
+    let dims = cx.dims("shape", &shape)?;
+    if dims.len() != 2 {
+        return Err(OpError::attr(
+            "shape",
+            format!("expected two entries [S, M], found {shape:?} — `shape` of tensor.causal_mask"),
+        ));
+    }
+    let window = cx.int("window", 0)?;
+    if window < 0 {
+        return Err(OpError::attr(
+            "window",
+            format!("expected an integer ≥ 0, found {window} — `window` of tensor.causal_mask"),
+        ));
+    }
+    cx.done(vec![tensor_type(&dims, ElemType::F32)])
+}
+
+/// The operand roles of `tensor.attention` by `(rope, causal)`.
+fn attention_roles(rope: bool, causal: bool) -> &'static [&'static str] {
+    match (rope, causal) {
+        (false, false) => &["q", "k", "v"],
+        (false, true) => &["q", "k", "v", "pos"],
+        (true, false) => &["q", "k", "v", "cos", "sin"],
+        (true, true) => &["q", "k", "v", "cos", "sin", "pos"],
+    }
+}
+
+fn infer_attention(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    const NAME: &str = "tensor.attention";
+    let flag = |name: &str| v.attr(name).and_then(fbc_ir::Attr::as_bool).unwrap_or(false);
+    let (rope, causal) = (flag("rope"), flag("causal"));
+    let roles = attention_roles(rope, causal);
+    let n = roles.len();
+    let cx = Ctx::new(v, NAME, roles, Arity::Exactly(n)).map_err(|e| {
+        e.note(format!(
+            "with rope = {rope} and causal = {causal} the operands are {}",
+            roles.join(", ")
+        ))
+    })?;
+    let q = cx.float_tensor(0)?;
+    cx.rank_exactly(0, q, 4, "[B, H, S, D]")?;
+    let (b, h, s, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    let k = cx.tensor(1)?;
+    cx.same_elem(1, k, 0)?;
+    cx.rank_exactly(1, k, 4, "[B, KV, M, D]")?;
+    let kv = k.shape[1];
+    if k.shape[0] != b || k.shape[3] != d {
+        return Err(OpError::operand(
+            1,
+            format!("expected [{b}, KV, M, {d}], found {k} — {}", cx.what(1)),
+        )
+        .note(format!("`k` has `q`'s batch and head size: `q` is {q}")));
+    }
+    if kv == 0 || h % kv != 0 {
+        return Err(OpError::operand(
+            1,
+            format!("{kv} key heads do not divide the {h} query heads — {}", cx.what(1)),
+        )
+        .note("each group of H / KV query heads shares one key and value head"));
+    }
+    let vt = cx.tensor(2)?;
+    cx.expect_type(2, vt, k, format!("`v` has `k`'s type ({k})"))?;
+    if rope {
+        if d % 2 != 0 {
+            return Err(OpError::operand(
+                0,
+                format!("expected an even last dimension, found {d} — {}", cx.what(0)),
+            )
+            .note("with rope = true, rotate_half splits the head dimension into two halves"));
+        }
+        let want = tensor_type(&[s, d], q.elem);
+        for i in [3, 4] {
+            let t = cx.tensor(i)?;
+            cx.expect_type(i, t, &want, format!("{} is [S, D] = [{s}, {d}]", cx.role(i)))?;
+        }
+    }
+    if causal {
+        let pos = cx.i32_tensor(n - 1)?;
+        cx.rank_exactly(n - 1, pos, 0, "a scalar `tensor<i32>`")?;
+    }
+    let scale = cx.req_float("scale")?;
+    if !scale.is_finite() {
+        return Err(OpError::attr(
+            "scale",
+            format!("expected a finite float, found {scale} — `scale` of {NAME}"),
+        ));
+    }
+    let softcap = cx.float("softcap", 0.0)?;
+    if !(softcap.is_finite() && softcap >= 0.0) {
+        return Err(OpError::attr(
+            "softcap",
+            format!("expected a finite float ≥ 0, found {softcap} — `softcap` of {NAME}"),
+        ));
+    }
+    let window = cx.int("window", 0)?;
+    if window < 0 || (window > 0 && !causal) {
+        return Err(OpError::attr(
+            "window",
+            format!("expected 0, or an integer ≥ 1 with causal = true, found {window} — `window` of {NAME}"),
+        ));
+    }
+    cx.done(vec![q.clone()])
 }

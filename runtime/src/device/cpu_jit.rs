@@ -72,6 +72,12 @@ impl Launcher for JitLauncher {
         types: &[MemType],
         operands: &mut [&mut MemData],
     ) -> Result<(), String> {
+        if k.attention.is_some() {
+            // Its definition's three ordinary launches, each compiled like any other.
+            return crate::exec::run_attention(k, types, operands, &mut |sk, t, ops| {
+                self.launch(sk, t, ops)
+            });
+        }
         let start = Instant::now();
         let id = self.jit.compile(k, types).map_err(|e| e.to_string())?;
         let compiled = Instant::now();

@@ -349,6 +349,27 @@ impl Program {
 
 /// Runs one launch with the reference semantics (see the module docs). `types` and `operands`
 /// have one entry per operand, inputs then the output; only the output is written.
+/// The values of `k`'s symbols (element 0 of their operands), each checked against its range
+/// before anything is written: outside, the launch is an error naming the symbol.
+pub(crate) fn symbol_values(k: &Kernel, operands: &[&mut MemData]) -> Result<Vec<i64>, String> {
+    let mut values = Vec::with_capacity(k.symbols.len());
+    for (j, sym) in k.symbols.iter().enumerate() {
+        let v = match operands.get(sym.operand).map(|m| &**m) {
+            Some(MemData::I32(d)) => d.first().map(|&v| i64::from(v)),
+            _ => None,
+        }
+        .ok_or_else(|| format!("kernel `{}`: symbol s{j} has no i32 element to read", k.name))?;
+        if v < sym.lo || v > sym.hi {
+            return Err(format!(
+                "kernel `{}`: symbol s{j} (element 0 of operand {}) is {v}, outside {}..={}",
+                k.name, sym.operand, sym.lo, sym.hi
+            ));
+        }
+        values.push(v);
+    }
+    Ok(values)
+}
+
 pub fn run_kernel(
     k: &Kernel,
     types: &[MemType],
@@ -365,6 +386,9 @@ pub fn run_kernel(
         ));
     }
     k.check(types).map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+    if k.attention.is_some() {
+        return super::run_attention(k, types, operands, &mut |sk, t, ops| run_kernel(sk, t, ops));
+    }
     for (i, (m, &t)) in operands.iter().zip(types).enumerate() {
         if !m.fits(t) {
             return Err(format!(
@@ -374,23 +398,7 @@ pub fn run_kernel(
             ));
         }
     }
-    // The symbols' values, each checked against its range before anything is written; a map
-    // that uses them is then an ordinary map with the values in their places.
-    let mut values = Vec::with_capacity(k.symbols.len());
-    for (j, sym) in k.symbols.iter().enumerate() {
-        let v = match &*operands[sym.operand] {
-            MemData::I32(d) => d.first().map(|&v| i64::from(v)),
-            MemData::F32(_) => None,
-        }
-        .ok_or_else(|| format!("kernel `{}`: symbol s{j} has no i32 element to read", k.name))?;
-        if v < sym.lo || v > sym.hi {
-            return Err(format!(
-                "kernel `{}`: symbol s{j} (element 0 of operand {}) is {v}, outside {}..={}",
-                k.name, sym.operand, sym.lo, sym.hi
-            ));
-        }
-        values.push(v);
-    }
+    let values = symbol_values(k, operands)?;
     let maps = k
         .maps
         .iter()

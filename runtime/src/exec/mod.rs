@@ -61,3 +61,62 @@ impl Launcher for ReferenceLauncher {
         run_kernel(k, types, operands)
     }
 }
+
+/// Runs one ordinary launch on its operands (the reference executor, or a back end's).
+pub type StepRunner<'a> =
+    dyn FnMut(&Kernel, &[MemType], &mut [&mut MemData]) -> Result<(), String> + 'a;
+
+/// Runs an attention launch as its definition: the three steps of
+/// [`Kernel::attention_parts`] over two zeroed scratch buffers, each through `step` (the
+/// reference executor, or a back end's own launch of an ordinary kernel). An operand a step
+/// reads twice (`q` and its rotated half) is read from a copy the second time.
+pub fn run_attention(
+    k: &Kernel,
+    types: &[MemType],
+    operands: &mut [&mut MemData],
+    step: &mut StepRunner<'_>,
+) -> Result<(), String> {
+    let parts = k.attention_parts().map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+    // The launch's own symbols first, so that an error names its operands.
+    launch::symbol_values(k, operands)?;
+    let n = operands.len();
+    let mut scratch: Vec<MemData> =
+        parts.scratch.iter().map(|t| MemData::F32(vec![0.0; t.elems() as usize])).collect();
+    let all: Vec<MemType> = types.iter().chain(&parts.scratch).copied().collect();
+    for (sk, ops) in &parts.steps {
+        if ops.iter().any(|&o| o >= all.len()) {
+            return Err(format!("kernel `{}`: step `{}` names a missing operand", k.name, sk.name));
+        }
+        let slot = |o: usize, operands: &mut [&mut MemData], scratch: &mut [MemData]| {
+            let m: &mut MemData = if o < n { operands[o] } else { &mut scratch[o - n] };
+            std::mem::replace(m, MemData::F32(Vec::new()))
+        };
+        let mut taken: Vec<MemData> = Vec::with_capacity(ops.len());
+        for (i, &o) in ops.iter().enumerate() {
+            match ops[..i].iter().position(|&p| p == o) {
+                Some(first) => {
+                    let copy = taken[first].clone();
+                    taken.push(copy);
+                }
+                None => taken.push(slot(o, operands, &mut scratch)),
+            }
+        }
+        let t: Vec<MemType> = ops.iter().map(|&o| all[o]).collect();
+        let r = {
+            let mut refs: Vec<&mut MemData> = taken.iter_mut().collect();
+            step(sk, &t, &mut refs)
+        };
+        for (i, (&o, m)) in ops.iter().zip(taken).enumerate() {
+            if ops[..i].contains(&o) {
+                continue;
+            }
+            if o < n {
+                *operands[o] = m;
+            } else {
+                scratch[o - n] = m;
+            }
+        }
+        r.map_err(|e| format!("{e} (step `{}` of attention launch `{}`)", sk.name, k.name))?;
+    }
+    Ok(())
+}

@@ -320,6 +320,7 @@ fn out_of_range_maps_are_errors() {
         guard: None,
         stats: Vec::new(),
         symbols: Vec::new(),
+        attention: None,
     };
     let t = MemType::buffer(4, ElemType::F32);
     let mut a = MemData::F32(vec![10.0, 11.0, 12.0, 13.0]);
@@ -645,6 +646,7 @@ mod props {
                                 .map(|(r, b)| Guard { bounds: vec![b; r.len()], map: map(r) }),
                             stats: Vec::new(),
                             symbols: Vec::new(),
+                            attention: None,
                         };
                         (k, types.clone())
                     })

@@ -100,6 +100,8 @@ pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
         T::Rope => float!(rope),
         T::Embedding => float!(embedding),
         T::CrossEntropy => float!(cross_entropy),
+        T::CausalMask => float!(causal_mask),
+        T::Attention => float!(attention),
         // Data movement.
         T::Reshape => any!(reshape),
         T::Transpose => any!(transpose),
@@ -327,6 +329,47 @@ fn embedding<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
 
 fn cross_entropy<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
     Ok(vec![r::cross_entropy(cx.x::<T>(0)?, cx.ids(1)?)?])
+}
+
+/// Element 0 of the `tensor<i32>` operand `i`: the position of `causal_mask` and `attention`.
+fn position(cx: &OpCx<'_>, i: usize) -> Result<i64, Fail> {
+    let p = cx
+        .ids(i)?
+        .data()
+        .first()
+        .copied()
+        .ok_or_else(|| Fail::Message(format!("the position (operand {i}) holds no element")))?;
+    Ok(p.into())
+}
+
+fn causal_mask<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let shape = cx.usizes("shape")?;
+    let [s, m] = shape[..] else { return Err(cx.bad_attr("shape", "[S, M]")) };
+    let window = u64::try_from(cx.int("window", Some(0))?).unwrap_or(0);
+    Ok(vec![r::causal_mask(position(cx, 0)?, s, m, window)?])
+}
+
+fn attention<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let (rope, causal) = (cx.bool("rope", false)?, cx.bool("causal", false)?);
+    let pos = if causal {
+        let p = position(cx, cx.args.len() - 1)?;
+        if p < 0 {
+            return Err(Fail::Message(format!(
+                "the position {p} is negative; attention's queries sit at positions ≥ 0"
+            )));
+        }
+        Some(p)
+    } else {
+        None
+    };
+    let o = r::AttentionOptions {
+        scale: cx.float("scale", None)?,
+        softcap: cx.float("softcap", Some(0.0))?,
+        causal: pos,
+        window: u64::try_from(cx.int("window", Some(0))?).unwrap_or(0),
+    };
+    let tables = if rope { Some((cx.x::<T>(3)?, cx.x::<T>(4)?)) } else { None };
+    Ok(vec![r::attention(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, tables, o)?])
 }
 
 fn reshape<T: Elem>(cx: &OpCx<'_>) -> Out<T> {

@@ -150,6 +150,14 @@ fn bound_of(module: &Module, v: fbc_ir::Value, seen: &mut HashSet<fbc_ir::Value>
                 let axis = fbc_dialects::tensor::normalize_axis(axis, t.rank())?;
                 dim(op, 0, axis).zip(dim(op, 1, axis)).map(|(size, n)| size - n + 1)
             }
+            // A query position: below the key positions, so that masks mask something.
+            (Some(OpKind::Tensor(T::CausalMask)), 0) => op
+                .attr("shape")
+                .and_then(fbc_ir::Attr::as_ints)
+                .and_then(|s| s.get(1).and_then(|&m| u64::try_from(m).ok())),
+            (Some(OpKind::Tensor(T::Attention)), i) if i as usize + 1 == op.operands.len() => {
+                dim(op, 1, 2)
+            }
             (Some(OpKind::Tensor(T::EmbeddingGrad)), 0) => {
                 op.attr("vocab").and_then(fbc_ir::Attr::as_int).and_then(|n| u64::try_from(n).ok())
             }

@@ -55,7 +55,10 @@ pub use grad::{
 };
 pub use layout::{contiguous_strides, normalize_axis};
 pub use matmul::matmul;
-pub use nn::{cross_entropy, embedding, layernorm, log_softmax, rmsnorm, rope, softmax};
+pub use nn::{
+    attention, causal_mask, cross_entropy, embedding, layernorm, log_softmax, rmsnorm, rope,
+    softmax, AttentionOptions,
+};
 pub use reduce::{reduce_max, reduce_mean, reduce_sum, reduce_to_shape};
 pub use scalar::{round_bf16, round_f16, round_to_bf16, round_to_f16, Precision, Real};
 pub use shape::{

@@ -458,3 +458,83 @@ mod tests {
             .is_err());
     }
 }
+
+/// `tensor.causal_mask`: `[s, m]` with 0 where key `j` is seen from query `i` at position
+/// `pos + i` (`j ≤ pos + i`, and `j + window > pos + i` with a window), `-inf` elsewhere.
+pub fn causal_mask<T: Real>(pos: i64, s: usize, m: usize, window: u64) -> Result<Tensor<T>> {
+    let n = checked_numel("causal_mask", &[s, m])?;
+    let data = (0..n)
+        .map(|x| {
+            let (i, j) = ((x / m.max(1)) as i128, (x % m.max(1)) as i128);
+            let at = i128::from(pos) + i;
+            let seen = j <= at && (window == 0 || j + i128::from(window) > at);
+            if seen {
+                T::zero()
+            } else {
+                T::neg_infinity()
+            }
+        })
+        .collect();
+    Tensor::new(vec![s, m], data)
+}
+
+/// The options of [`attention`] beyond its tensors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionOptions {
+    pub scale: f64,
+    /// `c · tanh(s / c)` on the scaled scores; 0: none.
+    pub softcap: f64,
+    /// With `Some(pos)`: the mask of [`causal_mask`] at `pos` (with `window`).
+    pub causal: Option<i64>,
+    pub window: u64,
+}
+
+/// `tensor.attention`, as the graph it replaces, op by op (so the interpreter gives the numbers
+/// of the unfused graph, bit for bit): `q' = rope(q, cos, sin)` (with tables), each key and
+/// value head repeated for its `H / KV` query heads, scores `q'·kᵀ` (`matmul`), `scale`d, the
+/// soft cap as `scale(tanh(scale(s, 1/c)), c)`, plus the causal mask, `softmax` along the keys,
+/// times `v`. `q` is `[B, H, S, D]`, `k` and `v` `[B, KV, M, D]`.
+pub fn attention<T: Real>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    rope_tables: Option<(&Tensor<T>, &Tensor<T>)>,
+    o: AttentionOptions,
+) -> Result<Tensor<T>> {
+    use super::elementwise::{add, scale, tanh};
+    use super::shape::{broadcast, reshape};
+    const OP: &str = "attention";
+    let shape_err = |message: String| KernelError::Shape { op: OP, message };
+    let ([b, h, s, d], [kb, kv, m, kd]) = (q.shape(), k.shape()) else {
+        return Err(shape_err(format!("q {:?} and k {:?} must have rank 4", q.shape(), k.shape())));
+    };
+    let (b, h, s, d, kv, m) = (*b, *h, *s, *d, *kv, *m);
+    if *kb != b || *kd != d || v.shape() != k.shape() || kv == 0 || h % kv != 0 {
+        return Err(shape_err(format!(
+            "q {:?}, k {:?} and v {:?} do not fit [B, H, S, D], [B, KV, M, D] with KV dividing H",
+            q.shape(),
+            k.shape(),
+            v.shape()
+        )));
+    }
+    let q = match rope_tables {
+        Some((cos, sin)) => rope(q, cos, sin)?,
+        None => q.clone(),
+    };
+    let heads = |x: &Tensor<T>| -> Result<Tensor<T>> {
+        if kv == h {
+            return Ok(x.clone());
+        }
+        let g = h / kv;
+        let one = reshape(x, &[b, kv, 1, m, d])?;
+        reshape(&broadcast(&one, &[b, kv, g, m, d])?, &[b, h, m, d])
+    };
+    let mut scores = scale(&super::matmul::matmul(&q, &heads(k)?, false, true)?, o.scale);
+    if o.softcap > 0.0 {
+        scores = scale(&tanh(&scale(&scores, 1.0 / o.softcap)), o.softcap);
+    }
+    if let Some(pos) = o.causal {
+        scores = add(&scores, &causal_mask::<T>(pos, s, m, o.window)?)?;
+    }
+    super::matmul::matmul(&softmax(&scores, -1)?, &heads(v)?, false, false)
+}

@@ -51,6 +51,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SEED", default_value = "1")]
     pub seed: u64,
 
+    /// Inputs by argument name from a safetensors file (a decode step's `pos`, say); the
+    /// arguments it does not give are random (`--seed`).
+    #[arg(long, value_name = "IN.safetensors")]
+    pub inputs: Option<PathBuf>,
+
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,

@@ -259,6 +259,11 @@ pub struct CompileArgs {
     #[arg(long, value_enum, default_value = "fblayout")]
     pub layout_strategy: LayoutStrategy,
 
+    /// Leave the named pass out of the `-O` pipeline (repeatable): `--disable-pass
+    /// fuse-attention` keeps attention as separate ops.
+    #[arg(long, value_name = "PASS")]
+    pub disable_pass: Vec<String>,
+
     /// Output file (default: standard output), or directory for `--emit opencl` (default:
     /// `NAME.opencl`).
     #[arg(short, long, value_name = "PATH")]
@@ -305,6 +310,7 @@ impl CompileArgs {
         let mut s = Session::for_target(driver, self.target_name())?;
         s.level = self.level();
         s.strategy = self.layout_strategy.strategy();
+        s.disabled = s.checked_passes(&self.disable_pass)?;
         s.lowering = fbc_transforms::LoweringOptions {
             half_images: self.half_images,
             split_k: self.split_k,
@@ -423,6 +429,11 @@ pub struct LowerArgs {
     /// reports the error against the f64 interpreter.
     #[arg(long)]
     pub half_images: bool,
+
+    /// Leave the named pass out of the `-O` pipeline (repeatable): `--disable-pass
+    /// fuse-attention` keeps attention as separate ops.
+    #[arg(long, value_name = "PASS")]
+    pub disable_pass: Vec<String>,
 }
 
 impl LowerArgs {
@@ -436,6 +447,7 @@ impl LowerArgs {
         let mut s = Session::for_target(driver, &self.profile)?;
         s.level = self.opt_level.unwrap_or(3);
         s.strategy = self.layout_strategy.unwrap_or(LayoutStrategy::Fblayout).strategy();
+        s.disabled = s.checked_passes(&self.disable_pass)?;
         s.lowering = fbc_transforms::LoweringOptions { half_images: self.half_images, split_k };
         Ok(s)
     }

@@ -14,7 +14,7 @@ use super::emit::{dims_attr, internal, Emitter};
 /// that [`has_rule`] and [`apply`] share one list.
 macro_rules! no_rule {
     () => {
-        fbc_dialects::tensor_vjps!() | T::Constant | T::UpdateSlice
+        fbc_dialects::tensor_vjps!() | T::Constant | T::UpdateSlice | T::CausalMask | T::Attention
     };
 }
 

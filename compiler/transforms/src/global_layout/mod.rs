@@ -119,6 +119,8 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::SliceGrad
             | T::Concat
             | T::UpdateSlice
+            | T::CausalMask
+            | T::Attention
             | T::Rope
             | T::RopeGrad => true,
             fbc_dialects::tensor_elementwise_vjps!()

@@ -62,6 +62,12 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         OpKind::Func(_) | OpKind::Layout(_) | OpKind::Memory(_) => return None,
     };
     match t {
+        // Scores reduce `q` and `k` along the head dimension, the product with `v` its keys.
+        T::Attention => match i {
+            0 | 1 => one(3),
+            2 => one(2),
+            _ => None,
+        },
         T::Matmul if r >= 2 => match i {
             0 => one(if flag("transpose_a") { r - 2 } else { r - 1 }),
             1 => one(if flag("transpose_b") { r - 1 } else { r - 2 }),
@@ -106,6 +112,7 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         | T::Embedding
         | T::SliceGrad
         | T::UpdateSlice
+        | T::CausalMask
         | T::Ge => None,
     }
 }

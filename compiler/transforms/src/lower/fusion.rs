@@ -312,6 +312,7 @@ fn pointwise(k: &LKernel, ps: Shapes, shape: &[u64]) -> bool {
     !shape.is_empty()
         && k.combine.is_none()
         && k.stats.is_empty()
+        && k.attention.is_none()
         && k.domain == shape
         && !ps.body.dims
         && is_identity(&k.out.map, shape.len())
@@ -332,6 +333,10 @@ fn find(
     k: usize,
 ) -> Option<(usize, Tid, bool)> {
     let kk = kernels[k].as_ref()?;
+    // An attention launch computes what its parameters say, not a payload to inline into.
+    if kk.attention.is_some() {
+        return None;
+    }
     for (slot, o) in kk.inputs.iter().enumerate() {
         let t: Tid = o.t;
         // A symbol's operand stays an operand (its element 0 is read when the launch runs).

@@ -60,7 +60,7 @@ use std::collections::HashMap;
 
 use fbc_dialects::kind::{FuncOp, LayoutOp, MemoryOp};
 use fbc_dialects::layout::{Layout, Storage};
-use fbc_dialects::memory::{Combine, Kernel, MemType, Scalar, Stat, Symbol};
+use fbc_dialects::memory::{Attention, Combine, Kernel, MemType, Scalar, Stat, Symbol};
 use fbc_index::Expr;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{
@@ -437,6 +437,10 @@ pub(crate) struct LKernel {
     /// The symbols of the maps (`Expr::Var("s0")`, ...): element 0 of input `operand`, in its
     /// range (see `fbc_dialects::memory::Symbol`).
     pub symbols: Vec<Symbol>,
+    /// An attention launch (`tensor.attention`): its parameters, the `causal` map's one result
+    /// over the logical domain and symbols in `last.results`; `body` is unused and the last
+    /// dimension is the keys'.
+    pub attention: Option<Attention>,
     /// Span of the op it came from.
     pub span: Span,
 }
@@ -702,6 +706,7 @@ impl<'m> Lower<'m> {
             stats: Vec::new(),
             symbols: Vec::new(),
             span,
+            attention: None,
         });
     }
 

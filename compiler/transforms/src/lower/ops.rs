@@ -13,7 +13,7 @@
 use fbc_dialects::kind::{FuncOp as F, LayoutOp as L, OpKind as K, TensorOp as T};
 use fbc_dialects::layout::{Intra, Layout};
 use fbc_dialects::memory::{
-    Combine, Scalar, ScalarBin as B, ScalarUn as U, Stat, StorageKind, Symbol,
+    Attention, Combine, Scalar, ScalarBin as B, ScalarUn as U, Stat, StorageKind, Symbol,
 };
 use fbc_index::{BinOp as IndexOp, Expr};
 use fbc_ir::{Attr, Diagnostic, ElemType, Module, Op, Span, Value};
@@ -333,6 +333,7 @@ impl Lower<'_> {
             stats: Vec::new(),
             symbols: Vec::new(),
             span: d.span,
+            attention: None,
         });
     }
 
@@ -377,6 +378,7 @@ impl Lower<'_> {
             stats: Vec::new(),
             symbols: vec![Symbol { operand: 1, lo: 0, hi }],
             span,
+            attention: None,
         });
         Ok(true)
     }
@@ -435,6 +437,7 @@ impl Lower<'_> {
             stats,
             symbols: Vec::new(),
             span: d.span,
+            attention: None,
         });
     }
 
@@ -678,6 +681,21 @@ impl Lower<'_> {
                 let write = bin(B::Or, un(U::Not, valid), inside);
                 self.elementwise(op, rname(0), shape, inputs, t, select(write, load, x(0)));
             }
+            K::Tensor(T::CausalMask) => {
+                // 0 where key d1 is seen from query d0 at position pos + d0, else -inf.
+                let shape = self.shape(res[0]);
+                let window = d.attr("window").and_then(Attr::as_int).unwrap_or(0);
+                let t = self.output(op, 0)?;
+                let inputs = vec![self.read(ops[0], Vec::new(), span)?];
+                let at = add(dk(0), x(0));
+                let mut seen = bin(B::Le, dk(1), at.clone());
+                if window > 0 {
+                    seen = bin(B::And, seen, bin(B::Gt, add(dk(1), int(window)), at));
+                }
+                let body = select(seen, f(0.0), un(U::Neg, f(f64::INFINITY)));
+                self.elementwise(op, rname(0), shape, inputs, t, body);
+            }
+            K::Tensor(T::Attention) => self.attention(op, &ops, &res)?,
             K::Tensor(T::SliceGrad) => {
                 let so = self.shape(res[0]);
                 let si = self.shape(ops[0]);
@@ -1458,4 +1476,85 @@ pub(crate) fn substitute_acc(e: &Scalar, acc: &Scalar) -> Scalar {
         Scalar::Acc => Some(acc.clone()),
         _ => None,
     })
+}
+
+impl Lower<'_> {
+    /// `tensor.attention`: one launch of the memory dialect's attention kind over `(b, h, i |
+    /// e | j)` (`fbc_dialects::memory::attention`). `q`, `k` and `v` are read through their
+    /// accesses (views fold in; query head `h` reads key and value head `h / (H / KV)` in
+    /// place), `cos` and `sin` at `(i, e)`, `pos` as symbol `s0`: the last key query `i` sees
+    /// is `i + s0`.
+    pub(crate) fn attention(
+        &mut self,
+        op: Op,
+        ops: &[Value],
+        res: &[Value],
+    ) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let span = d.span;
+        let flag = |k: &str| d.attr(k).and_then(Attr::as_bool).unwrap_or(false);
+        let (rope, causal) = (flag("rope"), flag("causal"));
+        let float = |k: &str| d.attr(k).and_then(Attr::as_float).unwrap_or(0.0);
+        let (scale, softcap) = (float("scale"), float("softcap"));
+        let window = d.attr("window").and_then(Attr::as_int).unwrap_or(0).max(0) as u64;
+        let (qs, ks) = (self.shape(ops[0]), self.shape(ops[1]));
+        let [b, h, s, hd] = qs[..] else {
+            return Err(located(span, "tensor.attention needs q of rank 4"));
+        };
+        let (kv, keys) = (ks[1], ks[2]);
+        let t = self.output(op, 0)?;
+        if !self.is_linear(t) {
+            return Err(located(span, "internal: tensor.attention's result must be linear"));
+        }
+        let group = h / kv.max(1);
+        let head = if group == 1 {
+            dim(1)
+        } else {
+            Expr::Bin(IndexOp::FloorDiv, Box::new(dim(1)), Box::new(Expr::Const(group as i64)))
+        };
+        let mut inputs = vec![
+            self.read(ops[0], vec![dim(0), dim(1), dim(2), dim(3)], span)?,
+            self.read(ops[1], vec![dim(0), head.clone(), dim(4), dim(3)], span)?,
+            self.read(ops[2], vec![dim(0), head, dim(4), dim(3)], span)?,
+        ];
+        if rope {
+            inputs.push(self.read(ops[3], vec![dim(2), dim(3)], span)?);
+            inputs.push(self.read(ops[4], vec![dim(2), dim(3)], span)?);
+        }
+        let (mut symbols, mut last) = (Vec::new(), None);
+        if causal {
+            // Positions up to 2^31 - 1 - S keep `i + pos` an i32 (the kernels compute in int).
+            let hi = i64::from(i32::MAX) - s as i64;
+            symbols.push(Symbol { operand: inputs.len(), lo: 0, hi });
+            inputs.push(self.read(ops[ops.len() - 1], Vec::new(), span)?);
+            let at = Expr::Bin(IndexOp::Add, Box::new(dim(2)), Box::new(symbol(0)));
+            last = Some(fbc_index::IndexMap {
+                dims: Vec::new(),
+                symbols: Vec::new(),
+                results: vec![at],
+            });
+        }
+        let domain = vec![b, h, s, hd, keys];
+        if domain.contains(&0) {
+            return Ok(());
+        }
+        self.kernels.push(LKernel {
+            op: short_name(d.name()),
+            result: value_name(self.m, res[0]),
+            source: vec![d.name()],
+            note: String::new(),
+            domain,
+            n_par: 4,
+            inputs,
+            out: out(t, vec![dim(0), dim(1), dim(2), dim(3)]),
+            body: Scalar::Int(0),
+            combine: None,
+            epilogue: None,
+            stats: Vec::new(),
+            symbols,
+            attention: Some(Attention { scale, softcap, rope, last, window }),
+            span,
+        });
+        Ok(())
+    }
 }

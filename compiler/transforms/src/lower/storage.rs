@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
 use fbc_dialects::layout::{Intra, Layout, Matrix, RTile};
-use fbc_dialects::memory::{Guard, Iter, Kernel, Scalar, ScalarBin};
+use fbc_dialects::memory::{Attention, Guard, Iter, Kernel, Scalar, ScalarBin};
 use fbc_index::{BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
 use fbc_ir::{Diagnostic, Span};
 
@@ -573,7 +573,8 @@ impl Mapper {
         for r in &mut exprs {
             *r = self.simplified(std::mem::take(r), &k.domain);
         }
-        if self.simplify {
+        // An attention launch keeps its dimensions: query points, head dimension, keys.
+        if self.simplify && k.attention.is_none() {
             self.split += self.split_dims(&mut k, &mut exprs, image_out);
         }
         self.divmod_after += exprs.iter().flatten().map(Expr::count_divmod).sum::<usize>();
@@ -612,8 +613,22 @@ impl Mapper {
         let syms = k.symbols.len();
         let maps =
             exprs.iter().map(|r| self.affine(r, n, syms, k.span)).collect::<Result<Vec<_>, _>>()?;
-        let rest = if row { Iter::Row } else { Iter::Reduction };
+        let rest = match (row, &k.attention) {
+            (true, _) => Iter::Row,
+            (false, Some(_)) => Iter::Key,
+            (false, None) => Iter::Reduction,
+        };
         let iterators = (0..n).map(|i| if i < k.n_par { Iter::Parallel } else { rest }).collect();
+        let attention = match &k.attention {
+            Some(a) => {
+                let last = match &a.last {
+                    Some(l) => Some(self.affine(&l.results, n, syms, k.span)?),
+                    None => None,
+                };
+                Some(Attention { last, ..a.clone() })
+            }
+            None => None,
+        };
         let kernel = Kernel {
             name,
             source: source_of(&k),
@@ -626,6 +641,7 @@ impl Mapper {
             guard,
             stats: k.stats.clone(),
             symbols: k.symbols.clone(),
+            attention,
         };
         Ok((kernel, sids))
     }

@@ -1,0 +1,207 @@
+//! `tensor.attention` lowered to one launch of the attention kind: the reference executor (its
+//! three-step definition) against the tensor interpreter, the Cranelift JIT bit-identical to
+//! the reference executor, and the fused OpenCL kernel (PoCL in CI) within `--check`'s bound of
+//! it, at -O0 and -O3, over grouped-query heads, RoPE, causal masks with and without a window,
+//! soft caps, key counts that are not a multiple of the tile and head dimensions from 4 to 256.
+//! A position outside the symbol's range is an error on every back end, nothing written.
+//!
+//! Without an OpenCL device the OpenCL leg prints a notice, except under `CI=true`, where it
+//! fails (no silent skips).
+
+use fbc_runtime::device::cpu_jit::JitLauncher;
+use fbc_runtime::interp::{random_inputs, Interpreter, Value};
+use fbc_runtime::reference::Tensor;
+
+mod common;
+
+/// `@main` computing one `tensor.attention`: q `[B, H, S, D]`, k and v `[B, KV, M, D]`.
+fn case(b: u64, h: u64, s: u64, d: u64, kv: u64, m: u64, attrs: &str) -> String {
+    let rope = attrs.contains("rope = true");
+    let causal = attrs.contains("causal = true");
+    let (qt, kt) =
+        (format!("tensor<{b}x{h}x{s}x{d}xf32>"), format!("tensor<{b}x{kv}x{m}x{d}xf32>"));
+    let tt = format!("tensor<{s}x{d}xf32>");
+    let mut args = vec![format!("%q: {qt}"), format!("%k: {kt}"), format!("%v: {kt}")];
+    let mut ops = vec!["%q".to_string(), "%k".into(), "%v".into()];
+    let mut types = vec![qt.clone(), kt.clone(), kt];
+    if rope {
+        args.extend([format!("%cos: {tt}"), format!("%sin: {tt}")]);
+        ops.extend(["%cos".into(), "%sin".into()]);
+        types.extend([tt.clone(), tt]);
+    }
+    if causal {
+        args.push("%pos: tensor<i32>".into());
+        ops.push("%pos".into());
+        types.push("tensor<i32>".into());
+    }
+    common::main_module(
+        &args.join(", "),
+        &format!(
+            "  %r = tensor.attention {} {{{attrs}}} : ({}) -> {qt}",
+            ops.join(", "),
+            types.join(", ")
+        ),
+        &qt,
+    )
+}
+
+fn cases() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "decode: grouped heads, RoPE, causal",
+            case(1, 8, 1, 64, 2, 100, "scale = 0.125, rope = true, causal = true"),
+        ),
+        (
+            "prefill: soft cap, window",
+            case(1, 2, 7, 32, 2, 40, "scale = 0.2, causal = true, window = 5, softcap = 3.0"),
+        ),
+        ("Gemma's head dimension 256, no mask", case(1, 1, 3, 256, 1, 9, "scale = 0.0625")),
+        (
+            "head dimension 100, batch 2",
+            case(2, 3, 5, 100, 3, 33, "scale = 0.1, causal = true, rope = true"),
+        ),
+        ("tiny", case(1, 2, 2, 4, 1, 3, "scale = 1.0, causal = true")),
+        // More keys than a work-group takes: chunks of keys, then the combine.
+        (
+            "decode over 300 positions in 3 chunks",
+            case(1, 4, 1, 64, 2, 300, "scale = 0.125, rope = true, causal = true"),
+        ),
+        (
+            "a window across chunks",
+            case(1, 2, 2, 32, 1, 400, "scale = 0.2, causal = true, window = 150"),
+        ),
+    ]
+}
+
+fn lowered(text: &str, o3: bool) -> fbc_ir::Module {
+    let profile = fbc_target::builtin("generic").expect("generic");
+    let r = if o3 {
+        common::lower_o3_with(text, &profile, "auto")
+    } else {
+        common::lower_o0_with(text, &profile, "auto")
+    };
+    r.unwrap_or_else(|e| panic!("lowers: {e}"))
+}
+
+fn f32s(v: &Value) -> &[f32] {
+    v.as_f32().expect("f32").data()
+}
+
+/// Asserts `got` within `--check`'s bound of `want`.
+fn close(want: &[f32], got: &[f32], what: &str) {
+    assert_eq!(want.len(), got.len(), "{what}");
+    let big = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        let bound = 1e-5 + 1e-4 * (w.abs() + big);
+        assert!((w - g).abs() <= bound, "{what}: element {i}: {g} vs {w}");
+    }
+}
+
+#[test]
+fn the_attention_launch_matches_the_interpreter_and_the_jit_matches_it_bit_for_bit() {
+    for (name, text) in cases() {
+        let original = common::parse(&text);
+        let inputs = random_inputs(&original, "main", 3).expect("inputs");
+        let want = Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
+        for o3 in [false, true] {
+            let m = lowered(&text, o3);
+            let what = format!("{name} at -O{}", if o3 { 3 } else { 0 });
+            let launches = m.all_ops().filter(|&o| m.op(o).attr("attention").is_some()).count();
+            assert_eq!(launches, 1, "{what}: one attention launch");
+            let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
+            close(f32s(&want[0]), f32s(&reference[0]), &what);
+            let mut l = JitLauncher::new().expect("jit");
+            let jit = Interpreter::new(&m)
+                .run_with_launcher("main", inputs.clone(), &mut l)
+                .expect("jit");
+            let (r, j) = (f32s(&reference[0]), f32s(&jit[0]));
+            assert!(
+                r.iter().zip(j).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what}: the JIT differs from the reference executor"
+            );
+        }
+    }
+}
+
+/// The inputs of a case with the position replaced by `pos`.
+fn at_position(text: &str, pos: i32) -> Vec<Value> {
+    let original = common::parse(text);
+    let mut inputs = random_inputs(&original, "main", 3).expect("inputs");
+    let last = inputs.len() - 1;
+    inputs[last] = Value::I32(Tensor::new(Vec::new(), vec![pos]).expect("scalar"));
+    inputs
+}
+
+#[test]
+fn a_negative_position_is_an_error_of_the_launch() {
+    let text = case(1, 2, 2, 4, 1, 3, "scale = 1.0, causal = true");
+    let inputs = at_position(&text, -1);
+    let original = common::parse(&text);
+    let e = Interpreter::new(&original).run("main", inputs.clone()).unwrap_err().to_string();
+    assert!(e.contains("the position -1 is negative"), "{e}");
+    let m = lowered(&text, true);
+    let e = Interpreter::new(&m).run("main", inputs.clone()).unwrap_err().to_string();
+    assert!(e.contains("symbol s0 (element 0 of operand 3) is -1, outside 0..=2147483645"), "{e}");
+    let mut l = JitLauncher::new().expect("jit");
+    let e = Interpreter::new(&m).run_with_launcher("main", inputs, &mut l).unwrap_err().to_string();
+    assert!(e.contains("is -1, outside 0..=2147483645"), "{e}");
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn the_fused_opencl_kernel_matches_the_reference_executor() {
+    if !common::have_device() {
+        return;
+    }
+    let profile = fbc_target::builtin("generic").expect("generic");
+    for (name, text) in cases() {
+        let original = common::parse(&text);
+        let inputs = random_inputs(&original, "main", 3).expect("inputs");
+        for o3 in [false, true] {
+            let m = lowered(&text, o3);
+            let what = format!("{name} at -O{}", if o3 { 3 } else { 0 });
+            let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
+            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+            let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
+            let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+            assert_eq!(
+                out.source.matches("// Attention, flash-decoding").count(),
+                1,
+                "{what}: one fused kernel\n{}",
+                out.source
+            );
+            // Keys beyond one chunk of 64 are split into chunks, combined by a second kernel.
+            let keys = m
+                .all_ops()
+                .find_map(|o| m.op(o).attr("domain").and_then(fbc_ir::Attr::as_ints))
+                .and_then(|d| d.last().copied())
+                .unwrap_or(0);
+            assert_eq!(out.source.contains("_combine("), keys > 64, "{what}");
+            let run = fbc_runtime::device::opencl::run(
+                &out.source,
+                &out.manifest,
+                "main",
+                &inputs,
+                &fbc_runtime::device::opencl::RunOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
+        }
+    }
+    // Out of range: the error names the position; nothing is written.
+    let text = case(1, 2, 2, 4, 1, 3, "scale = 1.0, causal = true");
+    let m = lowered(&text, true);
+    let out = fbc_codegen::opencl::Writer::new(fbc_codegen::opencl::Options::default())
+        .write(&m)
+        .expect("OpenCL C");
+    let e = fbc_runtime::device::opencl::run(
+        &out.source,
+        &out.manifest,
+        "main",
+        &at_position(&text, -1),
+        &fbc_runtime::device::opencl::RunOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("-1"), "{e}");
+}
