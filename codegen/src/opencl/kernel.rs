@@ -1976,7 +1976,8 @@ impl Cx<'_> {
             }
             None => return None,
         };
-        if lanes == Lanes::Wide && k < fbc_target::SKINNY_WIDE_MIN_K {
+        let min_k = if j == 1 { fbc_target::MATVEC_MIN_K } else { fbc_target::SKINNY_WIDE_MIN_K };
+        if lanes == Lanes::Wide && k < min_k {
             return None;
         }
         let texel = texel.as_deref();
