@@ -11,6 +11,7 @@
 use fbc_runtime::device::cpu_jit::JitLauncher;
 use fbc_runtime::interp::{random_inputs, Interpreter, Value};
 use fbc_runtime::reference::Tensor;
+use proptest::prelude::*;
 
 mod common;
 
@@ -204,4 +205,73 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("-1"), "{e}");
+}
+
+/// A random attention case: `(heads of k and v, query heads per k head, head dimension, keys,
+/// queries, rope, causal, window, soft cap)`.
+fn random_case() -> impl Strategy<Value = String> {
+    (
+        1u64..=3,
+        1u64..=3,
+        1u64..=40,
+        1u64..=150,
+        1u64..=4,
+        any::<bool>(),
+        any::<bool>(),
+        0u64..=3,
+        any::<bool>(),
+    )
+        .prop_map(|(kv, g, half, m, s, rope, causal, window, cap)| {
+            let mut attrs = vec!["scale = 0.3".to_string()];
+            if rope {
+                attrs.push("rope = true".into());
+            }
+            if causal {
+                attrs.push("causal = true".into());
+                if window > 0 {
+                    attrs.push(format!("window = {}", window * 7));
+                }
+            }
+            if cap {
+                attrs.push("softcap = 1.5".into());
+            }
+            case(1, kv * g, s, 2 * half, kv, m, &attrs.join(", "))
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Fused against unfused on random shapes (heads, grouped-query groups, head sizes, key
+    /// counts that are not multiples of a chunk): the lowered attention launch on the reference
+    /// executor within `--check`'s bound of the interpreter's unfused graph, the JIT
+    /// bit-identical to it, and the OpenCL kernel (PoCL in CI) within the bound.
+    #[test]
+    fn random_attention_keeps_its_numbers(text in random_case()) {
+        let original = common::parse(&text);
+        let inputs = random_inputs(&original, "main", 9).expect("inputs");
+        let want = Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
+        let m = lowered(&text, true);
+        let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
+        close(f32s(&want[0]), f32s(&reference[0]), &text);
+        let mut l = JitLauncher::new().expect("jit");
+        let jit = Interpreter::new(&m).run_with_launcher("main", inputs.clone(), &mut l).expect("jit");
+        let same = f32s(&reference[0]).iter().zip(f32s(&jit[0])).all(|(a, b)| a.to_bits() == b.to_bits());
+        prop_assert!(same, "the JIT differs from the reference executor: {}", text);
+        #[cfg(feature = "opencl")]
+        if common::have_device() {
+            let out = fbc_codegen::opencl::Writer::new(fbc_codegen::opencl::Options::default())
+                .write(&m)
+                .expect("OpenCL C");
+            let run = fbc_runtime::device::opencl::run(
+                &out.source,
+                &out.manifest,
+                "main",
+                &inputs,
+                &fbc_runtime::device::opencl::RunOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+            close(f32s(&reference[0]), f32s(&run.results[0]), &text);
+        }
+    }
 }

@@ -190,6 +190,30 @@ fn generate_gives_the_same_tokens_on_the_interpreter_and_the_jit() {
         let jit = run(&["--target", "cpu-jit", level]);
         assert_eq!(jit.stdout, reference.stdout, "cpu-jit {level}");
     }
+    // The same tokens with the attention unfused (`fuse-attention` runs at -O2 and -O3).
+    let unfused = run(&["--target", "cpu-jit", "--disable-pass", "fuse-attention"]);
+    assert_eq!(unfused.stdout, reference.stdout, "cpu-jit without fuse-attention");
+    // An unknown pass is a usage error.
+    let o = common::fbc(&[
+        "generate",
+        p,
+        "--random-weights",
+        "5",
+        "--prompt",
+        "3",
+        "--max-new",
+        "1",
+        "--target",
+        "cpu-jit",
+        "--disable-pass",
+        "fuse-attnetion",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--disable-pass: no pass named `fuse-attnetion` (see `fbc passes`)"),
+        "{}",
+        o.stderr
+    );
 }
 
 /// `fbc generate`'s mistakes: a module without `@prefill`, a prompt longer than `@prefill` or

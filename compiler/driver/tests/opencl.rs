@@ -1862,4 +1862,7 @@ fn generate_on_the_device_gives_the_interpreters_tokens() {
     let device = run(&["--target", "opencl"]);
     assert_eq!(device.stdout, reference.stdout);
     assert!(device.stderr.contains(", peak device memory "), "{}", device.stderr);
+    // The same tokens without the fused attention kernel.
+    let unfused = run(&["--target", "opencl", "--disable-pass", "fuse-attention"]);
+    assert_eq!(unfused.stdout, reference.stdout);
 }
