@@ -1976,8 +1976,7 @@ impl Cx<'_> {
             }
             None => return None,
         };
-        let min_k = if j == 1 { fbc_target::MATVEC_MIN_K } else { fbc_target::SKINNY_WIDE_MIN_K };
-        if lanes == Lanes::Wide && k < min_k {
+        if lanes == Lanes::Wide && k < fbc_target::SKINNY_WIDE_MIN_K {
             return None;
         }
         let texel = texel.as_deref();

@@ -1096,8 +1096,8 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
 /// 8 and 16 on either side (rank 1: a matrix-vector product), reductions that the lanes' stride does not divide (19, 33, 70, 600)
 /// and one shorter than the 32 lanes, split in two (`split-k=2`, chunks and a tail) and
 /// unsplit. A product without a skinny kernel is one whose reduction (chunk) is shorter than
-/// `fbc_target::SKINNY_WIDE_MIN_K` (`MATVEC_MIN_K` for a matrix-vector product), which the tiled
-/// kernel takes where the lanes would run along the wide side.
+/// `fbc_target::SKINNY_WIDE_MIN_K`, which the tiled kernel takes where the lanes would run
+/// along the wide side.
 #[test]
 fn skinny_contractions_match_the_reference_executor() {
     if !have_device() {
@@ -1160,17 +1160,10 @@ fn skinny_contractions_match_the_reference_executor() {
             // `a` untransposed or `b` transposed; R-Tile images (-O3) may place it either way.
             let along_k = if n <= fbc_target::SKINNY_SIDE && m >= n { !ta } else { tb };
             let chunk = if split == "2" { k / 2 } else { k };
-            // A matrix-vector product (one narrow output) takes the skinny kernel from shorter
-            // chunks than other skinny products.
-            let min_k = if m.min(n) == 1 {
-                fbc_target::MATVEC_MIN_K
-            } else {
-                fbc_target::SKINNY_WIDE_MIN_K
-            };
             match form {
                 Some(form) => _ = forms.insert((o3, form)),
                 None => assert!(
-                    chunk < min_k && (o3 || !along_k),
+                    chunk < fbc_target::SKINNY_WIDE_MIN_K && (o3 || !along_k),
                     "{case}: no skinny kernel\n{}",
                     out.source
                 ),

@@ -61,14 +61,6 @@ pub const SKINNY_SIDE: u64 = 16;
 /// took 0.0219 and 0.0235 ms against the tiled kernel's 0.0272 and 0.0364.
 pub const SKINNY_WIDE_MIN_K: u64 = 256;
 
-/// The shortest reduction (or split-K chunk) the skinny kernel takes for a matrix-vector
-/// product (one narrow output: a decode step's projections), lanes along the wide side. Such a
-/// product with a narrow wide side (the K and V projections of a grouped-query model, 512
-/// outputs) has few work-groups per chunk, so it needs short chunks to fill the device: with
-/// [`SKINNY_WIDE_MIN_K`] the 16-layer Llama 3.2-1B decode step's K and V projections ran 32
-/// work-groups each, 0.59 ms for 134 MB (H200, `h200.sh` part attention).
-pub const MATVEC_MIN_K: u64 = 64;
-
 /// The tiled contraction kernel's parameters that a profile sets for its device: the analytic
 /// defaults the OpenCL writer uses where no tuning says otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]

@@ -142,10 +142,10 @@ pub enum ProductShape {
 /// faster still at these counts (see that constant); the counts stay the ones measured best.
 fn skinny_chunks(outputs: u64, narrow: u64, lanes_along_k: bool, k: u64, cus: u32) -> Option<u64> {
     // A matrix-vector product (one narrow output: a decode step's projections) keeps its chunks
-    // long enough for the skinny kernel's lanes along the wide side (`MATVEC_MIN_K`): the tiled
-    // kernel read a decode step's 128-long chunks at 350 GB/s where the skinny kernel read the
-    // MLP's at 1.5-2.3 TB/s (H200, `h200.sh` part decode).
-    let wide_min = if narrow == 1 { fbc_target::MATVEC_MIN_K } else { 32 };
+    // long enough for the skinny kernel's lanes along the wide side: the tiled kernel read a
+    // decode step's 128-long chunks at 350 GB/s where the skinny kernel read the MLP's at
+    // 1.5-2.3 TB/s (H200, `h200.sh` part decode).
+    let wide_min = if narrow == 1 { fbc_target::SKINNY_WIDE_MIN_K } else { 32 };
     let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, wide_min) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
     let most = 2 * u64::from(cus.max(1));
@@ -400,12 +400,12 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(8192 * 8, w_lanes, 512, &nv), Some(4)); // dA of down
         let w16 = ProductShape::Skinny { narrow: 16, lanes_along_k: false };
         assert_eq!(SplitK::Auto.chunks(8192 * 16, w16, 512, &nv), Some(4));
-        // Matrix-vector products (a decode step): chunks of at least 64 along the wide side.
+        // Matrix-vector products (a decode step): chunks of at least 256 along the wide side.
         let gemv = ProductShape::Skinny { narrow: 1, lanes_along_k: false };
-        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q: 16 groups a chunk
-        assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(32)); // K of GQA (64 by the groups)
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(8)); // Q (16 by the groups)
+        assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(8)); // K of GQA (64)
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4)); // gate
-        assert_eq!(SplitK::Auto.chunks(2048, gemv, 127, &nv), None); // one chunk of 64 only
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), None); // one chunk of 256 only
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 255, &nv), None); // K too short to chunk
         assert_eq!(SplitK::Auto.chunks(8192 * 8 * 8, k_lanes, 8192, &nv), None); // device full
 
