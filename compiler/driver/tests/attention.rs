@@ -148,13 +148,30 @@ fn a_negative_position_is_an_error_of_the_launch() {
     assert!(e.contains("is -1, outside 0..=2147483645"), "{e}");
 }
 
+/// The OpenCL C of lowered module `m` for the generic profile, and its `@main` run on the
+/// device with `inputs` (the results, or the error's text).
+#[cfg(feature = "opencl")]
+fn on_device(m: &fbc_ir::Module, inputs: &[Value]) -> (String, Result<Vec<Value>, String>) {
+    let profile = fbc_target::builtin("generic").expect("generic");
+    let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+    let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(m).expect("OpenCL C");
+    let run = fbc_runtime::device::opencl::run(
+        &out.source,
+        &out.manifest,
+        "main",
+        inputs,
+        &fbc_runtime::device::opencl::RunOptions::default(),
+    );
+    (out.source, run.map(|r| r.results).map_err(|e| e.to_string()))
+}
+
 #[cfg(feature = "opencl")]
 #[test]
 fn the_fused_opencl_kernel_matches_the_reference_executor() {
     if !common::have_device() {
         return;
     }
-    let profile = fbc_target::builtin("generic").expect("generic");
     for (name, text) in cases() {
         let original = common::parse(&text);
         let inputs = random_inputs(&original, "main", 3).expect("inputs");
@@ -162,14 +179,11 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
             let m = lowered(&text, o3);
             let what = format!("{name} at -O{}", if o3 { 3 } else { 0 });
             let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
-            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
-            let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
-            let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+            let (source, run) = on_device(&m, &inputs);
             assert_eq!(
-                out.source.matches("// Attention, flash-decoding").count(),
+                source.matches("// Attention, flash-decoding").count(),
                 1,
-                "{what}: one fused kernel\n{}",
-                out.source
+                "{what}: one fused kernel\n{source}"
             );
             // Keys beyond one chunk of 64 are split into chunks, combined by a second kernel.
             let keys = m
@@ -177,33 +191,14 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
                 .find_map(|o| m.op(o).attr("domain").and_then(fbc_ir::Attr::as_ints))
                 .and_then(|d| d.last().copied())
                 .unwrap_or(0);
-            assert_eq!(out.source.contains("_combine("), keys > 64, "{what}");
-            let run = fbc_runtime::device::opencl::run(
-                &out.source,
-                &out.manifest,
-                "main",
-                &inputs,
-                &fbc_runtime::device::opencl::RunOptions::default(),
-            )
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
+            assert_eq!(source.contains("_combine("), keys > 64, "{what}");
+            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+            close(f32s(&reference[0]), f32s(&run[0]), &what);
         }
     }
     // Out of range: the error names the position; nothing is written.
     let text = case(1, 2, 2, 4, 1, 3, "scale = 1.0, causal = true");
-    let m = lowered(&text, true);
-    let out = fbc_codegen::opencl::Writer::new(fbc_codegen::opencl::Options::default())
-        .write(&m)
-        .expect("OpenCL C");
-    let e = fbc_runtime::device::opencl::run(
-        &out.source,
-        &out.manifest,
-        "main",
-        &at_position(&text, -1),
-        &fbc_runtime::device::opencl::RunOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = on_device(&lowered(&text, true), &at_position(&text, -1)).1.unwrap_err();
     assert!(e.contains("-1"), "{e}");
 }
 
@@ -260,18 +255,8 @@ proptest! {
         prop_assert!(same, "the JIT differs from the reference executor: {}", text);
         #[cfg(feature = "opencl")]
         if common::have_device() {
-            let out = fbc_codegen::opencl::Writer::new(fbc_codegen::opencl::Options::default())
-                .write(&m)
-                .expect("OpenCL C");
-            let run = fbc_runtime::device::opencl::run(
-                &out.source,
-                &out.manifest,
-                "main",
-                &inputs,
-                &fbc_runtime::device::opencl::RunOptions::default(),
-            )
-            .unwrap_or_else(|e| panic!("{text}: {e}"));
-            close(f32s(&reference[0]), f32s(&run.results[0]), &text);
+            let run = on_device(&m, &inputs).1.unwrap_or_else(|e| panic!("{text}: {e}"));
+            close(f32s(&reference[0]), f32s(&run[0]), &text);
         }
     }
 }

@@ -10,7 +10,7 @@
 //! operands: q, k, v, [cos, sin if rope], [the symbols' i32 buffers], out
 //! q'(p, e)  = rope ? q(p, e)·cos(p, e) + (e < D/2 ? -q(p, e + D/2) : q(p, e - D/2))·sin(p, e) : q(p, e)
 //! s(p, j)   = Σ_e q'(p, e)·k(p, e, j)                      (e in order, f32)
-//! s(p, j)   = softcap > 0 ? softcap·tanh(s·scale / softcap) : s·scale
+//! s(p, j)   = softcap > 0 ? softcap·tanh(s·scale·(1/softcap)) : s·scale
 //! s(p, j)   = -inf unless j ≤ last(p) (and j + window > last(p) with a window)   (with `causal`)
 //! w(p, j)   = exp(s(p, j) - max_j s) / Σ_j exp(s(p, j) - max_j s)               (a row softmax)
 //! out(p, e) = Σ_j w(p, j)·v(p, e, j)                       (j in order)
@@ -35,7 +35,7 @@ use fbc_index::{BinOp, Expr, IndexMap};
 use fbc_ir::attr::DialectAttr;
 use fbc_ir::{Attr, ElemType};
 
-use super::kernel::{kerr, Combine, Iter, Kernel, KernelError, MemType, Scalar, Stat};
+use super::kernel::{kerr, uses_var, Combine, Iter, Kernel, KernelError, MemType, Scalar, Stat};
 use super::kernel::{ScalarBin as B, ScalarUn as U};
 
 /// The parameters of an attention launch (see the module docs).
@@ -285,8 +285,9 @@ impl Kernel {
         s1.body = bin(B::Mul, q, Scalar::In(1));
         s1.combine = Some(Combine::Add);
         let scaled = bin(B::Mul, Scalar::Acc, Scalar::Float(a.scale));
+        // The soft cap as the graph it replaces computes it: times 1/c, tanh, times c.
         let mut score = if a.softcap > 0.0 {
-            let t = bin(B::Div, scaled, Scalar::Float(a.softcap));
+            let t = bin(B::Mul, scaled, Scalar::Float(1.0 / a.softcap));
             bin(B::Mul, Scalar::Float(a.softcap), Scalar::Un(U::Tanh, Box::new(t)))
         } else {
             scaled
@@ -471,7 +472,7 @@ impl Kernel {
         for i in free {
             let m = &self.maps[i];
             let key = &m.dims[n + 1];
-            if m.results.iter().any(|r| mentions(r, key)) {
+            if m.results.iter().any(|r| uses_var(r, key)) {
                 return kerr("maps", format!("map {i} of an attention launch uses the key dimension `{key}`; only the maps of k and v may"));
             }
         }
@@ -484,7 +485,7 @@ impl Kernel {
             if last
                 .results
                 .iter()
-                .any(|r| mentions(r, &last.dims[n]) || mentions(r, &last.dims[n + 1]))
+                .any(|r| uses_var(r, &last.dims[n]) || uses_var(r, &last.dims[n + 1]))
             {
                 return kerr("causal", format!("the `causal` map gives one position per query point; it must not use the head or key dimension, found {last}"));
             }
@@ -548,15 +549,5 @@ impl Kernel {
             }
         }
         lb
-    }
-}
-
-/// Whether `e` mentions variable `v`.
-fn mentions(e: &Expr, v: &str) -> bool {
-    match e {
-        Expr::Var(x) => x == v,
-        Expr::Const(_) => false,
-        Expr::Neg(a) => mentions(a, v),
-        Expr::Bin(_, a, b) => mentions(a, v) || mentions(b, v),
     }
 }

@@ -1102,7 +1102,7 @@ impl Kernel {
 }
 
 /// Whether `e` mentions variable `v`.
-fn uses_var(e: &Expr, v: &str) -> bool {
+pub(crate) fn uses_var(e: &Expr, v: &str) -> bool {
     match e {
         Expr::Var(x) => x == v,
         Expr::Const(_) => false,

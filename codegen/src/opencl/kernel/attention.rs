@@ -125,8 +125,8 @@ impl Cx<'_> {
         let kv = self.read(K, &at("e", "fbc_j"))?.0;
         let mut score = format!("fbc_dot * {}", f32_lit(a.scale));
         if a.softcap > 0.0 {
-            let c = f32_lit(a.softcap);
-            score = format!("{c} * tanh(({score}) / {c})");
+            let (c, r) = (f32_lit(a.softcap), f32_lit(1.0 / a.softcap));
+            score = format!("{c} * tanh(({score}) * {r})");
         }
         let _ = writeln!(
             s,
