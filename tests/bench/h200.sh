@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# torch.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch clblast), so that a
+# torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch torchdecode clblast), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch clblast}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch torchdecode clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -199,6 +199,8 @@ if want attention; then
   done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
+# PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.
+want torchdecode && timeout 200 python3 tests/bench/torch_decode.py ${POSITIONS:-2047 127} > $O/torch_decode.json 2>&1
 # CLBlast 1.5.3 (issue 10), where tests/bench/clblast.sh built it into devbin/clblast: the
 # matmul-fb products, the MHA C1 attention products (32 heads) and the LoRA products of
 # lora_products.fbir, NAME:M:N:K:TA:TB[:BATCH], row-major. Results: $O/clblast.txt.
