@@ -260,3 +260,58 @@ proptest! {
         }
     }
 }
+
+/// A safetensors file holding the rank-0 `i32` tensor `pos`.
+fn position_file(dir: &std::path::Path, pos: i32) -> std::path::PathBuf {
+    let header = r#"{"pos":{"dtype":"I32","shape":[],"data_offsets":[0,4]}}"#;
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend(header.as_bytes());
+    b.extend(pos.to_le_bytes());
+    let path = dir.join(format!("pos{pos}.safetensors"));
+    std::fs::write(&path, b).expect("write");
+    path
+}
+
+/// A one-layer Llama decode step at the first and at the last position of its 12-position cache
+/// (the mask then keeps one key, or all of them): the fused attention on the JIT and on OpenCL
+/// against the interpreter (`fbc run --check`).
+#[test]
+fn decode_at_the_first_and_the_last_cache_position() {
+    let dir = common::scratch("attention-positions");
+    let module = dir.join("decode.fbir");
+    std::fs::write(&module, common::inference_module("llama3.2-1b", 4, 48, 12)).expect("write");
+    let m = module.to_str().expect("path");
+    let mut targets = vec!["cpu-jit"];
+    if cfg!(feature = "opencl") && opencl_device() {
+        targets.push("opencl");
+    }
+    for pos in [0, 11] {
+        let p = position_file(&dir, pos);
+        for target in &targets {
+            let args = [
+                "run",
+                m,
+                "--entry",
+                "decode",
+                "--inputs",
+                p.to_str().expect("path"),
+                "--random-inputs",
+                "4",
+                "--target",
+                target,
+                "--check",
+            ];
+            let o = common::fbc(&args);
+            assert_eq!(o.code, 0, "pos {pos} on {target}: {}", o.stderr);
+            assert!(o.stdout.contains("check passed"), "pos {pos} on {target}: {}", o.stdout);
+        }
+    }
+}
+
+/// Whether an OpenCL device is there (`common::have_device`, which fails under CI without one).
+fn opencl_device() -> bool {
+    #[cfg(feature = "opencl")]
+    return common::have_device();
+    #[cfg(not(feature = "opencl"))]
+    return false;
+}
