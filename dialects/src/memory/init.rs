@@ -114,8 +114,9 @@ pub fn written_intervals(k: &Kernel, t: MemType) -> Option<Vec<(u64, u64)>> {
         return Some(Vec::new());
     }
     let map = k.maps.last()?;
-    // Where a map with symbols writes is known only when the launch runs.
-    if !map.symbols.is_empty() {
+    // Where a map that uses its symbols writes is known only when the launch runs (a map may
+    // name the launch's symbols without using them: an attention launch's output).
+    if map.results.iter().any(|r| map.symbols.iter().any(|s| mentions(r, s))) {
         return None;
     }
     let elems = t.elems();
@@ -414,6 +415,22 @@ mod tests {
             ", combine = \"add\"",
         );
         assert_eq!(fills(O, &l), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_symbol_the_output_map_does_not_use_leaves_its_writes_known() {
+        let p = "  %p = memory.alloc : () -> !memory.buffer<1, i32>";
+        let at = |map: &str| {
+            format!(
+                "  memory.launch %p, %o {{kernel = \"k\", domain = [20], iterators = [\"parallel\"], maps = [(d0)[s0] -> (0), {map}], body = \"1.0\", symbols = [[0, 0, 4]]}} : (!memory.buffer<1, i32>, !memory.buffer<24, f32>) -> ()"
+            )
+        };
+        // All 24 elements by d0 + 4 over 20 points does not cover 0..4, whatever s0 is...
+        assert_eq!(fills(&format!("{p}\n{O}"), &at("(d0)[s0] -> (d0 + s0)")), ["p", "o"]);
+        // ...and a map that does not use s0 is known: 20 of 24 written, still a fill.
+        assert_eq!(fills(&format!("{p}\n{O}"), &at("(d0)[s0] -> (d0)")), ["p", "o"]);
+        let all = at("(d0)[s0] -> (d0)").replace("domain = [20]", "domain = [24]");
+        assert_eq!(fills(&format!("{p}\n{O}"), &all), ["p"]);
     }
 
     #[test]
