@@ -360,7 +360,7 @@ fn launch_verifier_rules() {
         ),
         (
             "kernel = \"k\", domain = [4, 2], iterators = [\"reduction\", \"parallel\"], maps = [(d0, d1) -> (d0), (d0, d1) -> (d0)], body = \"x0\", combine = \"add\"",
-            "every \"parallel\" iterator must come before every \"reduction\" or \"row\" one — `iterators` of memory.launch",
+            "every \"parallel\" iterator must come before every \"reduction\", \"row\" or \"key\" one — `iterators` of memory.launch",
             "iterators",
         ),
         (

@@ -643,7 +643,7 @@ impl Kernel {
         if iterators[np..].contains(&Iter::Parallel) {
             return kerr(
                 "iterators",
-                "every \"parallel\" iterator must come before every \"reduction\" or \"row\" one",
+                "every \"parallel\" iterator must come before every \"reduction\", \"row\" or \"key\" one",
             );
         }
         if let Some(at) = iterators.iter().position(|i| *i == Iter::Key) {
