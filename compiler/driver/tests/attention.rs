@@ -315,3 +315,34 @@ fn opencl_device() -> bool {
     #[cfg(not(feature = "opencl"))]
     return false;
 }
+
+/// The reference executor's scratch for an attention launch (`P·M` scores, twice) is checked
+/// against the memory limit like any allocation: a clear error, not an abort.
+#[test]
+fn the_scratch_of_a_huge_attention_launch_is_refused() {
+    let dir = common::scratch("attention-scratch");
+    let path = dir.join("huge.fbir");
+    let n = 65536;
+    let text = format!(
+        r#"func.func @main(%q: tensor<{n}xf32>, %k: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %qm = memory.upload %q {{layout = #layout.linear}} : (tensor<{n}xf32>) -> !memory.buffer<{n}, f32>
+  %km = memory.upload %k {{layout = #layout.linear}} : (tensor<{n}xf32>) -> !memory.buffer<{n}, f32>
+  %om = memory.alloc : () -> !memory.buffer<{n}, f32>
+  memory.launch %qm, %km, %km, %om {{kernel = "a", domain = [{n}, 1, {n}], iterators = ["parallel", "parallel", "key"], maps = [(d0, d1, d2) -> (d0 + d1), (d0, d1, d2) -> (d2 + d1), (d0, d1, d2) -> (d2 + d1), (d0, d1, d2) -> (d0 + d1)], attention = #memory.attention<scale = 1.0, softcap = 0.0, rope = false, window = 0>}} : (!memory.buffer<{n}, f32>, !memory.buffer<{n}, f32>, !memory.buffer<{n}, f32>, !memory.buffer<{n}, f32>) -> ()
+  %o = memory.download %om {{layout = #layout.linear}} : (!memory.buffer<{n}, f32>) -> tensor<{n}xf32>
+  func.return %o : tensor<{n}xf32>
+}}
+"#
+    );
+    std::fs::write(&path, text).expect("write");
+    let p = path.to_str().expect("path");
+    let o = common::fbc(&["run", p, "--random-inputs", "1", "--max-memory", "1G"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "the scratch !memory.buffer<4294967296, f32> of attention launch `a` needs 17179869184 bytes (16.0 GiB), over the memory limit of 1073741824 bytes (1.0 GiB) (set it with --max-memory)"
+        ),
+        "{}",
+        o.stderr
+    );
+}

@@ -80,8 +80,13 @@ pub fn run_attention(
     // The launch's own symbols first, so that an error names its operands.
     launch::symbol_values(k, operands)?;
     let n = operands.len();
-    let mut scratch: Vec<MemData> =
-        parts.scratch.iter().map(|t| MemData::F32(vec![0.0; t.elems() as usize])).collect();
+    // The scratch is the executor's own allocation: checked against the memory limit like storage.
+    let mut scratch = Vec::with_capacity(parts.scratch.len());
+    for t in &parts.scratch {
+        let what = format_args!("the scratch {t} of attention launch `{}`", k.name);
+        let n = crate::limits::check_elems(what, Some(t.elems()), 4)?;
+        scratch.push(MemData::F32(vec![0.0; n]));
+    }
     let all: Vec<MemType> = types.iter().chain(&parts.scratch).copied().collect();
     for (sk, ops) in &parts.steps {
         if ops.iter().any(|&o| o >= all.len()) {

@@ -225,7 +225,11 @@ impl Cx<'_> {
             hd + 1
         );
         let (global, local) = item_grid(points * hd, opts);
-        Ok(Then { source: s, global, local, scratch: points * chunks * stride, inputs })
+        let scratch = points
+            .checked_mul(chunks)
+            .and_then(|n| n.checked_mul(stride))
+            .ok_or("the attention's partials have more elements than fit in 64 bits")?;
+        Ok(Then { source: s, global, local, scratch, inputs })
     }
 }
 
