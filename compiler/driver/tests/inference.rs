@@ -281,3 +281,54 @@ fn generate_refuses_what_it_cannot_do() {
         o.stderr
     );
 }
+
+/// Zero bytes of KV cache copied per decode step: in the lowered `@decode` of a one-layer Llama
+/// (-O3, nvidia), each cache is uploaded into storage that its result downloads, the only launch
+/// writing it is the in-place update of the new position, and no launch copies it elsewhere
+/// (the fused attention reads it in place).
+#[test]
+fn a_decode_step_copies_no_cache_bytes() {
+    let text = common::inference_module("llama3.2-1b", 4, 48, 12);
+    let profile = fbc_target::builtin("nvidia").expect("nvidia");
+    let m = common::lower_o3_with(&text, &profile, "auto").expect("lowers");
+    let f = m.find_func("decode").expect("@decode");
+    let body: Vec<_> = m.func(f).body.clone();
+    let named = |o: fbc_ir::Op, op: &str| m.op(o).name() == op;
+    for arg in ["l0_k_cache", "l0_v_cache"] {
+        let up = body
+            .iter()
+            .copied()
+            .find(|&o| {
+                named(o, "memory.upload")
+                    && m.value(m.op(o).operands[0]).name.as_deref() == Some(arg)
+            })
+            .expect("the cache's upload");
+        let s = m.op(up).results[0];
+        let launches: Vec<_> =
+            body.iter().copied().filter(|&o| named(o, "memory.launch")).collect();
+        let writers: Vec<String> = launches
+            .iter()
+            .filter(|&&o| m.op(o).operands.last() == Some(&s))
+            .map(|&o| {
+                m.op(o).attr("source").and_then(fbc_ir::Attr::as_str).unwrap_or("").to_string()
+            })
+            .collect();
+        assert_eq!(writers, ["tensor.update_slice [in place]"], "{arg}");
+        let readers: Vec<String> = launches
+            .iter()
+            .filter(|&&o| m.op(o).operands[..m.op(o).operands.len() - 1].contains(&s))
+            .map(|&o| {
+                m.op(o).attr("source").and_then(fbc_ir::Attr::as_str).unwrap_or("").to_string()
+            })
+            .collect();
+        assert_eq!(
+            readers,
+            ["tensor.attention"],
+            "{arg}: read in place by the fused attention only"
+        );
+        assert!(
+            body.iter().any(|&o| named(o, "memory.download") && m.op(o).operands[0] == s),
+            "{arg}: its result is the same storage"
+        );
+    }
+}
