@@ -5,19 +5,12 @@
 # of attention: matmul + softmax + matmul over the cache up to the position (what eager code
 # writes), and torch's scaled_dot_product_attention over the same keys. Prints JSON.
 import json, sys, torch
+from torch_time import t
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 dev = "cuda"
 L, D, H, KV, HD, F, V, M = 16, 2048, 32, 8, 64, 8192, 128256, 2048
 G = H // KV
-def t(fn, reps=20):
-    for _ in range(3): fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(reps):
-        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    ts.sort(); return ts[len(ts)//2]
 with torch.no_grad():
     r = lambda *sh, s=0.02: torch.randn(*sh, device=dev) * s
     embed = r(V, D)

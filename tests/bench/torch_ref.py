@@ -3,17 +3,10 @@
 # two attention contractions, the skinny LoRA products of tests/bench/lora_products.fbir, and one
 # Llama 3.2 layer's LoRA training step (forward and backward); f32, TF32 off.
 import json, torch
+from torch_time import t
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 dev = "cuda"
-def t(fn, reps=20):
-    for _ in range(3): fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(reps):
-        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    ts.sort(); return ts[len(ts)//2]
 out = {}
 M, K, N = 512, 2048, 8192
 a = torch.randn(M, K, device=dev); b = torch.randn(K, N, device=dev); do = torch.randn(M, N, device=dev)

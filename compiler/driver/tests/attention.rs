@@ -154,16 +154,8 @@ fn a_negative_position_is_an_error_of_the_launch() {
 fn on_device(m: &fbc_ir::Module, inputs: &[Value]) -> (String, Result<Vec<Value>, String>) {
     let profile = fbc_target::builtin("generic").expect("generic");
     let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
-    let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
-    let out = fbc_codegen::opencl::Writer::new(opts).write(m).expect("OpenCL C");
-    let run = fbc_runtime::device::opencl::run(
-        &out.source,
-        &out.manifest,
-        "main",
-        inputs,
-        &fbc_runtime::device::opencl::RunOptions::default(),
-    );
-    (out.source, run.map(|r| r.results).map_err(|e| e.to_string()))
+    let (out, run) = common::run_main_on_device(m, kernels, inputs);
+    (out.source, run.map(|r| r.results))
 }
 
 #[cfg(feature = "opencl")]

@@ -1200,17 +1200,8 @@ fn write_and_run_main(
     inputs: &[fbc_runtime::interp::Value],
     case: &str,
 ) -> (fbc_codegen::opencl::Output, fbc_runtime::device::opencl::RunOutput) {
-    let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
-    let out = fbc_codegen::opencl::Writer::new(opts).write(lowered).expect("OpenCL C");
-    let run = fbc_runtime::device::opencl::run(
-        &out.source,
-        &out.manifest,
-        "main",
-        inputs,
-        &fbc_runtime::device::opencl::RunOptions::default(),
-    )
-    .unwrap_or_else(|e| panic!("{case}: {e}"));
-    (out, run)
+    let (out, run) = common::run_main_on_device(lowered, kernels, inputs);
+    (out, run.unwrap_or_else(|e| panic!("{case}: {e}")))
 }
 
 // ----- f16 images -----

@@ -190,6 +190,27 @@ fn lower_at(
     Ok((m, cx.stats))
 }
 
+/// Writes the lowered module `m` as OpenCL C with `kernels` and runs its `@main` on the device
+/// with `inputs`: the output, and the run's results or the error's text.
+#[cfg(feature = "opencl")]
+pub fn run_main_on_device(
+    m: &Module,
+    kernels: fbc_codegen::opencl::KernelOptions,
+    inputs: &[fbc_runtime::interp::Value],
+) -> (fbc_codegen::opencl::Output, Result<fbc_runtime::device::opencl::RunOutput, String>) {
+    let opts = fbc_codegen::opencl::Options { kernels, ..Default::default() };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(m).expect("OpenCL C");
+    let run = fbc_runtime::device::opencl::run(
+        &out.source,
+        &out.manifest,
+        "main",
+        inputs,
+        &fbc_runtime::device::opencl::RunOptions::default(),
+    )
+    .map_err(|e| e.to_string());
+    (out, run)
+}
+
 /// Whether an OpenCL device is there; panics under CI when none is (no silent skips), and
 /// prints a notice otherwise.
 #[cfg(feature = "opencl")]
