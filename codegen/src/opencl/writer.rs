@@ -169,12 +169,12 @@ fn dtype(e: ElemType) -> Option<Dtype> {
     }
 }
 
-/// A C identifier from any name.
 /// The `plan-memory` slot of an allocation or upload, if it has one.
 fn slot(op: &OpData) -> Option<u64> {
     op.attr("slot").and_then(fbc_ir::Attr::as_int).and_then(|s| u64::try_from(s).ok())
 }
 
+/// A C identifier from any name.
 fn ident(s: &str) -> String {
     let mut o: String =
         s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();

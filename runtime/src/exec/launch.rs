@@ -347,8 +347,6 @@ impl Program {
     }
 }
 
-/// Runs one launch with the reference semantics (see the module docs). `types` and `operands`
-/// have one entry per operand, inputs then the output; only the output is written.
 /// The values of `k`'s symbols (element 0 of their operands), each checked against its range
 /// before anything is written: outside, the launch is an error naming the symbol.
 pub(crate) fn symbol_values(k: &Kernel, operands: &[&mut MemData]) -> Result<Vec<i64>, String> {
@@ -370,6 +368,8 @@ pub(crate) fn symbol_values(k: &Kernel, operands: &[&mut MemData]) -> Result<Vec
     Ok(values)
 }
 
+/// Runs one launch with the reference semantics (see the module docs). `types` and `operands`
+/// have one entry per operand, inputs then the output; only the output is written.
 pub fn run_kernel(
     k: &Kernel,
     types: &[MemType],
@@ -398,6 +398,7 @@ pub fn run_kernel(
             ));
         }
     }
+    // A map that uses the symbols is then an ordinary map with their values in their places.
     let values = symbol_values(k, operands)?;
     let maps = k
         .maps
