@@ -746,7 +746,9 @@ impl Cx<'_> {
                 "fbc_fault(fbc_err, {}, 7, {k}, (long)fbc_sym{j}, {lo}L, {hi}L, 0, 0L, 0L, 0L, 0L, 0L, 0L, 0L, 0L);",
                 self.fault_id
             );
-            let _ = writeln!(s, "  {ix} fbc_sym{j} = ({ix})x{k}[0];");
+            // Read-only where a work-item returns; else reset to `lo` when out of range.
+            let konst = if returns { "const " } else { "" };
+            let _ = writeln!(s, "  {konst}{ix} fbc_sym{j} = ({ix})x{k}[0];");
             if returns {
                 let _ = writeln!(
                     s,
