@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch torchdecode clblast), so that a
+# skinny.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep skinny torch torchdecode clblast), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep torch torchdecode clblast}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep skinny torch torchdecode clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -197,6 +197,31 @@ if want attention; then
       timeout 200 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 $d >> $R 2>&1
     done
   done
+fi
+# Skinny products (issues 10 and 14, part skinny): the skinny kernel's [skinny] parameters set
+# through a profile file (the nvidia profile with a [skinny] table appended), on the decode
+# step's matrix-vector products (tests/bench/decode_products.fbir) and, for the sets named in
+# SKINNY_LLAMA, on the 16-layer Llama decode step at position 2047. Results: $O/skinny.txt.
+if want skinny; then
+K=$O/skinny.txt
+skinny_profile() { # name, wide_rows, groups_per_cu, matvec_min_k[, images (true)]
+  sed -e "s/^supported = true/supported = ${5:-true}/" dialects/target/profiles/nvidia.toml > $T/sk_$1.toml
+  printf '\n[skinny]\nwide_rows = %s\ngroups_per_cu = %s\nmatvec_min_k = %s\n' "$2" "$3" "$4" >> $T/sk_$1.toml
+}
+DEFAULT_SKINNY=$(printf '%s\n' "base|8|2|256" "r32|32|2|256" "g8|8|8|256" "r32g4|32|4|256" \
+  "r16g4m128|16|4|128" "r32g8m128|32|8|128" "r8g8m64|8|8|64" "buffers|8|2|256|false" "buffers_r32g4|32|4|256|false")
+while IFS='|' read -r n r g m img; do
+  [ -n "$n" ] || continue
+  skinny_profile "$n" "$r" "$g" "$m" "${img:-true}"
+  echo "=== skinny $n wide_rows $r groups_per_cu $g matvec_min_k $m images ${img:-true}" >> $K
+  timeout 100 $B bench tests/bench/decode_products.fbir --device $D --profile $T/sk_$n.toml --repeat 10 < /dev/null >> $K 2>&1
+done <<< "${SKINNY:-$DEFAULT_SKINNY}"
+for n in ${SKINNY_LLAMA:-}; do
+  [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
+  echo "=== skinny llama decode pos=2047 $n" >> $K
+  timeout 200 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/sk_$n.toml --inputs $T/pos.safetensors --repeat 10 < /dev/null >> $K 2>&1
+done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.

@@ -44,6 +44,9 @@ pub struct KernelOptions {
     pub tiled: bool,
     /// The tiled contraction's register block, k step, staging order and local read width.
     pub contraction: fbc_target::ContractionParams,
+    /// The skinny contraction's rows of lanes and the matrix-vector products' shortest
+    /// reduction (see [`fbc_target::SkinnyParams`]).
+    pub skinny: fbc_target::SkinnyParams,
     /// Work-items the whole device keeps in flight (`compute_units × resident_work_items`): a
     /// reduction with at most a quarter as many outputs runs a work-group per output (see
     /// [`group_reduction`]).
@@ -63,6 +66,7 @@ impl Default for KernelOptions {
             max_group: 256,
             tiled: true,
             contraction: fbc_target::ContractionParams::default(),
+            skinny: fbc_target::SkinnyParams::default(),
             resident: 4 * 2048,
             tuned: Default::default(),
         }
@@ -88,6 +92,7 @@ impl KernelOptions {
             max_group: max,
             tiled: true,
             contraction: t.contraction,
+            skinny: t.skinny,
             resident: u64::from(t.compute.compute_units.max(1))
                 * u64::from(t.compute.resident_work_items.max(1)),
             tuned: Default::default(),
@@ -1937,8 +1942,8 @@ impl Cx<'_> {
     /// The skinny form of a contraction with a side of at most [`fbc_target::SKINNY_SIDE`]
     /// outputs (see [`fbc_kernels::Skinny`]), or `None` where its wide operand is read neither
     /// contiguously along the reduction nor along its wide index, or only along its wide index
-    /// over a reduction shorter than [`fbc_target::SKINNY_WIDE_MIN_K`] (the tiled kernel then
-    /// runs).
+    /// over a reduction shorter than [`fbc_target::SkinnyParams::wide_min_k`] (the tiled kernel
+    /// then runs).
     fn skinny(
         &self,
         comment: &str,
@@ -1978,7 +1983,7 @@ impl Cx<'_> {
             }
             None => return None,
         };
-        if lanes == Lanes::Wide && k < fbc_target::SKINNY_WIDE_MIN_K {
+        if lanes == Lanes::Wide && k < opts.skinny.wide_min_k(j) {
             return None;
         }
         let texel = texel.as_deref();
@@ -1986,6 +1991,7 @@ impl Cx<'_> {
             lanes,
             j,
             texel.is_some(),
+            u64::from(opts.skinny.wide_rows),
             opts.max_group,
             opts.local_mem_bytes,
         );

@@ -36,6 +36,10 @@ pub struct HardwareProfile {
     /// [`ContractionParams`] apply).
     #[serde(default)]
     pub contraction: ContractionParams,
+    /// Parameters of the skinny contraction kernel and of split-K's choice for it (optional in
+    /// a profile file: the defaults of [`SkinnyParams`] apply).
+    #[serde(default)]
+    pub skinny: SkinnyParams,
     /// What `fbc calibrate` measured on a device beyond the numbers above (optional; the
     /// builtin profiles have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +94,62 @@ pub struct ContractionParams {
 
 fn four() -> u32 {
     4
+}
+
+/// The skinny contraction kernel's parameters (`fbc_kernels::Skinny`: a product with a side of
+/// at most [`SKINNY_SIDE`] outputs) and how far split-K cuts its reduction. Every field is
+/// optional in a profile file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkinnyParams {
+    /// Rows of lanes in a work-group of the kernel whose lanes run along the wide side (32 lanes
+    /// a row, each row striding the reduction): a power of two from 1 to 32, fewer where the
+    /// group would pass `compute.max_work_group_size` or local memory. Optional: 8.
+    #[serde(default = "eight")]
+    pub wide_rows: u32,
+    /// Work-groups per compute unit that split-K aims at for a skinny product: it splits the
+    /// reduction into the most chunks (a power of two) that stay within
+    /// `groups_per_cu × compute_units` work-groups. Optional: 2.
+    #[serde(default = "two")]
+    pub groups_per_cu: u32,
+    /// The shortest reduction (or split-K chunk) a matrix-vector product (one output along its
+    /// narrow side: a decode step's projections) runs in the skinny kernel with its lanes along
+    /// the wide side; a shorter one takes the tiled kernel, and split-K cuts no shorter chunks.
+    /// Optional: [`SKINNY_WIDE_MIN_K`]: on the H200 the tiled kernel read a decode step's
+    /// 128-long chunks at 350 GB/s where the skinny kernel read the MLP's at 1.5-2.3 TB/s
+    /// (`h200.sh` part decode).
+    #[serde(default = "wide_min_k")]
+    pub matvec_min_k: u32,
+}
+
+fn eight() -> u32 {
+    8
+}
+
+fn two() -> u32 {
+    2
+}
+
+fn wide_min_k() -> u32 {
+    SKINNY_WIDE_MIN_K as u32
+}
+
+impl Default for SkinnyParams {
+    fn default() -> SkinnyParams {
+        SkinnyParams { wide_rows: eight(), groups_per_cu: two(), matvec_min_k: wide_min_k() }
+    }
+}
+
+impl SkinnyParams {
+    /// The shortest reduction the lanes-along-the-wide-side kernel takes for a product whose
+    /// narrow side has `narrow` outputs.
+    pub fn wide_min_k(&self, narrow: u64) -> u64 {
+        if narrow == 1 {
+            u64::from(self.matvec_min_k)
+        } else {
+            SKINNY_WIDE_MIN_K
+        }
+    }
 }
 
 fn yes() -> bool {

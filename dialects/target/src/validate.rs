@@ -25,6 +25,8 @@ impl HardwareProfile {
     /// - `memory`: `dram_bandwidth_gbps` is finite and positive;
     /// - `contraction`: `per_item` extents are 1, 2, 4 or 8; `tile_k` is a power of two from 1
     ///   to 64; `local_vector` is 1 or 4;
+    /// - `skinny`: `wide_rows` is a power of two from 1 to 32; `groups_per_cu` and
+    ///   `matvec_min_k` are positive;
     /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
     ///   is positive, each `texture_blocks` shape has power-of-two extents and no shape is
     ///   listed twice. (Rates and the date are checked as they are read: their types hold
@@ -185,6 +187,19 @@ impl HardwareProfile {
         }
         if !matches!(k.local_vector, 1 | 4) {
             bad("contraction.local_vector", format!("{} must be 1 or 4", k.local_vector));
+        }
+        let sk = &self.skinny;
+        if !sk.wide_rows.is_power_of_two() || sk.wide_rows > 32 {
+            bad(
+                "skinny.wide_rows",
+                format!("{} must be a power of two from 1 to 32", sk.wide_rows),
+            );
+        }
+        if sk.groups_per_cu == 0 {
+            bad("skinny.groups_per_cu", "must be at least 1".into());
+        }
+        if sk.matvec_min_k == 0 {
+            bad("skinny.matvec_min_k", "must be at least 1".into());
         }
 
         if let Some(m) = &self.measured {

@@ -3,7 +3,7 @@
 
 use fbc_target::{
     builtin, builtin_for_device, builtin_names, builtin_text, builtins, from_toml, is_path,
-    resolve, summary_table, ContractionParams, TargetError,
+    resolve, summary_table, ContractionParams, SkinnyParams, TargetError, SKINNY_WIDE_MIN_K,
 };
 
 /// A valid profile, as a user would measure and write one.
@@ -160,6 +160,27 @@ fn contraction_parameters_default_and_are_validated() {
     let unknown =
         format!("{MEASURED}\n[contraction]\nper_item = [8, 8]\ntile_k = 16\nvector = 4\n");
     assert!(matches!(from_toml(&unknown).unwrap_err(), TargetError::Parse { .. }));
+}
+
+#[test]
+fn skinny_parameters_default_and_are_validated() {
+    let p = from_toml(MEASURED).unwrap();
+    assert_eq!(
+        p.skinny,
+        SkinnyParams { wide_rows: 8, groups_per_cu: 2, matvec_min_k: SKINNY_WIDE_MIN_K as u32 }
+    );
+    assert_eq!((p.skinny.wide_min_k(1), p.skinny.wide_min_k(8)), (256, SKINNY_WIDE_MIN_K));
+    // One field set, the others default; the matrix-vector bound applies to a narrow side of 1.
+    let set = format!("{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_min_k = 64\n");
+    let s = from_toml(&set).unwrap().skinny;
+    assert_eq!(s, SkinnyParams { wide_rows: 32, groups_per_cu: 2, matvec_min_k: 64 });
+    assert_eq!((s.wide_min_k(1), s.wide_min_k(2)), (64, SKINNY_WIDE_MIN_K));
+    let bad =
+        format!("{MEASURED}\n[skinny]\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_min_k = 0\n");
+    let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
+    let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
+    assert_eq!(fields, ["skinny.wide_rows", "skinny.groups_per_cu", "skinny.matvec_min_k"]);
+    assert_eq!(problems[0].message, "48 must be a power of two from 1 to 32");
 }
 
 #[test]

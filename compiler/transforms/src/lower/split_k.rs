@@ -94,7 +94,7 @@ impl SplitK {
                 let fill =
                     u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
                 if let ProductShape::Skinny { narrow, lanes_along_k } = shape {
-                    return skinny_chunks(outputs, narrow, lanes_along_k, k, c.compute_units);
+                    return skinny_chunks(outputs, narrow, lanes_along_k, k, profile);
                 }
                 // The tiled kernel computes a register block of outputs per work-item.
                 let [px, py] = profile.contraction.per_item;
@@ -131,24 +131,32 @@ pub enum ProductShape {
 }
 
 /// Split-K for the skinny kernel: the largest power of two `S ≥ 2` that gives the device at
-/// most two work-groups per compute unit, with chunks no shorter than one trip of the lanes (128
-/// values along k: 32 lanes reading a texel of four; 32 along the wide side: 8 rows of lanes, 4
-/// values each). A work-group covers `16 · narrow` outputs with its lanes along k (8 rows of
-/// lanes, up to 16 outputs each) and `128 · narrow` along the wide side (32 lanes, a texel of
-/// four wide indices each). On the H200 (`tests/bench/h200.sh`, part lora, one call) the
-/// weight gradients 2048×512 · 512×8 took 0.011 ms split by 16 (256 groups) against 0.0185 by 4,
-/// and 8192×512 · 512×8 0.0186 ms by 4 (256 groups) against 0.0254 by 16. Chunks that short
-/// along the wide side (below `fbc_target::SKINNY_WIDE_MIN_K`) then run in the tiled kernel,
-/// faster still at these counts (see that constant); the counts stay the ones measured best.
-fn skinny_chunks(outputs: u64, narrow: u64, lanes_along_k: bool, k: u64, cus: u32) -> Option<u64> {
+/// most `skinny.groups_per_cu` work-groups per compute unit (2 unless the profile says
+/// otherwise), with chunks no shorter than one trip of the lanes (128 values along k: 32 lanes
+/// reading a texel of four; 32 along the wide side, `skinny.matvec_min_k` for a matrix-vector
+/// product). A
+/// work-group covers `16 · narrow` outputs with its lanes along k (8 rows of lanes, up to 16
+/// outputs each) and `128 · narrow` along the wide side (32 lanes, a texel of four wide indices
+/// each). On the H200 (`tests/bench/h200.sh`, part lora, one call) the weight gradients
+/// 2048×512 · 512×8 took 0.011 ms split by 16 (256 groups) against 0.0185 by 4, and
+/// 8192×512 · 512×8 0.0186 ms by 4 (256 groups) against 0.0254 by 16. Chunks that short along
+/// the wide side (below `fbc_target::SKINNY_WIDE_MIN_K`) then run in the tiled kernel, faster
+/// still at these counts (see that constant); the counts stay the ones measured best.
+fn skinny_chunks(
+    outputs: u64,
+    narrow: u64,
+    lanes_along_k: bool,
+    k: u64,
+    profile: &HardwareProfile,
+) -> Option<u64> {
+    let sk = &profile.skinny;
     // A matrix-vector product (one narrow output: a decode step's projections) keeps its chunks
-    // long enough for the skinny kernel's lanes along the wide side: the tiled kernel read a
-    // decode step's 128-long chunks at 350 GB/s where the skinny kernel read the MLP's at
-    // 1.5-2.3 TB/s (H200, `h200.sh` part decode).
-    let wide_min = if narrow == 1 { fbc_target::SKINNY_WIDE_MIN_K } else { 32 };
+    // long enough for the skinny kernel's lanes along the wide side (`matvec_min_k`); a wider
+    // narrow side cuts to 32 and runs short chunks in the tiled kernel.
+    let wide_min = if narrow == 1 { u64::from(sk.matvec_min_k.max(1)) } else { 32 };
     let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, wide_min) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
-    let most = 2 * u64::from(cus.max(1));
+    let most = u64::from(sk.groups_per_cu.max(1)) * u64::from(profile.compute.compute_units.max(1));
     let mut s = 1u64;
     while groups.saturating_mul(s * 2) <= most && s * 2 <= k / min_chunk {
         s *= 2;
