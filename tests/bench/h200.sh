@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep skinny torch torchdecode clblast), so that a
+# skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention tune sweep skinny torch torchdecode clblast}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -222,6 +222,23 @@ for n in ${SKINNY_LLAMA:-}; do
   echo "=== skinny llama decode pos=2047 $n" >> $K
   timeout 200 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/sk_$n.toml --inputs $T/pos.safetensors --repeat 10 < /dev/null >> $K 2>&1
 done
+fi
+# `fbc generate` end to end (issue 14, part generate): the 16-layer Llama 3.2-1B with random
+# weights, a 16-token prompt, GEN_NEW new tokens (default 64), its report of the time to the
+# first token and per output token (wall clock, host included) with $B, and with $OLD for
+# GEN_OLD_NEW tokens (default 3). Results: $O/generate.txt.
+if want generate; then
+  G=$O/generate.txt
+  $B gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen.fbir
+  PROMPT=$(seq -s, 1 16)
+  for b in $B $OLD; do
+    n=${GEN_NEW:-64}; [ $b = "$OLD" ] && n=${GEN_OLD_NEW:-3}
+    [ $b = "$OLD" ] && $OLD gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen_old.fbir
+    f=$T/llama_gen.fbir; [ $b = "$OLD" ] && f=$T/llama_gen_old.fbir
+    echo "=== generate $b new $n" >> $G
+    timeout 300 $b generate $f --random-weights 1 --prompt $PROMPT --max-new $n --target opencl --device $D --profile $P >> $G 2>&1
+    echo "rc=$?" >> $G
+  done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.

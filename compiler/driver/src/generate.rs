@@ -16,9 +16,13 @@
 //! device memory one call held. The weights come from `--weights` (safetensors or `.fbw`) by
 //! argument name: a missing or mis-shaped one is an error naming it, before anything runs.
 //!
-//! What is not there yet: the caches go back to the host between calls (on OpenCL every call
-//! uploads its arguments; persistent device storage across calls is the runtime's next step),
-//! and batches other than 1.
+//! On OpenCL one session ([`fbc_runtime::device::opencl::Session`]) serves every call: the
+//! program is built once, the weights are uploaded at the first call and stay on the device,
+//! and a cache that a function updates in place (the lowered `@prefill` and `@decode` do) stays
+//! there too, neither downloaded nor uploaded again; a decode step moves only the token, the
+//! position, the RoPE rows and the logits (the report says how many bytes the last one moved).
+//!
+//! What is not there yet: batches other than 1.
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -158,56 +162,126 @@ enum Runner<'a> {
         lowered: Module,
         launcher: Box<fbc_runtime::device::cpu_jit::JitLauncher>,
     },
+    /// The session keeps the weights on the device from the first call on, and the caches
+    /// that the functions update in place (see [`Runner::call`]).
     #[cfg(feature = "opencl")]
     OpenCl {
         compiled: Box<crate::run_cmd::opencl::Compiled>,
-        opts: fbc_runtime::device::opencl::RunOptions,
+        session: Box<fbc_runtime::device::opencl::Session>,
+        /// Whether the weights are on the device (after the first call).
+        weights: bool,
+        /// The caches whose current value is on the device, not in the host's arguments.
+        on_device: std::collections::HashSet<String>,
     },
 }
 
+/// What one call returned: the logits, the caches (`None` for one that stayed on the device)
+/// and the device memory the call held (OpenCL).
+struct Returned {
+    logits: Value,
+    caches: Vec<Option<Value>>,
+    peak: Option<u64>,
+    /// Bytes uploaded and read back (OpenCL).
+    moved: Option<(u64, u64)>,
+}
+
 impl Runner<'_> {
-    /// Calls function `name` (`id` in the module) on `inputs`: its results, and the device
-    /// memory the call held (OpenCL). The interpreters take their arguments by value, so
-    /// borrowed ones are copied for them; a device only reads them.
+    /// Calls `f` on `inputs`. The interpreters take their arguments by value, so borrowed ones
+    /// are copied for them; a device only reads them. On OpenCL the weights are uploaded at
+    /// the first call and kept under their argument names; a cache that `f` updates in place
+    /// stays on the device under its argument name (`inputs` then holds nothing the call reads
+    /// for it after the first call) and is not downloaded, one it does not is downloaded and
+    /// uploaded with the next call.
     fn call(
         &mut self,
         file: &SourceFile,
-        id: FuncId,
-        name: &str,
+        module: &Module,
+        f: &Func,
         inputs: Cow<'_, [Value]>,
-    ) -> Result<(Vec<Value>, Option<u64>), Failure> {
-        match self {
-            Runner::Interp(i) => {
-                let r = i
-                    .run_id(id, inputs.into_owned())
-                    .map_err(|e| crate::run_cmd::located(file, &e))?;
-                Ok((r, None))
+    ) -> Result<Returned, Failure> {
+        let split = |mut r: Vec<Value>| -> Result<Returned, Failure> {
+            if r.is_empty() {
+                return Err(input_error(file, format!("@{} returns no logits", f.name)));
             }
+            let logits = r.remove(0);
+            Ok(Returned {
+                logits,
+                caches: r.into_iter().map(Some).collect(),
+                peak: None,
+                moved: None,
+            })
+        };
+        match self {
+            Runner::Interp(i) => split(
+                i.run_id(f.id, inputs.into_owned())
+                    .map_err(|e| crate::run_cmd::located(file, &e))?,
+            ),
             Runner::Jit { lowered, launcher } => {
-                let f = crate::run_cmd::lowered_func(lowered, name, file)?;
-                let r = Interpreter::new(lowered)
-                    .run_id_with_launcher(f, inputs.into_owned(), launcher.as_mut())
-                    .map_err(|e| crate::run_cmd::located(file, &e))?;
-                Ok((r, None))
+                let id = crate::run_cmd::lowered_func(lowered, &f.name, file)?;
+                split(
+                    Interpreter::new(lowered)
+                        .run_id_with_launcher(id, inputs.into_owned(), launcher.as_mut())
+                        .map_err(|e| crate::run_cmd::located(file, &e))?,
+                )
             }
             #[cfg(feature = "opencl")]
-            Runner::OpenCl { compiled, opts } => {
-                use fbc_runtime::device::opencl::OpenClError;
-                let c = compiled;
-                let res = fbc_runtime::device::opencl::run(
-                    &c.out.source,
-                    &c.out.manifest,
-                    name,
-                    &inputs,
-                    opts,
-                )
-                .map_err(|e| match &e {
+            Runner::OpenCl { compiled, session, weights, on_device } => {
+                use fbc_runtime::device::opencl::{Input, OpenClError};
+                let failure = |e: OpenClError| match &e {
                     OpenClError::Fault { location, message } => {
-                        crate::run_cmd::opencl::fault_at(&c.lowered, file, location, message)
+                        crate::run_cmd::opencl::fault_at(&compiled.lowered, file, location, message)
                     }
                     _ => crate::run_cmd::opencl::device_failure(&file.name, &e),
-                })?;
-                Ok((res.results, Some(res.device_peak_bytes)))
+                };
+                let in_place = session.in_place(&f.name).map_err(failure)?;
+                // The caches this call leaves on the device: result `1 + c` updated in place.
+                let stays: Vec<bool> = f
+                    .caches
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &a)| in_place.get(1 + c).copied().flatten() == Some(a))
+                    .collect();
+                let names: Vec<String> =
+                    (0..inputs.len()).map(|i| arg_name(module, f.id, i)).collect();
+                let args: Vec<Input<'_>> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let key = names[i].as_str();
+                        let held = on_device.contains(key);
+                        match f.caches.iter().position(|&a| a == i) {
+                            // A cache: its value is on the device or in `inputs`; kept where
+                            // the call updates it in place.
+                            Some(c) if stays[c] => Input::Keep { key, value: (!held).then_some(v) },
+                            Some(_) if held => Input::Keep { key, value: None },
+                            Some(_) => Input::Host(v),
+                            None if HOST.contains(&key) => Input::Host(v),
+                            None => Input::Keep { key, value: (!*weights).then_some(v) },
+                        }
+                    })
+                    .collect();
+                let want: Vec<bool> =
+                    std::iter::once(true).chain(stays.iter().map(|&s| !s)).collect();
+                let out = session.call(&f.name, &args, Some(&want)).map_err(failure)?;
+                *weights = true;
+                for (&a, &stay) in f.caches.iter().zip(&stays) {
+                    if stay {
+                        on_device.insert(names[a].clone());
+                    } else {
+                        on_device.remove(&names[a]);
+                    }
+                }
+                let mut results = out.results.into_iter();
+                let logits = results
+                    .next()
+                    .flatten()
+                    .ok_or_else(|| input_error(file, format!("@{} returns no logits", f.name)))?;
+                Ok(Returned {
+                    logits,
+                    caches: results.collect(),
+                    peak: Some(out.device_peak_bytes),
+                    moved: Some((out.uploaded_bytes, out.downloaded_bytes)),
+                })
             }
         }
     }
@@ -314,9 +388,21 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             let opts = RunOptions {
                 device: DeviceSel::parse(&a.device.device),
                 device_memory: a.device.device_memory.runtime(),
+                untimed: true,
                 ..RunOptions::default()
             };
-            Runner::OpenCl { compiled: Box::new(compiled), opts }
+            let session = fbc_runtime::device::opencl::Session::new(
+                &compiled.out.source,
+                &compiled.out.manifest,
+                &opts,
+            )
+            .map_err(|e| crate::run_cmd::opencl::device_failure(&file.name, &e))?;
+            Runner::OpenCl {
+                compiled: Box::new(compiled),
+                session: Box::new(session),
+                weights: false,
+                on_device: Default::default(),
+            }
         }
         #[cfg(not(feature = "opencl"))]
         "opencl" => return Err(crate::run_cmd::opencl::no_opencl()),
@@ -329,12 +415,14 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     // Prefill.
     prefill.host_inputs(&shape, &prompt, 0, &mut first);
     let start = Instant::now();
-    let (out, mut peak) = runner.call(&file, prefill.id, &prefill.name, Cow::Owned(first))?;
+    let out = runner.call(&file, &module, &prefill, Cow::Owned(first))?;
     let ttft = start.elapsed();
+    let mut peak = out.peak;
     let mut tokens = Vec::with_capacity(max_new);
     let no_logits = || input_error(&file, "@prefill's logits are not f32 rows of the vocabulary");
-    let mut token = arg_max(&out[0], n - 1, vocab).ok_or_else(no_logits)?;
-    let mut carried: Vec<Value> = out.into_iter().skip(1).collect();
+    let mut token = arg_max(&out.logits, n - 1, vocab).ok_or_else(no_logits)?;
+    let mut carried = out.caches;
+    let mut moved = None;
     // Decode, a token at a time.
     let bar = crate::progress::bar(max_new as u64, "decode", quiet);
     let mut decode_time = Duration::ZERO;
@@ -345,15 +433,19 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             break;
         }
         decode.host_inputs(&shape, &[token], n + step, &mut next);
-        for (&i, c) in decode.caches.iter().zip(carried.drain(..)) {
-            next[i] = c;
+        // A cache the device kept is not in `carried`: its argument is not read.
+        for (&i, c) in decode.caches.iter().zip(carried) {
+            if let Some(c) = c {
+                next[i] = c;
+            }
         }
         let start = Instant::now();
-        let (out, p) = runner.call(&file, decode.id, &decode.name, Cow::Borrowed(&next))?;
+        let out = runner.call(&file, &module, &decode, Cow::Borrowed(&next))?;
         decode_time += start.elapsed();
-        peak = peak.max(p);
-        token = arg_max(&out[0], 0, vocab).ok_or_else(no_logits)?;
-        carried = out.into_iter().skip(1).collect();
+        peak = peak.max(out.peak);
+        moved = out.moved;
+        token = arg_max(&out.logits, 0, vocab).ok_or_else(no_logits)?;
+        carried = out.caches;
     }
     bar.finish_and_clear();
     let ids: Vec<String> = tokens.iter().map(ToString::to_string).collect();
@@ -375,6 +467,10 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     }
     if let Some(p) = peak {
         report.push_str(&format!(", peak device memory {p} bytes"));
+    }
+    if let Some((up, down)) = moved {
+        report
+            .push_str(&format!("; the last decode step uploaded {up} bytes and read back {down}"));
     }
     if !quiet {
         eprintln!("{report}");

@@ -1825,7 +1825,7 @@ fn update_slice_offsets_are_checked_on_every_back_end() {
 }
 
 /// `fbc generate` on the device gives the interpreter's tokens (a one-layer Llama, random
-/// weights), and reports the device memory a call held.
+/// weights), and reports the device memory a call held and the bytes a decode step moved.
 #[test]
 fn generate_on_the_device_gives_the_interpreters_tokens() {
     if !have_device() {
@@ -1846,7 +1846,122 @@ fn generate_on_the_device_gives_the_interpreters_tokens() {
     let device = run(&["--target", "opencl"]);
     assert_eq!(device.stdout, reference.stdout);
     assert!(device.stderr.contains(", peak device memory "), "{}", device.stderr);
-    // The same tokens without the fused attention kernel.
+    // The weights and the caches stay on the device: a decode step uploads the token, the
+    // position and two RoPE rows of 64, and reads back 48 logits.
+    let moved = "; the last decode step uploaded 520 bytes and read back 192\n";
+    assert!(device.stderr.ends_with(moved), "{}", device.stderr);
+    // The same tokens without the fused attention kernel (its caches too are updated in place).
     let unfused = run(&["--target", "opencl", "--disable-pass", "fuse-attention"]);
     assert_eq!(unfused.stdout, reference.stdout);
+    assert!(unfused.stderr.ends_with(moved), "{}", unfused.stderr);
+}
+
+/// A session keeps the weights and the caches on the device: a one-layer Llama's `@prefill`
+/// and two `@decode` steps through one [`Session`] (weights uploaded at the first call, caches
+/// updated in place and never read back) give the bits of three separate runs that upload
+/// everything and carry the caches through the host; a decode step then moves only the token,
+/// the position, the RoPE rows and the logits; a key that holds nothing is an error.
+#[test]
+fn a_session_keeps_weights_and_caches_on_the_device() {
+    use fbc_runtime::device::opencl::{run, Input, RunOptions, Session};
+    use fbc_runtime::interp::Value;
+    use fbc_runtime::reference::Tensor;
+    if !have_device() {
+        return;
+    }
+    let text = common::inference_module("llama3.2-1b", 4, 48, 12);
+    let profile = fbc_target::builtin("generic").expect("generic");
+    let m = common::lower_o3_with(&text, &profile, "auto").expect("lowers");
+    let opts = fbc_codegen::opencl::Options {
+        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
+        ..Default::default()
+    };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    let man = &out.manifest;
+    let i32s = |shape: Vec<usize>, v: Vec<i32>| Value::I32(Tensor::new(shape, v).expect("i32"));
+    // Random weights, RoPE rows and caches (the same weights in both functions: the seed and
+    // the argument index are), then the tokens and the position.
+    let args = |func: &str, tokens: Vec<i32>, pos: i32| {
+        let mut v = fbc_runtime::interp::random_inputs(&m, func, 3).expect("inputs");
+        v[0] = i32s(vec![1, tokens.len()], tokens);
+        v[1] = i32s(Vec::new(), vec![pos]);
+        v
+    };
+    let calls = [("prefill", vec![3, 17, 8, 1], 0), ("decode", vec![5], 4), ("decode", vec![9], 5)];
+    let caches = |func: &str| -> Vec<usize> {
+        let f = man.function(func).expect("function");
+        (0..f.args.len()).filter(|&i| f.args[i].name.ends_with("_cache")).collect()
+    };
+    // Three runs, each uploading everything; the caches go through the host.
+    let ro = RunOptions::default();
+    let mut want = Vec::new();
+    let mut carried: Vec<Value> = Vec::new();
+    for (func, tokens, pos) in &calls {
+        let mut host = args(func, tokens.clone(), *pos);
+        for (&i, c) in caches(func).iter().zip(carried.drain(..)) {
+            host[i] = c;
+        }
+        let mut r = run(&out.source, man, func, &host, &ro).expect("run").results;
+        carried = r.split_off(1);
+        want.push(r.remove(0));
+    }
+    // One session: weights and caches kept under their names.
+    let mut session = Session::new(&out.source, man, &ro).expect("session");
+    for (c, (func, tokens, pos)) in calls.iter().enumerate() {
+        let host = args(func, tokens.clone(), *pos);
+        let f = man.function(func).expect("function");
+        let in_place = session.in_place(func).expect("in place");
+        let cache_args = caches(func);
+        // Each cache result is downloaded from the storage its argument was uploaded into.
+        for (r, &a) in cache_args.iter().enumerate() {
+            assert_eq!(in_place[1 + r], Some(a), "{func}: cache {a}");
+        }
+        let inputs: Vec<Input<'_>> = host
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let key = f.args[i].name.as_str();
+                match i {
+                    0..=3 => Input::Host(v),
+                    _ => Input::Keep { key, value: (c == 0).then_some(v) },
+                }
+            })
+            .collect();
+        let only_logits: Vec<bool> = (0..f.results.len()).map(|r| r == 0).collect();
+        let o = session.call(func, &inputs, Some(&only_logits)).expect("call");
+        assert!(o.results[1..].iter().all(Option::is_none));
+        let logits = o.results[0].as_ref().expect("logits");
+        assert_eq!(
+            logits.as_f32().expect("f32").data(),
+            want[c].as_f32().expect("f32").data(),
+            "call {c} (@{func})"
+        );
+        if c > 0 {
+            // tokens (1 i32), pos, two RoPE rows of 64, and back 48 logits.
+            assert_eq!((o.uploaded_bytes, o.downloaded_bytes), (4 + 4 + 2 * 64 * 4, 48 * 4));
+        }
+    }
+    // A fresh session holds nothing under a key.
+    let mut fresh = Session::new(&out.source, man, &ro).expect("session");
+    let host = args("decode", vec![1], 0);
+    let f = man.function("decode").expect("decode");
+    let inputs: Vec<Input<'_>> =
+        host.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                if i < 4 {
+                    Input::Host(v)
+                } else {
+                    Input::Keep { key: &f.args[i].name, value: None }
+                }
+            })
+            .collect();
+    let e = fresh.call("decode", &inputs, None).expect_err("nothing kept").to_string();
+    assert_eq!(
+        e,
+        format!(
+            "argument 4 ({}) of @decode: nothing is kept under `{}` and no value was given",
+            f.args[4].name, f.args[4].name
+        )
+    );
 }

@@ -3,7 +3,11 @@
 //!
 //! - **Devices** are numbered across platforms in the order the ICD loader lists them
 //!   ([`devices`]); `fbc devices` prints that list, `--device N|NAME` picks one ([`DeviceSel`]).
-//! - **Programs** are built once per run; a build failure carries the build log with every
+//! - **Sessions** ([`Session`]): a device, its program and each function's kernel objects and
+//!   storage pool kept from call to call, and arguments kept on the device under a key between
+//!   calls ([`Input::Keep`]: weights uploaded once, a KV cache updated in place and never read
+//!   back); [`run`] makes one for a single function and drops it (`opencl/session.rs`).
+//! - **Programs** are built once per session; a build failure carries the build log with every
 //!   `LINE:COL` it cites followed by that `.cl` line and the op whose kernel holds it
 //!   ([`map_build_log`]). Built binaries are cached on disk ([`cache_dir`]): the key hashes the
 //!   source, the device and platform names, the driver version and the build options; an entry
@@ -39,10 +43,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 mod probe;
+mod session;
 pub use probe::{
     device_facts, probe, DeviceFacts, Probe, ProbeArg, ProbeLaunch, ProbeOutput, ProbeStorage,
     ProbeTimes,
 };
+pub use session::{CallOutput, Input, Session};
 
 use fbc_codegen::opencl::{
     Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind, FAULT_DIMS,
@@ -176,15 +182,18 @@ fn list_devices() -> Vec<DeviceInfoRow> {
 }
 
 /// A context on the device `info` names and its command queue, with profiling (every launch's
-/// device time comes from its events).
-fn context_and_queue(info: &DeviceInfoRow) -> Result<(Context, Queue), OpenClError> {
+/// device time comes from its events) where `profiling`.
+fn context_and_queue(
+    info: &DeviceInfoRow,
+    profiling: bool,
+) -> Result<(Context, Queue), OpenClError> {
     let context = Context::builder()
         .platform(info.platform_id)
         .devices(info.device)
         .build()
         .map_err(ocl_err)?;
-    let queue = Queue::new(&context, info.device, Some(CommandQueueProperties::PROFILING_ENABLE))
-        .map_err(ocl_err)?;
+    let props = profiling.then_some(CommandQueueProperties::PROFILING_ENABLE);
+    let queue = Queue::new(&context, info.device, props).map_err(ocl_err)?;
     Ok((context, queue))
 }
 
@@ -237,6 +246,10 @@ pub struct RunOptions {
     /// are reported either way.
     pub show_build_warnings: bool,
     pub device_memory: DeviceMemory,
+    /// Runs without profiling events: no launch is timed ([`RunOutput::launches`] hold no
+    /// times), and the host spends less time per launch (`fbc generate`, which times whole
+    /// calls).
+    pub untimed: bool,
     /// Told after each run, the warm-up included, how many of the [`RunOptions::runs`] are done:
     /// the caller's progress display (the runtime draws nothing itself).
     pub progress: Option<Progress>,
@@ -469,12 +482,25 @@ fn program(
 }
 
 /// A storage object on the device.
+#[derive(Clone)]
 enum Mem {
     F32(Buffer<f32>),
     I32(Buffer<i32>),
     Image(Image<f32>),
     /// An RGBA `CL_HALF_FLOAT` image; the host side is the `f16` bit patterns.
     HalfImage(Image<u16>),
+}
+
+impl Mem {
+    /// The OpenCL object's handle: equal for two `Mem`s of one object.
+    fn id(&self) -> usize {
+        match self {
+            Mem::F32(b) => b.as_core().as_ptr() as usize,
+            Mem::I32(b) => b.as_core().as_ptr() as usize,
+            Mem::Image(i) => i.as_core().as_ptr() as usize,
+            Mem::HalfImage(i) => i.as_core().as_ptr() as usize,
+        }
+    }
 }
 
 /// Storage objects that runs have freed (deallocated, or live when a run ended), kept for later
@@ -942,238 +968,12 @@ pub fn run(
         .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))?;
     check_inputs(f, inputs)?;
     check_memory(f)?;
-    let _guard = OPENCL.lock().unwrap_or_else(|p| p.into_inner());
-    let info = select(&list_devices(), &opts.device)?;
-    check_images(&info, f)?;
-    let (context, queue) = context_and_queue(&info)?;
-    check_half_images(&context, &info, f)?;
-    let (program, cache) = program(&context, &info, source, opts)?;
-    let max_group = device_usize(&info.device, DeviceInfo::MaxWorkGroupSize).unwrap_or(usize::MAX);
-    // Pack the uploads once.
-    let mut packed: HashMap<usize, MemData> = HashMap::new();
-    for s in &f.steps {
-        if let Step::Upload { arg, storage, shape, layout, .. } = s {
-            let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-            let data = inputs
-                .get(*arg)
-                .ok_or_else(|| OpenClError::Manifest(format!("no argument {arg}")))?;
-            let p = pack(&layout_of(layout)?, shape, data, mem_type(desc)).map_err(|e| {
-                OpenClError::Manifest(format!("argument {arg} ({}): {e}", layout.text))
-            })?;
-            packed.insert(*storage, p);
-        }
-    }
-    let n_launch = f.launches().count();
-    let mut times: Vec<LaunchTime> = f
-        .launches()
-        .map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new(), start_ns: 0 })
-        .collect();
-    let runs = opts.runs();
-    let mut results = vec![None; f.results.len()];
-    let errors = if f.launches().any(|l| l.fault_id.is_some()) {
-        Some(
-            Buffer::<i32>::builder()
-                .queue(queue.clone())
-                .len(FAULT_INTS)
-                .build()
-                .map_err(ocl_err)?,
-        )
-    } else {
-        None
-    };
-    // Kernel objects are made in the first run and reused by later ones, which only set their
-    // arguments again (the storage objects are new each run).
-    let mut kernels: Vec<Option<Kernel>> = (0..n_launch).map(|_| None).collect();
-    let mut launch_host_ns = Vec::with_capacity(runs);
-    let mut objects = Objects::new(f, opts.device_memory)?;
-    for run in 0..runs {
-        let timed = opts.repeat == 0 || run > 0;
-        let mut host = std::time::Duration::ZERO;
-        if let Some(e) = &errors {
-            e.write(&[0i32; FAULT_INTS][..]).enq().map_err(ocl_err)?;
-        }
-        let mut live: HashMap<usize, Mem> = HashMap::new();
-        let mut events: Vec<Event> = Vec::with_capacity(n_launch);
-        let mut launch = 0usize;
-        for s in &f.steps {
-            match s {
-                Step::Alloc { storage } => {
-                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    live.insert(*storage, objects.take(&queue, desc)?);
-                }
-                Step::Upload { storage, .. } => {
-                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    let m = objects.take(&queue, desc)?;
-                    if let Some(p) = packed.get(storage) {
-                        write_mem(&m, p, &desc.name)?;
-                    }
-                    live.insert(*storage, m);
-                }
-                Step::Dealloc { storage } => {
-                    if let (Some(m), Some(desc)) = (live.remove(storage), f.storage.get(*storage)) {
-                        objects.give(desc, m);
-                    }
-                }
-                Step::Fill { storage } => {
-                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    let m = live.get(storage).ok_or_else(|| not_live("fill", *storage))?;
-                    fill_zero(m, desc)?;
-                }
-                Step::Copy { from, to } => {
-                    let desc = f.storage.get(*from).ok_or_else(|| bad_id(*from))?;
-                    let src = live.get(from).ok_or_else(|| not_live("copy", *from))?;
-                    let dst = live.get(to).ok_or_else(|| not_live("copy", *to))?;
-                    copy_mem(src, dst, desc)?;
-                }
-                Step::Launch(l) => {
-                    let start = std::time::Instant::now();
-                    let _activity =
-                        fbc_ir::activity::enter(format!("launch `{}` ({})", l.kernel, l.location));
-                    let ocl_at = |e: ocl::Error| {
-                        OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
-                    };
-                    let args = l
-                        .args
-                        .iter()
-                        .map(|a| {
-                            live.get(a).ok_or_else(|| {
-                                OpenClError::Manifest(format!(
-                                    "launch {} uses storage {a}, which is not live",
-                                    l.kernel
-                                ))
-                            })
-                        })
-                        .collect::<Result<Vec<&Mem>, _>>()?;
-                    let error_arg = match l.fault_id {
-                        Some(_) => Some(errors.as_ref().ok_or_else(|| {
-                            OpenClError::Manifest("no error buffer for a checked launch".into())
-                        })?),
-                        None => None,
-                    };
-                    let slot = kernels.get_mut(launch).ok_or_else(|| {
-                        OpenClError::Manifest("more launches than the manifest lists".into())
-                    })?;
-                    launch += 1;
-                    let kernel = match slot {
-                        Some(k) => {
-                            for (i, m) in args.iter().enumerate() {
-                                match m {
-                                    Mem::F32(b) => k.set_arg(i, b),
-                                    Mem::I32(b) => k.set_arg(i, b),
-                                    Mem::Image(im) => k.set_arg(i, im),
-                                    Mem::HalfImage(im) => k.set_arg(i, im),
-                                }
-                                .map_err(ocl_at)?;
-                            }
-                            if let Some(e) = error_arg {
-                                k.set_arg(args.len(), e).map_err(ocl_at)?;
-                            }
-                            &*k
-                        }
-                        None => {
-                            let mut kb = Kernel::builder();
-                            kb.program(&program).name(&l.kernel).queue(queue.clone());
-                            for m in &args {
-                                match m {
-                                    Mem::F32(b) => kb.arg(b),
-                                    Mem::I32(b) => kb.arg(b),
-                                    Mem::Image(im) => kb.arg(im),
-                                    Mem::HalfImage(im) => kb.arg(im),
-                                };
-                            }
-                            if let Some(e) = error_arg {
-                                kb.arg(e);
-                            }
-                            &*slot.insert(kb.build().map_err(ocl_at)?)
-                        }
-                    };
-                    let mut cmd = kernel.cmd().global_work_size(dims(&l.global)?);
-                    if let Some(local) = &l.local {
-                        let size: u64 = local.iter().product();
-                        if size > max_group as u64 {
-                            return Err(OpenClError::OutOfResources {
-                                kernel: l.kernel.clone(),
-                                location: l.location.clone(),
-                                message: format!(
-                                    "work-group of {size} work-items, the device allows {max_group}"
-                                ),
-                            });
-                        }
-                        cmd = cmd.local_work_size(dims(local)?);
-                    }
-                    let mut ev = Event::empty();
-                    // SAFETY: `ocl` marks every kernel enqueue unsafe because the device may
-                    // access memory out of bounds. Each argument is a live storage object of the
-                    // manifest's size and kind, and every generated kernel guards its work-items
-                    // against the domain it was written for and accesses only its storage: the
-                    // verifier's bounds prover proved the access in range, or the kernel checks
-                    // it (a launch with a `fault_id`, which gets the error buffer).
-                    #[allow(unsafe_code)]
-                    let r = unsafe { cmd.enew(&mut ev).enq() };
-                    r.map_err(|e| {
-                        let message = e.to_string();
-                        if message.contains("OUT_OF_RESOURCES")
-                            || message.contains("INVALID_WORK_GROUP_SIZE")
-                        {
-                            OpenClError::OutOfResources {
-                                kernel: l.kernel.clone(),
-                                location: l.location.clone(),
-                                message,
-                            }
-                        } else {
-                            OpenClError::Ocl(format!("{} ({}): {message}", l.kernel, l.location))
-                        }
-                    })?;
-                    events.push(ev);
-                    host += start.elapsed();
-                }
-                Step::Download { storage, result, shape, layout, .. } => {
-                    let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                    let m = live.get(storage).ok_or_else(|| {
-                        OpenClError::Manifest(format!(
-                            "download of storage {storage}, which is not live"
-                        ))
-                    })?;
-                    let raw = read_mem(m, desc)?;
-                    let t = unpack(&layout_of(layout)?, shape, &raw, mem_type(desc))
-                        .map_err(|e| OpenClError::Manifest(format!("result {result}: {e}")))?;
-                    let slot = results.get_mut(*result).ok_or_else(|| {
-                        OpenClError::Manifest(format!("download to result {result}"))
-                    })?;
-                    *slot = Some(t);
-                }
-            }
-        }
-        if timed {
-            launch_host_ns.push(u64::try_from(host.as_nanos()).unwrap_or(u64::MAX));
-        }
-        for (id, m) in live.drain() {
-            if let Some(desc) = f.storage.get(id) {
-                objects.give(desc, m);
-            }
-        }
-        queue.finish().map_err(ocl_err)?;
-        if let Some(e) = &errors {
-            let mut record = [0i32; FAULT_INTS];
-            e.read(&mut record[..]).enq().map_err(ocl_err)?;
-            if record[0] != 0 {
-                return Err(fault(f, &record));
-            }
-        }
-        if timed {
-            let mut first = None;
-            for (t, ev) in times.iter_mut().zip(&events) {
-                let (start, end) = event_span(ev)?;
-                let first = *first.get_or_insert(start);
-                t.ns.push(end.saturating_sub(start));
-                t.start_ns = start.saturating_sub(first);
-            }
-        }
-        if let Some(p) = &opts.progress {
-            (p.0)(run + 1);
-        }
-    }
-    let results = results
+    let mut session = Session::new(source, manifest, opts)?;
+    let inputs: Vec<Input<'_>> = inputs.iter().map(Input::Host).collect();
+    let out =
+        session.runs(func, &inputs, None, opts.runs(), opts.repeat == 0, opts.progress.as_ref())?;
+    let results = out
+        .results
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
@@ -1182,12 +982,12 @@ pub fn run(
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RunOutput {
         results,
-        device: format!("{} ({})", info.name, info.platform),
-        launches: times,
-        launch_host_ns: median(launch_host_ns),
-        cache,
-        device_peak_bytes: objects.high_water,
-        objects_made: objects.made,
+        device: session.device(),
+        launches: out.launches,
+        launch_host_ns: out.launch_host_ns,
+        cache: session.cache(),
+        device_peak_bytes: out.device_peak_bytes,
+        objects_made: out.objects_made,
     })
 }
 
@@ -1308,17 +1108,7 @@ fn check_inputs(f: &FunctionManifest, inputs: &[Value]) -> Result<(), OpenClErro
             inputs.len()
         )));
     }
-    for (k, (a, data)) in f.args.iter().zip(inputs).enumerate() {
-        let shape_ok = data.shape().iter().map(|&d| d as u64).eq(a.shape.iter().copied());
-        let dtype_ok = data.is_float() == (a.dtype == Dtype::F32);
-        if !shape_ok || !dtype_ok {
-            return Err(OpenClError::Manifest(format!(
-                "argument {k} ({}) is {data}, a {:?} tensor of shape {:?} expected",
-                a.name, a.dtype, a.shape
-            )));
-        }
-    }
-    Ok(())
+    inputs.iter().enumerate().try_for_each(|(k, data)| session::check_arg(f, k, data))
 }
 
 fn dims(d: &[u64]) -> Result<SpatialDims, OpenClError> {

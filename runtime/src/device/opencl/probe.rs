@@ -228,7 +228,7 @@ pub fn probe(p: &Probe, opts: &RunOptions) -> Result<ProbeOutput, OpenClError> {
             }
         }
     }
-    let (context, queue) = context_and_queue(&info)?;
+    let (context, queue) = context_and_queue(&info, true)?;
     let (program, cache) = program(&context, &info, &p.source, opts)?;
     let mut mems = Vec::with_capacity(p.storage.len());
     for (i, s) in p.storage.iter().enumerate() {

@@ -1,0 +1,700 @@
+//! Sessions: one device, one built program and storage kept on the device from call to call.
+//!
+//! [`run`](super::run) makes a session for one function and drops it. A caller that calls a
+//! module's functions again and again (`fbc generate`: `@prefill` once, then `@decode` once a
+//! token) keeps a [`Session`] instead: the context, the program and each function's kernel
+//! objects and storage pool are made once, and an argument passed as [`Input::Keep`] stays on
+//! the device under its key, so that a weight is uploaded at the first call only.
+//!
+//! A kept value is held in the storage form (kind, element type, size, layout) of the upload
+//! that needed it. Passed with a value, the key is uploaded and replaces what it held; passed
+//! without one, an upload in a form the key holds uses that object as it is, and one in another
+//! form (`@prefill` and `@decode` may lay a weight out differently) reads the kept object back,
+//! unpacks it and uploads it packed in the new form, and both forms stay. A function that writes a
+//! kept argument's storage in place and returns it as a result (a KV cache updated in place)
+//! leaves the result under the key: the caller need not download it, and passes the key
+//! without a value next time; the key's other forms are then stale and dropped. A kept argument
+//! whose storage a launch overwrites without returning it is dropped after the call (the next
+//! call uploads it again), as is every kept argument a failed call may have written.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::MutexGuard;
+
+use super::*;
+
+/// An argument of [`Session::call`].
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    /// Packed and uploaded for this call only.
+    Host(&'a Value),
+    /// Kept on the device under `key` (see the module documentation): `Some` uploads the value
+    /// and replaces what the key held; `None` takes what the key holds (in another form: read
+    /// back and uploaded in this one; an error where it holds nothing).
+    Keep { key: &'a str, value: Option<&'a Value> },
+}
+
+/// What a [`Session`] call returned and did.
+#[derive(Debug, Clone)]
+pub struct CallOutput {
+    /// One per function result; `None` for a result the caller did not want.
+    pub results: Vec<Option<Value>>,
+    /// One per launch step, in order (see [`RunOutput::launches`]).
+    pub launches: Vec<LaunchTime>,
+    /// See [`RunOutput::launch_host_ns`].
+    pub launch_host_ns: u64,
+    /// The most bytes the function's storage objects held at once, plus every kept value's.
+    pub device_peak_bytes: u64,
+    /// See [`RunOutput::objects_made`].
+    pub objects_made: u64,
+    /// Bytes this call wrote to the device (uploads, kept ones included).
+    pub uploaded_bytes: u64,
+    /// Bytes this call read back (downloads, and kept values read to change their form).
+    pub downloaded_bytes: u64,
+}
+
+/// The storage form a kept value is held in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Form {
+    kind: StorageKind,
+    dtype: Dtype,
+    elems: u64,
+    layout: String,
+    shape: Vec<u64>,
+}
+
+/// A value kept on the device.
+struct Kept {
+    key: String,
+    /// The call that uploaded it (see `Session::calls`).
+    call: u64,
+    form: Form,
+    desc: StorageDesc,
+    layout: LayoutDesc,
+    mem: Mem,
+}
+
+/// Where an upload step's object comes from.
+enum Source {
+    /// A storage object of the function's, written with these packed values.
+    Write(MemData),
+    /// A kept object, used as it is.
+    Kept(Mem),
+}
+
+/// A function's state across calls.
+struct FuncState {
+    f: FunctionManifest,
+    /// Kernel objects, made at the first call and reused, with the storage objects their
+    /// arguments were last set to ([`Mem::id`]): a later call sets only those that changed.
+    kernels: Vec<Option<(Kernel, Vec<usize>)>>,
+    objects: Objects,
+    errors: Option<Buffer<i32>>,
+    /// Storage the function writes: each launch's last argument (its output, or the scratch of
+    /// a launch that a second kernel completes, whose own last argument is the output), fills
+    /// and copy targets.
+    written: HashSet<usize>,
+    /// Storage that a download reads.
+    downloaded: HashSet<usize>,
+}
+
+/// One device, one program, and values kept on the device between calls.
+pub struct Session {
+    info: DeviceInfoRow,
+    context: Context,
+    queue: Queue,
+    program: Program,
+    cache: CacheStatus,
+    max_group: usize,
+    device_memory: DeviceMemory,
+    /// Whether launches are timed (the queue has profiling).
+    timed: bool,
+    manifest: Manifest,
+    funcs: HashMap<String, FuncState>,
+    kept: Vec<Kept>,
+    /// Calls so far.
+    calls: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept: Vec<&str> = self.kept.iter().map(|k| k.key.as_str()).collect();
+        f.debug_struct("Session")
+            .field("device", &self.device())
+            .field("functions", &self.funcs.keys().collect::<Vec<_>>())
+            .field("kept", &kept)
+            .finish()
+    }
+}
+
+impl Session {
+    /// A session on the device `opts` selects, with `source` built (or taken from the program
+    /// cache) for the functions of `manifest`.
+    pub fn new(
+        source: &str,
+        manifest: &Manifest,
+        opts: &RunOptions,
+    ) -> Result<Session, OpenClError> {
+        if manifest.version != MANIFEST_VERSION {
+            return Err(OpenClError::Manifest(format!(
+                "manifest version {} (this runtime reads {MANIFEST_VERSION})",
+                manifest.version
+            )));
+        }
+        let _guard = lock();
+        let info = select(&list_devices(), &opts.device)?;
+        let (context, queue) = context_and_queue(&info, !opts.untimed)?;
+        let (program, cache) = program(&context, &info, source, opts)?;
+        let max_group =
+            device_usize(&info.device, DeviceInfo::MaxWorkGroupSize).unwrap_or(usize::MAX);
+        Ok(Session {
+            info,
+            context,
+            queue,
+            program,
+            cache,
+            max_group,
+            device_memory: opts.device_memory,
+            timed: !opts.untimed,
+            manifest: manifest.clone(),
+            funcs: HashMap::new(),
+            kept: Vec::new(),
+            calls: 0,
+        })
+    }
+
+    /// `NAME (PLATFORM)` of the session's device.
+    pub fn device(&self) -> String {
+        format!("{} ({})", self.info.name, self.info.platform)
+    }
+
+    /// Whether the program came from the cache.
+    pub fn cache(&self) -> CacheStatus {
+        self.cache
+    }
+
+    /// Bytes of the values kept on the device.
+    pub fn kept_bytes(&self) -> u64 {
+        self.kept.iter().map(|k| k.desc.bytes).fold(0, u64::saturating_add)
+    }
+
+    /// Runs function `func` once on `inputs` (one per argument); `want` says which results to
+    /// download (`None`: all).
+    pub fn call(
+        &mut self,
+        func: &str,
+        inputs: &[Input<'_>],
+        want: Option<&[bool]>,
+    ) -> Result<CallOutput, OpenClError> {
+        self.runs(func, inputs, want, 1, true, None)
+    }
+
+    /// For each result of `func`, the argument whose upload storage it is downloaded from after
+    /// the function wrote it (an update in place: kept under a key, the key holds the result
+    /// after the call), else `None`.
+    pub fn in_place(&mut self, func: &str) -> Result<Vec<Option<usize>>, OpenClError> {
+        let _guard = lock();
+        self.prepare(func)?;
+        let st = self.funcs.get(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
+        let uploads: HashMap<usize, usize> =
+            st.f.steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Upload { arg, storage, .. } => Some((*storage, *arg)),
+                    _ => None,
+                })
+                .collect();
+        let planned = self.device_memory == DeviceMemory::Planned;
+        let keepable =
+            |id: usize| st.f.storage.get(id).is_some_and(|d| !(planned && d.slot.is_some()));
+        let mut out = vec![None; st.f.results.len()];
+        for s in &st.f.steps {
+            if let Step::Download { storage, result, .. } = s {
+                let in_place = st.written.contains(storage) && keepable(*storage);
+                if let (Some(slot), true) = (out.get_mut(*result), in_place) {
+                    *slot = uploads.get(storage).copied();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The state of `func`, made and checked against the device at its first call.
+    fn prepare(&mut self, func: &str) -> Result<(), OpenClError> {
+        if self.funcs.contains_key(func) {
+            return Ok(());
+        }
+        let f = self
+            .manifest
+            .function(func)
+            .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))?
+            .clone();
+        check_memory(&f)?;
+        check_images(&self.info, &f)?;
+        check_half_images(&self.context, &self.info, &f)?;
+        let errors = if f.launches().any(|l| l.fault_id.is_some()) {
+            Some(
+                Buffer::<i32>::builder()
+                    .queue(self.queue.clone())
+                    .len(FAULT_INTS)
+                    .build()
+                    .map_err(ocl_err)?,
+            )
+        } else {
+            None
+        };
+        let mut written = HashSet::new();
+        let mut downloaded = HashSet::new();
+        for s in &f.steps {
+            match s {
+                Step::Launch(l) => written.extend(l.args.last().copied()),
+                Step::Fill { storage } | Step::Copy { to: storage, .. } => {
+                    written.insert(*storage);
+                }
+                Step::Download { storage, .. } => {
+                    downloaded.insert(*storage);
+                }
+                Step::Alloc { .. } | Step::Upload { .. } | Step::Dealloc { .. } => {}
+            }
+        }
+        let state = FuncState {
+            kernels: (0..f.launches().count()).map(|_| None).collect(),
+            objects: Objects::new(&f, self.device_memory)?,
+            errors,
+            written,
+            downloaded,
+            f,
+        };
+        self.funcs.insert(func.to_string(), state);
+        Ok(())
+    }
+
+    /// Where each upload of `func` gets its object, by storage id; the kept uploads as
+    /// `(storage, key, form)`; and the bytes uploaded and read back to get there.
+    #[allow(clippy::type_complexity)]
+    fn sources(
+        &mut self,
+        func: &str,
+        inputs: &[Input<'_>],
+    ) -> Result<(HashMap<usize, Source>, Vec<(usize, String, Form)>, u64, u64), OpenClError> {
+        let st = self.funcs.get(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
+        let f = &st.f;
+        if inputs.len() != f.args.len() {
+            return Err(OpenClError::Manifest(format!(
+                "@{} takes {} arguments, {} given",
+                f.name,
+                f.args.len(),
+                inputs.len()
+            )));
+        }
+        for (k, input) in inputs.iter().enumerate() {
+            if let Input::Host(v) | Input::Keep { value: Some(v), .. } = input {
+                check_arg(f, k, v)?;
+            }
+        }
+        let (mut up, mut down) = (0u64, 0u64);
+        let mut sources = HashMap::new();
+        let mut kept_here = Vec::new();
+        for s in &f.steps {
+            let Step::Upload { arg, storage, shape, layout, .. } = s else { continue };
+            let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+            let input = inputs
+                .get(*arg)
+                .ok_or_else(|| OpenClError::Manifest(format!("no argument {arg}")))?;
+            let packed = |v: &Value| {
+                pack(&layout_of(layout)?, shape, v, mem_type(desc)).map_err(|e| {
+                    OpenClError::Manifest(format!("argument {arg} ({}): {e}", layout.text))
+                })
+            };
+            let (key, value) = match *input {
+                Input::Host(v) => {
+                    sources.insert(*storage, Source::Write(packed(v)?));
+                    up += desc.bytes;
+                    continue;
+                }
+                Input::Keep { key, value } => (key, value),
+            };
+            let form = Form {
+                kind: desc.kind,
+                dtype: desc.dtype,
+                elems: desc.elems,
+                layout: layout.text.clone(),
+                shape: shape.clone(),
+            };
+            // A `plan-memory` slot's tenants share one object: a tenant cannot keep it.
+            let slotted = desc.slot.is_some() && self.device_memory == DeviceMemory::Planned;
+            let call = self.calls;
+            // The key's object in this form: with `None` any, with `Some` one this call made
+            // (an argument uploaded twice in one form); a new value replaces the others.
+            let same = |k: &Kept| k.key == key && k.form == form;
+            let reuse = self.kept.iter().find(|k| same(k) && (value.is_none() || k.call == call));
+            if let (false, Some(k)) = (slotted, reuse) {
+                sources.insert(*storage, Source::Kept(k.mem.clone()));
+                kept_here.push((*storage, key.to_string(), form));
+                continue;
+            }
+            let data = match value {
+                Some(v) => {
+                    self.kept.retain(|k| k.key != key || k.call == call);
+                    packed(v)?
+                }
+                None => {
+                    let k = self.kept.iter().find(|k| k.key == key).ok_or_else(|| {
+                        OpenClError::Manifest(format!(
+                            "argument {arg} ({}) of @{}: nothing is kept under `{key}` and no value was given",
+                            f.args.get(*arg).map_or("?", |a| a.name.as_str()),
+                            f.name
+                        ))
+                    })?;
+                    let raw = read_mem(&k.mem, &k.desc)?;
+                    down += k.desc.bytes;
+                    let v = unpack(&layout_of(&k.layout)?, &k.form.shape, &raw, mem_type(&k.desc))
+                        .map_err(|e| OpenClError::Manifest(format!("kept `{key}`: {e}")))?;
+                    packed(&v)?
+                }
+            };
+            up += desc.bytes;
+            if slotted {
+                sources.insert(*storage, Source::Write(data));
+                continue;
+            }
+            let mem = create(&self.queue, desc)?;
+            write_mem(&mem, &data, &desc.name)?;
+            self.kept.push(Kept {
+                key: key.to_string(),
+                call,
+                form: form.clone(),
+                desc: desc.clone(),
+                layout: layout.clone(),
+                mem: mem.clone(),
+            });
+            sources.insert(*storage, Source::Kept(mem));
+            kept_here.push((*storage, key.to_string(), form));
+        }
+        Ok((sources, kept_here, up, down))
+    }
+
+    /// Runs `func` `runs` times (timing every run if `time_all`, else all but the first),
+    /// telling `progress` after each.
+    pub(super) fn runs(
+        &mut self,
+        func: &str,
+        inputs: &[Input<'_>],
+        want: Option<&[bool]>,
+        runs: usize,
+        time_all: bool,
+        progress: Option<&Progress>,
+    ) -> Result<CallOutput, OpenClError> {
+        let _guard = lock();
+        self.prepare(func)?;
+        self.calls += 1;
+        let (sources, kept_here, uploaded, read_back) = self.sources(func, inputs)?;
+        let st = self.funcs.get_mut(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
+        let env = Env {
+            queue: &self.queue,
+            program: &self.program,
+            max_group: self.max_group,
+            timed: self.timed,
+        };
+        let mut out = CallOutput {
+            results: vec![None; st.f.results.len()],
+            launches: st
+                .f
+                .launches()
+                .map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new(), start_ns: 0 })
+                .collect(),
+            launch_host_ns: 0,
+            device_peak_bytes: 0,
+            objects_made: 0,
+            uploaded_bytes: 0,
+            downloaded_bytes: read_back,
+        };
+        let mut host_ns = Vec::with_capacity(runs);
+        let mut result = Ok(());
+        for run in 0..runs {
+            let timed = time_all || run > 0;
+            out.uploaded_bytes += uploaded;
+            result = run_once(&env, st, &sources, want, timed, &mut out, &mut host_ns);
+            if result.is_err() {
+                break;
+            }
+            if let Some(p) = progress {
+                (p.0)(run + 1);
+            }
+        }
+        // What the call did to the kept values (see the module documentation).
+        let failed = result.is_err();
+        for (storage, key, form) in kept_here {
+            if !st.written.contains(&storage) {
+                continue;
+            }
+            if !failed && st.downloaded.contains(&storage) {
+                self.kept.retain(|k| k.key != key || k.form == form);
+            } else {
+                self.kept.retain(|k| k.key != key || k.form != form);
+            }
+        }
+        result?;
+        out.launch_host_ns = median(host_ns);
+        out.device_peak_bytes = st
+            .objects
+            .high_water
+            .saturating_add(self.kept.iter().map(|k| k.desc.bytes).fold(0, u64::saturating_add));
+        out.objects_made = st.objects.made;
+        Ok(out)
+    }
+}
+
+/// `OPENCL`, held while a session builds its program or runs a call (not for its life: a
+/// thread may hold several sessions).
+fn lock() -> MutexGuard<'static, ()> {
+    OPENCL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a run needs of the session besides the function's state.
+struct Env<'a> {
+    queue: &'a Queue,
+    program: &'a Program,
+    max_group: usize,
+    /// Whether the queue has profiling (launch events are kept and read).
+    timed: bool,
+}
+
+/// The check of argument `k` of `f` against the manifest's shape and element type.
+pub(super) fn check_arg(f: &FunctionManifest, k: usize, data: &Value) -> Result<(), OpenClError> {
+    let Some(a) = f.args.get(k) else {
+        return Err(OpenClError::Manifest(format!("@{} has no argument {k}", f.name)));
+    };
+    let shape_ok = data.shape().iter().map(|&d| d as u64).eq(a.shape.iter().copied());
+    let dtype_ok = data.is_float() == (a.dtype == Dtype::F32);
+    if !shape_ok || !dtype_ok {
+        return Err(OpenClError::Manifest(format!(
+            "argument {k} ({}) is {data}, a {:?} tensor of shape {:?} expected",
+            a.name, a.dtype, a.shape
+        )));
+    }
+    Ok(())
+}
+
+/// One run of the function's steps: results into `out.results` (those `want` asks for), launch
+/// times into `out.launches` when `timed`, and the run's host enqueue time into `host_ns`.
+fn run_once(
+    env: &Env<'_>,
+    st: &mut FuncState,
+    sources: &HashMap<usize, Source>,
+    want: Option<&[bool]>,
+    timed: bool,
+    out: &mut CallOutput,
+    host_ns: &mut Vec<u64>,
+) -> Result<(), OpenClError> {
+    let queue = env.queue;
+    let f = &st.f;
+    let mut host = std::time::Duration::ZERO;
+    if let Some(e) = &st.errors {
+        e.write(&[0i32; FAULT_INTS][..]).enq().map_err(ocl_err)?;
+    }
+    let mut live: HashMap<usize, Mem> = HashMap::new();
+    // Kept objects are not the function's: never given to its pool.
+    let mut pinned: HashSet<usize> = HashSet::new();
+    let mut events: Vec<Event> = Vec::with_capacity(st.kernels.len());
+    let mut launch = 0usize;
+    for s in &f.steps {
+        match s {
+            Step::Alloc { storage } => {
+                let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                live.insert(*storage, st.objects.take(queue, desc)?);
+            }
+            Step::Upload { storage, .. } => {
+                let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                let m = match sources.get(storage) {
+                    Some(Source::Kept(m)) => {
+                        pinned.insert(*storage);
+                        m.clone()
+                    }
+                    Some(Source::Write(p)) => {
+                        let m = st.objects.take(queue, desc)?;
+                        write_mem(&m, p, &desc.name)?;
+                        m
+                    }
+                    None => st.objects.take(queue, desc)?,
+                };
+                live.insert(*storage, m);
+            }
+            Step::Dealloc { storage } => {
+                if let (Some(m), Some(desc)) = (live.remove(storage), f.storage.get(*storage)) {
+                    if !pinned.contains(storage) {
+                        st.objects.give(desc, m);
+                    }
+                }
+            }
+            Step::Fill { storage } => {
+                let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                let m = live.get(storage).ok_or_else(|| not_live("fill", *storage))?;
+                fill_zero(m, desc)?;
+            }
+            Step::Copy { from, to } => {
+                let desc = f.storage.get(*from).ok_or_else(|| bad_id(*from))?;
+                let src = live.get(from).ok_or_else(|| not_live("copy", *from))?;
+                let dst = live.get(to).ok_or_else(|| not_live("copy", *to))?;
+                copy_mem(src, dst, desc)?;
+            }
+            Step::Launch(l) => {
+                let start = std::time::Instant::now();
+                let _activity =
+                    fbc_ir::activity::enter(format!("launch `{}` ({})", l.kernel, l.location));
+                let ocl_at = |e: ocl::Error| {
+                    OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
+                };
+                let args = l
+                    .args
+                    .iter()
+                    .map(|a| {
+                        live.get(a).ok_or_else(|| {
+                            OpenClError::Manifest(format!(
+                                "launch {} uses storage {a}, which is not live",
+                                l.kernel
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<&Mem>, _>>()?;
+                let error_arg = match l.fault_id {
+                    Some(_) => Some(st.errors.as_ref().ok_or_else(|| {
+                        OpenClError::Manifest("no error buffer for a checked launch".into())
+                    })?),
+                    None => None,
+                };
+                let slot = st.kernels.get_mut(launch).ok_or_else(|| {
+                    OpenClError::Manifest("more launches than the manifest lists".into())
+                })?;
+                launch += 1;
+                let kernel = match slot {
+                    Some((k, set)) => {
+                        // The error buffer is the function's, set when the kernel was made.
+                        for (i, m) in args.iter().enumerate() {
+                            if set.get(i) == Some(&m.id()) {
+                                continue;
+                            }
+                            match m {
+                                Mem::F32(b) => k.set_arg(i, b),
+                                Mem::I32(b) => k.set_arg(i, b),
+                                Mem::Image(im) => k.set_arg(i, im),
+                                Mem::HalfImage(im) => k.set_arg(i, im),
+                            }
+                            .map_err(ocl_at)?;
+                            if let Some(s) = set.get_mut(i) {
+                                *s = m.id();
+                            }
+                        }
+                        &*k
+                    }
+                    None => {
+                        let mut kb = Kernel::builder();
+                        kb.program(env.program).name(&l.kernel).queue(queue.clone());
+                        for m in &args {
+                            match m {
+                                Mem::F32(b) => kb.arg(b),
+                                Mem::I32(b) => kb.arg(b),
+                                Mem::Image(im) => kb.arg(im),
+                                Mem::HalfImage(im) => kb.arg(im),
+                            };
+                        }
+                        if let Some(e) = error_arg {
+                            kb.arg(e);
+                        }
+                        let ids = args.iter().map(|m| m.id()).collect();
+                        &slot.insert((kb.build().map_err(ocl_at)?, ids)).0
+                    }
+                };
+                let mut cmd = kernel.cmd().global_work_size(dims(&l.global)?);
+                if let Some(local) = &l.local {
+                    let size: u64 = local.iter().product();
+                    if size > env.max_group as u64 {
+                        return Err(OpenClError::OutOfResources {
+                            kernel: l.kernel.clone(),
+                            location: l.location.clone(),
+                            message: format!(
+                                "work-group of {size} work-items, the device allows {}",
+                                env.max_group
+                            ),
+                        });
+                    }
+                    cmd = cmd.local_work_size(dims(local)?);
+                }
+                let mut ev = Event::empty();
+                let cmd = if env.timed { cmd.enew(&mut ev) } else { cmd };
+                // SAFETY: `ocl` marks every kernel enqueue unsafe because the device may
+                // access memory out of bounds. Each argument is a live storage object of the
+                // manifest's size and kind (a kept object was made for a storage of the same
+                // kind, element type and size), and every generated kernel guards its
+                // work-items against the domain it was written for and accesses only its
+                // storage: the verifier's bounds prover proved the access in range, or the
+                // kernel checks it (a launch with a `fault_id`, which gets the error buffer).
+                #[allow(unsafe_code)]
+                let r = unsafe { cmd.enq() };
+                r.map_err(|e| {
+                    let message = e.to_string();
+                    if message.contains("OUT_OF_RESOURCES")
+                        || message.contains("INVALID_WORK_GROUP_SIZE")
+                    {
+                        OpenClError::OutOfResources {
+                            kernel: l.kernel.clone(),
+                            location: l.location.clone(),
+                            message,
+                        }
+                    } else {
+                        OpenClError::Ocl(format!("{} ({}): {message}", l.kernel, l.location))
+                    }
+                })?;
+                if env.timed {
+                    events.push(ev);
+                }
+                host += start.elapsed();
+            }
+            Step::Download { storage, result, shape, layout, .. } => {
+                if want.is_some_and(|w| !w.get(*result).copied().unwrap_or(true)) {
+                    continue;
+                }
+                let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
+                let m = live.get(storage).ok_or_else(|| {
+                    OpenClError::Manifest(format!(
+                        "download of storage {storage}, which is not live"
+                    ))
+                })?;
+                let raw = read_mem(m, desc)?;
+                out.downloaded_bytes += desc.bytes;
+                let t = unpack(&layout_of(layout)?, shape, &raw, mem_type(desc))
+                    .map_err(|e| OpenClError::Manifest(format!("result {result}: {e}")))?;
+                let slot = out
+                    .results
+                    .get_mut(*result)
+                    .ok_or_else(|| OpenClError::Manifest(format!("download to result {result}")))?;
+                *slot = Some(t);
+            }
+        }
+    }
+    if timed {
+        host_ns.push(u64::try_from(host.as_nanos()).unwrap_or(u64::MAX));
+    }
+    for (id, m) in live.drain() {
+        if let (false, Some(desc)) = (pinned.contains(&id), f.storage.get(id)) {
+            st.objects.give(desc, m);
+        }
+    }
+    queue.finish().map_err(ocl_err)?;
+    if let Some(e) = &st.errors {
+        let mut record = [0i32; FAULT_INTS];
+        e.read(&mut record[..]).enq().map_err(ocl_err)?;
+        if record[0] != 0 {
+            return Err(fault(f, &record));
+        }
+    }
+    if timed && env.timed {
+        let mut first = None;
+        for (t, ev) in out.launches.iter_mut().zip(&events) {
+            let (start, end) = event_span(ev)?;
+            let first = *first.get_or_insert(start);
+            t.ns.push(end.saturating_sub(start));
+            t.start_ns = start.saturating_sub(first);
+        }
+    }
+    Ok(())
+}
