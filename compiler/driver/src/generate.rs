@@ -13,7 +13,8 @@
 //!
 //! Output: the new token ids, comma-separated, on stdout; on stderr the time to the first token
 //! (prefill), the time per output token and tokens per second (decode), and on OpenCL the most
-//! device memory one call held. The weights come from `--weights` (safetensors or `.fbw`) by
+//! device memory one call held and the bytes the last decode step uploaded and read back. The
+//! weights come from `--weights` (safetensors or `.fbw`) by
 //! argument name: a missing or mis-shaped one is an error naming it, before anything runs.
 //!
 //! On OpenCL one session ([`fbc_runtime::device::opencl::Session`]) serves every call: the

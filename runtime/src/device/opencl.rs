@@ -949,6 +949,24 @@ fn layout_of(d: &LayoutDesc) -> Result<Layout, OpenClError> {
     d.layout().map_err(|e| OpenClError::Manifest(format!("layout {}: {e}", d.text)))
 }
 
+/// A manifest this runtime reads, or the error saying it is not.
+fn check_version(manifest: &Manifest) -> Result<(), OpenClError> {
+    if manifest.version == MANIFEST_VERSION {
+        return Ok(());
+    }
+    Err(OpenClError::Manifest(format!(
+        "manifest version {} (this runtime reads {MANIFEST_VERSION})",
+        manifest.version
+    )))
+}
+
+/// Function `func` of `manifest`.
+fn function<'m>(manifest: &'m Manifest, func: &str) -> Result<&'m FunctionManifest, OpenClError> {
+    manifest
+        .function(func)
+        .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))
+}
+
 /// Runs function `func` of `manifest` (kernels in `source`) with one host tensor per argument.
 pub fn run(
     source: &str,
@@ -957,15 +975,8 @@ pub fn run(
     inputs: &[Value],
     opts: &RunOptions,
 ) -> Result<RunOutput, OpenClError> {
-    if manifest.version != MANIFEST_VERSION {
-        return Err(OpenClError::Manifest(format!(
-            "manifest version {} (this runtime reads {MANIFEST_VERSION})",
-            manifest.version
-        )));
-    }
-    let f = manifest
-        .function(func)
-        .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))?;
+    check_version(manifest)?;
+    let f = function(manifest, func)?;
     check_inputs(f, inputs)?;
     check_memory(f)?;
     let mut session = Session::new(source, manifest, opts)?;

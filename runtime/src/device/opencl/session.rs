@@ -134,12 +134,7 @@ impl Session {
         manifest: &Manifest,
         opts: &RunOptions,
     ) -> Result<Session, OpenClError> {
-        if manifest.version != MANIFEST_VERSION {
-            return Err(OpenClError::Manifest(format!(
-                "manifest version {} (this runtime reads {MANIFEST_VERSION})",
-                manifest.version
-            )));
-        }
+        check_version(manifest)?;
         let _guard = lock();
         let info = select(&list_devices(), &opts.device)?;
         let (context, queue) = context_and_queue(&info, !opts.untimed)?;
@@ -223,11 +218,7 @@ impl Session {
         if self.funcs.contains_key(func) {
             return Ok(());
         }
-        let f = self
-            .manifest
-            .function(func)
-            .ok_or_else(|| OpenClError::Manifest(format!("no function `{func}` in the manifest")))?
-            .clone();
+        let f = function(&self.manifest, func)?.clone();
         check_memory(&f)?;
         check_images(&self.info, &f)?;
         check_half_images(&self.context, &self.info, &f)?;
