@@ -99,24 +99,23 @@ impl Skinny<'_> {
     }
 
     /// The work-group: 32 lanes along the coalesced index (a warp of neighbouring reads) and
-    /// up to 8 rows of them (`wide_rows` with [`Lanes::Wide`]), within `max_group` work-items
-    /// and `local_bytes` of local memory.
+    /// up to 8 rows of them (with [`Lanes::Wide`], `wide = [lanes, rows]`), within `max_group`
+    /// work-items and `local_bytes` of local memory.
     pub fn group_for(
         lanes: Lanes,
         j: u64,
         texel: bool,
-        wide_rows: u64,
+        wide: [u64; 2],
         max_group: u64,
         local_limit: u64,
     ) -> [u64; 2] {
         let v = if texel { 4 } else { 1 };
         let too_big =
             |g: [u64; 2]| g[0] * g[1] > max_group || local_bytes(lanes, g, j, v) > local_limit;
-        let rows = match lanes {
-            Lanes::K => 8,
-            Lanes::Wide => wide_rows.max(1),
+        let mut group = match lanes {
+            Lanes::K => [32, 8],
+            Lanes::Wide => [wide[0].max(1), wide[1].max(1)],
         };
-        let mut group = [32, rows];
         while group[1] > 1 && too_big(group) {
             group[1] /= 2;
         }
@@ -291,7 +290,7 @@ mod tests {
             narrow_k_fastest: false,
             store: "x2[row * 8 + col] = acc;",
             lanes,
-            group: Skinny::group_for(lanes, j, texel, 8, 256, 48 * 1024),
+            group: Skinny::group_for(lanes, j, texel, [32, 8], 256, 48 * 1024),
             index: "int",
         }
     }
@@ -356,13 +355,14 @@ mod tests {
         assert!(src.contains("const int col = w0 + q, row = j;"), "{src}");
         // Sixteen outputs a side and texels: the local sums (16 × 8 × 128 floats) do not fit
         // 48 KiB, so the group has fewer rows of lanes.
-        let wide16 = Skinny::group_for(Lanes::Wide, 16, true, 8, 256, 48 * 1024);
+        let wide16 = Skinny::group_for(Lanes::Wide, 16, true, [32, 8], 256, 48 * 1024);
         assert_eq!(wide16, [32, 4]);
         // A device of 64 work-items a group.
-        assert_eq!(Skinny::group_for(Lanes::K, 8, false, 8, 64, 48 * 1024), [32, 2]);
+        assert_eq!(Skinny::group_for(Lanes::K, 8, false, [32, 8], 64, 48 * 1024), [32, 2]);
         // A matrix-vector product with 32 rows of lanes (a group of 1024 work-items, 16 KiB
-        // of partial sums); on a device of 256 work-items a group, 8 rows.
-        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, 32, 1024, 48 * 1024), [32, 32]);
-        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, 32, 256, 48 * 1024), [32, 8]);
+        // of partial sums); on a device of 256 work-items a group, 8 rows; 8 lanes of 128 rows.
+        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, [32, 32], 1024, 48 * 1024), [32, 32]);
+        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, [32, 32], 256, 48 * 1024), [32, 8]);
+        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, [8, 128], 1024, 48 * 1024), [8, 128]);
     }
 }

@@ -202,25 +202,27 @@ fi
 # through a profile file (the nvidia profile with a [skinny] table appended), on the decode
 # step's matrix-vector products (tests/bench/decode_products.fbir) and, for the sets named in
 # SKINNY_LLAMA, on the 16-layer Llama decode step at position 2047. Results: $O/skinny.txt.
+# SKINNY: the sets, `name|wide_lanes|wide_rows|groups_per_cu|matvec_min_k[|images[|split-k]]`,
+# one per line (images true, split-k auto unless given).
 if want skinny; then
 K=$O/skinny.txt
-skinny_profile() { # name, wide_rows, groups_per_cu, matvec_min_k[, images (true)]
-  sed -e "s/^supported = true/supported = ${5:-true}/" dialects/target/profiles/nvidia.toml > $T/sk_$1.toml
-  printf '\n[skinny]\nwide_rows = %s\ngroups_per_cu = %s\nmatvec_min_k = %s\n' "$2" "$3" "$4" >> $T/sk_$1.toml
-}
-DEFAULT_SKINNY=$(printf '%s\n' "base|8|2|256" "r32|32|2|256" "g8|8|8|256" "r32g4|32|4|256" \
-  "r16g4m128|16|4|128" "r32g8m128|32|8|128" "r8g8m64|8|8|64" "buffers|8|2|256|false" "buffers_r32g4|32|4|256|false")
-while IFS='|' read -r n r g m img; do
+DEFAULT_SKINNY=$(printf '%s\n' "base|32|8|2|256" "g8|32|8|8|256" "l8r128off|8|128|2|256|true|off" \
+  "l8r128|8|128|2|256" "l8r64off|8|64|2|256|true|off" "l16r64off|16|64|2|256|true|off" \
+  "l4r256off|4|256|2|256|true|off" "buffers_l8r128off|8|128|2|256|false|off")
+declare -A SPLIT
+while IFS='|' read -r n l r g m img split; do
   [ -n "$n" ] || continue
-  skinny_profile "$n" "$r" "$g" "$m" "${img:-true}"
-  echo "=== skinny $n wide_rows $r groups_per_cu $g matvec_min_k $m images ${img:-true}" >> $K
-  timeout 100 $B bench tests/bench/decode_products.fbir --device $D --profile $T/sk_$n.toml --repeat 10 < /dev/null >> $K 2>&1
+  sed -e "s/^supported = true/supported = ${img:-true}/" dialects/target/profiles/nvidia.toml > $T/sk_$n.toml
+  printf '\n[skinny]\nwide_lanes = %s\nwide_rows = %s\ngroups_per_cu = %s\nmatvec_min_k = %s\n' "$l" "$r" "$g" "$m" >> $T/sk_$n.toml
+  SPLIT[$n]=${split:-auto}
+  echo "=== skinny $n wide_lanes $l wide_rows $r groups_per_cu $g matvec_min_k $m images ${img:-true} split-k ${split:-auto}" >> $K
+  timeout 100 $B bench tests/bench/decode_products.fbir --device $D --profile $T/sk_$n.toml --split-k ${split:-auto} --repeat 10 < /dev/null >> $K 2>&1
 done <<< "${SKINNY:-$DEFAULT_SKINNY}"
 for n in ${SKINNY_LLAMA:-}; do
   [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
   python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
-  echo "=== skinny llama decode pos=2047 $n" >> $K
-  timeout 200 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/sk_$n.toml --inputs $T/pos.safetensors --repeat 10 < /dev/null >> $K 2>&1
+  echo "=== skinny llama decode pos=2047 $n split-k ${SPLIT[$n]}" >> $K
+  timeout 200 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/sk_$n.toml --split-k ${SPLIT[$n]} --inputs $T/pos.safetensors --repeat 10 < /dev/null >> $K 2>&1
 done
 fi
 # `fbc generate` end to end (issue 14, part generate): the 16-layer Llama 3.2-1B with random

@@ -1991,7 +1991,7 @@ impl Cx<'_> {
             lanes,
             j,
             texel.is_some(),
-            u64::from(opts.skinny.wide_rows),
+            [u64::from(opts.skinny.wide_lanes), u64::from(opts.skinny.wide_rows)],
             opts.max_group,
             opts.local_mem_bytes,
         );

@@ -102,9 +102,13 @@ fn four() -> u32 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SkinnyParams {
-    /// Rows of lanes in a work-group of the kernel whose lanes run along the wide side (32 lanes
-    /// a row, each row striding the reduction): a power of two from 1 to 32, fewer where the
-    /// group would pass `compute.max_work_group_size` or local memory. Optional: 8.
+    /// Lanes of a row of the kernel whose lanes run along the wide side (neighbouring wide
+    /// indices, a texel or a value each): a power of two from 4 to 32. Optional: 32.
+    #[serde(default = "thirty_two")]
+    pub wide_lanes: u32,
+    /// Rows of lanes in a work-group of that kernel (each row striding the reduction): a power
+    /// of two, at most 1024 work-items with `wide_lanes`, fewer where the group would pass
+    /// `compute.max_work_group_size` or local memory. Optional: 8.
     #[serde(default = "eight")]
     pub wide_rows: u32,
     /// Work-groups per compute unit that split-K aims at for a skinny product: it splits the
@@ -126,6 +130,10 @@ fn eight() -> u32 {
     8
 }
 
+fn thirty_two() -> u32 {
+    32
+}
+
 fn two() -> u32 {
     2
 }
@@ -136,7 +144,12 @@ fn wide_min_k() -> u32 {
 
 impl Default for SkinnyParams {
     fn default() -> SkinnyParams {
-        SkinnyParams { wide_rows: eight(), groups_per_cu: two(), matvec_min_k: wide_min_k() }
+        SkinnyParams {
+            wide_lanes: thirty_two(),
+            wide_rows: eight(),
+            groups_per_cu: two(),
+            matvec_min_k: wide_min_k(),
+        }
     }
 }
 

@@ -25,8 +25,8 @@ impl HardwareProfile {
     /// - `memory`: `dram_bandwidth_gbps` is finite and positive;
     /// - `contraction`: `per_item` extents are 1, 2, 4 or 8; `tile_k` is a power of two from 1
     ///   to 64; `local_vector` is 1 or 4;
-    /// - `skinny`: `wide_rows` is a power of two from 1 to 32; `groups_per_cu` and
-    ///   `matvec_min_k` are positive;
+    /// - `skinny`: `wide_lanes` is a power of two from 4 to 32, `wide_rows` a power of two with
+    ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu` and `matvec_min_k` are positive;
     /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
     ///   is positive, each `texture_blocks` shape has power-of-two extents and no shape is
     ///   listed twice. (Rates and the date are checked as they are read: their types hold
@@ -189,10 +189,19 @@ impl HardwareProfile {
             bad("contraction.local_vector", format!("{} must be 1 or 4", k.local_vector));
         }
         let sk = &self.skinny;
-        if !sk.wide_rows.is_power_of_two() || sk.wide_rows > 32 {
+        if !sk.wide_lanes.is_power_of_two() || !(4..=32).contains(&sk.wide_lanes) {
+            bad(
+                "skinny.wide_lanes",
+                format!("{} must be a power of two from 4 to 32", sk.wide_lanes),
+            );
+        }
+        if !sk.wide_rows.is_power_of_two() || sk.wide_lanes.saturating_mul(sk.wide_rows) > 1024 {
             bad(
                 "skinny.wide_rows",
-                format!("{} must be a power of two from 1 to 32", sk.wide_rows),
+                format!(
+                    "{} must be a power of two with wide_lanes × wide_rows at most 1024",
+                    sk.wide_rows
+                ),
             );
         }
         if sk.groups_per_cu == 0 {

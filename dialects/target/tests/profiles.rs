@@ -167,20 +167,40 @@ fn skinny_parameters_default_and_are_validated() {
     let p = from_toml(MEASURED).unwrap();
     assert_eq!(
         p.skinny,
-        SkinnyParams { wide_rows: 8, groups_per_cu: 2, matvec_min_k: SKINNY_WIDE_MIN_K as u32 }
+        SkinnyParams {
+            wide_lanes: 32,
+            wide_rows: 8,
+            groups_per_cu: 2,
+            matvec_min_k: SKINNY_WIDE_MIN_K as u32
+        }
     );
     assert_eq!((p.skinny.wide_min_k(1), p.skinny.wide_min_k(8)), (256, SKINNY_WIDE_MIN_K));
     // One field set, the others default; the matrix-vector bound applies to a narrow side of 1.
     let set = format!("{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_min_k = 64\n");
     let s = from_toml(&set).unwrap().skinny;
-    assert_eq!(s, SkinnyParams { wide_rows: 32, groups_per_cu: 2, matvec_min_k: 64 });
+    assert_eq!(
+        s,
+        SkinnyParams { wide_lanes: 32, wide_rows: 32, groups_per_cu: 2, matvec_min_k: 64 }
+    );
     assert_eq!((s.wide_min_k(1), s.wide_min_k(2)), (64, SKINNY_WIDE_MIN_K));
     let bad =
-        format!("{MEASURED}\n[skinny]\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_min_k = 0\n");
+        format!("{MEASURED}\n[skinny]\nwide_lanes = 2\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_min_k = 0\n");
     let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
     let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
-    assert_eq!(fields, ["skinny.wide_rows", "skinny.groups_per_cu", "skinny.matvec_min_k"]);
-    assert_eq!(problems[0].message, "48 must be a power of two from 1 to 32");
+    assert_eq!(
+        fields,
+        ["skinny.wide_lanes", "skinny.wide_rows", "skinny.groups_per_cu", "skinny.matvec_min_k"]
+    );
+    assert_eq!(problems[0].message, "2 must be a power of two from 4 to 32");
+    assert_eq!(
+        problems[1].message,
+        "48 must be a power of two with wide_lanes × wide_rows at most 1024"
+    );
+    // 8 lanes of 128 rows are a group of 1024; 16 of 128 are too many.
+    let rows =
+        |l: u32, r: u32| format!("{MEASURED}\n[skinny]\nwide_lanes = {l}\nwide_rows = {r}\n");
+    assert_eq!(from_toml(&rows(8, 128)).unwrap().skinny.wide_rows, 128);
+    assert!(matches!(from_toml(&rows(16, 128)), Err(TargetError::Invalid { .. })));
 }
 
 #[test]

@@ -136,8 +136,8 @@ pub enum ProductShape {
 /// reading a texel of four; 32 along the wide side, `skinny.matvec_min_k` for a matrix-vector
 /// product). A
 /// work-group covers `16 · narrow` outputs with its lanes along k (8 rows of lanes, up to 16
-/// outputs each) and `128 · narrow` along the wide side (32 lanes, a texel of four wide indices
-/// each). On the H200 (`tests/bench/h200.sh`, part lora, one call) the weight gradients
+/// outputs each) and `4 · wide_lanes · narrow` along the wide side (a texel of four wide
+/// indices a lane; 32 lanes unless the profile says otherwise). On the H200 (`tests/bench/h200.sh`, part lora, one call) the weight gradients
 /// 2048×512 · 512×8 took 0.011 ms split by 16 (256 groups) against 0.0185 by 4, and
 /// 8192×512 · 512×8 0.0186 ms by 4 (256 groups) against 0.0254 by 16. Chunks that short along
 /// the wide side (below `fbc_target::SKINNY_WIDE_MIN_K`) then run in the tiled kernel, faster
@@ -154,7 +154,8 @@ fn skinny_chunks(
     // long enough for the skinny kernel's lanes along the wide side (`matvec_min_k`); a wider
     // narrow side cuts to 32 and runs short chunks in the tiled kernel.
     let wide_min = if narrow == 1 { u64::from(sk.matvec_min_k.max(1)) } else { 32 };
-    let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (128, wide_min) };
+    let wide_block = 4 * u64::from(sk.wide_lanes.max(1));
+    let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (wide_block, wide_min) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
     let most = u64::from(sk.groups_per_cu.max(1)) * u64::from(profile.compute.compute_units.max(1));
     let mut s = 1u64;
