@@ -1965,3 +1965,70 @@ fn a_session_keeps_weights_and_caches_on_the_device() {
         )
     );
 }
+
+/// A kept value in another storage form: `@a` keeps `w` as a linear buffer, `@b` reads it as an
+/// R-Tile image (generic profile, -O3); `@b` called with the key alone reads the buffer back
+/// and uploads it as the image, and gives the bits of a run that uploads `w` itself; both forms
+/// stay, so a second `@b` and a second `@a` move no byte of `w`.
+#[test]
+fn a_kept_value_moves_to_another_storage_form() {
+    use fbc_runtime::device::opencl::{run, Input, RunOptions, Session};
+    if !have_device() {
+        return;
+    }
+    let text = "module @forms {
+  func.func @a(%w: tensor<256x256xf32>) -> tensor<256x256xf32> {
+    %r = tensor.add %w, %w : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    func.return %r : tensor<256x256xf32>
+  }
+  func.func @b(%x: tensor<128x256xf32>, %w: tensor<256x256xf32>) -> tensor<128x256xf32> {
+    %r = tensor.matmul %x, %w : (tensor<128x256xf32>, tensor<256x256xf32>) -> tensor<128x256xf32>
+    func.return %r : tensor<128x256xf32>
+  }
+}";
+    let profile = fbc_target::builtin("generic").expect("generic");
+    let m = common::lower_o3_with(text, &profile, "auto").expect("lowers");
+    let opts = fbc_codegen::opencl::Options {
+        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
+        ..Default::default()
+    };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    let man = &out.manifest;
+    // The two uploads of `w`: a buffer of 65536 floats, and an image.
+    let w_storage = |func: &str, arg: usize| {
+        let f = man.function(func).expect("function");
+        f.steps
+            .iter()
+            .find_map(|s| match s {
+                fbc_codegen::opencl::Step::Upload { arg: a, storage, .. } if *a == arg => {
+                    Some(f.storage[*storage].clone())
+                }
+                _ => None,
+            })
+            .expect("upload")
+    };
+    let (wa, wb) = (w_storage("a", 0), w_storage("b", 1));
+    assert_eq!(wa.kind, fbc_codegen::opencl::StorageKind::Buffer);
+    assert!(matches!(wb.kind, fbc_codegen::opencl::StorageKind::Image2d { .. }), "{wb:?}");
+    let a_in = fbc_runtime::interp::random_inputs(&m, "a", 4).expect("inputs");
+    let mut b_in = fbc_runtime::interp::random_inputs(&m, "b", 5).expect("inputs");
+    b_in[1] = a_in[0].clone();
+    let ro = RunOptions::default();
+    let want = run(&out.source, man, "b", &b_in, &ro).expect("run").results;
+    let mut s = Session::new(&out.source, man, &ro).expect("session");
+    let first = s.call("a", &[Input::Keep { key: "w", value: Some(&a_in[0]) }], None).expect("a");
+    assert_eq!(first.uploaded_bytes, wa.bytes);
+    let b_args = [Input::Host(&b_in[0]), Input::Keep { key: "w", value: None }];
+    let b = s.call("b", &b_args, None).expect("b");
+    let bits = |v: &fbc_runtime::interp::Value| v.as_f32().expect("f32").data().to_vec();
+    assert_eq!(bits(b.results[0].as_ref().expect("r")), bits(&want[0]));
+    // x and w's image uploaded; w's buffer and the result read back.
+    let result_bytes = 128 * 256 * 4;
+    assert_eq!(b.uploaded_bytes, 128 * 256 * 4 + wb.bytes);
+    assert_eq!(b.downloaded_bytes, wa.bytes + result_bytes);
+    assert_eq!(s.kept_bytes(), wa.bytes + wb.bytes);
+    let again = s.call("b", &b_args, None).expect("b again");
+    assert_eq!((again.uploaded_bytes, again.downloaded_bytes), (128 * 256 * 4, result_bytes));
+    let a = s.call("a", &[Input::Keep { key: "w", value: None }], None).expect("a again");
+    assert_eq!((a.uploaded_bytes, a.downloaded_bytes), (0, 256 * 256 * 4));
+}
