@@ -2032,3 +2032,48 @@ fn a_kept_value_moves_to_another_storage_form() {
     let a = s.call("a", &[Input::Keep { key: "w", value: None }], None).expect("a again");
     assert_eq!((a.uploaded_bytes, a.downloaded_bytes), (0, 256 * 256 * 4));
 }
+
+/// A kept argument that a function overwrites without returning it (an update in place of a
+/// dead input) is dropped after the call: the next call cannot take the stale value for it.
+#[test]
+fn a_kept_argument_overwritten_and_not_returned_is_dropped() {
+    use fbc_runtime::device::opencl::{run, Input, RunOptions, Session};
+    use fbc_runtime::interp::Value;
+    use fbc_runtime::reference::Tensor;
+    if !have_device() {
+        return;
+    }
+    let text = "module @inplace {
+  func.func @c(%cache: tensor<1x1x8x4xf32>, %new: tensor<1x1x1x4xf32>, %pos: tensor<i32>) -> tensor<1x1x8x4xf32> {
+    %u = tensor.update_slice %cache, %new, %pos {axis = 2} : (tensor<1x1x8x4xf32>, tensor<1x1x1x4xf32>, tensor<i32>) -> tensor<1x1x8x4xf32>
+    %r = tensor.add %u, %u : (tensor<1x1x8x4xf32>, tensor<1x1x8x4xf32>) -> tensor<1x1x8x4xf32>
+    func.return %r : tensor<1x1x8x4xf32>
+  }
+}";
+    let profile = fbc_target::builtin("generic").expect("generic");
+    let m = common::lower_o3_with(text, &profile, "auto").expect("lowers");
+    let opts = fbc_codegen::opencl::Options {
+        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
+        ..Default::default()
+    };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    let man = &out.manifest;
+    let mut inputs = fbc_runtime::interp::random_inputs(&m, "c", 6).expect("inputs");
+    inputs[2] = Value::I32(Tensor::new(Vec::new(), vec![3]).expect("pos"));
+    let ro = RunOptions::default();
+    let want = run(&out.source, man, "c", &inputs, &ro).expect("run").results;
+    let mut s = Session::new(&out.source, man, &ro).expect("session");
+    // The cache's storage is written by the update but the result is another storage.
+    assert_eq!(s.in_place("c").expect("in place"), [None]);
+    let call = |s: &mut Session, value| {
+        let args =
+            [Input::Keep { key: "cache", value }, Input::Host(&inputs[1]), Input::Host(&inputs[2])];
+        s.call("c", &args, None)
+    };
+    let first = call(&mut s, Some(&inputs[0])).expect("first call");
+    let bits = |v: &Value| v.as_f32().expect("f32").data().to_vec();
+    assert_eq!(bits(first.results[0].as_ref().expect("r")), bits(&want[0]));
+    assert_eq!(s.kept_bytes(), 0);
+    let e = call(&mut s, None).expect_err("the overwritten value is gone").to_string();
+    assert_eq!(e, "argument 0 (cache) of @c: nothing is kept under `cache` and no value was given");
+}
