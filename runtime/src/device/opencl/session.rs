@@ -95,6 +95,8 @@ struct FuncState {
     written: HashSet<usize>,
     /// Storage that a download reads.
     downloaded: HashSet<usize>,
+    /// Each launch's activity (`fbc_ir::activity`), written once.
+    activities: Vec<String>,
 }
 
 /// One device, one program, and values kept on the device between calls.
@@ -249,6 +251,10 @@ impl Session {
         }
         let state = FuncState {
             kernels: (0..f.launches().count()).map(|_| None).collect(),
+            activities: f
+                .launches()
+                .map(|l| format!("launch `{}` ({})", l.kernel, l.location))
+                .collect(),
             objects: Objects::new(&f, self.device_memory)?,
             errors,
             written,
@@ -388,11 +394,14 @@ impl Session {
         };
         let mut out = CallOutput {
             results: vec![None; st.f.results.len()],
-            launches: st
-                .f
-                .launches()
-                .map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new(), start_ns: 0 })
-                .collect(),
+            // Untimed, no launch has a time to report.
+            launches: if self.timed {
+                st.f.launches()
+                    .map(|l| LaunchTime { kernel: l.kernel.clone(), ns: Vec::new(), start_ns: 0 })
+                    .collect()
+            } else {
+                Vec::new()
+            },
             launch_host_ns: 0,
             device_peak_bytes: 0,
             objects_made: 0,
@@ -531,7 +540,7 @@ fn run_once(
             Step::Launch(l) => {
                 let start = std::time::Instant::now();
                 let _activity =
-                    fbc_ir::activity::enter(format!("launch `{}` ({})", l.kernel, l.location));
+                    fbc_ir::activity::enter(st.activities.get(launch).cloned().unwrap_or_default());
                 let ocl_at = |e: ocl::Error| {
                     OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
                 };
