@@ -1856,6 +1856,18 @@ fn generate_on_the_device_gives_the_interpreters_tokens() {
     assert!(unfused.stderr.ends_with(moved), "{}", unfused.stderr);
 }
 
+/// `text` lowered at -O3 for the generic profile, and its OpenCL C and manifest.
+fn generic_o3_opencl(text: &str) -> (fbc_ir::Module, fbc_codegen::opencl::Output) {
+    let profile = fbc_target::builtin("generic").expect("generic");
+    let m = common::lower_o3_with(text, &profile, "auto").expect("lowers");
+    let opts = fbc_codegen::opencl::Options {
+        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
+        ..Default::default()
+    };
+    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    (m, out)
+}
+
 /// A session keeps the weights and the caches on the device: a one-layer Llama's `@prefill`
 /// and two `@decode` steps through one [`Session`] (weights uploaded at the first call, caches
 /// updated in place and never read back) give the bits of three separate runs that upload
@@ -1870,13 +1882,7 @@ fn a_session_keeps_weights_and_caches_on_the_device() {
         return;
     }
     let text = common::inference_module("llama3.2-1b", 4, 48, 12);
-    let profile = fbc_target::builtin("generic").expect("generic");
-    let m = common::lower_o3_with(&text, &profile, "auto").expect("lowers");
-    let opts = fbc_codegen::opencl::Options {
-        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
-        ..Default::default()
-    };
-    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    let (m, out) = generic_o3_opencl(&text);
     let man = &out.manifest;
     let i32s = |shape: Vec<usize>, v: Vec<i32>| Value::I32(Tensor::new(shape, v).expect("i32"));
     // Random weights, RoPE rows and caches (the same weights in both functions: the seed and
@@ -1986,13 +1992,7 @@ fn a_kept_value_moves_to_another_storage_form() {
     func.return %r : tensor<128x256xf32>
   }
 }";
-    let profile = fbc_target::builtin("generic").expect("generic");
-    let m = common::lower_o3_with(text, &profile, "auto").expect("lowers");
-    let opts = fbc_codegen::opencl::Options {
-        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
-        ..Default::default()
-    };
-    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    let (m, out) = generic_o3_opencl(text);
     let man = &out.manifest;
     // The two uploads of `w`: a buffer of 65536 floats, and an image.
     let w_storage = |func: &str, arg: usize| {
@@ -2050,13 +2050,7 @@ fn a_kept_argument_overwritten_and_not_returned_is_dropped() {
     func.return %r : tensor<1x1x8x4xf32>
   }
 }";
-    let profile = fbc_target::builtin("generic").expect("generic");
-    let m = common::lower_o3_with(text, &profile, "auto").expect("lowers");
-    let opts = fbc_codegen::opencl::Options {
-        kernels: fbc_codegen::opencl::KernelOptions::for_target(&profile),
-        ..Default::default()
-    };
-    let out = fbc_codegen::opencl::Writer::new(opts).write(&m).expect("OpenCL C");
+    let (m, out) = generic_o3_opencl(text);
     let man = &out.manifest;
     let mut inputs = fbc_runtime::interp::random_inputs(&m, "c", 6).expect("inputs");
     inputs[2] = Value::I32(Tensor::new(Vec::new(), vec![3]).expect("pos"));

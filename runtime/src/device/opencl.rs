@@ -1110,15 +1110,16 @@ fn event_span(ev: &Event) -> Result<(u64, u64), OpenClError> {
     Ok((start, end))
 }
 
-fn check_inputs(f: &FunctionManifest, inputs: &[Value]) -> Result<(), OpenClError> {
-    if inputs.len() != f.args.len() {
-        return Err(OpenClError::Manifest(format!(
-            "@{} takes {} arguments, {} given",
-            f.name,
-            f.args.len(),
-            inputs.len()
-        )));
+/// That `f` takes `n` arguments.
+fn check_count(f: &FunctionManifest, n: usize) -> Result<(), OpenClError> {
+    if n == f.args.len() {
+        return Ok(());
     }
+    Err(OpenClError::Manifest(format!("@{} takes {} arguments, {n} given", f.name, f.args.len())))
+}
+
+fn check_inputs(f: &FunctionManifest, inputs: &[Value]) -> Result<(), OpenClError> {
+    check_count(f, inputs.len())?;
     inputs.iter().enumerate().try_for_each(|(k, data)| session::check_arg(f, k, data))
 }
 

@@ -275,14 +275,7 @@ impl Session {
     ) -> Result<(HashMap<usize, Source>, Vec<(usize, String, Form)>, u64, u64), OpenClError> {
         let st = self.funcs.get(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
         let f = &st.f;
-        if inputs.len() != f.args.len() {
-            return Err(OpenClError::Manifest(format!(
-                "@{} takes {} arguments, {} given",
-                f.name,
-                f.args.len(),
-                inputs.len()
-            )));
-        }
+        check_count(f, inputs.len())?;
         for (k, input) in inputs.iter().enumerate() {
             if let Input::Host(v) | Input::Keep { value: Some(v), .. } = input {
                 check_arg(f, k, v)?;
