@@ -47,6 +47,8 @@ struct Func {
     len: usize,
     /// Argument index by name, for the host's arguments.
     args: Vec<(String, usize)>,
+    /// Every argument's name, in order.
+    names: Vec<String>,
     /// The caches' argument indices, in order (the results after the logits, in the same order).
     caches: Vec<usize>,
 }
@@ -107,7 +109,7 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
             format!("@{name}'s tokens are {tokens:?}; `fbc generate` takes a batch of 1"),
         ));
     }
-    Ok(Func { id, name: name.to_string(), len: tokens[1], args, caches })
+    Ok(Func { id, name: name.to_string(), len: tokens[1], args, names, caches })
 }
 
 /// The index of host argument `name` in `args`.
@@ -196,7 +198,6 @@ impl Runner<'_> {
     fn call(
         &mut self,
         file: &SourceFile,
-        module: &Module,
         f: &Func,
         inputs: Cow<'_, [Value]>,
     ) -> Result<Returned, Failure> {
@@ -242,8 +243,7 @@ impl Runner<'_> {
                     .enumerate()
                     .map(|(c, &a)| in_place.get(1 + c).copied().flatten() == Some(a))
                     .collect();
-                let names: Vec<String> =
-                    (0..inputs.len()).map(|i| arg_name(module, f.id, i)).collect();
+                let names = &f.names;
                 let args: Vec<Input<'_>> = inputs
                     .iter()
                     .enumerate()
@@ -416,7 +416,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     // Prefill.
     prefill.host_inputs(&shape, &prompt, 0, &mut first);
     let start = Instant::now();
-    let out = runner.call(&file, &module, &prefill, Cow::Owned(first))?;
+    let out = runner.call(&file, &prefill, Cow::Owned(first))?;
     let ttft = start.elapsed();
     let mut peak = out.peak;
     let mut tokens = Vec::with_capacity(max_new);
@@ -441,7 +441,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             }
         }
         let start = Instant::now();
-        let out = runner.call(&file, &module, &decode, Cow::Borrowed(&next))?;
+        let out = runner.call(&file, &decode, Cow::Borrowed(&next))?;
         decode_time += start.elapsed();
         peak = peak.max(out.peak);
         moved = out.moved;

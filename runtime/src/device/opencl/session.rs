@@ -95,6 +95,8 @@ struct FuncState {
     written: HashSet<usize>,
     /// Storage that a download reads.
     downloaded: HashSet<usize>,
+    /// [`Session::in_place`] of the function.
+    in_place: Vec<Option<usize>>,
     /// Each launch's activity (`fbc_ir::activity`), written once.
     activities: Vec<String>,
 }
@@ -171,7 +173,7 @@ impl Session {
 
     /// Bytes of the values kept on the device.
     pub fn kept_bytes(&self) -> u64 {
-        self.kept.iter().map(|k| k.desc.bytes).fold(0, u64::saturating_add)
+        kept_bytes(&self.kept)
     }
 
     /// Runs function `func` once on `inputs` (one per argument); `want` says which results to
@@ -192,27 +194,7 @@ impl Session {
         let _guard = lock();
         self.prepare(func)?;
         let st = self.funcs.get(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
-        let uploads: HashMap<usize, usize> =
-            st.f.steps
-                .iter()
-                .filter_map(|s| match s {
-                    Step::Upload { arg, storage, .. } => Some((*storage, *arg)),
-                    _ => None,
-                })
-                .collect();
-        let planned = self.device_memory == DeviceMemory::Planned;
-        let keepable =
-            |id: usize| st.f.storage.get(id).is_some_and(|d| !(planned && d.slot.is_some()));
-        let mut out = vec![None; st.f.results.len()];
-        for s in &st.f.steps {
-            if let Step::Download { storage, result, .. } = s {
-                let in_place = st.written.contains(storage) && keepable(*storage);
-                if let (Some(slot), true) = (out.get_mut(*result), in_place) {
-                    *slot = uploads.get(storage).copied();
-                }
-            }
-        }
-        Ok(out)
+        Ok(st.in_place.clone())
     }
 
     /// The state of `func`, made and checked against the device at its first call.
@@ -249,7 +231,31 @@ impl Session {
                 Step::Alloc { .. } | Step::Upload { .. } | Step::Dealloc { .. } => {}
             }
         }
+        // Results downloaded from an upload's storage that the function writes (and that is not
+        // a `plan-memory` slot's, which no key keeps).
+        let uploads: HashMap<usize, usize> = f
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Upload { arg, storage, .. } => Some((*storage, *arg)),
+                _ => None,
+            })
+            .collect();
+        let planned = self.device_memory == DeviceMemory::Planned;
+        let keepable =
+            |id: usize| f.storage.get(id).is_some_and(|d| !(planned && d.slot.is_some()));
+        let mut in_place = vec![None; f.results.len()];
+        for s in &f.steps {
+            if let Step::Download { storage, result, .. } = s {
+                if let (Some(slot), true) =
+                    (in_place.get_mut(*result), written.contains(storage) && keepable(*storage))
+                {
+                    *slot = uploads.get(storage).copied();
+                }
+            }
+        }
         let state = FuncState {
+            in_place,
             kernels: (0..f.launches().count()).map(|_| None).collect(),
             activities: f
                 .launches()
@@ -428,13 +434,15 @@ impl Session {
         }
         result?;
         out.launch_host_ns = median(host_ns);
-        out.device_peak_bytes = st
-            .objects
-            .high_water
-            .saturating_add(self.kept.iter().map(|k| k.desc.bytes).fold(0, u64::saturating_add));
+        out.device_peak_bytes = st.objects.high_water.saturating_add(kept_bytes(&self.kept));
         out.objects_made = st.objects.made;
         Ok(out)
     }
+}
+
+/// Bytes of the kept values `kept`.
+fn kept_bytes(kept: &[Kept]) -> u64 {
+    kept.iter().map(|k| k.desc.bytes).fold(0, u64::saturating_add)
 }
 
 /// `OPENCL`, held while a session builds its program or runs a call (not for its life: a
