@@ -87,6 +87,9 @@ op_kinds! {
         Div = "tensor.div",
         Max = "tensor.max",
         Min = "tensor.min",
+        Pow = "tensor.pow",
+        Select = "tensor.select",
+        Cast = "tensor.cast",
         Neg = "tensor.neg",
         Exp = "tensor.exp",
         Log = "tensor.log",
@@ -94,6 +97,7 @@ op_kinds! {
         Rsqrt = "tensor.rsqrt",
         Tanh = "tensor.tanh",
         Sigmoid = "tensor.sigmoid",
+        Erf = "tensor.erf",
         Relu = "tensor.relu",
         Silu = "tensor.silu",
         Gelu = "tensor.gelu",
@@ -146,6 +150,7 @@ macro_rules! tensor_elementwise_binary {
             | $crate::kind::TensorOp::Div
             | $crate::kind::TensorOp::Max
             | $crate::kind::TensorOp::Min
+            | $crate::kind::TensorOp::Pow
     };
 }
 
@@ -163,6 +168,7 @@ macro_rules! tensor_elementwise_unary {
             | $crate::kind::TensorOp::Relu
             | $crate::kind::TensorOp::Silu
             | $crate::kind::TensorOp::Gelu
+            | $crate::kind::TensorOp::Erf
     };
 }
 

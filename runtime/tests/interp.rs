@@ -751,3 +751,33 @@ fn compare_values_tolerances() {
     assert!(compare_values(&a, &d, Tolerance::new(1.0, 1.0)).is_err());
     assert!(compare_values(&a, &f32s(&[1, 3], &[1.0, 2.0, 3.0]), Tolerance::F32).is_err());
 }
+
+#[test]
+fn pow_select_erf_and_cast() {
+    let src = "
+func.func @f(%a: tensor<5xf32>, %b: tensor<5xf32>, %m: tensor<5xf32>) -> (tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf16>, tensor<5xf32>) {
+  %0 = tensor.pow %a, %b
+  %1 = tensor.select %m, %a, %b
+  %2 = tensor.erf %a
+  %3 = tensor.cast %b {dtype = \"f16\"}
+  %4 = tensor.cast %3 {dtype = \"f32\"}
+  func.return %0, %1, %2, %3, %4 : (tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf16>, tensor<5xf32>) -> ()
+}";
+    let a = f32s(&[5], &[2.0, -2.0, -2.0, 0.0, 4.0]);
+    let b = f32s(&[5], &[3.0, 3.0, 0.5, -1.0, 0.1]);
+    let m = f32s(&[5], &[1.0, 0.0, 2.0, 0.0, -1.0]);
+    let r = run(src, vec![a, b, m]);
+    // C's pow: a negative base with an odd integral exponent is negative, with a fractional one
+    // NaN; 0^-1 = +inf.
+    let p = r[0].to_f64_vec();
+    assert_eq!(p[0], 8.0);
+    assert_eq!(p[1], -8.0);
+    assert!(p[2].is_nan());
+    assert_eq!(p[3], f64::INFINITY);
+    assert!((p[4] - 4f64.powf(0.1)).abs() < 1e-6);
+    close(&r[1], &[5], &[2.0, 3.0, -2.0, -1.0, 4.0], 0.0);
+    // erf(2) = 0.995322265, erf(-2) = -erf(2), erf(0) = 0, erf(4) = 0.9999999846.
+    close(&r[2], &[5], &[0.995_322_265, -0.995_322_265, -0.995_322_265, 0.0, 0.999_999_985], 1e-6);
+    // 0.1 in f16 is 0.0999755859375; the others are exact.
+    close(&r[4], &[5], &[3.0, 3.0, 0.5, -1.0, 0.099_975_585_937_5], 0.0);
+}

@@ -104,6 +104,8 @@ impl Kind {
             | fbc_dialects::tensor_elementwise_vjps!()
             | T::Scale
             | T::Ge
+            | T::Select
+            | T::Cast
             | T::Rope
             | T::RopeGrad
             | T::CausalMask

@@ -17,7 +17,7 @@ use fbc_ir::{
 
 /// A value of the graph being recorded: a function argument or an op result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct V(u32);
+pub struct V(u32);
 
 #[derive(Debug)]
 struct ValInfo {
@@ -35,7 +35,7 @@ struct Node {
 
 /// Records one function: its arguments (in order of declaration) and its ops.
 #[derive(Debug)]
-pub(crate) struct Graph<'r> {
+pub struct Graph<'r> {
     ops: &'r OpRegistry,
     /// An empty module for the op views that `infer` functions read; the tensor ops only look at
     /// operand types and attributes.
@@ -46,7 +46,7 @@ pub(crate) struct Graph<'r> {
 }
 
 /// `[1, 2]` as an integer-array attribute.
-pub(crate) fn ints(xs: &[u64]) -> Attr {
+pub fn ints(xs: &[u64]) -> Attr {
     // Dimensions here are bounded by the argument checks (far below i64::MAX); saturate rather
     // than wrap if that ever changed, so the verifier reports the mistake.
     Attr::Array(xs.iter().map(|&x| Attr::Int(i64::try_from(x).unwrap_or(i64::MAX))).collect())
@@ -57,7 +57,7 @@ fn attr(name: &str, value: Attr) -> (String, Attr) {
 }
 
 impl<'r> Graph<'r> {
-    pub(crate) fn new(ops: &'r OpRegistry) -> Graph<'r> {
+    pub fn new(ops: &'r OpRegistry) -> Graph<'r> {
         Graph {
             ops,
             scratch: Module::new(None),
@@ -68,7 +68,7 @@ impl<'r> Graph<'r> {
     }
 
     /// Declares a function argument named `name` of type `tensor<shape x elem>`.
-    pub(crate) fn arg(&mut self, name: &str, shape: &[u64], elem: ElemType) -> V {
+    pub fn arg(&mut self, name: &str, shape: &[u64], elem: ElemType) -> V {
         let v = V(self.vals.len() as u32);
         self.vals.push(ValInfo { ty: TensorType::new(shape, elem) });
         self.args.push((name.to_string(), v));
@@ -76,27 +76,27 @@ impl<'r> Graph<'r> {
     }
 
     /// An f32 argument (weights, masks, tables).
-    pub(crate) fn weight(&mut self, name: &str, shape: &[u64]) -> V {
+    pub fn weight(&mut self, name: &str, shape: &[u64]) -> V {
         self.arg(name, shape, ElemType::F32)
     }
 
     /// Moves the arguments whose names satisfy `last` after the others, keeping each group's
     /// order (an inference function's KV caches come after its weights).
-    pub(crate) fn args_last(&mut self, last: impl Fn(&str) -> bool) {
+    pub fn args_last(&mut self, last: impl Fn(&str) -> bool) {
         self.args.sort_by_key(|(name, _)| last(name));
     }
 
-    pub(crate) fn ty(&self, v: V) -> &TensorType {
+    pub fn ty(&self, v: V) -> &TensorType {
         &self.vals[v.0 as usize].ty
     }
 
-    pub(crate) fn shape(&self, v: V) -> &[u64] {
+    pub fn shape(&self, v: V) -> &[u64] {
         &self.vals[v.0 as usize].ty.shape
     }
 
     /// Records a `kind` op on `operands`; its single result is named `name` and typed by the
     /// op's `infer` function.
-    pub(crate) fn op(
+    pub fn op(
         &mut self,
         name: &str,
         kind: TensorOp,
@@ -140,78 +140,72 @@ impl<'r> Graph<'r> {
 
     // ----- one helper per op the generators use -----
 
-    pub(crate) fn matmul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+    pub fn matmul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
         self.op(name, TensorOp::Matmul, &[a, b], vec![])
     }
 
     /// `aᵀ · b` (the last two dimensions of `a` swapped).
-    pub(crate) fn matmul_at(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+    pub fn matmul_at(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
         self.op(name, TensorOp::Matmul, &[a, b], vec![attr("transpose_a", Attr::Bool(true))])
     }
 
     /// `a · bᵀ` (the last two dimensions of `b` swapped).
-    pub(crate) fn matmul_bt(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+    pub fn matmul_bt(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
         self.op(name, TensorOp::Matmul, &[a, b], vec![attr("transpose_b", Attr::Bool(true))])
     }
 
-    pub(crate) fn add(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+    pub fn add(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
         self.op(name, TensorOp::Add, &[a, b], vec![])
     }
 
-    pub(crate) fn mul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+    pub fn mul(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
         self.op(name, TensorOp::Mul, &[a, b], vec![])
     }
 
-    pub(crate) fn scale(&mut self, name: &str, x: V, factor: f64) -> Result<V, String> {
+    pub fn scale(&mut self, name: &str, x: V, factor: f64) -> Result<V, String> {
         self.op(name, TensorOp::Scale, &[x], vec![attr("factor", Attr::Float(factor))])
     }
 
     /// A unary elementwise op (`silu`, `tanh`, `relu`, ...).
-    pub(crate) fn unary(&mut self, name: &str, op: TensorOp, x: V) -> Result<V, String> {
+    pub fn unary(&mut self, name: &str, op: TensorOp, x: V) -> Result<V, String> {
         self.op(name, op, &[x], vec![])
     }
 
-    pub(crate) fn gelu(&mut self, name: &str, x: V, approximate: &str) -> Result<V, String> {
+    pub fn gelu(&mut self, name: &str, x: V, approximate: &str) -> Result<V, String> {
         let attrs = vec![attr("approximate", Attr::Str(approximate.to_string()))];
         self.op(name, TensorOp::Gelu, &[x], attrs)
     }
 
-    pub(crate) fn reshape(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
+    pub fn reshape(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
         self.op(name, TensorOp::Reshape, &[x], vec![attr("shape", ints(shape))])
     }
 
-    pub(crate) fn transpose(&mut self, name: &str, x: V, perm: &[u64]) -> Result<V, String> {
+    pub fn transpose(&mut self, name: &str, x: V, perm: &[u64]) -> Result<V, String> {
         self.op(name, TensorOp::Transpose, &[x], vec![attr("perm", ints(perm))])
     }
 
-    pub(crate) fn broadcast(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
+    pub fn broadcast(&mut self, name: &str, x: V, shape: &[u64]) -> Result<V, String> {
         self.op(name, TensorOp::Broadcast, &[x], vec![attr("shape", ints(shape))])
     }
 
-    pub(crate) fn slice(
-        &mut self,
-        name: &str,
-        x: V,
-        start: &[u64],
-        end: &[u64],
-    ) -> Result<V, String> {
+    pub fn slice(&mut self, name: &str, x: V, start: &[u64], end: &[u64]) -> Result<V, String> {
         let attrs = vec![attr("start", ints(start)), attr("end", ints(end))];
         self.op(name, TensorOp::Slice, &[x], attrs)
     }
 
-    pub(crate) fn concat(&mut self, name: &str, xs: &[V], axis: i64) -> Result<V, String> {
+    pub fn concat(&mut self, name: &str, xs: &[V], axis: i64) -> Result<V, String> {
         self.op(name, TensorOp::Concat, xs, vec![attr("axis", Attr::Int(axis))])
     }
 
-    pub(crate) fn softmax(&mut self, name: &str, x: V) -> Result<V, String> {
+    pub fn softmax(&mut self, name: &str, x: V) -> Result<V, String> {
         self.op(name, TensorOp::Softmax, &[x], vec![attr("axis", Attr::Int(-1))])
     }
 
-    pub(crate) fn rmsnorm(&mut self, name: &str, x: V, gamma: V, eps: f64) -> Result<V, String> {
+    pub fn rmsnorm(&mut self, name: &str, x: V, gamma: V, eps: f64) -> Result<V, String> {
         self.op(name, TensorOp::Rmsnorm, &[x, gamma], vec![attr("eps", Attr::Float(eps))])
     }
 
-    pub(crate) fn layernorm(
+    pub fn layernorm(
         &mut self,
         name: &str,
         x: V,
@@ -223,13 +217,13 @@ impl<'r> Graph<'r> {
         self.op(name, TensorOp::Layernorm, &[x, gamma, beta], attrs)
     }
 
-    pub(crate) fn rope(&mut self, name: &str, x: V, cos: V, sin: V) -> Result<V, String> {
+    pub fn rope(&mut self, name: &str, x: V, cos: V, sin: V) -> Result<V, String> {
         self.op(name, TensorOp::Rope, &[x, cos, sin], vec![])
     }
 
     /// The additive causal mask `[s, keys]` of queries at positions `pos + i` (`window` > 0:
     /// a sliding window of that many positions).
-    pub(crate) fn causal_mask(
+    pub fn causal_mask(
         &mut self,
         name: &str,
         pos: V,
@@ -244,12 +238,12 @@ impl<'r> Graph<'r> {
         self.op(name, TensorOp::CausalMask, &[pos], attrs)
     }
 
-    pub(crate) fn embedding(&mut self, name: &str, table: V, ids: V) -> Result<V, String> {
+    pub fn embedding(&mut self, name: &str, table: V, ids: V) -> Result<V, String> {
         self.op(name, TensorOp::Embedding, &[table, ids], vec![])
     }
 
     /// `dest` with `update` written along `axis` from the run-time `offset` on.
-    pub(crate) fn update_slice(
+    pub fn update_slice(
         &mut self,
         name: &str,
         dest: V,
@@ -261,24 +255,19 @@ impl<'r> Graph<'r> {
         self.op(name, TensorOp::UpdateSlice, &[dest, update, offset], attrs)
     }
 
-    pub(crate) fn cross_entropy(&mut self, name: &str, logits: V, labels: V) -> Result<V, String> {
+    pub fn cross_entropy(&mut self, name: &str, logits: V, labels: V) -> Result<V, String> {
         self.op(name, TensorOp::CrossEntropy, &[logits, labels], vec![])
     }
 
     /// A splat f32 constant of the given shape.
-    pub(crate) fn constant(&mut self, name: &str, value: f64, shape: &[u64]) -> Result<V, String> {
+    pub fn constant(&mut self, name: &str, value: f64, shape: &[u64]) -> Result<V, String> {
         let attrs = vec![attr("value", Attr::Float(value)), attr("shape", ints(shape))];
         self.op(name, TensorOp::Constant, &[], attrs)
     }
 
     /// Builds the module: one function `func` taking the declared arguments (in declaration
     /// order) and returning `results`.
-    pub(crate) fn finish(
-        self,
-        module_name: &str,
-        func: &str,
-        results: &[V],
-    ) -> Result<Module, String> {
+    pub fn finish(self, module_name: &str, func: &str, results: &[V]) -> Result<Module, String> {
         let mut m = Module::new(Some(module_name.to_string()));
         self.finish_into(&mut m, func, results)?;
         Ok(m)
@@ -286,12 +275,7 @@ impl<'r> Graph<'r> {
 
     /// Adds function `func` to `m`, taking the declared arguments (in declaration order) and
     /// returning `results`.
-    pub(crate) fn finish_into(
-        self,
-        m: &mut Module,
-        func: &str,
-        results: &[V],
-    ) -> Result<(), String> {
+    pub fn finish_into(self, m: &mut Module, func: &str, results: &[V]) -> Result<(), String> {
         let ret =
             self.ops.get(FuncOp::Return.name()).ok_or("op `func.return` is not registered")?;
         let arg_types: Vec<Type> =

@@ -17,7 +17,7 @@
 //! ```
 
 mod blocks;
-mod builder;
+pub mod builder;
 mod config;
 mod decoder;
 mod encoder;

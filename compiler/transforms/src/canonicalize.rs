@@ -104,19 +104,25 @@ fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
         T::Relu => unary(&|x| x.max(0.0)),
         T::Silu => unary(&|x| x * sigmoid(x)),
         T::Scale => factor.and_then(|f| unary(&|x| x * f)),
-        T::Reshape | T::Transpose | T::Broadcast => unary(&|x| x),
+        T::Reshape | T::Transpose | T::Broadcast | T::Cast => unary(&|x| x),
         T::Add => binary(&|a, b| a + b),
         T::Sub => binary(&|a, b| a - b),
         T::Mul => binary(&|a, b| a * b),
         T::Div => binary(&|a, b| a / b),
         T::Max => binary(&f64::max),
         T::Min => binary(&f64::min),
+        T::Pow => binary(&f64::powf),
+        T::Select => match x {
+            [m, a, b] => Some(if *m != 0.0 { *a } else { *b }),
+            _ => None,
+        },
         // A constant is folded already; GELU's erf has no f64 form in std; the rest reduce,
         // index, normalise or are backward helpers, which splat folding does not cover.
         fbc_dialects::tensor_vjps!()
         | fbc_dialects::tensor_reductions!()
         | T::Constant
         | T::Gelu
+        | T::Erf
         | T::Matmul
         | T::Softmax
         | T::Layernorm

@@ -1,6 +1,6 @@
 //! Elementwise tensor ops: the broadcasting binary ops (`add`, `sub`, `mul`, `div`, `max`,
-//! `min`), the unary math ops (`neg`, `exp`, `log`, `sqrt`, `rsqrt`, `tanh`, `sigmoid`, `relu`,
-//! `silu`, `gelu`) and `scale`.
+//! `min`, `pow`), `select`, `cast`, the unary math ops (`neg`, `exp`, `log`, `sqrt`, `rsqrt`, `tanh`,
+//! `sigmoid`, `relu`, `silu`, `gelu`, `erf`) and `scale`.
 
 use fbc_ir::{
     Arity, AttrDef, AttrKind, FbClass, OpDef, OpError, OpTraits, OpView, TensorType, Type,
@@ -164,6 +164,77 @@ pub static OPS: &[OpDef] = &[
         true,
         FbClass::FtdC,
         infer_min,
+    ),
+    binary(
+        "tensor.pow",
+        "elementwise power with NumPy broadcasting",
+        concat!(
+            "`out = a ^ b`, elementwise, after broadcasting both operands to a common shape, with \
+             C's `pow` semantics: a negative base needs an integral exponent (else NaN), \
+             `pow(x, 0) = 1` for every `x`, `pow(0, b) = +inf` for `b < 0`.\n\n",
+            binary_rules!(),
+            "**FBLayout class:** FTD-C: `da = dout · b · a^(b-1)`, `db = dout · a^b · ln a` need \
+             the forward operands, read elementwise as in the forward."
+        ),
+        false,
+        FbClass::FtdC,
+        infer_pow,
+    ),
+    OpDef {
+        name: "tensor.cast",
+        summary: "converts a float tensor to another float element type",
+        doc: "`y = x` in element type `dtype`, each value rounded to nearest (even) where the \
+              new type is narrower; `f16` overflows to ±inf.\n\
+              \n\
+              **Operand:** `x` — a float tensor.\n\
+              \n\
+              **Result:** `x`'s shape with element type `dtype`.\n\
+              \n\
+              **Attributes:** `dtype` (string, required): `f32`, `f16`, `bf16` or `f64`.\n\
+              \n\
+              **Verifier:** `x` is a float tensor; `dtype` is one of the float types.\n\
+              \n\
+              **FBLayout class:** FTI-C: `dx = cast(dy)` back to `x`'s type needs no forward \
+              tensor; access is elementwise in both directions.",
+        operands: Arity::Exactly(1),
+        results: Arity::Exactly(1),
+        attrs: &[AttrDef::required("dtype", AttrKind::Enum(FLOAT_TYPES), "the result's element type")],
+        traits: OpTraits::PURE,
+        class: Some(FbClass::FtiC),
+        infer: infer_cast,
+    },
+    OpDef {
+        name: "tensor.select",
+        summary: "elementwise choice: b where the mask is nonzero, else c (NumPy broadcasting)",
+        doc: concat!(
+            "`out = mask != 0 ? a : b`, elementwise, after broadcasting the three operands to a \
+             common shape. The unchosen operand does not reach the result, so an infinite or NaN \
+             value there is harmless (unlike `a · mask + b · (1 - mask)`).\n\n",
+            "**Operands:** `mask`, `a`, `b` — float tensors of one element type.\n\n",
+            "**Result:** a tensor of the broadcast of the three shapes, with their element type.\n\n",
+            "**Verifier:** the three operands are float tensors of one element type whose shapes \
+             broadcast together.\n\n",
+            "**FBLayout class:** FTD-C: `da = select(mask, dout, 0)`, `db = select(mask, 0, dout)` \
+             need the forward mask, read elementwise as in the forward."
+        ),
+        operands: Arity::Exactly(3),
+        results: Arity::Exactly(1),
+        attrs: &[],
+        traits: OpTraits::ELEMENTWISE,
+        class: Some(FbClass::FtdC),
+        infer: infer_select,
+    },
+    unary(
+        "tensor.erf",
+        "elementwise Gauss error function",
+        concat!(
+            "`y = erf(x) = 2/√π ∫₀ˣ e^(−t²) dt`, elementwise.\n\n",
+            unary_rules!(),
+            "**FBLayout class:** FTD-C: `dx = dy · 2/√π · e^(−x²)` needs the forward `x`, read \
+             elementwise as in the forward."
+        ),
+        FbClass::FtdC,
+        infer_erf,
     ),
     unary(
         "tensor.neg",
@@ -334,6 +405,8 @@ infer_fns! {
     infer_div => binary_float("tensor.div"),
     infer_max => binary_float("tensor.max"),
     infer_min => binary_float("tensor.min"),
+    infer_pow => binary_float("tensor.pow"),
+    infer_erf => unary_float("tensor.erf"),
     infer_neg => unary_float("tensor.neg"),
     infer_exp => unary_float("tensor.exp"),
     infer_log => unary_float("tensor.log"),
@@ -343,6 +416,29 @@ infer_fns! {
     infer_sigmoid => unary_float("tensor.sigmoid"),
     infer_relu => unary_float("tensor.relu"),
     infer_silu => unary_float("tensor.silu"),
+}
+
+const FLOAT_TYPES: &[&str] = &["f32", "f16", "bf16", "f64"];
+
+fn infer_cast(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    let cx = Ctx::new(v, "tensor.cast", &["x"], Arity::Exactly(1))?;
+    let x = cx.float_tensor(0)?;
+    let name = cx.str("dtype", AttrKind::Enum(FLOAT_TYPES), "f32")?;
+    let elem = fbc_ir::ElemType::parse(name)
+        .ok_or_else(|| OpError::new(format!("unknown element type `{name}`")))?;
+    cx.done(vec![TensorType::new(x.shape.clone(), elem)])
+}
+
+fn infer_select(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
+    let cx = Ctx::new(v, "tensor.select", &["mask", "a", "b"], Arity::Exactly(3))?;
+    let m = cx.float_tensor(0)?;
+    let a = cx.float_tensor(1)?;
+    let b = cx.float_tensor(2)?;
+    cx.same_elem(1, a, 0)?;
+    cx.same_elem(2, b, 0)?;
+    let ma = TensorType::new(cx.broadcast2(m, a)?, m.elem);
+    let shape = cx.broadcast2(&ma, b)?;
+    cx.done(vec![TensorType::new(shape, m.elem)])
 }
 
 fn infer_gelu(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {

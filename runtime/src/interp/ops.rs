@@ -78,6 +78,10 @@ pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
         T::Div => float!(div),
         T::Max => float!(max),
         T::Min => float!(min),
+        T::Pow => float!(pow),
+        T::Select => float!(select),
+        T::Cast => float!(cast),
+        T::Erf => float!(erf),
         T::Neg => float!(neg),
         T::Exp => float!(exp),
         T::Log => float!(log),
@@ -263,11 +267,24 @@ macro_rules! pointwise_grad {
 
 binary! {
     add => r::add, sub => r::sub, mul => r::mul, div => r::div, max => r::max, min => r::min,
+    pow => r::pow,
+}
+
+/// `tensor.cast`: the operand's values in the result's storage (f16/bf16 rounding is applied
+/// by [`execute`] as for every result).
+fn cast<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let x = cx.args.first().ok_or_else(|| Fail::Message("missing operand 0".into()))?;
+    let data = x.to_f64_vec().into_iter().map(T::from_f64).collect();
+    Ok(vec![Tensor::new(x.shape().to_vec(), data)?])
+}
+
+fn select<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    Ok(vec![r::select(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?)?])
 }
 
 unary! {
     neg => r::neg, exp => r::exp, log => r::log, sqrt => r::sqrt, rsqrt => r::rsqrt,
-    tanh => r::tanh, sigmoid => r::sigmoid, relu => r::relu, silu => r::silu,
+    tanh => r::tanh, sigmoid => r::sigmoid, relu => r::relu, silu => r::silu, erf => r::erf,
 }
 
 pointwise_grad! {

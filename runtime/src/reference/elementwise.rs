@@ -44,6 +44,25 @@ pub fn min<T: Real>(a: &Tensor<T>, b: &Tensor<T>) -> Result<Tensor<T>> {
     zip_with("min", a, b, min1)
 }
 
+/// `tensor.pow`: `a ^ b`, broadcasting, with C's `pow` (`powf`) semantics.
+pub fn pow<T: Real>(a: &Tensor<T>, b: &Tensor<T>) -> Result<Tensor<T>> {
+    zip_with("pow", a, b, T::powf)
+}
+
+/// `tensor.select`: `a` where `mask` is nonzero, else `b`, broadcasting the three operands.
+pub fn select<T: Real>(mask: &Tensor<T>, a: &Tensor<T>, b: &Tensor<T>) -> Result<Tensor<T>> {
+    let shape = super::tensor::broadcast_shapes(mask.shape(), a.shape())?;
+    let shape = super::tensor::broadcast_shapes(&shape, b.shape())?;
+    let m = mask.broadcast_to(&shape)?;
+    let chosen = m.zip(&a.broadcast_to(&shape)?, |m, x| (m != T::zero(), x))?;
+    zip_with("select", &chosen, &b.broadcast_to(&shape)?, |(take, x), y| if take { x } else { y })
+}
+
+/// `tensor.erf`: the Gauss error function.
+pub fn erf<T: Real>(x: &Tensor<T>) -> Tensor<T> {
+    x.map(T::erf)
+}
+
 /// NaN-propagating maximum of two scalars.
 pub(crate) fn max1<T: Real>(x: T, y: T) -> T {
     if x.is_nan() || y.is_nan() {

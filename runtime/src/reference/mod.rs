@@ -44,8 +44,8 @@ mod testing;
 mod tests;
 
 pub use elementwise::{
-    add, div, exp, gelu, log, max, min, mul, neg, relu, rsqrt, scale, sigmoid, silu, sqrt, sub,
-    tanh, GeluApproximation,
+    add, div, erf, exp, gelu, log, max, min, mul, neg, pow, relu, rsqrt, scale, select, sigmoid,
+    silu, sqrt, sub, tanh, GeluApproximation,
 };
 pub use error::{KernelError, Result};
 pub use grad::{

@@ -9,6 +9,7 @@ mod bench;
 mod calibrate;
 mod gen;
 mod generate;
+mod import;
 mod pack;
 mod run;
 mod tune;
@@ -22,6 +23,7 @@ pub use bench::BenchArgs;
 pub use calibrate::CalibrateArgs;
 pub use gen::GenArgs;
 pub use generate::GenerateArgs;
+pub use import::ImportArgs;
 pub use pack::PackArgs;
 pub use run::RunArgs;
 pub use tune::TuneArgs;
@@ -36,6 +38,7 @@ Examples:
   fbc opt model.fbir --passes 'canonicalize,cse,dce'   run a pipeline, print the IR
   fbc opt model.fbir                                   print the canonical form
   fbc simplify-index '(d0 * 64 + d1) mod 64' --range d0=0:512 --range d1=0:64 --json
+  fbc import model.onnx -o model.fbir --weights-out model.safetensors --shape x=1x512
   fbc model.fbir -O3 --target mali -o out/             OpenCL C + launch manifest in out/
   fbc bench model.fbir --compare fblayout,reuse,convert   kernel times on an OpenCL device
   fbc tune model.fbir --device 0 --budget 120          tune its contractions for the device
@@ -127,6 +130,8 @@ pub enum Command {
     Run(RunArgs),
     /// Generate a model's `.fbir` (forward, or a whole training step).
     Gen(GenArgs),
+    /// Import an ONNX model as a `.fbir` module (its initializers to a safetensors file).
+    Import(ImportArgs),
     /// Greedy decoding with an inference module (`fbc gen MODEL --inference`): prefill the
     /// prompt, then decode one token at a time; token ids and timings.
     Generate(GenerateArgs),

@@ -24,6 +24,15 @@ pub(crate) fn has_rule(def: &OpDef) -> bool {
     T::of(def).is_some_and(|t| !matches!(t, no_rule!()))
 }
 
+/// The rank-0 tensor type of `v`'s element type (a scalar constant that broadcasts against it).
+fn scalar_like(m: &Module, v: Value) -> fbc_ir::Type {
+    let elem = match m.value_type(v) {
+        fbc_ir::Type::Tensor(t) => t.elem,
+        _ => fbc_ir::ElemType::F32,
+    };
+    fbc_ir::Type::Tensor(TensorType::new(Vec::<u64>::new(), elem))
+}
+
 /// The listed attributes of `d` that are present, copied (the forward op's `axis`, `eps`, ...).
 fn copy_attrs(d: &OpData, names: &[&str]) -> Vec<(String, Attr)> {
     names.iter().filter_map(|&n| d.attr(n).map(|a| (n.to_string(), a.clone()))).collect()
@@ -133,6 +142,58 @@ pub(crate) fn apply(
                     out.push((i, e.unbroadcast_like(m, g, v)?));
                 }
             }
+        }
+        T::Pow => {
+            // y = a^b: da = dy · b · a^(b-1), db = dy · y · ln a.
+            let (a, b) = (x(0)?, x(1)?);
+            if want(0) {
+                let one = e.constant(m, 1.0, scalar_like(m, y))?;
+                let b1 = e.binary(m, T::Sub, b, one)?;
+                let p = e.binary(m, T::Pow, a, b1)?;
+                let g = e.binary(m, T::Mul, dy, p)?;
+                let g = e.binary(m, T::Mul, g, b)?;
+                out.push((0, e.unbroadcast_like(m, g, a)?));
+            }
+            if want(1) {
+                let l = e.unary(m, T::Log, a)?;
+                let g = e.binary(m, T::Mul, dy, y)?;
+                let g = e.binary(m, T::Mul, g, l)?;
+                out.push((1, e.unbroadcast_like(m, g, b)?));
+            }
+        }
+        T::Select => {
+            // The mask chooses; it has no gradient of its own (zero).
+            let (mask, a, b) = (x(0)?, x(1)?, x(2)?);
+            if want(0) {
+                let ty = m.value_type(mask).clone();
+                out.push((0, e.constant(m, 0.0, ty)?));
+            }
+            let zero = e.constant(m, 0.0, scalar_like(m, y))?;
+            if want(1) {
+                let g = e.op(m, T::Select, &[mask, dy, zero], vec![])?;
+                out.push((1, e.unbroadcast_like(m, g, a)?));
+            }
+            if want(2) {
+                let g = e.op(m, T::Select, &[mask, zero, dy], vec![])?;
+                out.push((2, e.unbroadcast_like(m, g, b)?));
+            }
+        }
+        T::Cast => {
+            let back = match m.value_type(x(0)?) {
+                fbc_ir::Type::Tensor(t) => t.elem.name(),
+                _ => "f32",
+            };
+            let attrs = vec![("dtype".to_string(), Attr::Str(back.to_string()))];
+            out.push((0, e.op(m, T::Cast, &[dy], attrs)?));
+        }
+        T::Erf => {
+            // dx = dy · 2/√π · e^(−x²).
+            let x0 = x(0)?;
+            let sq = e.binary(m, T::Mul, x0, x0)?;
+            let n = e.unary(m, T::Neg, sq)?;
+            let ex = e.unary(m, T::Exp, n)?;
+            let g = e.binary(m, T::Mul, dy, ex)?;
+            out.push((0, e.scale(m, g, std::f64::consts::FRAC_2_SQRT_PI)?));
         }
         T::Neg => out.push((0, e.unary(m, T::Neg, dy)?)),
         T::Exp => out.push((0, e.binary(m, T::Mul, dy, y)?)),

@@ -129,6 +129,8 @@ pub fn linear_only(d: &OpData) -> bool {
             | fbc_dialects::tensor_reductions!()
             | T::Constant
             | T::Scale
+            | T::Select
+            | T::Cast
             | T::Matmul
             | T::Softmax
             | T::Layernorm

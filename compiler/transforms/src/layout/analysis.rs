@@ -108,6 +108,8 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         | T::Unbroadcast
         | T::Constant
         | T::Scale
+        | T::Select
+        | T::Cast
         | T::Rope
         | T::Embedding
         | T::SliceGrad

@@ -60,6 +60,21 @@ fn select(c: Scalar, a: Scalar, b: Scalar) -> Scalar {
     Scalar::Select(Box::new(c), Box::new(a), Box::new(b))
 }
 /// `1 / sqrt(v)`, as the reference computes `sqrt().recip()`.
+/// `a ^ b` as C's `pow` from the payload language's operators: `e^(b·ln|a|)`, negated for a
+/// negative base with an odd integral exponent, NaN for a negative base with a fractional one,
+/// and 1 whenever `b = 0`.
+fn pow(a: Scalar, b: Scalar) -> Scalar {
+    let magnitude = un(U::Exp, mul(b.clone(), un(U::Log, un(U::Abs, a.clone()))));
+    let integral = bin(B::Eq, un(U::Floor, b.clone()), b.clone());
+    let odd = bin(B::Eq, sub(b.clone(), mul(f(2.0), un(U::Floor, mul(b.clone(), f(0.5))))), f(1.0));
+    let negative_base = select(
+        integral,
+        select(odd, un(U::Neg, magnitude.clone()), magnitude.clone()),
+        div(f(0.0), f(0.0)),
+    );
+    select(bin(B::Eq, b, f(0.0)), f(1.0), select(bin(B::Lt, a, f(0.0)), negative_base, magnitude))
+}
+
 fn rsqrt(v: Scalar) -> Scalar {
     div(f(1.0), un(U::Sqrt, v))
 }
@@ -92,6 +107,8 @@ macro_rules! pointwise_ops {
             | fbc_dialects::tensor_elementwise_binary!()
             | fbc_dialects::tensor_elementwise_unary!()
             | T::Ge
+            | T::Select
+            | T::Cast
             | T::Scale
     };
 }
@@ -109,6 +126,11 @@ fn pointwise(t: T, op: &fbc_ir::OpData) -> Option<Scalar> {
         T::Max => bin(B::Max, x(0), x(1)),
         T::Min => bin(B::Min, x(0), x(1)),
         T::Ge => select(bin(B::Ge, x(0), x(1)), f(1.0), f(0.0)),
+        T::Select => select(bin(B::Ne, x(0), f(0.0)), x(1), x(2)),
+        T::Pow => pow(x(0), x(1)),
+        T::Erf => un(U::Erf, x(0)),
+        // Loads convert to f32 and stores round to the output's type.
+        T::Cast => x(0),
         T::Neg => un(U::Neg, x(0)),
         T::Exp => un(U::Exp, x(0)),
         T::Log => un(U::Log, x(0)),

@@ -1,0 +1,281 @@
+//! `fbc import`: the ONNX backend node tests of every op fbc claims (`tests/onnx/node`, written
+//! by `tests/onnx/gen_node_tests.py` from the `onnx` wheel), imported and run on the reference
+//! interpreter against ONNX's expected outputs with ONNX's tolerances; the generated table in
+//! `docs/onnx.md` must match what this run measured (`FBC_UPDATE_DOCS=1` rewrites it). Small
+//! transformer models (`tests/onnx/models`, expected outputs from onnxruntime) through
+//! `fbc import` and `fbc run` on the interpreter, the CPU JIT and OpenCL. The command's errors.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use fbc_onnx::{DType, HostTensor, Output};
+use fbc_runtime::interp::{Interpreter, Value};
+use fbc_runtime::reference::Tensor;
+
+use common::{fbc, scratch};
+
+use safetensors::Dtype;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn to_value(t: &HostTensor) -> Value {
+    let shape = t.shape.clone();
+    let n = t.numel();
+    match t.dtype {
+        DType::F64 => Value::F64(Tensor::new(shape, (0..n).map(|i| t.get(i)).collect()).unwrap()),
+        d if d.is_float() => {
+            Value::F32(Tensor::new(shape, (0..n).map(|i| t.get(i) as f32).collect()).unwrap())
+        }
+        _ => Value::I32(Tensor::new(shape, (0..n).map(|i| t.get(i) as i32).collect()).unwrap()),
+    }
+}
+
+/// `|got − want| ≤ atol + rtol·|want|` everywhere (NaN where NaN is expected), as ONNX's
+/// backend tests compare.
+fn close(got: &[f64], want: &HostTensor, rtol: f64, atol: f64) -> Result<(), String> {
+    if got.len() != want.numel() {
+        return Err(format!("{} values, expected {}", got.len(), want.numel()));
+    }
+    for (i, &g) in got.iter().enumerate() {
+        let w = want.get(i);
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= atol + rtol * w.abs()
+        };
+        if !ok {
+            return Err(format!("element {i}: {g} against {w}"));
+        }
+    }
+    Ok(())
+}
+
+/// Imports and runs one case on the interpreter. Integer and boolean inputs are bound at import
+/// time (fbc folds shapes, axes and masks; its run-time tensors are float, or i32 indices).
+fn run_case(dir: &Path, rtol: f64, atol: f64) -> Result<(), String> {
+    let case = fbc_onnx::case::load(dir).map_err(|e| format!("data: {e}"))?;
+    let mut options = fbc_onnx::Options::default();
+    for (name, t) in &case.inputs {
+        if !t.dtype.is_float() {
+            options.constant_inputs.insert(name.clone(), t.clone());
+        }
+    }
+    let imported = fbc_onnx::import(&case.model, Some(dir), &options)
+        .map_err(|e| format!("import: {}", e[0]))?;
+    let diags = fbc_ir::verify_module(&imported.module);
+    if let Some(d) = diags.first() {
+        return Err(format!("verify: {}", d.message));
+    }
+    let given: HashMap<&str, &HostTensor> =
+        case.inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut values = Vec::new();
+    for (name, _, _) in &imported.inputs {
+        values.push(to_value(given.get(name.as_str()).ok_or(format!("no data for `{name}`"))?));
+    }
+    values.extend(imported.weights.iter().map(|(_, t)| to_value(t)));
+    let results = Interpreter::new(&imported.module)
+        .run("forward", values)
+        .map_err(|e| format!("run: {e}"))?;
+    for ((name, o), (_, want)) in imported.outputs.iter().zip(&case.outputs) {
+        let got: Vec<f64> = match o {
+            Output::Result(i) => results[*i].to_f64_vec(),
+            Output::Constant(t) => (0..t.numel()).map(|i| t.get(i)).collect(),
+        };
+        close(&got, want, rtol, atol).map_err(|e| format!("output `{name}`: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether a failure is an exclusion: a data type fbc has no tensor type for.
+fn excluded(reason: &str) -> bool {
+    reason.contains("data type")
+}
+
+fn node_table() -> String {
+    let index = std::fs::read_to_string(root().join("tests/onnx/node/INDEX.tsv")).unwrap();
+    let mut per_op: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let (mut passed, mut total, mut excl) = (0, 0, 0);
+    for line in index.lines().skip(1) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let (name, ops) = (cols[0], cols[1]);
+        let rtol: f64 = cols[5].parse().unwrap();
+        let atol: f64 = cols[6].parse().unwrap();
+        let r = run_case(&root().join("tests/onnx/node").join(name), rtol, atol);
+        total += 1;
+        let is_excl = matches!(&r, Err(e) if excluded(e));
+        for op in ops.split(',') {
+            let e = per_op.entry(op.to_string()).or_default();
+            e.1 += 1;
+            if r.is_ok() {
+                e.0 += 1;
+            } else if is_excl {
+                e.2 += 1;
+            }
+        }
+        match r {
+            Ok(()) => passed += 1,
+            Err(e) if is_excl => {
+                excl += 1;
+                failures.push(format!("| `{name}` | excluded | {} |", e.replace('|', "\\|")));
+            }
+            Err(e) => failures.push(format!("| `{name}` | fails | {} |", e.replace('|', "\\|"))),
+        }
+    }
+    let mut s = format!(
+        "{passed} of {} node tests pass ({:.1}%); {excl} more are excluded (a data type fbc has \
+         no tensor type for); {total} in all.\n\n| op | passed | run | excluded |\n|---|---|---|---|\n",
+        total - excl,
+        100.0 * passed as f64 / (total - excl).max(1) as f64
+    );
+    for (op, (p, t, x)) in &per_op {
+        s.push_str(&format!("| {op} | {p} | {} | {x} |\n", t - x));
+    }
+    s.push_str("\nEvery test that does not pass, and why:\n\n| test | | reason |\n|---|---|---|\n");
+    for f in failures {
+        s.push_str(&f);
+        s.push('\n');
+    }
+    s
+}
+
+const BEGIN: &str = "<!-- node-tests:begin (generated by compiler/driver/tests/onnx.rs) -->\n";
+const END: &str = "<!-- node-tests:end -->";
+
+#[test]
+fn onnx_node_tests_match_the_table_in_the_docs() {
+    let table = node_table();
+    let path = root().join("docs/onnx.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    let (head, rest) = doc.split_once(BEGIN).unwrap_or((&doc, END));
+    let tail = rest.split_once(END).map_or("\n", |(_, t)| t);
+    let want = format!("{head}{BEGIN}{table}{END}{tail}");
+    if std::env::var_os("FBC_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    assert!(
+        doc == want,
+        "docs/onnx.md's node-test table is stale; regenerate with FBC_UPDATE_DOCS=1 cargo test \
+         -p fbc --test onnx\n\n{table}"
+    );
+}
+
+/// The named tensors as safetensors bytes (floats as f32, integers as i32: `fbc run`'s inputs).
+fn safetensors_of(tensors: &[(String, HostTensor)]) -> Vec<u8> {
+    let data: Vec<(Dtype, Vec<u8>)> = tensors
+        .iter()
+        .map(|(_, t)| {
+            if t.dtype.is_float() {
+                (Dtype::F32, (0..t.numel()).flat_map(|i| (t.get(i) as f32).to_le_bytes()).collect())
+            } else {
+                (Dtype::I32, (0..t.numel()).flat_map(|i| (t.get(i) as i32).to_le_bytes()).collect())
+            }
+        })
+        .collect();
+    let views: Vec<(&str, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .zip(&data)
+        .map(|((n, t), (d, b))| {
+            (n.as_str(), safetensors::tensor::TensorView::new(*d, t.shape.clone(), b).unwrap())
+        })
+        .collect();
+    safetensors::serialize(views, None).unwrap()
+}
+
+/// `fbc import` of a model of `tests/onnx/models`, then `fbc run` on each target; every output
+/// within 1e-4 of onnxruntime's, relative to the output's largest magnitude.
+fn check_model(name: &str, targets: &[&str]) {
+    let dir = root().join("tests/onnx/models").join(name);
+    let case = fbc_onnx::case::load(&dir).unwrap();
+    let work = scratch(&format!("onnx-{name}"));
+    let (fbir, weights) = (work.join("m.fbir"), work.join("w.safetensors"));
+    let o = fbc(&[
+        "import",
+        dir.join("model.onnx").to_str().unwrap(),
+        "-o",
+        fbir.to_str().unwrap(),
+        "--weights-out",
+        weights.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // The inputs beside the weights, in one file (`fbc run` binds arguments by name).
+    let st_bytes = std::fs::read(&weights).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&st_bytes).unwrap();
+    let mut all: Vec<(String, HostTensor)> = case.inputs.clone();
+    for (n, v) in st.tensors() {
+        let vals: Vec<f64> = v
+            .data()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect();
+        all.push((n, HostTensor::from_f64(DType::F32, v.shape().to_vec(), vals.into_iter())));
+    }
+    let inputs = work.join("inputs.safetensors");
+    std::fs::write(&inputs, safetensors_of(&all)).unwrap();
+    for target in targets {
+        let out = work.join(format!("out-{target}.safetensors"));
+        let o = fbc(&[
+            "run",
+            fbir.to_str().unwrap(),
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--outputs",
+            out.to_str().unwrap(),
+            "--target",
+            target,
+            "-O3",
+        ]);
+        assert_eq!(o.code, 0, "{name} on {target}: {}", o.stderr);
+        let bytes = std::fs::read(&out).unwrap();
+        let res = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let got = res.tensor("result0").unwrap();
+        let got: Vec<f64> = got
+            .data()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect();
+        let want = &case.outputs[0].1;
+        let scale = (0..want.numel()).map(|i| want.get(i).abs()).fold(0.0, f64::max);
+        let err = got.iter().enumerate().map(|(i, g)| (g - want.get(i)).abs()).fold(0.0, f64::max);
+        assert_eq!(got.len(), want.numel(), "{name} on {target}");
+        assert!(
+            err <= 1e-4 * scale,
+            "{name} on {target}: largest error {err:e}, {:e} of the largest output",
+            err / scale
+        );
+    }
+}
+
+const CPU_TARGETS: &[&str] = &["cpu", "cpu-jit"];
+
+#[test]
+fn a_bert_layer_matches_onnxruntime() {
+    check_model("bert_layer", CPU_TARGETS);
+}
+
+#[test]
+fn a_llama_layer_with_rope_and_gqa_matches_onnxruntime() {
+    check_model("llama_layer", CPU_TARGETS);
+}
+
+#[test]
+fn a_vit_layer_matches_onnxruntime() {
+    check_model("vit_layer", CPU_TARGETS);
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn the_onnx_models_match_onnxruntime_on_opencl() {
+    if !common::have_device() {
+        return;
+    }
+    for name in ["bert_layer", "llama_layer", "vit_layer"] {
+        check_model(name, &["opencl"]);
+    }
+}
