@@ -55,6 +55,10 @@ const EXPECTED: &[(&str, Option<FbClass>)] = &[
     ("tensor.unbroadcast", Some(FtiD)),
     ("tensor.slice_grad", Some(FtiD)),
     ("tensor.ge", Some(FtdC)),
+    ("tensor.pow", Some(FtdC)),
+    ("tensor.select", Some(FtdC)),
+    ("tensor.erf", Some(FtdC)),
+    ("tensor.cast", Some(FtiC)),
 ];
 
 #[test]

@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -28,6 +28,18 @@ if want infcheck; then
   for e in prefill decode; do
     echo "== inference $e" >> $C
     timeout 200 $B run $T/inf1.fbir --entry $e --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+  done
+fi
+# Imported ONNX models (part onnx, issue 16): the three of tests/onnx/models through `fbc import`,
+# checked on the device against the interpreter at -O3 (the interpreter against onnxruntime is
+# the tests' job), and their kernel times ($O/onnx.txt).
+if want onnx; then
+  for m in bert_layer llama_layer vit_layer; do
+    $B import tests/onnx/models/$m/model.onnx -o $T/onnx_$m.fbir >> $C 2>&1
+    echo "== onnx $m" >> $C
+    timeout 120 $B run $T/onnx_$m.fbir --target opencl --device $D --profile $P -O3 --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+    echo "== onnx $m" >> $O/onnx.txt
+    timeout 120 $B bench $T/onnx_$m.fbir --device $D --profile $P --repeat 10 >> $O/onnx.txt 2>&1; echo "rc=$?" >> $O/onnx.txt
   done
 fi
 if want check; then

@@ -279,3 +279,236 @@ fn the_onnx_models_match_onnxruntime_on_opencl() {
         check_model(name, &["opencl"]);
     }
 }
+
+// ----- errors -----
+
+use fbc_onnx::proto::{
+    attr_type, data_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto, Message,
+    ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
+};
+
+fn tensor_input(name: &str, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    use tensor_shape_proto::dimension::Value as D;
+    let dim = dims
+        .iter()
+        .map(|d| tensor_shape_proto::Dimension {
+            value: Some(match d {
+                Ok(v) => D::DimValue(*v),
+                Err(p) => D::DimParam(p.to_string()),
+            }),
+        })
+        .collect();
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: data_type::FLOAT,
+                shape: Some(TensorShapeProto { dim }),
+            })),
+        }),
+    }
+}
+
+fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        name: name.into(),
+        op_type: op.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, inits: Vec<TensorProto>) -> Vec<u8> {
+    let out = nodes.last().map(|n| n.output[0].clone()).unwrap_or_default();
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+        producer_name: "fbc tests".into(),
+        graph: Some(GraphProto {
+            name: "g".into(),
+            node: nodes,
+            initializer: inits,
+            input: inputs,
+            output: vec![ValueInfoProto { name: out, r#type: None }],
+            value_info: vec![],
+        }),
+    }
+    .encode_to_vec()
+}
+
+/// Runs `fbc import` on `bytes` (written as `m.onnx` in a scratch folder) with `extra`
+/// arguments; returns the result and whether the output file exists.
+fn import_bytes(tag: &str, bytes: &[u8], extra: &[&str]) -> (common::Out, bool) {
+    let dir = scratch(&format!("onnx-err-{tag}"));
+    let src = dir.join("m.onnx");
+    std::fs::write(&src, bytes).unwrap();
+    let out = dir.join("m.fbir");
+    let _ = std::fs::remove_file(&out);
+    let mut args = vec!["import", src.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    args.extend(extra);
+    let o = fbc(&args);
+    (o, out.exists())
+}
+
+#[test]
+fn every_unsupported_node_is_reported_and_nothing_is_written() {
+    let bytes = model(
+        vec![
+            node("conv1", "Conv", &["x", "w"], &["c"]),
+            node("mm", "MatMul", &["c", "w"], &["d"]),
+            node("", "LSTM", &["d"], &["e"]),
+        ],
+        vec![tensor_input("x", &[Ok(2), Ok(4)]), tensor_input("w", &[Ok(4), Ok(4)])],
+        vec![],
+    );
+    let (o, written) = import_bytes("unsupported", &bytes, &[]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(!written);
+    let lines: Vec<&str> =
+        o.stderr.lines().map(|l| l.split_once(": ").map_or(l, |x| x.1)).collect();
+    assert_eq!(
+        lines,
+        [
+            "error: node `conv1` (Conv): op `Conv` is not supported",
+            "error: node `#2` (LSTM): op `LSTM` is not supported",
+            "2 errors",
+        ],
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn symbolic_dimensions_must_be_bound_with_shape() {
+    let bytes = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![tensor_input("x", &[Err("batch"), Ok(8)])],
+        vec![],
+    );
+    let (o, written) = import_bytes("symbolic", &bytes, &[]);
+    assert_eq!(o.code, 1);
+    assert!(!written);
+    assert!(
+        o.stderr.contains(
+            "error: input `x`: dimension 0 is `batch`: bind it with --shape batch=N or --shape x=.."
+        ),
+        "{}",
+        o.stderr
+    );
+    let (o, written) = import_bytes("symbolic-bound", &bytes, &["--shape", "batch=3"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(written);
+    let (o, _) = import_bytes("symbolic-whole", &bytes, &["--shape", "x=5x8"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+fn raw_init(name: &str, dims: &[i64], raw: Vec<u8>) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        raw_data: raw,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn hostile_models_are_errors_not_crashes() {
+    let add = |init: TensorProto| {
+        model(
+            vec![node("a", "Add", &["x", "w"], &["y"])],
+            vec![tensor_input("x", &[Ok(2)])],
+            vec![init],
+        )
+    };
+    let external = |location: &str, offset: &str| TensorProto {
+        name: "w".into(),
+        dims: vec![2],
+        data_type: data_type::FLOAT,
+        data_location: 1,
+        external_data: vec![
+            StringStringEntryProto { key: "location".into(), value: location.into() },
+            StringStringEntryProto { key: "offset".into(), value: offset.into() },
+            StringStringEntryProto { key: "length".into(), value: "8".into() },
+        ],
+        ..Default::default()
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("garbage", b"\xff\xff\xff\xff not a protobuf".to_vec(), "not an ONNX model"),
+        ("short-raw", add(raw_init("w", &[2], vec![0; 7])), "the raw data has 7 bytes"),
+        ("negative-dim", add(raw_init("w", &[-3], vec![])), "negative dimension -3"),
+        (
+            "overflowing-dims",
+            add(raw_init("w", &[1 << 40, 1 << 40, 1 << 40], vec![])),
+            "too many elements",
+        ),
+        ("escaping-location", add(external("../secret.bin", "0")), "must be a relative path"),
+        ("past-the-end", add(external("w.bin", "4")), "lie past the end of the file"),
+        (
+            "huge-constant",
+            model(
+                vec![NodeProto {
+                    attribute: vec![AttributeProto {
+                        name: "value".into(),
+                        r#type: attr_type::TENSOR,
+                        t: Some(raw_init("", &[1], 0f32.to_le_bytes().to_vec())),
+                        ..Default::default()
+                    }],
+                    ..node("big", "ConstantOfShape", &["s"], &["y"])
+                }],
+                vec![],
+                vec![TensorProto {
+                    name: "s".into(),
+                    dims: vec![2],
+                    data_type: data_type::INT64,
+                    int64_data: vec![1 << 20, 1 << 20],
+                    ..Default::default()
+                }],
+            ),
+            "too large",
+        ),
+    ];
+    for (tag, bytes, want) in cases {
+        let dir = scratch(&format!("onnx-err-{tag}"));
+        std::fs::write(dir.join("w.bin"), [0u8; 8]).unwrap();
+        let (o, written) = import_bytes(tag, &bytes, &[]);
+        assert_eq!(o.code, 1, "{tag}: {}", o.stderr);
+        assert!(!written, "{tag}");
+        assert!(o.stderr.contains(want), "{tag}: {}", o.stderr);
+    }
+}
+
+/// Random byte flips of a real model: the importer errors or returns a module that verifies,
+/// and never panics (the cargo-fuzz target `onnx` runs the same property without a bound).
+#[test]
+fn mutated_models_never_crash_the_importer() {
+    let bytes = std::fs::read(root().join("tests/onnx/models/bert_layer/model.onnx")).unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..300 {
+        let mut m = bytes.clone();
+        for _ in 0..1 + next() % 8 {
+            let i = (next() % m.len() as u64) as usize;
+            m[i] = next() as u8;
+        }
+        match fbc_onnx::import(&m, None, &fbc_onnx::Options::default()) {
+            Ok(imported) => {
+                assert!(fbc_ir::verify_module(&imported.module).is_empty());
+                ok += 1;
+            }
+            Err(e) => {
+                assert!(!e.is_empty());
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(ok + refused, 300);
+}

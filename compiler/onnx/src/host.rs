@@ -119,7 +119,7 @@ pub struct HostTensor {
 
 /// The most elements a tensor made while importing may have (a `ConstantOfShape` or `Expand`
 /// of constants); an initializer's size is bounded by the file it comes from.
-pub const MAX_FOLDED_ELEMS: usize = 1 << 26;
+pub const MAX_FOLDED_ELEMS: usize = 1 << 24;
 
 /// The element count of `shape`, or an error when it overflows.
 pub fn numel(shape: &[usize]) -> Result<usize, String> {

@@ -6,7 +6,8 @@
 
 #![allow(missing_docs)]
 
-use prost::Message;
+/// Encoding and decoding of the messages (`Message::decode`, `encode_to_vec`).
+pub use prost::Message;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct ModelProto {
