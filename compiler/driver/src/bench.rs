@@ -370,7 +370,7 @@ pub(crate) fn device(
         let c = rc::compile(&session, &a.file, a.entry.as_deref(), !a.plain_kernels, tuned)?;
         let fname = c.entry_name();
         let inputs = c.inputs(crate::run_cmd::io::Sources {
-            inputs: a.inputs.as_deref(),
+            inputs: a.inputs.as_slice(),
             seed: Some(a.seed),
             ..Default::default()
         })?;

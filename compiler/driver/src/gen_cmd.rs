@@ -11,7 +11,23 @@ use crate::cli::GenArgs;
 use crate::{output, Driver, Failure};
 
 pub(crate) fn run(driver: &Driver, a: &GenArgs) -> Result<(), Failure> {
-    let model = fbc_models::model(&a.model).map_err(failure)?;
+    if let Some(dir) = &a.from_hf {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Failure::Input(format!("{}: error: cannot read: {e}\n", path.display()))
+        })?;
+        let module =
+            fbc_models::build_hf(&text, &a.options()).map_err(|e| match e {
+                fbc_models::Error::Usage(m) if m.starts_with("config.json") => Failure::Input(
+                    format!("{}: error: {}\n", path.display(), &m["config.json: ".len()..]),
+                ),
+                e => failure(e),
+            })?;
+        return output::write_text(a.output.as_deref(), &fbc_ir::print_module(&module));
+    }
+    let name =
+        a.model.as_deref().ok_or_else(|| Failure::Usage("a model name is required".into()))?;
+    let model = fbc_models::model(name).map_err(failure)?;
     let spec = fbc_models::resolve(model, &a.options()).map_err(failure)?;
     if a.training && driver.passes.get("autodiff").is_none() {
         return Err(Failure::Usage(

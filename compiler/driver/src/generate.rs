@@ -354,9 +354,10 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         prefill.caches.iter().map(|&i| arg_name(&module, prefill.id, i)).collect();
     let host_names: Vec<&str> =
         HOST.iter().copied().chain(caches.iter().map(String::as_str)).collect();
-    let (st, fbw) = match a.weights.as_deref() {
-        Some(p) if p.extension().is_some_and(|e| e == "fbw") => (None, Some(p)),
-        p => (p, None),
+    let (st, fbw) = match &a.weights {
+        Some(p) if p.extension().is_some_and(|e| e == "fbw") => (&[][..], Some(p.as_path())),
+        Some(p) => (std::slice::from_ref(p), None),
+        None => (&[][..], None),
     };
     let src = Sources { inputs: st, weights: fbw, seed: a.random_weights, host: &host_names };
     let mut first = read_inputs(&module, prefill.id, src, Mode::F32, &file.name)?;

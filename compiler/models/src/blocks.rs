@@ -2,8 +2,9 @@
 //! merge chains, GQA expansion, the attention core and bottleneck adapters.
 //!
 //! Conventions (all models):
-//! - weights are stored `[in, out]` and applied as `x · W` (the examples' convention; a
-//!   checkpoint's PyTorch `[out, in]` matrices are transposed once when loaded);
+//! - weights are stored `[in, out]` and applied as `x · W` (the examples' convention), or with
+//!   `Gen::out_in` as a PyTorch checkpoint stores them, `[out, in]`, applied as `x · Wᵀ` by the
+//!   matmul's `transpose_b` (read through the layout, never copied);
 //! - LoRA (Hu et al., 2022) adds `(x · A) · B · (alpha / r)` with `A: [in, r]`, `B: [r, out]` and
 //!   `alpha = 2r`, so the scale is 2 whatever the rank (the common `lora_alpha = 2 · r` setting);
 //! - argument names are `l{i}_{weight}` for layer `i`, `..._lora_a` / `..._lora_b` for adapters;
@@ -24,6 +25,8 @@ pub(crate) struct Gen<'r> {
     pub g: Graph<'r>,
     pub trainable: Vec<String>,
     pub rank: u64,
+    /// Linear weights are `[out, in]` (a PyTorch checkpoint's), applied as `x · Wᵀ`.
+    pub out_in: bool,
 }
 
 /// Options of the attention core.
@@ -48,7 +51,7 @@ pub(crate) struct Lin<'a> {
 
 impl<'r> Gen<'r> {
     pub(crate) fn new(g: Graph<'r>, rank: u64) -> Gen<'r> {
-        Gen { g, trainable: Vec::new(), rank }
+        Gen { g, trainable: Vec::new(), rank, out_in: false }
     }
 
     /// Declares a trainable f32 argument.
@@ -68,7 +71,11 @@ impl<'r> Gen<'r> {
         opt: Lin<'_>,
     ) -> Result<V, String> {
         let in_dim = self.g.shape(x).last().copied().unwrap_or(0);
-        let wv = self.g.weight(w, &[in_dim, out_dim]);
+        let wv = if self.out_in {
+            self.g.weight(w, &[out_dim, in_dim])
+        } else {
+            self.g.weight(w, &[in_dim, out_dim])
+        };
         let bias = opt.bias.map(|b| self.g.weight(b, &[out_dim]));
         let lora = opt.lora && self.rank > 0;
         let (a, b) = if lora {
@@ -80,7 +87,12 @@ impl<'r> Gen<'r> {
             (None, None)
         };
         let last = |done: bool, name: &str| if done { out.to_string() } else { name.to_string() };
-        let mut y = self.g.matmul(&last(bias.is_none() && !lora, &format!("{out}_base")), x, wv)?;
+        let base = last(bias.is_none() && !lora, &format!("{out}_base"));
+        let mut y = if self.out_in {
+            self.g.matmul_bt(&base, x, wv)?
+        } else {
+            self.g.matmul(&base, x, wv)?
+        };
         if let Some(b) = bias {
             y = self.g.add(&last(!lora, &format!("{out}_biased")), y, b)?;
         }

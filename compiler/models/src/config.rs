@@ -64,6 +64,13 @@ pub(crate) struct DecoderCfg {
     pub act: GatedAct,
     pub gemma: Option<GemmaExtras>,
     pub rope: Rope,
+    /// A Hugging Face checkpoint's tensor names (`model.layers.0.self_attn.q_proj.weight`) and
+    /// PyTorch's `[out, in]` Linear weights, applied as `x · Wᵀ` (`fbc gen --from-hf`); else
+    /// fbc's names (`l0_wq`) and `[in, out]` weights.
+    pub hf: bool,
+    /// The LM head is the embedding table (`tie_word_embeddings`), else its own `[vocab, hidden]`
+    /// weight.
+    pub tied: bool,
 }
 
 /// meta-llama/Llama-3.2-1B `config.json`: hidden_size 2048, num_hidden_layers 16,
@@ -94,6 +101,8 @@ pub(crate) const LLAMA32_1B: DecoderCfg = DecoderCfg {
             original_max_positions: 8192.0,
         }),
     },
+    hf: false,
+    tied: true,
 };
 
 /// Qwen/Qwen2.5-1.5B `config.json`: hidden_size 1536, num_hidden_layers 28,
@@ -115,6 +124,8 @@ pub(crate) const QWEN25_15B: DecoderCfg = DecoderCfg {
     act: GatedAct::Silu,
     gemma: None,
     rope: Rope { theta: 1000000.0, llama3: None },
+    hf: false,
+    tied: true,
 };
 
 /// google/gemma-2-2b `config.json`: hidden_size 2304, num_hidden_layers 26,
@@ -143,6 +154,8 @@ pub(crate) const GEMMA2_2B: DecoderCfg = DecoderCfg {
         sliding_window: 4096,
     }),
     rope: Rope { theta: 10000.0, llama3: None },
+    hf: false,
+    tied: true,
 };
 
 /// A post-LayerNorm text encoder (BERT) or a pre-LayerNorm image encoder (ViT).

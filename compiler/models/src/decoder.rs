@@ -47,18 +47,47 @@ pub(crate) fn build(
     module_name: &str,
     spec: &Spec,
 ) -> Result<Generated, String> {
+    build_with(g, cfg, module_name, spec, false)
+}
+
+/// The forward graph up to the logits: `@logits(tokens [B, S], mask [S, S], rope_cos, rope_sin
+/// [S, head_dim], weights...) -> logits [B, S, vocab]` (`fbc gen --from-hf` without
+/// `--training`, whose logits are checked against the reference implementation).
+pub(crate) fn build_logits(
+    g: Graph<'_>,
+    cfg: &DecoderCfg,
+    module_name: &str,
+    spec: &Spec,
+) -> Result<Generated, String> {
+    build_with(g, cfg, module_name, spec, true)
+}
+
+fn build_with(
+    g: Graph<'_>,
+    cfg: &DecoderCfg,
+    module_name: &str,
+    spec: &Spec,
+    logits_only: bool,
+) -> Result<Generated, String> {
     let (b, s) = (spec.batch, spec.seq);
     let mut gen = Gen::new(g, spec.rank);
+    gen.out_in = cfg.hf;
     let mut labels = None;
     let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, s, &mut |gen| {
-        labels = Some(gen.g.arg("labels", &[b, s], ElemType::I32));
+        if !logits_only {
+            labels = Some(gen.g.arg("labels", &[b, s], ElemType::I32));
+        }
         None
     })?;
-    let labels = labels.ok_or("no labels")?;
     for i in 0..spec.layers {
         x = layer(&mut gen, cfg, &shared, i, x, None)?.0;
     }
     let logits = head(&mut gen, cfg, &shared, x, embed)?;
+    if logits_only {
+        let module = gen.g.finish(module_name, "logits", &[logits])?;
+        return Ok(Generated { module, func: "logits".into(), trainable: gen.trainable });
+    }
+    let labels = labels.ok_or("no labels")?;
     let flat = gen.g.reshape("logits_flat", logits, &[b * s, cfg.vocab])?;
     let labels_flat = gen.g.reshape("labels_flat", labels, &[b * s])?;
     let loss = gen.g.cross_entropy("loss", flat, labels_flat)?;
@@ -95,7 +124,7 @@ fn inputs(
     };
     let cos = gen.g.weight("rope_cos", &[s, cfg.head_dim]);
     let sin = gen.g.weight("rope_sin", &[s, cfg.head_dim]);
-    let embed = gen.g.weight("embed", &[cfg.vocab, cfg.hidden]);
+    let embed = gen.g.weight(&wname(cfg, None, "embed"), &[cfg.vocab, cfg.hidden]);
 
     let mut x = gen.g.embedding("embeds", embed, tokens)?;
     let one = if cfg.gemma.is_some() {
@@ -111,8 +140,13 @@ fn inputs(
 /// The final norm and the LM head tied to the embedding table (`h · Eᵀ`), soft-capped for
 /// Gemma: the logits.
 fn head(gen: &mut Gen<'_>, cfg: &DecoderCfg, sh: &Shared, x: V, embed: V) -> Result<V, String> {
-    let h = norm(gen, cfg, sh, "final_norm", "final_h", x)?;
-    let mut logits = gen.g.matmul_bt("logits", h, embed)?;
+    let h = norm(gen, cfg, sh, &wname(cfg, None, "final_norm"), "final_h", x)?;
+    let table = if cfg.tied {
+        embed
+    } else {
+        gen.g.weight(&wname(cfg, None, "lm_head"), &[cfg.vocab, cfg.hidden])
+    };
+    let mut logits = gen.g.matmul_bt("logits", h, table)?;
     if let Some(gm) = cfg.gemma {
         let c = gm.final_softcap;
         let d = gen.g.scale("logits_div_cap", logits, 1.0 / c)?;
@@ -165,6 +199,7 @@ fn inference_fn<'r>(
 ) -> Result<(Graph<'r>, Vec<V>), String> {
     let (b, max) = (spec.batch, spec.max_seq);
     let mut gen = Gen::new(g, spec.rank);
+    gen.out_in = cfg.hf;
     let mut pos = None;
     let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, max, &mut |gen| {
         pos = Some(gen.g.arg("pos", &[], ElemType::I32));
@@ -197,6 +232,38 @@ struct Cache {
     pos: V,
 }
 
+/// The argument name of weight `key` (`wq`, `attn_norm`, ... of layer `layer`, or `embed`,
+/// `final_norm`, `lm_head`): fbc's `l{i}_{key}`, or with `cfg.hf` the checkpoint's name in
+/// `transformers`' Llama, Qwen2 and Gemma2 modules.
+pub(crate) fn wname(cfg: &DecoderCfg, layer: Option<u64>, key: &str) -> String {
+    if !cfg.hf {
+        return match layer {
+            Some(i) => format!("l{i}_{key}"),
+            None => key.to_string(),
+        };
+    }
+    let l = |s: &str| format!("model.layers.{}.{s}", layer.unwrap_or(0));
+    let gemma = cfg.gemma.is_some();
+    match key {
+        "embed" => "model.embed_tokens.weight".into(),
+        "final_norm" => "model.norm.weight".into(),
+        "lm_head" => "lm_head.weight".into(),
+        "attn_norm" => l("input_layernorm.weight"),
+        "post_attn_norm" => l("post_attention_layernorm.weight"),
+        // Gemma 2 normalises before and after the MLP; Llama and Qwen2 call the norm before it
+        // `post_attention_layernorm`.
+        "mlp_norm" if gemma => l("pre_feedforward_layernorm.weight"),
+        "mlp_norm" => l("post_attention_layernorm.weight"),
+        "post_mlp_norm" => l("post_feedforward_layernorm.weight"),
+        "wq" | "wk" | "wv" | "wo" => l(&format!("self_attn.{}_proj.weight", &key[1..])),
+        "bq" | "bk" | "bv" => l(&format!("self_attn.{}_proj.bias", &key[1..])),
+        "wg" => l("mlp.gate_proj.weight"),
+        "wu" => l("mlp.up_proj.weight"),
+        "wd" => l("mlp.down_proj.weight"),
+        other => l(other),
+    }
+}
+
 /// RMSNorm with weight argument `w` (Gemma: applied as `1 + w`); the result is named `out`.
 fn norm(
     gen: &mut Gen<'_>,
@@ -227,18 +294,19 @@ fn layer(
 ) -> Result<(V, Option<(V, V)>), String> {
     let p = format!("l{i}_");
     let n = |s: &str| format!("{p}{s}");
+    let w = |key: &str| wname(cfg, Some(i), key);
     let (h, kv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
 
     // Attention.
-    let a_in = norm(gen, cfg, sh, &n("attn_norm"), &n("attn_in"), x)?;
-    let (bq, bk, bv) = (n("bq"), n("bk"), n("bv"));
+    let a_in = norm(gen, cfg, sh, &w("attn_norm"), &n("attn_in"), x)?;
+    let (bq, bk, bv) = (w("bq"), w("bk"), w("bv"));
     // Qwen2 has biases on the Q, K and V projections; LoRA goes on all three.
     fn lin(bias: &str, has_bias: bool) -> Lin<'_> {
         Lin { bias: Some(bias).filter(|_| has_bias), lora: true }
     }
-    let q = gen.linear(&n("q"), a_in, &n("wq"), h * hd, lin(&bq, cfg.qkv_bias))?;
-    let k = gen.linear(&n("k"), a_in, &n("wk"), kv * hd, lin(&bk, cfg.qkv_bias))?;
-    let v = gen.linear(&n("v"), a_in, &n("wv"), kv * hd, lin(&bv, cfg.qkv_bias))?;
+    let q = gen.linear(&n("q"), a_in, &w("wq"), h * hd, lin(&bq, cfg.qkv_bias))?;
+    let k = gen.linear(&n("k"), a_in, &w("wk"), kv * hd, lin(&bk, cfg.qkv_bias))?;
+    let v = gen.linear(&n("v"), a_in, &w("wv"), kv * hd, lin(&bv, cfg.qkv_bias))?;
     let q = gen.split_heads(&n("q"), q, h)?;
     let k = gen.split_heads(&n("k"), k, kv)?;
     let v = gen.split_heads(&n("v"), v, kv)?;
@@ -265,25 +333,25 @@ fn layer(
     };
     let ctx = gen.attention(&p, (q, k, v), Attn { scale, softcap, mask: Some(mask) })?;
     let merged = gen.merge_heads(&n("ctx"), ctx)?;
-    let mut o = gen.linear(&n("attn_out"), merged, &n("wo"), cfg.hidden, Lin::default())?;
+    let mut o = gen.linear(&n("attn_out"), merged, &w("wo"), cfg.hidden, Lin::default())?;
     if cfg.gemma.is_some() {
-        o = norm(gen, cfg, sh, &n("post_attn_norm"), &n("attn_out_normed"), o)?;
+        o = norm(gen, cfg, sh, &w("post_attn_norm"), &n("attn_out_normed"), o)?;
     }
     let x = gen.g.add(&n("resid_attn"), x, o)?;
 
     // Gated MLP.
-    let m_in = norm(gen, cfg, sh, &n("mlp_norm"), &n("mlp_in"), x)?;
+    let m_in = norm(gen, cfg, sh, &w("mlp_norm"), &n("mlp_in"), x)?;
     let lora = Lin { bias: None, lora: true };
-    let gate = gen.linear(&n("gate"), m_in, &n("wg"), cfg.ffn, lora)?;
-    let up = gen.linear(&n("up"), m_in, &n("wu"), cfg.ffn, lora)?;
+    let gate = gen.linear(&n("gate"), m_in, &w("wg"), cfg.ffn, lora)?;
+    let up = gen.linear(&n("up"), m_in, &w("wu"), cfg.ffn, lora)?;
     let act = match cfg.act {
         GatedAct::Silu => gen.g.unary(&n("gate_act"), TensorOp::Silu, gate)?,
         GatedAct::GeluTanh => gen.g.gelu(&n("gate_act"), gate, "tanh")?,
     };
     let prod = gen.g.mul(&n("gated"), act, up)?;
-    let mut down = gen.linear(&n("down"), prod, &n("wd"), cfg.hidden, lora)?;
+    let mut down = gen.linear(&n("down"), prod, &w("wd"), cfg.hidden, lora)?;
     if cfg.gemma.is_some() {
-        down = norm(gen, cfg, sh, &n("post_mlp_norm"), &n("down_normed"), down)?;
+        down = norm(gen, cfg, sh, &w("post_mlp_norm"), &n("down_normed"), down)?;
     }
     Ok((gen.g.add(&n("resid_mlp"), x, down)?, updated))
 }

@@ -21,6 +21,7 @@ pub mod builder;
 mod config;
 mod decoder;
 mod encoder;
+pub mod hf;
 mod micro;
 pub mod rope;
 mod whisper;
@@ -522,6 +523,74 @@ pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
     let pipeline = generated.autodiff_pipeline(model)?;
     let internal = |msg: String| internal(model, &msg);
     let (file, mut module) = reparse(&ops, model, &generated.module).map_err(internal)?;
+    let passes = fbc_transforms::default_registry();
+    let steps = passes.parse_pipeline(&pipeline).map_err(|e| internal(e.message))?;
+    let mut cx = PassContext::new(&ops);
+    PassManager::new(steps)
+        .run(&mut module, &mut cx, &mut |_| {})
+        .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
+    Ok(module)
+}
+
+/// The module `fbc gen --from-hf DIR` writes: the decoder of the checkpoint whose `config.json`
+/// text is `config`, with its tensor names and `[out, in]` weights: `@logits` (forward), or with
+/// `opts.training` `@loss` (labels) and its backward graph over the LoRA adapters. `opts.layers`
+/// (at most the config's), `seq`, `batch` and `lora_rank` apply; the vocabulary is the config's.
+pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
+    let (arch, mut cfg) = hf::decoder_config(config)?;
+    let usage = Error::Usage;
+    if opts.inference
+        || opts.vocab.is_some()
+        || opts.config.is_some()
+        || opts.encoder_len.is_some()
+        || !opts.products.is_empty()
+        || opts.max_seq.is_some()
+    {
+        return Err(usage(
+            "--from-hf takes --layers, --seq, --batch, --lora-rank and --training only".into(),
+        ));
+    }
+    let layers = opts.layers.unwrap_or(cfg.layers);
+    if layers == 0 || layers > cfg.layers {
+        return Err(usage(format!("--layers must be from 1 to the config's {}", cfg.layers)));
+    }
+    cfg.layers = layers;
+    let seq = opts.seq.unwrap_or(128);
+    if seq == 0 || seq > cfg.max_positions {
+        return Err(usage(format!(
+            "--seq must be from 1 to max_position_embeddings {}",
+            cfg.max_positions
+        )));
+    }
+    let rank = opts.lora_rank.unwrap_or(if opts.training { 8 } else { 0 });
+    let spec = Spec { layers, batch: opts.batch.unwrap_or(1).max(1), seq, rank, ..Spec::default() };
+    let ops = fbc_dialects::registry();
+    let name = module_name(&arch);
+    let g = Graph::new(&ops);
+    let internal =
+        |m: String| Error::Internal(format!("fbc gen --from-hf ({arch}): internal error: {m}"));
+    let generated = if opts.training {
+        decoder::build(g, &cfg, &name, &spec)
+    } else {
+        decoder::build_logits(g, &cfg, &name, &spec)
+    }
+    .map_err(|e| internal(format!("building the graph failed: {e}")))?;
+    let diags = fbc_ir::verify_module(&generated.module);
+    if let Some(d) = diags.first() {
+        return Err(internal(format!("the graph does not verify: {}", d.message)));
+    }
+    if !opts.training {
+        return Ok(generated.module);
+    }
+    if generated.trainable.is_empty() {
+        return Err(usage("--training needs --lora-rank of at least 1".into()));
+    }
+    let pipeline =
+        format!("autodiff{{func={} wrt={}}}", generated.func, generated.trainable.join(","));
+    let text = fbc_ir::print_module(&generated.module);
+    let file = Arc::new(SourceFile::new(format!("<fbc gen --from-hf {arch}>"), text));
+    let mut module = fbc_ir::parse_module(&file, &ops)
+        .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
     let passes = fbc_transforms::default_registry();
     let steps = passes.parse_pipeline(&pipeline).map_err(|e| internal(e.message))?;
     let mut cx = PassContext::new(&ops);

@@ -11,7 +11,15 @@ use super::InstrumentationArgs;
 #[command(after_help = fbc_models::models_help())]
 pub struct GenArgs {
     /// The model to generate (see the list below).
-    pub model: String,
+    #[arg(required_unless_present = "from_hf", conflicts_with = "from_hf")]
+    pub model: Option<String>,
+
+    /// Build the decoder of a Hugging Face checkpoint folder instead (its `config.json`:
+    /// LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM), with the checkpoint's tensor
+    /// names and `[out, in]` weights, so `fbc run --inputs DIR/model.safetensors` binds them:
+    /// `@logits`, or with --training `@loss` and its backward graph over LoRA adapters.
+    #[arg(long, value_name = "DIR")]
+    pub from_hf: Option<PathBuf>,
 
     /// Number of transformer layers (default: the model's published count).
     #[arg(long, value_name = "N")]

@@ -15,9 +15,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub entry: Option<String>,
 
-    /// Inputs, by argument name (`x` for `%x`), in a safetensors file.
+    /// Inputs, by argument name (`x` for `%x`), in safetensors files (repeatable; each
+    /// argument from one file; a sharded checkpoint's `model.safetensors.index.json` reads its
+    /// shards).
     #[arg(long, value_name = "IN.safetensors")]
-    pub inputs: Option<PathBuf>,
+    pub inputs: Vec<PathBuf>,
 
     /// Write the results as `result0`, `result1`, ... to a safetensors file.
     #[arg(long, value_name = "OUT.safetensors")]
@@ -83,7 +85,7 @@ impl RunArgs {
     /// Where the arguments come from: `--inputs`, `--weights`, `--random-inputs`.
     pub(crate) fn sources(&self) -> crate::run_cmd::io::Sources<'_> {
         crate::run_cmd::io::Sources {
-            inputs: self.inputs.as_deref(),
+            inputs: &self.inputs,
             weights: self.weights.as_deref(),
             seed: self.random_inputs,
             host: &[],

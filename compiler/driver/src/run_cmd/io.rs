@@ -16,11 +16,13 @@ use safetensors::{Dtype, SafeTensors};
 use super::mapped::map_file;
 use crate::Failure;
 
-/// Where a run's argument values come from, in order of precedence: the safetensors file
-/// `--inputs`, the weight file `--weights` (`.fbw`, dequantised), random values from `--random-inputs`.
+/// Where a run's argument values come from, in order of precedence: the safetensors files
+/// `--inputs` (each argument from at most one; a sharded checkpoint's
+/// `model.safetensors.index.json` stands for its shards), the weight file `--weights` (`.fbw`,
+/// dequantised), random values from `--random-inputs`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Sources<'a> {
-    pub inputs: Option<&'a Path>,
+    pub inputs: &'a [std::path::PathBuf],
     pub weights: Option<&'a Path>,
     pub seed: Option<u64>,
     /// Arguments the caller computes itself (`fbc generate`'s tokens, masks, RoPE tables and
@@ -39,13 +41,17 @@ pub(crate) fn read_inputs(
     let Sources { inputs, weights, seed, host } = src;
     let f = module.func(func);
     let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, func, i)).collect();
-    let origin = inputs.map_or_else(|| fbir.to_string(), |p| p.display().to_string());
+    let origin = inputs.first().map_or_else(|| fbir.to_string(), |p| p.display().to_string());
     let mut errors: Vec<String> = Vec::new();
     let mut values: Vec<Option<Value>> = vec![None; f.args.len()];
-    // Arguments the file gives, well-formed or not: a mis-typed input is not also "missing".
+    // Arguments the files give, well-formed or not: a mis-typed input is not also "missing".
     let mut given_args = vec![false; f.args.len()];
+    // The file each given argument came from, to name both when a second file gives it again.
+    let mut given_by: Vec<Option<String>> = vec![None; f.args.len()];
 
-    if let Some(path) = inputs {
+    for path in expand_shards(inputs)? {
+        let path = path.as_path();
+        let origin = path.display().to_string();
         let map = map_file(path)
             .map_err(|e| Failure::Input(format!("{origin}: error: cannot read: {e}\n")))?;
         if let Some(key) = duplicate_header_key(&map) {
@@ -62,7 +68,12 @@ pub(crate) fn read_inputs(
         }
         for (i, name) in names.iter().enumerate() {
             let Some(view) = given.remove(name.as_str()) else { continue };
+            if let Some(first) = &given_by[i] {
+                errors.push(format!("input `{name}` is given by both {first} and {origin}"));
+                continue;
+            }
             given_args[i] = true;
+            given_by[i] = Some(origin.clone());
             let ty = module.value_type(f.args[i]);
             match decode(&view, ty, mode) {
                 Some(v) => values[i] = Some(v),
@@ -140,7 +151,7 @@ pub(crate) fn read_inputs(
                 Err(e) => errors.push(e.to_string()),
             },
             None => {
-                let hint = if inputs.is_some() || weights.is_some() {
+                let hint = if !inputs.is_empty() || weights.is_some() {
                     "add it to the inputs file or pass --random-inputs SEED"
                 } else {
                     "pass --inputs IN.safetensors or --random-inputs SEED"
@@ -154,6 +165,46 @@ pub(crate) fn read_inputs(
         return Err(Failure::Input(text));
     }
     Ok(values.into_iter().flatten().collect())
+}
+
+/// The safetensors files `paths` name: each as it is, except a sharded checkpoint's index
+/// (`*.json`, with a `weight_map` from tensor names to shard files in its folder), which stands
+/// for its shards, each once, in the order they first appear.
+fn expand_shards(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>, Failure> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.extension().is_none_or(|e| e != "json") {
+            out.push(p.clone());
+            continue;
+        }
+        let name = p.display();
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| Failure::Input(format!("{name}: error: cannot read: {e}\n")))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Failure::Input(format!("{name}: error: not JSON: {e}\n")))?;
+        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
+            Failure::Input(format!(
+                "{name}: error: no `weight_map` object (a sharded checkpoint's index)\n"
+            ))
+        })?;
+        let dir = p.parent().unwrap_or(Path::new("."));
+        for v in map.values() {
+            let shard = v.as_str().filter(|s| {
+                let s = Path::new(s);
+                s.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+            });
+            let shard = shard.ok_or_else(|| {
+                Failure::Input(format!(
+                    "{name}: error: shard {v} is not a file name inside the checkpoint's folder\n"
+                ))
+            })?;
+            let path = dir.join(shard);
+            if !out.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A value of type `ty` holding zeros (`None` for a type the interpreter does not hold).

@@ -1,0 +1,192 @@
+//! `fbc gen --from-hf DIR`: the decoders of small random-weight Hugging Face checkpoints
+//! (`tests/compat/<arch>`, made by `tests/compat/make_fixtures.py` with transformers 5.17.0) built
+//! from their `config.json`, run on the checkpoint's own `model.safetensors` plus the inputs
+//! transformers used, and compared with the logits transformers computed; fbc's RoPE tables
+//! against the model's own rotary embedding; the config errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{fbc, scratch};
+
+fn compat(arch: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat").join(arch)
+}
+
+fn floats(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()));
+    let v =
+        t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    (t.shape().to_vec(), v)
+}
+
+/// Largest |got − want| over the largest |want|.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
+    let err = got.iter().zip(want).fold(0f64, |m, (&g, &w)| m.max(f64::from(g - w).abs()));
+    err / scale
+}
+
+/// `fbc gen --from-hf`, then `fbc run` with `inputs` (the checkpoint, or its index, and the
+/// token/mask/RoPE inputs): the logits' error relative to transformers'.
+fn logits_error(arch: &str, target: &str, checkpoint: &Path) -> f64 {
+    let dir = compat(arch);
+    let work = scratch(&format!("hf-{arch}-{target}"));
+    let (m, out) = (work.join("m.fbir"), work.join("out.safetensors"));
+    let o =
+        fbc(&["gen", "--from-hf", dir.to_str().unwrap(), "--seq", "8", "-o", m.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = fbc(&[
+        "run",
+        m.to_str().unwrap(),
+        "--inputs",
+        checkpoint.to_str().unwrap(),
+        "--inputs",
+        dir.join("inputs.safetensors").to_str().unwrap(),
+        "--outputs",
+        out.to_str().unwrap(),
+        "--target",
+        target,
+        "-O3",
+    ]);
+    assert_eq!(o.code, 0, "{arch} on {target}: {}", o.stderr);
+    let (shape, got) = floats(&out, "result0");
+    let (want_shape, want) = floats(&dir.join("logits.safetensors"), "logits");
+    assert_eq!(shape, want_shape);
+    rel_err(&got, &want)
+}
+
+#[test]
+fn llama_qwen2_and_gemma2_checkpoints_give_transformers_logits() {
+    for arch in ["llama", "qwen2", "gemma2"] {
+        for target in ["cpu", "cpu-jit"] {
+            let e = logits_error(arch, target, &compat(arch).join("model.safetensors"));
+            assert!(e <= 1e-4, "{arch} on {target}: relative error {e:e}");
+        }
+    }
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn checkpoints_give_transformers_logits_on_opencl() {
+    if !common::have_device() {
+        return;
+    }
+    for arch in ["llama", "qwen2", "gemma2"] {
+        let e = logits_error(arch, "opencl", &compat(arch).join("model.safetensors"));
+        assert!(e <= 1e-4, "{arch} on opencl: relative error {e:e}");
+    }
+}
+
+#[test]
+fn a_sharded_checkpoints_index_reads_its_shards() {
+    let work = scratch("hf-index");
+    let dir = compat("qwen2");
+    // One shard, named by an index beside a copy of it.
+    std::fs::copy(dir.join("model.safetensors"), work.join("model-00001-of-00001.safetensors"))
+        .unwrap();
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let map: serde_json::Map<String, serde_json::Value> = st
+        .names()
+        .into_iter()
+        .map(|n| (n.to_string(), serde_json::Value::from("model-00001-of-00001.safetensors")))
+        .collect();
+    let index = work.join("model.safetensors.index.json");
+    std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).unwrap();
+    let e = logits_error("qwen2", "cpu", &index);
+    assert!(e <= 1e-4, "relative error {e:e}");
+}
+
+#[test]
+fn fbc_rope_tables_equal_the_models_rotary_embedding() {
+    for arch in ["llama", "qwen2", "gemma2"] {
+        let text = std::fs::read_to_string(compat(arch).join("config.json")).unwrap();
+        let (rope, hd) = fbc_models::hf::rope_of(&text).unwrap();
+        let (cos, sin) = fbc_models::rope::tables(&rope, hd, 0, 8);
+        let inputs = compat(arch).join("inputs.safetensors");
+        let (_, want_cos) = floats(&inputs, "rope_cos");
+        let (_, want_sin) = floats(&inputs, "rope_sin");
+        for (got, want) in [(&cos, &want_cos), (&sin, &want_sin)] {
+            let e = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+            assert!(e <= 1e-6, "{arch}: RoPE table differs by {e}");
+        }
+    }
+}
+
+#[test]
+fn training_graphs_come_from_checkpoints_too() {
+    let work = scratch("hf-training");
+    let m = work.join("t.fbir");
+    let dir = compat("gemma2");
+    let o = fbc(&[
+        "gen",
+        "--from-hf",
+        dir.to_str().unwrap(),
+        "--seq",
+        "8",
+        "--layers",
+        "1",
+        "--training",
+        "--lora-rank",
+        "2",
+        "-o",
+        m.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = std::fs::read_to_string(&m).unwrap();
+    assert!(text.contains("func.func @loss("), "no @loss");
+    assert!(text.contains("func.func @loss_grad("), "no @loss_grad");
+    assert!(text.contains("%model.layers.0.self_attn.q_proj.weight_lora_a"));
+    assert!(!text.contains("model.layers.1."), "--layers 1 built a second layer");
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let work = scratch("hf-errors");
+    let base = std::fs::read_to_string(compat("llama").join("config.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&base).unwrap();
+    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        (
+            "missing",
+            Box::new(|j| {
+                j.as_object_mut().unwrap().remove("hidden_size");
+            }),
+            "config.json: error: missing key `hidden_size`",
+        ),
+        (
+            "arch",
+            Box::new(|j| j["architectures"] = serde_json::json!(["MambaForCausalLM"])),
+            "config.json: error: architecture `MambaForCausalLM` is not supported by --from-hf \
+             (supported: LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM)",
+        ),
+        (
+            "rope",
+            Box::new(|j| j["rope_parameters"]["rope_type"] = serde_json::json!("yarn")),
+            "config.json: error: rope_type `yarn` is not supported (default, llama3)",
+        ),
+        (
+            "type",
+            Box::new(|j| j["num_attention_heads"] = serde_json::json!("four")),
+            "config.json: error: `num_attention_heads` = \"four\" is not a positive integer",
+        ),
+    ];
+    for (tag, change, want) in cases {
+        let mut j = json.clone();
+        change(&mut j);
+        let dir = work.join(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), j.to_string()).unwrap();
+        let out = dir.join("m.fbir");
+        let o = fbc(&["gen", "--from-hf", dir.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert_eq!(o.code, 1, "{tag}: {}", o.stderr);
+        assert!(!out.exists(), "{tag}");
+        let line = o.stderr.lines().next().unwrap_or_default();
+        let line = line.split_once("/config.json: ").map_or(line, |(_, r)| r);
+        assert_eq!(format!("config.json: {line}"), want, "{tag}");
+    }
+}

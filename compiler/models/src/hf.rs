@@ -1,0 +1,161 @@
+//! `fbc gen --from-hf DIR`: a decoder built from a Hugging Face checkpoint's `config.json`, with
+//! the checkpoint's own tensor names and `[out, in]` Linear weights, so that its
+//! `model.safetensors` binds by name (`fbc run --inputs`). Llama (`LlamaForCausalLM`, with Llama
+//! 3's RoPE scaling), Qwen2 (`Qwen2ForCausalLM`: Q/K/V biases) and Gemma 2
+//! (`Gemma2ForCausalLM`: soft-capping, `1 + w` norms around attention and the MLP, local and
+//! global layers) follow the config; every key read is named in the error when missing or of
+//! the wrong type, and a setting fbc does not implement is an error, never ignored.
+
+use serde_json::Value as Json;
+
+use super::config::{DecoderCfg, GatedAct, GemmaExtras, Llama3Scaling, Rope};
+use super::Error;
+
+/// The architectures `--from-hf` reads.
+pub const ARCHITECTURES: &[&str] = &["LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma2ForCausalLM"];
+
+fn bad(msg: String) -> Error {
+    Error::Usage(format!("config.json: {msg}"))
+}
+
+fn get<'a>(c: &'a Json, key: &str) -> Option<&'a Json> {
+    c.get(key).filter(|v| !v.is_null())
+}
+
+fn uint(c: &Json, key: &str) -> Result<u64, Error> {
+    let v = get(c, key).ok_or_else(|| bad(format!("missing key `{key}`")))?;
+    v.as_u64()
+        .filter(|&x| x > 0)
+        .ok_or_else(|| bad(format!("`{key}` = {v} is not a positive integer")))
+}
+
+fn float(c: &Json, key: &str) -> Result<f64, Error> {
+    let v = get(c, key).ok_or_else(|| bad(format!("missing key `{key}`")))?;
+    v.as_f64()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| bad(format!("`{key}` = {v} is not a number")))
+}
+
+fn flag(c: &Json, key: &str, default: bool) -> Result<bool, Error> {
+    match get(c, key) {
+        None => Ok(default),
+        Some(v) => v.as_bool().ok_or_else(|| bad(format!("`{key}` = {v} is not true or false"))),
+    }
+}
+
+fn string<'a>(c: &'a Json, key: &str) -> Result<&'a str, Error> {
+    let v = get(c, key).ok_or_else(|| bad(format!("missing key `{key}`")))?;
+    v.as_str().ok_or_else(|| bad(format!("`{key}` = {v} is not a string")))
+}
+
+/// The RoPE settings: `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`
+/// (transformers 4); rope types `default` and `llama3`.
+fn rope(c: &Json, default_theta: f64) -> Result<Rope, Error> {
+    let params = get(c, "rope_parameters").or_else(|| get(c, "rope_scaling"));
+    let theta = match params.and_then(|p| get(p, "rope_theta")) {
+        Some(_) => float(params.unwrap_or(c), "rope_theta")?,
+        None if get(c, "rope_theta").is_some() => float(c, "rope_theta")?,
+        None => default_theta,
+    };
+    let Some(p) = params else { return Ok(Rope { theta, llama3: None }) };
+    let kind =
+        get(p, "rope_type").or_else(|| get(p, "type")).and_then(Json::as_str).unwrap_or("default");
+    let llama3 = match kind {
+        "default" => None,
+        "llama3" => Some(Llama3Scaling {
+            factor: float(p, "factor")?,
+            low_freq_factor: float(p, "low_freq_factor")?,
+            high_freq_factor: float(p, "high_freq_factor")?,
+            original_max_positions: float(p, "original_max_position_embeddings")?,
+        }),
+        other => {
+            return Err(bad(format!("rope_type `{other}` is not supported (default, llama3)")))
+        }
+    };
+    Ok(Rope { theta, llama3 })
+}
+
+/// The decoder a `config.json` describes, and its architecture name.
+pub(crate) fn decoder_config(text: &str) -> Result<(String, DecoderCfg), Error> {
+    let c: Json = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let arch = match get(&c, "architectures").and_then(Json::as_array).map(Vec::as_slice) {
+        Some([a]) => a.as_str().unwrap_or_default().to_string(),
+        _ => return Err(bad("missing key `architectures` (one architecture name)".into())),
+    };
+    if !ARCHITECTURES.contains(&arch.as_str()) {
+        return Err(bad(format!(
+            "architecture `{arch}` is not supported by --from-hf (supported: {})",
+            ARCHITECTURES.join(", ")
+        )));
+    }
+    let gemma2 = arch == "Gemma2ForCausalLM";
+    let hidden = uint(&c, "hidden_size")?;
+    let heads = uint(&c, "num_attention_heads")?;
+    let kv_heads = match get(&c, "num_key_value_heads") {
+        Some(_) => uint(&c, "num_key_value_heads")?,
+        None => heads,
+    };
+    if heads % kv_heads != 0 {
+        return Err(bad(format!(
+            "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        )));
+    }
+    let head_dim = match get(&c, "head_dim") {
+        Some(_) => uint(&c, "head_dim")?,
+        None => hidden / heads,
+    };
+    let act_key = if gemma2 { "hidden_activation" } else { "hidden_act" };
+    let act = match string(&c, act_key)? {
+        "silu" if !gemma2 => GatedAct::Silu,
+        "gelu_pytorch_tanh" if gemma2 => GatedAct::GeluTanh,
+        other => return Err(bad(format!("`{act_key}` = `{other}` is not supported for {arch}"))),
+    };
+    if flag(&c, "mlp_bias", false)? {
+        return Err(bad("`mlp_bias` = true is not supported".into()));
+    }
+    if arch == "LlamaForCausalLM" && flag(&c, "attention_bias", false)? {
+        return Err(bad(
+            "`attention_bias` = true is not supported for LlamaForCausalLM (it biases o_proj too)"
+                .into(),
+        ));
+    }
+    if flag(&c, "use_sliding_window", false)? {
+        return Err(bad("`use_sliding_window` = true is not supported for Qwen2".into()));
+    }
+    let gemma = if gemma2 {
+        Some(GemmaExtras {
+            attn_softcap: float(&c, "attn_logit_softcapping")?,
+            final_softcap: float(&c, "final_logit_softcapping")?,
+            query_pre_attn_scalar: float(&c, "query_pre_attn_scalar")?,
+            sliding_window: uint(&c, "sliding_window")?,
+        })
+    } else {
+        None
+    };
+    let cfg = DecoderCfg {
+        hidden,
+        layers: uint(&c, "num_hidden_layers")?,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn: uint(&c, "intermediate_size")?,
+        vocab: uint(&c, "vocab_size")?,
+        max_positions: uint(&c, "max_position_embeddings")?,
+        norm_eps: float(&c, "rms_norm_eps")?,
+        qkv_bias: arch == "Qwen2ForCausalLM",
+        act,
+        gemma,
+        rope: rope(&c, 10000.0)?,
+        hf: true,
+        // transformers' defaults when the key is absent: Llama and Qwen2 untied, Gemma 2 tied.
+        tied: flag(&c, "tie_word_embeddings", gemma2)?,
+    };
+    Ok((arch, cfg))
+}
+
+/// The RoPE settings and head dimension of a checkpoint's `config.json` (what the host's
+/// [`rope::tables`](super::rope::tables) needs to fill `rope_cos` and `rope_sin`).
+pub fn rope_of(text: &str) -> Result<(Rope, u64), Error> {
+    let (_, cfg) = decoder_config(text)?;
+    Ok((cfg.rope, cfg.head_dim))
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Writes the fixtures of `fbc gen --from-hf` (tests/compat/<arch>/): a random-weight Hugging Face
+model built from a small config of each decoder architecture, saved with `save_pretrained`
+(config.json + model.safetensors, the checkpoint's own names and [out, in] Linear weights), and
+`inputs.safetensors`: the inputs fbc's graph takes besides the checkpoint (tokens, the additive
+causal mask, the RoPE tables from the model's own rotary embedding), and `logits.safetensors`:
+the logits transformers computes for them (float32, eager attention).
+
+    pip install torch transformers safetensors && python3 tests/compat/make_fixtures.py OUTDIR
+
+Run on the lent device (it has torch and transformers; transformers 5.17.0 and torch 2.11 made the
+committed files); copy OUTDIR/<arch> into tests/compat/.
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+S, B = 8, 1
+CONFIGS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=96, max_position_embeddings=256,
+        rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=32.0,
+                             low_freq_factor=1.0, high_freq_factor=4.0,
+                             original_max_position_embeddings=64))),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=96, max_position_embeddings=256, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1000000.0))),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=96, max_position_embeddings=256,
+        rms_norm_eps=1e-6, query_pre_attn_scalar=16, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, sliding_window=4096, hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+}
+
+
+def main(out):
+    for arch, (cfg_name, model_name, kw) in CONFIGS.items():
+        torch.manual_seed(0)
+        cfg = getattr(transformers, cfg_name)(**kw)
+        cfg._attn_implementation = "eager"
+        model = getattr(transformers, model_name)(cfg).float().eval()
+        with torch.no_grad():
+            # Norm weights away from their init (1 or 0) so the checkpoint's are really read.
+            for n, p in model.named_parameters():
+                if "norm" in n:
+                    p.add_(torch.randn_like(p) * 0.1)
+        d = os.path.join(out, arch)
+        model.save_pretrained(d, safe_serialization=True)
+        tokens = torch.randint(0, cfg.vocab_size, (B, S))
+        pos = torch.arange(S).unsqueeze(0)
+        with torch.no_grad():
+            logits = model(input_ids=tokens).logits
+            emb = model.model.embed_tokens(tokens)
+            cos, sin = model.model.rotary_emb(emb, pos)
+        mask = torch.triu(torch.full((S, S), float("-inf")), diagonal=1)
+        save_file({
+            "tokens": tokens.to(torch.int32).contiguous(),
+            "mask": mask.contiguous(),
+            "rope_cos": cos[0].float().contiguous(),
+            "rope_sin": sin[0].float().contiguous(),
+        }, os.path.join(d, "inputs.safetensors"))
+        save_file({"logits": logits.float().contiguous()}, os.path.join(d, "logits.safetensors"))
+        os.remove(os.path.join(d, "generation_config.json"))
+        print(arch, transformers.__version__, torch.__version__, logits.shape,
+              float(logits.abs().max()), sorted(os.listdir(d)))
+        print(json.dumps({k: v for k, v in json.load(open(os.path.join(d, "config.json"))).items()
+                          if k not in ("transformers_version",)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
