@@ -47,7 +47,8 @@ struct Func {
     len: usize,
     /// Argument index by name, for the host's arguments.
     args: Vec<(String, usize)>,
-    /// Every argument's name, in order.
+    /// Every argument's name, in order (the OpenCL session keeps arguments by name).
+    #[cfg_attr(not(feature = "opencl"), allow(dead_code))]
     names: Vec<String>,
     /// The caches' argument indices, in order (the results after the logits, in the same order).
     caches: Vec<usize>,
