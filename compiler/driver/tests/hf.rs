@@ -150,7 +150,8 @@ fn config_errors_name_the_key() {
     let work = scratch("hf-errors");
     let base = std::fs::read_to_string(compat("llama").join("config.json")).unwrap();
     let json: serde_json::Value = serde_json::from_str(&base).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Change = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "missing",
             Box::new(|j| {

@@ -14,6 +14,7 @@ use super::Error;
 /// The architectures `--from-hf` reads.
 pub const ARCHITECTURES: &[&str] = &["LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma2ForCausalLM"];
 
+#[allow(clippy::needless_pass_by_value)] // called with `format!` results throughout
 fn bad(msg: String) -> Error {
     Error::Usage(format!("config.json: {msg}"))
 }
