@@ -7,6 +7,7 @@ causal mask, the RoPE tables from the model's own rotary embedding), and `logits
 the logits transformers computes for them (float32, eager attention).
 
     pip install torch transformers safetensors && python3 tests/compat/make_fixtures.py OUTDIR
+    (OUTDIR encoders: only BERT and ViT)
 
 Run on the lent device (it has torch and transformers; transformers 5.17.0 and torch 2.11 made the
 committed files); copy OUTDIR/<arch> into tests/compat/.
@@ -75,5 +76,70 @@ def main(out):
                           if k not in ("transformers_version",)}))
 
 
+def encoders(out):
+    """BERT (BertModel: last hidden state and pooler output, with padding in the attention
+    mask) and ViT (ViTModel without its pooler: last hidden state), fed what fbc's graphs take:
+    BERT's additive mask [B, 1, 1, S], ViT's image as patches [B, N, C·P·P] in (channel, row,
+    column) order, the order of the patch convolution's weight."""
+    B = 2
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=100,
+                                  max_position_embeddings=32, type_vocab_size=2,
+                                  hidden_act="gelu", layer_norm_eps=1e-12)
+    cfg._attn_implementation = "eager"
+    model = transformers.BertModel(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "LayerNorm" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    d = os.path.join(out, "bert")
+    model.save_pretrained(d, safe_serialization=True)
+    tokens = torch.randint(0, cfg.vocab_size, (B, S))
+    types = torch.randint(0, 2, (B, S))
+    attn = torch.ones(B, S, dtype=torch.long)
+    attn[1, -2:] = 0
+    with torch.no_grad():
+        o = model(input_ids=tokens, token_type_ids=types, attention_mask=attn)
+    additive = (1.0 - attn[:, None, None, :].float()) * torch.finfo(torch.float32).min
+    save_file({"tokens": tokens.to(torch.int32).contiguous(),
+               "token_types": types.to(torch.int32).contiguous(),
+               "attn_mask": additive.contiguous()}, os.path.join(d, "inputs.safetensors"))
+    save_file({"last_hidden_state": o.last_hidden_state.contiguous(),
+               "pooler_output": o.pooler_output.contiguous()}, os.path.join(d, "outputs.safetensors"))
+    print("bert", sorted(os.listdir(d)), float(o.last_hidden_state.abs().max()))
+
+    torch.manual_seed(0)
+    cfg = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=128, image_size=32, patch_size=8,
+                                 num_channels=3, hidden_act="gelu", layer_norm_eps=1e-12)
+    cfg._attn_implementation = "eager"
+    model = transformers.ViTModel(cfg, add_pooling_layer=False).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "layernorm" in n or "cls_token" in n or "position" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    d = os.path.join(out, "vit")
+    model.save_pretrained(d, safe_serialization=True)
+    pixels = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        o = model(pixel_values=pixels)
+    p = 8
+    patches = pixels.unfold(2, p, p).unfold(3, p, p)          # [1, 3, 4, 4, 8, 8]
+    patches = patches.permute(0, 2, 3, 1, 4, 5).reshape(1, 16, 3 * p * p)
+    save_file({"patches": patches.contiguous()}, os.path.join(d, "inputs.safetensors"))
+    save_file({"last_hidden_state": o.last_hidden_state.contiguous()},
+              os.path.join(d, "outputs.safetensors"))
+    print("vit", sorted(os.listdir(d)), float(o.last_hidden_state.abs().max()))
+    for a in ("bert", "vit"):
+        g = os.path.join(out, a, "generation_config.json")
+        if os.path.exists(g):
+            os.remove(g)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "encoders":
+        encoders(sys.argv[1])
+    else:
+        main(sys.argv[1])
+        encoders(sys.argv[1])

@@ -1,8 +1,9 @@
-//! `fbc gen --from-hf DIR`: the decoders of small random-weight Hugging Face checkpoints
-//! (`tests/compat/<arch>`, made by `tests/compat/make_fixtures.py` with transformers 5.17.0) built
-//! from their `config.json`, run on the checkpoint's own `model.safetensors` plus the inputs
-//! transformers used, and compared with the logits transformers computed; fbc's RoPE tables
-//! against the model's own rotary embedding; the config errors.
+//! `fbc gen --from-hf DIR`: small random-weight Hugging Face checkpoints (`tests/compat/<arch>`:
+//! Llama, Qwen2, Gemma 2, BERT, ViT; made by `tests/compat/make_fixtures.py` with transformers
+//! 5.17.0) built from their `config.json`, run on the checkpoint's own `model.safetensors` plus
+//! the inputs transformers used, and compared with what transformers computed (logits, last
+//! hidden states, BERT's pooler output); fbc's RoPE tables against the models' rotary
+//! embeddings; the config errors.
 
 mod common;
 
@@ -79,6 +80,68 @@ fn checkpoints_give_transformers_logits_on_opencl() {
     for arch in ["llama", "qwen2", "gemma2"] {
         let e = logits_error(arch, "opencl", &compat(arch).join("model.safetensors"));
         assert!(e <= 1e-4, "{arch} on opencl: relative error {e:e}");
+    }
+    let bert = encoder_errors(
+        "bert",
+        &["--seq", "8", "--batch", "2"],
+        &["last_hidden_state", "pooler_output"],
+        "opencl",
+    );
+    let vit = encoder_errors("vit", &[], &["last_hidden_state"], "opencl");
+    for e in bert.iter().chain(&vit) {
+        assert!(*e <= 1e-4, "on opencl: relative errors {bert:?} (BERT), {vit:?} (ViT)");
+    }
+}
+
+/// `fbc gen --from-hf` of an encoder and `fbc run` with its checkpoint and inputs: each result's
+/// error relative to transformers' output of that name.
+fn encoder_errors(arch: &str, gen_args: &[&str], outputs: &[&str], target: &str) -> Vec<f64> {
+    let dir = compat(arch);
+    let work = scratch(&format!("hf-{arch}-{target}"));
+    let (m, out) = (work.join("m.fbir"), work.join("out.safetensors"));
+    let mut args = vec!["gen", "--from-hf", dir.to_str().unwrap(), "-o", m.to_str().unwrap()];
+    args.extend(gen_args);
+    let o = fbc(&args);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = fbc(&[
+        "run",
+        m.to_str().unwrap(),
+        "--inputs",
+        dir.join("model.safetensors").to_str().unwrap(),
+        "--inputs",
+        dir.join("inputs.safetensors").to_str().unwrap(),
+        "--outputs",
+        out.to_str().unwrap(),
+        "--target",
+        target,
+        "-O3",
+    ]);
+    assert_eq!(o.code, 0, "{arch} on {target}: {}", o.stderr);
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (shape, got) = floats(&out, &format!("result{i}"));
+            let (want_shape, want) = floats(&dir.join("outputs.safetensors"), name);
+            assert_eq!(shape, want_shape, "{arch}: {name}");
+            rel_err(&got, &want)
+        })
+        .collect()
+}
+
+#[test]
+fn bert_and_vit_checkpoints_give_transformers_outputs() {
+    for target in ["cpu", "cpu-jit"] {
+        let bert = encoder_errors(
+            "bert",
+            &["--seq", "8", "--batch", "2"],
+            &["last_hidden_state", "pooler_output"],
+            target,
+        );
+        let vit = encoder_errors("vit", &[], &["last_hidden_state"], target);
+        for e in bert.iter().chain(&vit) {
+            assert!(*e <= 1e-4, "on {target}: relative errors {bert:?} (BERT), {vit:?} (ViT)");
+        }
     }
 }
 
@@ -163,7 +226,8 @@ fn config_errors_name_the_key() {
             "arch",
             Box::new(|j| j["architectures"] = serde_json::json!(["MambaForCausalLM"])),
             "config.json: error: architecture `MambaForCausalLM` is not supported by --from-hf \
-             (supported: LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM)",
+             (supported: LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM, BertModel, \
+             ViTModel)",
         ),
         (
             "rope",

@@ -168,13 +168,37 @@ pub(crate) struct EncoderCfg {
     pub norm_eps: f64,
     /// Classes of the classification head.
     pub labels: u64,
+    /// BERT's vocabulary, position table and token types.
+    pub vocab: u64,
+    pub max_positions: u64,
+    pub type_vocab: u64,
+    /// ViT's image side, patch side and channels.
+    pub image: u64,
+    pub patch: u64,
+    pub channels: u64,
+    /// A Hugging Face checkpoint's names and `[out, in]` weights (`fbc gen --from-hf`), whose
+    /// forward function is `@encode` (the last hidden state, and BERT's pooler output).
+    pub hf: bool,
 }
 
 /// google-bert/bert-large-uncased `config.json`: hidden_size 1024, num_hidden_layers 24,
 /// num_attention_heads 16, intermediate_size 4096, hidden_act "gelu" (erf), layer_norm_eps 1e-12,
 /// vocab_size 30522, max_position_embeddings 512 (learned, "absolute"), type_vocab_size 2.
-pub(crate) const BERT_LARGE: EncoderCfg =
-    EncoderCfg { hidden: 1024, layers: 24, heads: 16, ffn: 4096, norm_eps: 1e-12, labels: 2 };
+pub(crate) const BERT_LARGE: EncoderCfg = EncoderCfg {
+    hidden: 1024,
+    layers: 24,
+    heads: 16,
+    ffn: 4096,
+    norm_eps: 1e-12,
+    labels: 2,
+    vocab: BERT_VOCAB,
+    max_positions: BERT_MAX_POSITIONS,
+    type_vocab: BERT_TYPE_VOCAB,
+    image: 0,
+    patch: 0,
+    channels: 0,
+    hf: false,
+};
 pub(crate) const BERT_VOCAB: u64 = 30522;
 pub(crate) const BERT_MAX_POSITIONS: u64 = 512;
 pub(crate) const BERT_TYPE_VOCAB: u64 = 2;
@@ -183,8 +207,21 @@ pub(crate) const BERT_TYPE_VOCAB: u64 = 2;
 /// num_attention_heads 16, intermediate_size 4096, hidden_act "gelu" (erf), layer_norm_eps 1e-12,
 /// image_size 224, patch_size 16, num_channels 3, qkv_bias true; the checkpoint's ImageNet-1k
 /// head has 1000 classes.
-pub(crate) const VIT_LARGE: EncoderCfg =
-    EncoderCfg { hidden: 1024, layers: 24, heads: 16, ffn: 4096, norm_eps: 1e-12, labels: 1000 };
+pub(crate) const VIT_LARGE: EncoderCfg = EncoderCfg {
+    hidden: 1024,
+    layers: 24,
+    heads: 16,
+    ffn: 4096,
+    norm_eps: 1e-12,
+    labels: 1000,
+    vocab: 0,
+    max_positions: 0,
+    type_vocab: 0,
+    image: VIT_IMAGE,
+    patch: VIT_PATCH,
+    channels: VIT_CHANNELS,
+    hf: false,
+};
 pub(crate) const VIT_IMAGE: u64 = 224;
 pub(crate) const VIT_PATCH: u64 = 16;
 pub(crate) const VIT_CHANNELS: u64 = 3;

@@ -1,18 +1,108 @@
-//! `fbc gen --from-hf DIR`: a decoder built from a Hugging Face checkpoint's `config.json`, with
+//! `fbc gen --from-hf DIR`: a model built from a Hugging Face checkpoint's `config.json`, with
 //! the checkpoint's own tensor names and `[out, in]` Linear weights, so that its
 //! `model.safetensors` binds by name (`fbc run --inputs`). Llama (`LlamaForCausalLM`, with Llama
-//! 3's RoPE scaling), Qwen2 (`Qwen2ForCausalLM`: Q/K/V biases) and Gemma 2
+//! 3's RoPE scaling), Qwen2 (`Qwen2ForCausalLM`: Q/K/V biases), Gemma 2
 //! (`Gemma2ForCausalLM`: soft-capping, `1 + w` norms around attention and the MLP, local and
-//! global layers) follow the config; every key read is named in the error when missing or of
+//! global layers), BERT (`BertModel`) and ViT (`ViTModel`) follow the config; every key read is named in the error when missing or of
 //! the wrong type, and a setting fbc does not implement is an error, never ignored.
 
 use serde_json::Value as Json;
 
-use super::config::{DecoderCfg, GatedAct, GemmaExtras, Llama3Scaling, Rope};
+use super::config::{DecoderCfg, EncoderCfg, GatedAct, GemmaExtras, Llama3Scaling, Rope};
 use super::Error;
 
 /// The architectures `--from-hf` reads.
-pub const ARCHITECTURES: &[&str] = &["LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma2ForCausalLM"];
+pub const ARCHITECTURES: &[&str] =
+    &["LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma2ForCausalLM", "BertModel", "ViTModel"];
+
+/// What a `config.json` describes.
+#[derive(Debug)]
+pub(crate) enum HfModel {
+    Decoder(DecoderCfg),
+    Bert(EncoderCfg),
+    Vit(EncoderCfg),
+}
+
+/// The architecture name of `config.json` and the model it describes.
+pub(crate) fn model_config(text: &str) -> Result<(String, HfModel), Error> {
+    let c: Json = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let arch = architecture(&c)?;
+    let vit = match arch.as_str() {
+        "BertModel" => false,
+        "ViTModel" => true,
+        _ => return decoder_config(text).map(|(a, cfg)| (a, HfModel::Decoder(cfg))),
+    };
+    if string(&c, "hidden_act")? != "gelu" {
+        return Err(bad(format!(
+            "`hidden_act` = `{}` is not supported (gelu)",
+            string(&c, "hidden_act")?
+        )));
+    }
+    if !vit {
+        if let Some(kind) = get(&c, "position_embedding_type").and_then(Json::as_str) {
+            if kind != "absolute" {
+                return Err(bad(format!(
+                    "position_embedding_type `{kind}` is not supported (absolute)"
+                )));
+            }
+        }
+    } else if !flag(&c, "qkv_bias", true)? {
+        return Err(bad("`qkv_bias` = false is not supported".into()));
+    }
+    let (image, patch, channels) = if vit {
+        (uint(&c, "image_size")?, uint(&c, "patch_size")?, uint(&c, "num_channels")?)
+    } else {
+        (0, 0, 0)
+    };
+    if vit && image % patch != 0 {
+        return Err(bad(format!("image_size {image} is not a multiple of patch_size {patch}")));
+    }
+    let (vocab, max_positions, type_vocab) = if vit {
+        (0, 0, 0)
+    } else {
+        (
+            uint(&c, "vocab_size")?,
+            uint(&c, "max_position_embeddings")?,
+            uint(&c, "type_vocab_size")?,
+        )
+    };
+    let cfg = EncoderCfg {
+        hidden: uint(&c, "hidden_size")?,
+        layers: uint(&c, "num_hidden_layers")?,
+        heads: uint(&c, "num_attention_heads")?,
+        ffn: uint(&c, "intermediate_size")?,
+        norm_eps: float(&c, "layer_norm_eps")?,
+        labels: 0,
+        vocab,
+        max_positions,
+        type_vocab,
+        image,
+        patch,
+        channels,
+        hf: true,
+    };
+    if cfg.hidden % cfg.heads != 0 {
+        return Err(bad(format!(
+            "hidden_size {} is not a multiple of num_attention_heads {}",
+            cfg.hidden, cfg.heads
+        )));
+    }
+    Ok((arch, if vit { HfModel::Vit(cfg) } else { HfModel::Bert(cfg) }))
+}
+
+fn architecture(c: &Json) -> Result<String, Error> {
+    let arch = match get(c, "architectures").and_then(Json::as_array).map(Vec::as_slice) {
+        Some([a]) => a.as_str().unwrap_or_default().to_string(),
+        _ => return Err(bad("missing key `architectures` (one architecture name)".into())),
+    };
+    if !ARCHITECTURES.contains(&arch.as_str()) {
+        return Err(bad(format!(
+            "architecture `{arch}` is not supported by --from-hf (supported: {})",
+            ARCHITECTURES.join(", ")
+        )));
+    }
+    Ok(arch)
+}
 
 #[allow(clippy::needless_pass_by_value)] // called with `format!` results throughout
 fn bad(msg: String) -> Error {
@@ -79,15 +169,9 @@ fn rope(c: &Json, default_theta: f64) -> Result<Rope, Error> {
 /// The decoder a `config.json` describes, and its architecture name.
 pub(crate) fn decoder_config(text: &str) -> Result<(String, DecoderCfg), Error> {
     let c: Json = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let arch = match get(&c, "architectures").and_then(Json::as_array).map(Vec::as_slice) {
-        Some([a]) => a.as_str().unwrap_or_default().to_string(),
-        _ => return Err(bad("missing key `architectures` (one architecture name)".into())),
-    };
-    if !ARCHITECTURES.contains(&arch.as_str()) {
-        return Err(bad(format!(
-            "architecture `{arch}` is not supported by --from-hf (supported: {})",
-            ARCHITECTURES.join(", ")
-        )));
+    let arch = architecture(&c)?;
+    if !arch.ends_with("ForCausalLM") {
+        return Err(bad(format!("`{arch}` is not a decoder")));
     }
     let gemma2 = arch == "Gemma2ForCausalLM";
     let hidden = uint(&c, "hidden_size")?;

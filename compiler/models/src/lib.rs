@@ -532,12 +532,14 @@ pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
     Ok(module)
 }
 
-/// The module `fbc gen --from-hf DIR` writes: the decoder of the checkpoint whose `config.json`
-/// text is `config`, with its tensor names and `[out, in]` weights: `@logits` (forward), or with
-/// `opts.training` `@loss` (labels) and its backward graph over the LoRA adapters. `opts.layers`
-/// (at most the config's), `seq`, `batch` and `lora_rank` apply; the vocabulary is the config's.
+/// The module `fbc gen --from-hf DIR` writes: the model of the checkpoint whose `config.json`
+/// text is `config`, with its tensor names and `[out, in]` weights. A decoder gives `@logits`
+/// (forward), or with `opts.training` `@loss` (labels) and its backward graph over the LoRA
+/// adapters; BERT and ViT give `@encode` (the last hidden state, and BERT's pooler output).
+/// `opts.layers` (at most the config's), `seq` (not ViT), `batch` and, for decoders,
+/// `lora_rank` apply; the vocabulary is the config's.
 pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
-    let (arch, mut cfg) = hf::decoder_config(config)?;
+    let (arch, model) = hf::model_config(config)?;
     let usage = Error::Usage;
     if opts.inference
         || opts.vocab.is_some()
@@ -550,17 +552,29 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
             "--from-hf takes --layers, --seq, --batch, --lora-rank and --training only".into(),
         ));
     }
-    let layers = opts.layers.unwrap_or(cfg.layers);
-    if layers == 0 || layers > cfg.layers {
-        return Err(usage(format!("--layers must be from 1 to the config's {}", cfg.layers)));
+    let (config_layers, max_seq) = match &model {
+        hf::HfModel::Decoder(c) => (c.layers, c.max_positions),
+        hf::HfModel::Bert(c) => (c.layers, c.max_positions),
+        hf::HfModel::Vit(c) => (c.layers, 0),
+    };
+    let layers = opts.layers.unwrap_or(config_layers);
+    if layers == 0 || layers > config_layers {
+        return Err(usage(format!("--layers must be from 1 to the config's {config_layers}")));
     }
-    cfg.layers = layers;
-    let seq = opts.seq.unwrap_or(128);
-    if seq == 0 || seq > cfg.max_positions {
+    let encoder = !matches!(model, hf::HfModel::Decoder(_));
+    if encoder && (opts.training || opts.lora_rank.is_some()) {
         return Err(usage(format!(
-            "--seq must be from 1 to max_position_embeddings {}",
-            cfg.max_positions
+            "--training and --lora-rank with --from-hf apply to the decoders, not {arch}"
         )));
+    }
+    if matches!(model, hf::HfModel::Vit(_)) && opts.seq.is_some() {
+        return Err(usage(
+            "--seq does not apply to ViTModel: its sequence is the image's patches".into(),
+        ));
+    }
+    let seq = opts.seq.unwrap_or(128.min(max_seq.max(1)));
+    if !matches!(model, hf::HfModel::Vit(_)) && (seq == 0 || seq > max_seq) {
+        return Err(usage(format!("--seq must be from 1 to max_position_embeddings {max_seq}")));
     }
     let rank = opts.lora_rank.unwrap_or(if opts.training { 8 } else { 0 });
     let spec = Spec { layers, batch: opts.batch.unwrap_or(1).max(1), seq, rank, ..Spec::default() };
@@ -569,10 +583,17 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
     let g = Graph::new(&ops);
     let internal =
         |m: String| Error::Internal(format!("fbc gen --from-hf ({arch}): internal error: {m}"));
-    let generated = if opts.training {
-        decoder::build(g, &cfg, &name, &spec)
-    } else {
-        decoder::build_logits(g, &cfg, &name, &spec)
+    let generated = match model {
+        hf::HfModel::Decoder(mut cfg) => {
+            cfg.layers = layers;
+            if opts.training {
+                decoder::build(g, &cfg, &name, &spec)
+            } else {
+                decoder::build_logits(g, &cfg, &name, &spec)
+            }
+        }
+        hf::HfModel::Bert(cfg) => encoder::build_bert(g, &cfg, &name, &spec),
+        hf::HfModel::Vit(cfg) => encoder::build_vit(g, &cfg, &name, &spec),
     }
     .map_err(|e| internal(format!("building the graph failed: {e}")))?;
     let diags = fbc_ir::verify_module(&generated.module);

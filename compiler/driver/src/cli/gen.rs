@@ -14,10 +14,11 @@ pub struct GenArgs {
     #[arg(required_unless_present = "from_hf", conflicts_with = "from_hf")]
     pub model: Option<String>,
 
-    /// Build the decoder of a Hugging Face checkpoint folder instead (its `config.json`:
-    /// LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM), with the checkpoint's tensor
-    /// names and `[out, in]` weights, so `fbc run --inputs DIR/model.safetensors` binds them:
-    /// `@logits`, or with --training `@loss` and its backward graph over LoRA adapters.
+    /// Build the model of a Hugging Face checkpoint folder instead (its `config.json`:
+    /// LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM, BertModel, ViTModel), with the
+    /// checkpoint's tensor names and `[out, in]` weights, so `fbc run --inputs
+    /// DIR/model.safetensors` binds them: decoders give `@logits`, or with --training `@loss`
+    /// and its backward graph over LoRA adapters; encoders give `@encode`.
     #[arg(long, value_name = "DIR")]
     pub from_hf: Option<PathBuf>,
 
