@@ -7,7 +7,7 @@ causal mask, the RoPE tables from the model's own rotary embedding), and `logits
 the logits transformers computes for them (float32, eager attention).
 
     pip install torch transformers safetensors && python3 tests/compat/make_fixtures.py OUTDIR
-    (OUTDIR encoders: only BERT and ViT)
+    (OUTDIR encoders: only BERT, ViT and the Whisper decoder)
 
 Run on the lent device (it has torch and transformers; transformers 5.17.0 and torch 2.11 made the
 committed files); copy OUTDIR/<arch> into tests/compat/.
@@ -131,7 +131,34 @@ def encoders(out):
     save_file({"last_hidden_state": o.last_hidden_state.contiguous()},
               os.path.join(d, "outputs.safetensors"))
     print("vit", sorted(os.listdir(d)), float(o.last_hidden_state.abs().max()))
-    for a in ("bert", "vit"):
+    # Whisper: the whole checkpoint (encoder included; fbc's graph is the decoder, so `fbc run`
+    # takes it with --allow-unused-inputs), the decoder fed random encoder states.
+    torch.manual_seed(0)
+    cfg = transformers.WhisperConfig(d_model=64, decoder_layers=2, decoder_attention_heads=4,
+                                     decoder_ffn_dim=128, encoder_layers=1,
+                                     encoder_attention_heads=4, encoder_ffn_dim=128,
+                                     vocab_size=100, max_target_positions=32,
+                                     max_source_positions=16, num_mel_bins=16, pad_token_id=1,
+                                     bos_token_id=0, eos_token_id=2, decoder_start_token_id=0)
+    cfg._attn_implementation = "eager"
+    model = transformers.WhisperForConditionalGeneration(cfg).float().eval()
+    with torch.no_grad():
+        for n, p_ in model.named_parameters():
+            if "layer_norm" in n:
+                p_.add_(torch.randn_like(p_) * 0.1)
+    d = os.path.join(out, "whisper")
+    model.save_pretrained(d, safe_serialization=True)
+    tokens = torch.randint(0, cfg.vocab_size, (1, S))
+    enc = torch.randn(1, 16, 64)
+    with torch.no_grad():
+        h = model.model.decoder(input_ids=tokens, encoder_hidden_states=enc).last_hidden_state
+        logits = model.proj_out(h)
+    mask = torch.triu(torch.full((S, S), float("-inf")), diagonal=1)
+    save_file({"tokens": tokens.to(torch.int32).contiguous(), "mask": mask.contiguous(),
+               "encoder_states": enc.contiguous()}, os.path.join(d, "inputs.safetensors"))
+    save_file({"logits": logits.contiguous()}, os.path.join(d, "outputs.safetensors"))
+    print("whisper", sorted(os.listdir(d)), float(logits.abs().max()))
+    for a in ("bert", "vit", "whisper"):
         g = os.path.join(out, a, "generation_config.json")
         if os.path.exists(g):
             os.remove(g)

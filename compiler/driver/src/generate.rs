@@ -360,7 +360,13 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         Some(p) => (std::slice::from_ref(p), None),
         None => (&[][..], None),
     };
-    let src = Sources { inputs: st, weights: fbw, seed: a.random_weights, host: &host_names };
+    let src = Sources {
+        inputs: st,
+        weights: fbw,
+        seed: a.random_weights,
+        host: &host_names,
+        allow_unused: false,
+    };
     let mut first = read_inputs(&module, prefill.id, src, Mode::F32, &file.name)?;
     let mut next = read_inputs(&module, decode.id, src, Mode::F32, &file.name)?;
     // How calls run.

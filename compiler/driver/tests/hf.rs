@@ -1,5 +1,5 @@
 //! `fbc gen --from-hf DIR`: small random-weight Hugging Face checkpoints (`tests/compat/<arch>`:
-//! Llama, Qwen2, Gemma 2, BERT, ViT; made by `tests/compat/make_fixtures.py` with transformers
+//! Llama, Qwen2, Gemma 2, BERT, ViT, Whisper; made by `tests/compat/make_fixtures.py` with transformers
 //! 5.17.0) built from their `config.json`, run on the checkpoint's own `model.safetensors` plus
 //! the inputs transformers used, and compared with what transformers computed (logits, last
 //! hidden states, BERT's pooler output); fbc's RoPE tables against the models' rotary
@@ -81,21 +81,18 @@ fn checkpoints_give_transformers_logits_on_opencl() {
         let e = logits_error(arch, "opencl", &compat(arch).join("model.safetensors"));
         assert!(e <= 1e-4, "{arch} on opencl: relative error {e:e}");
     }
-    let bert = encoder_errors(
-        "bert",
-        &["--seq", "8", "--batch", "2"],
-        &["last_hidden_state", "pooler_output"],
-        "opencl",
-    );
-    let vit = encoder_errors("vit", &[], &["last_hidden_state"], "opencl");
-    for e in bert.iter().chain(&vit) {
-        assert!(*e <= 1e-4, "on opencl: relative errors {bert:?} (BERT), {vit:?} (ViT)");
-    }
+    let errs = encoders_on("opencl");
+    assert!(errs.iter().all(|(_, e)| *e <= 1e-4), "on opencl: relative errors {errs:?}");
 }
 
 /// `fbc gen --from-hf` of an encoder and `fbc run` with its checkpoint and inputs: each result's
 /// error relative to transformers' output of that name.
-fn encoder_errors(arch: &str, gen_args: &[&str], outputs: &[&str], target: &str) -> Vec<f64> {
+fn encoder_errors(
+    arch: &str,
+    (gen_args, run_args): (&[&str], &[&str]),
+    outputs: &[&str],
+    target: &str,
+) -> Vec<f64> {
     let dir = compat(arch);
     let work = scratch(&format!("hf-{arch}-{target}"));
     let (m, out) = (work.join("m.fbir"), work.join("out.safetensors"));
@@ -103,19 +100,22 @@ fn encoder_errors(arch: &str, gen_args: &[&str], outputs: &[&str], target: &str)
     args.extend(gen_args);
     let o = fbc(&args);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let o = fbc(&[
+    let (ckpt, inputs) = (dir.join("model.safetensors"), dir.join("inputs.safetensors"));
+    let mut args = vec![
         "run",
         m.to_str().unwrap(),
         "--inputs",
-        dir.join("model.safetensors").to_str().unwrap(),
+        ckpt.to_str().unwrap(),
         "--inputs",
-        dir.join("inputs.safetensors").to_str().unwrap(),
+        inputs.to_str().unwrap(),
         "--outputs",
         out.to_str().unwrap(),
         "--target",
         target,
         "-O3",
-    ]);
+    ];
+    args.extend(run_args);
+    let o = fbc(&args);
     assert_eq!(o.code, 0, "{arch} on {target}: {}", o.stderr);
     outputs
         .iter()
@@ -129,20 +129,68 @@ fn encoder_errors(arch: &str, gen_args: &[&str], outputs: &[&str], target: &str)
         .collect()
 }
 
+/// BERT, ViT and Whisper's decoder (from the whole Whisper checkpoint: its encoder's tensors
+/// are skipped with --allow-unused-inputs) on `target`: every output's relative error.
+fn encoders_on(target: &str) -> Vec<(&'static str, f64)> {
+    let mut errs = Vec::new();
+    let bert = encoder_errors(
+        "bert",
+        (&["--seq", "8", "--batch", "2"], &[]),
+        &["last_hidden_state", "pooler_output"],
+        target,
+    );
+    errs.extend(bert.into_iter().map(|e| ("bert", e)));
+    let vit = encoder_errors("vit", (&[], &[]), &["last_hidden_state"], target);
+    errs.extend(vit.into_iter().map(|e| ("vit", e)));
+    let whisper = encoder_errors(
+        "whisper",
+        (&["--seq", "8", "--encoder-len", "16"], &["--allow-unused-inputs"]),
+        &["logits"],
+        target,
+    );
+    errs.extend(whisper.into_iter().map(|e| ("whisper", e)));
+    errs
+}
+
 #[test]
-fn bert_and_vit_checkpoints_give_transformers_outputs() {
+fn bert_vit_and_whisper_checkpoints_give_transformers_outputs() {
     for target in ["cpu", "cpu-jit"] {
-        let bert = encoder_errors(
-            "bert",
-            &["--seq", "8", "--batch", "2"],
-            &["last_hidden_state", "pooler_output"],
-            target,
-        );
-        let vit = encoder_errors("vit", &[], &["last_hidden_state"], target);
-        for e in bert.iter().chain(&vit) {
-            assert!(*e <= 1e-4, "on {target}: relative errors {bert:?} (BERT), {vit:?} (ViT)");
-        }
+        let errs = encoders_on(target);
+        assert!(errs.iter().all(|(_, e)| *e <= 1e-4), "on {target}: relative errors {errs:?}");
     }
+}
+
+#[test]
+fn unused_checkpoint_tensors_are_refused_unless_allowed() {
+    let dir = compat("whisper");
+    let work = scratch("hf-unused");
+    let m = work.join("m.fbir");
+    let o = fbc(&[
+        "gen",
+        "--from-hf",
+        dir.to_str().unwrap(),
+        "--seq",
+        "8",
+        "--encoder-len",
+        "16",
+        "-o",
+        m.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = fbc(&[
+        "run",
+        m.to_str().unwrap(),
+        "--inputs",
+        dir.join("model.safetensors").to_str().unwrap(),
+        "--inputs",
+        dir.join("inputs.safetensors").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("input `model.encoder.layer_norm.weight` (F32 [64]): @logits has no argument of that name"),
+        "{}",
+        o.stderr
+    );
 }
 
 #[test]
@@ -227,7 +275,7 @@ fn config_errors_name_the_key() {
             Box::new(|j| j["architectures"] = serde_json::json!(["MambaForCausalLM"])),
             "config.json: error: architecture `MambaForCausalLM` is not supported by --from-hf \
              (supported: LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM, BertModel, \
-             ViTModel)",
+             ViTModel, WhisperForConditionalGeneration)",
         ),
         (
             "rope",

@@ -242,6 +242,9 @@ pub(crate) struct WhisperCfg {
     pub max_target_positions: u64,
     pub max_source_positions: u64,
     pub norm_eps: f64,
+    /// A Hugging Face checkpoint's names (`model.decoder.layers.0.self_attn.q_proj.weight`) and
+    /// `[out, in]` weights (`fbc gen --from-hf`), whose forward function is `@logits`.
+    pub hf: bool,
 }
 
 pub(crate) const WHISPER_LARGE_V3: WhisperCfg = WhisperCfg {
@@ -253,6 +256,7 @@ pub(crate) const WHISPER_LARGE_V3: WhisperCfg = WhisperCfg {
     max_target_positions: 448,
     max_source_positions: 1500,
     norm_eps: 1e-5,
+    hf: false,
 };
 
 /// Fig. 17's MHA configurations `[sequence, heads, hidden]`.

@@ -3,17 +3,26 @@
 //! `model.safetensors` binds by name (`fbc run --inputs`). Llama (`LlamaForCausalLM`, with Llama
 //! 3's RoPE scaling), Qwen2 (`Qwen2ForCausalLM`: Q/K/V biases), Gemma 2
 //! (`Gemma2ForCausalLM`: soft-capping, `1 + w` norms around attention and the MLP, local and
-//! global layers), BERT (`BertModel`) and ViT (`ViTModel`) follow the config; every key read is named in the error when missing or of
+//! global layers), BERT (`BertModel`), ViT (`ViTModel`) and Whisper's decoder
+//! (`WhisperForConditionalGeneration`) follow the config; every key read is named in the error when missing or of
 //! the wrong type, and a setting fbc does not implement is an error, never ignored.
 
 use serde_json::Value as Json;
 
-use super::config::{DecoderCfg, EncoderCfg, GatedAct, GemmaExtras, Llama3Scaling, Rope};
+use super::config::{
+    DecoderCfg, EncoderCfg, GatedAct, GemmaExtras, Llama3Scaling, Rope, WhisperCfg,
+};
 use super::Error;
 
 /// The architectures `--from-hf` reads.
-pub const ARCHITECTURES: &[&str] =
-    &["LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma2ForCausalLM", "BertModel", "ViTModel"];
+pub const ARCHITECTURES: &[&str] = &[
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Gemma2ForCausalLM",
+    "BertModel",
+    "ViTModel",
+    "WhisperForConditionalGeneration",
+];
 
 /// What a `config.json` describes.
 #[derive(Debug)]
@@ -21,6 +30,8 @@ pub(crate) enum HfModel {
     Decoder(DecoderCfg),
     Bert(EncoderCfg),
     Vit(EncoderCfg),
+    /// Whisper's decoder (the encoder's states are an input).
+    Whisper(WhisperCfg),
 }
 
 /// The architecture name of `config.json` and the model it describes.
@@ -30,6 +41,9 @@ pub(crate) fn model_config(text: &str) -> Result<(String, HfModel), Error> {
     let vit = match arch.as_str() {
         "BertModel" => false,
         "ViTModel" => true,
+        "WhisperForConditionalGeneration" => {
+            return whisper_config(&c).map(|w| (arch, HfModel::Whisper(w)))
+        }
         _ => return decoder_config(text).map(|(a, cfg)| (a, HfModel::Decoder(cfg))),
     };
     if string(&c, "hidden_act")? != "gelu" {
@@ -88,6 +102,36 @@ pub(crate) fn model_config(text: &str) -> Result<(String, HfModel), Error> {
         )));
     }
     Ok((arch, if vit { HfModel::Vit(cfg) } else { HfModel::Bert(cfg) }))
+}
+
+/// Whisper's decoder settings (`d_model`, `decoder_*`); its LayerNorms use transformers' fixed
+/// epsilon 1e-5.
+fn whisper_config(c: &Json) -> Result<WhisperCfg, Error> {
+    let act = string(c, "activation_function")?;
+    if act != "gelu" {
+        return Err(bad(format!("`activation_function` = `{act}` is not supported (gelu)")));
+    }
+    if flag(c, "scale_embedding", false)? {
+        return Err(bad("`scale_embedding` = true is not supported".into()));
+    }
+    let cfg = WhisperCfg {
+        hidden: uint(c, "d_model")?,
+        layers: uint(c, "decoder_layers")?,
+        heads: uint(c, "decoder_attention_heads")?,
+        ffn: uint(c, "decoder_ffn_dim")?,
+        vocab: uint(c, "vocab_size")?,
+        max_target_positions: uint(c, "max_target_positions")?,
+        max_source_positions: uint(c, "max_source_positions")?,
+        norm_eps: 1e-5,
+        hf: true,
+    };
+    if cfg.hidden % cfg.heads != 0 {
+        return Err(bad(format!(
+            "d_model {} is not a multiple of decoder_attention_heads {}",
+            cfg.hidden, cfg.heads
+        )));
+    }
+    Ok(cfg)
 }
 
 fn architecture(c: &Json) -> Result<String, Error> {

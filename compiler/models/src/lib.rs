@@ -535,8 +535,9 @@ pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
 /// The module `fbc gen --from-hf DIR` writes: the model of the checkpoint whose `config.json`
 /// text is `config`, with its tensor names and `[out, in]` weights. A decoder gives `@logits`
 /// (forward), or with `opts.training` `@loss` (labels) and its backward graph over the LoRA
-/// adapters; BERT and ViT give `@encode` (the last hidden state, and BERT's pooler output).
-/// `opts.layers` (at most the config's), `seq` (not ViT), `batch` and, for decoders,
+/// adapters; BERT and ViT give `@encode` (the last hidden state, and BERT's pooler output);
+/// Whisper's decoder gives `@logits` over `encoder_len` encoder states. `opts.layers` (at most
+/// the config's), `seq` (not ViT), `batch`, `encoder_len` (Whisper) and, for the causal LMs,
 /// `lora_rank` apply; the vocabulary is the config's.
 pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
     let (arch, model) = hf::model_config(config)?;
@@ -544,27 +545,33 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
     if opts.inference
         || opts.vocab.is_some()
         || opts.config.is_some()
-        || opts.encoder_len.is_some()
         || !opts.products.is_empty()
         || opts.max_seq.is_some()
     {
         return Err(usage(
-            "--from-hf takes --layers, --seq, --batch, --lora-rank and --training only".into(),
+            "--from-hf takes --layers, --seq, --batch, --lora-rank, --training and (Whisper) \
+             --encoder-len only"
+                .into(),
         ));
+    }
+    let whisper = matches!(model, hf::HfModel::Whisper(_));
+    if opts.encoder_len.is_some() && !whisper {
+        return Err(usage(format!("--encoder-len applies to Whisper's decoder, not {arch}")));
     }
     let (config_layers, max_seq) = match &model {
         hf::HfModel::Decoder(c) => (c.layers, c.max_positions),
         hf::HfModel::Bert(c) => (c.layers, c.max_positions),
         hf::HfModel::Vit(c) => (c.layers, 0),
+        hf::HfModel::Whisper(c) => (c.layers, c.max_target_positions),
     };
     let layers = opts.layers.unwrap_or(config_layers);
     if layers == 0 || layers > config_layers {
         return Err(usage(format!("--layers must be from 1 to the config's {config_layers}")));
     }
-    let encoder = !matches!(model, hf::HfModel::Decoder(_));
-    if encoder && (opts.training || opts.lora_rank.is_some()) {
+    let causal_lm = matches!(model, hf::HfModel::Decoder(_));
+    if !causal_lm && (opts.training || opts.lora_rank.is_some()) {
         return Err(usage(format!(
-            "--training and --lora-rank with --from-hf apply to the decoders, not {arch}"
+            "--training and --lora-rank with --from-hf apply to the causal LMs, not {arch}"
         )));
     }
     if matches!(model, hf::HfModel::Vit(_)) && opts.seq.is_some() {
@@ -574,10 +581,30 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
     }
     let seq = opts.seq.unwrap_or(128.min(max_seq.max(1)));
     if !matches!(model, hf::HfModel::Vit(_)) && (seq == 0 || seq > max_seq) {
-        return Err(usage(format!("--seq must be from 1 to max_position_embeddings {max_seq}")));
+        return Err(usage(format!("--seq must be from 1 to the config's {max_seq} positions")));
     }
+    let encoder_len = match &model {
+        hf::HfModel::Whisper(c) => {
+            let e = opts.encoder_len.unwrap_or(c.max_source_positions);
+            if e == 0 || e > c.max_source_positions {
+                return Err(usage(format!(
+                    "--encoder-len must be from 1 to max_source_positions {}",
+                    c.max_source_positions
+                )));
+            }
+            e
+        }
+        _ => 0,
+    };
     let rank = opts.lora_rank.unwrap_or(if opts.training { 8 } else { 0 });
-    let spec = Spec { layers, batch: opts.batch.unwrap_or(1).max(1), seq, rank, ..Spec::default() };
+    let spec = Spec {
+        layers,
+        batch: opts.batch.unwrap_or(1).max(1),
+        seq,
+        rank,
+        encoder_len,
+        ..Spec::default()
+    };
     let ops = fbc_dialects::registry();
     let name = module_name(&arch);
     let g = Graph::new(&ops);
@@ -594,6 +621,10 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
         }
         hf::HfModel::Bert(cfg) => encoder::build_bert(g, &cfg, &name, &spec),
         hf::HfModel::Vit(cfg) => encoder::build_vit(g, &cfg, &name, &spec),
+        hf::HfModel::Whisper(mut cfg) => {
+            cfg.layers = layers;
+            whisper::build(g, &cfg, &name, &spec)
+        }
     }
     .map_err(|e| internal(format!("building the graph failed: {e}")))?;
     let diags = fbc_ir::verify_module(&generated.module);

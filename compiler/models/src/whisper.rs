@@ -21,34 +21,80 @@ use super::builder::{Graph, V};
 use super::config::WhisperCfg;
 use super::{Generated, Spec};
 
+/// The argument name of weight `key` of layer `layer` (or of the embeddings and the final norm):
+/// fbc's `l{i}_{key}`, or with `cfg.hf` the name in transformers'
+/// `WhisperForConditionalGeneration` (`self_wq` → `model.decoder.layers.0.self_attn.q_proj.weight`).
+fn wname(cfg: &WhisperCfg, layer: Option<u64>, key: &str) -> String {
+    if !cfg.hf {
+        return match layer {
+            Some(i) => format!("l{i}_{key}"),
+            None => key.to_string(),
+        };
+    }
+    let l = format!("model.decoder.layers.{}.", layer.unwrap_or(0));
+    let proj = |attn: &str, k: &str| {
+        let which = match &k[1..] {
+            "o" => "out",
+            other => other,
+        };
+        let part = if k.starts_with('w') { "weight" } else { "bias" };
+        format!("{l}{attn}.{which}_proj.{part}")
+    };
+    match key {
+        "embed" => "model.decoder.embed_tokens.weight".into(),
+        "pos_embed" => "model.decoder.embed_positions.weight".into(),
+        "final_ln" => "model.decoder.layer_norm".into(),
+        "self_ln" => format!("{l}self_attn_layer_norm"),
+        "cross_ln" => format!("{l}encoder_attn_layer_norm"),
+        "mlp_ln" => format!("{l}final_layer_norm"),
+        "w1" => format!("{l}fc1.weight"),
+        "b1" => format!("{l}fc1.bias"),
+        "w2" => format!("{l}fc2.weight"),
+        "b2" => format!("{l}fc2.bias"),
+        k if k.starts_with("self_") => proj("self_attn", &k["self_".len()..]),
+        k if k.starts_with("cross_") => proj("encoder_attn", &k["cross_".len()..]),
+        other => format!("{l}{other}"),
+    }
+}
+
+/// LayerNorm with arguments `{w}_g`, `{w}_b` (a checkpoint's `{w}.weight`, `{w}.bias`).
 fn ln(gen: &mut Gen<'_>, cfg: &WhisperCfg, w: &str, out: &str, x: V) -> Result<V, String> {
-    let gamma = gen.g.weight(&format!("{w}_g"), &[cfg.hidden]);
-    let beta = gen.g.weight(&format!("{w}_b"), &[cfg.hidden]);
+    let (g, b) = if cfg.hf {
+        (format!("{w}.weight"), format!("{w}.bias"))
+    } else {
+        (format!("{w}_g"), format!("{w}_b"))
+    };
+    let gamma = gen.g.weight(&g, &[cfg.hidden]);
+    let beta = gen.g.weight(&b, &[cfg.hidden]);
     gen.g.layernorm(out, x, gamma, beta, cfg.norm_eps)
 }
 
-/// Attention with queries from `x` and keys/values from `kv_src`; `p` prefixes every name.
+/// Attention with queries from `x` and keys/values from `kv_src`; `p` prefixes every name
+/// (`l0_self_`), `kind` names its weights (`self_`, `cross_`) in layer `i`.
+#[allow(clippy::too_many_arguments)]
 fn attention(
     gen: &mut Gen<'_>,
     cfg: &WhisperCfg,
+    (i, kind): (u64, &str),
     p: &str,
     x: V,
     kv_src: V,
     mask: Option<V>,
 ) -> Result<V, String> {
     let n = |s: &str| format!("{p}{s}");
+    let w = |key: &str| wname(cfg, Some(i), &format!("{kind}{key}"));
     let d = cfg.hidden;
-    let (bq, bv, bo) = (n("bq"), n("bv"), n("bo"));
-    let q = gen.linear(&n("q"), x, &n("wq"), d, Lin { bias: Some(&bq), lora: true })?;
-    let k = gen.linear(&n("k"), kv_src, &n("wk"), d, Lin { bias: None, lora: true })?;
-    let v = gen.linear(&n("v"), kv_src, &n("wv"), d, Lin { bias: Some(&bv), lora: true })?;
+    let (bq, bv, bo) = (w("bq"), w("bv"), w("bo"));
+    let q = gen.linear(&n("q"), x, &w("wq"), d, Lin { bias: Some(&bq), lora: true })?;
+    let k = gen.linear(&n("k"), kv_src, &w("wk"), d, Lin { bias: None, lora: true })?;
+    let v = gen.linear(&n("v"), kv_src, &w("wv"), d, Lin { bias: Some(&bv), lora: true })?;
     let q = gen.split_heads(&n("q"), q, cfg.heads)?;
     let k = gen.split_heads(&n("k"), k, cfg.heads)?;
     let v = gen.split_heads(&n("v"), v, cfg.heads)?;
     let scale = 1.0 / ((d / cfg.heads) as f64).sqrt();
     let ctx = gen.attention(p, (q, k, v), Attn { scale, softcap: None, mask })?;
     let merged = gen.merge_heads(&n("ctx"), ctx)?;
-    gen.linear(&n("out"), merged, &n("wo"), d, Lin { bias: Some(&bo), lora: false })
+    gen.linear(&n("out"), merged, &w("wo"), d, Lin { bias: Some(&bo), lora: false })
 }
 
 pub(crate) fn build(
@@ -59,33 +105,40 @@ pub(crate) fn build(
 ) -> Result<Generated, String> {
     let (b, s, e, d) = (spec.batch, spec.seq, spec.encoder_len, cfg.hidden);
     let mut gen = Gen::new(g, spec.rank);
+    gen.out_in = cfg.hf;
     let tokens = gen.g.arg("tokens", &[b, s], ElemType::I32);
-    let labels = gen.g.arg("labels", &[b, s], ElemType::I32);
+    // A checkpoint's forward (`@logits`) has no labels.
+    let labels = (!cfg.hf).then(|| gen.g.arg("labels", &[b, s], ElemType::I32));
     let mask = gen.g.weight("mask", &[s, s]);
     let enc = gen.g.weight("encoder_states", &[b, e, d]);
-    let embed = gen.g.weight("embed", &[cfg.vocab, d]);
-    let pos = gen.g.weight("pos_embed", &[cfg.max_target_positions, d]);
+    let embed = gen.g.weight(&wname(cfg, None, "embed"), &[cfg.vocab, d]);
+    let pos = gen.g.weight(&wname(cfg, None, "pos_embed"), &[cfg.max_target_positions, d]);
     let te = gen.g.embedding("tok_embeds", embed, tokens)?;
     let pe = gen.g.slice("pos_embeds", pos, &[0, 0], &[s, d])?;
     let mut x = gen.g.add("embeds", te, pe)?;
     for i in 0..spec.layers {
         let p = format!("l{i}_");
         let n = |s: &str| format!("{p}{s}");
-        let h = ln(&mut gen, cfg, &n("self_ln"), &n("self_in"), x)?;
-        let a = attention(&mut gen, cfg, &n("self_"), h, h, Some(mask))?;
+        let w = |key: &str| wname(cfg, Some(i), key);
+        let h = ln(&mut gen, cfg, &w("self_ln"), &n("self_in"), x)?;
+        let a = attention(&mut gen, cfg, (i, "self_"), &n("self_"), h, h, Some(mask))?;
         x = gen.g.add(&n("resid_self"), x, a)?;
-        let h = ln(&mut gen, cfg, &n("cross_ln"), &n("cross_in"), x)?;
-        let a = attention(&mut gen, cfg, &n("cross_"), h, enc, None)?;
+        let h = ln(&mut gen, cfg, &w("cross_ln"), &n("cross_in"), x)?;
+        let a = attention(&mut gen, cfg, (i, "cross_"), &n("cross_"), h, enc, None)?;
         x = gen.g.add(&n("resid_cross"), x, a)?;
-        let h = ln(&mut gen, cfg, &n("mlp_ln"), &n("mlp_in"), x)?;
-        let (b1, b2) = (n("b1"), n("b2"));
-        let f = gen.linear(&n("fc1"), h, &n("w1"), cfg.ffn, Lin { bias: Some(&b1), lora: true })?;
+        let h = ln(&mut gen, cfg, &w("mlp_ln"), &n("mlp_in"), x)?;
+        let (b1, b2) = (w("b1"), w("b2"));
+        let f = gen.linear(&n("fc1"), h, &w("w1"), cfg.ffn, Lin { bias: Some(&b1), lora: true })?;
         let f = gen.g.gelu(&n("fc1_act"), f, "none")?;
-        let f = gen.linear(&n("fc2"), f, &n("w2"), d, Lin { bias: Some(&b2), lora: true })?;
+        let f = gen.linear(&n("fc2"), f, &w("w2"), d, Lin { bias: Some(&b2), lora: true })?;
         x = gen.g.add(&n("resid_mlp"), x, f)?;
     }
-    let h = ln(&mut gen, cfg, "final_ln", "final_h", x)?;
+    let h = ln(&mut gen, cfg, &wname(cfg, None, "final_ln"), "final_h", x)?;
     let logits = gen.g.matmul_bt("logits", h, embed)?;
+    let Some(labels) = labels else {
+        let module = gen.g.finish(module_name, "logits", &[logits])?;
+        return Ok(Generated { module, func: "logits".into(), trainable: gen.trainable });
+    };
     let flat = gen.g.reshape("logits_flat", logits, &[b * s, cfg.vocab])?;
     let labels_flat = gen.g.reshape("labels_flat", labels, &[b * s])?;
     let loss = gen.g.cross_entropy("loss", flat, labels_flat)?;

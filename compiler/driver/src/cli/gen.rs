@@ -15,10 +15,12 @@ pub struct GenArgs {
     pub model: Option<String>,
 
     /// Build the model of a Hugging Face checkpoint folder instead (its `config.json`:
-    /// LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM, BertModel, ViTModel), with the
+    /// LlamaForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM, BertModel, ViTModel,
+    /// WhisperForConditionalGeneration's decoder), with the
     /// checkpoint's tensor names and `[out, in]` weights, so `fbc run --inputs
     /// DIR/model.safetensors` binds them: decoders give `@logits`, or with --training `@loss`
-    /// and its backward graph over LoRA adapters; encoders give `@encode`.
+    /// and its backward graph over LoRA adapters; BERT and ViT give `@encode`, Whisper's decoder
+    /// `@logits` over `--encoder-len` encoder states.
     #[arg(long, value_name = "DIR")]
     pub from_hf: Option<PathBuf>,
 

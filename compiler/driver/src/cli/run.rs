@@ -21,6 +21,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "IN.safetensors")]
     pub inputs: Vec<PathBuf>,
 
+    /// Skip tensors of the `--inputs` files that name no argument instead of refusing them (a
+    /// whole checkpoint feeding part of its model, such as Whisper's decoder).
+    #[arg(long)]
+    pub allow_unused_inputs: bool,
+
     /// Write the results as `result0`, `result1`, ... to a safetensors file.
     #[arg(long, value_name = "OUT.safetensors")]
     pub outputs: Option<PathBuf>,
@@ -86,6 +91,7 @@ impl RunArgs {
     pub(crate) fn sources(&self) -> crate::run_cmd::io::Sources<'_> {
         crate::run_cmd::io::Sources {
             inputs: &self.inputs,
+            allow_unused: self.allow_unused_inputs,
             weights: self.weights.as_deref(),
             seed: self.random_inputs,
             host: &[],

@@ -28,6 +28,9 @@ pub(crate) struct Sources<'a> {
     /// Arguments the caller computes itself (`fbc generate`'s tokens, masks, RoPE tables and
     /// caches): zeros of their type unless a file gives them, never random, never missing.
     pub host: &'a [&'a str],
+    /// Tensors of the input files that name no argument are skipped instead of being errors (a
+    /// whole checkpoint feeding part of it: Whisper's decoder without its encoder).
+    pub allow_unused: bool,
 }
 
 /// One value per argument of `func`, from `src`.
@@ -38,7 +41,7 @@ pub(crate) fn read_inputs(
     mode: Mode,
     fbir: &str,
 ) -> Result<Vec<Value>, Failure> {
-    let Sources { inputs, weights, seed, host } = src;
+    let Sources { inputs, weights, seed, host, allow_unused } = src;
     let f = module.func(func);
     let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, func, i)).collect();
     let origin = inputs.first().map_or_else(|| fbir.to_string(), |p| p.display().to_string());
@@ -84,7 +87,7 @@ pub(crate) fn read_inputs(
                 )),
             }
         }
-        for (name, view) in given {
+        for (name, view) in given.into_iter().filter(|_| !allow_unused) {
             errors.push(format!(
                 "input `{name}` ({:?} {:?}): @{} has no argument of that name (arguments: {})",
                 view.dtype(),
