@@ -3,7 +3,7 @@
 model built from a small config of each decoder architecture, saved with `save_pretrained`
 (config.json + model.safetensors, the checkpoint's own names and [out, in] Linear weights), and
 `inputs.safetensors`: the inputs fbc's graph takes besides the checkpoint (tokens, the additive
-causal mask, the RoPE tables from the model's own rotary embedding), and `logits.safetensors`:
+causal mask, the RoPE tables from the model's own rotary embedding), and `outputs.safetensors`:
 the logits transformers computes for them (float32, eager attention).
 
     pip install torch transformers safetensors && python3 tests/compat/make_fixtures.py OUTDIR
@@ -68,7 +68,7 @@ def main(out):
             "rope_cos": cos[0].float().contiguous(),
             "rope_sin": sin[0].float().contiguous(),
         }, os.path.join(d, "inputs.safetensors"))
-        save_file({"logits": logits.float().contiguous()}, os.path.join(d, "logits.safetensors"))
+        save_file({"logits": logits.float().contiguous()}, os.path.join(d, "outputs.safetensors"))
         os.remove(os.path.join(d, "generation_config.json"))
         print(arch, transformers.__version__, torch.__version__, logits.shape,
               float(logits.abs().max()), sorted(os.listdir(d)))

@@ -32,33 +32,10 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     err / scale
 }
 
-/// `fbc gen --from-hf`, then `fbc run` with `inputs` (the checkpoint, or its index, and the
-/// token/mask/RoPE inputs): the logits' error relative to transformers'.
+/// The logits' error relative to transformers' for decoder `arch` on `target`, reading the
+/// checkpoint through `checkpoint` (its file, or its index).
 fn logits_error(arch: &str, target: &str, checkpoint: &Path) -> f64 {
-    let dir = compat(arch);
-    let work = scratch(&format!("hf-{arch}-{target}"));
-    let (m, out) = (work.join("m.fbir"), work.join("out.safetensors"));
-    let o =
-        fbc(&["gen", "--from-hf", dir.to_str().unwrap(), "--seq", "8", "-o", m.to_str().unwrap()]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let o = fbc(&[
-        "run",
-        m.to_str().unwrap(),
-        "--inputs",
-        checkpoint.to_str().unwrap(),
-        "--inputs",
-        dir.join("inputs.safetensors").to_str().unwrap(),
-        "--outputs",
-        out.to_str().unwrap(),
-        "--target",
-        target,
-        "-O3",
-    ]);
-    assert_eq!(o.code, 0, "{arch} on {target}: {}", o.stderr);
-    let (shape, got) = floats(&out, "result0");
-    let (want_shape, want) = floats(&dir.join("logits.safetensors"), "logits");
-    assert_eq!(shape, want_shape);
-    rel_err(&got, &want)
+    errors(arch, checkpoint, (&["--seq", "8"], &[]), &["logits"], target)[0]
 }
 
 #[test]
@@ -85,10 +62,12 @@ fn checkpoints_give_transformers_logits_on_opencl() {
     assert!(errs.iter().all(|(_, e)| *e <= 1e-4), "on opencl: relative errors {errs:?}");
 }
 
-/// `fbc gen --from-hf` of an encoder and `fbc run` with its checkpoint and inputs: each result's
-/// error relative to transformers' output of that name.
-fn encoder_errors(
+/// `fbc gen --from-hf DIR GEN_ARGS`, then `fbc run` on `checkpoint` (the checkpoint's file or
+/// index) and the inputs transformers was given (`RUN_ARGS` added): each result's error relative
+/// to transformers' output of that name.
+fn errors(
     arch: &str,
+    checkpoint: &Path,
     (gen_args, run_args): (&[&str], &[&str]),
     outputs: &[&str],
     target: &str,
@@ -100,12 +79,12 @@ fn encoder_errors(
     args.extend(gen_args);
     let o = fbc(&args);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let (ckpt, inputs) = (dir.join("model.safetensors"), dir.join("inputs.safetensors"));
+    let inputs = dir.join("inputs.safetensors");
     let mut args = vec![
         "run",
         m.to_str().unwrap(),
         "--inputs",
-        ckpt.to_str().unwrap(),
+        checkpoint.to_str().unwrap(),
         "--inputs",
         inputs.to_str().unwrap(),
         "--outputs",
@@ -133,20 +112,21 @@ fn encoder_errors(
 /// are skipped with --allow-unused-inputs) on `target`: every output's relative error.
 fn encoders_on(target: &str) -> Vec<(&'static str, f64)> {
     let mut errs = Vec::new();
-    let bert = encoder_errors(
+    let errors = |arch: &str, args: (&[&str], &[&str]), outputs: &[&str]| {
+        errors(arch, &compat(arch).join("model.safetensors"), args, outputs, target)
+    };
+    let bert = errors(
         "bert",
         (&["--seq", "8", "--batch", "2"], &[]),
         &["last_hidden_state", "pooler_output"],
-        target,
     );
     errs.extend(bert.into_iter().map(|e| ("bert", e)));
-    let vit = encoder_errors("vit", (&[], &[]), &["last_hidden_state"], target);
+    let vit = errors("vit", (&[], &[]), &["last_hidden_state"]);
     errs.extend(vit.into_iter().map(|e| ("vit", e)));
-    let whisper = encoder_errors(
+    let whisper = errors(
         "whisper",
         (&["--seq", "8", "--encoder-len", "16"], &["--allow-unused-inputs"]),
         &["logits"],
-        target,
     );
     errs.extend(whisper.into_iter().map(|e| ("whisper", e)));
     errs

@@ -522,13 +522,24 @@ pub fn build(name: &str, opts: &Options) -> Result<Module, Error> {
     }
     let pipeline = generated.autodiff_pipeline(model)?;
     let internal = |msg: String| internal(model, &msg);
-    let (file, mut module) = reparse(&ops, model, &generated.module).map_err(internal)?;
+    let (file, module) = reparse(&ops, model, &generated.module).map_err(internal)?;
+    run_pipeline(&ops, &file, module, &pipeline).map_err(internal)
+}
+
+/// `module`, read from `file`, after `pipeline` (the training graph's `autodiff`); a failure is
+/// rendered against `file`.
+fn run_pipeline(
+    ops: &OpRegistry,
+    file: &SourceFile,
+    mut module: Module,
+    pipeline: &str,
+) -> Result<Module, String> {
     let passes = fbc_transforms::default_registry();
-    let steps = passes.parse_pipeline(&pipeline).map_err(|e| internal(e.message))?;
-    let mut cx = PassContext::new(&ops);
+    let steps = passes.parse_pipeline(pipeline).map_err(|e| e.message)?;
+    let mut cx = PassContext::new(ops);
     PassManager::new(steps)
         .run(&mut module, &mut cx, &mut |_| {})
-        .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
+        .map_err(|d| fbc_grammar::diag::render_all(file, &d))?;
     Ok(module)
 }
 
@@ -641,15 +652,9 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
         format!("autodiff{{func={} wrt={}}}", generated.func, generated.trainable.join(","));
     let text = fbc_ir::print_module(&generated.module);
     let file = Arc::new(SourceFile::new(format!("<fbc gen --from-hf {arch}>"), text));
-    let mut module = fbc_ir::parse_module(&file, &ops)
+    let module = fbc_ir::parse_module(&file, &ops)
         .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
-    let passes = fbc_transforms::default_registry();
-    let steps = passes.parse_pipeline(&pipeline).map_err(|e| internal(e.message))?;
-    let mut cx = PassContext::new(&ops);
-    PassManager::new(steps)
-        .run(&mut module, &mut cx, &mut |_| {})
-        .map_err(|d| internal(fbc_grammar::diag::render_all(&file, &d)))?;
-    Ok(module)
+    run_pipeline(&ops, &file, module, &pipeline).map_err(internal)
 }
 
 /// Most rows, columns or reduction steps of [`matmul_fb_at`].
