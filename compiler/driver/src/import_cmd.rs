@@ -65,11 +65,11 @@ pub(crate) fn run(a: &ImportArgs) -> Result<(), Failure> {
     output::write_text(a.output.as_deref(), &text)
 }
 
-/// The weights as safetensors bytes, under their argument names.
+/// The weights as safetensors bytes, under their argument names, each in its IR storage type.
 fn encode_weights(weights: &[(String, fbc_onnx::HostTensor)]) -> Result<Vec<u8>, Failure> {
-    let data: Vec<(Dtype, Vec<u8>)> = weights
+    let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = weights
         .iter()
-        .map(|(_, t)| {
+        .map(|(name, t)| {
             let dtype = match t.dtype {
                 fbc_onnx::DType::F32 => Dtype::F32,
                 fbc_onnx::DType::F16 => Dtype::F16,
@@ -77,15 +77,8 @@ fn encode_weights(weights: &[(String, fbc_onnx::HostTensor)]) -> Result<Vec<u8>,
                 fbc_onnx::DType::F64 => Dtype::F64,
                 _ => Dtype::I32,
             };
-            (dtype, t.le_bytes())
+            (name.clone(), dtype, t.shape.clone(), t.le_bytes())
         })
         .collect();
-    let mut views = Vec::with_capacity(weights.len());
-    for ((name, t), (dtype, bytes)) in weights.iter().zip(&data) {
-        let view = safetensors::tensor::TensorView::new(*dtype, t.shape.clone(), bytes)
-            .map_err(|e| Failure::Internal(format!("cannot encode weight `{name}`: {e}")))?;
-        views.push((name.as_str(), view));
-    }
-    safetensors::serialize(views, None)
-        .map_err(|e| Failure::Internal(format!("cannot encode the weights: {e}")))
+    crate::run_cmd::io::serialize(&tensors, None).map_err(Failure::Internal)
 }

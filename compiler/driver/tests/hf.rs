@@ -9,27 +9,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{fbc, scratch};
+use common::{f32_tensor as floats, fbc, rel_err, scratch};
 
 fn compat(arch: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat").join(arch)
-}
-
-fn floats(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor(name).unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()));
-    let v =
-        t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    (t.shape().to_vec(), v)
-}
-
-/// Largest |got − want| over the largest |want|.
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
-    let err = got.iter().zip(want).fold(0f64, |m, (&g, &w)| m.max(f64::from(g - w).abs()));
-    err / scale
 }
 
 /// The logits' error relative to transformers' for decoder `arch` on `target`, reading the

@@ -204,25 +204,16 @@ fn check_model(name: &str, targets: &[&str]) {
         weights.to_str().unwrap(),
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    // The inputs beside the weights, in one file (`fbc run` binds arguments by name).
-    let st_bytes = std::fs::read(&weights).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&st_bytes).unwrap();
-    let mut all: Vec<(String, HostTensor)> = case.inputs.clone();
-    for (n, v) in st.tensors() {
-        let vals: Vec<f64> = v
-            .data()
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect();
-        all.push((n, HostTensor::from_f64(DType::F32, v.shape().to_vec(), vals.into_iter())));
-    }
+    // The graph's inputs in a file of their own, beside the weights `fbc import` wrote.
     let inputs = work.join("inputs.safetensors");
-    std::fs::write(&inputs, safetensors_of(&all)).unwrap();
+    std::fs::write(&inputs, safetensors_of(&case.inputs)).unwrap();
     for target in targets {
         let out = work.join(format!("out-{target}.safetensors"));
         let o = fbc(&[
             "run",
             fbir.to_str().unwrap(),
+            "--inputs",
+            weights.to_str().unwrap(),
             "--inputs",
             inputs.to_str().unwrap(),
             "--outputs",
@@ -232,23 +223,12 @@ fn check_model(name: &str, targets: &[&str]) {
             "-O3",
         ]);
         assert_eq!(o.code, 0, "{name} on {target}: {}", o.stderr);
-        let bytes = std::fs::read(&out).unwrap();
-        let res = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let got = res.tensor("result0").unwrap();
-        let got: Vec<f64> = got
-            .data()
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect();
+        let (_, got) = common::f32_tensor(&out, "result0");
         let want = &case.outputs[0].1;
-        let scale = (0..want.numel()).map(|i| want.get(i).abs()).fold(0.0, f64::max);
-        let err = got.iter().enumerate().map(|(i, g)| (g - want.get(i)).abs()).fold(0.0, f64::max);
-        assert_eq!(got.len(), want.numel(), "{name} on {target}");
-        assert!(
-            err <= 1e-4 * scale,
-            "{name} on {target}: largest error {err:e}, {:e} of the largest output",
-            err / scale
-        );
+        let want: Vec<f32> = (0..want.numel()).map(|i| want.get(i) as f32).collect();
+        assert_eq!(got.len(), want.len(), "{name} on {target}");
+        let e = common::rel_err(&got, &want);
+        assert!(e <= 1e-4, "{name} on {target}: largest error {e:e} of the largest output");
     }
 }
 

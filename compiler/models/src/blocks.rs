@@ -88,11 +88,7 @@ impl<'r> Gen<'r> {
         };
         let last = |done: bool, name: &str| if done { out.to_string() } else { name.to_string() };
         let base = last(bias.is_none() && !lora, &format!("{out}_base"));
-        let mut y = if self.out_in {
-            self.g.matmul_bt(&base, x, wv)?
-        } else {
-            self.g.matmul(&base, x, wv)?
-        };
+        let mut y = self.times_weight(&base, x, wv)?;
         if let Some(b) = bias {
             y = self.g.add(&last(!lora, &format!("{out}_biased")), y, b)?;
         }
@@ -103,6 +99,30 @@ impl<'r> Gen<'r> {
             y = self.g.add(out, y, d)?;
         }
         Ok(y)
+    }
+
+    /// `x · W` of a weight `w` stored `[in, out]`, or with [`Gen::out_in`] `x · Wᵀ` of one
+    /// stored `[out, in]`; the result is named `name`.
+    pub(crate) fn times_weight(&mut self, name: &str, x: V, w: V) -> Result<V, String> {
+        if self.out_in {
+            self.g.matmul_bt(name, x, w)
+        } else {
+            self.g.matmul(name, x, w)
+        }
+    }
+
+    /// LayerNorm of `x` along its last axis with frozen arguments `{w}_g`, `{w}_b` (with
+    /// [`Gen::out_in`], a checkpoint's `{w}.weight`, `{w}.bias`); the result is named `out`.
+    pub(crate) fn layernorm(&mut self, w: &str, out: &str, x: V, eps: f64) -> Result<V, String> {
+        let d = self.g.shape(x).last().copied().unwrap_or(0);
+        let (g, b) = if self.out_in {
+            (format!("{w}.weight"), format!("{w}.bias"))
+        } else {
+            (format!("{w}_g"), format!("{w}_b"))
+        };
+        let gamma = self.g.weight(&g, &[d]);
+        let beta = self.g.weight(&b, &[d]);
+        self.g.layernorm(out, x, gamma, beta, eps)
     }
 
     /// The dimensions of `x`, which must have rank `N` (a generator bug otherwise).

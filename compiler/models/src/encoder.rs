@@ -76,7 +76,6 @@ fn ename(cfg: &EncoderCfg, vit: bool, layer: Option<u64>, key: &str) -> String {
 
 /// Self-attention of an encoder layer on `x: [B, S, D]` (no LoRA on O); returns the output
 /// projection `[B, S, D]`.
-#[allow(clippy::too_many_arguments)]
 fn self_attention(
     gen: &mut Gen<'_>,
     cfg: &EncoderCfg,
@@ -117,20 +116,6 @@ fn mlp(
     let h = gen.linear(&n("fc1"), x, &w("w1"), cfg.ffn, Lin { bias: Some(&b1), lora })?;
     let a = gen.g.gelu(&n("fc1_act"), h, "none")?;
     gen.linear(&n("fc2"), a, &w("w2"), cfg.hidden, Lin { bias: Some(&b2), lora })
-}
-
-/// LayerNorm with gamma/beta arguments `{w}_g`, `{w}_b` (a checkpoint's `{w}.weight`,
-/// `{w}.bias`); the result is named `out`.
-fn ln(gen: &mut Gen<'_>, w: &str, out: &str, x: V, eps: f64) -> Result<V, String> {
-    let d = gen.g.shape(x).last().copied().unwrap_or(0);
-    let (g, b) = if gen.out_in {
-        (format!("{w}.weight"), format!("{w}.bias"))
-    } else {
-        (format!("{w}_g"), format!("{w}_b"))
-    };
-    let gamma = gen.g.weight(&g, &[d]);
-    let beta = gen.g.weight(&b, &[d]);
-    gen.g.layernorm(out, x, gamma, beta, eps)
 }
 
 /// The classification head on `x: [B, D]`: `x · W + b` with trainable `{w}_w`, `{w}_b`, then the mean
@@ -175,26 +160,22 @@ pub(crate) fn build_bert(
     let e = gen.g.add("embeds_wp", we, pe)?;
     let e = gen.g.add("embeds_sum", e, te)?;
     let embed_ln = ename(cfg, false, None, "embed_ln");
-    let mut x = ln(&mut gen, &embed_ln, "embeds", e, cfg.norm_eps)?;
+    let mut x = gen.layernorm(&embed_ln, "embeds", e, cfg.norm_eps)?;
     for i in 0..spec.layers {
         let p = format!("l{i}_");
         let n = |s: &str| format!("{p}{s}");
         let w = |key: &str| ename(cfg, false, Some(i), key);
         let a = self_attention(&mut gen, cfg, (i, false), &p, x, true, Some(mask))?;
         let r = gen.g.add(&n("resid_attn"), x, a)?;
-        let h = ln(&mut gen, &w("attn_ln"), &n("attn_normed"), r, cfg.norm_eps)?;
+        let h = gen.layernorm(&w("attn_ln"), &n("attn_normed"), r, cfg.norm_eps)?;
         let m = mlp(&mut gen, cfg, (i, false), &p, h, true)?;
         let r = gen.g.add(&n("resid_mlp"), h, m)?;
-        x = ln(&mut gen, &w("mlp_ln"), &n("out"), r, cfg.norm_eps)?;
+        x = gen.layernorm(&w("mlp_ln"), &n("out"), r, cfg.norm_eps)?;
     }
     let cls = first_token(&mut gen, "cls", x)?;
     let pw = gen.g.weight(&ename(cfg, false, None, "pooler_w"), &[d, d]);
     let pb = gen.g.weight(&ename(cfg, false, None, "pooler_b"), &[d]);
-    let pooled = if cfg.hf {
-        gen.g.matmul_bt("pooled_base", cls, pw)?
-    } else {
-        gen.g.matmul("pooled_base", cls, pw)?
-    };
+    let pooled = gen.times_weight("pooled_base", cls, pw)?;
     let pooled = gen.g.add("pooled_biased", pooled, pb)?;
     let pooled = gen.g.unary("pooled", TensorOp::Tanh, pooled)?;
     let Some(labels) = labels else {
@@ -232,11 +213,7 @@ pub(crate) fn build_vit(
     // A checkpoint's position table is [1, N + 1, D].
     let pos_shape: &[u64] = if cfg.hf { &[1, patches + 1, d] } else { &[patches + 1, d] };
     let pos = gen.g.weight(&e("pos_embed"), pos_shape);
-    let e = if cfg.hf {
-        gen.g.matmul_bt("patch_embeds_base", px, pw)?
-    } else {
-        gen.g.matmul("patch_embeds_base", px, pw)?
-    };
+    let e = gen.times_weight("patch_embeds_base", px, pw)?;
     let e = gen.g.add("patch_embeds", e, pb)?;
     let c = gen.g.broadcast("cls_embeds", cls, &[b, 1, d])?;
     let e = gen.g.concat("cls_and_patches", &[c, e], 1)?;
@@ -246,20 +223,20 @@ pub(crate) fn build_vit(
         let p = format!("l{i}_");
         let n = |s: &str| format!("{p}{s}");
         let w = |key: &str| ename(cfg, true, Some(i), key);
-        let h = ln(&mut gen, &w("attn_ln"), &n("attn_in"), x, cfg.norm_eps)?;
+        let h = gen.layernorm(&w("attn_ln"), &n("attn_in"), x, cfg.norm_eps)?;
         let mut a = self_attention(&mut gen, cfg, (i, true), &p, h, false, None)?;
         if adapters {
             a = gen.adapter(&n("attn_adapter"), a)?;
         }
         x = gen.g.add(&n("resid_attn"), x, a)?;
-        let h = ln(&mut gen, &w("mlp_ln"), &n("mlp_in"), x, cfg.norm_eps)?;
+        let h = gen.layernorm(&w("mlp_ln"), &n("mlp_in"), x, cfg.norm_eps)?;
         let mut m = mlp(&mut gen, cfg, (i, true), &p, h, false)?;
         if adapters {
             m = gen.adapter(&n("mlp_adapter"), m)?;
         }
         x = gen.g.add(&n("resid_mlp"), x, m)?;
     }
-    let x = ln(&mut gen, &ename(cfg, true, None, "final_ln"), "final_h", x, cfg.norm_eps)?;
+    let x = gen.layernorm(&ename(cfg, true, None, "final_ln"), "final_h", x, cfg.norm_eps)?;
     let Some(labels) = labels else {
         let module = gen.g.finish(module_name, "encode", &[x])?;
         return Ok(Generated { module, func: "encode".into(), trainable: gen.trainable });

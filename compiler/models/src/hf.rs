@@ -38,33 +38,34 @@ pub(crate) enum HfModel {
 pub(crate) fn model_config(text: &str) -> Result<(String, HfModel), Error> {
     let c: Json = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
     let arch = architecture(&c)?;
-    let vit = match arch.as_str() {
-        "BertModel" => false,
-        "ViTModel" => true,
-        "WhisperForConditionalGeneration" => {
-            return whisper_config(&c).map(|w| (arch, HfModel::Whisper(w)))
-        }
-        _ => return decoder_config(text).map(|(a, cfg)| (a, HfModel::Decoder(cfg))),
+    let model = match arch.as_str() {
+        "BertModel" => HfModel::Bert(encoder_config(&c, false)?),
+        "ViTModel" => HfModel::Vit(encoder_config(&c, true)?),
+        "WhisperForConditionalGeneration" => HfModel::Whisper(whisper_config(&c)?),
+        _ => HfModel::Decoder(decoder_config(&c, &arch)?),
     };
-    if string(&c, "hidden_act")? != "gelu" {
-        return Err(bad(format!(
-            "`hidden_act` = `{}` is not supported (gelu)",
-            string(&c, "hidden_act")?
-        )));
+    Ok((arch, model))
+}
+
+/// BERT's (`vit` false) or ViT's encoder settings.
+fn encoder_config(c: &Json, vit: bool) -> Result<EncoderCfg, Error> {
+    let act = string(c, "hidden_act")?;
+    if act != "gelu" {
+        return Err(bad(format!("`hidden_act` = `{act}` is not supported (gelu)")));
     }
     if !vit {
-        if let Some(kind) = get(&c, "position_embedding_type").and_then(Json::as_str) {
+        if let Some(kind) = get(c, "position_embedding_type").and_then(Json::as_str) {
             if kind != "absolute" {
                 return Err(bad(format!(
                     "position_embedding_type `{kind}` is not supported (absolute)"
                 )));
             }
         }
-    } else if !flag(&c, "qkv_bias", true)? {
+    } else if !flag(c, "qkv_bias", true)? {
         return Err(bad("`qkv_bias` = false is not supported".into()));
     }
     let (image, patch, channels) = if vit {
-        (uint(&c, "image_size")?, uint(&c, "patch_size")?, uint(&c, "num_channels")?)
+        (uint(c, "image_size")?, uint(c, "patch_size")?, uint(c, "num_channels")?)
     } else {
         (0, 0, 0)
     };
@@ -74,18 +75,14 @@ pub(crate) fn model_config(text: &str) -> Result<(String, HfModel), Error> {
     let (vocab, max_positions, type_vocab) = if vit {
         (0, 0, 0)
     } else {
-        (
-            uint(&c, "vocab_size")?,
-            uint(&c, "max_position_embeddings")?,
-            uint(&c, "type_vocab_size")?,
-        )
+        (uint(c, "vocab_size")?, uint(c, "max_position_embeddings")?, uint(c, "type_vocab_size")?)
     };
     let cfg = EncoderCfg {
-        hidden: uint(&c, "hidden_size")?,
-        layers: uint(&c, "num_hidden_layers")?,
-        heads: uint(&c, "num_attention_heads")?,
-        ffn: uint(&c, "intermediate_size")?,
-        norm_eps: float(&c, "layer_norm_eps")?,
+        hidden: uint(c, "hidden_size")?,
+        layers: uint(c, "num_hidden_layers")?,
+        heads: uint(c, "num_attention_heads")?,
+        ffn: uint(c, "intermediate_size")?,
+        norm_eps: float(c, "layer_norm_eps")?,
         labels: 0,
         vocab,
         max_positions,
@@ -101,7 +98,7 @@ pub(crate) fn model_config(text: &str) -> Result<(String, HfModel), Error> {
             cfg.hidden, cfg.heads
         )));
     }
-    Ok((arch, if vit { HfModel::Vit(cfg) } else { HfModel::Bert(cfg) }))
+    Ok(cfg)
 }
 
 /// Whisper's decoder settings (`d_model`, `decoder_*`); its LayerNorms use transformers' fixed
@@ -210,18 +207,13 @@ fn rope(c: &Json, default_theta: f64) -> Result<Rope, Error> {
     Ok(Rope { theta, llama3 })
 }
 
-/// The decoder a `config.json` describes, and its architecture name.
-pub(crate) fn decoder_config(text: &str) -> Result<(String, DecoderCfg), Error> {
-    let c: Json = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let arch = architecture(&c)?;
-    if !arch.ends_with("ForCausalLM") {
-        return Err(bad(format!("`{arch}` is not a decoder")));
-    }
+/// The settings of a causal LM (`arch`, one of the `…ForCausalLM` of [`ARCHITECTURES`]).
+fn decoder_config(c: &Json, arch: &str) -> Result<DecoderCfg, Error> {
     let gemma2 = arch == "Gemma2ForCausalLM";
-    let hidden = uint(&c, "hidden_size")?;
-    let heads = uint(&c, "num_attention_heads")?;
-    let kv_heads = match get(&c, "num_key_value_heads") {
-        Some(_) => uint(&c, "num_key_value_heads")?,
+    let hidden = uint(c, "hidden_size")?;
+    let heads = uint(c, "num_attention_heads")?;
+    let kv_heads = match get(c, "num_key_value_heads") {
+        Some(_) => uint(c, "num_key_value_heads")?,
         None => heads,
     };
     if heads % kv_heads != 0 {
@@ -229,62 +221,64 @@ pub(crate) fn decoder_config(text: &str) -> Result<(String, DecoderCfg), Error> 
             "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
         )));
     }
-    let head_dim = match get(&c, "head_dim") {
-        Some(_) => uint(&c, "head_dim")?,
+    let head_dim = match get(c, "head_dim") {
+        Some(_) => uint(c, "head_dim")?,
         None => hidden / heads,
     };
     let act_key = if gemma2 { "hidden_activation" } else { "hidden_act" };
-    let act = match string(&c, act_key)? {
+    let act = match string(c, act_key)? {
         "silu" if !gemma2 => GatedAct::Silu,
         "gelu_pytorch_tanh" if gemma2 => GatedAct::GeluTanh,
         other => return Err(bad(format!("`{act_key}` = `{other}` is not supported for {arch}"))),
     };
-    if flag(&c, "mlp_bias", false)? {
+    if flag(c, "mlp_bias", false)? {
         return Err(bad("`mlp_bias` = true is not supported".into()));
     }
-    if arch == "LlamaForCausalLM" && flag(&c, "attention_bias", false)? {
+    if arch == "LlamaForCausalLM" && flag(c, "attention_bias", false)? {
         return Err(bad(
             "`attention_bias` = true is not supported for LlamaForCausalLM (it biases o_proj too)"
                 .into(),
         ));
     }
-    if flag(&c, "use_sliding_window", false)? {
+    if flag(c, "use_sliding_window", false)? {
         return Err(bad("`use_sliding_window` = true is not supported for Qwen2".into()));
     }
     let gemma = if gemma2 {
         Some(GemmaExtras {
-            attn_softcap: float(&c, "attn_logit_softcapping")?,
-            final_softcap: float(&c, "final_logit_softcapping")?,
-            query_pre_attn_scalar: float(&c, "query_pre_attn_scalar")?,
-            sliding_window: uint(&c, "sliding_window")?,
+            attn_softcap: float(c, "attn_logit_softcapping")?,
+            final_softcap: float(c, "final_logit_softcapping")?,
+            query_pre_attn_scalar: float(c, "query_pre_attn_scalar")?,
+            sliding_window: uint(c, "sliding_window")?,
         })
     } else {
         None
     };
     let cfg = DecoderCfg {
         hidden,
-        layers: uint(&c, "num_hidden_layers")?,
+        layers: uint(c, "num_hidden_layers")?,
         heads,
         kv_heads,
         head_dim,
-        ffn: uint(&c, "intermediate_size")?,
-        vocab: uint(&c, "vocab_size")?,
-        max_positions: uint(&c, "max_position_embeddings")?,
-        norm_eps: float(&c, "rms_norm_eps")?,
+        ffn: uint(c, "intermediate_size")?,
+        vocab: uint(c, "vocab_size")?,
+        max_positions: uint(c, "max_position_embeddings")?,
+        norm_eps: float(c, "rms_norm_eps")?,
         qkv_bias: arch == "Qwen2ForCausalLM",
         act,
         gemma,
-        rope: rope(&c, 10000.0)?,
+        rope: rope(c, 10000.0)?,
         hf: true,
         // transformers' defaults when the key is absent: Llama and Qwen2 untied, Gemma 2 tied.
-        tied: flag(&c, "tie_word_embeddings", gemma2)?,
+        tied: flag(c, "tie_word_embeddings", gemma2)?,
     };
-    Ok((arch, cfg))
+    Ok(cfg)
 }
 
 /// The RoPE settings and head dimension of a checkpoint's `config.json` (what the host's
 /// [`rope::tables`](super::rope::tables) needs to fill `rope_cos` and `rope_sin`).
 pub fn rope_of(text: &str) -> Result<(Rope, u64), Error> {
-    let (_, cfg) = decoder_config(text)?;
-    Ok((cfg.rope, cfg.head_dim))
+    match model_config(text)? {
+        (_, HfModel::Decoder(cfg)) => Ok((cfg.rope, cfg.head_dim)),
+        (arch, _) => Err(bad(format!("`{arch}` has no rotary position embedding"))),
+    }
 }

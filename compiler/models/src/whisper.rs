@@ -57,21 +57,8 @@ fn wname(cfg: &WhisperCfg, layer: Option<u64>, key: &str) -> String {
     }
 }
 
-/// LayerNorm with arguments `{w}_g`, `{w}_b` (a checkpoint's `{w}.weight`, `{w}.bias`).
-fn ln(gen: &mut Gen<'_>, cfg: &WhisperCfg, w: &str, out: &str, x: V) -> Result<V, String> {
-    let (g, b) = if cfg.hf {
-        (format!("{w}.weight"), format!("{w}.bias"))
-    } else {
-        (format!("{w}_g"), format!("{w}_b"))
-    };
-    let gamma = gen.g.weight(&g, &[cfg.hidden]);
-    let beta = gen.g.weight(&b, &[cfg.hidden]);
-    gen.g.layernorm(out, x, gamma, beta, cfg.norm_eps)
-}
-
 /// Attention with queries from `x` and keys/values from `kv_src`; `p` prefixes every name
 /// (`l0_self_`), `kind` names its weights (`self_`, `cross_`) in layer `i`.
-#[allow(clippy::too_many_arguments)]
 fn attention(
     gen: &mut Gen<'_>,
     cfg: &WhisperCfg,
@@ -120,20 +107,20 @@ pub(crate) fn build(
         let p = format!("l{i}_");
         let n = |s: &str| format!("{p}{s}");
         let w = |key: &str| wname(cfg, Some(i), key);
-        let h = ln(&mut gen, cfg, &w("self_ln"), &n("self_in"), x)?;
+        let h = gen.layernorm(&w("self_ln"), &n("self_in"), x, cfg.norm_eps)?;
         let a = attention(&mut gen, cfg, (i, "self_"), &n("self_"), h, h, Some(mask))?;
         x = gen.g.add(&n("resid_self"), x, a)?;
-        let h = ln(&mut gen, cfg, &w("cross_ln"), &n("cross_in"), x)?;
+        let h = gen.layernorm(&w("cross_ln"), &n("cross_in"), x, cfg.norm_eps)?;
         let a = attention(&mut gen, cfg, (i, "cross_"), &n("cross_"), h, enc, None)?;
         x = gen.g.add(&n("resid_cross"), x, a)?;
-        let h = ln(&mut gen, cfg, &w("mlp_ln"), &n("mlp_in"), x)?;
+        let h = gen.layernorm(&w("mlp_ln"), &n("mlp_in"), x, cfg.norm_eps)?;
         let (b1, b2) = (w("b1"), w("b2"));
         let f = gen.linear(&n("fc1"), h, &w("w1"), cfg.ffn, Lin { bias: Some(&b1), lora: true })?;
         let f = gen.g.gelu(&n("fc1_act"), f, "none")?;
         let f = gen.linear(&n("fc2"), f, &w("w2"), d, Lin { bias: Some(&b2), lora: true })?;
         x = gen.g.add(&n("resid_mlp"), x, f)?;
     }
-    let h = ln(&mut gen, cfg, &wname(cfg, None, "final_ln"), "final_h", x)?;
+    let h = gen.layernorm(&wname(cfg, None, "final_ln"), "final_h", x, cfg.norm_eps)?;
     let logits = gen.g.matmul_bt("logits", h, embed)?;
     let Some(labels) = labels else {
         let module = gen.g.finish(module_name, "logits", &[logits])?;

@@ -1,53 +1,51 @@
 //! Evaluation of ops on tensors known at import time. Exporters compute shapes at run time
 //! (`Shape → Gather → Unsqueeze → Concat → Reshape`) and build masks and scalars from constants;
 //! fbc's shapes are static, so those subgraphs are evaluated here and never reach the IR.
-//! Values are computed in f64 and rounded to the result's ONNX type.
+//! Values are computed in f64 by the reference kernels of `fbc_runtime::reference` (the
+//! semantics the interpreter gives the same ops) and rounded to the result's ONNX type.
+
+/// Row-major strides of a shape.
+pub use fbc_runtime::reference::contiguous_strides as strides;
+use fbc_runtime::reference::{self as r, Tensor};
 
 use crate::host::{numel, DType, Data, HostTensor, MAX_FOLDED_ELEMS};
 
-/// Row-major strides of `shape`.
-pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
 /// NumPy broadcasting of two shapes.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
-    let r = a.len().max(b.len());
-    let mut out = vec![0; r];
-    for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
-        out[i] = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => {
-                return Err(format!(
-                    "shapes {} and {} do not broadcast",
-                    crate::host::fmt_shape(a),
-                    crate::host::fmt_shape(b)
-                ))
-            }
-        };
+    r::broadcast_shapes(a, b).map_err(|e| e.to_string())
+}
+
+/// Refuses a folded result of `shape` that would be too large to hold.
+fn check_size(shape: &[usize]) -> Result<(), String> {
+    let n = numel(shape)?;
+    if n > MAX_FOLDED_ELEMS {
+        return Err(format!("a constant of {n} elements is too large to fold"));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// `t`'s values as a reference tensor in f64.
+fn to_ref(t: &HostTensor) -> Result<Tensor<f64>, String> {
+    Tensor::new(t.shape.clone(), (0..t.numel()).map(|i| t.get(i)).collect())
+        .map_err(|e| e.to_string())
+}
+
+/// A reference kernel's f64 result as a tensor of `dtype`.
+fn from_ref(dtype: DType, t: r::Result<Tensor<f64>>) -> Result<HostTensor, String> {
+    let t = t.map_err(|e| e.to_string())?;
+    Ok(HostTensor::from_f64(dtype, t.shape().to_vec(), t.data().iter().copied()))
 }
 
 /// A tensor of `shape` whose element at each index is `src`'s element at `f(index)` (a flat
-/// index into `src`).
+/// index into `src`): the gathers the reference kernels have no form for (strided slices,
+/// `Gather` of known values).
 pub fn gather_by(
     src: &HostTensor,
     shape: Vec<usize>,
     f: impl Fn(&[usize]) -> usize,
 ) -> Result<HostTensor, String> {
+    check_size(&shape)?;
     let n = numel(&shape)?;
-    if n > MAX_FOLDED_ELEMS {
-        return Err(format!("a constant of {n} elements is too large to fold"));
-    }
     let mut idx = vec![0usize; shape.len()];
     let mut flat = Vec::with_capacity(n);
     for _ in 0..n {
@@ -68,17 +66,10 @@ pub fn gather_by(
     Ok(HostTensor { dtype: src.dtype, shape, data })
 }
 
-/// The flat index into a tensor of `shape` (broadcast to `out_rank` dimensions) of the output
-/// index `idx`.
-fn broadcast_index(idx: &[usize], shape: &[usize], st: &[usize]) -> usize {
-    let off = idx.len() - shape.len();
-    shape.iter().enumerate().map(|(d, &n)| if n == 1 { 0 } else { idx[off + d] * st[d] }).sum()
-}
-
 /// `t` broadcast to `shape`.
 pub fn broadcast_to(t: &HostTensor, shape: &[usize]) -> Result<HostTensor, String> {
-    let st = strides(&t.shape);
-    gather_by(t, shape.to_vec(), |i| broadcast_index(i, &t.shape, &st))
+    check_size(shape)?;
+    from_ref(t.dtype, r::broadcast(&to_ref(t)?, shape))
 }
 
 /// An elementwise op on broadcast operands, computed in f64; the result has type `dtype`.
@@ -91,35 +82,24 @@ pub fn elementwise(
     for x in xs {
         shape = broadcast_shapes(&shape, &x.shape)?;
     }
-    let n = numel(&shape)?;
-    if n > MAX_FOLDED_ELEMS {
-        return Err(format!("a constant of {n} elements is too large to fold"));
-    }
-    let sts: Vec<Vec<usize>> = xs.iter().map(|x| strides(&x.shape)).collect();
-    let mut idx = vec![0usize; shape.len()];
+    check_size(&shape)?;
+    let full = xs
+        .iter()
+        .map(|x| r::broadcast(&to_ref(x)?, &shape).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut args = vec![0.0; xs.len()];
-    let mut vals = Vec::with_capacity(n);
-    for _ in 0..n {
-        for (k, x) in xs.iter().enumerate() {
-            args[k] = x.get(broadcast_index(&idx, &x.shape, &sts[k]));
+    let vals = (0..numel(&shape)?).map(|i| {
+        for (a, x) in args.iter_mut().zip(&full) {
+            *a = x.data()[i];
         }
-        vals.push(f(&args));
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    Ok(HostTensor::from_f64(dtype, shape, vals.into_iter()))
+        f(&args)
+    });
+    Ok(HostTensor::from_f64(dtype, shape.clone(), vals))
 }
 
 /// `t` with its dimensions permuted (`out.shape[i] = t.shape[perm[i]]`).
 pub fn transpose(t: &HostTensor, perm: &[usize]) -> Result<HostTensor, String> {
-    let st = strides(&t.shape);
-    let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
-    gather_by(t, shape, |i| i.iter().zip(perm).map(|(&x, &p)| x * st[p]).sum())
+    from_ref(t.dtype, r::transpose(&to_ref(t)?, perm))
 }
 
 /// `t[start[d] + i * step[d]]` along every axis, `shape` elements each.
@@ -129,6 +109,11 @@ pub fn strided_slice(
     step: &[i64],
     shape: Vec<usize>,
 ) -> Result<HostTensor, String> {
+    if step.iter().all(|&s| s == 1) {
+        let lo: Vec<usize> = start.iter().map(|&s| s as usize).collect();
+        let hi: Vec<usize> = lo.iter().zip(&shape).map(|(&s, &n)| s + n).collect();
+        return from_ref(t.dtype, r::slice(&to_ref(t)?, &lo, &hi));
+    }
     let st = strides(&t.shape);
     gather_by(t, shape, |i| {
         i.iter().enumerate().map(|(d, &x)| (start[d] + x as i64 * step[d]) as usize * st[d]).sum()
@@ -138,73 +123,37 @@ pub fn strided_slice(
 /// Concatenation along `axis`.
 pub fn concat(xs: &[&HostTensor], axis: usize) -> Result<HostTensor, String> {
     let first = xs.first().ok_or("Concat of nothing")?;
-    let mut shape = first.shape.clone();
-    shape[axis] = xs.iter().map(|x| x.shape[axis]).sum();
-    // The piece each output position along `axis` comes from, and its position there.
-    let mut piece = Vec::with_capacity(shape[axis]);
-    for (k, x) in xs.iter().enumerate() {
-        piece.extend((0..x.shape[axis]).map(|j| (k, j)));
-    }
-    let sts: Vec<Vec<usize>> = xs.iter().map(|x| strides(&x.shape)).collect();
-    let offsets: Vec<usize> = xs
-        .iter()
-        .scan(0usize, |acc, x| {
-            let o = *acc;
-            *acc += x.numel();
-            Some(o)
-        })
-        .collect();
-    let all = HostTensor::from_f64(
-        first.dtype,
-        vec![offsets.last().copied().unwrap_or(0) + xs.last().map_or(0, |x| x.numel())],
-        xs.iter().flat_map(|x| (0..x.numel()).map(move |i| x.get(i))),
-    );
-    gather_by(&all, shape, |i| {
-        let (k, j) = piece[i[axis]];
-        offsets[k]
-            + i.iter()
-                .enumerate()
-                .map(|(d, &x)| if d == axis { j } else { x } * sts[k][d])
-                .sum::<usize>()
-    })
+    let ts = xs.iter().map(|x| to_ref(x)).collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&Tensor<f64>> = ts.iter().collect();
+    from_ref(first.dtype, r::concat(&refs, axis as i64))
 }
 
-/// A reduction of `t` over `axes` (sorted, distinct), kept with size 1 when `keep`: `init` then
-/// `f(acc, x)` per element, `finish(acc, count)` per output.
+/// Which reduction [`reduce`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// A reduction of `t` over `axes`, kept with size 1 when `keep`.
 pub fn reduce(
     t: &HostTensor,
+    kind: Reduction,
     axes: &[usize],
     keep: bool,
-    init: f64,
-    f: impl Fn(f64, f64) -> f64,
-    finish: impl Fn(f64, usize) -> f64,
 ) -> Result<HostTensor, String> {
-    let kept: Vec<usize> =
-        t.shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
-    let out_n = numel(&kept)?;
-    let count: usize = axes.iter().map(|&a| t.shape[a]).product();
-    let ost = strides(&kept);
-    let mut acc = vec![init; out_n];
-    let mut idx = vec![0usize; t.shape.len()];
-    for i in 0..t.numel() {
-        let o: usize = idx
-            .iter()
-            .enumerate()
-            .map(|(d, &x)| if axes.contains(&d) { 0 } else { x * ost[d] })
-            .sum();
-        acc[o] = f(acc[o], t.get(i));
-        for d in (0..t.shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < t.shape[d] {
-                break;
-            }
-            idx[d] = 0;
+    let x = to_ref(t)?;
+    let axes: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+    let out = match kind {
+        Reduction::Sum => r::reduce_sum(&x, &axes, keep),
+        Reduction::Mean => r::reduce_mean(&x, &axes, keep),
+        // The maximum of booleans over no element is false, not the -inf the float identity
+        // would round to (true).
+        Reduction::Max if t.dtype == DType::Bool => {
+            r::reduce_max(&x, &axes, keep).map(|m| m.map(|v| v.max(0.0)))
         }
-    }
-    let shape = if keep {
-        kept
-    } else {
-        t.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect()
+        Reduction::Max => r::reduce_max(&x, &axes, keep),
     };
-    Ok(HostTensor::from_f64(t.dtype, shape, acc.into_iter().map(|a| finish(a, count))))
+    from_ref(t.dtype, out)
 }

@@ -169,6 +169,16 @@ impl HostTensor {
         HostTensor { dtype, shape, data }
     }
 
+    /// A 1-D `int64` tensor of `values` (shapes, `value_ints`).
+    pub fn from_i64s(values: Vec<i64>) -> HostTensor {
+        HostTensor { dtype: DType::I64, shape: vec![values.len()], data: Data::I64(values) }
+    }
+
+    /// The same values in `dtype` (rounded, or truncated and saturated to an integer type).
+    pub fn cast(&self, dtype: DType) -> HostTensor {
+        HostTensor::from_f64(dtype, self.shape.clone(), (0..self.numel()).map(|i| self.get(i)))
+    }
+
     /// Integer values (of an integer or boolean tensor).
     pub fn ints(&self) -> Option<&[i64]> {
         match &self.data {

@@ -136,14 +136,21 @@ fn u64s(xs: &[usize]) -> Vec<u64> {
     xs.iter().map(|&x| x as u64).collect()
 }
 
-fn ir_dtype_name(e: ElemType) -> &'static str {
-    match e {
-        ElemType::F16 => "f16",
-        ElemType::BF16 => "bf16",
-        ElemType::F64 => "f64",
-        ElemType::I32 => "i32",
-        _ => "f32",
-    }
+/// The value of elementwise op `kind` on scalars `x` (canonicalize's folding: one table of
+/// scalar semantics for the passes and the importer); NaN for an op that does not fold, which
+/// callers rule out with [`folds`].
+fn scalar(kind: TensorOp, x: &[f64]) -> f64 {
+    fbc_transforms::canonicalize::fold(kind, x, None).unwrap_or(f64::NAN)
+}
+
+/// Whether [`scalar`] evaluates `kind` on `arity` operands.
+fn folds(kind: TensorOp, arity: usize) -> bool {
+    fbc_transforms::canonicalize::fold(kind, &vec![1.0; arity], None).is_some()
+}
+
+/// `values` as dimensions, each ≥ 0 (`what` names them in the error).
+fn dims_of(values: &[i64], what: &str) -> Result<Vec<usize>, String> {
+    values.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative {what} {d}"))).collect()
 }
 
 /// A value name the IR's lexer accepts (`%[A-Za-z0-9_$.-]+`).
@@ -209,7 +216,7 @@ impl<'r> Cx<'r> {
         let attrs = vec![
             ("value", Attr::Float(value)),
             ("shape", ints(&u64s(shape))),
-            ("dtype", Attr::Str(ir_dtype_name(elem).to_string())),
+            ("dtype", Attr::Str(elem.name().to_string())),
         ];
         self.op(base, TensorOp::Constant, &[], attrs)
     }
@@ -271,6 +278,21 @@ impl<'r> Cx<'r> {
         }
     }
 
+    /// An integer list that opsets before `since` give as attribute `name` and later ones as
+    /// optional input `i` (axes, splits): `None` when absent.
+    fn ints_arg(
+        &self,
+        n: &NodeProto,
+        a: &Attrs<'_>,
+        (i, name): (usize, &str),
+        since: i64,
+    ) -> Result<Option<Vec<i64>>, String> {
+        if self.opset < since {
+            return a.ints(name);
+        }
+        self.input(n, i)?.map(|v| self.known_ints(&v, &format!("the {name}"))).transpose()
+    }
+
     fn req(&self, n: &NodeProto, i: usize) -> Result<Val, String> {
         self.input(n, i)?.ok_or_else(|| format!("input {i} is required"))
     }
@@ -293,19 +315,11 @@ impl<'r> Cx<'r> {
     }
 
     fn unary(&mut self, base: &str, kind: TensorOp, x: &Val) -> Result<Val, String> {
-        let f: Option<fn(f64) -> f64> = match kind {
-            TensorOp::Neg => Some(|x| -x),
-            TensorOp::Exp => Some(f64::exp),
-            TensorOp::Log => Some(f64::ln),
-            TensorOp::Sqrt => Some(f64::sqrt),
-            TensorOp::Tanh => Some(f64::tanh),
-            TensorOp::Sigmoid => Some(|x| 1.0 / (1.0 + (-x).exp())),
-            TensorOp::Relu => Some(|x| if x > 0.0 { x } else { 0.0 }),
-            _ => None,
-        };
-        if let (Val::Const { t, .. }, Some(f)) = (x, f) {
-            let r = fold::elementwise(&[t], t.dtype, |a| f(a[0]))?;
-            return Ok(self.konst(r, base));
+        if let Val::Const { t, .. } = x {
+            if folds(kind, 1) {
+                let r = fold::elementwise(&[t], t.dtype, |a| scalar(kind, a))?;
+                return Ok(self.konst(r, base));
+            }
         }
         let v = self.rt(x)?;
         Ok(Val::Dyn(self.op(base, kind, &[v], vec![])?))
@@ -313,26 +327,13 @@ impl<'r> Cx<'r> {
 
     fn binary(&mut self, base: &str, kind: TensorOp, a: &Val, b: &Val) -> Result<Val, String> {
         if let (Val::Const { t: ta, .. }, Val::Const { t: tb, .. }) = (a, b) {
-            let int = !ta.dtype.is_float();
-            let f = move |x: &[f64]| -> f64 {
-                let (p, q) = (x[0], x[1]);
-                match kind {
-                    TensorOp::Add => p + q,
-                    TensorOp::Sub => p - q,
-                    TensorOp::Mul => p * q,
-                    TensorOp::Div if int => {
-                        if q == 0.0 {
-                            0.0
-                        } else {
-                            (p / q).trunc()
-                        }
-                    }
-                    TensorOp::Div => p / q,
-                    TensorOp::Max => p.max(q),
-                    _ => p.min(q),
-                }
-            };
-            let r = fold::elementwise(&[ta, tb], ta.dtype, f)?;
+            // ONNX divides integers truncating toward zero (x / 0 gives 0 here, not a trap).
+            let int_div = kind == TensorOp::Div && !ta.dtype.is_float();
+            let r = fold::elementwise(&[ta, tb], ta.dtype, |x| match (int_div, x) {
+                (true, [_, q]) if *q == 0.0 => 0.0,
+                (true, [p, q]) => (p / q).trunc(),
+                _ => scalar(kind, x),
+            })?;
             return Ok(self.konst(r, base));
         }
         let (va, vb) = (self.rt(a)?, self.rt(b)?);
@@ -469,14 +470,7 @@ impl<'r> Cx<'r> {
             }
             "Squeeze" | "Unsqueeze" => {
                 let x = self.req(n, 0)?;
-                let axes = if self.opset >= 13 {
-                    match self.input(n, 1)? {
-                        Some(v) => Some(self.known_ints(&v, "the axes")?),
-                        None => None,
-                    }
-                } else {
-                    a.ints("axes")?
-                };
+                let axes = self.ints_arg(n, &a, (1, "axes"), 13)?;
                 let shape = self.shape(&x);
                 let new: Vec<usize> = if op == "Squeeze" {
                     match axes {
@@ -562,11 +556,7 @@ impl<'r> Cx<'r> {
             "Expand" => {
                 let x = self.req(n, 0)?;
                 let s = self.req(n, 1)?;
-                let target = self.known_ints(&s, "the shape")?;
-                let target = target
-                    .iter()
-                    .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let target = dims_of(&self.known_ints(&s, "the shape")?, "dimension")?;
                 let shape = fold::broadcast_shapes(&self.shape(&x), &target)?;
                 one(self.broadcast(out, &x, &shape)?)
             }
@@ -578,14 +568,7 @@ impl<'r> Cx<'r> {
                 })?;
                 let x = self.req(n, 0)?;
                 one(match &x {
-                    Val::Const { t, .. } => {
-                        let r = HostTensor::from_f64(
-                            to_t,
-                            t.shape.clone(),
-                            (0..t.numel()).map(|i| t.get(i)),
-                        );
-                        self.konst(r, out)
-                    }
+                    Val::Const { t, .. } => self.konst(t.cast(to_t), out),
                     Val::Dyn(_) => {
                         let from = self.dtype(&x);
                         let same = from == to_t
@@ -599,7 +582,7 @@ impl<'r> Cx<'r> {
                                 out,
                                 TensorOp::Cast,
                                 &[v],
-                                vec![("dtype", Attr::Str(ir_dtype_name(elem).to_string()))],
+                                vec![("dtype", Attr::Str(elem.name().to_string()))],
                             )?)
                         } else {
                             return Err(format!(
@@ -618,18 +601,14 @@ impl<'r> Cx<'r> {
                     ("value_float", attr_type::FLOAT) => HostTensor::from_f64(DType::F32, vec![], std::iter::once(f64::from(attr.f))),
                     ("value_floats", attr_type::FLOATS) => HostTensor::from_f64(DType::F32, vec![attr.floats.len()], attr.floats.iter().map(|&x| f64::from(x))),
                     ("value_int", attr_type::INT) => HostTensor::from_f64(DType::I64, vec![], std::iter::once(attr.i as f64)),
-                    ("value_ints", attr_type::INTS) => HostTensor { dtype: DType::I64, shape: vec![attr.ints.len()], data: crate::host::Data::I64(attr.ints.clone()) },
+                    ("value_ints", attr_type::INTS) => HostTensor::from_i64s(attr.ints.clone()),
                     (k, _) => return Err(format!("Constant attribute `{k}` is not supported (sparse and string constants are not)")),
                 };
                 one(self.konst(t, out))
             }
             "ConstantOfShape" => {
                 let s = self.req(n, 0)?;
-                let shape = self.known_ints(&s, "the shape")?;
-                let shape = shape
-                    .iter()
-                    .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let shape = dims_of(&self.known_ints(&s, "the shape")?, "dimension")?;
                 let value = match a.get("value") {
                     Some(v) => HostTensor::decode(
                         v.t.as_ref().ok_or("attribute `value` must be a tensor")?,
@@ -660,14 +639,7 @@ impl<'r> Cx<'r> {
                 let end = clampi(a.int("end", r)?);
                 let dims: Vec<i64> =
                     shape[start..end.max(start)].iter().map(|&d| d as i64).collect();
-                one(self.konst(
-                    HostTensor {
-                        dtype: DType::I64,
-                        shape: vec![dims.len()],
-                        data: crate::host::Data::I64(dims),
-                    },
-                    out,
-                ))
+                one(self.konst(HostTensor::from_i64s(dims), out))
             }
             other => Err(format!("op `{other}` is not supported")),
         }
@@ -696,12 +668,11 @@ impl<'r> Cx<'r> {
         if let Val::Const { t, .. } = &y {
             let xd = self.dtype(&x);
             if t.dtype != xd && xd.is_float() {
-                let c = HostTensor::from_f64(xd, t.shape.clone(), (0..t.numel()).map(|i| t.get(i)));
-                y = self.konst(c, &format!("{out}.exponent"));
+                y = self.konst(t.cast(xd), &format!("{out}.exponent"));
             }
         }
         if let (Val::Const { t: tx, .. }, Val::Const { t: ty, .. }) = (&x, &y) {
-            let r = fold::elementwise(&[tx, ty], tx.dtype, |v| v[0].powf(v[1]))?;
+            let r = fold::elementwise(&[tx, ty], tx.dtype, |v| scalar(TensorOp::Pow, v))?;
             return Ok(self.konst(r, out));
         }
         let e = match &y {
@@ -848,15 +819,8 @@ impl<'r> Cx<'r> {
         };
         let x = self.req(n, 0)?;
         let rank = self.shape(&x).len();
-        let axes_as_input = self.opset >= 18 || (kind == TensorOp::ReduceSum && self.opset >= 13);
-        let axes = if axes_as_input {
-            match self.input(n, 1)? {
-                Some(v) => Some(self.known_ints(&v, "the axes")?),
-                None => None,
-            }
-        } else {
-            a.ints("axes")?
-        };
+        let since = if kind == TensorOp::ReduceSum { 13 } else { 18 };
+        let axes = self.ints_arg(n, a, (1, "axes"), since)?;
         let keep = a.int("keepdims", 1)? != 0;
         let axes = match axes {
             Some(ax) if !ax.is_empty() => {
@@ -872,15 +836,12 @@ impl<'r> Cx<'r> {
             return Ok(x);
         }
         if let Val::Const { t, .. } = &x {
-            let r = match kind {
-                // The identity of max: the type's least value (false for booleans).
-                TensorOp::ReduceMax => {
-                    let least = if t.dtype == DType::Bool { 0.0 } else { f64::NEG_INFINITY };
-                    fold::reduce(t, &sorted, keep, least, f64::max, |a, _| a)
-                }
-                TensorOp::ReduceSum => fold::reduce(t, &sorted, keep, 0.0, |a, b| a + b, |a, _| a),
-                _ => fold::reduce(t, &sorted, keep, 0.0, |a, b| a + b, |a, n| a / n as f64),
-            }?;
+            let which = match kind {
+                TensorOp::ReduceMax => fold::Reduction::Max,
+                TensorOp::ReduceSum => fold::Reduction::Sum,
+                _ => fold::Reduction::Mean,
+            };
+            let r = fold::reduce(t, which, &sorted, keep)?;
             return Ok(self.konst(r, out));
         }
         self.reduce(out, kind, &x, &sorted, keep)
@@ -980,23 +941,13 @@ impl<'r> Cx<'r> {
         let axis = norm_axis(a.int("axis", 0)?, shape.len())?;
         let dim = shape[axis];
         let k = n.output.len();
-        let sizes: Vec<usize> = match if self.opset >= 13 { self.input(n, 1)? } else { None } {
-            Some(s) => self
-                .known_ints(&s, "the split")?
-                .iter()
-                .map(|&v| usize::try_from(v).map_err(|_| format!("negative split {v}")))
-                .collect::<Result<_, _>>()?,
-            None => match a.ints("split")? {
-                Some(s) if self.opset < 13 => s
-                    .iter()
-                    .map(|&v| usize::try_from(v).map_err(|_| format!("negative split {v}")))
-                    .collect::<Result<_, _>>()?,
-                _ => {
-                    let parts = a.int("num_outputs", k as i64)?.max(1) as usize;
-                    let chunk = dim.div_ceil(parts);
-                    (0..parts).map(|i| chunk.min(dim.saturating_sub(i * chunk))).collect()
-                }
-            },
+        let sizes: Vec<usize> = match self.ints_arg(n, a, (1, "split"), 13)? {
+            Some(s) => dims_of(&s, "split")?,
+            None => {
+                let parts = a.int("num_outputs", k as i64)?.max(1) as usize;
+                let chunk = dim.div_ceil(parts);
+                (0..parts).map(|i| chunk.min(dim.saturating_sub(i * chunk))).collect()
+            }
         };
         if sizes.len() != k || sizes.iter().sum::<usize>() != dim {
             return Err(format!(
@@ -1098,25 +1049,32 @@ impl<'r> Cx<'r> {
             if c > MAX_STRIDED {
                 return Err(format!("Slice with step {s} over {c} elements of a run-time tensor is not supported (at most {MAX_STRIDED})"));
             }
-            let mut parts = Vec::with_capacity(c);
-            for k in 0..c {
-                let mut st = vec![0i64; shape.len()];
-                st[ax] = b + k as i64 * s;
-                let mut one = shape.clone();
-                one[ax] = 1;
-                let p =
-                    self.slice_box(&format!("{base}.{k}"), x, &st, &vec![1; shape.len()], one)?;
-                parts.push(self.rt(&p)?);
-            }
-            if parts.len() == 1 {
-                Val::Dyn(parts[0])
-            } else {
-                let name = self.fresh(&format!("{base}.picked"));
-                Val::Dyn(self.g.concat(&name, &parts, ax as i64)?)
-            }
+            let at: Vec<usize> = (0..c).map(|k| (b + k as i64 * s) as usize).collect();
+            self.pick(&format!("{base}.picked"), x, ax, &at)?
         };
         rest_count[ax] = c;
         self.slice_box(base, &picked, &rest_start, &rest_step, rest_count)
+    }
+
+    /// Positions `at` (not empty) of axis `ax` of a run-time tensor, in that order: one
+    /// one-element slice each, concatenated along `ax` (named `base`).
+    fn pick(&mut self, base: &str, x: &Val, ax: usize, at: &[usize]) -> Result<Val, String> {
+        let shape = self.shape(x);
+        let mut parts = Vec::with_capacity(at.len());
+        for (k, &j) in at.iter().enumerate() {
+            let mut start = vec![0i64; shape.len()];
+            start[ax] = j as i64;
+            let mut one = shape.clone();
+            one[ax] = 1;
+            let p =
+                self.slice_box(&format!("{base}.{k}"), x, &start, &vec![1; shape.len()], one)?;
+            parts.push(self.rt(&p)?);
+        }
+        if let [one] = parts.as_slice() {
+            return Ok(Val::Dyn(*one));
+        }
+        let name = self.fresh(base);
+        Ok(Val::Dyn(self.g.concat(&name, &parts, ax as i64)?))
     }
 
     fn slice(&mut self, n: &NodeProto, a: &Attrs<'_>, out: &str) -> Result<Val, String> {
@@ -1205,13 +1163,11 @@ impl<'r> Cx<'r> {
             }
             if let Val::Const { t: dt, .. } = &data {
                 let st = fold::strides(&dt.shape);
+                let ist = fold::strides(&is);
                 let q = is.len();
                 let r = fold::gather_by(dt, out_shape, |o| {
-                    let flat_idx = o[axis..axis + q]
-                        .iter()
-                        .zip(fold::strides(&is))
-                        .map(|(&x, s)| x * s)
-                        .sum::<usize>();
+                    let flat_idx =
+                        o[axis..axis + q].iter().zip(&ist).map(|(&x, s)| x * s).sum::<usize>();
                     let mut off = 0;
                     for d in 0..ds.len() {
                         let x = if d < axis {
@@ -1228,29 +1184,10 @@ impl<'r> Cx<'r> {
                 return Ok(self.konst(r, out));
             }
             // Known indices into a run-time tensor: one slice per index, concatenated.
-            let mut parts = Vec::with_capacity(norm.len());
-            for (k, &j) in norm.iter().enumerate() {
-                let mut start = vec![0i64; ds.len()];
-                let mut count = ds.clone();
-                start[axis] = j as i64;
-                count[axis] = 1;
-                let p = self.slice_box(
-                    &format!("{out}.{k}"),
-                    &data,
-                    &start,
-                    &vec![1; ds.len()],
-                    count,
-                )?;
-                parts.push(self.rt(&p)?);
+            if norm.is_empty() {
+                return Err("Gather with no indices".into());
             }
-            let joined = match parts.as_slice() {
-                [] => return Err("Gather with no indices".into()),
-                [one] => Val::Dyn(*one),
-                _ => {
-                    let name = self.fresh(&format!("{out}.rows"));
-                    Val::Dyn(self.g.concat(&name, &parts, axis as i64)?)
-                }
-            };
+            let joined = self.pick(&format!("{out}.rows"), &data, axis, &norm)?;
             return self.reshape(out, &joined, &out_shape);
         }
         // Run-time indices: `embedding` reads rows of a 2-D table, so the gathered axis is moved
@@ -1316,14 +1253,8 @@ impl<'r> Cx<'r> {
             None => {
                 // A known mask choosing between run-time values: x·m + y·(1 − m) would turn an
                 // infinite unchosen value into NaN, so it is kept exact with `select`.
-                let elem = self.dtype(&x).elem().unwrap_or(ElemType::F32);
-                let dt = DType::of_elem(elem).unwrap_or(DType::F32);
-                let mask = HostTensor::from_f64(
-                    dt,
-                    ct.shape.clone(),
-                    (0..ct.numel()).map(|i| f64::from(u8::from(ct.get(i) != 0.0))),
-                );
-                let m = self.konst(mask, &format!("{out}.mask"));
+                // The condition is boolean (0 or 1): as x's type it is the mask.
+                let m = self.konst(ct.cast(self.dtype(&x)), &format!("{out}.mask"));
                 let vm = self.rt(&m)?;
                 let (vx, vy) = (self.rt(&x)?, self.rt(&y)?);
                 Ok(Val::Dyn(self.op(out, TensorOp::Select, &[vm, vx, vy], vec![])?))

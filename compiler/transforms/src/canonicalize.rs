@@ -82,8 +82,9 @@ fn splat_of(m: &Module, v: Value) -> Option<f64> {
 }
 
 /// The value of op `t` on splat operands `x`, for the ops that fold; `None` for the others and
-/// for operands of the wrong count. Data movement of a splat is the splat.
-fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
+/// for operands of the wrong count. Data movement of a splat is the splat. (`fbc import` folds
+/// known ONNX values with it too.)
+pub fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
     let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
     let unary = |f: &dyn Fn(f64) -> f64| match x {
         [x] => Some(f(*x)),

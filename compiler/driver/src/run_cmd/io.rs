@@ -310,18 +310,25 @@ pub(crate) fn encode_outputs(
         };
         tensors.push((format!("result{i}"), dtype, v.shape().to_vec(), bytes));
     }
-    let mut views = Vec::with_capacity(tensors.len());
-    for (name, dtype, shape, bytes) in &tensors {
-        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
-            .map_err(|e| Failure::Usage(format!("cannot encode {name}: {e}")))?;
-        views.push((name.as_str(), view));
-    }
     // One metadata entry only: safetensors writes the metadata map in hash order, and equal runs
     // must give byte-identical files. (The mode shows in the dtypes: F64 floats under --f64.)
     let metadata =
         std::collections::HashMap::from([("fbc.entry".to_string(), format!("@{}", f.name))]);
-    safetensors::serialize(views, Some(metadata))
-        .map_err(|e| Failure::Usage(format!("cannot encode the results: {e}")))
+    serialize(&tensors, Some(metadata)).map_err(Failure::Usage)
+}
+
+/// Named tensors (name, dtype, shape, little-endian bytes) as the bytes of a safetensors file.
+pub(crate) fn serialize(
+    tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)],
+    metadata: Option<std::collections::HashMap<String, String>>,
+) -> Result<Vec<u8>, String> {
+    let mut views = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, bytes) in tensors {
+        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
+            .map_err(|e| format!("cannot encode {name}: {e}"))?;
+        views.push((name.as_str(), view));
+    }
+    safetensors::serialize(views, metadata).map_err(|e| format!("cannot encode the tensors: {e}"))
 }
 
 /// The first key that the JSON header of safetensors bytes `file` gives twice. The safetensors

@@ -239,3 +239,23 @@ pub fn inference_module(model: &str, seq: u64, vocab: u64, max_seq: u64) -> Stri
     let m = fbc_models::build(model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"));
     fbc_ir::print_module(&m)
 }
+
+// ----- checks against reference outputs (`onnx.rs`, `hf.rs`) -----
+
+/// Tensor `name` (F32) of the safetensors file at `path`: its shape and values.
+pub fn f32_tensor(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()));
+    let v =
+        t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    (t.shape().to_vec(), v)
+}
+
+/// Largest |got − want| over the largest |want|.
+pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |m, &w| m.max(f64::from(w).abs()));
+    let err = got.iter().zip(want).fold(0f64, |m, (&g, &w)| m.max(f64::from(g - w).abs()));
+    err / scale
+}
