@@ -191,8 +191,11 @@ if want decode; then
     if [ -n "$OLD" ]; then
       # The old binary's own module: the IR of inference graphs changes with the compiler.
       [ -e $T/llama_inf_old.fbir ] || $OLD gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf_old.fbir
-      echo "=== inference $e $OLD" >> $R
-      timeout 240 $OLD bench $T/llama_inf_old.fbir --entry $e --device $D --profile $P --repeat 10 >> $R 2>&1
+      # OLD_SAME_INPUTS=1: the old binary reads the cache up to the same last position (an old
+      # binary with fused attention and `bench --inputs`), so the two figures compare.
+      old_in=""; [ -n "${OLD_SAME_INPUTS:-}" ] && old_in="--inputs $T/pos.safetensors"
+      echo "=== inference $e $OLD $old_in" >> $R
+      timeout 240 $OLD bench $T/llama_inf_old.fbir --entry $e --device $D --profile $P $old_in --repeat 10 >> $R 2>&1
     fi
   done
 fi
