@@ -130,6 +130,8 @@ pub enum AttrKind {
     },
     /// `(d0, d1)[s0] -> (e0, e1)`
     Map(AffineMap),
+    /// `dense<X>`: `X` as written (a number, a nested array of numbers or a hex string).
+    Dense(Box<Attr>),
     /// `unit` attributes written as a bare key in a dictionary (`{flag}`).
     Unit,
 }

@@ -89,6 +89,9 @@ pub enum Tok {
     KwMod,
     #[token("tensor")]
     KwTensor,
+    /// `dense<...>`, the elements of a tensor constant.
+    #[token("dense")]
+    KwDense,
     /// A whole `tensor<2x3xf32>` written without spaces, as nearly all are: one token instead of
     /// five halves the lexer's and the parser's work on typical IR. Anything else (spaces, an
     /// unknown element type) lexes piece by piece and takes the grammar's general rule, with its

@@ -266,6 +266,12 @@ impl Sink {
         popped.unwrap_or(Attr { kind: AttrKind::Unit, span: Span::new(l, r) })
     }
 
+    /// `dense<X>` from `X`, the attribute value pushed last.
+    pub fn dense(&self, l: usize, r: usize) {
+        let inner = self.pop_attr(l, r);
+        self.attr(AttrKind::Dense(Box::new(inner)), l, r);
+    }
+
     pub fn attr_height(&self) -> usize {
         self.built.borrow().attrs.len()
     }
@@ -651,6 +657,7 @@ const ATTR_START: &[&str] = &[
     "Bang",
     "Hash",
     "\"(\"",
+    "\"dense\"",
 ];
 
 /// Terminals that start a type.
@@ -673,6 +680,7 @@ const KEY_WORDS: &[&str] = &[
     "\"ceildiv\"",
     "\"mod\"",
     "\"tensor\"",
+    "\"dense\"",
 ];
 
 /// Turns lalrpop's expected terminals into `expected X` / `expected one of X, Y, or Z`, grouping

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the manifest format; the runtime refuses other versions. Version 1 was the
 /// tensor-level manifest (one buffer per tensor value); version 2 had no `fault_id` on launches
-/// (kernels did not check accesses when they ran); version 3 had no `fill` and `copy` steps.
-pub const MANIFEST_VERSION: u32 = 4;
+/// (kernels did not check accesses when they ran); version 3 had no `fill` and `copy` steps;
+/// version 4 had no `constants` (uploads read arguments only).
+pub const MANIFEST_VERSION: u32 = 5;
 
 /// Element type of storage and tensors: `f32` or `i32`; storage may also be `f16` (an image of
 /// `CL_HALF_FLOAT` texels holding an `f32` tensor rounded to `f16`: the runtime converts at upload
@@ -150,7 +151,9 @@ pub enum Step {
     /// Copy storage `from` into `to` (same type): the snapshot of a launch's output that its
     /// reads of that output see (the contents before the launch).
     Copy { from: usize, to: usize },
-    /// Pack argument `arg` (a tensor of `shape`) by `layout` into `storage` (padding zero).
+    /// Pack argument `arg` (a tensor of `shape`) by `layout` into `storage` (padding zero). From
+    /// `args.len()` on, `arg` names constant `arg - args.len()` of the function (`constants`):
+    /// the runtime passes a function's constants after its arguments.
     Upload { arg: usize, storage: usize, shape: Vec<u64>, dtype: Dtype, layout: LayoutDesc },
     /// Run kernel `kernel` on the storage `args` (inputs, then the output).
     Launch(Launch),
@@ -203,11 +206,27 @@ pub struct TensorDesc {
     pub shape: Vec<u64>,
 }
 
+/// A dense constant a function uploads: its elements, little-endian `dtype` values, row-major.
+/// The JSON manifest names it; the elements travel beside it (`fbc -o DIR` writes them to
+/// `DIR/NAME.constants.safetensors` under `FUNCTION/NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConstantDesc {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    /// The elements' bytes (not in the JSON document).
+    #[serde(skip)]
+    pub data: std::sync::Arc<[u8]>,
+}
+
 /// What the runtime needs to run one function.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FunctionManifest {
     pub name: String,
     pub args: Vec<TensorDesc>,
+    /// Dense `tensor.constant`s the function uploads, in order of their upload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constants: Vec<ConstantDesc>,
     pub results: Vec<TensorDesc>,
     pub storage: Vec<StorageDesc>,
     pub steps: Vec<Step>,

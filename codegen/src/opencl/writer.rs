@@ -11,15 +11,15 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt::Write as _;
 
-use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind};
+use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind, TensorOp};
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
-use fbc_ir::{ElemType, FuncId, Module, OpData, Type, Value};
+use fbc_ir::{Attr, ElemType, FuncId, Module, OpData, Type, Value};
 
 use super::kernel::{self, KernelOptions};
 use super::manifest::{
-    Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc, StorageKind,
-    TensorDesc, MANIFEST_VERSION,
+    ConstantDesc, Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc,
+    StorageKind, TensorDesc, MANIFEST_VERSION,
 };
 
 /// How the writer is configured.
@@ -239,6 +239,31 @@ impl FuncWriter<'_> {
         }
     }
 
+    /// The dense `tensor.constant` that upload `op` reads `v` from.
+    fn constant(&self, op: &OpData, v: Value) -> Result<ConstantDesc, Error> {
+        let not = || {
+            self.unsupported(
+                op,
+                "uploads a tensor that is neither an argument nor a dense constant",
+            )
+        };
+        let c = self.module.defining_op(v).map(|c| self.module.op(c)).ok_or_else(not)?;
+        let dense = c.attr("value").and_then(Attr::as_dense).filter(|_| TensorOp::Constant.is(c));
+        let dense = dense.ok_or_else(not)?;
+        let (shape, dtype) = self.tensor(op, v)?;
+        let elem = if dtype == Dtype::I32 { ElemType::I32 } else { ElemType::F32 };
+        let values = dense.decode(elem).map_err(|e| self.unsupported(c, e))?;
+        let n: u64 = shape.iter().product();
+        let at = |i: u64| values[if values.len() == 1 { 0 } else { i as usize }];
+        let data: Vec<u8> = if dtype == Dtype::I32 {
+            (0..n).flat_map(|i| (at(i) as i32).to_le_bytes()).collect()
+        } else {
+            (0..n).flat_map(|i| (at(i) as f32).to_le_bytes()).collect()
+        };
+        let name = self.module.value(v).name.as_deref().unwrap_or("constant").to_string();
+        Ok(ConstantDesc { name, dtype, shape, data: data.into() })
+    }
+
     fn layout(&self, op: &OpData) -> Result<LayoutDesc, Error> {
         let a = op.attr("layout").ok_or_else(|| self.unsupported(op, "no `layout`"))?;
         let l = Layout::from_attr(a).map_err(|e| self.unsupported(op, e.to_string()))?;
@@ -314,9 +339,13 @@ impl FuncWriter<'_> {
         let mut downloads: HashMap<Value, (usize, Vec<u64>, Dtype, LayoutDesc)> =
             HashMap::default();
         let mut results = Vec::new();
+        let mut constants = Vec::new();
         for &op in &fd.body {
             let d = self.module.op(op);
             match OpKind::of_op(d) {
+                // A dense constant: read where it is uploaded.
+                Some(OpKind::Tensor(TensorOp::Constant))
+                    if d.attr("value").and_then(Attr::as_dense).is_some() => {}
                 Some(OpKind::Memory(MemoryOp::Alloc)) => {
                     let id = self.new_storage(d, d.results[0], slot(d))?;
                     self.steps.push(Step::Alloc { storage: id });
@@ -330,9 +359,13 @@ impl FuncWriter<'_> {
                 }
                 Some(OpKind::Memory(MemoryOp::Upload)) => {
                     let src = d.operands[0];
-                    let arg = *arg_index.get(&src).ok_or_else(|| {
-                        self.unsupported(d, "uploads a tensor that is not a function argument")
-                    })?;
+                    let arg = match arg_index.get(&src) {
+                        Some(&k) => k,
+                        None => {
+                            constants.push(self.constant(d, src)?);
+                            args.len() + constants.len() - 1
+                        }
+                    };
                     let (shape, dt) = self.tensor(d, src)?;
                     let layout = self.layout(d)?;
                     let id = self.new_storage(d, d.results[0], slot(d))?;
@@ -382,6 +415,7 @@ impl FuncWriter<'_> {
         Ok(FunctionManifest {
             name: fname,
             args,
+            constants,
             results,
             storage: std::mem::take(&mut self.storage),
             steps: std::mem::take(&mut self.steps),

@@ -20,6 +20,7 @@ pub(crate) fn run(a: &ImportArgs) -> Result<(), Failure> {
         func: a.func.clone(),
         shapes: a.shape.iter().cloned().collect::<HashMap<_, _>>(),
         constant_inputs: HashMap::new(),
+        inline_weights: a.inline_weights,
     };
     let imported = fbc_onnx::import(&bytes, a.file.parent(), &options).map_err(|errors| {
         let mut text = String::new();

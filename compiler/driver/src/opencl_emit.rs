@@ -1,16 +1,17 @@
 //! OpenCL output files: writing what [`crate::Session::emit_opencl`] generates as
-//! `DIR/NAME.cl` + `DIR/NAME.manifest.json` (`--emit opencl`) or one `.cl` per kernel
-//! (`--dump-kernels DIR`).
+//! `DIR/NAME.cl` + `DIR/NAME.manifest.json` (+ `DIR/NAME.constants.safetensors` when a function
+//! uploads dense constants) (`--emit opencl`) or one `.cl` per kernel (`--dump-kernels DIR`).
 //!
 //! `NAME` is the module's name (`module @NAME`), else the input file's stem. A directory is
 //! written atomically: the files go to a fresh sibling directory that is renamed to `DIR` at the
 //! end, so a failed compile leaves no half-written output. An existing `DIR` is replaced only if it
-//! holds nothing but `.cl` and `.manifest.json` files (a previous fbc output); any other directory
+//! holds nothing but `.cl`, `.manifest.json` and `.constants.safetensors` files (a previous fbc
+//! output); any other directory
 //! (or a file) is refused.
 
 use std::path::{Path, PathBuf};
 
-use fbc_codegen::opencl::Output;
+use fbc_codegen::opencl::{Dtype, Output};
 use fbc_ir::Module;
 
 use crate::Failure;
@@ -43,16 +44,41 @@ pub(crate) fn write(
     input: &Path,
     dir: &Path,
 ) -> Result<(), Failure> {
-    write_dir(dir, &whole(out, &stem(module, input)))
+    write_dir(dir, &whole(out, &stem(module, input))?)
 }
 
-/// The whole source and the manifest as files `NAME.cl` and `NAME.manifest.json`.
-fn whole(out: &Output, name: &str) -> Vec<(String, String)> {
-    vec![
-        (format!("{name}.cl"), out.source.clone()),
-        (format!("{name}.manifest.json"), out.manifest.to_json()),
-    ]
+/// The whole source and the manifest as files `NAME.cl` and `NAME.manifest.json`, and the dense
+/// constants the functions upload as `NAME.constants.safetensors` (tensor `FUNCTION/CONSTANT`),
+/// where there are any.
+fn whole(out: &Output, name: &str) -> Result<Vec<(String, Vec<u8>)>, Failure> {
+    let mut files = vec![
+        (format!("{name}.cl"), out.source.clone().into_bytes()),
+        (format!("{name}.manifest.json"), out.manifest.to_json().into_bytes()),
+    ];
+    let tensors: Vec<_> = out
+        .manifest
+        .functions
+        .iter()
+        .flat_map(|f| {
+            f.constants.iter().map(move |c| {
+                let dtype = match c.dtype {
+                    Dtype::I32 => safetensors::Dtype::I32,
+                    Dtype::F32 | Dtype::F16 => safetensors::Dtype::F32,
+                };
+                let shape = c.shape.iter().map(|&d| d as usize).collect();
+                (format!("{}/{}", f.name, c.name), dtype, shape, c.data.to_vec())
+            })
+        })
+        .collect();
+    if !tensors.is_empty() {
+        let bytes = crate::run_cmd::io::serialize(&tensors, None).map_err(Failure::Usage)?;
+        files.push((format!("{name}.{CONSTANTS}"), bytes));
+    }
+    Ok(files)
 }
+
+/// The suffix of the constants file.
+const CONSTANTS: &str = "constants.safetensors";
 
 /// `--dump-kernels DIR`: `DIR/KERNEL.cl` per kernel (prelude included, so each compiles alone)
 /// and `DIR/NAME.cl`, the whole source, plus the manifest.
@@ -63,14 +89,14 @@ pub(crate) fn dump_kernels(
     input: &Path,
     dir: &Path,
 ) -> Result<(), Failure> {
-    let mut files = whole(out, &stem(module, input));
+    let mut files = whole(out, &stem(module, input))?;
     for (k, text) in &out.kernels {
-        files.push((format!("{k}.cl"), format!("{}\n{text}", out.header)));
+        files.push((format!("{k}.cl"), format!("{}\n{text}", out.header).into_bytes()));
     }
     write_dir(dir, &files)
 }
 
-fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), Failure> {
+fn write_dir(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
     let io = |what: &str, p: &Path, e: std::io::Error| {
         Failure::Usage(format!("cannot {what} {}: {e}", p.display()))
     };
@@ -79,7 +105,7 @@ fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), Failure> {
             && std::fs::read_dir(dir).map_err(|e| io("read", dir, e))?.all(|e| {
                 e.ok().is_some_and(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
-                    n.ends_with(".cl") || n.ends_with(".manifest.json")
+                    n.ends_with(".cl") || n.ends_with(".manifest.json") || n.ends_with(CONSTANTS)
                 })
             });
         if !ok {

@@ -188,32 +188,45 @@ fn safetensors_of(tensors: &[(String, HostTensor)]) -> Vec<u8> {
     safetensors::serialize(views, None).unwrap()
 }
 
+/// Where `fbc import` puts a model's initializers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Weights {
+    /// `--weights-out FILE`: arguments, bound from the file.
+    File,
+    /// `--inline-weights`: dense constants in the `.fbir`.
+    Inline,
+}
+
 /// `fbc import` of a model of `tests/onnx/models`, then `fbc run` on each target; every output
 /// within 1e-4 of onnxruntime's, relative to the output's largest magnitude.
-fn check_model(name: &str, targets: &[&str]) {
+fn check_model(name: &str, targets: &[&str], weights_to: Weights) {
     let dir = root().join("tests/onnx/models").join(name);
     let case = fbc_onnx::case::load(&dir).unwrap();
-    let work = scratch(&format!("onnx-{name}"));
+    let work = scratch(&format!("onnx-{name}-{weights_to:?}"));
     let (fbir, weights) = (work.join("m.fbir"), work.join("w.safetensors"));
-    let o = fbc(&[
-        "import",
-        dir.join("model.onnx").to_str().unwrap(),
-        "-o",
-        fbir.to_str().unwrap(),
-        "--weights-out",
-        weights.to_str().unwrap(),
-    ]);
+    let model = dir.join("model.onnx");
+    let mut import = vec!["import", model.to_str().unwrap(), "-o", fbir.to_str().unwrap()];
+    match weights_to {
+        Weights::File => import.extend(["--weights-out", weights.to_str().unwrap()]),
+        Weights::Inline => import.push("--inline-weights"),
+    }
+    let o = fbc(&import);
     assert_eq!(o.code, 0, "{}", o.stderr);
+    if weights_to == Weights::Inline {
+        let text = std::fs::read_to_string(&fbir).unwrap();
+        assert!(text.contains("value = dense<\"0x"), "no dense constant in {}", fbir.display());
+        assert!(!weights.exists());
+    }
     // The graph's inputs in a file of their own, beside the weights `fbc import` wrote.
     let inputs = work.join("inputs.safetensors");
     std::fs::write(&inputs, safetensors_of(&case.inputs)).unwrap();
     for target in targets {
         let out = work.join(format!("out-{target}.safetensors"));
-        let o = fbc(&[
-            "run",
-            fbir.to_str().unwrap(),
-            "--inputs",
-            weights.to_str().unwrap(),
+        let mut run = vec!["run", fbir.to_str().unwrap()];
+        if weights_to == Weights::File {
+            run.extend(["--inputs", weights.to_str().unwrap()]);
+        }
+        run.extend([
             "--inputs",
             inputs.to_str().unwrap(),
             "--outputs",
@@ -222,6 +235,7 @@ fn check_model(name: &str, targets: &[&str]) {
             target,
             "-O3",
         ]);
+        let o = fbc(&run);
         assert_eq!(o.code, 0, "{name} on {target}: {}", o.stderr);
         let (_, got) = common::f32_tensor(&out, "result0");
         let want = &case.outputs[0].1;
@@ -236,17 +250,24 @@ const CPU_TARGETS: &[&str] = &["cpu", "cpu-jit"];
 
 #[test]
 fn a_bert_layer_matches_onnxruntime() {
-    check_model("bert_layer", CPU_TARGETS);
+    check_model("bert_layer", CPU_TARGETS, Weights::File);
 }
 
 #[test]
 fn a_llama_layer_with_rope_and_gqa_matches_onnxruntime() {
-    check_model("llama_layer", CPU_TARGETS);
+    check_model("llama_layer", CPU_TARGETS, Weights::File);
 }
 
 #[test]
 fn a_vit_layer_matches_onnxruntime() {
-    check_model("vit_layer", CPU_TARGETS);
+    check_model("vit_layer", CPU_TARGETS, Weights::File);
+}
+
+#[test]
+fn models_with_inline_weights_match_onnxruntime() {
+    for name in ["llama_layer", "vit_layer"] {
+        check_model(name, CPU_TARGETS, Weights::Inline);
+    }
 }
 
 #[cfg(feature = "opencl")]
@@ -256,8 +277,9 @@ fn the_onnx_models_match_onnxruntime_on_opencl() {
         return;
     }
     for name in ["bert_layer", "llama_layer", "vit_layer"] {
-        check_model(name, &["opencl"]);
+        check_model(name, &["opencl"], Weights::File);
     }
+    check_model("llama_layer", &["opencl"], Weights::Inline);
 }
 
 // ----- errors -----

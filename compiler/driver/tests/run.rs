@@ -413,3 +413,97 @@ fn lora_example_loss_runs() {
     let v = f32_values(loss.data())[0];
     assert!(v.is_finite() && v > 0.0, "loss {v}");
 }
+
+/// `y = x · w + b` with `w` a dense list and `b` MLIR's hex form (little-endian f32: 1, -2):
+/// both results worked out by hand.
+const DENSE: &str = "\
+func.func @f(%x: tensor<2x3xf32>) -> tensor<2x2xf32> {
+  %w = tensor.constant {value = dense<[[1, 0], [0, 1], [1, 1]]>} : () -> tensor<3x2xf32>
+  %b = tensor.constant {value = dense<\"0x0000803F000000C0\">} : () -> tensor<2xf32>
+  %0 = tensor.matmul %x, %w
+  %1 = tensor.add %0, %b
+  func.return %1 : tensor<2x2xf32>
+}
+";
+
+/// Dense constants are host tensors that the lowered function uploads like arguments: every
+/// target computes with their elements, at -O0 and at -O3 for a GPU profile (R-Tile layouts).
+#[test]
+fn dense_constants_run_on_every_target() {
+    let dir = scratch("dense");
+    let ir = write(&dir, "dense.fbir", DENSE.as_bytes());
+    let x = safetensors_file(&[(
+        "x",
+        Dtype::F32,
+        vec![2, 3],
+        f32_bytes(&[1.0, 2.0, 3.0, -4.0, -5.0, -6.0]),
+    )]);
+    let inputs = write(&dir, "in.safetensors", &x);
+    let mut targets = vec!["cpu", "cpu-jit"];
+    if cfg!(feature = "opencl") && common::have_device() {
+        targets.push("opencl");
+    }
+    for target in targets {
+        for opt in ["-O0", "-O3"] {
+            let out = path(&dir, &format!("out-{target}{opt}.safetensors"));
+            let o = fbc(&[
+                "run",
+                &ir,
+                "--inputs",
+                &inputs,
+                "--outputs",
+                &out,
+                "--target",
+                target,
+                opt,
+                "--profile",
+                "mali",
+            ]);
+            assert_eq!(o.code, 0, "{target} {opt}: {}", o.stderr);
+            let bytes = std::fs::read(&out).unwrap();
+            let st = SafeTensors::deserialize(&bytes).unwrap();
+            // [1+3+1, 2+3-2], [-4-6+1, -5-6-2]
+            assert_eq!(
+                f32_values(st.tensor("result0").unwrap().data()),
+                [5.0, 3.0, -9.0, -13.0],
+                "{target} {opt}"
+            );
+        }
+    }
+    // The lowered function makes each constant on the host and uploads it.
+    let o = fbc(&[&ir, "-O3", "--target", "mali", "--emit", "memory"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for line in [
+        "%w = tensor.constant {value = dense<[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]>} : () -> tensor<3x2xf32>",
+        "%b = tensor.constant {value = dense<\"0x0000803F000000C0\">} : () -> tensor<2xf32>",
+    ] {
+        assert!(o.stdout.lines().any(|l| l.trim() == line), "{line}\n{}", o.stdout);
+    }
+    assert!(o.stdout.contains("memory.upload %w"), "{}", o.stdout);
+}
+
+/// `--emit opencl -o DIR` writes the constants beside the kernels, named in the manifest, and
+/// replaces such a directory on the next run.
+#[test]
+fn opencl_output_carries_the_constants() {
+    let dir = scratch("dense-emit");
+    let ir = write(&dir, "dense.fbir", DENSE.as_bytes());
+    let out = dir.join("cl");
+    for _ in 0..2 {
+        let o = fbc(&[&ir, "-O3", "--target", "mali", "--emit", "opencl", "-o", &path(&out, "")]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let bytes = std::fs::read(out.join("dense.constants.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut names = st.names();
+    names.sort();
+    assert_eq!(names, ["f/b", "f/w"]);
+    assert_eq!(f32_values(st.tensor("f/w").unwrap().data()), [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
+    assert_eq!(st.tensor("f/b").unwrap().shape(), [2]);
+    assert_eq!(f32_values(st.tensor("f/b").unwrap().data()), [1.0, -2.0]);
+    let manifest = std::fs::read_to_string(out.join("dense.manifest.json")).unwrap();
+    let m = fbc_codegen::opencl::Manifest::from_json(&manifest).unwrap();
+    let f = m.function("f").unwrap();
+    let names: Vec<&str> = f.constants.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["w", "b"]);
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use fbc_dialects::kind::TensorOp;
-use fbc_ir::{Attr, ElemType};
+use fbc_ir::{Attr, Dense, ElemType};
 use fbc_models::builder::{ints, Graph, V};
 
 use crate::fold;
@@ -84,6 +84,8 @@ struct Cx<'r> {
     weights: Vec<(String, HostTensor)>,
     used: HashSet<String>,
     opset: i64,
+    /// Known tensors become dense constants, not arguments ([`crate::Options::inline_weights`]).
+    inline_weights: bool,
 }
 
 /// A node's attributes.
@@ -221,8 +223,8 @@ impl<'r> Cx<'r> {
         self.op(base, TensorOp::Constant, &[], attrs)
     }
 
-    /// The run-time value of `v`: a known one becomes a constant (one element, or a splat that
-    /// is not a weight) or a function argument holding it.
+    /// The run-time value of `v`: a known one becomes a constant (one element, a splat that is
+    /// not a weight, or with `inline_weights` any) or a function argument holding it.
     fn rt(&mut self, v: &Val) -> Result<V, String> {
         let (t, weight, name) = match v {
             Val::Dyn(v) => return Ok(*v),
@@ -237,6 +239,14 @@ impl<'r> Cx<'r> {
         let splat = if t.numel() == 1 || !weight { t.splat() } else { None };
         let p = match splat {
             Some(value) => self.splat(name, value, &t.shape, elem)?,
+            None if self.inline_weights => {
+                let attrs = vec![
+                    ("value", Attr::Dense(Dense::from_le_bytes(t.le_bytes()))),
+                    ("shape", ints(&u64s(&t.shape))),
+                    ("dtype", Attr::Str(elem.name().to_string())),
+                ];
+                self.op(name, TensorOp::Constant, &[], attrs)?
+            }
             None => {
                 let arg = self.fresh(name);
                 let p = self.g.arg(&arg, &u64s(&t.shape), elem);
@@ -1352,6 +1362,7 @@ pub(crate) fn import_model(
         weights: Vec::new(),
         used: HashSet::new(),
         opset,
+        inline_weights: options.inline_weights,
     };
     let mut inputs = Vec::new();
     let init_names: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();

@@ -40,6 +40,9 @@ pub struct Options {
     /// Graph inputs bound to known values at import time (folded like initializers): shape
     /// inputs of ops fbc folds, such as `Reshape`'s `shape` when a test feeds it as an input.
     pub constant_inputs: HashMap<String, HostTensor>,
+    /// Initializers (and other known tensors a run-time op reads) become dense
+    /// `tensor.constant`s in the IR instead of function arguments (`fbc import --inline-weights`).
+    pub inline_weights: bool,
 }
 
 impl Default for Options {
@@ -48,6 +51,7 @@ impl Default for Options {
             func: "forward".to_string(),
             shapes: HashMap::new(),
             constant_inputs: HashMap::new(),
+            inline_weights: false,
         }
     }
 }

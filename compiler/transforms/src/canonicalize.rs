@@ -75,7 +75,7 @@ fn splat_of(m: &Module, v: Value) -> Option<f64> {
     let op = m.defining_op(v)?;
     let d = m.op(op);
     if T::Constant.is(d) {
-        d.attr("value").and_then(Attr::as_float)
+        d.attr("value").and_then(fbc_dialects::tensor::splat)
     } else {
         None
     }

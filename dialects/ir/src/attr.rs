@@ -10,6 +10,7 @@ use std::hash::{Hash, Hasher};
 /// Index maps (`Attr::Map`) are `fbc_index`'s, the one index-expression type of fbc.
 pub use fbc_index::{BinOp, IndexMap};
 
+pub use crate::dense::Dense;
 use crate::types::Type;
 
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub enum Attr {
     Type(Type),
     Dialect(Box<DialectAttr>),
     Map(IndexMap),
+    /// `dense<...>`: the elements of a tensor constant (see [`Dense`]).
+    Dense(Dense),
     Unit,
 }
 
@@ -52,6 +55,7 @@ impl PartialEq for Attr {
             (Attr::Type(a), Attr::Type(b)) => a == b,
             (Attr::Dialect(a), Attr::Dialect(b)) => a == b,
             (Attr::Map(a), Attr::Map(b)) => a == b,
+            (Attr::Dense(a), Attr::Dense(b)) => a == b,
             (Attr::Unit, Attr::Unit) => true,
             _ => false,
         }
@@ -72,6 +76,7 @@ impl Hash for Attr {
             Attr::Type(v) => v.hash(h),
             Attr::Dialect(v) => v.hash(h),
             Attr::Map(v) => v.hash(h),
+            Attr::Dense(v) => v.hash(h),
             Attr::Unit => {}
         }
     }
@@ -108,6 +113,13 @@ impl Attr {
         }
     }
 
+    pub fn as_dense(&self) -> Option<&Dense> {
+        match self {
+            Attr::Dense(d) => Some(d),
+            _ => None,
+        }
+    }
+
     pub fn as_array(&self) -> Option<&[Attr]> {
         match self {
             Attr::Array(v) => Some(v),
@@ -136,6 +148,7 @@ impl Attr {
             Attr::Type(_) => "type",
             Attr::Dialect(_) => "dialect attribute",
             Attr::Map(_) => "index map",
+            Attr::Dense(_) => "dense elements",
             Attr::Unit => "unit",
         }
     }
@@ -213,6 +226,7 @@ impl fmt::Display for Attr {
                 write_params(f, &d.params)
             }
             Attr::Map(m) => write!(f, "{m}"),
+            Attr::Dense(d) => write!(f, "{d}"),
             Attr::Unit => f.write_str("unit"),
         }
     }

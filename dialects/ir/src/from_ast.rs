@@ -16,6 +16,7 @@ use fbc_grammar::{Diagnostic, SourceFile, Span};
 use fbc_index::{BinOp, Expr, IndexMap};
 
 use crate::attr::{Attr, DialectAttr};
+use crate::dense::Dense;
 use crate::module::{FuncId, Loc, Module, OpSpans, Value};
 use crate::registry::{Arity, OpDef, OpRegistry, OpTraits, OpView};
 use crate::types::{DialectType, ElemType, Shape, TensorType, Type};
@@ -315,8 +316,43 @@ impl Builder<'_> {
                 }))
             }
             ast::AttrKind::Map(m) => Attr::Map(self.map(m)),
+            ast::AttrKind::Dense(inner) => self.dense(inner, a.span),
             ast::AttrKind::Unit => Attr::Unit,
         }
+    }
+
+    /// `dense<X>`: `X` a hex string, a number or a (nested) array of numbers.
+    fn dense(&mut self, inner: &ast::Attr, span: Span) -> Attr {
+        if let ast::AttrKind::Str(s) = &inner.kind {
+            return match Dense::parse_hex(s) {
+                Ok(d) => Attr::Dense(d),
+                Err(e) => {
+                    self.error(inner.span, e);
+                    Attr::Dense(Dense::from_le_bytes(Vec::new()))
+                }
+            };
+        }
+        let mut values = Vec::new();
+        let mut stack = vec![inner];
+        while let Some(a) = stack.pop() {
+            match &a.kind {
+                ast::AttrKind::Int(v) => values.push(*v as f64),
+                ast::AttrKind::Float(v) => values.push(*v),
+                ast::AttrKind::Array(items) => stack.extend(items.iter().rev()),
+                _ => {
+                    self.error(
+                        a.span,
+                        "expected a number, an array of numbers or a hex string in `dense<...>`",
+                    );
+                    return Attr::Dense(Dense::from_le_bytes(Vec::new()));
+                }
+            }
+        }
+        // The literal grammar spells finite numbers only.
+        Attr::Dense(Dense::from_values(values).unwrap_or_else(|| {
+            self.error(span, "a number in `dense<...>` is out of range");
+            Dense::from_le_bytes(Vec::new())
+        }))
     }
 
     fn params(&mut self, params: &[ast::Param]) -> Vec<(Option<String>, Attr)> {

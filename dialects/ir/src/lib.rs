@@ -7,6 +7,7 @@
 
 pub mod activity;
 pub mod attr;
+pub mod dense;
 pub mod docgen;
 pub mod from_ast;
 pub mod func;
@@ -18,6 +19,7 @@ pub mod types;
 pub mod verify;
 
 pub use attr::{Attr, DialectAttr};
+pub use dense::Dense;
 pub use fbc_grammar::{Diagnostic, Severity, SourceFile, Span};
 pub use from_ast::{build_module, parse_module};
 pub use module::{FuncId, Module, Op, OpData, Use, Value, ValueDef};

@@ -1,12 +1,15 @@
-//! `tensor.constant`: a splat constant, the only tensor op without operands.
+//! `tensor.constant`: a splat or dense constant, the only tensor op without operands.
 //!
 //! Its result type cannot be derived from operands, so it comes from either the optional `shape`
 //! (and `dtype`) attributes or the written signature `: () -> tensor<...>`. When verifying an op
 //! that already exists, the infer function reads the declared result type back from the module
 //! (the IR's `OpView` has no field for it; see the crate report).
 
+use fbc_ir::dense::int_range;
 use fbc_ir::registry::ErrorPlace;
-use fbc_ir::{Arity, AttrDef, AttrKind, ElemType, OpError, OpTraits, OpView, TensorType, Type};
+use fbc_ir::{
+    Arity, Attr, AttrDef, AttrKind, Dense, ElemType, OpError, OpTraits, OpView, TensorType, Type,
+};
 
 use super::common::Ctx;
 use fbc_ir::OpDef;
@@ -18,8 +21,9 @@ const DTYPES: &[&str] = &["f32", "f16", "bf16", "f64", "i32", "i8", "i64", "i1",
 
 pub static OPS: &[OpDef] = &[OpDef {
     name: NAME,
-    summary: "a tensor whose elements all equal one value (a splat)",
-    doc: "A tensor every element of which is `value`.\n\
+    summary: "a tensor whose elements all equal one value (a splat), or given one by one (dense)",
+    doc: "A tensor every element of which is `value` (a splat), or whose elements `value` lists\n\
+          (`dense<...>`, row-major).\n\
           \n\
           **Operands:** none.\n\
           \n\
@@ -29,8 +33,12 @@ pub static OPS: &[OpDef] = &[OpDef {
           `%c = tensor.constant {value = 1.0, shape = [4, 4]}`; when both are present they must agree.\n\
           \n\
           **Attributes:**\n\
-          - `value` (float, required): the element value; an integer literal is accepted. Non-finite\n\
-            values (from constant folding `log(0)`, for instance) are allowed for float types.\n\
+          - `value` (required): a float, the element value (an integer literal is accepted;\n\
+            non-finite values, from constant folding `log(0)` for instance, are allowed for float\n\
+            types); or MLIR's dense elements, `dense<[1.0, 2.0, 3.0, 4.0]>` (a row-major list;\n\
+            nested brackets read as the same list), `dense<0.5>` (a splat) or\n\
+            `dense<\"0x0000803F...\">` (the elements' little-endian bytes in the result element\n\
+            type: 4 a `f32`, 2 a `f16`, 1 an `i1`, ...).\n\
           - `shape` (integer array, optional): the result shape; every entry ≥ 0.\n\
           - `dtype` (string, optional): the element type name (`f32`, `f16`, `bf16`, `f64`, `i32`,\n\
             `i8`, `i64`, `i1`, `index`); default `f32` with `shape`, else the written type's.\n\
@@ -38,14 +46,19 @@ pub static OPS: &[OpDef] = &[OpDef {
           **Verifier:** the result type comes from `shape`/`dtype` or from the signature (without\n\
           either, the op is an error: a splat cannot tell how many elements it has); the result is a\n\
           tensor; `dtype`, when given without `shape`, equals the written element type; for an\n\
-          integer element type `value` is a whole number that fits it (`i1`: 0 or 1); the element\n\
-          count fits in 64 bits.\n\
+          integer element type `value` is a whole number that fits it (`i1`: 0 or 1), and so is\n\
+          every element of a dense `value`; a dense `value` has one element (a splat) or as many as\n\
+          the result, and a hex one a whole number of elements; the element count fits in 64 bits.\n\
           \n\
           **FBLayout class:** none — a constant has no backward and reads no tensor.",
     operands: Arity::Exactly(0),
     results: Arity::Exactly(1),
     attrs: &[
-        AttrDef::required("value", AttrKind::Float, "the value of every element"),
+        AttrDef::required(
+            "value",
+            AttrKind::Any,
+            "the value of every element (a float), or the elements (`dense<...>`)",
+        ),
         AttrDef {
             name: "shape",
             kind: AttrKind::IntArray,
@@ -79,20 +92,24 @@ fn declared_results(v: &OpView<'_>) -> Option<Vec<Type>> {
     Some(d.results.iter().map(|&r| v.module.value_type(r).clone()).collect())
 }
 
-/// The integers integer type `e` holds, as `lo..=hi`; `None` for float types.
-fn int_range(e: ElemType) -> Option<(i128, i128)> {
-    Some(match e {
-        ElemType::I1 => (0, 1),
-        ElemType::I8 => (i128::from(i8::MIN), i128::from(i8::MAX)),
-        ElemType::I32 => (i128::from(i32::MIN), i128::from(i32::MAX)),
-        ElemType::I64 | ElemType::Index => (i128::from(i64::MIN), i128::from(i64::MAX)),
-        _ => return None,
-    })
-}
-
 fn infer_constant(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     let cx = Ctx::new(v, NAME, &[], Arity::Exactly(0))?;
-    let value = cx.req_float("value")?;
+    let value = match v.attr("value") {
+        Some(Attr::Dense(d)) => Value::Dense(d),
+        Some(a) => match a.as_float() {
+            Some(x) => Value::Splat(x),
+            None => {
+                return Err(OpError::attr(
+                    "value",
+                    format!(
+                        "expected a float or `dense<...>`, found {} — `value` of {NAME}",
+                        a.kind_name()
+                    ),
+                ))
+            }
+        },
+        None => return Err(OpError::new(format!("`{NAME}` needs attribute `value`"))),
+    };
     let dtype = match cx.opt_str("dtype", AttrKind::Enum(DTYPES))? {
         Some(s) => ElemType::parse(s),
         None => None,
@@ -130,6 +147,13 @@ fn infer_constant(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
             }
         }
     };
+    let value = match value {
+        Value::Splat(x) => x,
+        Value::Dense(d) => {
+            check_dense(d, &t)?;
+            return cx.done(vec![t]);
+        }
+    };
     if let Some((lo, hi)) = int_range(t.elem) {
         // Bounds as floats: `lo` is a power of two (exact); `hi + 1` is too, so compare with `<`.
         let fits = value.is_finite()
@@ -149,4 +173,33 @@ fn infer_constant(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
         }
     }
     cx.done(vec![t])
+}
+
+/// What `value` holds.
+enum Value<'a> {
+    Splat(f64),
+    Dense(&'a Dense),
+}
+
+/// A dense `value` for result type `t`: one element or `t`'s count, each one that `t`'s element
+/// type holds.
+fn check_dense(d: &Dense, t: &TensorType) -> Result<(), OpError> {
+    let at = |e: String| {
+        OpError::attr("value", format!("{e} — `value` of {NAME}"))
+            .note(format!("the result type is {t}"))
+    };
+    let n = d.len_in(t.elem).map_err(at)?;
+    let want = t.shape.iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+    if n != 1 && Some(n) != want {
+        return Err(at(format!(
+            "expected {} elements, found {n}",
+            want.map_or_else(|| "more than 2^64".to_string(), |w| w.to_string())
+        )));
+    }
+    d.decode(t.elem).map(drop).map_err(at)
+}
+
+/// The one value of a splat `value` (a float, or `dense<x>`); `None` for a dense list.
+pub fn splat(value: &Attr) -> Option<f64> {
+    value.as_float().or_else(|| value.as_dense().and_then(Dense::splat))
 }

@@ -28,6 +28,7 @@ pub mod reduce;
 pub mod shape;
 
 pub use common::{broadcast_shapes, broadcasts_to, normalize_axis, BroadcastError};
+pub use constant::splat;
 
 use fbc_ir::{AttrDef, AttrKind, OpDef, OpRegistry};
 

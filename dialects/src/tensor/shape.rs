@@ -196,7 +196,7 @@ fn constant_operand(v: &OpView<'_>, i: usize) -> Option<f64> {
     if !def.def.is("tensor.constant") {
         return None;
     }
-    def.attr("value").and_then(fbc_ir::Attr::as_float)
+    def.attr("value").and_then(super::constant::splat)
 }
 
 fn infer_update_slice(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {

@@ -134,6 +134,7 @@ pub fn attr(a: &Attr) -> String {
             let rs: Vec<String> = m.results.iter().map(expr).collect();
             format!("({}){syms} -> ({})", ids(&m.dims), rs.join(", "))
         }
+        AttrKind::Dense(inner) => format!("dense<{}>", attr(inner)),
         AttrKind::Unit => "unit".to_string(),
     }
 }

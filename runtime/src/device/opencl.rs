@@ -51,8 +51,8 @@ pub use probe::{
 pub use session::{CallOutput, Input, Session};
 
 use fbc_codegen::opencl::{
-    Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind, FAULT_DIMS,
-    FAULT_INTS, MANIFEST_VERSION,
+    ConstantDesc, Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind,
+    FAULT_DIMS, FAULT_INTS, MANIFEST_VERSION,
 };
 use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::MemType;
@@ -60,6 +60,7 @@ use fbc_ir::ElemType;
 
 use crate::exec::{pack, unpack, MemData};
 use crate::interp::Value;
+use crate::reference::Tensor;
 use ocl::enums::{
     DeviceInfo, DeviceInfoResult, ImageChannelDataType, ImageChannelOrder, MemObjectType,
     ProfilingInfo, ProfilingInfoResult, ProgramInfo, ProgramInfoResult,

@@ -233,9 +233,22 @@ impl OpCx<'_> {
 // ----- adapters -----
 
 fn constant<T: Elem>(cx: &OpCx<'_>) -> Out<T> {
+    let shape = cx.result_shape(0)?;
+    if let Some(d) = cx.attr("value").and_then(Attr::as_dense) {
+        let elem = match cx.op.results.first().map(|&v| cx.module.value_type(v)) {
+            Some(Type::Tensor(t)) => t.elem,
+            _ => return Err(Fail::Message("result 0 is not a tensor".into())),
+        };
+        let values = d.decode(elem).map_err(Fail::Message)?;
+        if let [v] = values[..] {
+            return Ok(vec![Tensor::full(&shape, T::from_f64(cx.storage.round_scalar(v)))?]);
+        }
+        let data = values.into_iter().map(|v| T::from_f64(cx.storage.round_scalar(v))).collect();
+        return Ok(vec![Tensor::new(shape, data)?]);
+    }
     // Rounded as the result stores it, so an f16 constant is the f16 nearest `value`.
     let v = cx.storage.round_scalar(cx.float("value", None)?);
-    Ok(vec![Tensor::full(&cx.result_shape(0)?, T::from_f64(v))?])
+    Ok(vec![Tensor::full(&shape, T::from_f64(v))?])
 }
 
 /// Adapters `fn(cx) -> Ok(vec![kernel(x0, x1)?])` for the broadcasting binary kernels.

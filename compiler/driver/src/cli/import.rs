@@ -2,7 +2,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-/// `fbc import model.onnx -o model.fbir [--weights-out W.safetensors] [--shape NAME=DIMS]..`.
+/// `fbc import model.onnx -o model.fbir [--weights-out W.safetensors | --inline-weights]
+/// [--shape NAME=DIMS]..`.
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// The ONNX model (external data files are read from its folder).
@@ -21,6 +22,11 @@ pub struct ImportArgs {
     /// (`seq=512`); repeatable. Every symbolic dimension must be bound.
     #[arg(long, value_name = "NAME=DIMS", value_parser = parse_shape)]
     pub shape: Vec<(String, Vec<u64>)>,
+
+    /// Put the initializers into the `.fbir` as dense `tensor.constant`s (MLIR's
+    /// `dense<"0x...">`), so that the module runs without a weights file.
+    #[arg(long, conflicts_with = "weights_out")]
+    pub inline_weights: bool,
 
     /// Name of the function the graph becomes.
     #[arg(long, value_name = "NAME", default_value = "forward")]

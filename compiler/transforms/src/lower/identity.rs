@@ -82,7 +82,7 @@ fn is_identity_copy(k: &Kernel, sids: &[Sid], storages: &[StorageObj]) -> bool {
         && k.iterators.iter().all(|&i| i == Iter::Parallel)
         && src != dst
         && s.ty == d.ty
-        && d.arg.is_none()
+        && !d.uploaded()
         && points == Some(d.ty.elems())
         && same_map(&k.maps[0], &k.maps[1])
 }

@@ -374,6 +374,15 @@ pub(crate) struct StorageObj {
     pub name: String,
     /// Argument index when the storage is an uploaded argument.
     pub arg: Option<usize>,
+    /// The dense `tensor.constant` whose elements the storage is uploaded with.
+    pub constant: Option<Op>,
+}
+
+impl StorageObj {
+    /// Whether an upload fills the storage (an argument's or a dense constant's).
+    pub(crate) fn uploaded(&self) -> bool {
+        self.arg.is_some() || self.constant.is_some()
+    }
 }
 
 /// How a value is read: tensor `t` through `map` (value index → `t` index; `None`: identity).
@@ -588,7 +597,8 @@ impl<'m> Lower<'m> {
             .map_err(|e| located(span, format!("no storage for {t} in {layout}: {e}")))?;
         let ty = if self.half_images { ty.to_half_image() } else { ty };
         let s = self.storages.len();
-        self.storages.push(StorageObj { layout, shape: t.shape.to_vec(), ty, name, arg: None });
+        let shape = t.shape.to_vec();
+        self.storages.push(StorageObj { layout, shape, ty, name, arg: None, constant: None });
         let id = self.tensors.len();
         self.tensors.push(Tensor { shape: t.shape.to_vec(), elem: t.elem, storage: s });
         Ok(id)
@@ -894,6 +904,26 @@ fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
             vec![o.ty.to_type()],
             span,
         );
+        let v = m.op(op).results[0];
+        m.set_value_name(v, format!("{}_m", o.name));
+        mem[s] = Some(v);
+        body.push(op);
+    }
+    // Dense constants: the host makes the tensor and uploads it like an argument.
+    for (s, o) in plan.storages.iter().enumerate() {
+        let Some(c) = o.constant.filter(|_| read[s]) else { continue };
+        let d = m.op(c);
+        let (def, span) = (d.def, d.span);
+        let attrs: Vec<(String, Attr)> =
+            d.attr("value").map(|v| ("value".to_string(), v.clone())).into_iter().collect();
+        let ty = m.value_type(d.results[0]).clone();
+        let name = value_name(m, d.results[0]);
+        let op = m.create_op(f, def, &[], attrs, vec![ty], span);
+        let t = m.op(op).results[0];
+        m.set_value_name(t, name);
+        body.push(op);
+        let op =
+            m.create_op(f, defs.upload, &[t], layout_kv(&o.layout), vec![o.ty.to_type()], span);
         let v = m.op(op).results[0];
         m.set_value_name(v, format!("{}_m", o.name));
         mem[s] = Some(v);

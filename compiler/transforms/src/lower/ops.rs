@@ -512,9 +512,13 @@ impl Lower<'_> {
                 self.push(op, rname(0), domain, n, inputs, out(t, out_map), body, None, None);
             }
             K::Tensor(T::Constant) => {
-                let value = d.attr("value").and_then(Attr::as_float).unwrap_or(0.0);
-                let shape = self.shape(res[0]);
                 let t = self.output(op, 0)?;
+                let Some(value) = d.attr("value").and_then(fbc_dialects::tensor::splat) else {
+                    // Dense: uploaded from the host (`emit`).
+                    self.storages[self.tensors[t].storage].constant = Some(op);
+                    return Ok(());
+                };
+                let shape = self.shape(res[0]);
                 let body = if self.tensors[t].elem == ElemType::I32 {
                     int(value as i64)
                 } else {

@@ -99,6 +99,9 @@ struct FuncState {
     in_place: Vec<Option<usize>>,
     /// Each launch's activity (`fbc_ir::activity`), written once.
     activities: Vec<String>,
+    /// The function's dense constants with the keys they are kept under (uploaded at the first
+    /// call, passed after the arguments).
+    constants: Vec<(String, Value)>,
 }
 
 /// One device, one program, and values kept on the device between calls.
@@ -250,11 +253,18 @@ impl Session {
                 if let (Some(slot), true) =
                     (in_place.get_mut(*result), written.contains(storage) && keepable(*storage))
                 {
-                    *slot = uploads.get(storage).copied();
+                    *slot = uploads.get(storage).copied().filter(|&a| a < f.args.len());
                 }
             }
         }
+        let constants = f
+            .constants
+            .iter()
+            .enumerate()
+            .map(|(k, c)| Ok((format!("\0constant {k} of @{}", f.name), constant_value(c)?)))
+            .collect::<Result<Vec<_>, OpenClError>>()?;
         let state = FuncState {
+            constants,
             in_place,
             kernels: (0..f.launches().count()).map(|_| None).collect(),
             activities: f
@@ -287,6 +297,13 @@ impl Session {
                 check_arg(f, k, v)?;
             }
         }
+        // The constants follow the arguments, kept on the device from the first call on.
+        let mut all = inputs.to_vec();
+        for (key, v) in &st.constants {
+            let held = self.kept.iter().any(|k| k.key == *key);
+            all.push(Input::Keep { key, value: if held { None } else { Some(v) } });
+        }
+        let inputs = &all[..];
         let (mut up, mut down) = (0u64, 0u64);
         let mut sources = HashMap::new();
         let mut kept_here = Vec::new();
@@ -698,4 +715,21 @@ fn run_once(
         }
     }
     Ok(())
+}
+
+/// The host tensor of constant `c`.
+fn constant_value(c: &ConstantDesc) -> Result<Value, OpenClError> {
+    let shape: Vec<usize> = c.shape.iter().map(|&d| d as usize).collect();
+    let bad = |e: crate::reference::KernelError| {
+        OpenClError::Manifest(format!("constant `{}`: {e}", c.name))
+    };
+    let words = c.data.chunks_exact(4).map(|b| [b[0], b[1], b[2], b[3]]);
+    Ok(match c.dtype {
+        Dtype::I32 => {
+            Value::I32(Tensor::new(shape, words.map(i32::from_le_bytes).collect()).map_err(bad)?)
+        }
+        Dtype::F32 | Dtype::F16 => {
+            Value::F32(Tensor::new(shape, words.map(f32::from_le_bytes).collect()).map_err(bad)?)
+        }
+    })
 }
