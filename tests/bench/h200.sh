@@ -41,6 +41,10 @@ if want onnx; then
     echo "== onnx $m" >> $O/onnx.txt
     timeout 120 $B bench $T/onnx_$m.fbir --device $D --profile $P --repeat 10 >> $O/onnx.txt 2>&1; echo "rc=$?" >> $O/onnx.txt
   done
+  # `--inline-weights`: the weights are dense constants of the .fbir, uploaded by the runtime.
+  $B import tests/onnx/models/llama_layer/model.onnx --inline-weights -o $T/onnx_inline.fbir >> $C 2>&1
+  echo "== onnx llama_layer --inline-weights" >> $C
+  timeout 120 $B run $T/onnx_inline.fbir --target opencl --device $D --profile $P -O3 --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
 fi
 if want check; then
 # Correctness on the device: every example and a 1-layer Llama training step, -O3, against the

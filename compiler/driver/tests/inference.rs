@@ -332,3 +332,39 @@ fn a_decode_step_copies_no_cache_bytes() {
         );
     }
 }
+
+/// A decode step's activations are one row of R-Tile images whose other rows are padding: each
+/// RMSNorm is still one row kernel (not a statistic kernel and an apply kernel), and no storage
+/// needs a zero fill, as every launch reads only the rows that were written (-O3, nvidia).
+#[test]
+fn decode_rmsnorms_are_one_launch_each_and_nothing_is_filled() {
+    let text = common::inference_module("llama3.2-1b", 4, 48, 12);
+    let profile = fbc_target::builtin("nvidia").expect("nvidia");
+    let m = common::lower_o3_with(&text, &profile, "auto").expect("lowers");
+    let f = m.find_func("decode").expect("@decode");
+    let kernels: Vec<String> = m
+        .func(f)
+        .body
+        .iter()
+        .map(|&o| m.op(o))
+        .filter(|d| d.attr("source").and_then(fbc_ir::Attr::as_str) == Some("tensor.rmsnorm"))
+        .map(|d| d.attr("kernel").and_then(fbc_ir::Attr::as_str).unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        kernels,
+        ["decode_rmsnorm_l0_attn_in", "decode_rmsnorm_l0_mlp_in", "decode_rmsnorm_final_h"]
+    );
+    // `mlp_in` is written into a padded R-Tile image.
+    let mlp_in = m
+        .func(f)
+        .body
+        .iter()
+        .map(|&o| m.op(o))
+        .find(|d| {
+            d.attr("kernel").and_then(fbc_ir::Attr::as_str) == Some("decode_rmsnorm_l0_mlp_in")
+        })
+        .expect("the kernel");
+    let out = m.value_type(*mlp_in.operands.last().expect("output")).to_string();
+    assert!(out.starts_with("!memory.image2d<"), "{out}");
+    assert_eq!(fbc_dialects::memory::init::allocs_to_fill(&m, f), Vec::new());
+}

@@ -6,9 +6,13 @@
 //! fills only the allocations that [`allocs_to_fill`] returns: those whose contents *may be read*
 //! before every element has been written. Walking the schedule from the `memory.alloc`:
 //!
-//! - a `memory.launch` that reads the storage (as an input, or as its output through `xN` /
-//!   `xN[e]`, which see the contents before the launch) while some element is not yet known to
-//!   be written needs the fill, as does a `memory.download` or any other op using it;
+//! - a `memory.launch` that reads the storage as an input at an element not yet known to be
+//!   written, or reads it while some element is not known to be written through `xN` / `xN[e]`
+//!   (the output before the launch) or a gather (`xN[e]` of an input), needs the fill, as does a
+//!   `memory.download` or any other op using it. An input's reads are known when its map uses no
+//!   symbols and the dimensions it mentions span at most [`ENUMERATE_LIMIT`] points: they are
+//!   enumerated (a decode step's activations, one row of an R-Tile image whose other three rows
+//!   are padding, are read only where written, and need no fill);
 //! - a `memory.launch` writing it adds the element offsets its output map reaches over the
 //!   parallel sub-domain (every parallel point writes: a failed guard stores 0; an empty parallel
 //!   sub-domain writes nothing) to the elements known to be written;
@@ -71,7 +75,8 @@ fn read_before_written(m: &Module, ops: &[fbc_ir::Op], v: Value, t: MemType) -> 
             "memory.launch" => {
                 let Ok(k) = Kernel::from_op(d) else { return true };
                 let out = d.operands.len() - 1;
-                if d.operands[..out].contains(&v) {
+                let mut inputs = d.operands[..out].iter().enumerate().filter(|&(_, &o)| o == v);
+                if !inputs.all(|(i, _)| reads_within(&k, i, t, &written)) {
                     return true;
                 }
                 if reads_output(&k) {
@@ -88,6 +93,44 @@ fn read_before_written(m: &Module, ops: &[fbc_ir::Op], v: Value, t: MemType) -> 
     }
     // Never read again (or only after it is fully written).
     false
+}
+
+/// Whether launch `k` reads its input `i` (storage of type `t`) only at offsets in `written`:
+/// through its map (no gather of it), over the dimensions the map mentions, enumerated (see the
+/// module doc). `false` when that is not known.
+fn reads_within(k: &Kernel, i: usize, t: MemType, written: &Intervals) -> bool {
+    if k.domain.contains(&0) {
+        return true;
+    }
+    let mut gathered = false;
+    for e in k.payloads() {
+        e.visit(&mut |s: &Scalar| gathered |= matches!(s, Scalar::Load(j, _) if *j == i));
+    }
+    let Some(map) = k.maps.get(i).filter(|m| !gathered && m.dims.len() == k.domain.len()) else {
+        return false;
+    };
+    let used: Vec<usize> = (0..map.dims.len())
+        .filter(|&d| map.results.iter().any(|r| mentions(r, &map.dims[d])))
+        .collect();
+    let points = used.iter().try_fold(1u64, |a, &d| a.checked_mul(k.domain[d]));
+    let Some(points) = points.filter(|&p| p <= ENUMERATE_LIMIT) else { return false };
+    let mut idx = vec![0i64; k.domain.len()];
+    for _ in 0..points {
+        let MapEval::Ok(r) = eval_map(map, &idx) else { return false };
+        match offset(&r, t) {
+            Some(o) if u64::try_from(o).is_ok_and(|o| written.contains(o)) => {}
+            _ => return false,
+        }
+        // The next point over the mentioned dimensions, row-major.
+        for &j in used.iter().rev() {
+            idx[j] += 1;
+            if (idx[j] as u64) < k.domain[j] {
+                break;
+            }
+            idx[j] = 0;
+        }
+    }
+    true
 }
 
 /// Whether the payload (body, epilogue, statistics) reads the output operand: `xN` or `xN[e]`. Those reads
@@ -325,6 +368,12 @@ impl Intervals {
         self.0 = merged;
     }
 
+    /// Whether offset `o` is in an interval.
+    fn contains(&self, o: u64) -> bool {
+        let k = self.0.partition_point(|&(lo, _)| lo <= o);
+        k > 0 && o < self.0[k - 1].1
+    }
+
     /// Whether `[0, n)` is covered.
     fn covers(&self, n: u64) -> bool {
         n == 0 || matches!(self.0.first(), Some(&(0, h)) if h >= n)
@@ -396,6 +445,25 @@ mod tests {
         // The writer reads its output first.
         let l = "  memory.launch %o {kernel = \"k\", domain = [24], iterators = [\"parallel\"], maps = [(d0) -> (d0)], body = \"x0 + 1.0\"} : (!memory.buffer<24, f32>) -> ()";
         assert_eq!(fills(O, l), ["o"]);
+    }
+
+    #[test]
+    fn reads_of_written_elements_alone_need_no_fill() {
+        // `%o` is written in full; `%p`'s first 12 elements are written, then read.
+        let p = "  %p = memory.alloc : () -> !memory.buffer<24, f32>";
+        let write_p = "  memory.launch %p {kernel = \"w\", domain = [12], iterators = [\"parallel\"], maps = [(d0) -> (d0)], body = \"1.0\"} : (!memory.buffer<24, f32>) -> ()";
+        let read = |map: &str, body: &str| {
+            format!("  memory.launch %p, %o {{kernel = \"r\", domain = [24, 12], iterators = [\"parallel\", \"reduction\"], maps = [{map}, (d0, d1) -> (d0)], body = \"{body}\", combine = \"add\"}} : (!memory.buffer<24, f32>, !memory.buffer<24, f32>) -> ()")
+        };
+        // Read at d1 < 12 only (the map does not mention d0): no fill.
+        let l = read("(d0, d1) -> (d1)", "x0");
+        assert_eq!(fills(&format!("{O}\n{p}"), &format!("{write_p}\n{l}")), Vec::<String>::new());
+        // Read at 12 + d1: unwritten elements, the fill.
+        let l = read("(d0, d1) -> (d1 + 12)", "x0");
+        assert_eq!(fills(&format!("{O}\n{p}"), &format!("{write_p}\n{l}")), ["p"]);
+        // A gather of it may read anywhere: the fill.
+        let l = read("(d0, d1) -> (d1)", "x0[d1]");
+        assert_eq!(fills(&format!("{O}\n{p}"), &format!("{write_p}\n{l}")), ["p"]);
     }
 
     #[test]

@@ -406,23 +406,23 @@ impl Lower<'_> {
     }
 
     /// Whether result `t` of a row-wise op over `rows` can be written by one row kernel: any
-    /// buffer; an image only where every texel holds four consecutive elements of one row (the
-    /// rows along the last axis, tiles and blocks a multiple of 4 wide) and none is padding, so
-    /// that the kernel writes whole texels, all of them.
+    /// buffer; an image only where every texel that holds an element holds four consecutive
+    /// elements of one row (the rows along the last axis, tiles and blocks a multiple of 4 wide,
+    /// no padding columns), so that the kernel writes whole texels. Padding rows (a decode
+    /// step's one row in a tile of four) are texels of their own that no kernel reads.
     fn row_output(&self, t: Tid, rows: &Rows) -> bool {
         let s = &self.storages[self.tensors[t].storage];
-        let StorageKind::Image { width, height } = s.ty.storage else { return true };
+        let StorageKind::Image { .. } = s.ty.storage else { return true };
         let Layout::RTile(r) = &s.layout else { return false };
         let quad = |w: u64| w % 4 == 0;
-        let numel = rows.shape.iter().try_fold(1u64, |a, &n| a.checked_mul(n));
         rows.axis + 1 == rows.shape.len()
             && quad(rows.len())
             && quad(r.tile[1])
+            && r.pad[1] == 0
             && match r.intra {
                 Intra::Rows => true,
                 Intra::Block { bw, .. } => quad(bw),
             }
-            && width.checked_mul(height).and_then(|n| n.checked_mul(4)) == numel
     }
 
     /// One launch writing result `t` (of shape `rows.shape`) of a row-wise op: per row the
