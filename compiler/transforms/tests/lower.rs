@@ -441,6 +441,50 @@ fn row_kernels_write_whole_texels() {
     assert_eq!(ks.len(), 3, "padding: the statistics and the texel-domain kernel");
     assert!(ks.iter().all(|k| k.stats.is_empty()));
     same_numbers(&m, &after, "padded");
+    // Padding rows only (6 rows in tiles of 4): texels of their own, not written; still one
+    // row kernel, over the 6 real rows.
+    let rows = r#"func.func @f(%x: tensor<6x16xf32>) -> tensor<6x16xf32> {
+  %y = tensor.softmax %x {axis = -1, fbc.layout = #layout.rtile<tile = [4, 8], horizontal = 1, pad = [2, 0]>} : (tensor<6x16xf32>) -> tensor<6x16xf32>
+  func.return %y : tensor<6x16xf32>
+}"#;
+    let m = parse(rows);
+    let (after, _) = lowered(&m, "lower-to-memory,plan-memory", "mali");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 1, "padding rows: one row kernel");
+    assert_eq!(ks[0].domain, vec![6, 4, 4]);
+    assert_eq!(ks[0].maps[1].results.len(), 3, "an image output");
+    same_numbers(&m, &after, "padding rows");
+}
+
+/// A producer whose body reads its domain indices (RoPE's `j < D/2`) is inlined into its one
+/// reader, the indices becoming the reader's map of it: read as it is, and transposed.
+#[test]
+fn a_producer_reading_its_indices_is_inlined() {
+    let src = |out: &str, read: &str| {
+        format!(
+            r#"func.func @f(%x: tensor<2x4x8xf32>, %c: tensor<4x8xf32>, %s: tensor<4x8xf32>, %b: tensor<{out}xf32>) -> tensor<{out}xf32> {{
+  %r = tensor.rope %x, %c, %s : (tensor<2x4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<2x4x8xf32>
+  {read}
+  func.return %y : tensor<{out}xf32>
+}}"#
+        )
+    };
+    let plain =
+        "%y = tensor.add %r, %b : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>";
+    // The last axis, whose index RoPE reads, becomes the reader's middle one.
+    let transposed = "%t = tensor.transpose %r {perm = [0, 2, 1]} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>\n  \
+                      %y = tensor.mul %t, %b : (tensor<2x8x4xf32>, tensor<2x8x4xf32>) -> tensor<2x8x4xf32>";
+    for (what, out, read, source) in [
+        ("as it is", "2x4x8", plain, "tensor.rope+tensor.add"),
+        ("transposed", "2x8x4", transposed, "tensor.rope+tensor.mul"),
+    ] {
+        let m = parse(&src(out, read));
+        let (after, _) = lowered(&m, "lower-to-memory", "generic");
+        let ks = kernels(&after);
+        assert_eq!(ks.len(), 1, "{what}");
+        assert_eq!(ks[0].source, source, "{what}");
+        same_numbers(&m, &after, what);
+    }
 }
 
 /// An R-Tile with padding written as an image: the kernel iterates over texels, reads through

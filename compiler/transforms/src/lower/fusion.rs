@@ -2,9 +2,10 @@
 //!
 //! Two rewrites, applied in launch order until nothing changes:
 //! - **inline**: a kernel `P` that computes tensor `T` pointwise (no reduction, identity output
-//!   map, a body without domain indices or loads) and whose only reader is kernel `K` is
-//!   substituted into `K`: each read of `T` at map `m` becomes `P`'s body with `P`'s operand maps
-//!   composed with `m`. `P` disappears and `T` is never stored.
+//!   map, a body without loads) and whose only reader is kernel `K` is substituted into `K`: each
+//!   read of `T` at map `m` becomes `P`'s body with `P`'s operand maps composed with `m`, and the
+//!   domain indices `P`'s body reads (RoPE's half, a mask's position) become `m`'s results (so `m`
+//!   must name no symbol). `P` disappears and `T` is never stored.
 //!   `K` may be a row kernel (softmax, a normalisation): then `T` is read, and `P` computed, once
 //!   per statistic and once for the output, instead of `T` being stored and read as often.
 //! - **epilogue**: when `P` is a reduction (matmul, reductions, row statistics) whose result `T`
@@ -77,28 +78,36 @@ fn reads_of(e: &Scalar, slots: &[bool]) -> usize {
 struct Shape {
     depth: usize,
     size: usize,
+    /// Reads domain indices (`Dim`).
     dims: bool,
+    /// Reads explicit offsets (`Load`).
+    loads: bool,
 }
+
+/// A shape of one node reading nothing.
+const LEAF: Shape = Shape { depth: 1, size: 1, dims: false, loads: false };
 
 impl Shape {
     /// The shape of `e` itself.
     fn of(e: &Scalar) -> Shape {
-        Shape::substituted(e, &[], Shape { depth: 1, size: 1, dims: false })
+        Shape::substituted(e, &[], LEAF)
     }
 
     /// The shape of `e` once every read `In(i)` with `slots[i]` is replaced by a payload of
     /// shape `inserted`, from one walk of `e`.
     fn substituted(e: &Scalar, slots: &[bool], inserted: Shape) -> Shape {
-        let mut out = Shape { depth: 0, size: 0, dims: false };
+        let mut out = Shape { depth: 0, size: 0, dims: false, loads: false };
         // A depth-first walk keeps at most depth × 2 entries: most payloads fit inline.
         let mut stack: SmallVec<[(&Scalar, usize); 32]> = smallvec::smallvec![(e, 1usize)];
         while let Some((e, d)) = stack.pop() {
             let replaced = matches!(e, Scalar::In(i) if slots.get(*i).copied().unwrap_or(false));
             let (depth, size) = if replaced {
                 out.dims |= inserted.dims;
+                out.loads |= inserted.loads;
                 (d - 1 + inserted.depth, inserted.size)
             } else {
-                out.dims |= matches!(e, Scalar::Dim(_) | Scalar::Load(..));
+                out.dims |= matches!(e, Scalar::Dim(_));
+                out.loads |= matches!(e, Scalar::Load(..));
                 (d, 1)
             };
             out.depth = out.depth.max(depth);
@@ -124,6 +133,12 @@ struct Shapes {
 }
 
 impl Shapes {
+    fn fit(&self) -> bool {
+        self.body.fits()
+            && self.epilogue.is_none_or(Shape::fits)
+            && self.stats.is_none_or(Shape::fits)
+    }
+
     fn of(k: &LKernel) -> Shapes {
         Shapes {
             body: Shape::of(&k.body),
@@ -143,6 +158,7 @@ fn stat_shapes(k: &LKernel, shape: &mut dyn FnMut(&Scalar) -> Shape) -> Option<S
                 depth: a.depth.max(s.depth),
                 size: a.size.max(s.size),
                 dims: a.dims || s.dims,
+                loads: a.loads || s.loads,
             }))
         },
     )
@@ -154,7 +170,7 @@ fn fused_shapes(ps: Shapes, k: &LKernel, t: Tid, epilogue: bool) -> Option<Shape
     let slots: SmallVec<[bool; 8]> = k.inputs.iter().map(|o| o.t == t).collect();
     let shapes = if epilogue {
         // K's body becomes P's epilogue (with P's result `acc` for T); P's body stays.
-        let acc = ps.epilogue.unwrap_or(Shape { depth: 1, size: 1, dims: false });
+        let acc = ps.epilogue.unwrap_or(LEAF);
         let e = Shape::substituted(&k.body, &slots, acc);
         // `into_epilogue` drops an epilogue that is `acc` itself.
         let is_acc =
@@ -168,10 +184,7 @@ fn fused_shapes(ps: Shapes, k: &LKernel, t: Tid, epilogue: bool) -> Option<Shape
             stats: stat_shapes(k, &mut sub),
         }
     };
-    let fits = shapes.body.fits()
-        && shapes.epilogue.is_none_or(Shape::fits)
-        && shapes.stats.is_none_or(Shape::fits);
-    fits.then_some(shapes)
+    shapes.fit().then_some(shapes)
 }
 
 /// [`renumber`] without rebuilding the tree; no walk at all when `to` is the identity (a chain
@@ -222,7 +235,18 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
     for k in 0..kernels.len() {
         while let Some((p, t, epilogue)) = find(l, &kernels, &shapes, &u, &refused, k) {
             let Some(kk) = &kernels[k] else { break };
-            let Some(merged_shapes) = fused_shapes(shapes[p], kk, t, epilogue) else {
+            // A producer reading its indices is inserted with them substituted, a payload of
+            // another shape at each read: the fused kernel is built and measured.
+            let substituted = !epilogue && shapes[p].body.dims;
+            let built = match (&kernels[p], substituted) {
+                (Some(pk), true) => Some(inline(pk.clone(), kk.clone())),
+                _ => None,
+            };
+            let merged_shapes = match &built {
+                Some(m) => Some(Shapes::of(m)).filter(Shapes::fit),
+                None => fused_shapes(shapes[p], kk, t, epilogue),
+            };
+            let Some(merged_shapes) = merged_shapes else {
                 refused[t] = true;
                 continue;
             };
@@ -232,7 +256,11 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
                     u.readers[r] -= 1;
                 }
             }
-            let merged = if epilogue { into_epilogue(&pk, &kk) } else { inline(pk, kk) };
+            let merged = match built {
+                Some(m) => m,
+                None if epilogue => into_epilogue(&pk, &kk),
+                None => inline(pk, kk),
+            };
             debug_assert_eq!(merged_shapes, Shapes::of(&merged), "derived payload shapes");
             for r in distinct(&merged.inputs) {
                 u.readers[r] += 1;
@@ -314,7 +342,7 @@ fn pointwise(k: &LKernel, ps: Shapes, shape: &[u64]) -> bool {
         && k.stats.is_empty()
         && k.attention.is_none()
         && k.domain == shape
-        && !ps.body.dims
+        && !ps.body.loads
         && is_identity(&k.out.map, shape.len())
 }
 
@@ -372,7 +400,15 @@ fn find(
         // more points than T has (a broadcast, a matmul reading T per column) would
         // recompute the producer's body.
         let numel: u64 = shape.iter().product();
-        if pointwise(pk, shapes[p], shape) && kk.domain.iter().product::<u64>() == numel {
+        // A producer that reads its domain indices (RoPE's half, a mask) reads the consumer's
+        // indices through the consumer's map of `t`: only maps over the consumer's dimensions
+        // (no symbols) can stand in for them.
+        let dims_movable = !shapes[p].body.dims
+            || kk.inputs.iter().filter(|i| i.t == t).all(|i| over_dims(&i.map));
+        if pointwise(pk, shapes[p], shape)
+            && dims_movable
+            && kk.domain.iter().product::<u64>() == numel
+        {
             return Some((p, t, false));
         }
         // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
@@ -385,13 +421,27 @@ fn find(
             && kk.domain == *shape
             && !shape.is_empty()
             && is_identity(&kk.out.map, shape.len())
-            && !shapes[k].body.dims
-            && shapes[p].epilogue.is_none_or(|e| !e.dims)
+            && !(shapes[k].body.dims || shapes[k].body.loads)
+            && shapes[p].epilogue.is_none_or(|e| !(e.dims || e.loads))
         {
             return Some((p, t, true));
         }
     }
     None
+}
+
+/// Whether every variable of `map` is a domain dimension `dK` (no symbol).
+fn over_dims(map: &[fbc_index::Expr]) -> bool {
+    fn ok(e: &fbc_index::Expr) -> bool {
+        use fbc_index::Expr as E;
+        match e {
+            E::Var(v) => v.strip_prefix('d').is_some_and(|n| n.parse::<usize>().is_ok()),
+            E::Const(_) => true,
+            E::Neg(a) => ok(a),
+            E::Bin(_, a, b) => ok(a) && ok(b),
+        }
+    }
+    map.iter().all(ok)
 }
 
 /// Whether a kernel strictly between `p` and `k` writes storage that `pk` (at `p`) reads: moving
@@ -458,18 +508,30 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
     let mut left = payloads(&k).map(|e| reads_of(e, &t_slots)).sum::<usize>();
     let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| t_slots[i]).collect();
     let mut p_body = Some(p.body);
+    let mut p_dims = false;
+    if let Some(b) = &p_body {
+        b.visit(&mut |s| p_dims |= matches!(s, Scalar::Dim(_)));
+    }
     for (n, &slot) in t_reads.iter().enumerate() {
         let with = &k.inputs[slot].map;
         let to: SmallVec<[usize; 8]> =
             p.inputs.iter().map(|pi| merge_composed(&mut inputs, pi, with)).collect();
         // The last slot renumbers P's body in place; the others renumber a copy.
-        subst[slot] = if n + 1 == t_reads.len() {
+        let body = if n + 1 == t_reads.len() {
             p_body.take().map(|mut b| {
                 renumber_in_place(&mut b, &to);
                 b
             })
         } else {
             p_body.as_ref().map(|b| renumber(b, &to))
+        };
+        // P's index `i` is K's read of T at `with[i]` (`find` checked `with` names dimensions).
+        subst[slot] = match body {
+            Some(b) if p_dims => {
+                let dims: Vec<Scalar> = with.iter().map(super::storage::expr_scalar).collect();
+                Some(super::storage::subst_dims(&b, &dims))
+            }
+            b => b,
         };
     }
     // The last read takes the expression itself, earlier ones a copy.
@@ -520,8 +582,12 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
             ..*s
         })
         .collect();
-    let mut source = p.source;
-    source.extend(k.source.iter().copied());
+    // K's note (`[in place]`) follows K's op, which then comes first.
+    let source = if k.note.is_empty() {
+        p.source.iter().chain(&k.source).copied().collect()
+    } else {
+        k.source.iter().chain(&p.source).copied().collect()
+    };
     LKernel { inputs, body, epilogue, stats, symbols, source, ..k }
 }
 

@@ -757,14 +757,13 @@ fn split_direct(e: &Expr, d: usize, c: u64) -> Option<Expr> {
 }
 
 /// `e` with every domain index `Dim(i)` replaced by `dims[i]`.
-fn subst_dims(e: &Scalar, dims: &[Scalar]) -> Scalar {
+pub(crate) fn subst_dims(e: &Scalar, dims: &[Scalar]) -> Scalar {
     map_scalar(e, &mut |s| match s {
         Scalar::Dim(i) => dims.get(*i).cloned(),
         _ => None,
     })
 }
 
-/// An index expression as integer scalar arithmetic (`/` and `%` floor on integers).
 /// [`subst_dims`] in every payload of `k`: body, epilogue, statistics.
 fn subst_payloads(k: &mut LKernel, dims: &[Scalar]) {
     k.body = subst_dims(&k.body, dims);
@@ -775,7 +774,8 @@ fn subst_payloads(k: &mut LKernel, dims: &[Scalar]) {
     }
 }
 
-fn expr_scalar(e: &Expr) -> Scalar {
+/// An index expression as integer scalar arithmetic (`/` and `%` floor on integers).
+pub(crate) fn expr_scalar(e: &Expr) -> Scalar {
     let b = |op, a: &Expr, c: &Expr| {
         Scalar::Bin(op, Box::new(expr_scalar(a)), Box::new(expr_scalar(c)))
     };
