@@ -231,7 +231,9 @@ DEFAULT_SKINNY=$(printf '%s\n' "base|32|8|2|256" "g8|32|8|8|256" "l8r128off|8|12
 declare -A SPLIT
 while IFS='|' read -r n l r g m img split; do
   [ -n "$n" ] || continue
-  sed -e "s/^supported = true/supported = ${img:-true}/" dialects/target/profiles/nvidia.toml > $T/sk_$n.toml
+  # The shipped profile without its own [skinny] table, which the set replaces.
+  sed -e "s/^supported = true/supported = ${img:-true}/" dialects/target/profiles/nvidia.toml \
+    | awk '/^\[skinny\]/{skip=1; next} /^\[/{skip=0} !skip' > $T/sk_$n.toml
   printf '\n[skinny]\nwide_lanes = %s\nwide_rows = %s\ngroups_per_cu = %s\nmatvec_min_k = %s\n' "$l" "$r" "$g" "$m" >> $T/sk_$n.toml
   SPLIT[$n]=${split:-auto}
   echo "=== skinny $n wide_lanes $l wide_rows $r groups_per_cu $g matvec_min_k $m images ${img:-true} split-k ${split:-auto}" >> $K

@@ -127,17 +127,17 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
 }
 
 /// A matrix-vector product x·W (1×512 · 512×2048, lanes along the 2048 columns: 16 work-groups
-/// of 128) on nvidia: split by 2 (chunks of at least 256); a profile allowing chunks of 128 and
-/// eight groups per compute unit gets 4 (the chunk length bounds it), one allowing chunks of 32
-/// and four groups per compute unit 16 (the groups bound it: 256 of at most 528); the same
-/// numbers each time.
+/// of 128) on nvidia: split by 4 (the shipped profile's chunks of at least 128); a profile
+/// asking for chunks of 256 gets 2, one allowing chunks of 128 and eight groups per compute
+/// unit 4 (the chunk length bounds it), one allowing chunks of 32 and four groups per compute
+/// unit 16 (the groups bound it: 256 of at most 528); the same numbers each time.
 #[test]
 fn the_profile_sets_how_far_a_matrix_vector_product_splits() {
     let m = parse(&product(1, 512, 2048));
     let (after, _) = lowered(&m, "lower-to-memory", "nvidia");
-    assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 2]");
+    assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 4]");
     let mut p = fbc_target::builtin("nvidia").expect("nvidia");
-    for (groups, min_k, want) in [(8, 128, 4), (4, 32, 16)] {
+    for (groups, min_k, want) in [(2, 256, 2), (8, 128, 4), (4, 32, 16)] {
         p.skinny.groups_per_cu = groups;
         p.skinny.matvec_min_k = min_k;
         let mut split = m.clone();

@@ -409,12 +409,15 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(8192 * 8, w_lanes, 512, &nv), Some(4)); // dA of down
         let w16 = ProductShape::Skinny { narrow: 16, lanes_along_k: false };
         assert_eq!(SplitK::Auto.chunks(8192 * 16, w16, 512, &nv), Some(4));
-        // Matrix-vector products (a decode step): chunks of at least 256 along the wide side.
+        // Matrix-vector products (a decode step): chunks of at least the nvidia profile's
+        // `matvec_min_k`, 128, along the wide side.
         let gemv = ProductShape::Skinny { narrow: 1, lanes_along_k: false };
-        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(8)); // Q (16 by the groups)
-        assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(8)); // K of GQA (64)
+        assert_eq!(nv.skinny.matvec_min_k, 128);
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q (16 by the groups)
+        assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(16)); // K of GQA (64)
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4)); // gate
-        assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), None); // one chunk of 256 only
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), Some(2)); // chunks of 255 and 256
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 255, &nv), None); // one chunk of 128 only
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 255, &nv), None); // K too short to chunk
         assert_eq!(SplitK::Auto.chunks(8192 * 8 * 8, k_lanes, 8192, &nv), None); // device full
 
