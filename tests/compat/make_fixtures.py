@@ -42,19 +42,24 @@ CONFIGS = {
 }
 
 
+def perturb_and_save(model, keys, d):
+    """Moves the parameters whose name holds one of `keys` (norms, embeddings) away from their
+    init (1 or 0), so that the checkpoint's values are really read, then saves the model to `d`."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if any(k in n for k in keys):
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(d, safe_serialization=True)
+
+
 def main(out):
     for arch, (cfg_name, model_name, kw) in CONFIGS.items():
         torch.manual_seed(0)
         cfg = getattr(transformers, cfg_name)(**kw)
         cfg._attn_implementation = "eager"
         model = getattr(transformers, model_name)(cfg).float().eval()
-        with torch.no_grad():
-            # Norm weights away from their init (1 or 0) so the checkpoint's are really read.
-            for n, p in model.named_parameters():
-                if "norm" in n:
-                    p.add_(torch.randn_like(p) * 0.1)
         d = os.path.join(out, arch)
-        model.save_pretrained(d, safe_serialization=True)
+        perturb_and_save(model, ["norm"], d)
         tokens = torch.randint(0, cfg.vocab_size, (B, S))
         pos = torch.arange(S).unsqueeze(0)
         with torch.no_grad():
@@ -89,12 +94,8 @@ def encoders(out):
                                   hidden_act="gelu", layer_norm_eps=1e-12)
     cfg._attn_implementation = "eager"
     model = transformers.BertModel(cfg).float().eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "LayerNorm" in n:
-                p.add_(torch.randn_like(p) * 0.1)
     d = os.path.join(out, "bert")
-    model.save_pretrained(d, safe_serialization=True)
+    perturb_and_save(model, ["LayerNorm"], d)
     tokens = torch.randint(0, cfg.vocab_size, (B, S))
     types = torch.randint(0, 2, (B, S))
     attn = torch.ones(B, S, dtype=torch.long)
@@ -115,12 +116,8 @@ def encoders(out):
                                  num_channels=3, hidden_act="gelu", layer_norm_eps=1e-12)
     cfg._attn_implementation = "eager"
     model = transformers.ViTModel(cfg, add_pooling_layer=False).float().eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "layernorm" in n or "cls_token" in n or "position" in n:
-                p.add_(torch.randn_like(p) * 0.1)
     d = os.path.join(out, "vit")
-    model.save_pretrained(d, safe_serialization=True)
+    perturb_and_save(model, ["layernorm", "cls_token", "position"], d)
     pixels = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         o = model(pixel_values=pixels)
@@ -142,12 +139,8 @@ def encoders(out):
                                      bos_token_id=0, eos_token_id=2, decoder_start_token_id=0)
     cfg._attn_implementation = "eager"
     model = transformers.WhisperForConditionalGeneration(cfg).float().eval()
-    with torch.no_grad():
-        for n, p_ in model.named_parameters():
-            if "layer_norm" in n:
-                p_.add_(torch.randn_like(p_) * 0.1)
     d = os.path.join(out, "whisper")
-    model.save_pretrained(d, safe_serialization=True)
+    perturb_and_save(model, ["layer_norm"], d)
     tokens = torch.randint(0, cfg.vocab_size, (1, S))
     enc = torch.randn(1, 16, 64)
     with torch.no_grad():
