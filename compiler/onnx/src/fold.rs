@@ -45,19 +45,7 @@ pub fn gather_by(
     f: impl Fn(&[usize]) -> usize,
 ) -> Result<HostTensor, String> {
     check_size(&shape)?;
-    let n = numel(&shape)?;
-    let mut idx = vec![0usize; shape.len()];
-    let mut flat = Vec::with_capacity(n);
-    for _ in 0..n {
-        flat.push(f(&idx));
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    let flat = Tensor::from_fn(&shape, f).map_err(|e| e.to_string())?.into_data();
     let data = match &src.data {
         Data::F32(v) => Data::F32(flat.iter().map(|&i| v[i]).collect()),
         Data::F64(v) => Data::F64(flat.iter().map(|&i| v[i]).collect()),
