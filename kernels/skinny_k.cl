@@ -4,23 +4,22 @@ void {{name}}({{params}}) {
   const int lx = get_local_id(0), ly = get_local_id(1);
   const int lid = ly * {{lanes}} + lx;
   const {{ix}} w0 = ({{ix}})get_group_id(1) * {{bw}} + ly * {{rb}};
-  const {{ix}} bz = get_global_id(2);
-{{batch_decl}}  __local float red[{{gy}}][{{outs}}][{{lanes}} + 1];
+{{bz_decl}}{{batch_decl}}  __local float red[{{gy}}][{{outs}}][{{lanes}} + 1];
   // The narrow operand's values of one trip: value c of lane l at nvs[c][l][j] (lanes one
   // row of j + 1 apart: distinct banks).
   __local float nvs[{{v}}][{{lanes}}][{{j}} + 1];
-  float part[{{rb}}][{{j}}];
+{{split_decl}}  float part[{{rb}}][{{j}}];
   for (int r = 0; r < {{rb}}; ++r)
     for (int j = 0; j < {{j}}; ++j) part[r][j] = 0.0f;
   for (int t = 0; t < {{trips}}; ++t) {
-    const {{ix}} kb = ({{ix}})t * {{step}};
+    const {{ix}} kb = {{kbase}}({{ix}})t * {{step}};
     // The group stages the trip's {{step}} x {{j}} narrow values (neighbouring work-items read
     // neighbouring {{stage_order}}), zero past the reduction.
     if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);
     for (int q = lid; q < {{step}} * {{j}}; q += {{group}}) {
       const int kq = {{kq}}, j = {{jq}};
       const {{ix}} kk = kb + kq, {{narrow}} = j;
-      nvs[kq % {{v}}][kq / {{v}}][j] = kk < {{k}} ? {{narrow_at}} : 0.0f;
+      nvs[kq % {{v}}][kq / {{v}}][j] = kk < {{kend}} ? {{narrow_at}} : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const {{ix}} k0 = kb + lx * {{v}};
@@ -30,11 +29,4 @@ void {{name}}({{params}}) {
   for (int r = 0; r < {{rb}}; ++r)
     for (int j = 0; j < {{j}}; ++j) red[ly][r * {{j}} + j][lx] = part[r][j];
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int o = lx; o < {{outs}}; o += {{lanes}}) {
-    const {{ix}} {{wide}} = w0 + o / {{j}}, {{narrow}} = o % {{j}};
-    if ({{wide}} >= {{w}}) break;
-    float acc = 0.0f;
-    for (int l = 0; l < {{lanes}}; ++l) acc += red[ly][o][l];
-    {{store}}
-  }
-}
+{{finish}}}

@@ -3,16 +3,15 @@ void {{name}}({{params}}) {
   // skinny [{{w}} x {{k}}] x [{{k}} x {{j}}] ({{wide}} wide, {{narrow}} narrow), {{batches}} batch(es): {{lanes}} work-items along {{wide}} ({{v}} each), {{gy}} along k per group{{notes}}
   const int lx = get_local_id(0), ly = get_local_id(1);
   const {{ix}} w0 = ({{ix}})get_group_id(0) * {{bw}};
-  const {{ix}} bz = get_global_id(2);
-{{batch_decl}}  __local float red[{{j}}][{{gy}}][{{bw}}];
-  float part[{{v}}][{{j}}];
+{{bz_decl}}{{batch_decl}}  __local float red[{{j}}][{{gy}}][{{bw}}];
+{{split_decl}}  float part[{{v}}][{{j}}];
   for (int c = 0; c < {{v}}; ++c)
     for (int j = 0; j < {{j}}; ++j) part[c][j] = 0.0f;
   const {{ix}} wl = w0 + lx * {{v}};
   if (wl < {{w}}) {
     #pragma unroll 4
     for (int t = 0; t < {{trips}}; ++t) {
-      const {{ix}} kk = ({{ix}})ly + ({{ix}})t * {{step}};
+      const {{ix}} kk = {{kbase}}({{ix}})ly + ({{ix}})t * {{step}};
 {{tail}}{{accumulate}}    }
   }
   // Each work-item's partial sums into local memory; then the group adds each output's {{gy}}
@@ -20,12 +19,4 @@ void {{name}}({{params}}) {
   for (int c = 0; c < {{v}}; ++c)
     for (int j = 0; j < {{j}}; ++j) red[j][ly][lx * {{v}} + c] = part[c][j];
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int o = ly * {{lanes}} + lx; o < {{j}} * {{bw}}; o += {{lanes}} * {{gy}}) {
-    const int j = o / {{bw}}, q = o % {{bw}};
-    const {{ix}} {{wide}} = w0 + q, {{narrow}} = j;
-    if ({{wide}} >= {{w}}) continue;
-    float acc = 0.0f;
-    for (int y = 0; y < {{gy}}; ++y) acc += red[j][y][q];
-    {{store}}
-  }
-}
+{{finish}}}

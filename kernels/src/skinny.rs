@@ -54,8 +54,19 @@ pub struct Skinny<'a> {
     /// how [`Lanes::K`] stages it in local memory, neighbouring work-items reading neighbouring
     /// values.
     pub narrow_k_fastest: bool,
-    /// One statement storing `float acc`, the output at `(wide, narrow)`.
+    /// One statement storing `float acc`, the output at `(wide, narrow)`; with
+    /// [`Skinny::texel_store`], storing `acc0..acc3`, the outputs at `wide + 0..3`.
     pub store: &'a str,
+    /// The store writes a whole texel, four wide indices from a multiple of 4 ([`Lanes::Wide`]
+    /// only; the wide extent is a multiple of 4).
+    pub texel_store: bool,
+    /// Split-K in one launch (the launch's `split_k` hint): the reduction cut into chunks that
+    /// work-groups of their own sum, the last group of a block to finish adding the chunks'
+    /// partial sums in chunk order (see [`Skinny::chunks`]). The kernel then takes two more
+    /// parameters after `params`: `__global float* fbc_part` and `__global int* fbc_count`,
+    /// of [`Skinny::scratch`] elements, the counts zero before the first launch (each launch
+    /// leaves them zero).
+    pub split: Option<u64>,
     pub lanes: Lanes,
     /// Work-group shape `[x, y]`, from [`Skinny::group_for`].
     pub group: [u64; 2],
@@ -88,14 +99,48 @@ impl Skinny<'_> {
         local_bytes(self.lanes, self.group, self.j, self.v())
     }
 
-    /// The global work size `[x, y, z]`.
+    /// The global work size `[x, y, z]`: the batches times the chunks along z.
     pub fn global(&self) -> [u64; 3] {
         let [gx, gy] = self.group;
-        let groups = self.w.div_ceil(self.block()).max(1);
+        let groups = self.blocks();
+        let z = self.batches.max(1) * self.chunks().map_or(1, |(s, _)| s);
         match self.lanes {
-            Lanes::K => [gx, groups * gy, self.batches.max(1)],
-            Lanes::Wide => [groups * gx, gy, self.batches.max(1)],
+            Lanes::K => [gx, groups * gy, z],
+            Lanes::Wide => [groups * gx, gy, z],
         }
+    }
+
+    /// Work-groups along the wide side (per batch and chunk).
+    pub fn blocks(&self) -> u64 {
+        self.w.div_ceil(self.block()).max(1)
+    }
+
+    /// The reduction's step per trip: the lanes times their values ([`Lanes::K`]) or the rows
+    /// of lanes ([`Lanes::Wide`]).
+    fn step(&self) -> u64 {
+        match self.lanes {
+            Lanes::K => self.group[0] * self.v(),
+            Lanes::Wide => self.group[1],
+        }
+    }
+
+    /// The split, `(chunks, chunk length)`: [`Skinny::split`]'s count with each chunk a whole
+    /// number of trips (so texel reads along k stay aligned), `None` where fewer than two
+    /// chunks remain.
+    pub fn chunks(&self) -> Option<(u64, u64)> {
+        let s = self.split?;
+        let step = self.step();
+        let len = self.k.div_ceil(s.max(1)).div_ceil(step) * step;
+        let n = self.k.div_ceil(len);
+        (n >= 2).then_some((n, len))
+    }
+
+    /// Elements of the split's two scratch buffers: `f32` partial sums (a block's outputs per
+    /// batch, block and chunk) and `int` counts (one per batch and block).
+    pub fn scratch(&self) -> Option<(u64, u64)> {
+        let (n, _) = self.chunks()?;
+        let counts = self.batches.max(1) * self.blocks();
+        Some((counts * n * self.block() * self.j, counts))
     }
 
     /// The work-group: 32 lanes along the coalesced index (a warp of neighbouring reads) and
@@ -204,19 +249,38 @@ pub fn skinny(s: &Skinny<'_>) -> String {
         }
     };
     // A constant trip count (the compiler unrolls it); the last trip checks the end where the
-    // lanes' stride does not divide the reduction.
-    let step = match s.lanes {
-        Lanes::K => gx * v,
-        Lanes::Wide => gy,
+    // lanes' stride does not divide the reduction (or the chunk).
+    let step = s.step();
+    let chunks = s.chunks();
+    let (len, kbase, kend) = match chunks {
+        Some((n, len)) => {
+            let end = if n * len == s.k { format!("k_lo + {len}") } else { "k_hi".to_string() };
+            (len, "k_lo + ".to_string(), end)
+        }
+        None => (s.k, String::new(), s.k.to_string()),
     };
-    let trips = s.k.div_ceil(step);
+    let trips = len.div_ceil(step);
+    let exact = len % step == 0 && chunks.is_none_or(|(n, len)| n * len == s.k);
     // Lanes along k meet the group's barriers every trip: past the end they skip the trip's
     // arithmetic instead of leaving the loop.
-    let (tail, tail_end) = match (s.lanes, s.k % step == 0) {
+    let (tail, tail_end) = match (s.lanes, exact) {
         (_, true) => (String::new(), String::new()),
-        (Lanes::K, false) => (format!("    if (k0 < {}) {{\n", s.k), "    }\n".to_string()),
-        (Lanes::Wide, false) => (format!("      if (kk >= {}) break;\n", s.k), String::new()),
+        (Lanes::K, false) => (format!("    if (k0 < {kend}) {{\n"), "    }\n".to_string()),
+        (Lanes::Wide, false) => (format!("      if (kk >= {kend}) break;\n"), String::new()),
     };
+    let bz_decl = match chunks {
+        None => format!("  const {ix} bz = get_global_id(2);\n"),
+        Some((n, len)) => {
+            let mut d = format!(
+                "  // Split-K: chunk sk of {n} ({len} long) of batch bz.\n  const {ix} bz = get_global_id(2) / {n};\n  const int sk = (int)(get_global_id(2) % {n});\n  const {ix} k_lo = ({ix})sk * {len};\n"
+            );
+            if n * len != s.k {
+                let _ = writeln!(d, "  const {ix} k_hi = min(k_lo + {len}, ({ix}){});", s.k);
+            }
+            d
+        }
+    };
+    let split_decl = if chunks.is_some() { "  __local int fbc_last;\n" } else { "" };
     // The staging order of the narrow operand: along the reduction where it is contiguous
     // along it (`Bᵀ` read as `b[j, kk]`), else along the narrow index (`A[kk, j]`).
     let (kq, jq, stage_order) = if s.narrow_k_fastest {
@@ -225,6 +289,7 @@ pub fn skinny(s: &Skinny<'_>) -> String {
         (format!("q / {j}"), format!("q % {j}"), s.narrow)
     };
     let notes = if v == 4 { "; the wide operand read four values at a time" } else { "" };
+    let finish = finish(s);
     let num = |x: u64| x.to_string();
     fill(
         template,
@@ -233,9 +298,11 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             ("lanes", &num(gx)),
             ("gy", &num(gy)),
             ("name", s.name),
-            ("params", s.params),
+            ("params", &params(s)),
             ("w", &num(w)),
             ("k", &num(s.k)),
+            ("kbase", &kbase),
+            ("kend", &kend),
             ("j", &num(j)),
             ("wide", wide),
             ("narrow", narrow),
@@ -255,11 +322,108 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             ("group", &num(gx * gy)),
             ("narrow_at", s.narrow_at),
             ("ix", ix),
+            ("bz_decl", &bz_decl),
             ("batch_decl", s.batch_decl),
+            ("split_decl", split_decl),
             ("accumulate", &acc),
-            ("store", s.store),
+            ("finish", &finish),
         ],
     )
+}
+
+/// The parameter list: the launch's, then the split's scratch buffers.
+fn params(s: &Skinny<'_>) -> String {
+    match s.chunks() {
+        Some(_) => format!("{}, __global float* fbc_part, __global int* fbc_count", s.params),
+        None => s.params.to_string(),
+    }
+}
+
+/// The statements after the group's partial sums are in `red` (and a barrier): each output's
+/// sum over the group, stored; or, split, written to the chunk's slot of `fbc_part`, and the
+/// last group of the block to count itself in adds the chunks' slots in chunk order and stores.
+/// A block's outputs are numbered `o`: wide-major along k ([`Lanes::K`]: `red[ly][o % outs]`
+/// holds `o` for row of lanes `o / outs`), narrow-major along the wide side.
+fn finish(s: &Skinny<'_>) -> String {
+    let (ix, j, w, wide, narrow) = (s.index, s.j, s.w, s.wide, s.narrow);
+    let [gx, gy] = s.group;
+    let (bw, group, outs) = (s.block(), gx * gy, s.rb() * j);
+    // The group's sum of block output `o` (an int expression) from `red`.
+    let group_sum = |o: &str| {
+        match s.lanes {
+        Lanes::K => format!(
+            "float acc = 0.0f;\n    for (int l = 0; l < {gx}; ++l) acc += red[({o}) / {outs}][({o}) % {outs}][l];"
+        ),
+        Lanes::Wide => format!(
+            "float acc = 0.0f;\n    for (int y = 0; y < {gy}; ++y) acc += red[({o}) / {bw}][y][({o}) % {bw}];"
+        ),
+    }
+    };
+    // The group's index along the wide side, and the indices of block output `o`.
+    let (blk, lid) = match s.lanes {
+        Lanes::K => ("get_group_id(1)", "lid"),
+        Lanes::Wide => ("get_group_id(0)", "(ly * {gx} + lx)"),
+    };
+    let lid = lid.replace("{gx}", &gx.to_string());
+    let (wide_of, narrow_of) = match s.lanes {
+        Lanes::K => (format!("({ix}){blk} * {bw} + o / {j}"), format!("o % {j}")),
+        Lanes::Wide => (format!("w0 + o % {bw}"), format!("o / {bw}")),
+    };
+    let Some((n, _)) = s.chunks() else {
+        return match (s.lanes, s.texel_store) {
+            // Lanes along k: row of lanes ly stores its own outputs (lane order within).
+            (Lanes::K, _) => format!(
+                "  for (int o = lx; o < {outs}; o += {gx}) {{\n    const {ix} {wide} = w0 + o / {j}, {narrow} = o % {j};\n    if ({wide} >= {w}) break;\n    float acc = 0.0f;\n    for (int l = 0; l < {gx}; ++l) acc += red[ly][o][l];\n    {}\n  }}\n",
+                s.store
+            ),
+            (Lanes::Wide, false) => format!(
+                "  for (int o = ly * {gx} + lx; o < {j} * {bw}; o += {gx} * {gy}) {{\n    const int j = o / {bw}, q = o % {bw};\n    const {ix} {wide} = w0 + q, {narrow} = j;\n    if ({wide} >= {w}) continue;\n    float acc = 0.0f;\n    for (int y = 0; y < {gy}; ++y) acc += red[j][y][q];\n    {}\n  }}\n",
+                s.store
+            ),
+            (Lanes::Wide, true) => format!(
+                "  // A texel of four {wide} indices per store.\n  for (int t = {lid}; t < {j} * {}; t += {group}) {{\n    const int o = t * 4;\n    const {ix} {wide} = {wide_of}, {narrow} = {narrow_of};\n    if ({wide} >= {w}) continue;\n{}    {}\n  }}\n",
+                bw / 4,
+                (0..4)
+                    .map(|c| format!(
+                        "    float acc{c} = 0.0f;\n    for (int y = 0; y < {gy}; ++y) acc{c} += red[{narrow}][y][o % {bw} + {c}];\n"
+                    ))
+                    .collect::<String>(),
+                s.store
+            ),
+        };
+    };
+    let size = j * bw;
+    let mut f = String::new();
+    let _ = write!(
+        f,
+        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {} + {blk};\n  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
+        s.blocks(),
+        group_sum("o"),
+        n - 1
+    );
+    let sum = |acc: &str, o: &str| {
+        format!(
+            "    float {acc} = 0.0f;\n    for (int c = 0; c < {n}; ++c) {acc} += fbc_all[c * {size} + {o}];\n"
+        )
+    };
+    if s.texel_store {
+        let _ = write!(
+            f,
+            "  for (int t = fbc_lid; t < {j} * {}; t += {group}) {{\n    const int o = t * 4;\n    const {ix} {wide} = {wide_of}, {narrow} = {narrow_of};\n    if ({wide} >= {w}) continue;\n{}    {}\n  }}\n",
+            bw / 4,
+            (0..4).map(|c| sum(&format!("acc{c}"), &format!("o + {c}"))).collect::<String>(),
+            s.store
+        );
+    } else {
+        let _ = write!(
+            f,
+            "  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    const {ix} {wide} = {wide_of}, {narrow} = {narrow_of};\n    if ({wide} >= {w}) continue;\n{}    {}\n  }}\n",
+            sum("acc", "o"),
+            s.store
+        );
+    }
+    f.push_str("  if (fbc_lid == 0) fbc_count[fbc_block] = 0;\n");
+    f
 }
 
 /// The skinny kernel whose lanes run along the reduction ([`Lanes::K`]), with named holes.
@@ -289,6 +453,8 @@ mod tests {
             narrow_at: "x1[kk * 8 + col]",
             narrow_k_fastest: false,
             store: "x2[row * 8 + col] = acc;",
+            texel_store: false,
+            split: None,
             lanes,
             group: Skinny::group_for(lanes, j, texel, [32, 8], 256, 48 * 1024),
             index: "int",

@@ -221,22 +221,23 @@ fi
 # through a profile file (the nvidia profile with a [skinny] table appended), on the decode
 # step's matrix-vector products (tests/bench/decode_products.fbir) and, for the sets named in
 # SKINNY_LLAMA, on the 16-layer Llama decode step at position 2047. Results: $O/skinny.txt.
-# SKINNY: the sets, `name|wide_lanes|wide_rows|groups_per_cu|matvec_min_k[|images[|split-k]]`,
-# one per line (images true, split-k auto unless given).
+# SKINNY: the sets, `name|wide_lanes|wide_rows|groups_per_cu|matvec_min_k[|images[|split-k[|one]]]`,
+# one per line (images true, split-k auto, one_launch_split false unless given). SKINNY_LLAMA
+# may name a set more than once (alternated runs).
 if want skinny; then
 K=$O/skinny.txt
 DEFAULT_SKINNY=$(printf '%s\n' "base|32|8|2|256" "g8|32|8|8|256" "l8r128off|8|128|2|256|true|off" \
   "l8r128|8|128|2|256" "l8r64off|8|64|2|256|true|off" "l16r64off|16|64|2|256|true|off" \
   "l4r256off|4|256|2|256|true|off" "buffers_l8r128off|8|128|2|256|false|off")
 declare -A SPLIT
-while IFS='|' read -r n l r g m img split; do
+while IFS='|' read -r n l r g m img split one; do
   [ -n "$n" ] || continue
   # The shipped profile without its own [skinny] table, which the set replaces.
   sed -e "s/^supported = true/supported = ${img:-true}/" dialects/target/profiles/nvidia.toml \
     | awk '/^\[skinny\]/{skip=1; next} /^\[/{skip=0} !skip' > $T/sk_$n.toml
-  printf '\n[skinny]\nwide_lanes = %s\nwide_rows = %s\ngroups_per_cu = %s\nmatvec_min_k = %s\n' "$l" "$r" "$g" "$m" >> $T/sk_$n.toml
+  printf '\n[skinny]\nwide_lanes = %s\nwide_rows = %s\ngroups_per_cu = %s\nmatvec_min_k = %s\none_launch_split = %s\n' "$l" "$r" "$g" "$m" "${one:-false}" >> $T/sk_$n.toml
   SPLIT[$n]=${split:-auto}
-  echo "=== skinny $n wide_lanes $l wide_rows $r groups_per_cu $g matvec_min_k $m images ${img:-true} split-k ${split:-auto}" >> $K
+  echo "=== skinny $n wide_lanes $l wide_rows $r groups_per_cu $g matvec_min_k $m images ${img:-true} split-k ${split:-auto} one_launch_split ${one:-false}" >> $K
   timeout 100 $B bench tests/bench/decode_products.fbir --device $D --profile $T/sk_$n.toml --split-k ${split:-auto} --repeat 10 < /dev/null >> $K 2>&1
 done <<< "${SKINNY:-$DEFAULT_SKINNY}"
 for n in ${SKINNY_LLAMA:-}; do

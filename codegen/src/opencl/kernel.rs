@@ -118,6 +118,11 @@ pub struct Emitted {
     pub shape: Option<String>,
     /// A second kernel that completes this one: the combine of a split attention launch.
     pub then: Option<Then>,
+    /// The skinny kernel splits its reduction in this one launch (`fbc_kernels::Skinny::split`):
+    /// the elements of its two scratch buffers, `f32` partial sums and `int` counts that must be
+    /// zero before the first launch (each launch leaves them zero), which it takes after its
+    /// operands.
+    pub split: Option<(u64, u64)>,
 }
 
 /// The kernel that runs right after an [`Emitted`] one and completes it: its source (one
@@ -560,6 +565,8 @@ struct Shape<'a> {
     k: u64,
     batches: u64,
     batch_decl: &'a str,
+    /// The output is an image written a texel (four columns) at a time.
+    texel_store: bool,
 }
 
 /// The value of each dimension in `dims` (in domain order, the last fastest) from their
@@ -1215,8 +1222,11 @@ impl Cx<'_> {
         // narrow output, reads the wide operand once, coalesced).
         for side in [&mut s.rows, &mut s.cols] {
             if side.is_empty() {
+                // Or the padding of such a side: a dimension no operand reads whose points
+                // past the first the guard excludes (a decode step's row in an R-Tile image).
+                let padding = |d: usize| self.k.guard.as_ref().is_some_and(|g| map_uses(&g.map, d));
                 let unit = s.batch.iter().rposition(|&d| {
-                    self.k.domain[d] == 1
+                    (self.k.domain[d] == 1 || padding(d))
                         && !map_uses(&self.k.maps[a], d)
                         && !map_uses(&self.k.maps[b], d)
                 });
@@ -1666,6 +1676,7 @@ impl Cx<'_> {
             checked: self.checked,
             shape: None,
             then: None,
+            split: None,
         }
     }
 
@@ -1787,11 +1798,17 @@ impl Cx<'_> {
         // Texel-wide staging: the operand's channel is the innermost dimension of the reduction
         // or of its own rows/columns (extent 4), or that dimension mod 4 (extent a multiple of
         // 4), and x and y are the same over each aligned run of four of its values.
-        let texel_read = |i: usize, ds: &[String], along: [(&[usize], fbc_kernels::Along); 2]| {
+        // Whether a condition of the guard reads rows (side 0) or columns (side 1).
+        let guard_reads = |side: usize| reads.iter().any(|rc: &(bool, bool)| [rc.0, rc.1][side]);
+        let texel_read = |i: usize,
+                          ds: &[String],
+                          along: [(&[usize], fbc_kernels::Along); 2],
+                          outer_ok: bool| {
             along.into_iter().find_map(|(axis, al)| {
                 // Under a guard only along the reduction: four rows or columns of one texel
-                // could be partly padding, and the guard is checked once per texel.
-                if guarded && al == fbc_kernels::Along::Outer {
+                // could be partly padding, and the guard is checked once per texel (the
+                // skinny kernel also reads along a side no condition reads: `outer_ok`).
+                if guarded && al == fbc_kernels::Along::Outer && !outer_ok {
                     return None;
                 }
                 let j = *axis.last()?;
@@ -1800,12 +1817,17 @@ impl Cx<'_> {
         };
         use fbc_kernels::Along;
         let zero4 = "(float4)(0.0f)";
-        let a_tex = texel_read(a, &a_dims, [(&red, Along::K), (&split.rows, Along::Outer)])
-            .transpose()?
-            .map(|(t, al)| (when(&a_ok, t, zero4), al));
-        let b_tex = texel_read(b, &b_dims, [(&split.cols, Along::Outer), (&red, Along::K)])
-            .transpose()?
-            .map(|(t, al)| (when(&b_ok, t, zero4), al));
+        let a_read = |outer_ok| {
+            texel_read(a, &a_dims, [(&red, Along::K), (&split.rows, Along::Outer)], outer_ok)
+                .transpose()
+                .map(|t| t.map(|(t, al)| (when(&a_ok, t, zero4), al)))
+        };
+        let b_read = |outer_ok| {
+            texel_read(b, &b_dims, [(&split.cols, Along::Outer), (&red, Along::K)], outer_ok)
+                .transpose()
+                .map(|t| t.map(|(t, al)| (when(&b_ok, t, zero4), al)))
+        };
+        let (a_tex, b_tex) = (a_read(false)?, b_read(false)?);
         let mut s_dims = zero(&red);
         let value = |s_dims: &[String], acc: &str| -> Result<String, String> {
             Ok(match &k.epilogue {
@@ -1829,7 +1851,15 @@ impl Cx<'_> {
             let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
             format!("x{out}[{}] = {v};", self.coord(out, 0, &s_dims)?)
         };
-        if !texel && !guarded && m.min(n) <= fbc_target::SKINNY_SIDE {
+        // The skinny kernel: wide rows where the columns are narrow, else wide columns. A guard
+        // may read the narrow side (padding rows or columns: their narrow values read as 0, their
+        // outputs stored as 0), not the wide one; an image output takes wide columns (a texel of
+        // four a store).
+        let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
+        let wide_side = usize::from(!rows_wide);
+        if m.min(n) <= fbc_target::SKINNY_SIDE && !guard_reads(wide_side) && (!texel || !rows_wide)
+        {
+            let (a_tex, b_tex) = (a_read(!guard_reads(0))?, b_read(!guard_reads(1))?);
             let sides = Sides {
                 a,
                 b,
@@ -1840,7 +1870,15 @@ impl Cx<'_> {
                 a_dims: &a_dims,
                 b_dims: &b_dims,
             };
-            let shape = Shape { split: &split, m, n, k: kk, batches, batch_decl: &batch_decl };
+            let shape = Shape {
+                split: &split,
+                m,
+                n,
+                k: kk,
+                batches,
+                batch_decl: &batch_decl,
+                texel_store: texel,
+            };
             if let Some(e) = self.skinny(comment, &sides, &shape, &store, opts) {
                 return Ok(Some(e));
             }
@@ -1936,6 +1974,7 @@ impl Cx<'_> {
             checked: false,
             shape: Some(shape),
             then: None,
+            split: None,
         }))
     }
 
@@ -1953,7 +1992,7 @@ impl Cx<'_> {
         opts: &KernelOptions,
     ) -> Option<Emitted> {
         use fbc_kernels::{Along, Lanes};
-        let Shape { split, m, n, k, batches, batch_decl } = *shape;
+        let Shape { split, m, n, k, batches, batch_decl, texel_store } = *shape;
         let nd = self.k.domain.len();
         // The wide side: rows (operand `a`) where the columns are narrow, else columns (`b`).
         let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
@@ -1986,6 +2025,10 @@ impl Cx<'_> {
         if lanes == Lanes::Wide && k < opts.skinny.wide_min_k(j) {
             return None;
         }
+        // A texel store needs the lanes along the wide side (a block of whole texels).
+        if texel_store && lanes != Lanes::Wide {
+            return None;
+        }
         let texel = texel.as_deref();
         let group = fbc_kernels::Skinny::group_for(
             lanes,
@@ -2013,6 +2056,8 @@ impl Cx<'_> {
             narrow_at,
             narrow_k_fastest: self.moves_along(if rows_wide { sides.b } else { sides.a }, nd - 1),
             store,
+            texel_store,
+            split: self.k.split,
             lanes,
             group,
             index: self.w.ty(),
@@ -2029,6 +2074,7 @@ impl Cx<'_> {
             checked: false,
             shape: None,
             then: None,
+            split: s.scratch(),
         })
     }
 }

@@ -99,6 +99,7 @@ impl Writer {
                 steps: Vec::new(),
                 kernels: &mut kernels,
                 names: &mut names,
+                split_scratch: None,
             };
             functions.push(fw.write()?);
         }
@@ -159,6 +160,11 @@ struct FuncWriter<'a> {
     steps: Vec<Step>,
     kernels: &'a mut Vec<(String, String)>,
     names: &'a mut HashSet<String>,
+    /// The scratch of the skinny kernels that split their reduction in one launch: storage ids
+    /// of the partial sums and the counts, shared by every such launch of the function (the
+    /// launches run one after another, and each leaves the counts zero), allocated at the first
+    /// and sized for the largest.
+    split_scratch: Option<(usize, usize)>,
 }
 
 fn dtype(e: ElemType) -> Option<Dtype> {
@@ -410,6 +416,10 @@ impl FuncWriter<'_> {
         // Downloads are issued where the result is returned: move each before the deallocs of
         // its storage that follow it? Deallocs come after last uses, which are the downloads, so
         // a dealloc of downloaded storage must follow the download: reorder them last.
+        if let Some((part, count)) = self.split_scratch {
+            self.steps.push(Step::Dealloc { storage: part });
+            self.steps.push(Step::Dealloc { storage: count });
+        }
         self.order_downloads();
         let peak_bytes = self.peak();
         Ok(FunctionManifest {
@@ -523,6 +533,10 @@ impl FuncWriter<'_> {
         if let Some((_, id)) = &then {
             args.push(*id);
         }
+        if let Some((part, count)) = e.split {
+            let (p, c) = self.split_scratch(part, count);
+            args.extend([p, c]);
+        }
         self.steps.push(Step::Launch(Launch {
             kernel: name.clone(),
             source: k.source.clone(),
@@ -566,6 +580,40 @@ impl FuncWriter<'_> {
             self.kernels.push((second, t.source));
         }
         Ok(())
+    }
+
+    /// The function's split-K scratch (see `split_scratch`), at least `part` floats and `count`
+    /// ints: created (and the counts zero-filled) at the first launch that needs it.
+    fn split_scratch(&mut self, part: u64, count: u64) -> (usize, usize) {
+        let ids = match self.split_scratch {
+            Some(ids) => ids,
+            None => {
+                let mut new = |name: &str, dtype| {
+                    let id = self.storage.len();
+                    self.storage.push(StorageDesc {
+                        id,
+                        name: name.into(),
+                        kind: StorageKind::Buffer,
+                        dtype,
+                        elems: 0,
+                        bytes: 0,
+                        slot: None,
+                    });
+                    self.steps.push(Step::Alloc { storage: id });
+                    id
+                };
+                let ids = (new("split_k_partials", Dtype::F32), new("split_k_counts", Dtype::I32));
+                self.steps.push(Step::Fill { storage: ids.1 });
+                self.split_scratch = Some(ids);
+                ids
+            }
+        };
+        for (id, elems) in [(ids.0, part), (ids.1, count)] {
+            let d = &mut self.storage[id];
+            d.elems = d.elems.max(elems);
+            d.bytes = d.elems * 4;
+        }
+        ids
     }
 
     /// For a launch that reads its output storage (`xN`/`xN[e]` in its payload, or the same

@@ -55,9 +55,22 @@ fn check_edges(target: &str) {
 
 /// The results of `fbc run --target T ... --outputs`, as bytes.
 fn outputs(path: &Path, target: &str, split: &str, tag: &str, env: &[(&str, &Path)]) -> Vec<u8> {
-    let out = path.with_file_name(format!("out-{target}-{split}-{tag}.safetensors"));
+    outputs_for(path, target, split, "cpu", tag, env)
+}
+
+/// [`outputs`] for hardware profile `profile`.
+fn outputs_for(
+    path: &Path,
+    target: &str,
+    split: &str,
+    profile: &str,
+    tag: &str,
+    env: &[(&str, &Path)],
+) -> Vec<u8> {
+    let name = Path::new(profile).file_stem().and_then(|n| n.to_str()).unwrap_or("profile");
+    let out = path.with_file_name(format!("out-{target}-{split}-{name}-{tag}.safetensors"));
     let o = out.to_string_lossy().into_owned();
-    run(path, target, &["--split-k", split, "--profile", "cpu", "--outputs", &o], env);
+    run(path, target, &["--split-k", split, "--profile", profile, "--outputs", &o], env);
     std::fs::read(&out).expect("outputs written")
 }
 
@@ -117,6 +130,54 @@ mod opencl {
         let base = outputs(&p, "opencl", "16", "a", &[]);
         assert_eq!(base, outputs(&p, "opencl", "16", "b", &[]));
         assert_ne!(base, outputs(&p, "opencl", "off", "c", &[]));
+    }
+
+    /// The nvidia profile with `skinny.one_launch_split` splits skinny products in one launch
+    /// (the last work-group of a block adds the chunks' partial sums): the edge shapes pass
+    /// `--check` at every chunk count, the results repeat bit for bit, and a decode step (its
+    /// products written into padded R-Tile images a texel at a time) passes `--check`.
+    #[test]
+    fn opencl_one_launch_splits_match_the_interpreter_and_repeat() {
+        if !have_device() {
+            return;
+        }
+        let dir = common::scratch("split-k-one-launch");
+        let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
+        assert!(shipped.contains("\none_launch_split = false\n"));
+        let profile = file(
+            &dir,
+            "one.toml",
+            &shipped.replace("\none_launch_split = false\n", "\none_launch_split = true\n"),
+        );
+        let nv = profile.to_str().unwrap();
+        let p = file(&dir, "edges.fbir", EDGES);
+        for s in ["3", "16", "64"] {
+            let out = run(&p, "opencl", &["--split-k", s, "--profile", nv, "--check"], &[]);
+            assert!(out.contains("check passed"), "split-k={s}: {out}");
+        }
+        let p = file(&dir, "lora.fbir", LORA);
+        let base = outputs_for(&p, "opencl", "16", nv, "a", &[]);
+        assert_eq!(base, outputs_for(&p, "opencl", "16", nv, "b", &[]));
+        assert_ne!(base, outputs_for(&p, "opencl", "off", nv, "c", &[]));
+        let p = file(&dir, "inf.fbir", &common::inference_module("llama3.2-1b", 4, 48, 12));
+        let emitted = dir.join("cl");
+        let o = common::fbc(&[
+            p.to_str().unwrap(),
+            "-O3",
+            "--target",
+            nv,
+            "--emit",
+            "opencl",
+            "-o",
+            emitted.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let cl = std::fs::read_to_string(emitted.join("llama3_2_1b.cl")).expect("the .cl");
+        assert!(cl.contains("// tensor.matmul[split-k 16 in one launch]"), "the Q projection");
+        assert!(cl.contains("atomic_inc(fbc_count + fbc_block) == 15"), "16 chunks");
+        assert!(!cl.contains("decode_matmul_l0_q_partial"), "no second launch");
+        let out = run(&p, "opencl", &["--entry", "decode", "-O3", "--profile", nv, "--check"], &[]);
+        assert!(out.contains("check passed"), "{out}");
     }
 
     #[test]

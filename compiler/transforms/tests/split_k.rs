@@ -6,6 +6,7 @@
 
 mod common;
 
+use fbc_ir::pass::Statistics;
 use fbc_ir::{Module, PassContext, PassManager};
 
 use common::*;
@@ -89,13 +90,32 @@ fn a_chunk_count_dividing_k_needs_no_tail() {
     same_numbers(&m, &after, "K = 12 by 4");
 }
 
+/// The shipped nvidia profile with split-K as separate launches (`skinny.one_launch_split` off).
+fn nvidia_launches() -> fbc_target::HardwareProfile {
+    let p = fbc_target::builtin("nvidia").expect("nvidia");
+    assert!(!p.skinny.one_launch_split);
+    p
+}
+
+/// `m` after `pipeline` for profile `p`.
+fn lowered_for(
+    m: &Module,
+    pipeline: &str,
+    p: &fbc_target::HardwareProfile,
+) -> (Module, Statistics) {
+    let mut after = m.clone();
+    let st = run_for(&mut after, pipeline, p);
+    (after, st)
+}
+
 #[test]
 fn auto_splits_skinny_products_and_leaves_square_ones() {
     // LoRA down x·A on nvidia (132 compute units): 4096 outputs with a side of 8 (the skinny
     // kernel, lanes along k: 32 work-groups of 128 outputs), K = 8192 → 8 chunks of 1024 (256
     // work-groups, at most two per compute unit).
+    let nv = nvidia_launches();
     let m = parse(&product(512, 8192, 8));
-    let (after, st) = lowered(&m, "lower-to-memory", "nvidia");
+    let (after, st) = lowered_for(&m, "lower-to-memory", &nv);
     assert_eq!(st.get("lower-to-memory", "split-k"), 1);
     let ks = kernels(&after);
     assert_eq!(ks[0].source, "tensor.matmul[split-k 8]");
@@ -104,7 +124,7 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
     // Its weight gradient xᵀ·g (8192 × 8 outputs, K = 512): the wide operand's last index is the
     // wide side (lanes along it: 64 work-groups of 1024 outputs) → 4 chunks.
     let m = parse(&product_ta(512, 8192, 8));
-    let (after, _) = lowered(&m, "lower-to-memory", "nvidia");
+    let (after, _) = lowered_for(&m, "lower-to-memory", &nv);
     assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 4]");
     same_numbers(&m, &after, "xᵀ·g split");
     // A large product fills the device (2048×8192 outputs: 262144 work-items of 8 × 8): not
@@ -134,9 +154,9 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
 #[test]
 fn the_profile_sets_how_far_a_matrix_vector_product_splits() {
     let m = parse(&product(1, 512, 2048));
-    let (after, _) = lowered(&m, "lower-to-memory", "nvidia");
+    let (after, _) = lowered_for(&m, "lower-to-memory", &nvidia_launches());
     assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 4]");
-    let mut p = fbc_target::builtin("nvidia").expect("nvidia");
+    let mut p = nvidia_launches();
     for (groups, min_k, want) in [(2, 256, 2), (8, 128, 4), (4, 32, 16)] {
         p.skinny.groups_per_cu = groups;
         p.skinny.matvec_min_k = min_k;
@@ -145,6 +165,37 @@ fn the_profile_sets_how_far_a_matrix_vector_product_splits() {
         assert_eq!(kernels(&split)[0].source, format!("tensor.matmul[split-k {want}]"));
         same_numbers(&m, &split, &format!("x·W split by {want}"));
     }
+}
+
+/// With the nvidia profile and `skinny.one_launch_split`, a split the skinny kernel runs is one
+/// launch over the whole reduction with the `split_k` hint (the OpenCL skinny kernel splits it;
+/// the interpreter ignores it: the same numbers); a split whose chunks the tiled kernel would
+/// run stays separate launches.
+#[test]
+fn skinny_splits_are_one_launch_with_a_hint() {
+    let mut nv = fbc_target::builtin("nvidia").expect("nvidia");
+    nv.skinny.one_launch_split = true;
+    // x·A (lanes along k: 4 groups of 16 × 8 outputs, chunks of 128) and x·W (1 × 2048
+    // outputs, lanes along the 2048, chunks of 128).
+    for (text, s, k) in [(product(64, 1024, 8), 8, 1024), (product(1, 512, 2048), 4, 512)] {
+        let m = parse(&text);
+        let (after, st) = lowered_for(&m, "lower-to-memory", &nv);
+        assert_eq!(st.get("lower-to-memory", "split-k"), 1);
+        let ks = kernels(&after);
+        assert_eq!(ks.len(), 1, "{text}");
+        assert_eq!(ks[0].source, format!("tensor.matmul[split-k {s} in one launch]"));
+        assert_eq!(ks[0].split, Some(s));
+        assert_eq!(ks[0].domain.last(), Some(&k), "the whole reduction");
+        let printed = fbc_ir::print_module(&after);
+        assert!(printed.contains(&format!("split_k = {s}")), "{printed}");
+        same_numbers(&m, &after, "one launch");
+    }
+    // xᵀ·g (8192 × 8 outputs, lanes along the 8192): chunks of 128, shorter than the skinny
+    // kernel takes along the wide side (256): the partial sums run in the tiled kernel.
+    let m = parse(&product_ta(512, 8192, 8));
+    let (after, _) = lowered_for(&m, "lower-to-memory", &nv);
+    let sources: Vec<String> = kernels(&after).iter().map(|k| k.source.clone()).collect();
+    assert_eq!(sources, ["tensor.matmul[split-k 4]", "tensor.matmul[split-k 4 sum]"]);
 }
 
 #[test]

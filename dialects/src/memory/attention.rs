@@ -241,6 +241,7 @@ impl Kernel {
             stats: Vec::new(),
             symbols: Vec::new(),
             attention: None,
+            split: None,
         };
 
         // 1. Scores over (p, j | e): the dot product, then scale, cap and mask per (p, j).

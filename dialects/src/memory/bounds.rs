@@ -1006,6 +1006,7 @@ mod tests {
             stats: Vec::new(),
             symbols: Vec::new(),
             attention: None,
+            split: None,
         };
         let t = MemType::buffer(8, ElemType::F32);
         let lb = k.bounds(&[t, MemType::buffer(64, ElemType::F32)]);

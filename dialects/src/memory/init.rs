@@ -12,7 +12,8 @@
 //!   `memory.download` or any other op using it. An input's reads are known when its map uses no
 //!   symbols and the dimensions it mentions span at most [`ENUMERATE_LIMIT`] points: they are
 //!   enumerated (a decode step's activations, one row of an R-Tile image whose other three rows
-//!   are padding, are read only where written, and need no fill);
+//!   are padding, are read only where written, and need no fill), at the points where the
+//!   launch's guard holds when it reads parallel dimensions only (the payload runs only there);
 //! - a `memory.launch` writing it adds the element offsets its output map reaches over the
 //!   parallel sub-domain (every parallel point writes: a failed guard stores 0; an empty parallel
 //!   sub-domain writes nothing) to the elements known to be written;
@@ -109,17 +110,34 @@ fn reads_within(k: &Kernel, i: usize, t: MemType, written: &Intervals) -> bool {
     let Some(map) = k.maps.get(i).filter(|m| !gathered && m.dims.len() == k.domain.len()) else {
         return false;
     };
+    // The payload runs only where the guard holds (elsewhere the output is 0): a guard over
+    // parallel dimensions narrows the reads (a matrix-vector product over the padding rows of
+    // an R-Tile image reads its vector at the real row only).
+    let np = k.parallel_dims();
+    let mentioned = |m: &IndexMap, d: usize| m.results.iter().any(|r| mentions(r, &m.dims[d]));
+    let guard = k.guard.as_ref().filter(|g| {
+        g.map.symbols.is_empty() && (np..g.map.dims.len()).all(|d| !mentioned(&g.map, d))
+    });
     let used: Vec<usize> = (0..map.dims.len())
-        .filter(|&d| map.results.iter().any(|r| mentions(r, &map.dims[d])))
+        .filter(|&d| mentioned(map, d) || guard.is_some_and(|g| mentioned(&g.map, d)))
         .collect();
     let points = used.iter().try_fold(1u64, |a, &d| a.checked_mul(k.domain[d]));
     let Some(points) = points.filter(|&p| p <= ENUMERATE_LIMIT) else { return false };
     let mut idx = vec![0i64; k.domain.len()];
     for _ in 0..points {
-        let MapEval::Ok(r) = eval_map(map, &idx) else { return false };
-        match offset(&r, t) {
-            Some(o) if u64::try_from(o).is_ok_and(|o| written.contains(o)) => {}
-            _ => return false,
+        let holds = match guard {
+            Some(g) => match eval_map(&g.map, &idx) {
+                MapEval::Ok(r) => r.iter().zip(&g.bounds).all(|(&v, &b)| 0 <= v && (v as u64) < b),
+                _ => return false,
+            },
+            None => true,
+        };
+        if holds {
+            let MapEval::Ok(r) = eval_map(map, &idx) else { return false };
+            match offset(&r, t) {
+                Some(o) if u64::try_from(o).is_ok_and(|o| written.contains(o)) => {}
+                _ => return false,
+            }
         }
         // The next point over the mentioned dimensions, row-major.
         for &j in used.iter().rev() {
@@ -464,6 +482,27 @@ mod tests {
         // A gather of it may read anywhere: the fill.
         let l = read("(d0, d1) -> (d1)", "x0[d1]");
         assert_eq!(fills(&format!("{O}\n{p}"), &format!("{write_p}\n{l}")), ["p"]);
+    }
+
+    #[test]
+    fn reads_under_a_guard_happen_only_where_it_holds() {
+        // `%p`'s first 12 elements are written; a launch over 2 × 12 rows-by-columns reads row
+        // d0 of it (`d0 * 12 + d1`), but its guard `d0 < 1` keeps row 1 (the padding) unread
+        // (and writes 0 there).
+        let p = "  %p = memory.alloc : () -> !memory.buffer<24, f32>";
+        let write_p = "  memory.launch %p {kernel = \"w\", domain = [12], iterators = [\"parallel\"], maps = [(d0) -> (d0)], body = \"1.0\"} : (!memory.buffer<24, f32>) -> ()";
+        let read = |guard: &str| {
+            format!("  memory.launch %p, %o {{kernel = \"r\", domain = [2, 12, 1], iterators = [\"parallel\", \"parallel\", \"reduction\"], maps = [(d0, d1, d2) -> (d0 * 12 + d1 + d2), (d0, d1, d2) -> (d0 * 12 + d1)], body = \"x0\", combine = \"add\"{guard}}} : (!memory.buffer<24, f32>, !memory.buffer<24, f32>) -> ()")
+        };
+        let guarded = read(", guard = (d0, d1, d2) -> (d0), guard_bounds = [1]");
+        assert_eq!(
+            fills(&format!("{O}\n{p}"), &format!("{write_p}\n{guarded}")),
+            Vec::<String>::new()
+        );
+        assert_eq!(fills(&format!("{O}\n{p}"), &format!("{write_p}\n{}", read(""))), ["p"]);
+        // A guard that reads the reduction dimension is not used: the fill.
+        let on_k = read(", guard = (d0, d1, d2) -> (d0 + d2), guard_bounds = [1]");
+        assert_eq!(fills(&format!("{O}\n{p}"), &format!("{write_p}\n{on_k}")), ["p"]);
     }
 
     #[test]

@@ -289,6 +289,13 @@ pub struct Kernel {
     /// Present for an attention launch (its last iterator is `"key"`): what it computes is
     /// [`attention`](super::attention)'s, and `body` is unused.
     pub attention: Option<super::attention::Attention>,
+    /// Attribute `split_k`: a hint to back ends that run work-groups in parallel: cut the
+    /// reduction (its points in row-major order) into this many chunks, each summed by
+    /// work-groups of its own, and add the chunks' partial sums in chunk order (the OpenCL
+    /// skinny kernel does, in one launch). What the launch computes is unchanged (up to the
+    /// reassociation of an `add` reduction); the reference executor and the CPU back ends
+    /// ignore it. Only on an `add` reduction, `2 ≤ split_k ≤` its number of points.
+    pub split: Option<u64>,
 }
 
 /// A symbol of a launch's maps: element 0 of operand `operand` (an `i32` buffer, an input),
@@ -533,6 +540,7 @@ pub const LAUNCH_ATTRS: &[&str] = &[
     "kernel",
     "maps",
     "source",
+    "split_k",
     "stats",
     "symbols",
 ];
@@ -863,6 +871,34 @@ impl Kernel {
                 );
             }
         }
+        let split = match get("split_k") {
+            None => None,
+            Some(a) => {
+                let points: u64 = domain[np..].iter().product();
+                match a.as_int() {
+                    Some(s) if combine == Some(Combine::Add) => {
+                        if s < 2 || s as u64 > points {
+                            return kerr(
+                                "split_k",
+                                format!(
+                                    "`split_k` must be at least 2 and at most the {points} points of the reduction, found {s}"
+                                ),
+                            );
+                        }
+                        Some(s as u64)
+                    }
+                    Some(_) => {
+                        return kerr("split_k", "`split_k` is only allowed on an \"add\" reduction")
+                    }
+                    None => {
+                        return kerr(
+                            "split_k",
+                            format!("`split_k` must be an integer, found `{a}`"),
+                        )
+                    }
+                }
+            }
+        };
         Ok(Kernel {
             name,
             source,
@@ -876,6 +912,7 @@ impl Kernel {
             stats,
             symbols,
             attention,
+            split,
         })
     }
 
@@ -908,6 +945,9 @@ impl Kernel {
         a.push(("kernel".into(), Attr::Str(self.name.clone())));
         a.push(("maps".into(), Attr::Array(self.maps.iter().cloned().map(Attr::Map).collect())));
         a.push(("source".into(), Attr::Str(self.source.clone())));
+        if let Some(s) = self.split {
+            a.push(("split_k".into(), Attr::Int(s as i64)));
+        }
         if !self.stats.is_empty() {
             a.push((
                 "stats".into(),

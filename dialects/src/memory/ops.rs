@@ -166,7 +166,11 @@ pub static OPS: &[OpDef] = &[
               `s0, s1, ...` by later statistics and by the body, which is then written at every point;\n\
               `symbols` (optional): `[operand, lo, hi]` per symbol of the maps (`(d0, ..)[s0, ..] ->\n\
               ..`): element 0 of that input (an i32 buffer), read when the launch runs and checked\n\
-              to lie in `lo..=hi` (`0 ≤ lo`; outside, the launch is an error and writes nothing).\n\
+              to lie in `lo..=hi` (`0 ≤ lo`; outside, the launch is an error and writes nothing);\n\
+              `split_k` (optional, an `add` reduction only, 2 to its number of points): a hint that\n\
+              back ends running work-groups in parallel cut the reduction into that many chunks and add\n\
+              their partial sums in chunk order; the result is the same up to that reassociation, and\n\
+              the reference executor ignores it.\n\
               \n\
               **Attention launches.** With `iterators` ending in `\"key\"` (after the query points'\n\
               parallel dimensions and the head dimension's), the launch computes softmax attention\n\
@@ -206,6 +210,7 @@ pub static OPS: &[OpDef] = &[
             AttrDef::optional("epilogue", AttrKind::Str, "\"acc\"", "applied to the reduction result"),
             AttrDef::optional("guard", AttrKind::Any, "none", "index map whose results must be in bounds"),
             AttrDef::optional("guard_bounds", AttrKind::IntArray, "none", "exclusive upper bounds of the guard"),
+            AttrDef::optional("split_k", AttrKind::Int, "none", "split-K hint: chunks of the reduction summed by work-groups of their own, added in chunk order"),
             AttrDef::optional("stats", AttrKind::Any, "none", "a row kernel's statistics, in order"),
             AttrDef::optional("symbols", AttrKind::Any, "none", "the maps' symbols: [operand, lo, hi] each"),
         ],

@@ -124,6 +124,14 @@ pub struct SkinnyParams {
     /// (`h200.sh` part decode).
     #[serde(default = "wide_min_k")]
     pub matvec_min_k: u32,
+    /// Split-K of a product the skinny kernel computes runs in one launch: the chunks' work-groups
+    /// write partial sums, and the last of a block's groups to finish (an `atomic_inc` on a
+    /// count, after a global `mem_fence`) adds them in chunk order and stores, instead of a
+    /// second launch adding them. It relies on a device making one work-group's fenced global
+    /// writes visible to another's later reads within a launch, which OpenCL 1.2 does not
+    /// promise: on for devices it was checked on. Optional: false.
+    #[serde(default)]
+    pub one_launch_split: bool,
 }
 
 fn eight() -> u32 {
@@ -149,6 +157,7 @@ impl Default for SkinnyParams {
             wide_rows: eight(),
             groups_per_cu: two(),
             matvec_min_k: wide_min_k(),
+            one_launch_split: false,
         }
     }
 }

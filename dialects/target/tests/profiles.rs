@@ -171,16 +171,25 @@ fn skinny_parameters_default_and_are_validated() {
             wide_lanes: 32,
             wide_rows: 8,
             groups_per_cu: 2,
-            matvec_min_k: SKINNY_WIDE_MIN_K as u32
+            matvec_min_k: SKINNY_WIDE_MIN_K as u32,
+            one_launch_split: false
         }
     );
     assert_eq!((p.skinny.wide_min_k(1), p.skinny.wide_min_k(8)), (256, SKINNY_WIDE_MIN_K));
     // One field set, the others default; the matrix-vector bound applies to a narrow side of 1.
-    let set = format!("{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_min_k = 64\n");
+    let set = format!(
+        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_min_k = 64\none_launch_split = true\n"
+    );
     let s = from_toml(&set).unwrap().skinny;
     assert_eq!(
         s,
-        SkinnyParams { wide_lanes: 32, wide_rows: 32, groups_per_cu: 2, matvec_min_k: 64 }
+        SkinnyParams {
+            wide_lanes: 32,
+            wide_rows: 32,
+            groups_per_cu: 2,
+            matvec_min_k: 64,
+            one_launch_split: true
+        }
     );
     assert_eq!((s.wide_min_k(1), s.wide_min_k(2)), (64, SKINNY_WIDE_MIN_K));
     let bad =

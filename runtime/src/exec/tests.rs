@@ -321,6 +321,7 @@ fn out_of_range_maps_are_errors() {
         stats: Vec::new(),
         symbols: Vec::new(),
         attention: None,
+        split: None,
     };
     let t = MemType::buffer(4, ElemType::F32);
     let mut a = MemData::F32(vec![10.0, 11.0, 12.0, 13.0]);
@@ -647,6 +648,7 @@ mod props {
                             stats: Vec::new(),
                             symbols: Vec::new(),
                             attention: None,
+                            split: None,
                         };
                         (k, types.clone())
                     })

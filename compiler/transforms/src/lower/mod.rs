@@ -450,6 +450,9 @@ pub(crate) struct LKernel {
     /// over the logical domain and symbols in `last.results`; `body` is unused and the last
     /// dimension is the keys'.
     pub attention: Option<Attention>,
+    /// The `split_k` hint of the launch (see `split_k.rs`): a contraction the skinny kernel
+    /// splits in one launch.
+    pub split: Option<u64>,
     /// Span of the op it came from.
     pub span: Span,
 }
@@ -717,6 +720,7 @@ impl<'m> Lower<'m> {
             symbols: Vec::new(),
             span,
             attention: None,
+            split: None,
         });
     }
 

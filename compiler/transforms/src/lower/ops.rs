@@ -356,6 +356,7 @@ impl Lower<'_> {
             symbols: Vec::new(),
             span: d.span,
             attention: None,
+            split: None,
         });
     }
 
@@ -401,6 +402,7 @@ impl Lower<'_> {
             symbols: vec![Symbol { operand: 1, lo: 0, hi }],
             span,
             attention: None,
+            split: None,
         });
         Ok(true)
     }
@@ -460,6 +462,7 @@ impl Lower<'_> {
             symbols: Vec::new(),
             span: d.span,
             attention: None,
+            split: None,
         });
     }
 
@@ -1580,6 +1583,7 @@ impl Lower<'_> {
             symbols,
             attention: Some(Attention { scale, softcap, rope, last, window }),
             span,
+            split: None,
         });
         Ok(())
     }

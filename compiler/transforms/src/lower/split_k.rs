@@ -247,6 +247,14 @@ pub(crate) fn split(
             None
         };
         match chosen {
+            Some(s) if one_launch(l, &k, s, profile) => {
+                out.push(LKernel {
+                    split: Some(s),
+                    note: format!("[split-k {s} in one launch]"),
+                    ..k
+                });
+                count += 1;
+            }
             Some(s) => {
                 out.extend(split_one(l, &k, s)?);
                 count += 1;
@@ -256,6 +264,26 @@ pub(crate) fn split(
     }
     l.kernels = out;
     Ok(count)
+}
+
+/// Whether the split of `k` into `s` chunks runs in one launch of the skinny kernel (the
+/// profile's `skinny.one_launch_split`), the launch keeping its domain with the `split_k` hint:
+/// where the OpenCL writer gives the skinny kernel each chunk, lanes along k or chunks of at least
+/// `wide_min_k` along the wide side, and an image output is written along its columns (then
+/// the lanes run along them).
+fn one_launch(l: &Lower<'_>, k: &LKernel, s: u64, profile: &HardwareProfile) -> bool {
+    let ProductShape::Skinny { narrow, lanes_along_k } = shape(k) else { return false };
+    let np = k.n_par;
+    let chunk = k.domain[np] / s;
+    let image = l.storages[l.tensors[k.out.t].storage].ty.is_image();
+    let wide_is_last =
+        !(k.domain[np - 1] <= fbc_target::SKINNY_SIDE && k.domain[np - 2] >= k.domain[np - 1]);
+    profile.skinny.one_launch_split
+        && if lanes_along_k {
+            !image
+        } else {
+            chunk >= profile.skinny.wide_min_k(narrow) && (!image || wide_is_last)
+        }
 }
 
 /// The launches of `k` split into `s` chunks (see the module doc).

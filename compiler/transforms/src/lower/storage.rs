@@ -642,6 +642,8 @@ impl Mapper {
             stats: k.stats.clone(),
             symbols: k.symbols.clone(),
             attention,
+            // The split-K hint of the skinny kernel's one-launch split (`split_k.rs`).
+            split: k.split,
         };
         Ok((kernel, sids))
     }
