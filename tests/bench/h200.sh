@@ -250,19 +250,24 @@ fi
 # `fbc generate` end to end (issue 14, part generate): the 16-layer Llama 3.2-1B with random
 # weights, a 16-token prompt, GEN_NEW new tokens (default 64), its report of the time to the
 # first token and per output token (wall clock, host included) with $B, and with $OLD for
-# GEN_OLD_NEW tokens (default 3). Results: $O/generate.txt.
+# GEN_OLD_NEW tokens (default 3). GEN_PROFILES: the hardware profiles (names or files) $B runs
+# with, one run each in order (default $P; a name may repeat: alternated runs). Results:
+# $O/generate.txt.
 if want generate; then
   G=$O/generate.txt
   $B gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen.fbir
   PROMPT=$(seq -s, 1 16)
-  for b in $B $OLD; do
-    n=${GEN_NEW:-64}; [ $b = "$OLD" ] && n=${GEN_OLD_NEW:-3}
-    [ $b = "$OLD" ] && $OLD gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen_old.fbir
-    f=$T/llama_gen.fbir; [ $b = "$OLD" ] && f=$T/llama_gen_old.fbir
-    echo "=== generate $b new $n" >> $G
-    timeout 300 $b generate $f --random-weights 1 --prompt $PROMPT --max-new $n --target opencl --device $D --profile $P >> $G 2>&1
+  for prof in ${GEN_PROFILES:-$P}; do
+    echo "=== generate $B new ${GEN_NEW:-64} profile $prof" >> $G
+    timeout 300 $B generate $T/llama_gen.fbir --random-weights 1 --prompt $PROMPT --max-new ${GEN_NEW:-64} --target opencl --device $D --profile $prof >> $G 2>&1
     echo "rc=$?" >> $G
   done
+  if [ -n "$OLD" ]; then
+    $OLD gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen_old.fbir
+    echo "=== generate $OLD new ${GEN_OLD_NEW:-3}" >> $G
+    timeout 300 $OLD generate $T/llama_gen_old.fbir --random-weights 1 --prompt $PROMPT --max-new ${GEN_OLD_NEW:-3} --target opencl --device $D --profile $P >> $G 2>&1
+    echo "rc=$?" >> $G
+  fi
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.

@@ -132,24 +132,18 @@ mod opencl {
         assert_ne!(base, outputs(&p, "opencl", "off", "c", &[]));
     }
 
-    /// The nvidia profile with `skinny.one_launch_split` splits skinny products in one launch
-    /// (the last work-group of a block adds the chunks' partial sums): the edge shapes pass
-    /// `--check` at every chunk count, the results repeat bit for bit, and a decode step (its
-    /// products written into padded R-Tile images a texel at a time) passes `--check`.
+    /// The nvidia profile splits skinny products in one launch (`skinny.one_launch_split`: the
+    /// last work-group of a block adds the chunks' partial sums): the edge shapes pass `--check`
+    /// at every chunk count, the results repeat bit for bit, and a decode step (its products
+    /// written into padded R-Tile images a texel at a time) passes `--check`.
     #[test]
     fn opencl_one_launch_splits_match_the_interpreter_and_repeat() {
         if !have_device() {
             return;
         }
         let dir = common::scratch("split-k-one-launch");
-        let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-        assert!(shipped.contains("\none_launch_split = false\n"));
-        let profile = file(
-            &dir,
-            "one.toml",
-            &shipped.replace("\none_launch_split = false\n", "\none_launch_split = true\n"),
-        );
-        let nv = profile.to_str().unwrap();
+        assert!(fbc_target::builtin("nvidia").expect("nvidia").skinny.one_launch_split);
+        let nv = "nvidia";
         let p = file(&dir, "edges.fbir", EDGES);
         for s in ["3", "16", "64"] {
             let out = run(&p, "opencl", &["--split-k", s, "--profile", nv, "--check"], &[]);
@@ -193,14 +187,13 @@ mod opencl {
         assert_eq!(o.code, 0, "{}", o.stderr);
         let t = &o.stdout;
         // For the nvidia profile (132 compute units: at most 264 work-groups of the skinny
-        // kernel) x·A (128 × 8 outputs, lanes along k: 8 groups, K = 4096) splits by 32, and
-        // xᵀ·g (4096 × 8 outputs, lanes along the 4096: 32 groups, K = 128) by 4, into chunks
-        // of 32, too short for lanes along the wide side: the tiled kernel runs them. Two
-        // partial sums (skinny, tiled) and two sums.
-        assert!(t.contains("strategy fblayout split-k=auto (-O3): 4 kernels"), "{t}");
+        // kernel) x·A (128 × 8 outputs, lanes along k: 8 groups, K = 4096) splits by 32, in one
+        // launch of the skinny kernel, and xᵀ·g (4096 × 8 outputs, lanes along the 4096: 32
+        // groups, K = 128) by 4, into chunks of 32, too short for lanes along the wide side:
+        // the tiled kernel runs them, then a sum.
+        assert!(t.contains("strategy fblayout split-k=auto (-O3): 3 kernels"), "{t}");
         assert!(t.contains("strategy fblayout split-k=off (-O3): 2 kernels"), "{t}");
-        assert!(t.contains("lora_matmul_xa_partial"), "{t}");
-        assert!(t.contains("tensor.matmul[split-k 32] [skinny]"), "{t}");
+        assert!(t.contains("tensor.matmul[split-k 32 in one launch] [skinny]"), "{t}");
         assert!(t.contains("tensor.matmul[split-k 4] [tiled]"), "{t}");
         assert!(t.contains("device time relative to fblayout split-k=auto"), "{t}");
         // For the generic profile (4 compute units: at most 8 groups) neither splits.

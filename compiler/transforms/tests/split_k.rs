@@ -92,8 +92,8 @@ fn a_chunk_count_dividing_k_needs_no_tail() {
 
 /// The shipped nvidia profile with split-K as separate launches (`skinny.one_launch_split` off).
 fn nvidia_launches() -> fbc_target::HardwareProfile {
-    let p = fbc_target::builtin("nvidia").expect("nvidia");
-    assert!(!p.skinny.one_launch_split);
+    let mut p = fbc_target::builtin("nvidia").expect("nvidia");
+    p.skinny.one_launch_split = false;
     p
 }
 
@@ -167,14 +167,14 @@ fn the_profile_sets_how_far_a_matrix_vector_product_splits() {
     }
 }
 
-/// With the nvidia profile and `skinny.one_launch_split`, a split the skinny kernel runs is one
-/// launch over the whole reduction with the `split_k` hint (the OpenCL skinny kernel splits it;
-/// the interpreter ignores it: the same numbers); a split whose chunks the tiled kernel would
+/// With the shipped nvidia profile (`skinny.one_launch_split`), a split the skinny kernel runs is
+/// one launch over the whole reduction with the `split_k` hint (the OpenCL skinny kernel splits
+/// it; the interpreter ignores it: the same numbers); a split whose chunks the tiled kernel would
 /// run stays separate launches.
 #[test]
 fn skinny_splits_are_one_launch_with_a_hint() {
-    let mut nv = fbc_target::builtin("nvidia").expect("nvidia");
-    nv.skinny.one_launch_split = true;
+    let nv = fbc_target::builtin("nvidia").expect("nvidia");
+    assert!(nv.skinny.one_launch_split);
     // x·A (lanes along k: 4 groups of 16 × 8 outputs, chunks of 128) and x·W (1 × 2048
     // outputs, lanes along the 2048, chunks of 128).
     for (text, s, k) in [(product(64, 1024, 8), 8, 1024), (product(1, 512, 2048), 4, 512)] {
