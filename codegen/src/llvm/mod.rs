@@ -193,8 +193,13 @@ impl LlvmJit {
     /// ([`crate::cpu::THREADS_ENV`]) or, when that is not set, as many as the machine has
     /// cores; an error when the variable is not a positive number.
     pub fn new() -> Result<LlvmJit, Error> {
+        LlvmJit::for_cpu(Cpu::Host)
+    }
+
+    /// [`LlvmJit::new`] compiling for `cpu`.
+    pub fn for_cpu(cpu: Cpu) -> Result<LlvmJit, Error> {
         let threads = LlvmJit::default_threads()?;
-        LlvmJit::with_options(threads, Cpu::Host)
+        LlvmJit::with_options(threads, cpu)
     }
 
     /// A JIT for `cpu` running launches on at most `threads` threads; the environment is not
