@@ -10,6 +10,7 @@
 //! way, with the same threads and the same faults.
 
 pub(crate) mod exec;
+pub(crate) mod lower;
 pub(crate) mod math;
 pub(crate) mod nest;
 pub(crate) mod parallel;

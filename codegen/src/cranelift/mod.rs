@@ -46,18 +46,19 @@
 //! the nest analysis) is [`crate::cpu`]'s, shared with the LLVM back end; [`Jit`] is
 //! [`crate::cpu::Jit`] with this module's [`Cranelift`] code generator.
 
-mod lower;
+mod emit;
 mod math;
 
 use std::fmt;
 
 use cranelift_codegen::ir::{AbiParam, UserFuncName};
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_frontend::FunctionBuilderContext;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
 use fbc_dialects::memory::{Kernel, MemType};
 
+use crate::cpu::lower::LowerError;
 use crate::cpu::{Codegen, Nest};
 pub use crate::cpu::{
     Error, Fault, KernelId, OperandMut, CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV,
@@ -129,7 +130,7 @@ impl Codegen for Cranelift {
             .map_err(|e| cg(&e))?;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
         lower_body(module, &mut self.fctx, &self.math, &mut ctx.func, kernel, types, nest)
-            .map_err(|message| Error::Kernel { kernel: kernel.name.clone(), message })?;
+            .map_err(|e| e.into_error(&kernel.name, Self::NAME))?;
         module.define_function(id, &mut ctx).map_err(|e| cg(&format!("{e:?}")))?;
         module.clear_context(&mut ctx);
         module.finalize_definitions().map_err(|e| cg(&e))?;
@@ -162,7 +163,8 @@ impl Jit {
         let mut func = cranelift_codegen::ir::Function::new();
         kernel_signature(&mut func, module);
         let nest = Nest::of(kernel, types);
-        lower_body(module, &mut cl.fctx, &cl.math, &mut func, kernel, types, nest).map_err(kerr)?;
+        lower_body(module, &mut cl.fctx, &cl.math, &mut func, kernel, types, nest)
+            .map_err(|e| e.into_error(&kernel.name, Cranelift::NAME))?;
         Ok(func.display().to_string())
     }
 }
@@ -188,9 +190,13 @@ fn lower_body(
     kernel: &Kernel,
     types: &[MemType],
     nest: Nest,
-) -> Result<(), String> {
+) -> Result<(), LowerError> {
     let refs = math.in_func(module, func);
-    lower::lower(func, fctx, kernel, types, module.target_config(), &refs, nest)
+    let config = module.target_config();
+    let mut e = emit::ClEmit::new(FunctionBuilder::new(func, fctx), &refs, config.pointer_type());
+    crate::cpu::lower::lower(&mut e, kernel, types, nest)?;
+    e.finish(config);
+    Ok(())
 }
 
 impl Drop for Cranelift {

@@ -8,8 +8,9 @@
 //! the split of a launch over threads when it is provably race-free, the fault codes and the
 //! kernel cache (see [`crate::cranelift`] and [`crate::cpu`]).
 //!
-//! Each kernel becomes one LLVM module with one function, emitted by [`lower`] with exactly the
-//! Cranelift back end's semantics (same nest, same floor-division map arithmetic, same bounds
+//! Each kernel becomes one LLVM module with one function, emitted by the lowering both back ends
+//! share (`crate::cpu::lower`, through this module's `emit`), so with exactly the Cranelift back
+//! end's semantics (same nest, same floor-division map arithmetic, same bounds
 //! checks returning fault codes, NaN-propagating `max`/`min`, calls of the same Rust functions for
 //! `exp log tanh erf sigmoid` and the `f16` rounding, reductions in row-major order without
 //! reassociation), so results are bit-identical to the reference executor. It is checked by
@@ -18,7 +19,7 @@
 //! with its features, or `generic`: [`Cpu`]) and compiled by MCJIT; LLVM vectorises the loops over
 //! parallel dimensions, never the floating-point reductions (that would reassociate them).
 
-mod lower;
+mod emit;
 
 use std::fmt;
 
@@ -146,13 +147,12 @@ impl Llvm {
         let module = self.context.create_module(&kernel.name);
         module.set_triple(&self.triple);
         module.set_data_layout(&self.machine.get_target_data().get_data_layout());
-        lower::lower(self.context, &module, name, kernel, types, nest, (&self.cpu, &self.features))
-            .map_err(|e| match e {
-                lower::LowerError::Kernel(message) => {
-                    Error::Kernel { kernel: kernel.name.clone(), message }
-                }
-                lower::LowerError::Builder(m) => cg(format!("building the IR: {m}")),
-            })?;
+        let emitted = emit::LlvmEmit::new(self.context, &module, name, (&self.cpu, &self.features))
+            .and_then(|mut e| {
+                crate::cpu::lower::lower(&mut e, kernel, types, nest)?;
+                e.finish()
+            });
+        emitted.map_err(|e| e.into_error(&kernel.name, Self::NAME))?;
         module.verify().map_err(|m| cg(format!("the verifier rejected the IR: {m}")))?;
         module
             .run_passes("default<O3>", &self.machine, PassBuilderOptions::create())
