@@ -1,6 +1,7 @@
-//! The Cranelift CPU back end against a naive evaluation of the same kernels.
+//! The CPU back ends against a naive evaluation of the same kernels.
 //!
-//! Each test writes a `memory.launch` as text, compiles it with [`Jit`], runs it on
+//! Each test writes a `memory.launch` as text, compiles it with every CPU back end ([`Jit`],
+//! the Cranelift JIT, and with the `llvm` feature `LlvmJit`; see [`backends`]), runs it on
 //! deterministic data and compares with [`naive`]: the kernel semantics of
 //! `fbc_dialects::memory::kernel` spelt out directly with the dialect's own evaluators
 //! (`Scalar::eval`, `eval_map`), one point at a time. Results must be bit-identical (every
@@ -9,7 +10,7 @@
 
 use std::sync::Arc;
 
-use fbc_codegen::cranelift::{Error, Fault, Jit, OperandMut};
+use fbc_codegen::cranelift::{Error, Fault, Jit, KernelId, OperandMut};
 use fbc_dialects::layout::{eval_map, MapEval};
 use fbc_dialects::memory::scalar::{fmax_nan, FnEnv};
 use fbc_dialects::memory::{Combine, Kernel, MemType, ScalarValue, StorageKind};
@@ -202,7 +203,74 @@ fn naive(k: &Kernel, types: &[MemType], ops: &mut [Data]) -> Result<(), Fault> {
     Ok(())
 }
 
-fn run_jit(jit: &mut Jit, k: &Kernel, types: &[MemType], ops: &mut [Data]) -> Result<(), Error> {
+/// A CPU back end under test: the Cranelift or the LLVM JIT.
+trait Backend {
+    fn name(&self) -> &'static str;
+    fn compile(&mut self, k: &Kernel, types: &[MemType]) -> Result<KernelId, Error>;
+    fn run(&self, id: KernelId, ops: &mut [OperandMut<'_>]) -> Result<(), Error>;
+    /// The back end's IR of the kernel, for failure messages and IR tests.
+    fn ir(&mut self, k: &Kernel, types: &[MemType]) -> String;
+    fn parallel_runs(&self) -> u64;
+    fn compiled(&self) -> usize;
+    fn cache_hits(&self) -> u64;
+    fn set_min_points_per_thread(&mut self, points: u64);
+}
+
+/// The parts of [`Backend`] that are [`fbc_codegen::cpu::Jit`]'s, for both back ends.
+macro_rules! backend {
+    ($ty:ty, $name:literal, $ir:expr) => {
+        impl Backend for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn compile(&mut self, k: &Kernel, types: &[MemType]) -> Result<KernelId, Error> {
+                <$ty>::compile(self, k, types)
+            }
+            fn run(&self, id: KernelId, ops: &mut [OperandMut<'_>]) -> Result<(), Error> {
+                <$ty>::run(self, id, ops)
+            }
+            fn ir(&mut self, k: &Kernel, types: &[MemType]) -> String {
+                let ir: fn(&mut $ty, &Kernel, &[MemType]) -> Result<String, Error> = $ir;
+                ir(self, k, types).unwrap_or_else(|e| e.to_string())
+            }
+            fn parallel_runs(&self) -> u64 {
+                <$ty>::parallel_runs(self)
+            }
+            fn compiled(&self) -> usize {
+                <$ty>::compiled(self)
+            }
+            fn cache_hits(&self) -> u64 {
+                <$ty>::cache_hits(self)
+            }
+            fn set_min_points_per_thread(&mut self, points: u64) {
+                <$ty>::set_min_points_per_thread(self, points)
+            }
+        }
+    };
+}
+
+backend!(Jit, "cranelift", |j, k, t| j.ir_text(k, t));
+#[cfg(feature = "llvm")]
+backend!(fbc_codegen::llvm::LlvmJit, "llvm", |j, k, t| j.llvm().ir_text(k, t));
+
+/// Every CPU back end built, each on at most `threads` threads.
+fn backends(threads: usize) -> Vec<Box<dyn Backend>> {
+    vec![
+        Box::new(Jit::with_threads(threads).expect("a host JIT")),
+        #[cfg(feature = "llvm")]
+        Box::new(
+            fbc_codegen::llvm::LlvmJit::with_options(threads, fbc_codegen::llvm::Cpu::Host)
+                .expect("an LLVM JIT"),
+        ),
+    ]
+}
+
+fn run_jit(
+    jit: &mut dyn Backend,
+    k: &Kernel,
+    types: &[MemType],
+    ops: &mut [Data],
+) -> Result<(), Error> {
     let mut views: Vec<OperandMut<'_>> = ops
         .iter_mut()
         .map(|d| match d {
@@ -210,20 +278,23 @@ fn run_jit(jit: &mut Jit, k: &Kernel, types: &[MemType], ops: &mut [Data]) -> Re
             Data::I32(v) => OperandMut::I32(v),
         })
         .collect();
-    jit.launch(k, types, &mut views)
+    let id = jit.compile(k, types)?;
+    jit.run(id, &mut views)
 }
 
-/// A JIT on at most `threads` threads that splits even the smallest launches (one point per
-/// thread is enough), so the tests' small kernels exercise the threaded paths.
-fn jit_with(threads: usize) -> Jit {
-    let mut jit = Jit::with_threads(threads).expect("a host JIT");
-    jit.set_min_points_per_thread(1);
-    jit
+/// Every back end on at most `threads` threads, splitting even the smallest launches (one point
+/// per thread is enough), so the tests' small kernels exercise the threaded paths.
+fn jits_with(threads: usize) -> Vec<Box<dyn Backend>> {
+    let mut all = backends(threads);
+    for jit in &mut all {
+        jit.set_min_points_per_thread(1);
+    }
+    all
 }
 
 /// Runs the launch both ways on the same inputs and checks bit equality of every operand
-/// (the output, and that inputs are untouched), with the JIT on 1 and on 4 threads. Returns
-/// the JIT's output.
+/// (the output, and that inputs are untouched), with every back end on 1 and on 4 threads.
+/// Returns the last back end's output.
 fn check_with(types: &[&str], launch: &str, modulo: i32, setup: impl Fn(&mut [Data])) -> Data {
     let (k, tys) = kernel(types, launch);
     let mut ops: Vec<Data> =
@@ -233,19 +304,22 @@ fn check_with(types: &[&str], launch: &str, modulo: i32, setup: impl Fn(&mut [Da
     naive(&k, &tys, &mut want).unwrap_or_else(|f| panic!("naive evaluation faulted: {f}"));
     let mut out = None;
     for threads in [1, 4] {
-        let mut jit = jit_with(threads);
-        let mut got = ops.clone();
-        run_jit(&mut jit, &k, &tys, &mut got)
-            .unwrap_or_else(|e| panic!("{e}\n{}", jit.ir_text(&k, &tys).unwrap_or_default()));
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let (gb, wb) = (g.bits(), w.bits());
-            let first = gb.iter().zip(&wb).position(|(a, b)| a != b);
-            assert!(
-                first.is_none(),
-                "{threads} threads: operand {i} differs first at element {first:?}: jit {g:?}\nnaive {w:?}"
-            );
+        for mut jit in jits_with(threads) {
+            let jit = &mut *jit;
+            let mut got = ops.clone();
+            run_jit(jit, &k, &tys, &mut got)
+                .unwrap_or_else(|e| panic!("{}: {e}\n{}", jit.name(), jit.ir(&k, &tys)));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let (gb, wb) = (g.bits(), w.bits());
+                let first = gb.iter().zip(&wb).position(|(a, b)| a != b);
+                assert!(
+                    first.is_none(),
+                    "{}, {threads} threads: operand {i} differs first at element {first:?}: jit {g:?}\nnaive {w:?}",
+                    jit.name()
+                );
+            }
+            out = got.pop();
         }
-        out = got.pop();
     }
     out.expect("an output")
 }
@@ -263,14 +337,18 @@ fn fault(types: &[&str], launch: &str, setup: impl Fn(&mut [Data])) -> Fault {
     let want = naive(&k, &tys, &mut ops.clone()).expect_err("the naive evaluation faults");
     let mut reported = Vec::new();
     for threads in [1, 4] {
-        let mut jit = jit_with(threads);
-        match run_jit(&mut jit, &k, &tys, &mut ops.clone()) {
-            Err(Error::Runtime { kernel, reason }) => {
-                assert_eq!(kernel, "k");
-                assert_eq!(reason, want, "{threads} threads");
-                reported.push(reason);
+        for mut jit in jits_with(threads) {
+            let name = jit.name();
+            match run_jit(&mut *jit, &k, &tys, &mut ops.clone()) {
+                Err(Error::Runtime { kernel, reason }) => {
+                    assert_eq!(kernel, "k");
+                    assert_eq!(reason, want, "{name}, {threads} threads");
+                    reported.push(reason);
+                }
+                other => {
+                    panic!("{name}, {threads} threads: expected a runtime fault, got {other:?}")
+                }
             }
-            other => panic!("{threads} threads: expected a runtime fault, got {other:?}"),
         }
     }
     reported[0]
@@ -322,14 +400,15 @@ fn matmul_hand_worked() {
              (d0, d1, d2) -> (d2 * 2 + d1), (d0, d1, d2) -> (d0 * 2 + d1)], body = \"x0 * x1\", combine = \"add\""
         ),
     );
-    let mut jit = Jit::new().unwrap();
-    let mut ops = vec![
-        Data::F32(vec![1.0, 2.0, 3.0, 4.0]),
-        Data::F32(vec![5.0, 6.0, 7.0, 8.0]),
-        Data::F32(vec![0.0; 4]),
-    ];
-    run_jit(&mut jit, &k, &tys, &mut ops).unwrap();
-    assert_eq!(ops[2], Data::F32(vec![19.0, 22.0, 43.0, 50.0]));
+    for mut jit in backends(1) {
+        let mut ops = vec![
+            Data::F32(vec![1.0, 2.0, 3.0, 4.0]),
+            Data::F32(vec![5.0, 6.0, 7.0, 8.0]),
+            Data::F32(vec![0.0; 4]),
+        ];
+        run_jit(&mut *jit, &k, &tys, &mut ops).unwrap();
+        assert_eq!(ops[2], Data::F32(vec![19.0, 22.0, 43.0, 50.0]), "{}", jit.name());
+    }
 }
 
 #[test]
@@ -612,17 +691,18 @@ fn operands_must_match_the_compiled_types() {
             "domain = [4], iterators = [{P}], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0\""
         ),
     );
-    let mut jit = Jit::new().unwrap();
-    let id = jit.compile(&k, &tys).unwrap();
-    let (mut a, mut b) = (vec![0.0f32; 3], vec![0.0f32; 4]);
-    let e = jit.run(id, &mut [OperandMut::F32(&mut a), OperandMut::F32(&mut b)]).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "kernel `k`: operand 0 has 3 f32 elements, the kernel was compiled for !memory.buffer<4, f32> (4 f32 elements)"
-    );
-    let mut c = vec![0i32; 4];
-    assert!(jit.run(id, &mut [OperandMut::F32(&mut b), OperandMut::I32(&mut c)]).is_err());
-    assert!(jit.run(id, &mut [OperandMut::F32(&mut b)]).is_err());
+    for mut jit in backends(1) {
+        let id = jit.compile(&k, &tys).unwrap();
+        let (mut a, mut b) = (vec![0.0f32; 3], vec![0.0f32; 4]);
+        let e = jit.run(id, &mut [OperandMut::F32(&mut a), OperandMut::F32(&mut b)]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kernel `k`: operand 0 has 3 f32 elements, the kernel was compiled for !memory.buffer<4, f32> (4 f32 elements)"
+        );
+        let mut c = vec![0i32; 4];
+        assert!(jit.run(id, &mut [OperandMut::F32(&mut b), OperandMut::I32(&mut c)]).is_err());
+        assert!(jit.run(id, &mut [OperandMut::F32(&mut b)]).is_err());
+    }
 }
 
 #[test]
@@ -634,8 +714,10 @@ fn invalid_kernels_are_errors_not_panics() {
             "domain = [4], iterators = [{P}], maps = [(d0) -> (d0 * 4611686018427387904 * 4), (d0) -> (d0)], body = \"x0\""
         ),
     );
-    let e = Jit::new().unwrap().compile(&k, &tys).unwrap_err();
-    assert!(e.to_string().contains("64-bit range"), "{e}");
+    for mut jit in backends(1) {
+        let e = jit.compile(&k, &tys).unwrap_err();
+        assert!(e.to_string().contains("64-bit range"), "{}: {e}", jit.name());
+    }
     // Operand types the kernel does not fit (two results for a buffer).
     let (k, _) = kernel(
         &["!memory.buffer<4, f32>", "!memory.buffer<4, f32>"],
@@ -643,11 +725,12 @@ fn invalid_kernels_are_errors_not_panics() {
             "domain = [4], iterators = [{P}], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0\""
         ),
     );
-    let e = Jit::new()
-        .unwrap()
-        .compile(&k, &[MemType::image(1, 1), MemType::buffer(4, ElemType::F32)])
-        .unwrap_err();
-    assert!(matches!(e, Error::Kernel { .. }), "{e}");
+    for mut jit in backends(1) {
+        let e = jit
+            .compile(&k, &[MemType::image(1, 1), MemType::buffer(4, ElemType::F32)])
+            .unwrap_err();
+        assert!(matches!(e, Error::Kernel { .. }), "{}: {e}", jit.name());
+    }
 }
 
 #[test]
@@ -658,19 +741,20 @@ fn kernels_are_cached_by_attributes_and_types() {
             &format!("domain = [4], iterators = [{P}], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0 + 1.0\", source = \"{name}\""),
         )
     };
-    let mut jit = Jit::new().unwrap();
-    let (k1, t1) = launch("tensor.add");
-    let (mut k2, t2) = launch("tensor.sub");
-    k2.name = "other".into();
-    let a = jit.compile(&k1, &t1).unwrap();
-    let b = jit.compile(&k2, &t2).unwrap();
-    assert_eq!(a, b);
-    assert_eq!((jit.compiled(), jit.cache_hits()), (1, 1));
-    let c = jit
-        .compile(&k1, &[MemType::buffer(4, ElemType::F32), MemType::buffer(8, ElemType::F32)])
-        .unwrap();
-    assert_ne!(a, c);
-    assert_eq!(jit.compiled(), 2);
+    for mut jit in backends(1) {
+        let (k1, t1) = launch("tensor.add");
+        let (mut k2, t2) = launch("tensor.sub");
+        k2.name = "other".into();
+        let a = jit.compile(&k1, &t1).unwrap();
+        let b = jit.compile(&k2, &t2).unwrap();
+        assert_eq!(a, b);
+        assert_eq!((jit.compiled(), jit.cache_hits()), (1, 1));
+        let c = jit
+            .compile(&k1, &[MemType::buffer(4, ElemType::F32), MemType::buffer(8, ElemType::F32)])
+            .unwrap();
+        assert_ne!(a, c);
+        assert_eq!(jit.compiled(), 2);
+    }
 }
 
 #[test]
@@ -746,21 +830,26 @@ fn interchange_over_an_inner_parallel_dimension() {
 /// The operands after a JIT run, or its error.
 type Run = Result<Vec<Data>, Error>;
 
-/// Runs the launch on 1 and on 4 threads (after `setup` of the data); returns both results
-/// and how many of the 4-thread JIT's runs were split.
-fn on_threads(types: &[&str], launch: &str, setup: impl Fn(&mut [Data])) -> (Run, Run, u64) {
+/// Runs the launch on 1 and on 4 threads (after `setup` of the data) with each back end;
+/// returns, per back end, both results and how many of the 4-thread JIT's runs were split.
+fn on_threads(types: &[&str], launch: &str, setup: impl Fn(&mut [Data])) -> Vec<(Run, Run, u64)> {
     let (k, tys) = kernel(types, launch);
     let mut ops: Vec<Data> =
         tys.iter().enumerate().map(|(i, &t)| data(t, i as u32 + 1, 1 << 30)).collect();
     setup(&mut ops);
-    let run = |jit: &mut Jit| {
+    let run = |jit: &mut dyn Backend| {
         let mut got = ops.clone();
         run_jit(jit, &k, &tys, &mut got).map(|()| got)
     };
-    let (mut one, mut four) = (jit_with(1), jit_with(4));
-    let (a, b) = (run(&mut one), run(&mut four));
-    assert_eq!(one.parallel_runs(), 0);
-    (a, b, four.parallel_runs())
+    jits_with(1)
+        .into_iter()
+        .zip(jits_with(4))
+        .map(|(mut one, mut four)| {
+            let (a, b) = (run(&mut *one), run(&mut *four));
+            assert_eq!(one.parallel_runs(), 0);
+            (a, b, four.parallel_runs())
+        })
+        .collect()
 }
 
 #[test]
@@ -793,11 +882,12 @@ fn threaded_launches_are_bit_identical() {
     ];
     for (types, launch) in &cases {
         check(types, launch);
-        let (one, four, split) = on_threads(types, launch, |_| {});
-        let (one, four) = (one.expect("runs"), four.expect("runs"));
-        assert_eq!(split, 1, "{launch}");
-        for (a, b) in one.iter().zip(&four) {
-            assert_eq!(a.bits(), b.bits(), "{launch}");
+        for (one, four, split) in on_threads(types, launch, |_| {}) {
+            let (one, four) = (one.expect("runs"), four.expect("runs"));
+            assert_eq!(split, 1, "{launch}");
+            for (a, b) in one.iter().zip(&four) {
+                assert_eq!(a.bits(), b.bits(), "{launch}");
+            }
         }
     }
 }
@@ -811,16 +901,19 @@ fn racy_splits_run_on_one_thread() {
          body = \"x1 + x1[(d0 * 16 + d1 + 17) % 256] + x0\""
     );
     check(&types, &reads_out);
-    let (one, four, split) = on_threads(&types, &reads_out, |_| {});
-    assert_eq!(split, 0);
-    assert_eq!(one.expect("runs")[1].bits(), four.expect("runs")[1].bits());
+    for (one, four, split) in on_threads(&types, &reads_out, |_| {}) {
+        assert_eq!(split, 0);
+        assert_eq!(one.expect("runs")[1].bits(), four.expect("runs")[1].bits());
+    }
     // The split dimension is the fast one of the output: chunks would interleave.
     let strided = format!(
         "domain = [16, 16], iterators = [{P}, {P}], maps = [(d0, d1) -> (d0 * 16 + d1), (d0, d1) -> (d1 * 16 + d0)], \
          body = \"x0 * 2.0\""
     );
     check(&types, &strided);
-    assert_eq!(on_threads(&types, &strided, |_| {}).2, 0);
+    for (.., split) in on_threads(&types, &strided, |_| {}) {
+        assert_eq!(split, 0);
+    }
 }
 
 #[test]
@@ -855,10 +948,53 @@ fn faults_in_chunks_are_the_single_threaded_fault() {
         (9, 9, Fault::LoadOutOfBounds(1)),
     ] {
         assert_eq!(fault(&types, &launch, set(bad_row, zero_row)), want);
-        let (one, four, split) = on_threads(&types, &launch, set(bad_row, zero_row));
-        assert_eq!(split, 1);
-        let (Err(a), Err(b)) = (one, four) else { panic!("both runs fault") };
-        assert_eq!(a, Error::Runtime { kernel: "k".into(), reason: want });
-        assert_eq!(a, b);
+        for (one, four, split) in on_threads(&types, &launch, set(bad_row, zero_row)) {
+            assert_eq!(split, 1);
+            let (Err(a), Err(b)) = (one, four) else { panic!("both runs fault") };
+            assert_eq!(a, Error::Runtime { kernel: "k".into(), reason: want });
+            assert_eq!(a, b);
+        }
     }
+}
+
+#[cfg(feature = "llvm")]
+#[test]
+fn llvm_vectorises_parallel_loops_and_keeps_checks() {
+    use fbc_codegen::llvm::{Cpu, LlvmJit};
+    // A contiguous elementwise kernel: its one loop becomes vector code (any x86-64 or
+    // aarch64 CPU has 4-wide f32 vectors), and stays bit-identical (`check`).
+    let types =
+        ["!memory.buffer<1024, f32>", "!memory.buffer<1024, f32>", "!memory.buffer<1024, f32>"];
+    let launch = format!(
+        "domain = [1024], iterators = [{P}], maps = [(d0) -> (d0), (d0) -> (d0), (d0) -> (d0)], \
+         body = \"max(x0 * 2.0 + x1, x1 - 1.0)\""
+    );
+    check(&types, &launch);
+    let (k, tys) = kernel(&types, &launch);
+    let ir = LlvmJit::with_options(1, Cpu::Host).unwrap().llvm().ir_text(&k, &tys).unwrap();
+    assert!(ir.contains(" x float>"), "not vectorised:\n{ir}");
+    // The gather's check survives optimisation: it returns `LoadOutOfBounds(1)`'s code.
+    let (k, tys) = kernel(
+        &["!memory.buffer<6, i32>", "!memory.buffer<20, f32>", "!memory.buffer<24, f32>"],
+        &format!(
+            "domain = [6, 4], iterators = [{P}, {P}], maps = [(d0, d1) -> (d0), (d0, d1) -> (d1), (d0, d1) -> (d0 * 4 + d1)], \
+             body = \"x1[x0 * 4 + d1]\""
+        ),
+    );
+    let ir = LlvmJit::with_options(1, Cpu::Host).unwrap().llvm().ir_text(&k, &tys).unwrap();
+    let code = Fault::LoadOutOfBounds(1).code();
+    assert!(
+        ir.contains(&format!("i32 {code}")) || ir.contains(&format!("[ {code}, ")),
+        "no fault exit:\n{ir}"
+    );
+    // The portable `generic` CPU computes the same values.
+    let mut jit = LlvmJit::with_options(2, Cpu::Generic).unwrap();
+    assert_eq!(jit.llvm().cpu_name(), "generic");
+    let (k, tys) = kernel(&types, &launch);
+    let mut ops: Vec<Data> =
+        tys.iter().enumerate().map(|(i, &t)| data(t, i as u32 + 1, 8)).collect();
+    let mut want = ops.clone();
+    naive(&k, &tys, &mut want).unwrap();
+    run_jit(&mut jit, &k, &tys, &mut ops).unwrap();
+    assert_eq!(ops[2].bits(), want[2].bits());
 }

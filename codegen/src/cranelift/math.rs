@@ -1,67 +1,12 @@
-//! The functions compiled kernels call: `exp log tanh erf sigmoid` on `f32`, and the rounding of
-//! a value stored into an `f16` image.
-//!
-//! Each is an `extern "C"` wrapper around the function the reference executor uses
-//! ([`apply_un`] for payloads, [`round_f16`] for stores into `f16` images), so the JIT computes
-//! bit-identical values (same libm, same formulas, same rounding). They are registered as symbols
-//! of the JIT module and imported into every kernel.
+//! The math functions of [`crate::cpu::math`] as imports of the Cranelift JIT module: declared
+//! once in the module ([`Imports`]), imported into every kernel function ([`FuncRefs`]).
 
 use cranelift_codegen::ir::{self, types, AbiParam, Signature};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module, ModuleError};
-use fbc_dialects::memory::scalar::{apply_un, round_f16};
-use fbc_dialects::memory::{ScalarUn, ScalarValue};
+use fbc_dialects::memory::ScalarUn;
 
-fn un(op: ScalarUn, x: f32) -> f32 {
-    match apply_un(op, ScalarValue::F32(x)) {
-        Ok(v) => v.as_f32(),
-        // Unreachable for these operators on f32; NaN rather than a panic across `extern "C"`.
-        Err(_) => f32::NAN,
-    }
-}
-
-extern "C" fn fbc_exp(x: f32) -> f32 {
-    un(ScalarUn::Exp, x)
-}
-extern "C" fn fbc_log(x: f32) -> f32 {
-    un(ScalarUn::Log, x)
-}
-extern "C" fn fbc_tanh(x: f32) -> f32 {
-    un(ScalarUn::Tanh, x)
-}
-extern "C" fn fbc_erf(x: f32) -> f32 {
-    un(ScalarUn::Erf, x)
-}
-extern "C" fn fbc_sigmoid(x: f32) -> f32 {
-    un(ScalarUn::Sigmoid, x)
-}
-extern "C" fn fbc_round_f16(x: f32) -> f32 {
-    round_f16(x)
-}
-
-/// The symbol of the `f16` rounding of stores into `f16` images.
-const ROUND_F16: &str = "fbc_round_f16";
-
-/// The functions, in [`Imports`] order.
-const FUNCS: [(&str, ScalarUn); 5] = [
-    ("fbc_exp", ScalarUn::Exp),
-    ("fbc_log", ScalarUn::Log),
-    ("fbc_tanh", ScalarUn::Tanh),
-    ("fbc_erf", ScalarUn::Erf),
-    ("fbc_sigmoid", ScalarUn::Sigmoid),
-];
-
-/// Symbol names and addresses to register with the JIT builder.
-pub(super) fn symbols() -> [(&'static str, *const u8); 6] {
-    [
-        (ROUND_F16, fbc_round_f16 as extern "C" fn(f32) -> f32 as *const u8),
-        ("fbc_exp", fbc_exp as extern "C" fn(f32) -> f32 as *const u8),
-        ("fbc_log", fbc_log as extern "C" fn(f32) -> f32 as *const u8),
-        ("fbc_tanh", fbc_tanh as extern "C" fn(f32) -> f32 as *const u8),
-        ("fbc_erf", fbc_erf as extern "C" fn(f32) -> f32 as *const u8),
-        ("fbc_sigmoid", fbc_sigmoid as extern "C" fn(f32) -> f32 as *const u8),
-    ]
-}
+use crate::cpu::math::{FUNCS, ROUND_F16};
 
 /// The functions declared in the module.
 #[derive(Debug)]

@@ -41,193 +41,52 @@
 //! chunk's, the one a single-threaded run reports. The thread count is
 //! `std::thread::available_parallelism()` or [`THREADS_ENV`] (`FBC_JIT_THREADS`), or
 //! [`Jit::set_threads`].
+//!
+//! Everything but the code generation (the kernel table and cache, operand checks, threads,
+//! the nest analysis) is [`crate::cpu`]'s, shared with the LLVM back end; [`Jit`] is
+//! [`crate::cpu::Jit`] with this module's [`Cranelift`] code generator.
 
-mod exec;
-mod lower;
+mod emit;
 mod math;
-mod parallel;
 
-use std::cell::Cell;
-use std::collections::HashMap;
 use std::fmt;
 
 use cranelift_codegen::ir::{AbiParam, UserFuncName};
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_frontend::FunctionBuilderContext;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
 use fbc_dialects::memory::{Kernel, MemType};
 
-pub use exec::OperandMut;
-pub use parallel::{CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV};
+use crate::cpu::lower::LowerError;
+use crate::cpu::{Codegen, Nest};
+pub use crate::cpu::{
+    Error, Fault, KernelId, OperandMut, CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV,
+};
 
-/// Why a kernel could not be compiled or run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// Cranelift has no back end for this machine.
-    #[error("the CPU JIT does not support this machine: {0}")]
-    Host(String),
-    /// The JIT's configuration is invalid (`FBC_JIT_THREADS` is not a positive number).
-    #[error("{0}")]
-    Config(String),
-    /// The kernel is invalid for its operand types, or uses something the JIT cannot compile.
-    #[error("kernel `{kernel}`: {message}")]
-    Kernel { kernel: String, message: String },
-    /// Cranelift rejected the generated function (a bug of this back end).
-    #[error("kernel `{kernel}`: Cranelift failed: {message}")]
-    Codegen { kernel: String, message: String },
-    /// The operands passed to a compiled kernel do not match the types it was compiled for.
-    #[error("kernel `{kernel}`: {message}")]
-    Operands { kernel: String, message: String },
-    /// The kernel stopped at run time (an out-of-bounds access, a division by zero, ...).
-    #[error("kernel `{kernel}`: {reason}")]
-    Runtime { kernel: String, reason: Fault },
-}
+/// The Cranelift JIT: [`crate::cpu::Jit`] with the [`Cranelift`] code generator.
+pub type Jit = crate::cpu::Jit<Cranelift>;
 
-/// What stopped a running kernel; decoded from the native function's return code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Operand `k` read at its index map outside its storage.
-    ReadOutOfBounds(usize),
-    /// Operand `k` loaded (`xK[e]`) at an offset outside its storage.
-    LoadOutOfBounds(usize),
-    /// The output map (operand `k`) pointed outside the output storage.
-    WriteOutOfBounds(usize),
-    /// Integer `/` or `%` by zero in the payload.
-    DivisionByZero,
-    /// `int(..)` of NaN.
-    IntOfNan,
-    /// A map of operand `k` divided by a non-positive number (undefined); `k` = operand count
-    /// for the guard map.
-    MapUndefined(usize),
-    /// Symbol `j` of the maps was outside its range (nothing was written).
-    SymbolOutOfRange(usize),
-    /// A code this back end does not produce (never expected).
-    Unknown(u32),
-}
-
-impl Fault {
-    const READ: u32 = 1;
-    const LOAD: u32 = 2;
-    const WRITE: u32 = 3;
-    const DIV0: u32 = 4;
-    const INT_NAN: u32 = 5;
-    const MAP: u32 = 6;
-    const SYMBOL: u32 = 7;
-
-    /// The return code of the native function.
-    pub(crate) fn code(self) -> u32 {
-        let op = |k: usize| u32::try_from(k).unwrap_or(u32::MAX >> 8).min(u32::MAX >> 8) << 8;
-        match self {
-            Fault::ReadOutOfBounds(k) => Self::READ | op(k),
-            Fault::LoadOutOfBounds(k) => Self::LOAD | op(k),
-            Fault::WriteOutOfBounds(k) => Self::WRITE | op(k),
-            Fault::DivisionByZero => Self::DIV0,
-            Fault::IntOfNan => Self::INT_NAN,
-            Fault::MapUndefined(k) => Self::MAP | op(k),
-            Fault::SymbolOutOfRange(j) => Self::SYMBOL | op(j),
-            Fault::Unknown(c) => c,
-        }
-    }
-
-    /// Decodes a non-zero return code.
-    pub(crate) fn from_code(code: u32) -> Fault {
-        let k = (code >> 8) as usize;
-        match code & 0xff {
-            Self::READ => Fault::ReadOutOfBounds(k),
-            Self::LOAD => Fault::LoadOutOfBounds(k),
-            Self::WRITE => Fault::WriteOutOfBounds(k),
-            Self::DIV0 => Fault::DivisionByZero,
-            Self::INT_NAN => Fault::IntOfNan,
-            Self::MAP => Fault::MapUndefined(k),
-            Self::SYMBOL => Fault::SymbolOutOfRange(k),
-            _ => Fault::Unknown(code),
-        }
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Fault::ReadOutOfBounds(k) => {
-                write!(f, "operand {k} read out of bounds (its index map leaves the storage)")
-            }
-            Fault::LoadOutOfBounds(k) => write!(f, "`x{k}[..]` loads out of bounds"),
-            Fault::WriteOutOfBounds(k) => {
-                write!(f, "the output (operand {k}) written out of bounds")
-            }
-            Fault::DivisionByZero => f.write_str("integer division by zero"),
-            Fault::IntOfNan => f.write_str("int() of NaN"),
-            Fault::MapUndefined(k) => {
-                write!(f, "the index map of operand {k} divides by a non-positive number")
-            }
-            Fault::SymbolOutOfRange(j) => {
-                write!(f, "symbol s{j} of the maps is outside its range (nothing was written)")
-            }
-            Fault::Unknown(c) => write!(f, "unknown error code {c}"),
-        }
-    }
-}
-
-/// A compiled kernel of a [`Jit`]; valid only with the `Jit` that made it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KernelId(usize);
-
-struct Compiled {
-    name: String,
-    /// The operand types of the native function (with the snapshot operand, see `snapshot`).
-    types: Vec<MemType>,
-    code: *const u8,
-    /// The kernel reads its output operand: the native function takes one more operand, a copy
-    /// of the output before the launch, inserted before the output (reads see the contents
-    /// before the launch, as in the reference executor).
-    snapshot: bool,
-    /// Accumulators of an interchanged reduction (`lower::interchange`): the native function
-    /// takes a scratch array of that many `f32` after its operands.
-    scratch: Option<u64>,
-    /// How the launch may be split over threads; `None`: always in one piece.
-    split: Option<parallel::Split>,
-}
-
-/// The JIT: a Cranelift module for the host, the compiled kernels and their cache.
-pub struct Jit {
+/// The Cranelift code generator: a JIT module for the host and the math imports.
+pub struct Cranelift {
     /// `None` only while being dropped.
     module: Option<JITModule>,
     fctx: FunctionBuilderContext,
-    kernels: Vec<Compiled>,
-    cache: HashMap<String, KernelId>,
     math: math::Imports,
-    hits: u64,
-    threads: usize,
-    min_points: u64,
-    /// Runs split over more than one thread.
-    parallel_runs: Cell<u64>,
+    /// Functions defined so far (their symbols are numbered).
+    defined: usize,
 }
 
-impl fmt::Debug for Jit {
+impl fmt::Debug for Cranelift {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Jit")
-            .field("kernels", &self.kernels.len())
-            .field("cache_hits", &self.hits)
-            .field("threads", &self.threads)
-            .finish_non_exhaustive()
+        f.debug_struct("Cranelift").field("defined", &self.defined).finish_non_exhaustive()
     }
 }
 
-impl Jit {
-    /// A JIT for the host machine (Cranelift's `speed` optimisation level, host CPU features),
-    /// running launches on `FBC_JIT_THREADS` threads ([`THREADS_ENV`]) or, when that is not set,
-    /// as many as the machine has cores; an error when the variable is not a positive number.
-    pub fn new() -> Result<Jit, Error> {
-        let threads = parallel::default_threads().map_err(Error::Config)?;
-        let mut jit = Jit::with_threads(1)?;
-        jit.set_threads(threads);
-        Ok(jit)
-    }
-
-    /// A JIT for the host machine running launches on at most `threads` threads (1: on the
-    /// calling thread only); the environment is not consulted.
-    pub fn with_threads(threads: usize) -> Result<Jit, Error> {
+impl Cranelift {
+    /// A code generator for the host machine (Cranelift's `speed` optimisation level, host CPU
+    /// features).
+    fn new() -> Result<Cranelift, Error> {
         let mut flags = settings::builder();
         let host = |e: &dyn fmt::Display| Error::Host(e.to_string());
         flags.set("opt_level", "speed").map_err(|e| host(&e))?;
@@ -239,170 +98,73 @@ impl Jit {
             .finish(settings::Flags::new(flags))
             .map_err(|e| host(&e))?;
         let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-        for (name, ptr) in math::symbols() {
+        for (name, ptr) in crate::cpu::math::symbols() {
             builder.symbol(name, ptr);
         }
         let mut module = JITModule::new(builder);
         let math = math::Imports::declare(&mut module).map_err(|e| host(&e))?;
-        Ok(Jit {
+        Ok(Cranelift {
             module: Some(module),
             fctx: FunctionBuilderContext::new(),
-            kernels: Vec::new(),
-            cache: HashMap::new(),
             math,
-            hits: 0,
-            threads: threads.max(1),
-            min_points: MIN_POINTS_PER_THREAD,
-            parallel_runs: Cell::new(0),
+            defined: 0,
         })
     }
+}
 
-    /// Runs later launches on at most `threads` threads (0 counts as 1).
-    pub fn set_threads(&mut self, threads: usize) {
-        self.threads = threads.max(1);
-    }
+impl Codegen for Cranelift {
+    const NAME: &'static str = "Cranelift";
 
-    /// The most threads one launch runs on.
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
-    /// Gives each thread of a split launch at least `points` domain points of work (parallel
-    /// points times the reduction extent, times 1 + [`CALL_WEIGHT`] per transcendental call of
-    /// the payload; default [`MIN_POINTS_PER_THREAD`]): smaller launches run on fewer threads,
-    /// or on the calling thread alone.
-    pub fn set_min_points_per_thread(&mut self, points: u64) {
-        self.min_points = points.max(1);
-    }
-
-    /// Number of [`Jit::run`] calls that ran on more than one thread.
-    pub fn parallel_runs(&self) -> u64 {
-        self.parallel_runs.get()
-    }
-
-    /// Number of distinct native functions compiled so far.
-    pub fn compiled(&self) -> usize {
-        self.kernels.len()
-    }
-
-    /// Number of [`Jit::compile`] calls answered from the cache.
-    pub fn cache_hits(&self) -> u64 {
-        self.hits
-    }
-
-    /// Compiles `kernel` for operands of `types` (inputs, then the output), or returns the
-    /// function compiled earlier for the same attributes and types.
-    pub fn compile(&mut self, kernel: &Kernel, types: &[MemType]) -> Result<KernelId, Error> {
-        let key = cache_key(kernel, types);
-        if let Some(&id) = self.cache.get(&key) {
-            self.hits += 1;
-            return Ok(id);
-        }
-        let kerr = |message: String| Error::Kernel { kernel: kernel.name.clone(), message };
-        kernel.check(types).map_err(|e| kerr(e.message))?;
-        let snapshot = fbc_dialects::memory::init::reads_output(kernel);
-        let (kernel, types) = &with_snapshot(kernel, types, snapshot);
+    fn emit(&mut self, kernel: &Kernel, types: &[MemType], nest: Nest) -> Result<*const u8, Error> {
         let cg = |e: &dyn fmt::Display| Error::Codegen {
             kernel: kernel.name.clone(),
+            backend: Self::NAME,
             message: e.to_string(),
         };
         let module = self.module.as_mut().ok_or_else(|| cg(&"the JIT module is gone"))?;
         let mut ctx = module.make_context();
         kernel_signature(&mut ctx.func, module);
-        let symbol = format!("fbc_kernel_{}", self.kernels.len());
+        let symbol = format!("fbc_kernel_{}", self.defined);
         let id: FuncId = module
             .declare_function(&symbol, Linkage::Local, &ctx.func.signature)
             .map_err(|e| cg(&e))?;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
-        let nest = lower_body(module, &mut self.fctx, &self.math, &mut ctx.func, kernel, types)
-            .map_err(kerr)?;
+        lower_body(module, &mut self.fctx, &self.math, &mut ctx.func, kernel, types, nest)
+            .map_err(|e| e.into_error(&kernel.name, Self::NAME))?;
         module.define_function(id, &mut ctx).map_err(|e| cg(&format!("{e:?}")))?;
         module.clear_context(&mut ctx);
         module.finalize_definitions().map_err(|e| cg(&e))?;
-        let code = module.get_finalized_function(id);
-        let kid = KernelId(self.kernels.len());
-        self.kernels.push(Compiled {
-            name: kernel.name.clone(),
-            types: types.clone(),
-            code,
-            snapshot,
-            scratch: nest.scratch.map(|(_, n)| n),
-            split: parallel::Split::new(kernel, types, nest.split, snapshot),
-        });
-        self.cache.insert(key, kid);
-        Ok(kid)
+        self.defined += 1;
+        Ok(module.get_finalized_function(id))
+    }
+}
+
+impl Jit {
+    /// A JIT for the host machine (Cranelift's `speed` optimisation level, host CPU features),
+    /// running launches on `FBC_JIT_THREADS` threads ([`THREADS_ENV`]) or, when that is not set,
+    /// as many as the machine has cores; an error when the variable is not a positive number.
+    pub fn new() -> Result<Jit, Error> {
+        let threads = Jit::default_threads()?;
+        Jit::with_threads(threads)
     }
 
-    /// Runs a compiled kernel on `operands` (inputs, then the output), which must have exactly the
-    /// types the kernel was compiled for; split over up to [`Jit::threads`] threads when large
-    /// enough and provably race-free (see the module docs), with the same results and faults as
-    /// on one thread.
-    pub fn run(&self, id: KernelId, operands: &mut [OperandMut<'_>]) -> Result<(), Error> {
-        let k = self.kernels.get(id.0).ok_or_else(|| Error::Operands {
-            kernel: format!("#{}", id.0),
-            message: "no such compiled kernel in this JIT".into(),
-        })?;
-        let given = operands.len() + usize::from(k.snapshot);
-        if given != k.types.len() {
-            return Err(Error::Operands {
-                kernel: k.name.clone(),
-                message: format!(
-                    "{} operands given, the kernel takes {}",
-                    operands.len(),
-                    k.types.len() - usize::from(k.snapshot)
-                ),
-            });
-        }
-        let chunks = match &k.split {
-            Some(s) => s.chunks(self.threads, self.min_points),
-            None => vec![(0, i64::MAX)],
-        };
-        let called = if k.snapshot {
-            let Some((out, inputs)) = operands.split_last_mut() else {
-                return Err(Error::Operands {
-                    kernel: k.name.clone(),
-                    message: "no operands given".into(),
-                });
-            };
-            let mut copy = out.to_owned_data();
-            let mut with_copy: Vec<OperandMut<'_>> =
-                inputs.iter_mut().map(OperandMut::reborrow).collect();
-            with_copy.push(copy.as_operand());
-            with_copy.push(out.reborrow());
-            exec::call(k.code, &k.types, k.scratch, &mut with_copy, &chunks)
-        } else {
-            exec::call(k.code, &k.types, k.scratch, operands, &chunks)
-        };
-        let called =
-            called.map_err(|message| Error::Operands { kernel: k.name.clone(), message })?;
-        if chunks.len() > 1 {
-            self.parallel_runs.set(self.parallel_runs.get() + 1);
-        }
-        called.map_err(|code| Error::Runtime {
-            kernel: k.name.clone(),
-            reason: Fault::from_code(code),
-        })
-    }
-
-    /// [`Jit::compile`] then [`Jit::run`].
-    pub fn launch(
-        &mut self,
-        kernel: &Kernel,
-        types: &[MemType],
-        operands: &mut [OperandMut<'_>],
-    ) -> Result<(), Error> {
-        let id = self.compile(kernel, types)?;
-        self.run(id, operands)
+    /// A JIT for the host machine running launches on at most `threads` threads (1: on the
+    /// calling thread only); the environment is not consulted.
+    pub fn with_threads(threads: usize) -> Result<Jit, Error> {
+        Ok(Jit::with_codegen(Cranelift::new()?, threads))
     }
 
     /// The Cranelift IR of `kernel` after lowering (before optimisation), for tests and debugging.
     pub fn ir_text(&mut self, kernel: &Kernel, types: &[MemType]) -> Result<String, Error> {
         let kerr = |message: String| Error::Kernel { kernel: kernel.name.clone(), message };
         kernel.check(types).map_err(|e| kerr(e.message))?;
-        let module = self.module.as_mut().ok_or_else(|| kerr("the JIT module is gone".into()))?;
+        let cl = self.codegen_mut();
+        let module = cl.module.as_mut().ok_or_else(|| kerr("the JIT module is gone".into()))?;
         let mut func = cranelift_codegen::ir::Function::new();
         kernel_signature(&mut func, module);
-        lower_body(module, &mut self.fctx, &self.math, &mut func, kernel, types).map_err(kerr)?;
+        let nest = Nest::of(kernel, types);
+        lower_body(module, &mut cl.fctx, &cl.math, &mut func, kernel, types, nest)
+            .map_err(|e| e.into_error(&kernel.name, Cranelift::NAME))?;
         Ok(func.display().to_string())
     }
 }
@@ -412,15 +174,14 @@ impl Jit {
 fn kernel_signature(func: &mut cranelift_codegen::ir::Function, module: &JITModule) {
     let ptr = module.target_config().pointer_type();
     func.signature.params.push(AbiParam::new(ptr));
-    // The chunk `[lo, hi)` of the split dimension (see `lower::split_dim`).
+    // The chunk `[lo, hi)` of the split dimension (see `nest::split_dim`).
     func.signature.params.push(AbiParam::new(cranelift_codegen::ir::types::I64));
     func.signature.params.push(AbiParam::new(cranelift_codegen::ir::types::I64));
     func.signature.returns.push(AbiParam::new(cranelift_codegen::ir::types::I32));
 }
 
-/// Lowers `kernel` for operands of `types` into `func` (its signature set), with the math
-/// imports declared in it; returns the reduction interchange used ([`lower::interchange`]) and
-/// the dimension split into chunks ([`lower::split_dim`]).
+/// Lowers `kernel` for operands of `types` into `func` (its signature set) with the loop nest
+/// `nest`, with the math imports declared in it.
 fn lower_body(
     module: &mut JITModule,
     fctx: &mut FunctionBuilderContext,
@@ -428,71 +189,24 @@ fn lower_body(
     func: &mut cranelift_codegen::ir::Function,
     kernel: &Kernel,
     types: &[MemType],
-) -> Result<lower::Nest, String> {
+    nest: Nest,
+) -> Result<(), LowerError> {
     let refs = math.in_func(module, func);
-    let scratch = lower::interchange(kernel, types);
-    let nest = lower::Nest { scratch, split: lower::split_dim(kernel, scratch) };
-    lower::lower(func, fctx, kernel, types, module.target_config(), &refs, nest)?;
-    Ok(nest)
+    let config = module.target_config();
+    let mut e = emit::ClEmit::new(FunctionBuilder::new(func, fctx), &refs, config.pointer_type());
+    crate::cpu::lower::lower(&mut e, kernel, types, nest)?;
+    e.finish(config);
+    Ok(())
 }
 
-impl Drop for Jit {
+impl Drop for Cranelift {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         if let Some(module) = self.module.take() {
-            self.kernels.clear();
-            exec::free(module);
+            // SAFETY: the only addresses into the module's code are those `emit` returned, held
+            // by the `crate::cpu::Jit` that owns this code generator and dropped with it (it
+            // never hands them out, only `KernelId` indices), so none is used after this.
+            unsafe { module.free_memory() }
         }
-    }
-}
-
-/// With `snapshot`, the kernel with one more operand before the output: the copy of the output
-/// that reads of the output see (same map and type); the output moves one place up.
-fn with_snapshot(k: &Kernel, types: &[MemType], snapshot: bool) -> (Kernel, Vec<MemType>) {
-    let mut k = k.clone();
-    let mut types = types.to_vec();
-    if snapshot {
-        let out = k.output();
-        k.maps.insert(out, k.maps[out].clone());
-        types.insert(out, types[out]);
-    }
-    (k, types)
-}
-
-/// The attributes that decide the code (everything but the kernel's name and source) and the
-/// operand types.
-fn cache_key(kernel: &Kernel, types: &[MemType]) -> String {
-    let mut key = String::new();
-    for (name, attr) in kernel.to_attrs() {
-        if name != "kernel" && name != "source" {
-            key.push_str(&name);
-            key.push('=');
-            key.push_str(&attr.to_string());
-            key.push(';');
-        }
-    }
-    for t in types {
-        key.push_str(&t.to_string());
-        key.push(';');
-    }
-    key
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fault_codes_round_trip() {
-        for f in [
-            Fault::ReadOutOfBounds(3),
-            Fault::LoadOutOfBounds(0),
-            Fault::WriteOutOfBounds(7),
-            Fault::DivisionByZero,
-            Fault::IntOfNan,
-            Fault::MapUndefined(2),
-        ] {
-            assert_eq!(Fault::from_code(f.code()), f);
-        }
-        assert_eq!(Fault::from_code(0xff), Fault::Unknown(0xff));
     }
 }

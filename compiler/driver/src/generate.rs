@@ -1,5 +1,5 @@
 //! `fbc generate FILE --prompt 1,2,3 [--max-new N] (--weights W | --random-weights SEED)
-//! [--target cpu|cpu-jit|opencl]`: greedy decoding with an inference module (`fbc gen MODEL
+//! [--target cpu|cpu-jit|cpu-llvm|opencl]`: greedy decoding with an inference module (`fbc gen MODEL
 //! --inference`).
 //!
 //! `@prefill` runs once over the prompt (padded with token 0 to its length `S`: the padding's
@@ -164,7 +164,7 @@ enum Runner<'a> {
     /// The launcher keeps its compiled kernels from call to call.
     Jit {
         lowered: Module,
-        launcher: Box<fbc_runtime::device::cpu_jit::JitLauncher>,
+        launcher: Box<dyn fbc_runtime::exec::Launcher>,
     },
     /// The session keeps the weights on the device from the first call on, and the caches
     /// that the functions update in place (see [`Runner::call`]).
@@ -372,13 +372,19 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     // How calls run.
     let mut runner = match a.target.as_str() {
         "cpu" => Runner::Interp(Interpreter::new(&module)),
-        "cpu-jit" => {
+        "cpu-jit" | "cpu-llvm" => {
+            use fbc_runtime::device::cpu_jit::{Backend, JitLauncher};
+            let backend = a.lower.cpu_backend(&a.target)?;
             let session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
             let mut lowered = module.clone();
             session.compile(&file, &mut lowered)?;
-            let launcher = fbc_runtime::device::cpu_jit::JitLauncher::new()
-                .map_err(|e| Failure::Usage(format!("--target cpu-jit: {e}")))?;
-            Runner::Jit { lowered, launcher: Box::new(launcher) }
+            let setup = |e: String| Failure::Usage(format!("--target {}: {e}", a.target));
+            let launcher: Box<dyn fbc_runtime::exec::Launcher> = match backend {
+                Backend::Cranelift => Box::new(JitLauncher::new().map_err(setup)?),
+                #[cfg(feature = "llvm")]
+                Backend::Llvm(cpu) => Box::new(JitLauncher::llvm(cpu).map_err(setup)?),
+            };
+            Runner::Jit { lowered, launcher }
         }
         #[cfg(feature = "opencl")]
         "opencl" => {
@@ -417,8 +423,9 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         "opencl" => return Err(crate::run_cmd::opencl::no_opencl()),
         other => {
             return Err(Failure::Usage(format!(
-            "--target {other} is not supported by `fbc generate`; supported: cpu, cpu-jit, opencl"
-        )))
+                "--target {other} is not supported by `fbc generate`; supported: cpu, cpu-jit, \
+             cpu-llvm, opencl"
+            )))
         }
     };
     // Prefill.

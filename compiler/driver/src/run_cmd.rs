@@ -19,7 +19,8 @@
 //!   without `--outputs`, a summary of each (type, min/max/mean, first values) goes to stdout.
 //! - `--target cpu-jit [-O LEVEL] [--layout-strategy S] [--profile P] [--check]` lowers the
 //!   module like `--target opencl` and runs every kernel as native code compiled by Cranelift
-//!   (see `run_cmd/jit.rs`).
+//!   (see `run_cmd/jit.rs`); `--target cpu-llvm [--cpu host|generic]` the same with the kernels
+//!   compiled by LLVM (fbc built with the `llvm` feature, else exit 2).
 //! - `--target opencl [--device N|NAME] [-O LEVEL] [--layout-strategy S] [--profile P]
 //!   [--dump-kernels DIR] [--substitute-kernel NAME=FILE.cl] [--check]` compiles the module (at
 //!   -O3 by default), lowers it to the memory dialect, runs the generated kernels on an OpenCL
@@ -54,7 +55,10 @@ use crate::{Driver, Failure};
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
-    if a.target == "cpu-jit" {
+    if a.lower.cpu.is_some() && a.target != "cpu-llvm" {
+        return Err(Failure::Usage("--cpu is for --target cpu-llvm".into()));
+    }
+    if a.target == "cpu-jit" || a.target == "cpu-llvm" {
         return jit::run(driver, a);
     }
     if a.target == "opencl" {
@@ -62,7 +66,8 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     }
     if a.target != "cpu" {
         return Err(Failure::Usage(format!(
-            "--target {} is not yet supported by `fbc run`; supported now: cpu, cpu-jit, opencl",
+            "--target {} is not yet supported by `fbc run`; supported now: cpu, cpu-jit, \
+             cpu-llvm, opencl",
             a.target
         )));
     }

@@ -149,20 +149,23 @@ impl<'d> Session<'d> {
         Writer::new(opts).write(lowered).map_err(|e| Failure::Input(format!("{e}\n")))
     }
 
-    /// Runs function `func` of a lowered module on this CPU through the Cranelift JIT: its
-    /// results and the JIT's counters. A launch that fails is an input error at its op.
+    /// Runs function `func` of a lowered module on this CPU through the JIT of `backend`
+    /// (Cranelift or LLVM): its results and the JIT's counters. A launch that fails is an input
+    /// error at its op.
     pub fn jit(
         &self,
         file: &SourceFile,
         lowered: &Module,
         func: FuncId,
         inputs: Vec<Value>,
+        backend: fbc_runtime::device::cpu_jit::Backend,
     ) -> Result<(Vec<Value>, fbc_runtime::device::cpu_jit::JitStats), Failure> {
-        fbc_runtime::device::cpu_jit::run(
+        fbc_runtime::device::cpu_jit::run_with(
             lowered,
             func,
             inputs,
             fbc_runtime::interp::Options::default(),
+            backend,
         )
         .map_err(|e| crate::run_cmd::located(file, &e))
     }

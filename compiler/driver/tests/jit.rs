@@ -1,7 +1,8 @@
-//! `fbc run --target cpu-jit`: every function of the op corpus (`tests/ir/ops`) and a generated
-//! one-layer training step, lowered and run as native code, checked against the reference
-//! interpreter on the unlowered module (`--check`, the bound of `--target opencl --check`);
-//! elementwise results bit-identical to `--target cpu`; errors located at the launch.
+//! `fbc run --target cpu-jit` (and, with the `llvm` feature, `cpu-llvm`: [`TARGETS`]): every
+//! function of the op corpus (`tests/ir/ops`) and a generated one-layer training step, lowered
+//! and run as native code, checked against the reference interpreter on the unlowered module
+//! (`--check`, the bound of `--target opencl --check`); elementwise results bit-identical to
+//! `--target cpu`, and LLVM's bit-identical to Cranelift's; errors located at the launch.
 
 use std::path::{Path, PathBuf};
 
@@ -11,11 +12,24 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `fbc run FILE --entry F --target cpu-jit -O LEVEL --random-inputs 7 --check [extra]`.
-fn check(path: &Path, entry: &str, level: u8, extra: &[&str]) -> Result<String, String> {
+/// The CPU JIT targets of this build.
+const TARGETS: &[&str] = &[
+    "cpu-jit",
+    #[cfg(feature = "llvm")]
+    "cpu-llvm",
+];
+
+/// `fbc run FILE --entry F --target T -O LEVEL --random-inputs 7 --check [extra]`.
+fn check(
+    target: &str,
+    path: &Path,
+    entry: &str,
+    level: u8,
+    extra: &[&str],
+) -> Result<String, String> {
     let p = path.to_string_lossy().into_owned();
     let o = format!("-O{level}");
-    let mut args = vec!["run", &p, "--entry", entry, "--target", "cpu-jit", &o];
+    let mut args = vec!["run", &p, "--entry", entry, "--target", target, &o];
     args.extend(["--random-inputs", "7", "--check"]);
     args.extend_from_slice(extra);
     let out = common::fbc(&args);
@@ -52,14 +66,20 @@ fn every_op_file_matches_the_interpreter() {
             for (level, strategy) in
                 [(0, "fblayout"), (3, "fblayout"), (3, "reuse"), (3, "convert")]
             {
-                ran += 1;
-                if let Err(e) = check(f, &func, level, &["--layout-strategy", strategy]) {
-                    failed.push(format!("{} @{func} -O{level} {strategy}: {e}", f.display()));
+                for target in TARGETS {
+                    ran += 1;
+                    if let Err(e) = check(target, f, &func, level, &["--layout-strategy", strategy])
+                    {
+                        failed.push(format!(
+                            "{} @{func} {target} -O{level} {strategy}: {e}",
+                            f.display()
+                        ));
+                    }
                 }
             }
         }
     }
-    assert!(ran >= 9 * 4, "{ran} runs");
+    assert!(ran >= 9 * 4 * TARGETS.len(), "{ran} runs");
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
 
@@ -69,10 +89,12 @@ fn generated_training_step_matches_the_interpreter() {
     // SwiGLU, cross-entropy, forward and backward.
     let path = common::training_step("jit-train");
     for (level, strategy) in [(0, "fblayout"), (3, "fblayout")] {
-        let out = check(&path, "loss_grad", level, &["--layout-strategy", strategy])
-            .unwrap_or_else(|e| panic!("-O{level} {strategy}: {e}"));
-        // Every result of the step was compared.
-        assert!(out.matches("check result").count() >= 3, "{out}");
+        for target in TARGETS {
+            let out = check(target, &path, "loss_grad", level, &["--layout-strategy", strategy])
+                .unwrap_or_else(|e| panic!("{target} -O{level} {strategy}: {e}"));
+            // Every result of the step was compared.
+            assert!(out.matches("check result").count() >= 3, "{out}");
+        }
     }
 }
 
@@ -99,19 +121,21 @@ fn elementwise_results_are_bit_identical_to_the_interpreter() {
         assert_eq!(o.code, 0, "{target} @{entry}: {}", o.stderr);
         std::fs::read(out).expect("outputs written")
     };
-    for entry in ["binary", "unary"] {
-        let (jit, cpu) = (run("cpu-jit", entry), run("cpu", entry));
+    for (entry, target) in
+        ["binary", "unary"].into_iter().flat_map(|e| TARGETS.iter().map(move |t| (e, *t)))
+    {
+        let (jit, cpu) = (run(target, entry), run("cpu", entry));
         // Same header, same f32 bits; a NaN may differ in sign and payload (the lowering
         // computes `relu` as the memory dialect's `max`, which returns the canonical NaN).
         let n = 8 + u64::from_le_bytes(cpu[..8].try_into().expect("header length")) as usize;
-        assert_eq!(jit[..n], cpu[..n], "@{entry}");
+        assert_eq!(jit[..n], cpu[..n], "{target} @{entry}");
         assert_eq!(jit.len(), cpu.len());
         for (a, b) in jit[n..].chunks(4).zip(cpu[n..].chunks(4)) {
             let f = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             let (a, b) = (f(a), f(b));
             assert!(
                 a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                "@{entry}: {a} vs {b}"
+                "{target} @{entry}: {a} vs {b}"
             );
         }
     }
@@ -149,22 +173,24 @@ fn faults_are_located_at_the_launch_and_flags_checked() {
     [2i32, 10, 0].iter().for_each(|v| ids.extend(v.to_le_bytes()));
     let inputs = common::write(&dir, "ids.safetensors", &ids);
     let p = common::write(&dir, "gather_ok.fbir", GATHER.as_bytes());
-    let o = common::fbc(&[
-        "run",
-        &p,
-        "--target",
-        "cpu-jit",
-        "--random-inputs",
-        "1",
-        "--inputs",
-        &inputs,
-    ]);
-    assert_eq!(o.code, 1, "{}", o.stderr);
-    assert!(
-        o.stderr.contains("gather_ok.fbir:5:3: error: `memory.launch`: kernel `embed`: x1[40] is outside operand 1 (40 elements) at domain index [1, 0]"),
-        "{}",
-        o.stderr
-    );
+    for target in TARGETS {
+        let o = common::fbc(&[
+            "run",
+            &p,
+            "--target",
+            target,
+            "--random-inputs",
+            "1",
+            "--inputs",
+            &inputs,
+        ]);
+        assert_eq!(o.code, 1, "{target}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("gather_ok.fbir:5:3: error: `memory.launch`: kernel `embed`: x1[40] is outside operand 1 (40 elements) at domain index [1, 0]"),
+            "{target}: {}",
+            o.stderr
+        );
+    }
     let o = common::fbc(&["run", &p, "--target", "cpu-jit", "--f64", "--random-inputs", "1"]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("--f64 with --target cpu-jit"), "{}", o.stderr);
@@ -270,5 +296,52 @@ fn a_remap_fault_is_located_at_the_remap() {
             "{}",
             o.stderr
         );
+    }
+}
+
+#[cfg(feature = "llvm")]
+#[test]
+fn llvm_training_step_is_bit_identical_to_cranelift() {
+    // The generated one-layer step with its kernels compiled by LLVM (for this CPU and for a
+    // generic one) writes the very bytes the Cranelift JIT writes: same semantics, no
+    // reassociation.
+    let path = common::training_step("llvm-train");
+    let dir = common::scratch("llvm-train-out");
+    let p = path.to_string_lossy();
+    let run = |target: &str, extra: &[&str]| {
+        let out = dir.join(format!("{target}{}.safetensors", extra.join("")));
+        let mut args = vec!["run", &p, "--entry", "loss_grad", "--target", target];
+        args.extend(["--random-inputs", "5", "--outputs", out.to_str().unwrap_or_default()]);
+        args.extend_from_slice(extra);
+        let o = common::fbc(&args);
+        assert_eq!(o.code, 0, "{target} {extra:?}: {}", o.stderr);
+        std::fs::read(out).expect("outputs written")
+    };
+    let cranelift = run("cpu-jit", &[]);
+    assert!(run("cpu-llvm", &[]) == cranelift, "cpu-llvm differs from cpu-jit");
+    assert!(run("cpu-llvm", &["--cpu", "generic"]) == cranelift, "--cpu generic differs");
+    let o = common::fbc(&["run", &p, "--target", "cpu-llvm", "--cpu", "pentium"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--cpu pentium: expected `host` or `generic`"), "{}", o.stderr);
+}
+
+#[cfg(not(feature = "llvm"))]
+#[test]
+fn cpu_llvm_needs_the_llvm_feature() {
+    let dir = common::scratch("no-llvm");
+    let g = common::write(&dir, "gather.fbir", GATHER.as_bytes());
+    let o = common::fbc(&["run", &g, "--target", "cpu-llvm", "--random-inputs", "1"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("built with the `llvm` feature"), "{}", o.stderr);
+}
+
+#[test]
+fn cpu_is_only_for_cpu_llvm() {
+    let dir = common::scratch("cpu-flag");
+    let g = common::write(&dir, "gather.fbir", GATHER.as_bytes());
+    for target in ["cpu", "cpu-jit"] {
+        let o = common::fbc(&["run", &g, "--target", target, "--cpu", "generic"]);
+        assert_eq!(o.code, 2, "{}", o.stderr);
+        assert!(o.stderr.contains("--cpu is for --target cpu-llvm"), "{}", o.stderr);
     }
 }

@@ -357,7 +357,7 @@ fn unsupported_targets_and_check() {
     assert_eq!(o.code, 2);
     assert_eq!(
         o.stderr,
-        "fbc: error: --target vulkan is not yet supported by `fbc run`; supported now: cpu, cpu-jit, opencl\n"
+        "fbc: error: --target vulkan is not yet supported by `fbc run`; supported now: cpu, cpu-jit, cpu-llvm, opencl\n"
     );
     let o = fbc(&["run", &ir, "--check", "--random-inputs", "1"]);
     assert_eq!(o.code, 2);

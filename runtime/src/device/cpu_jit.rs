@@ -1,5 +1,6 @@
 //! Lowered modules on native code: a [`Launcher`] that runs every `memory.launch` through
-//! `fbc-codegen`'s Cranelift JIT instead of the reference executor ([`run_kernel`]).
+//! `fbc-codegen`'s Cranelift JIT (or, with the `llvm` feature, its LLVM back end: [`Backend`])
+//! instead of the reference executor ([`run_kernel`]).
 //!
 //! The interpreter keeps doing what is not a launch (uploads pack by layout, downloads unpack,
 //! allocations, frees), so a lowered function run with [`JitLauncher`] differs from the reference
@@ -12,7 +13,8 @@
 
 use std::time::{Duration, Instant};
 
-use fbc_codegen::cranelift::{Jit, OperandMut};
+use fbc_codegen::cpu::{Codegen, Jit};
+use fbc_codegen::cranelift::{Cranelift, OperandMut};
 use fbc_dialects::memory::{Kernel, MemType};
 use fbc_ir::{FuncId, Module};
 
@@ -36,17 +38,44 @@ pub struct JitStats {
     pub parallel_launches: u64,
 }
 
-/// Runs launches as native code; see the module docs.
+/// Which back end compiles the launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The Cranelift JIT (`--target cpu-jit`).
+    #[default]
+    Cranelift,
+    /// LLVM, for this CPU or a generic one (`--target cpu-llvm`).
+    #[cfg(feature = "llvm")]
+    Llvm(fbc_codegen::llvm::Cpu),
+}
+
+/// Runs launches as native code compiled by code generator `C`; see the module docs.
 #[derive(Debug)]
-pub struct JitLauncher {
-    jit: Jit,
+pub struct JitLauncher<C: Codegen = Cranelift> {
+    jit: Jit<C>,
     stats: JitStats,
 }
 
 impl JitLauncher {
     /// A launcher for the host CPU; an error when Cranelift does not support it.
     pub fn new() -> Result<JitLauncher, String> {
-        Ok(JitLauncher { jit: Jit::new().map_err(|e| e.to_string())?, stats: JitStats::default() })
+        Ok(JitLauncher::with_jit(fbc_codegen::cranelift::Jit::new().map_err(|e| e.to_string())?))
+    }
+}
+
+#[cfg(feature = "llvm")]
+impl JitLauncher<fbc_codegen::llvm::Llvm> {
+    /// A launcher compiling with LLVM for `cpu`; an error when LLVM cannot be set up for this
+    /// machine.
+    pub fn llvm(cpu: fbc_codegen::llvm::Cpu) -> Result<Self, String> {
+        let jit = fbc_codegen::llvm::LlvmJit::for_cpu(cpu).map_err(|e| e.to_string())?;
+        Ok(JitLauncher::with_jit(jit))
+    }
+}
+
+impl<C: Codegen> JitLauncher<C> {
+    fn with_jit(jit: Jit<C>) -> JitLauncher<C> {
+        JitLauncher { jit, stats: JitStats::default() }
     }
 
     /// What the launcher has done so far.
@@ -60,12 +89,12 @@ impl JitLauncher {
     }
 
     /// The JIT, to configure its threads ([`Jit::set_threads`]).
-    pub fn jit_mut(&mut self) -> &mut Jit {
+    pub fn jit_mut(&mut self) -> &mut Jit<C> {
         &mut self.jit
     }
 }
 
-impl Launcher for JitLauncher {
+impl<C: Codegen> Launcher for JitLauncher<C> {
     fn launch(
         &mut self,
         k: &Kernel,
@@ -95,7 +124,7 @@ impl Launcher for JitLauncher {
         self.stats.run_time += compiled.elapsed();
         match r {
             Ok(()) => Ok(()),
-            Err(e @ fbc_codegen::cranelift::Error::Runtime { .. }) => {
+            Err(e @ fbc_codegen::cpu::Error::Runtime { .. }) => {
                 // The native code reports only the kind of fault; the reference executor, run
                 // again on copies of the operands, finds the same first fault in the same order
                 // and words it with the offending value and point, as the other back ends do.
@@ -111,19 +140,48 @@ impl Launcher for JitLauncher {
     }
 }
 
-/// Runs function `func` of a lowered `module` with its launches compiled by the JIT; returns
-/// the results and the launcher's counters.
+/// Runs function `func` of a lowered `module` with its launches compiled by the Cranelift JIT;
+/// returns the results and the launcher's counters.
 pub fn run(
     module: &Module,
     func: FuncId,
     inputs: Vec<Value>,
     options: Options,
 ) -> Result<(Vec<Value>, JitStats), InterpError> {
-    let mut launcher = JitLauncher::new().map_err(|message| InterpError::Op {
+    run_with(module, func, inputs, options, Backend::Cranelift)
+}
+
+/// [`run`] with the launches compiled by `backend`.
+pub fn run_with(
+    module: &Module,
+    func: FuncId,
+    inputs: Vec<Value>,
+    options: Options,
+    backend: Backend,
+) -> Result<(Vec<Value>, JitStats), InterpError> {
+    let setup = |message| InterpError::Op {
         op: "memory.launch".into(),
         message,
         span: module.func(func).span,
-    })?;
+    };
+    match backend {
+        Backend::Cranelift => {
+            run_on(module, func, inputs, options, JitLauncher::new().map_err(setup)?)
+        }
+        #[cfg(feature = "llvm")]
+        Backend::Llvm(cpu) => {
+            run_on(module, func, inputs, options, JitLauncher::llvm(cpu).map_err(setup)?)
+        }
+    }
+}
+
+fn run_on<C: Codegen>(
+    module: &Module,
+    func: FuncId,
+    inputs: Vec<Value>,
+    options: Options,
+    mut launcher: JitLauncher<C>,
+) -> Result<(Vec<Value>, JitStats), InterpError> {
     let out = Interpreter::with_options(module, options).run_id_with_launcher(
         func,
         inputs,
@@ -141,7 +199,8 @@ mod tests {
     use crate::reference::Tensor;
 
     /// Runs `@f` with the reference executor and with the JIT on the same random inputs; the
-    /// results must be identical (bit for bit: `Value`'s equality compares the f32 data).
+    /// results must be identical (bit for bit: `Value`'s equality compares the f32 data). With
+    /// the `llvm` feature the LLVM back end must compute the same bits too.
     fn same(text: &str) -> (Vec<Value>, JitStats) {
         let m = parse(text);
         let inputs = random_inputs(&m, "f", 11).unwrap();
@@ -166,6 +225,18 @@ mod tests {
                 assert_eq!(jit.stats().parallel_launches, 0);
             }
             out = Some((got, jit.stats()));
+        }
+        #[cfg(feature = "llvm")]
+        {
+            let mut jit = JitLauncher::llvm(fbc_codegen::llvm::Cpu::Host).unwrap();
+            jit.jit_mut().set_min_points_per_thread(1);
+            let got =
+                Interpreter::new(&m).run_with_launcher("f", inputs.clone(), &mut jit).unwrap();
+            let bits = |v: &Value| v.to_f64_vec().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                got.iter().map(bits).collect::<Vec<_>>(),
+                want.iter().map(bits).collect::<Vec<_>>()
+            );
         }
         out.expect("two runs")
     }

@@ -29,11 +29,11 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "SEED", conflicts_with = "weights")]
     pub random_weights: Option<u64>,
 
-    /// Where to run: `cpu` (the reference interpreter), `cpu-jit` or `opencl`.
+    /// Where to run: `cpu` (the reference interpreter), `cpu-jit`, `cpu-llvm` or `opencl`.
     #[arg(long, default_value = "cpu")]
     pub target: String,
 
-    // How the module is compiled for `cpu-jit` and `opencl`.
+    // How the module is compiled for `cpu-jit`, `cpu-llvm` and `opencl`.
     #[command(flatten)]
     pub lower: LowerArgs,
 

@@ -439,6 +439,11 @@ pub struct LowerArgs {
     /// fuse-attention` keeps attention as separate ops.
     #[arg(long, value_name = "PASS")]
     pub disable_pass: Vec<String>,
+
+    /// With `--target cpu-llvm`: the CPU the kernels are compiled for, `host` (this machine's
+    /// CPU and its features) or `generic` (the architecture's baseline).
+    #[arg(long, value_name = "host|generic")]
+    pub cpu: Option<String>,
 }
 
 impl LowerArgs {
@@ -456,6 +461,42 @@ impl LowerArgs {
         s.lowering = fbc_transforms::LoweringOptions { half_images: self.half_images, split_k };
         Ok(s)
     }
+
+    /// The back end that compiles the kernels of `--target cpu-jit` (Cranelift) or `cpu-llvm`
+    /// (LLVM for `--cpu`); `--cpu` with another target, an unknown CPU, and `cpu-llvm` in an fbc
+    /// built without the `llvm` feature are usage errors.
+    pub(crate) fn cpu_backend(
+        &self,
+        target: &str,
+    ) -> Result<fbc_runtime::device::cpu_jit::Backend, Failure> {
+        use fbc_runtime::device::cpu_jit::Backend;
+        match (target, self.cpu.as_deref()) {
+            ("cpu-jit", None) => Ok(Backend::Cranelift),
+            #[cfg(feature = "llvm")]
+            ("cpu-llvm", cpu) => {
+                let cpu = cpu.unwrap_or("host");
+                fbc_codegen::llvm::Cpu::parse(cpu).map(Backend::Llvm).ok_or_else(|| {
+                    Failure::Usage(format!("--cpu {cpu}: expected `host` or `generic`"))
+                })
+            }
+            #[cfg(not(feature = "llvm"))]
+            ("cpu-llvm", _) => Err(no_llvm()),
+            (_, Some(_)) => Err(Failure::Usage("--cpu is for --target cpu-llvm".into())),
+            (other, None) => {
+                Err(Failure::Usage(format!("internal: {other} is not a CPU JIT target")))
+            }
+        }
+    }
+}
+
+/// The error of `--target cpu-llvm` in an fbc built without the `llvm` feature.
+#[cfg(not(feature = "llvm"))]
+pub(crate) fn no_llvm() -> Failure {
+    Failure::Usage(
+        "not yet supported: --target cpu-llvm needs fbc built with the `llvm` feature \
+         (cargo build --features llvm, with LLVM 19 installed)"
+            .into(),
+    )
 }
 
 /// The OpenCL device a command runs on, and the tuned parameters it uses there.

@@ -41,7 +41,8 @@ pub struct RunArgs {
     pub random_inputs: Option<u64>,
 
     /// Where to run: `cpu` (the reference interpreter), `cpu-jit` (native code from the
-    /// Cranelift back end) or `opencl`.
+    /// Cranelift back end), `cpu-llvm` (native code from LLVM; fbc built with the `llvm`
+    /// feature) or `opencl`.
     #[arg(long, default_value = "cpu")]
     pub target: String,
 

@@ -1,5 +1,6 @@
-//! `fbc run --target cpu-jit`: the module lowered to the memory dialect, every launch compiled
-//! to native code by the Cranelift back end (`fbc_codegen::cranelift`) and run on this CPU.
+//! `fbc run --target cpu-jit|cpu-llvm`: the module lowered to the memory dialect, every launch
+//! compiled to native code by the Cranelift back end (`fbc_codegen::cranelift`) or, for
+//! `cpu-llvm`, by LLVM (`fbc_codegen::llvm`, for `--cpu host|generic`), and run on this CPU.
 //!
 //! The module is compiled at `-O LEVEL` (default `-O3`) with `--layout-strategy` (default
 //! fblayout) and lowered (`Session::compile`) for hardware profile
@@ -18,19 +19,22 @@ use crate::cli::RunArgs;
 use crate::{Driver, Failure};
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
+    let backend = a.lower.cpu_backend(&a.target)?;
+    let target = &a.target;
     if a.f64 {
-        return Err(Failure::Usage(
-            "not yet supported: --f64 with --target cpu-jit (kernels compute in f32)".into(),
-        ));
+        return Err(Failure::Usage(format!(
+            "not yet supported: --f64 with --target {target} (kernels compute in f32)"
+        )));
     }
     for (flag, given) in [
         ("--dump-kernels", a.dump_kernels.is_some()),
         ("--substitute-kernel", !a.substitute_kernel.is_empty()),
     ] {
         if given {
-            return Err(Failure::Usage(format!("{flag} is for --target opencl, not cpu-jit")));
+            return Err(Failure::Usage(format!("{flag} is for --target opencl, not {target}")));
         }
     }
+    let name = if a.target == "cpu-llvm" { "LLVM JIT" } else { "CPU JIT" };
     let session = a.lower.session(driver, a.split_k)?;
     let (file, module) = driver.load(&a.file)?;
     let func = super::entry(&module, a.entry.as_deref(), &file)?;
@@ -44,11 +48,11 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     super::check_memory(&file, &lowered, lfunc, Mode::F32)?;
     let inputs = super::io::read_inputs(&module, func, a.sources(), Mode::F32, &file.name)?;
     let start = Instant::now();
-    let (results, stats) = session.jit(&file, &lowered, lfunc, inputs.clone())?;
+    let (results, stats) = session.jit(&file, &lowered, lfunc, inputs.clone(), backend)?;
     let elapsed = start.elapsed();
     if a.verbose {
         eprintln!(
-            "ran @{fname} with the CPU JIT in {:.3} s: {} launches ({} split over up to {} \
+            "ran @{fname} with the {name} in {:.3} s: {} launches ({} split over up to {} \
              threads), {} kernels compiled in {:.3} s, {:.3} s in native code (compile and \
              lower: {:.3} s)",
             elapsed.as_secs_f64(),
@@ -72,7 +76,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         // The comparison of `--target opencl --check`: against the f64 interpreter, with the
         // f32 interpreter's own error as slack.
         let half = super::check::HalfModel::of(&lowered, &fname, &file, false)?;
-        super::check::check(&file, &module, func, inputs, &results, "CPU JIT", half, &mut text)?;
+        super::check::check(&file, &module, func, inputs, &results, name, half, &mut text)?;
     }
     // Written only once the run (and its check) succeeded: a failure leaves no outputs file.
     if let Some(path) = &a.outputs {

@@ -1,13 +1,13 @@
-//! Calling compiled kernels: the only unsafe code of the CPU back end.
+//! Calling compiled kernels: the unsafe code the CPU back ends share.
 //!
 //! A compiled kernel is `extern "C" fn(*const *mut u8, i64, i64) -> u32`. It reads operand `k`
 //! only at element offsets in `[0, types[k].elems())` (every access is either proven in range at
-//! compile time or checked at run time, see the `lower` module, whatever chunk it is given) and
-//! writes only its last operand. So it
-//! is sound to call exactly when each pointer is valid for reads and writes of that many
-//! elements of the operand's element type, the output does not alias anything else, and nothing
-//! else accesses the storage during the call: [`call`] establishes all three from `&mut` slices
-//! whose lengths and element types it checks against the types the kernel was compiled for.
+//! compile time or checked at run time, see each back end's `lower` module, whatever chunk it is
+//! given) and writes only its last operand. So it is sound to call exactly when each pointer is
+//! valid for reads and writes of that many elements of the operand's element type, the output
+//! does not alias anything else, and nothing else accesses the storage during the call: [`call`]
+//! establishes all three from `&mut` slices whose lengths and element types it checks against the
+//! types the kernel was compiled for.
 //! A kernel with an interchanged reduction also gets a scratch array of accumulators, allocated
 //! here with the length it was compiled for.
 //!
@@ -19,7 +19,6 @@
 //! output.
 #![allow(unsafe_code)]
 
-use cranelift_jit::JITModule;
 use fbc_dialects::memory::MemType;
 use fbc_ir::ElemType;
 
@@ -131,10 +130,10 @@ pub(super) fn call(
     };
     let ptrs: Vec<*mut u8> = operands.iter_mut().map(OperandMut::as_mut_ptr).collect();
     let bases = Bases(&ptrs);
-    // SAFETY: `code` is the finalized address of a function this module's `Jit` compiled with the
-    // signature `KernelFn` (a pointer and two `i64` parameters, an `i32` result, the host's C
-    // calling convention), and the `Jit` that owns the code outlives this call (`Jit::run`
-    // borrows it).
+    // SAFETY: `code` is the finalized address of a function a back end of this crate compiled
+    // with the signature `KernelFn` (a pointer and two `i64` parameters, an `i32` result, the
+    // host's C calling convention; see `Codegen::emit`), and the `Jit` that owns the code
+    // outlives this call (`Jit::run` borrows it).
     let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
     let run = move |bases: Bases<'_>, (lo, hi): (i64, i64)| -> u32 {
         let mut table = bases.0.to_vec();
@@ -184,12 +183,4 @@ pub(super) fn call(
         None => Ok(()),
         Some(rc) => Err(rc),
     })
-}
-
-/// Releases the module's code memory. Called only when the owning `Jit` is dropped, after its
-/// table of compiled functions is cleared, so no address into the module survives.
-pub(super) fn free(module: JITModule) {
-    // SAFETY: `Jit` never hands out addresses of compiled code (only `KernelId` indices), and
-    // it calls this from `drop` with the only copies of the addresses already cleared.
-    unsafe { module.free_memory() }
 }

@@ -1,14 +1,14 @@
 //! Splitting one launch over threads: which chunks of the split dimension are provably
 //! race-free, and how many threads a launch gets.
 //!
-//! A kernel compiled with a split dimension `d` ([`lower::split_dim`], the outermost loop)
+//! A kernel compiled with a split dimension `d` ([`nest::split_dim`], the outermost loop)
 //! takes a chunk `[lo, hi)` of `d` and runs exactly the points of the single-threaded nest whose
 //! `d` index lies in it, in the same order, each output element with the same reduction order.
 //! Running the chunks of a partition of `[0, extent)` on different threads therefore computes
 //! the same values, provided no two chunks write the same output element and no chunk reads
 //! what another writes. Reads: the kernel does not read its output (a kernel that does is never
 //! split), and inputs are other storage (distinct `&mut` borrows). Writes: [`Split::chunks`]
-//! proves, with the bounds' interval analysis ([`lower::write_span`]), that the element offsets
+//! proves, with the bounds' interval analysis ([`nest::write_span`]), that the element offsets
 //! each chunk can write lie in pairwise disjoint intervals, or falls back to one chunk.
 //!
 //! Faults: the chunks are reported in order, the first failing one's code; within a chunk the
@@ -17,9 +17,9 @@
 use fbc_dialects::memory::{Kernel, MemType, Scalar, ScalarUn};
 use fbc_index::IndexMap;
 
-use super::lower::{self, Iv};
+use super::nest::{self, Iv};
 
-/// The environment variable that overrides the number of threads of a [`super::Jit`].
+/// The environment variable that overrides the number of threads of a [`super::Jit`] (both CPU back ends).
 pub const THREADS_ENV: &str = "FBC_JIT_THREADS";
 
 /// Default minimum work per thread, in domain points (parallel points times the reduction
@@ -125,7 +125,7 @@ impl Split {
         for &(lo, hi) in chunks {
             let mut ranges = self.ranges.clone();
             ranges[self.dim] = Iv::clamped(i128::from(lo), i128::from(hi) - 1);
-            match lower::write_span(&self.out_map, self.out_type, &ranges) {
+            match nest::write_span(&self.out_map, self.out_type, &ranges) {
                 Some(s) => spans.push(s),
                 None => return false,
             }
@@ -202,7 +202,7 @@ mod tests {
             .iter()
             .map(|&a| MemType::from_type(m.value_type(a)).expect("a memory type"))
             .collect();
-        Split::new(&k, &types, lower::split_dim(&k, None), false).expect("splittable")
+        Split::new(&k, &types, nest::split_dim(&k, None), false).expect("splittable")
     }
 
     #[test]
