@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use fbc_codegen::cpu::GemmShape;
 use fbc_codegen::cranelift::{Error, Fault, Jit, KernelId, OperandMut};
 use fbc_dialects::layout::{eval_map, MapEval};
 use fbc_dialects::memory::scalar::{fmax_nan, FnEnv};
@@ -214,6 +215,9 @@ trait Backend {
     fn compiled(&self) -> usize;
     fn cache_hits(&self) -> u64;
     fn set_min_points_per_thread(&mut self, points: u64);
+    fn gemm_shape(&self) -> Option<GemmShape>;
+    fn set_gemm_shape(&mut self, shape: Option<GemmShape>);
+    fn packed(&self, id: KernelId) -> bool;
 }
 
 /// The parts of [`Backend`] that are [`fbc_codegen::cpu::Jit`]'s, for both back ends.
@@ -222,6 +226,15 @@ macro_rules! backend {
         impl Backend for $ty {
             fn name(&self) -> &'static str {
                 $name
+            }
+            fn packed(&self, id: KernelId) -> bool {
+                <$ty>::packed(self, id)
+            }
+            fn gemm_shape(&self) -> Option<GemmShape> {
+                <$ty>::gemm_shape(self)
+            }
+            fn set_gemm_shape(&mut self, shape: Option<GemmShape>) {
+                <$ty>::set_gemm_shape(self, shape)
             }
             fn compile(&mut self, k: &Kernel, types: &[MemType]) -> Result<KernelId, Error> {
                 <$ty>::compile(self, k, types)
@@ -309,19 +322,25 @@ fn check_with(types: &[&str], launch: &str, modulo: i32, setup: impl Fn(&mut [Da
             let mut got = ops.clone();
             run_jit(jit, &k, &tys, &mut got)
                 .unwrap_or_else(|e| panic!("{}: {e}\n{}", jit.name(), jit.ir(&k, &tys)));
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                let (gb, wb) = (g.bits(), w.bits());
-                let first = gb.iter().zip(&wb).position(|(a, b)| a != b);
-                assert!(
-                    first.is_none(),
-                    "{}, {threads} threads: operand {i} differs first at element {first:?}: jit {g:?}\nnaive {w:?}",
-                    jit.name()
-                );
-            }
+            assert_bits(&got, &want, &format!("{}, {threads} threads", jit.name()));
             out = got.pop();
         }
     }
     out.expect("an output")
+}
+
+/// Asserts that every operand of `got` has the bits of `want`'s, naming the first difference.
+fn assert_bits(got: &[Data], want: &[Data], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (gb, wb) = (g.bits(), w.bits());
+        let first = gb.iter().zip(&wb).position(|(a, b)| a != b);
+        assert!(
+            first.is_none(),
+            "{what}: operand {i} differs first at element {first:?}: jit {:?}, naive {:?}",
+            first.map(|f| gb[f]),
+            first.map(|f| wb[f])
+        );
+    }
 }
 
 fn check(types: &[&str], launch: &str) -> Data {
@@ -997,4 +1016,160 @@ fn llvm_vectorises_parallel_loops_and_keeps_checks() {
     naive(&k, &tys, &mut want).unwrap();
     run_jit(&mut jit, &k, &tys, &mut ops).unwrap();
     assert_eq!(ops[2].bits(), want[2].bits());
+}
+
+/// A blocking small enough that the small contractions below cross every block edge: 3-row,
+/// 2-vector register blocks, 12 × 4·lanes tiles, 16 reduction steps; the back end's own lanes.
+fn tiny(jit: &dyn Backend) -> GemmShape {
+    let lanes = jit.gemm_shape().expect("a packed contraction shape").lanes;
+    GemmShape { mr: 3, lanes, vectors: 2, mc: 12, nc: 4 * lanes, kc: 16 }
+}
+
+/// [`check_with`] for a kernel that every back end compiles as a packed contraction, with the back end's blocking and with [`tiny`], on 1 and 4 threads: bit for bit
+/// against the naive evaluation.
+fn check_packed(types: &[&str], launch: &str, setup: impl Fn(&mut [Data])) {
+    let (k, tys) = kernel(types, launch);
+    let mut ops: Vec<Data> =
+        tys.iter().enumerate().map(|(i, &t)| data(t, i as u32 + 1, 1 << 30)).collect();
+    setup(&mut ops);
+    let mut want = ops.clone();
+    naive(&k, &tys, &mut want).unwrap_or_else(|f| panic!("naive evaluation faulted: {f}"));
+    for threads in [1, 4] {
+        for mut jit in jits_with(threads) {
+            let jit = &mut *jit;
+            for shape in [jit.gemm_shape(), Some(tiny(jit))] {
+                jit.set_gemm_shape(shape);
+                let id = jit.compile(&k, &tys).unwrap_or_else(|e| panic!("{}: {e}", jit.name()));
+                assert!(jit.packed(id), "{}: not packed", jit.name());
+                let mut got = ops.clone();
+                run_jit(jit, &k, &tys, &mut got).unwrap_or_else(|e| panic!("{}: {e}", jit.name()));
+                let what = format!("{}, {threads} threads, {shape:?}", jit.name());
+                assert_bits(&got, &want, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_contractions_are_bit_identical() {
+    // a · b + bias, 37 × 45 × 40: no dimension a multiple of a block; NaN, infinities and signed
+    // zeros in the inputs (a NaN row and column, an inf · 0).
+    check_packed(
+        &["!memory.buffer<1480, f32>", "!memory.buffer<1800, f32>", "!memory.buffer<45, f32>", "!memory.buffer<1665, f32>"],
+        &format!(
+            "domain = [37, 45, 40], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 40 + d2), \
+             (d0, d1, d2) -> (d2 * 45 + d1), (d0, d1, d2) -> (d1), (d0, d1, d2) -> (d0 * 45 + d1)], \
+             body = \"x0 * x1\", combine = \"add\", epilogue = \"acc + x2\""
+        ),
+        |ops| {
+            if let Data::F32(a) = &mut ops[0] {
+                a[3 * 40 + 7] = f32::NAN;
+                a[20 * 40 + 39] = f32::INFINITY;
+                a[0] = -0.0;
+            }
+            if let Data::F32(b) = &mut ops[1] {
+                b[39 * 45 + 9] = 0.0;
+                b[5 * 45 + 44] = f32::NEG_INFINITY;
+                b[6 * 45 + 2] = -0.0;
+            }
+        },
+    );
+    // b read transposed (b[j, k], the body b · a), the output transposed (out[j, i]).
+    check_packed(
+        &["!memory.buffer<720, f32>", "!memory.buffer<1020, f32>", "!memory.buffer<612, f32>"],
+        &format!(
+            "domain = [36, 17, 20], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d2 * 36 + d0), \
+             (d0, d1, d2) -> (d1 * 60 + d2 * 3), (d0, d1, d2) -> (d1 * 36 + d0)], body = \"x1 * x0\", combine = \"add\""
+        ),
+        |_| {},
+    );
+    // Batched (d0 outside), a tanh epilogue that reads the output (its value before the launch).
+    check_packed(
+        &["!memory.buffer<1944, f32>", "!memory.buffer<2376, f32>", "!memory.buffer<1188, f32>"],
+        &format!(
+            "domain = [3, 18, 22, 36], iterators = [{P}, {P}, {P}, {R}], maps = [(d0, d1, d2, d3) -> (d0 * 648 + d1 * 36 + d3), \
+             (d0, d1, d2, d3) -> (d0 * 792 + d3 * 22 + d2), (d0, d1, d2, d3) -> (d0 * 396 + d1 * 22 + d2)], \
+             body = \"x0 * x1\", combine = \"add\", epilogue = \"tanh(acc) + x2 * 0.5\""
+        ),
+        |_| {},
+    );
+    // a an R-Tile-like image (four reduction steps a texel, two rows a texel row), an image
+    // output (its channel an outer dimension, of 4 points): packing reads any map.
+    check_packed(
+        &["!memory.image2d<[8, 24], f32>", "!memory.buffer<640, f32>", "!memory.image2d<[10, 24], f32>"],
+        &format!(
+            "domain = [24, 10, 4, 16], iterators = [{P}, {P}, {P}, {R}], maps = [(d0, d1, d2, d3) -> (d3 floordiv 4 + (d0 mod 2) * 4, d0 floordiv 2 + (d0 mod 2) * 12, d3 mod 4), \
+             (d0, d1, d2, d3) -> (d3 * 40 + d1 * 4 + d2), (d0, d1, d2, d3) -> (d1, d0, d2)], body = \"x0 * x1\", combine = \"add\""
+        ),
+        |_| {},
+    );
+    // Groups of dimensions, as R-Tile lowering makes them: two reduction dimensions (20 steps
+    // in row-major order), the columns three dimensions (4 × 3 × 4).
+    check_packed(
+        &["!memory.buffer<400, f32>", "!memory.buffer<960, f32>", "!memory.buffer<960, f32>"],
+        &format!(
+            "domain = [20, 4, 3, 4, 5, 4], iterators = [{P}, {P}, {P}, {P}, {R}, {R}], maps = [(d0, d1, d2, d3, d4, d5) -> (d0 * 20 + d4 * 4 + d5), \
+             (d0, d1, d2, d3, d4, d5) -> ((d4 * 4 + d5) * 48 + d1 * 12 + d2 * 4 + d3), (d0, d1, d2, d3, d4, d5) -> (d0 * 48 + d1 * 12 + d2 * 4 + d3)], \
+             body = \"x0 * x1\", combine = \"add\""
+        ),
+        |_| {},
+    );
+    // The split dimension (d0, the first of more than one point) heads a group of two: the rows
+    // (d0, d1) are 12, the columns the innermost dimension d2.
+    check_packed(
+        &["!memory.buffer<90, f32>", "!memory.buffer<120, f32>", "!memory.buffer<108, f32>"],
+        &format!(
+            "domain = [3, 4, 9, 10], iterators = [{P}, {P}, {P}, {R}], maps = [(d0, d1, d2, d3) -> (d2 * 10 + d3), \
+             (d0, d1, d2, d3) -> (d3 * 12 + d0 * 4 + d1), (d0, d1, d2, d3) -> (d2 * 12 + d0 * 4 + d1)], \
+             body = \"x0 * x1\", combine = \"add\""
+        ),
+        |_| {},
+    );
+}
+
+#[test]
+fn only_contractions_that_cannot_fault_are_packed() {
+    // A read that may leave its operand (it faults where the plain nest would), a guard, a
+    // max reduction and a reduction of 7 points keep the plain nest.
+    let cases = [
+        (
+            vec!["!memory.buffer<400, f32>", "!memory.buffer<400, f32>", "!memory.buffer<400, f32>"],
+            format!(
+                "domain = [20, 20, 20], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 20 + d2 + 1), \
+                 (d0, d1, d2) -> (d2 * 20 + d1), (d0, d1, d2) -> (d0 * 20 + d1)], body = \"x0 * x1\", combine = \"add\""
+            ),
+        ),
+        (
+            vec!["!memory.buffer<400, f32>", "!memory.buffer<400, f32>", "!memory.buffer<400, f32>"],
+            format!(
+                "domain = [20, 20, 20], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 20 + d2), \
+                 (d0, d1, d2) -> (d2 * 20 + d1), (d0, d1, d2) -> (d0 * 20 + d1)], body = \"x0 * x1\", combine = \"max\""
+            ),
+        ),
+        (
+            vec!["!memory.buffer<140, f32>", "!memory.buffer<140, f32>", "!memory.buffer<400, f32>"],
+            format!(
+                "domain = [20, 20, 7], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 7 + d2), \
+                 (d0, d1, d2) -> (d2 * 20 + d1), (d0, d1, d2) -> (d0 * 20 + d1)], body = \"x0 * x1\", combine = \"add\""
+            ),
+        ),
+        (
+            vec!["!memory.buffer<400, f32>", "!memory.buffer<400, f32>", "!memory.buffer<400, f32>"],
+            format!(
+                "domain = [20, 20, 20], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 20 + d2), \
+                 (d0, d1, d2) -> (d2 * 20 + d1), (d0, d1, d2) -> (d0 * 20 + d1)], body = \"x0 * x1\", combine = \"add\", \
+                 guard = (d0, d1, d2) -> (d0), guard_bounds = [18]"
+            ),
+        ),
+    ];
+    for (types, launch) in &cases {
+        let (k, tys) = kernel(types, launch);
+        for mut jit in backends(1) {
+            let id = jit.compile(&k, &tys).unwrap_or_else(|e| panic!("{}: {e}", jit.name()));
+            assert!(!jit.packed(id), "{}: packed: {launch}", jit.name());
+        }
+    }
+    // The plain nest of the first faults as the reference does.
+    let (types, launch) = &cases[0];
+    assert_eq!(fault(types, launch, |_| {}), Fault::ReadOutOfBounds(0));
 }

@@ -46,7 +46,7 @@ use fbc_index::{Expr, IndexMap};
 use fbc_ir::attr::BinOp;
 use fbc_ir::ElemType;
 
-use super::nest::{div_iv, within, Iv, Nest};
+use super::nest::{dims_of, div_iv, within, Gemm, Iv, Nest};
 use super::Fault;
 
 /// Why lowering failed: the kernel cannot be compiled (its own error), or the code generator
@@ -92,6 +92,9 @@ pub(crate) enum Ty {
     I32,
     I64,
     F32,
+    /// A vector of this many `f32` lanes (the packed contraction's registers, see
+    /// [`Lower::gemm`]): loaded and stored at any 4-byte alignment, in slots, `fbin` lane by lane.
+    F32x(u32),
 }
 
 /// Integer operations on `i64` (and `And`, `Or`, `Xor` on truth values too).
@@ -191,14 +194,18 @@ pub(crate) trait Emit {
     fn f32_to_i64(&mut self, a: Self::V) -> R<Self::V>;
     /// `c ? a : b`, both already computed.
     fn select(&mut self, c: Self::V, a: Self::V, b: Self::V) -> R<Self::V>;
+    /// `a op b` on `f32` or, lane by lane, on two vectors of one [`Ty::F32x`] type.
     fn fbin(&mut self, op: FOp, a: Self::V, b: Self::V) -> R<Self::V>;
+    /// A vector of `lanes` copies of the `f32` value `a`.
+    fn splat(&mut self, a: Self::V, lanes: u32) -> R<Self::V>;
     fn fun(&mut self, op: FUn, a: Self::V) -> R<Self::V>;
     fn fcmp(&mut self, cc: FCmp, a: Self::V, b: Self::V) -> R<Self::V>;
     /// A call of the reference's `exp log tanh erf sigmoid` (`crate::cpu::math`).
     fn math(&mut self, op: ScalarUn, a: Self::V) -> R<Self::V>;
     /// A call of the reference's rounding to `f16`.
     fn round_f16(&mut self, a: Self::V) -> R<Self::V>;
-    /// Element `index` (of type `elem`, `I32` or `F32`) of the array at `base`.
+    /// Element `index` (of type `elem`, `I32` or `F32`) of the array at `base`; with `elem` a
+    /// [`Ty::F32x`], the `f32` elements `index..index + lanes`.
     fn load(&mut self, elem: Ty, base: Self::V, index: Self::V) -> R<Self::V>;
     /// Stores `v` (of type `elem`) at element `index` of the array at `base`.
     fn store(&mut self, elem: Ty, base: Self::V, index: Self::V, v: Self::V) -> R<()>;
@@ -265,7 +272,7 @@ pub(crate) fn lower<E: Emit>(
     e: &mut E,
     kernel: &Kernel,
     types: &[MemType],
-    Nest { scratch, split }: Nest,
+    Nest { scratch, split, gemm }: Nest,
 ) -> R<()> {
     for (k, t) in types.iter().enumerate() {
         if i64::try_from(t.elems()).is_err() {
@@ -275,9 +282,9 @@ pub(crate) fn lower<E: Emit>(
         }
     }
     let bases = (0..types.len()).map(|k| e.table(k)).collect::<R<Vec<_>>>()?;
-    let scratch_base = match scratch {
-        Some(_) => Some(e.table(types.len())?),
-        None => None,
+    let scratch_base = match (scratch, gemm) {
+        (None, None) => None,
+        _ => Some(e.table(types.len())?),
     };
     let zero = e.iconst(0)?;
     let split = match split {
@@ -334,6 +341,8 @@ pub(crate) fn lower<E: Emit>(
                 return Err("internal: a row kernel cannot be interchanged".into());
             }
             l.nest(0, np, &mut |l| l.row_point())?;
+        } else if let Some(g) = gemm {
+            l.gemm(g)?;
         } else if let Some((j, _)) = scratch {
             let outer: Vec<usize> = (0..np).filter(|&d| d != j).collect();
             l.nest_dims(&outer, &mut |l| l.row(j))?;
@@ -345,6 +354,7 @@ pub(crate) fn lower<E: Emit>(
 }
 
 type LoopBody<'x, 'a, 'e, E> = dyn FnMut(&mut Lower<'a, 'e, E>) -> R<()> + 'x;
+type CountBody<'x, 'a, 'e, E> = dyn FnMut(&mut Lower<'a, 'e, E>, <E as Emit>::V) -> R<()> + 'x;
 
 impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
     /// Loops over domain dimensions `from..to` (row-major). Every extent is > 0.
@@ -774,6 +784,326 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
             let off = l.offset(out, Fault::WriteOutOfBounds(out))?;
             l.e.store(out_ty, l.bases[out], off, v)
         })
+    }
+
+    // ----- the packed contraction -----------------------------------------------------------
+
+    /// `for (v = start; v < end; v += step) body(v)` (`step > 0`, `end + step` in `i64`).
+    fn count(
+        &mut self,
+        start: E::V,
+        end: E::V,
+        step: i64,
+        body: &mut CountBody<'_, 'a, 'e, E>,
+    ) -> R<()> {
+        let index = self.e.slot(Ty::I64)?;
+        let head = self.e.block();
+        let done = self.e.block();
+        self.e.set(index, start)?;
+        let any = self.e.icmp(ICmp::Slt, start, end)?;
+        self.e.branch(any, head, done)?;
+        self.e.switch_to(head);
+        let v = self.e.get(index)?;
+        body(self, v)?;
+        let step = self.e.iconst(step)?;
+        let next = self.e.ibin(IOp::Add, v, step, true)?;
+        self.e.set(index, next)?;
+        let more = self.e.icmp(ICmp::Slt, next, end)?;
+        self.e.branch(more, head, done)?;
+        self.e.switch_to(done);
+        Ok(())
+    }
+
+    /// [`Lower::count`] from the constant `start` to `end`.
+    fn count_from(
+        &mut self,
+        start: i64,
+        end: E::V,
+        step: i64,
+        body: &mut CountBody<'_, 'a, 'e, E>,
+    ) -> R<()> {
+        let start = self.e.iconst(start)?;
+        self.count(start, end, step, body)
+    }
+
+    /// `a · c + d` on non-negative `i64` values known not to overflow (scratch offsets, block
+    /// indices: products of block sizes and domain extents).
+    fn mul_add(&mut self, a: E::V, c: i64, d: E::V) -> R<E::V> {
+        let c = self.e.iconst(c)?;
+        let ac = self.e.ibin(IOp::Mul, a, c, true)?;
+        self.e.ibin(IOp::Add, ac, d, true)
+    }
+
+    /// `v + c` (no overflow).
+    fn add_const(&mut self, v: E::V, c: i64) -> R<E::V> {
+        let c = self.e.iconst(c)?;
+        self.e.ibin(IOp::Add, v, c, true)
+    }
+
+    /// The points of the dimensions of bit mask `group`, walked as one row-major index: its
+    /// bounds, the caller's chunk when the split dimension is one of them (every dimension of
+    /// the group before it has one point: the split dimension is the first with more), else
+    /// all of them.
+    fn group_span(&mut self, group: u64) -> R<(E::V, E::V)> {
+        let dims: Vec<usize> = dims_of(group).collect();
+        let total = dims.iter().map(|&d| self.k.domain[d] as i64).product::<i64>();
+        match self.split {
+            Some((s, lo, hi)) if dims.contains(&s) => {
+                let inner =
+                    dims.iter().filter(|&&d| d > s).map(|&d| self.k.domain[d] as i64).product();
+                let inner = self.e.iconst(inner)?;
+                let lo = self.e.ibin(IOp::Mul, lo, inner, true)?;
+                let hi = self.e.ibin(IOp::Mul, hi, inner, true)?;
+                Ok((lo, hi))
+            }
+            _ => Ok((self.e.iconst(0)?, self.e.iconst(total)?)),
+        }
+    }
+
+    /// Sets the dimensions of bit mask `group` to the point at row-major index `index` (in
+    /// `[0, points)`) of their extents.
+    fn set_group(&mut self, group: u64, index: E::V) -> R<()> {
+        let dims: Vec<usize> = dims_of(group).collect();
+        let mut rest = index;
+        for (n, &d) in dims.iter().enumerate().rev() {
+            let ext = self.k.domain[d] as i64;
+            let v = if ext == 1 {
+                self.e.iconst(0)?
+            } else if n == 0 || dims[..n].iter().all(|&o| self.k.domain[o] == 1) {
+                rest
+            } else {
+                let c = self.e.iconst(ext)?;
+                let q = self.e.ibin(IOp::UDiv, rest, c, false)?;
+                let v = self.e.ibin(IOp::URem, rest, c, false)?;
+                rest = q;
+                v
+            };
+            self.at(d, v);
+        }
+        Ok(())
+    }
+
+    /// The reduction dimensions as a bit mask.
+    fn reduction_group(&self) -> u64 {
+        (self.k.parallel_dims()..self.k.domain.len()).fold(0, |m, d| m | 1 << d)
+    }
+
+    /// Sets domain index `d` to `v`, which lies in the dimension's extent.
+    fn at(&mut self, d: usize, v: E::V) {
+        self.dims[d] = v;
+        self.ranges[d] = Iv { lo: 0, hi: self.k.domain[d] as i64 - 1 };
+    }
+
+    /// A packed contraction ([`Gemm`]), at every point of the other parallel dimensions:
+    /// BLIS's loop nest over the `i` × `j` block of this chunk. For each `nc`-column block,
+    /// each `mc`-row block: the accumulator tile (`mc × nc` in the scratch array) at the
+    /// identity; for each `kc`-step block of the reduction, in order, the `a` and `b` values
+    /// packed into panels (`mr` rows, or `nr` columns, per reduction step, contiguous; rows and
+    /// columns past the block's edge repeat its last one and are never stored) and the
+    /// register-blocked product of every pair of panels added into the tile; then the
+    /// epilogue and the store of each of the block's points. Every output element is the
+    /// `add` of its products in reduction order from the identity, exactly as in
+    /// [`Lower::point`]: vectors hold `nr` distinct columns, never parts of one sum.
+    fn gemm(&mut self, g: Gemm) -> R<()> {
+        let np = self.k.parallel_dims();
+        let outer: Vec<usize> = (0..np).filter(|&d| (g.i | g.j) & (1 << d) == 0).collect();
+        self.zero_dims(np)?;
+        self.nest_dims(&outer, &mut |l| l.gemm_block(g))
+    }
+
+    fn gemm_block(&mut self, g: Gemm) -> R<()> {
+        let scratch =
+            self.scratch.ok_or("internal: a packed contraction without its scratch array")?;
+        let sh = g.shape;
+        let (mr, nr, lanes) = (i64::from(sh.mr), i64::from(sh.nr()), sh.lanes);
+        let (mc, nc, kc) = (i64::from(sh.mc), i64::from(sh.nc), i64::from(sh.kc));
+        let [_, bp, ct, _] = sh.layout().map(|x| x as i64);
+        let np = self.k.parallel_dims();
+        let kn = self.k.domain[np..].iter().map(|&n| n as i64).product::<i64>();
+        let kn = self.e.iconst(kn)?;
+        let (i_lo, i_hi) = self.group_span(g.i)?;
+        let (j_lo, j_hi) = self.group_span(g.j)?;
+        let identity = self.e.fconst(Combine::Add.identity())?;
+        let identity = self.e.splat(identity, lanes)?;
+        self.count(j_lo, j_hi, nc, &mut |l, jc| {
+            let ncv = l.block_len(j_hi, jc, nc)?;
+            let nb = l.panels(ncv, nr)?;
+            l.count(i_lo, i_hi, mc, &mut |l, ic| {
+                let mcv = l.block_len(i_hi, ic, mc)?;
+                let ma = l.panels(mcv, mr)?;
+                let tile_end = l.e.iconst(ct + mc * nc)?;
+                l.count_from(ct, tile_end, i64::from(lanes), &mut |l, t| {
+                    l.e.store(Ty::F32x(lanes), scratch, t, identity)
+                })?;
+                l.count_from(0, kn, kc, &mut |l, k0| {
+                    let kb = l.block_len(kn, k0, kc)?;
+                    let packs = [
+                        (g.a, g.i, g.j, ic, i_hi, ma, mr, 0),
+                        (g.b, g.j, g.i, jc, j_hi, nb, nr, bp),
+                    ];
+                    // In the body's order, so that the operands are read in the same order.
+                    let order = if g.a_left { [0, 1] } else { [1, 0] };
+                    for n in order {
+                        let (o, d, other, first, end, count, width, at) = packs[n];
+                        l.pack(o, d, other, first, end, count, width, k0, kb, at)?;
+                    }
+                    l.count_from(0, nb, 1, &mut |l, q| {
+                        l.count_from(0, ma, 1, &mut |l, p| l.micro(g, p, q, kb))
+                    })
+                })?;
+                // The epilogue and the store of each point of the block.
+                let zero = l.e.iconst(0)?;
+                l.count_from(0, mcv, 1, &mut |l, rr| {
+                    let i = l.e.ibin(IOp::Add, ic, rr, true)?;
+                    l.set_group(g.i, i)?;
+                    let row = l.mul_add(rr, nc, zero)?;
+                    let row = l.add_const(row, ct)?;
+                    l.count_from(0, ncv, 1, &mut |l, cc| {
+                        let j = l.e.ibin(IOp::Add, jc, cc, true)?;
+                        l.set_group(g.j, j)?;
+                        l.zero_dims(np)?;
+                        let t = l.e.ibin(IOp::Add, row, cc, true)?;
+                        let acc = V::F(l.e.load(Ty::F32, scratch, t)?);
+                        let out_ty = l.out_ty();
+                        let v = l.finish(acc, out_ty)?;
+                        l.store_out(v)
+                    })
+                })
+            })
+        })
+    }
+
+    /// `min(end - start, size)`: the length of the block at `start` (`start < end`).
+    fn block_len(&mut self, end: E::V, start: E::V, size: i64) -> R<E::V> {
+        let left = self.e.ibin(IOp::Sub, end, start, true)?;
+        let size = self.e.iconst(size)?;
+        self.e.ibin(IOp::SMin, left, size, false)
+    }
+
+    /// `⌈len / width⌉` for `len ≥ 0`: the panels a block of `len` rows or columns takes.
+    fn panels(&mut self, len: E::V, width: i64) -> R<E::V> {
+        let up = self.add_const(len, width - 1)?;
+        let w = self.e.iconst(width)?;
+        self.e.ibin(IOp::UDiv, up, w, false)
+    }
+
+    /// Packs operand `o` for reduction steps `k0..k0 + kb`: `count` panels of `width` indices
+    /// of dimension group `d` from `first` (past `end - 1`, the index `end - 1` again), each
+    /// panel `kb` steps of `width` contiguous values, at scratch offset `at` (panel `p`, step
+    /// `kk`, lane `w` at `at + (p·kb + kk)·width + w`). The group `other`, which `o` does not
+    /// read, is at its first point.
+    #[allow(clippy::too_many_arguments)]
+    fn pack(
+        &mut self,
+        o: usize,
+        d: u64,
+        other: u64,
+        first: E::V,
+        end: E::V,
+        count: E::V,
+        width: i64,
+        k0: E::V,
+        kb: E::V,
+        at: i64,
+    ) -> R<()> {
+        let scratch =
+            self.scratch.ok_or("internal: a packed contraction without its scratch array")?;
+        let reduction = self.reduction_group();
+        let zero = self.e.iconst(0)?;
+        let one = self.e.iconst(1)?;
+        let last = self.e.ibin(IOp::Sub, end, one, true)?;
+        self.set_group(other, zero)?;
+        self.count_from(0, count, 1, &mut |l, p| {
+            let panel = l.e.ibin(IOp::Mul, p, kb, true)?;
+            let p0 = l.mul_add(p, width, first)?;
+            l.count_from(0, kb, 1, &mut |l, kk| {
+                let k = l.e.ibin(IOp::Add, k0, kk, true)?;
+                l.set_group(reduction, k)?;
+                let step = l.e.ibin(IOp::Add, panel, kk, true)?;
+                let base = l.mul_add(step, width, zero)?;
+                let base = l.add_const(base, at)?;
+                let w_end = l.e.iconst(width)?;
+                l.count_from(0, w_end, 1, &mut |l, w| {
+                    let x = l.e.ibin(IOp::Add, p0, w, true)?;
+                    let x = l.e.ibin(IOp::SMin, x, last, false)?;
+                    l.set_group(d, x)?;
+                    let off = l.offset(o, Fault::ReadOutOfBounds(o))?;
+                    let v = l.load(o, off)?;
+                    let v = l.as_f(v)?;
+                    let t = l.e.ibin(IOp::Add, base, w, true)?;
+                    l.e.store(Ty::F32, scratch, t, v)
+                })
+            })
+        })
+    }
+
+    /// The register block of `a` panel `p` and `b` panel `q` over `kb` reduction steps: its
+    /// `mr × nr` accumulators (`mr · vectors` vectors) from the tile, `acc += a · b` (or
+    /// `b · a`, the body's order) lane by lane at each step, back into the tile.
+    fn micro(&mut self, g: Gemm, p: E::V, q: E::V, kb: E::V) -> R<()> {
+        let scratch =
+            self.scratch.ok_or("internal: a packed contraction without its scratch array")?;
+        let sh = g.shape;
+        let (mr, nr, lanes) = (i64::from(sh.mr), i64::from(sh.nr()), sh.lanes);
+        let vty = Ty::F32x(lanes);
+        let nc = i64::from(sh.nc);
+        let [ap, bp, ct, _] = sh.layout().map(|x| x as i64);
+        let zero = self.e.iconst(0)?;
+        // Panel bases: a at ap + p·kb·mr, b at bp + q·kb·nr.
+        let pk = self.e.ibin(IOp::Mul, p, kb, true)?;
+        let pa = self.mul_add(pk, mr, zero)?;
+        let pa = self.add_const(pa, ap)?;
+        let qk = self.e.ibin(IOp::Mul, q, kb, true)?;
+        let pb = self.mul_add(qk, nr, zero)?;
+        let pb = self.add_const(pb, bp)?;
+        // Tile element (p·mr + row, q·nr + v·lanes) at ct + (p·mr + row)·nc + q·nr + v·lanes.
+        let row0 = self.mul_add(p, mr * nc, zero)?;
+        let col0 = self.mul_add(q, nr, zero)?;
+        let corner = self.e.ibin(IOp::Add, row0, col0, true)?;
+        let corner = self.add_const(corner, ct)?;
+        let mut accs = Vec::new();
+        let mut tile = Vec::new();
+        for row in 0..mr {
+            for v in 0..i64::from(sh.vectors) {
+                let t = self.add_const(corner, row * nc + v * i64::from(lanes))?;
+                let s = self.e.slot(vty)?;
+                let x = self.e.load(vty, scratch, t)?;
+                self.e.set(s, x)?;
+                accs.push(s);
+                tile.push(t);
+            }
+        }
+        self.count_from(0, kb, 1, &mut |l, kk| {
+            let ka = l.mul_add(kk, mr, pa)?;
+            let kbv = l.mul_add(kk, nr, pb)?;
+            let mut bs = Vec::new();
+            for v in 0..i64::from(sh.vectors) {
+                let t = l.add_const(kbv, v * i64::from(lanes))?;
+                bs.push(l.e.load(vty, scratch, t)?);
+            }
+            for row in 0..mr {
+                let t = l.add_const(ka, row)?;
+                let a = l.e.load(Ty::F32, scratch, t)?;
+                let a = l.e.splat(a, lanes)?;
+                for (v, &b) in bs.iter().enumerate() {
+                    let prod = if g.a_left {
+                        l.e.fbin(FOp::Mul, a, b)?
+                    } else {
+                        l.e.fbin(FOp::Mul, b, a)?
+                    };
+                    let s = accs[row as usize * bs.len() + v];
+                    let acc = l.e.get(s)?;
+                    let acc = l.e.fbin(FOp::Add, acc, prod)?;
+                    l.e.set(s, acc)?;
+                }
+            }
+            Ok(())
+        })?;
+        for (s, t) in accs.into_iter().zip(tile) {
+            let x = self.e.get(s)?;
+            self.e.store(vty, scratch, t, x)?;
+        }
+        Ok(())
     }
 
     /// The guard condition (`None`: none, or always true) and the index ranges where it holds.

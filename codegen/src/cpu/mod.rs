@@ -22,8 +22,12 @@ use std::fmt;
 use fbc_dialects::memory::{Kernel, MemType};
 
 pub use exec::OperandMut;
-pub use nest::Nest;
+pub use nest::{GemmShape, Nest};
 pub use parallel::{CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV};
+
+/// The environment variable that turns packed contractions off (`0`) in the JITs made by
+/// `Jit::new` and `LlvmJit::new`, for comparisons: every result is the same either way.
+pub const PACKED_ENV: &str = "FBC_JIT_PACKED";
 
 /// Why a kernel could not be compiled or run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +155,14 @@ pub trait Codegen {
     /// write only the last operand (the `exec` module's contract). `Err` with the kernel's
     /// own errors ([`Error::Kernel`]) or the code generator's ([`Error::Codegen`]).
     fn emit(&mut self, kernel: &Kernel, types: &[MemType], nest: Nest) -> Result<*const u8, Error>;
+
+    /// The register and cache blocking of the packed contraction nest
+    /// ([`nest::gemm`]) in this code generator's vectors; `None`: contractions take the plain
+    /// nest.
+    fn gemm_shape(&self) -> Option<GemmShape>;
+
+    /// Sets what [`Codegen::gemm_shape`] returns.
+    fn set_gemm_shape(&mut self, shape: Option<GemmShape>);
 }
 
 struct Compiled {
@@ -167,6 +179,8 @@ struct Compiled {
     scratch: Option<u64>,
     /// How the launch may be split over threads; `None`: always in one piece.
     split: Option<parallel::Split>,
+    /// Compiled as a packed contraction ([`nest::gemm`]).
+    packed: bool,
 }
 
 /// A CPU JIT: a code generator `C`, the kernels it compiled and their cache, and how launches
@@ -214,6 +228,19 @@ impl<C: Codegen> Jit<C> {
         parallel::default_threads().map_err(Error::Config)
     }
 
+    /// No packed contractions when `FBC_JIT_PACKED` ([`PACKED_ENV`]) is `0`; `1` or unset
+    /// keeps the code generator's blocking; an error for another value.
+    pub(crate) fn packed_from_env(&mut self) -> Result<(), Error> {
+        match std::env::var(PACKED_ENV).as_deref() {
+            Err(std::env::VarError::NotPresent) | Ok("1") => Ok(()),
+            Ok("0") => {
+                self.set_gemm_shape(None);
+                Ok(())
+            }
+            _ => Err(Error::Config(format!("{PACKED_ENV}: expected 0 or 1"))),
+        }
+    }
+
     /// The code generator.
     pub(crate) fn codegen_mut(&mut self) -> &mut C {
         &mut self.codegen
@@ -242,6 +269,11 @@ impl<C: Codegen> Jit<C> {
         self.parallel_runs.get()
     }
 
+    /// Whether kernel `id` was compiled as a packed contraction (see [`Jit::set_gemm_shape`]).
+    pub fn packed(&self, id: KernelId) -> bool {
+        self.kernels.get(id.0).is_some_and(|k| k.packed)
+    }
+
     /// Number of distinct native functions compiled so far.
     pub fn compiled(&self) -> usize {
         self.kernels.len()
@@ -250,6 +282,19 @@ impl<C: Codegen> Jit<C> {
     /// Number of [`Jit::compile`] calls answered from the cache.
     pub fn cache_hits(&self) -> u64 {
         self.hits
+    }
+
+    /// Compiles the contractions of later [`Jit::compile`] calls as packed contractions with
+    /// `shape` (the code generator's own by default), or (`None`) in the plain nest; kernels
+    /// compiled before are not found in the cache any more.
+    pub fn set_gemm_shape(&mut self, shape: Option<GemmShape>) {
+        self.codegen.set_gemm_shape(shape);
+        self.cache.clear();
+    }
+
+    /// The packed contraction's blocking of later compiles ([`Jit::set_gemm_shape`]).
+    pub fn gemm_shape(&self) -> Option<GemmShape> {
+        self.codegen.gemm_shape()
     }
 
     /// Compiles `kernel` for operands of `types` (inputs, then the output), or returns the
@@ -265,7 +310,7 @@ impl<C: Codegen> Jit<C> {
             .map_err(|e| Error::Kernel { kernel: kernel.name.clone(), message: e.message })?;
         let snapshot = fbc_dialects::memory::init::reads_output(kernel);
         let (kernel, types) = &with_snapshot(kernel, types, snapshot);
-        let nest = Nest::of(kernel, types);
+        let nest = Nest::of(kernel, types, self.codegen.gemm_shape());
         let code = self.codegen.emit(kernel, types, nest)?;
         let kid = KernelId(self.kernels.len());
         self.kernels.push(Compiled {
@@ -273,8 +318,9 @@ impl<C: Codegen> Jit<C> {
             types: types.clone(),
             code,
             snapshot,
-            scratch: nest.scratch.map(|(_, n)| n),
+            scratch: nest.scratch_len(),
             split: parallel::Split::new(kernel, types, nest.split, snapshot),
+            packed: nest.gemm.is_some(),
         });
         self.cache.insert(key, kid);
         Ok(kid)

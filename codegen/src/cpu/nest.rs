@@ -107,15 +107,177 @@ pub struct Nest {
     pub(crate) scratch: Option<(usize, u64)>,
     /// The dimension run over the caller's chunk ([`split_dim`]).
     pub(crate) split: Option<usize>,
+    /// The packed contraction ([`gemm`]); excludes `scratch`.
+    pub(crate) gemm: Option<Gemm>,
 }
 
 impl Nest {
-    /// The nest of `k` (checked against `types`): the reduction interchange when it pays
-    /// ([`interchange`]) and the split dimension ([`split_dim`]).
-    pub(crate) fn of(k: &Kernel, types: &[MemType]) -> Nest {
+    /// The nest of `k` (checked against `types`): the packed contraction when the code
+    /// generator has a register block (`shape`) and `k` is a contraction it can run
+    /// ([`gemm`]), else the reduction interchange when it pays ([`interchange`]); the split
+    /// dimension ([`split_dim`]).
+    pub(crate) fn of(k: &Kernel, types: &[MemType], shape: Option<GemmShape>) -> Nest {
+        if let Some(g) = shape.and_then(|s| gemm(k, types, s)) {
+            return Nest { scratch: None, split: split_dim(k, None), gemm: Some(g) };
+        }
         let scratch = interchange(k, types);
-        Nest { scratch, split: split_dim(k, scratch) }
+        Nest { scratch, split: split_dim(k, scratch), gemm: None }
     }
+
+    /// The length in `f32` of the scratch array the native function takes after its operands
+    /// (one per chunk), if any.
+    pub(crate) fn scratch_len(&self) -> Option<u64> {
+        match (self.gemm, self.scratch) {
+            (Some(g), _) => Some(g.shape.scratch_len()),
+            (None, s) => s.map(|(_, n)| n),
+        }
+    }
+}
+
+/// The blocking of a packed contraction, a property of the code generator: a register block of
+/// `mr` rows by `vectors` vectors of `lanes` `f32` (`nr = vectors · lanes` columns) and cache
+/// blocks of `mc` rows, `nc` columns and `kc` reduction steps (`mc` a multiple of `mr`, `nc` of
+/// `nr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GemmShape {
+    pub mr: u32,
+    pub lanes: u32,
+    pub vectors: u32,
+    pub mc: u32,
+    pub nc: u32,
+    pub kc: u32,
+}
+
+impl GemmShape {
+    /// Columns of the register block.
+    pub fn nr(&self) -> u32 {
+        self.lanes * self.vectors
+    }
+
+    /// Offsets in the scratch array of the packed `a` panel (`mc × kc`), the packed `b` panel
+    /// (`kc × nc`) and the accumulator tile (`mc × nc`), and its length.
+    pub(crate) fn layout(&self) -> [u64; 4] {
+        let (mc, nc, kc) = (u64::from(self.mc), u64::from(self.nc), u64::from(self.kc));
+        let b = mc * kc;
+        let c = b + kc * nc;
+        [0, b, c, c + mc * nc]
+    }
+
+    fn scratch_len(&self) -> u64 {
+        self.layout()[3]
+    }
+
+    /// Every size positive, `mc` a multiple of `mr` and `nc` of `nr`.
+    fn is_valid(&self) -> bool {
+        self.mr > 0
+            && self.lanes > 0
+            && self.vectors > 0
+            && self.kc > 0
+            && self.mc > 0
+            && self.nc > 0
+            && self.mc % self.mr == 0
+            && self.nc % self.nr() == 0
+    }
+}
+
+/// A contraction `out[.., I, .., J, ..] = epilogue(Σ_K a[I, K] · b[K, J])` (any maps) run as a
+/// packed, register-blocked loop nest (see `Lower::gemm` in `crate::cpu::lower`). `I`, `J` and
+/// `K` are groups of domain dimensions, each walked as one row-major index (the reduction's is
+/// the order the plain nest combines in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gemm {
+    /// The parallel dimensions only `a` reads (the rows `I`) and those only `b` reads (the
+    /// columns `J`, the vector lanes), as bit masks of dimension numbers.
+    pub(crate) i: u64,
+    pub(crate) j: u64,
+    /// The operands of the body's product, and whether `a` is its left factor.
+    pub(crate) a: usize,
+    pub(crate) b: usize,
+    pub(crate) a_left: bool,
+    pub(crate) shape: GemmShape,
+}
+
+/// The dimensions of bit mask `mask`, in order.
+pub(crate) fn dims_of(mask: u64) -> impl Iterator<Item = usize> {
+    (0..64).filter(move |&d| mask & (1u64 << d) != 0)
+}
+
+/// The packed contraction of `k` (checked against `types`) with register block `shape`, when
+/// it computes exactly what the plain nest does, bit for bit, and pays: the body is `x · y` of
+/// two `f32` operands combined by `add` over reduction dimensions (at least 8 points in all),
+/// without guard, symbols or statistics; parallel dimensions read by `x` only and others by `y`
+/// only (at least 8 points each way: the two groups `I` and `J`; the other parallel dimensions
+/// loop outside, like a batch); every access proven in range by the bounds prover
+/// ([`Kernel::bounds`]) and an epilogue that cannot fail, so that no launch can fault (whose first fault
+/// would depend on the order of the points). Each output element is still the sum of its
+/// products in reduction order from the identity; only which elements are summed at once
+/// changes (the lanes of a vector are distinct output elements).
+pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Gemm> {
+    use fbc_dialects::memory::{Combine, Scalar, ScalarBin, ScalarUn};
+    let np = k.parallel_dims();
+    let rank = k.domain.len();
+    let points = |dims: &mut dyn Iterator<Item = usize>| -> u64 {
+        dims.map(|d| k.domain[d]).fold(1, u64::saturating_mul)
+    };
+    if !shape.is_valid()
+        || k.combine != Some(Combine::Add)
+        || np == 0
+        || rank == np
+        || rank > 64
+        || k.guard.is_some()
+        || !k.symbols.is_empty()
+        || k.is_row()
+        || k.attention.is_some()
+        || points(&mut (np..rank)) < 8
+        || k.domain.contains(&0)
+    {
+        return None;
+    }
+    let Scalar::Bin(ScalarBin::Mul, x, y) = &k.body else { return None };
+    let (&Scalar::In(x), &Scalar::In(y)) = (&**x, &**y) else { return None };
+    let float = |o: usize| types.get(o).is_some_and(|t| t.elem != fbc_ir::ElemType::I32);
+    if x == y || !float(x) || !float(y) || !float(k.output()) {
+        return None;
+    }
+    if let Some(e) = &k.epilogue {
+        let mut fails = false;
+        e.visit(&mut |s| {
+            fails |= matches!(
+                s,
+                Scalar::Load(..)
+                    | Scalar::Un(ScalarUn::ToInt, _)
+                    | Scalar::Bin(ScalarBin::Div | ScalarBin::Rem, ..)
+                    | Scalar::Int(_)
+                    | Scalar::Dim(_)
+            );
+        });
+        if fails {
+            return None;
+        }
+    }
+    // The dialect's bounds prover (branch and bound: it proves the R-Tile maps whose interval
+    // over the whole domain leaves the texture).
+    if k.bounds(types).any_checked() {
+        return None;
+    }
+    let reads = |o: usize, d: usize| {
+        let map = &k.maps[o];
+        map.dims.get(d).is_some_and(|name| map.results.iter().any(|e| e.vars().contains(name)))
+    };
+    if !(np..rank).any(|d| reads(x, d)) || !(np..rank).any(|d| reads(y, d)) {
+        return None;
+    }
+    let only = |o: usize, other: usize| {
+        (0..np).filter(|&d| reads(o, d) && !reads(other, d)).fold(0u64, |m, d| m | 1 << d)
+    };
+    let (gx, gy) = (only(x, y), only(y, x));
+    // The columns: the group with the innermost parallel dimension (the output's contiguous
+    // one in the usual row-major layouts).
+    let (a, b, i, j) = if gx & (1 << (np - 1)) != 0 { (y, x, gy, gx) } else { (x, y, gx, gy) };
+    if points(&mut dims_of(i)) < 8 || points(&mut dims_of(j)) < 8 {
+        return None;
+    }
+    Some(Gemm { i, j, a, b, a_left: a == x, shape })
 }
 
 /// Whether to lower `k` with the reduction outside one parallel dimension `j` (see each back

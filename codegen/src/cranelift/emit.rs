@@ -4,7 +4,7 @@
 //! returns its `i32` parameter.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, I32, I64};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I64};
 use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use fbc_dialects::memory::ScalarUn;
@@ -52,6 +52,17 @@ impl<'a, 'f> ClEmit<'a, 'f> {
             Ty::I32 => I32,
             Ty::I64 => I64,
             Ty::F32 => F32,
+            // Only 4 lanes (128-bit SIMD): `splat` refuses other counts, so no value or slot of
+            // another vector type is ever made.
+            Ty::F32x(_) => F32X4,
+        }
+    }
+
+    /// The flags of an access of `elem`: a scalar is aligned, a vector only to its lanes.
+    fn flags(elem: Ty) -> MemFlagsData {
+        match elem {
+            Ty::F32x(_) => MemFlagsData::new().with_notrap(),
+            _ => MemFlagsData::trusted(),
         }
     }
 
@@ -180,6 +191,15 @@ impl Emit for ClEmit<'_, '_> {
         })
     }
 
+    fn splat(&mut self, a: Value, lanes: u32) -> R<Value> {
+        if lanes != 4 {
+            return Err(LowerError::Kernel(format!(
+                "internal: Cranelift vectors have 4 f32 lanes, not {lanes}"
+            )));
+        }
+        Ok(self.b.ins().splat(F32X4, a))
+    }
+
     fn fun(&mut self, op: FUn, a: Value) -> R<Value> {
         let i = self.b.ins();
         Ok(match op {
@@ -219,12 +239,12 @@ impl Emit for ClEmit<'_, '_> {
     fn load(&mut self, elem: Ty, base: Value, index: Value) -> R<Value> {
         let addr = self.address(base, index);
         let ty = self.ty(elem);
-        Ok(self.b.ins().load(ty, MemFlagsData::trusted(), addr, 0))
+        Ok(self.b.ins().load(ty, Self::flags(elem), addr, 0))
     }
 
-    fn store(&mut self, _elem: Ty, base: Value, index: Value, v: Value) -> R<()> {
+    fn store(&mut self, elem: Ty, base: Value, index: Value, v: Value) -> R<()> {
         let addr = self.address(base, index);
-        self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
+        self.b.ins().store(Self::flags(elem), v, addr, 0);
         Ok(())
     }
 

@@ -59,7 +59,7 @@ use cranelift_module::{FuncId, Linkage, Module};
 use fbc_dialects::memory::{Kernel, MemType};
 
 use crate::cpu::lower::LowerError;
-use crate::cpu::{Codegen, Nest};
+use crate::cpu::{Codegen, GemmShape, Nest};
 pub use crate::cpu::{
     Error, Fault, KernelId, OperandMut, CALL_WEIGHT, MIN_POINTS_PER_THREAD, THREADS_ENV,
 };
@@ -75,6 +75,8 @@ pub struct Cranelift {
     math: math::Imports,
     /// Functions defined so far (their symbols are numbered).
     defined: usize,
+    /// The packed contraction's blocking ([`GEMM_SHAPE`] unless set).
+    gemm: Option<GemmShape>,
 }
 
 impl fmt::Debug for Cranelift {
@@ -108,9 +110,22 @@ impl Cranelift {
             fctx: FunctionBuilderContext::new(),
             math,
             defined: 0,
+            gemm: Some(GEMM_SHAPE),
         })
     }
+
+    /// Compiles contractions later compiled as packed contractions with `shape`, or (`None`) in
+    /// the plain nest.
+    pub fn set_gemm_shape(&mut self, shape: Option<GemmShape>) {
+        self.gemm = shape;
+    }
 }
+
+/// The packed contraction's blocking in Cranelift's 128-bit vectors: 4 rows by 2 vectors of 4
+/// lanes (8 accumulator registers, 2 for the `b` row, 1 for the `a` value), cache blocks of 96
+/// rows, 512 columns and 256 reduction steps.
+pub const GEMM_SHAPE: GemmShape =
+    GemmShape { mr: 4, lanes: 4, vectors: 2, mc: 96, nc: 512, kc: 256 };
 
 impl Codegen for Cranelift {
     const NAME: &'static str = "Cranelift";
@@ -137,15 +152,26 @@ impl Codegen for Cranelift {
         self.defined += 1;
         Ok(module.get_finalized_function(id))
     }
+
+    fn gemm_shape(&self) -> Option<GemmShape> {
+        self.gemm
+    }
+
+    fn set_gemm_shape(&mut self, shape: Option<GemmShape>) {
+        self.gemm = shape;
+    }
 }
 
 impl Jit {
     /// A JIT for the host machine (Cranelift's `speed` optimisation level, host CPU features),
     /// running launches on `FBC_JIT_THREADS` threads ([`THREADS_ENV`]) or, when that is not set,
-    /// as many as the machine has cores; an error when the variable is not a positive number.
+    /// as many as the machine has cores, with packed contractions unless `FBC_JIT_PACKED=0`
+    /// ([`crate::cpu::PACKED_ENV`]); an error when a variable has another value.
     pub fn new() -> Result<Jit, Error> {
         let threads = Jit::default_threads()?;
-        Jit::with_threads(threads)
+        let mut jit = Jit::with_threads(threads)?;
+        jit.packed_from_env()?;
+        Ok(jit)
     }
 
     /// A JIT for the host machine running launches on at most `threads` threads (1: on the
@@ -162,7 +188,7 @@ impl Jit {
         let module = cl.module.as_mut().ok_or_else(|| kerr("the JIT module is gone".into()))?;
         let mut func = cranelift_codegen::ir::Function::new();
         kernel_signature(&mut func, module);
-        let nest = Nest::of(kernel, types);
+        let nest = Nest::of(kernel, types, cl.gemm);
         lower_body(module, &mut cl.fctx, &cl.math, &mut func, kernel, types, nest)
             .map_err(|e| e.into_error(&kernel.name, Cranelift::NAME))?;
         Ok(func.display().to_string())

@@ -12,8 +12,11 @@ use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::Module;
-use inkwell::types::{BasicTypeEnum, IntType};
-use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::types::{BasicTypeEnum, IntType, VectorType};
+use inkwell::values::{
+    BasicValue, BasicValueEnum, FloatMathValue, FunctionValue, InstructionValue, IntValue,
+    PointerValue,
+};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 use crate::cpu::lower::{Emit, FCmp, FOp, FUn, ICmp, IOp, LowerError, Ty, R};
@@ -136,7 +139,23 @@ impl<'c> LlvmEmit<'c> {
             Ty::I32 => self.cx.i32_type().into(),
             Ty::I64 => self.i64t.into(),
             Ty::F32 => self.cx.f32_type().into(),
+            Ty::F32x(lanes) => self.cx.f32_type().vec_type(lanes).into(),
         }
+    }
+
+    /// The address of element `index` of the array of `elem`s at `base`, and the alignment
+    /// of an access of `elem` there: a vector is `f32` elements at a 4-byte alignment.
+    fn element(
+        &self,
+        elem: Ty,
+        base: BasicValueEnum<'c>,
+        index: BasicValueEnum<'c>,
+    ) -> R<(PointerValue<'c>, u32)> {
+        let (ty, align) = match elem {
+            Ty::F32x(_) => (self.ty(Ty::F32), 4),
+            t => (self.ty(t), 0),
+        };
+        Ok((gep(&self.b, ty, base.into_pointer_value(), int(index))?, align))
     }
 
     fn param(&self, i: u32) -> R<BasicValueEnum<'c>> {
@@ -267,14 +286,29 @@ impl<'c> Emit for LlvmEmit<'c> {
     }
 
     fn fbin(&mut self, op: FOp, a: Self::V, c: Self::V) -> R<Self::V> {
-        let (a, c, b) = (a.into_float_value(), c.into_float_value(), &self.b);
-        Ok(match op {
-            FOp::Add => b.build_float_add(a, c, "")?,
-            FOp::Sub => b.build_float_sub(a, c, "")?,
-            FOp::Mul => b.build_float_mul(a, c, "")?,
-            FOp::Div => b.build_float_div(a, c, "")?,
+        fn on<'c, T: FloatMathValue<'c>>(b: &Builder<'c>, op: FOp, a: T, c: T) -> R<T> {
+            Ok(match op {
+                FOp::Add => b.build_float_add(a, c, "")?,
+                FOp::Sub => b.build_float_sub(a, c, "")?,
+                FOp::Mul => b.build_float_mul(a, c, "")?,
+                FOp::Div => b.build_float_div(a, c, "")?,
+            })
         }
-        .into())
+        Ok(match (a, c) {
+            (BasicValueEnum::VectorValue(a), BasicValueEnum::VectorValue(c)) => {
+                on(&self.b, op, a, c)?.into()
+            }
+            (a, c) => on(&self.b, op, a.into_float_value(), c.into_float_value())?.into(),
+        })
+    }
+
+    fn splat(&mut self, a: Self::V, lanes: u32) -> R<Self::V> {
+        let f32t = self.cx.f32_type();
+        let one = f32t.vec_type(1).get_poison();
+        let zero = self.cx.i32_type().const_zero();
+        let v = self.b.build_insert_element(one, a.into_float_value(), zero, "")?;
+        let mask = VectorType::const_vector(&vec![zero; lanes as usize]);
+        Ok(self.b.build_shuffle_vector(v, one, mask, "splat")?.into())
     }
 
     fn fun(&mut self, op: FUn, a: Self::V) -> R<Self::V> {
@@ -316,15 +350,20 @@ impl<'c> Emit for LlvmEmit<'c> {
     }
 
     fn load(&mut self, elem: Ty, base: Self::V, index: Self::V) -> R<Self::V> {
-        let ty = self.ty(elem);
-        let addr = gep(&self.b, ty, base.into_pointer_value(), int(index))?;
-        Ok(self.b.build_load(ty, addr, "x")?)
+        let (addr, align) = self.element(elem, base, index)?;
+        let v = self.b.build_load(self.ty(elem), addr, "x")?;
+        if align > 0 {
+            aligned(v.as_instruction_value(), align)?;
+        }
+        Ok(v)
     }
 
     fn store(&mut self, elem: Ty, base: Self::V, index: Self::V, v: Self::V) -> R<()> {
-        let ty = self.ty(elem);
-        let addr = gep(&self.b, ty, base.into_pointer_value(), int(index))?;
-        self.b.build_store(addr, v)?;
+        let (addr, align) = self.element(elem, base, index)?;
+        let st = self.b.build_store(addr, v)?;
+        if align > 0 {
+            aligned(Some(st), align)?;
+        }
         Ok(())
     }
 
@@ -377,6 +416,13 @@ impl<'c> Emit for LlvmEmit<'c> {
         self.b.build_return(Some(&self.cx.i32_type().const_zero()))?;
         Ok(())
     }
+}
+
+/// Sets the alignment of load or store `inst` to `align` bytes.
+fn aligned(inst: Option<InstructionValue<'_>>, align: u32) -> R<()> {
+    inst.ok_or_else(|| LowerError::Codegen("a load that is not an instruction".into()))?
+        .set_alignment(align)
+        .map_err(|e| LowerError::Codegen(e.to_string()))
 }
 
 /// `&base[index]` for elements of type `ty`.

@@ -32,7 +32,7 @@ use inkwell::targets::{
 };
 use inkwell::OptimizationLevel;
 
-use crate::cpu::{Codegen, Nest};
+use crate::cpu::{Codegen, GemmShape, Nest};
 pub use crate::cpu::{Error, Fault, KernelId, OperandMut};
 
 /// The LLVM JIT: [`crate::cpu::Jit`] with the [`Llvm`] code generator.
@@ -60,6 +60,15 @@ impl Cpu {
     }
 }
 
+/// The packed contraction's blocking for a CPU with `features` (LLVM's `+avx512f,...` list):
+/// 6 rows by 2 vectors of 16 lanes with AVX-512 (12 of its 32 vector registers accumulate),
+/// else of 8 lanes (two 256-bit registers each with AVX, four 128-bit ones with SSE only);
+/// cache blocks of 96 rows, 512 columns and 256 reduction steps.
+pub fn gemm_shape(features: &str) -> GemmShape {
+    let lanes = if features.split(',').any(|f| f == "+avx512f") { 16 } else { 8 };
+    GemmShape { mr: 6, lanes, vectors: 2, mc: 96, nc: 512, kc: 256 }
+}
+
 /// The LLVM code generator: a context, the target machine the passes optimise for, and one
 /// MCJIT execution engine per compiled kernel (which holds its code).
 pub struct Llvm {
@@ -70,6 +79,8 @@ pub struct Llvm {
     triple: TargetTriple,
     cpu: String,
     features: String,
+    /// The packed contraction's blocking ([`gemm_shape`] of the CPU unless set).
+    gemm: Option<GemmShape>,
     /// Leaked in [`Llvm::new`], freed in `drop` after the engines; see [`leak_context`].
     context: &'static Context,
 }
@@ -110,6 +121,7 @@ impl Llvm {
             engines: Vec::new(),
             machine,
             triple,
+            gemm: Some(gemm_shape(&features)),
             cpu: name,
             features,
             context: leak_context(),
@@ -127,7 +139,8 @@ impl Llvm {
         kernel
             .check(types)
             .map_err(|e| Error::Kernel { kernel: kernel.name.clone(), message: e.message })?;
-        let module = self.module(kernel, types, Nest::of(kernel, types), "fbc_kernel")?;
+        let module =
+            self.module(kernel, types, Nest::of(kernel, types, self.gemm_shape()), "fbc_kernel")?;
         Ok(module.print_to_string().to_string())
     }
 
@@ -197,6 +210,14 @@ impl Codegen for Llvm {
         self.engines.push(engine);
         Ok(address as *const u8)
     }
+
+    fn gemm_shape(&self) -> Option<GemmShape> {
+        self.gemm
+    }
+
+    fn set_gemm_shape(&mut self, shape: Option<GemmShape>) {
+        self.gemm = shape;
+    }
 }
 
 impl LlvmJit {
@@ -210,7 +231,9 @@ impl LlvmJit {
     /// [`LlvmJit::new`] compiling for `cpu`.
     pub fn for_cpu(cpu: Cpu) -> Result<LlvmJit, Error> {
         let threads = LlvmJit::default_threads()?;
-        LlvmJit::with_options(threads, cpu)
+        let mut jit = LlvmJit::with_options(threads, cpu)?;
+        jit.packed_from_env()?;
+        Ok(jit)
     }
 
     /// A JIT for `cpu` running launches on at most `threads` threads; the environment is not

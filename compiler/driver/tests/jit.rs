@@ -208,7 +208,7 @@ fn verbose_reports_launches_and_the_cache() {
     let o = common::fbc(&["run", &p, "--target", "cpu-jit", "-O0", "--random-inputs", "1", "-v"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(
-        o.stderr.contains(": 2 launches (0 split over up to "),
+        o.stderr.contains(": 2 launches (0 packed contractions, 0 split over up to "),
         "small launches run on one thread: {}",
         o.stderr
     );
@@ -217,13 +217,14 @@ fn verbose_reports_launches_and_the_cache() {
 
 #[test]
 fn threads_give_bit_identical_training_steps() {
-    // The generated step on 1 and on 4 threads (FBC_JIT_THREADS): identical output bytes, and
-    // the large launches do run split.
+    // The generated step on 1 and on 4 threads (FBC_JIT_THREADS), and without packed
+    // contractions (FBC_JIT_PACKED=0): identical output bytes; the large launches do run split,
+    // the contractions packed.
     let path = common::training_step("jit-threads");
     let dir = common::scratch("jit-threads-out");
     let p = path.to_string_lossy();
-    let run = |threads: &str| {
-        let out = dir.join(format!("t{threads}.safetensors"));
+    let run = |threads: &str, packed: &str| {
+        let out = dir.join(format!("t{threads}-{packed}.safetensors"));
         let args = [
             "run",
             &p,
@@ -237,20 +238,29 @@ fn threads_give_bit_identical_training_steps() {
             "--outputs",
             out.to_str().unwrap_or_default(),
         ];
-        let o = common::fbc_env(&args, &[("FBC_JIT_THREADS", Path::new(threads))]);
+        let o = common::fbc_env(
+            &args,
+            &[("FBC_JIT_THREADS", Path::new(threads)), ("FBC_JIT_PACKED", Path::new(packed))],
+        );
         assert_eq!(o.code, 0, "{threads} threads: {}", o.stderr);
         (std::fs::read(out).expect("outputs written"), o.stderr)
     };
-    let ((one, log1), (four, log4)) = (run("1"), run("4"));
-    assert!(log1.contains(" launches (0 split over up to 1 threads)"), "{log1}");
-    let split: u64 = log4
-        .split(" launches (")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{log4}"));
-    assert!(split > 0 && log4.contains("split over up to 4 threads"), "{log4}");
+    let ((one, log1), (four, log4), (plain, log0)) = (run("1", "1"), run("4", "1"), run("4", "0"));
+    // The number before `what` in `-v`'s launch summary.
+    let count = |log: &str, what: &str| -> u64 {
+        log.split(what)
+            .next()
+            .and_then(|s| s.rsplit([' ', '(']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no `{what}` in {log}"))
+    };
+    assert!(log1.contains(" split over up to 1 threads)"), "{log1}");
+    assert_eq!(count(&log1, " split over up to"), 0, "{log1}");
+    assert!(count(&log4, " split over up to 4 threads") > 0, "{log4}");
+    assert!(count(&log4, " packed contractions") > 0, "{log4}");
+    assert_eq!(count(&log0, " packed contractions"), 0, "{log0}");
     assert!(one == four, "outputs differ between 1 and 4 threads");
+    assert!(four == plain, "outputs differ with and without packed contractions");
     let g = common::write(&dir, "gather.fbir", GATHER.as_bytes());
     let o = common::fbc_env(
         &["run", &g, "--target", "cpu-jit", "--random-inputs", "1"],

@@ -36,6 +36,8 @@ pub struct JitStats {
     pub threads: usize,
     /// Launches that ran split over more than one thread.
     pub parallel_launches: u64,
+    /// Launches that ran as packed contractions (`fbc_codegen::cpu::Jit::set_gemm_shape`).
+    pub packed_launches: u64,
 }
 
 /// Which back end compiles the launches.
@@ -120,6 +122,7 @@ impl<C: Codegen> Launcher for JitLauncher<C> {
         let r = self.jit.run(id, &mut views);
         drop(views);
         self.stats.launches += 1;
+        self.stats.packed_launches += u64::from(self.jit.packed(id));
         self.stats.compile_time += compiled - start;
         self.stats.run_time += compiled.elapsed();
         match r {

@@ -52,11 +52,12 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let elapsed = start.elapsed();
     if a.verbose {
         eprintln!(
-            "ran @{fname} with the {name} in {:.3} s: {} launches ({} split over up to {} \
-             threads), {} kernels compiled in {:.3} s, {:.3} s in native code (compile and \
-             lower: {:.3} s)",
+            "ran @{fname} with the {name} in {:.3} s: {} launches ({} packed contractions, {} \
+             split over up to {} threads), {} kernels compiled in {:.3} s, {:.3} s in native \
+             code (compile and lower: {:.3} s)",
             elapsed.as_secs_f64(),
             stats.launches,
+            stats.packed_launches,
             stats.parallel_launches,
             stats.threads,
             stats.compiled,
