@@ -147,6 +147,9 @@ pub struct KernelFigures {
     pub source: String,
     pub tiled: bool,
     pub skinny: bool,
+    /// A packed contraction of the CPU back ends.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub packed: bool,
     pub conversion: bool,
     pub median_ns: u64,
     /// Where the launch lay in the last timed run: its start after the run's first launch
@@ -240,6 +243,7 @@ pub fn figures(
             source: l.source.clone(),
             tiled: l.tiled,
             skinny: l.skinny,
+            packed: false,
             conversion: l.source.contains(LayoutOp::Convert.name()),
             median_ns: t.median_ns,
             start_ns: t.start_ns,
@@ -274,9 +278,9 @@ pub fn figures(
 /// The table of one strategy.
 pub fn table(s: &StrategyFigures) -> String {
     let mut t = String::new();
-    let _ = writeln!(
+    let _ = write!(
         t,
-        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, peak memory {} bytes planned, {} live at once (x{:.2}), {} held on the device (x{:.2}), host {:.1} us per launch",
+        "strategy {} (-O{}): {} kernels ({} conversions, {:.1}% of the time), {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s",
         s.strategy,
         s.level,
         s.kernel_count,
@@ -285,13 +289,21 @@ pub fn table(s: &StrategyFigures) -> String {
         s.total_ns as f64 * 1e-6,
         s.gflops,
         s.gbps,
-        s.planned_bytes,
-        s.peak_bytes,
-        s.planned_bytes as f64 / s.peak_bytes.max(1) as f64,
-        s.device_peak_bytes,
-        s.device_peak_bytes as f64 / s.peak_bytes.max(1) as f64,
-        s.host_ns_per_launch as f64 * 1e-3
     );
+    if s.peak_bytes > 0 {
+        // A device run: the manifest's memory plan and the runtime's figures.
+        let _ = write!(
+            t,
+            ", peak memory {} bytes planned, {} live at once (x{:.2}), {} held on the device (x{:.2}), host {:.1} us per launch",
+            s.planned_bytes,
+            s.peak_bytes,
+            s.planned_bytes as f64 / s.peak_bytes.max(1) as f64,
+            s.device_peak_bytes,
+            s.device_peak_bytes as f64 / s.peak_bytes.max(1) as f64,
+            s.host_ns_per_launch as f64 * 1e-3
+        );
+    }
+    t.push('\n');
     let _ = writeln!(
         t,
         "  {:<40} {:<28} {:>11} {:>9} {:>9}",
@@ -303,6 +315,8 @@ pub fn table(s: &StrategyFigures) -> String {
             src.push_str(" [tiled]");
         } else if k.skinny {
             src.push_str(" [skinny]");
+        } else if k.packed {
+            src.push_str(" [packed]");
         }
         let _ = writeln!(
             t,
@@ -317,37 +331,144 @@ pub fn table(s: &StrategyFigures) -> String {
     t
 }
 
-#[cfg(not(feature = "opencl"))]
-pub(crate) fn device(
-    _driver: &crate::Driver,
-    _a: &BenchArgs,
-    _quiet: bool,
-) -> Result<(), crate::Failure> {
-    Err(crate::run_cmd::opencl::no_opencl())
-}
-
-/// `fbc bench` on an OpenCL device; `quiet` (`-q`) hides the progress bars.
-#[cfg(feature = "opencl")]
+/// `fbc bench`: on an OpenCL device ([`opencl`]) or on this CPU ([`cpu`]); `quiet` (`-q`)
+/// hides the progress bars.
 pub(crate) fn device(
     driver: &crate::Driver,
     a: &BenchArgs,
     quiet: bool,
 ) -> Result<(), crate::Failure> {
+    match a.target.as_str() {
+        "opencl" => opencl(driver, a, quiet),
+        "cpu-jit" | "cpu-llvm" => cpu(driver, a),
+        other => Err(crate::Failure::Usage(format!(
+            "--target {other}: `fbc bench` runs on opencl, cpu-jit or cpu-llvm"
+        ))),
+    }
+}
+
+/// The layout strategies `--compare` names (default: `--layout-strategy`'s, else fblayout).
+fn strategies(a: &BenchArgs) -> Vec<crate::cli::LayoutStrategy> {
+    if a.compare.is_empty() {
+        vec![a.lower.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout)]
+    } else {
+        a.compare.clone()
+    }
+}
+
+/// `fbc bench --target cpu-jit|cpu-llvm`: the entry function compiled per strategy as `fbc
+/// run` compiles it for that target, run once to compile its kernels and `--repeat` times
+/// more, each launch's time in native code the median of those runs (the JIT's threads as for
+/// `fbc run`: `FBC_JIT_THREADS`).
+fn cpu(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate::Failure> {
+    use crate::Failure;
+    use fbc_runtime::interp::Mode;
+
+    let backend = a.lower.cpu_backend(&a.target)?;
+    if a.plain_kernels || !a.split_k.is_empty() || a.device.device != "0" {
+        return Err(Failure::Usage(format!(
+            "--plain-kernels, --split-k and --device are for --target opencl, not {}",
+            a.target
+        )));
+    }
+    let (file, module) = driver.load(&a.file)?;
+    let func = crate::run_cmd::entry(&module, a.entry.as_deref(), &file)?;
+    let fname = module.func(func).name.clone();
+    crate::run_cmd::check_memory(&file, &module, func, Mode::F32)?;
+    let inputs = crate::run_cmd::io::read_inputs(
+        &module,
+        func,
+        crate::run_cmd::io::Sources {
+            inputs: a.inputs.as_slice(),
+            seed: Some(a.seed),
+            ..Default::default()
+        },
+        Mode::F32,
+        &file.name,
+    )?;
+    let mut session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+    let mut runs = Vec::new();
+    let mut threads = 0;
+    for s in strategies(a) {
+        session.strategy = s.strategy();
+        let mut lowered = module.clone();
+        session.compile(&file, &mut lowered)?;
+        let lfunc = crate::run_cmd::lowered_func(&lowered, &fname, &file)?;
+        crate::run_cmd::check_memory(&file, &lowered, lfunc, Mode::F32)?;
+        let (timed, stats) =
+            fbc_runtime::device::cpu_jit::bench(&lowered, lfunc, &inputs, backend, a.repeat)
+                .map_err(|e| crate::run_cmd::located(&file, &e))?;
+        threads = stats.threads;
+        runs.push(cpu_figures(s.cli_name(), session.level, &timed));
+    }
+    let device = format!("this CPU ({}, up to {threads} threads)", a.target);
+    report(a, &device, &runs)
+}
+
+/// The figures of a strategy's CPU runs: per launch (the same launches in every run), the
+/// median of its times; the last run's as its start and duration.
+fn cpu_figures(
+    strategy: &str,
+    level: u8,
+    timed: &[Vec<fbc_runtime::device::cpu_jit::LaunchTime>],
+) -> StrategyFigures {
+    let last = timed.last().map(Vec::as_slice).unwrap_or_default();
+    let mut start = 0;
+    let kernels: Vec<KernelFigures> = last
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut ns: Vec<u64> = timed.iter().filter_map(|r| r.get(i)).map(|t| t.ns).collect();
+            ns.sort_unstable();
+            let median_ns = ns.get(ns.len() / 2).copied().unwrap_or(0);
+            let k = KernelFigures {
+                kernel: l.kernel.clone(),
+                source: l.source.clone(),
+                tiled: false,
+                skinny: false,
+                packed: l.packed,
+                conversion: l.source.contains(LayoutOp::Convert.name()),
+                median_ns,
+                start_ns: start,
+                last_ns: l.ns,
+                flops: l.flops,
+                bytes: l.bytes,
+                gflops: per_s(l.flops, median_ns),
+                gbps: per_s(l.bytes, median_ns),
+            };
+            start += l.ns;
+            k
+        })
+        .collect();
+    let total_ns: u64 = kernels.iter().map(|k| k.median_ns).sum();
+    let conv_ns: u64 = kernels.iter().filter(|k| k.conversion).map(|k| k.median_ns).sum();
+    StrategyFigures {
+        strategy: strategy.to_string(),
+        level,
+        kernel_count: kernels.len(),
+        conversion_kernels: kernels.iter().filter(|k| k.conversion).count(),
+        conversion_share: if total_ns == 0 { 0.0 } else { conv_ns as f64 / total_ns as f64 },
+        total_ns,
+        gflops: per_s(kernels.iter().map(|k| k.flops).sum(), total_ns),
+        gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
+        kernels,
+        ..Default::default()
+    }
+}
+
+#[cfg(not(feature = "opencl"))]
+fn opencl(_driver: &crate::Driver, _a: &BenchArgs, _quiet: bool) -> Result<(), crate::Failure> {
+    Err(crate::run_cmd::opencl::no_opencl())
+}
+
+/// `fbc bench` on an OpenCL device.
+#[cfg(feature = "opencl")]
+fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crate::Failure> {
     use crate::run_cmd::opencl as rc;
     use crate::Failure;
     use fbc_runtime::device::opencl::{DeviceSel, Progress, RunOptions};
 
-    if a.target != "opencl" {
-        return Err(Failure::Usage(format!(
-            "--target {}: `fbc bench` runs on opencl only so far",
-            a.target
-        )));
-    }
-    let strategies = if a.compare.is_empty() {
-        vec![a.lower.layout_strategy.unwrap_or(crate::cli::LayoutStrategy::Fblayout)]
-    } else {
-        a.compare.clone()
-    };
+    let strategies = strategies(a);
     let splits = if a.split_k.is_empty() {
         vec![fbc_transforms::lower::SplitK::Auto]
     } else {
@@ -426,7 +547,17 @@ pub(crate) fn device(
         fig.objects_made = res.objects_made;
         runs.push(fig);
     }
-    if let Some((fb, faster)) = fblayout_losses(&runs) {
+    report(a, &device_name, &runs)
+}
+
+/// What `fbc bench` prints for `runs` on `device_name`: a warning for each baseline faster than
+/// fblayout, the timeline file, then the tables (or the JSON object) and the ratios.
+fn report(
+    a: &BenchArgs,
+    device_name: &str,
+    runs: &[StrategyFigures],
+) -> Result<(), crate::Failure> {
+    if let Some((fb, faster)) = fblayout_losses(runs) {
         for r in faster {
             eprintln!(
                 "fbc: warning: {}: fblayout is slower than {}: {:.3} ms against {:.3} ms (x{:.3})",
@@ -441,9 +572,9 @@ pub(crate) fn device(
     if let Some(path) = &a.timeline {
         let html = crate::timeline::html(
             &a.file.display().to_string(),
-            &device_name,
+            device_name,
             a.repeat.max(1),
-            &runs,
+            runs,
         );
         crate::output::write_atomic(path, html.as_bytes())?;
     }
@@ -470,7 +601,7 @@ pub(crate) fn device(
             a.file.display(),
             a.repeat.max(1)
         );
-        for r in &runs {
+        for r in runs {
             t.push_str(&table(r));
         }
         if runs.len() > 1 {

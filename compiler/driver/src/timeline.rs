@@ -295,6 +295,7 @@ mod tests {
             source: source.into(),
             tiled: false,
             skinny: false,
+            packed: false,
             conversion: source.contains("layout.convert"),
             median_ns: last_ns,
             start_ns,

@@ -355,3 +355,65 @@ fn cpu_is_only_for_cpu_llvm() {
         assert!(o.stderr.contains("--cpu is for --target cpu-llvm"), "{}", o.stderr);
     }
 }
+
+#[test]
+fn bench_times_every_launch_on_the_cpu() {
+    // The matmul-fb pair at a small size, fblayout against convert: every launch timed, the
+    // contractions packed, convert's conversion kernels counted, totals the sums of the medians.
+    let dir = common::scratch("jit-bench");
+    let p = common::write(
+        &dir,
+        "mmfb.fbir",
+        b"func.func @mmfb(%a: tensor<32x64xf32>, %b: tensor<64x96xf32>, %do: tensor<32x96xf32>) -> (tensor<32x96xf32>, tensor<32x64xf32>) {\n  %o = tensor.matmul %a, %b : (tensor<32x64xf32>, tensor<64x96xf32>) -> tensor<32x96xf32>\n  %da = tensor.matmul %do, %b {transpose_b = true} : (tensor<32x96xf32>, tensor<64x96xf32>) -> tensor<32x64xf32>\n  func.return %o, %da : (tensor<32x96xf32>, tensor<32x64xf32>) -> ()\n}\n",
+    );
+    let o = common::fbc(&[
+        "bench",
+        &p,
+        "--target",
+        "cpu-jit",
+        "--compare",
+        "fblayout,convert",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+    assert_eq!(j["repeat"], 2);
+    assert!(j["device"].as_str().is_some_and(|d| d.contains("cpu-jit")), "{j}");
+    let runs = j["runs"].as_array().expect("runs");
+    let names: Vec<&str> = runs.iter().filter_map(|r| r["strategy"].as_str()).collect();
+    assert_eq!(names, ["fblayout", "convert"]);
+    for r in runs {
+        let kernels = r["kernels"].as_array().expect("kernels");
+        assert_eq!(r["kernel_count"].as_u64(), Some(kernels.len() as u64));
+        let total: u64 = kernels.iter().map(|k| k["median_ns"].as_u64().unwrap_or(0)).sum();
+        assert_eq!(r["total_ns"].as_u64(), Some(total), "{r}");
+        let matmuls: Vec<&serde_json::Value> =
+            kernels.iter().filter(|k| k["source"] == "tensor.matmul").collect();
+        assert_eq!(matmuls.len(), 2, "{r}");
+        for k in matmuls {
+            assert_eq!(k["packed"], true, "{k}");
+            // 2·32·96·64 and 2·32·64·96 multiply-adds.
+            assert_eq!(k["flops"].as_u64(), Some(2 * 32 * 96 * 64), "{k}");
+        }
+    }
+    assert_eq!(runs[0]["conversion_kernels"], 0);
+    assert!(runs[1]["conversion_kernels"].as_u64().is_some_and(|n| n > 0), "{}", runs[1]);
+    assert_eq!(j["time_ratio_to_first"]["fblayout"], 1.0);
+    // The table, and the OpenCL-only options refused.
+    let o = common::fbc(&["bench", &p, "--target", "cpu-jit", "--repeat", "1"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("on this CPU (cpu-jit, up to "), "{}", o.stdout);
+    assert!(o.stdout.contains("tensor.matmul [packed]"), "{}", o.stdout);
+    let o = common::fbc(&["bench", &p, "--target", "cpu-jit", "--plain-kernels"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--plain-kernels, --split-k and --device are for --target opencl"),
+        "{}",
+        o.stderr
+    );
+    let o = common::fbc(&["bench", &p, "--target", "mali"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("`fbc bench` runs on opencl, cpu-jit or cpu-llvm"), "{}", o.stderr);
+}

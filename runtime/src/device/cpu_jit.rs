@@ -51,11 +51,27 @@ pub enum Backend {
     Llvm(fbc_codegen::llvm::Cpu),
 }
 
+/// One launch as [`bench`] timed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchTime {
+    pub kernel: String,
+    pub source: String,
+    /// Time in native code (the compiled kernel's calls on every thread, until the last ends).
+    pub ns: u64,
+    /// It ran as a packed contraction.
+    pub packed: bool,
+    /// The kernel's floating-point operations and the bytes of its operands.
+    pub flops: u64,
+    pub bytes: u64,
+}
+
 /// Runs launches as native code compiled by code generator `C`; see the module docs.
 #[derive(Debug)]
 pub struct JitLauncher<C: Codegen = Cranelift> {
     jit: Jit<C>,
     stats: JitStats,
+    /// The launches of the current run, in order, when [`bench`] records them.
+    times: Option<Vec<LaunchTime>>,
 }
 
 impl JitLauncher {
@@ -77,7 +93,7 @@ impl JitLauncher<fbc_codegen::llvm::Llvm> {
 
 impl<C: Codegen> JitLauncher<C> {
     fn with_jit(jit: Jit<C>) -> JitLauncher<C> {
-        JitLauncher { jit, stats: JitStats::default() }
+        JitLauncher { jit, stats: JitStats::default(), times: None }
     }
 
     /// What the launcher has done so far.
@@ -119,8 +135,20 @@ impl<C: Codegen> Launcher for JitLauncher<C> {
                 MemData::I32(v) => OperandMut::I32(v),
             })
             .collect();
+        let native = Instant::now();
         let r = self.jit.run(id, &mut views);
+        let ns = u64::try_from(native.elapsed().as_nanos()).unwrap_or(u64::MAX);
         drop(views);
+        if let Some(times) = &mut self.times {
+            times.push(LaunchTime {
+                kernel: k.name.clone(),
+                source: k.source.clone(),
+                ns,
+                packed: self.jit.packed(id),
+                flops: fbc_codegen::opencl::kernel::kernel_flops(k),
+                bytes: types.iter().map(MemType::bytes).sum(),
+            });
+        }
         self.stats.launches += 1;
         self.stats.packed_launches += u64::from(self.jit.packed(id));
         self.stats.compile_time += compiled - start;
@@ -176,6 +204,49 @@ pub fn run_with(
             run_on(module, func, inputs, options, JitLauncher::llvm(cpu).map_err(setup)?)
         }
     }
+}
+
+/// Runs `func` once to compile its kernels and warm up, then `repeat` times more (at least
+/// once), recording every launch of those runs: per run, its launches in order, and the
+/// launcher's counters (over all runs).
+pub fn bench(
+    module: &Module,
+    func: FuncId,
+    inputs: &[Value],
+    backend: Backend,
+    repeat: usize,
+) -> Result<(Vec<Vec<LaunchTime>>, JitStats), InterpError> {
+    let setup = |message| InterpError::Op {
+        op: "memory.launch".into(),
+        message,
+        span: module.func(func).span,
+    };
+    match backend {
+        Backend::Cranelift => {
+            bench_on(module, func, inputs, repeat, JitLauncher::new().map_err(setup)?)
+        }
+        #[cfg(feature = "llvm")]
+        Backend::Llvm(cpu) => {
+            bench_on(module, func, inputs, repeat, JitLauncher::llvm(cpu).map_err(setup)?)
+        }
+    }
+}
+
+fn bench_on<C: Codegen>(
+    module: &Module,
+    func: FuncId,
+    inputs: &[Value],
+    repeat: usize,
+    mut launcher: JitLauncher<C>,
+) -> Result<(Vec<Vec<LaunchTime>>, JitStats), InterpError> {
+    let interp = Interpreter::with_options(module, Options::default());
+    let mut runs = Vec::new();
+    for run in 0..=repeat.max(1) {
+        launcher.times = (run > 0).then(Vec::new);
+        interp.run_id_with_launcher(func, inputs.to_vec(), &mut launcher)?;
+        runs.extend(launcher.times.take());
+    }
+    Ok((runs, launcher.stats()))
 }
 
 fn run_on<C: Codegen>(

@@ -12,7 +12,7 @@ pub struct BenchArgs {
     /// The `.fbir` file (`-` reads standard input).
     pub file: PathBuf,
 
-    /// Where to run: `opencl` (the only device target so far).
+    /// Where to run: `opencl`, or this CPU with `cpu-jit` or `cpu-llvm` (time in native code).
     #[arg(long, default_value = "opencl")]
     pub target: String,
 
