@@ -137,7 +137,8 @@ fn tier_1_preloads_what_the_capacity_cannot_hide() {
 #[test]
 fn tier_2_relaxes_the_capacities_at_the_minimum_budget() {
     let p = profile(0.25);
-    let (m, _) = planned("budget=1280", &p);
+    let (m, st) = planned("budget=1280", &p);
+    assert_eq!(st.get("plan-weight-streaming", "solver-infeasible"), 1);
     assert_eq!(
         attrs(&m),
         vec![
@@ -410,4 +411,40 @@ fn the_six_generated_models_get_plans_within_the_time_limit() {
 fn loads_display() {
     assert_eq!(Load::Stream { from: 2, bytes: vec![3, 4] }.to_string(), "stream from 2: [3, 4]");
     assert_eq!(Load::Preload.to_string(), "preload");
+}
+
+/// A decoder's inference module (`@prefill`, `@decode`, a KV cache per layer updated in place):
+/// the caches are written by launches, so they are live bytes, never weights; every other
+/// argument upload a launch reads is one.
+#[test]
+fn kv_caches_written_in_place_are_not_weights() {
+    let p = &fbc_target::builtin("mali").expect("mali");
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(4),
+        vocab: Some(64),
+        lora_rank: Some(0),
+        inference: true,
+        max_seq: Some(16),
+        ..Default::default()
+    };
+    let mut m = fbc_models::build("llama3.2-1b", &opts).unwrap_or_else(|e| panic!("{e:?}"));
+    run_for(&mut m, &fbc_transforms::lowering_pipeline(Default::default()), p);
+    let mut caches = 0;
+    for f in m.func_ids().collect::<Vec<_>>() {
+        let fs = schedule_of(&m, f, p);
+        for &op in &fs.uploads {
+            let arg = m.value(m.op(op).operands[0]).name.as_deref().unwrap_or("").to_string();
+            assert!(!arg.contains("cache"), "@{}: {arg} taken for a weight", m.func(f).name);
+        }
+        for op in m.func(f).body.iter().copied().filter(|&o| m.op(o).def.is("memory.upload")) {
+            let arg = m.value(m.op(op).operands[0]).name.as_deref().unwrap_or("").to_string();
+            caches += usize::from(arg.contains("cache"));
+        }
+        let s = &fs.schedule;
+        let budget = s.min_budget().0 + s.weights.iter().map(|w| w.bytes).sum::<u64>() / 2;
+        let planned = plan(s, budget, Duration::from_secs(5), 16);
+        s.simulate(&planned.loads, budget).expect("a plan");
+    }
+    assert!(caches >= 4, "no KV cache uploads found ({caches})");
 }

@@ -31,8 +31,10 @@
 //! it.
 //!
 //! Statistics: `functions`, `weights`, `preloaded-bytes`, `streamed-bytes`, `hidden-bytes`
-//! (streamed within capacity), `solver-ms`, `worst-tier`; the record `plan-weight-streaming`
-//! has per function the tier, time, bytes, hidden fraction and the minimum budget.
+//! (streamed within capacity), `solver-ms`, `worst-tier`, and per solver tier that gave no plan
+//! `solver-infeasible`, `solver-no-solution` or `solver-rejected`; the record `plan-weight-streaming`
+//! has per function the tier, time, launches per class, bytes, hidden fraction and the minimum
+//! budget.
 
 pub mod model;
 pub mod solve;
@@ -315,6 +317,20 @@ pub struct Planned {
     pub sim: Simulation,
     /// Wall time of the whole planning.
     pub elapsed: Duration,
+    /// Why each tier before this one gave no plan.
+    pub failures: Vec<(Tier, Failure)>,
+}
+
+/// Why a solver tier gave no plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The program has no solution (tier 1 at a tight budget, typically).
+    Infeasible,
+    /// The time limit passed without a solution, or the solver failed (microlp reports a
+    /// singular factorisation on some programs).
+    NoSolution(String),
+    /// The plan failed the simulator (a capacity exceeded after rounding to whole bytes).
+    Rejected,
 }
 
 /// The tiered fallback for schedule `s` under `budget` (at least [`Schedule::min_budget`]).
@@ -322,12 +338,13 @@ pub fn plan(s: &Schedule, budget: u64, time_limit: Duration, window: usize) -> P
     let start = Instant::now();
     let deadline = start + time_limit;
     let left = || deadline.saturating_duration_since(Instant::now());
+    let mut failures = Vec::new();
     let done = |loads: Vec<Load>, tier: Tier, optimal: bool| {
         let sim = s.simulate(&loads, budget).ok()?;
         if tier == Tier::Solver && sim.over_capacity.iter().any(|&b| b > 0) {
             return None;
         }
-        Some(Planned { loads, tier, optimal, sim, elapsed: start.elapsed() })
+        Some(Planned { loads, tier, optimal, sim, elapsed: start.elapsed(), failures: Vec::new() })
     };
     if s.weights.iter().all(|w| w.first_use == 0) {
         // Nothing to decide: every weight is read by launch 0.
@@ -336,27 +353,29 @@ pub fn plan(s: &Schedule, budget: u64, time_limit: Duration, window: usize) -> P
         }
     } else {
         // Hints: the greedy plan (tiers 2, 3: capacities relaxed, it is a plan there), and for
-        // tier 1 the same with every weight whose window's capacity cannot hold it preloaded.
-        let greedy: Vec<Option<usize>> = s
-            .greedy(budget)
-            .iter()
-            .map(|l| match l {
-                Load::Preload => None,
-                Load::Stream { from, .. } => Some(*from),
-            })
-            .collect();
-        let hard_hint: Vec<Option<usize>> = greedy
-            .iter()
+        // tier 1 the same with the weights loaded beyond a capacity preloaded, one by one, where
+        // the budget allows (FlashMem's fallback; no hint where it does not).
+        let starts_of = |loads: &[Load]| -> Vec<Option<usize>> {
+            loads
+                .iter()
+                .map(|l| match l {
+                    Load::Preload => None,
+                    Load::Stream { from, .. } => Some(*from),
+                })
+                .collect()
+        };
+        // Starts no earlier than the program's window allows.
+        let greedy: Vec<Option<usize>> = starts_of(&s.greedy(budget))
+            .into_iter()
             .zip(&s.weights)
-            .map(|(&a, w)| {
-                let a = a?;
-                let room = s.launches[a..w.first_use]
-                    .iter()
-                    .map(|l| l.capacity)
-                    .fold(0, u64::saturating_add);
-                (room >= w.bytes).then_some(a)
-            })
+            .map(|(a, w)| a.map(|a| a.max(w.first_use.saturating_sub(window.max(1)))))
             .collect();
+        let mut tight = s.clone();
+        for l in &mut tight.launches {
+            l.capacity = solve::hard_capacity(l.capacity);
+        }
+        let hard_hint =
+            tight.within_capacity(&greedy, budget).map(|l| starts_of(&l)).unwrap_or_default();
         let tiers = [(Tier::Solver, true, 2), (Tier::Relaxed, false, 2), (Tier::Preload, false, 1)];
         for (tier, hard, share) in tiers {
             let limit = left() / share;
@@ -377,22 +396,31 @@ pub fn plan(s: &Schedule, budget: u64, time_limit: Duration, window: usize) -> P
                 hint,
                 time_limit: limit,
             };
-            if let Ok(sol) = solve::solve(s, &setup) {
-                if let Some(p) = done(sol.loads, tier, sol.optimal) {
-                    return p;
-                }
+            match solve::solve(s, &setup) {
+                Ok(sol) => match done(sol.loads, tier, sol.optimal) {
+                    Some(mut p) => {
+                        p.failures = failures;
+                        return p;
+                    }
+                    None => failures.push((tier, Failure::Rejected)),
+                },
+                Err(solve::Failure::Infeasible) => failures.push((tier, Failure::Infeasible)),
+                Err(solve::Failure::NoSolution(e)) => failures.push((tier, Failure::NoSolution(e))),
             }
         }
     }
     let greedy = s.greedy(budget);
-    done(greedy.clone(), Tier::Greedy, false).unwrap_or_else(|| Planned {
+    let mut p = done(greedy.clone(), Tier::Greedy, false).unwrap_or_else(|| Planned {
         // Only below the minimum budget, which the pass reports before planning.
         sim: Simulation::default(),
         loads: greedy,
         tier: Tier::Greedy,
         optimal: false,
         elapsed: start.elapsed(),
-    })
+        failures: Vec::new(),
+    });
+    p.failures = failures;
+    p
 }
 
 /// Tier 3's preloads: weights whose bytes exceed the capacity of every launch before their
@@ -496,6 +524,8 @@ impl Pass for PlanWeightStreaming {
             func.attrs.retain(|(k, _)| k != STREAM_TIER);
             func.attrs.push((STREAM_TIER.to_string(), Attr::Int(p.tier as i64)));
             let weights = fs.schedule.weights.len();
+            let class_count =
+                |c: LaunchClass| fs.schedule.launches.iter().filter(|l| l.class == c).count();
             let counters = [
                 ("functions", 1),
                 ("weights", weights as u64),
@@ -506,6 +536,14 @@ impl Pass for PlanWeightStreaming {
             for (k, v) in counters {
                 cx.stats.add(NAME, k, i64::try_from(v).unwrap_or(i64::MAX));
             }
+            for (_, why) in &p.failures {
+                let k = match why {
+                    Failure::Infeasible => "solver-infeasible",
+                    Failure::NoSolution(_) => "solver-no-solution",
+                    Failure::Rejected => "solver-rejected",
+                };
+                cx.stats.add(NAME, k, 1);
+            }
             worst = worst.max(p.tier as i64);
             ms += p.elapsed.as_millis();
             records.push(serde_json::json!({
@@ -515,6 +553,9 @@ impl Pass for PlanWeightStreaming {
                 "time-ms": p.elapsed.as_millis() as u64,
                 "weights": weights,
                 "launches": fs.schedule.launches.len(),
+                "compute-bound": class_count(LaunchClass::ComputeBound),
+                "memory-bound": class_count(LaunchClass::MemoryBound),
+                "mixed": class_count(LaunchClass::Mixed),
                 "preloaded-bytes": p.sim.preloaded_bytes,
                 "streamed-bytes": p.sim.streamed_bytes,
                 "hidden-bytes": p.sim.hidden_bytes,

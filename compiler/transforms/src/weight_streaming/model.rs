@@ -257,7 +257,13 @@ impl Schedule {
     /// what a weight still lacks at the launch before its first use is loaded then, beyond the
     /// capacity. A stream whose first launches got nothing starts later.
     pub fn fill(&self, starts: &[Option<usize>]) -> Vec<Load> {
+        self.fill_counting(starts).0
+    }
+
+    /// [`Schedule::fill`], and the bytes of each weight loaded beyond a capacity.
+    fn fill_counting(&self, starts: &[Option<usize>]) -> (Vec<Load>, Vec<u64>) {
         let n = self.launches.len();
+        let mut over = vec![0u64; self.weights.len()];
         let mut rem: Vec<u64> = self.weights.iter().map(|w| w.bytes).collect();
         let mut bytes: Vec<Vec<u64>> = vec![Vec::new(); self.weights.len()];
         // A start at or after the first use is the launch before it; launch 0's weights preload.
@@ -282,12 +288,13 @@ impl Schedule {
                 let mut b = take;
                 if t + 1 == f {
                     b += rem[w];
+                    over[w] = rem[w];
                     rem[w] = 0;
                 }
                 bytes[w].push(b);
             }
         }
-        (0..self.weights.len())
+        let loads = (0..self.weights.len())
             .map(|w| match starts[w] {
                 None => Load::Preload,
                 Some(a) => {
@@ -300,7 +307,30 @@ impl Schedule {
                     Load::Stream { from: a + skip, bytes: b[skip..keep].to_vec() }
                 }
             })
-            .collect()
+            .collect();
+        (loads, over)
+    }
+
+    /// A plan within every capacity, from the starts `starts` (`None`: preloaded), by
+    /// FlashMem's fallback (Sec. 3.2): while some weight loads beyond a capacity, the one with
+    /// the most such bytes is preloaded instead, as long as the budget holds it from launch 0.
+    /// `None` where the budget does not.
+    pub fn within_capacity(&self, starts: &[Option<usize>], budget: u64) -> Option<Vec<Load>> {
+        let mut starts = starts.to_vec();
+        loop {
+            let (loads, over) = self.fill_counting(&starts);
+            let Some(w) = (0..over.len())
+                .filter(|&w| over[w] > 0)
+                .max_by_key(|&w| (over[w], std::cmp::Reverse(w)))
+            else {
+                return Some(loads);
+            };
+            starts[w] = None;
+            let preloaded = self.fill_counting(&starts).0;
+            if self.simulate(&preloaded, budget).is_err() {
+                return None;
+            }
+        }
     }
 
     /// Tier 4, the greedy plan, for a budget of at least [`Schedule::min_budget`]: the
@@ -468,6 +498,21 @@ mod tests {
         );
         let sim = s.simulate(&loads, 100).expect("fits");
         assert_eq!(sim.over_capacity, vec![0, 0, 1, 0]);
+    }
+
+    /// Launch capacities 4, 4, 0; weights of 6 (first use 3) and 3 (first use 2) from launch
+    /// 0: the first loads 1 byte beyond launch 2's capacity, so it is preloaded, and the second
+    /// then fits; with too small a budget for that preload there is no such plan.
+    #[test]
+    fn within_capacity_preloads_the_weight_most_over_capacity() {
+        let s = Schedule {
+            launches: vec![launch(0, 4), launch(0, 4), launch(0, 0), launch(0, 0)],
+            weights: vec![weight(6, 3, 3), weight(3, 2, 2)],
+        };
+        let loads = s.within_capacity(&[Some(0), Some(0)], 100).expect("a plan");
+        assert_eq!(loads, vec![Load::Preload, Load::Stream { from: 0, bytes: vec![3] }]);
+        assert_eq!(s.simulate(&loads, 100).expect("fits").over_capacity, vec![0; 4]);
+        assert_eq!(s.within_capacity(&[Some(0), Some(0)], 8), None);
     }
 
     #[test]

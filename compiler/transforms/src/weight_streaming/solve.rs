@@ -72,6 +72,13 @@ struct WeightVars {
     y: Vec<Variable>,
 }
 
+/// A capacity as tier 1's program takes it: less a margin (a millionth, at least a byte)
+/// against the solver's tolerances, so that the bytes given out in integers stay within the
+/// capacity itself.
+pub fn hard_capacity(c: u64) -> u64 {
+    c.saturating_sub((c / 1_000_000).max(1))
+}
+
 /// Solves the program of `s` under `setup`.
 pub fn solve(s: &Schedule, setup: &Setup<'_>) -> Result<Solved, Failure> {
     let n = s.launches.len();
@@ -155,7 +162,22 @@ pub fn solve(s: &Schedule, setup: &Setup<'_>) -> Result<Solved, Failure> {
             let t = v.start + i;
             mem[t] += b(w) * v.u[i];
             cap[t] += b(w) * v.y[i];
-            model.add_constraint((Expression::from(v.y[i]) - v.u[i]).leq(0));
+            // Loading only while resident; with hard capacities, no more of the weight than
+            // the launch's capacity holds, `y ≤ most · u`, which tightens the relaxation where
+            // the capacity is small (below a thousandth of the weight, as the bound `y ≤ most`
+            // with `y ≤ u`: tiny coefficients made microlp's factorisation singular).
+            let most = if setup.hard_capacity {
+                (hard_capacity(s.launches[t].capacity) as f64 / s.weights[w].bytes.max(1) as f64)
+                    .min(1.0)
+            } else {
+                1.0
+            };
+            if most >= 1e-3 {
+                model.add_constraint((Expression::from(v.y[i]) - most * v.u[i]).leq(0));
+            } else {
+                model.add_constraint((Expression::from(v.y[i]) - v.u[i]).leq(0));
+                model.add_constraint(Expression::from(v.y[i]).leq(most));
+            }
             if i + 1 < v.u.len() {
                 model.add_constraint((Expression::from(v.u[i]) - v.u[i + 1]).leq(0));
             }
@@ -175,9 +197,7 @@ pub fn solve(s: &Schedule, setup: &Setup<'_>) -> Result<Solved, Failure> {
         let c = std::mem::take(&mut cap[t]);
         let capacity = s.launches[t].capacity as f64;
         if setup.hard_capacity {
-            // A margin against the solver's tolerances: `fill` then stays within capacity.
-            let margin = (capacity * 1e-6).max(1.0);
-            model.add_constraint(c.leq((capacity - margin).max(0.0) / scale));
+            model.add_constraint(c.leq(hard_capacity(s.launches[t].capacity) as f64 / scale));
         } else {
             model.add_constraint((c - o[t]).leq(capacity / scale));
         }
