@@ -448,3 +448,12 @@ fn kv_caches_written_in_place_are_not_weights() {
     }
     assert!(caches >= 4, "no KV cache uploads found ({caches})");
 }
+
+/// The largest budget and time limit the options take plan without overflowing.
+#[test]
+fn extreme_options_plan_without_panicking() {
+    let p = profile(0.25);
+    let (m, _) = planned("budget=18446744073709551615 time-limit=9223372036854775807", &p);
+    assert_eq!(tier(&m), Some(1));
+    simulate_func(&m, m.func_ids().next().unwrap(), &p, u64::MAX).expect("a plan");
+}

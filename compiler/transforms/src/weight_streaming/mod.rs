@@ -336,8 +336,9 @@ pub enum Failure {
 /// The tiered fallback for schedule `s` under `budget` (at least [`Schedule::min_budget`]).
 pub fn plan(s: &Schedule, budget: u64, time_limit: Duration, window: usize) -> Planned {
     let start = Instant::now();
-    let deadline = start + time_limit;
-    let left = || deadline.saturating_duration_since(Instant::now());
+    // A limit too far to add to the clock is no limit.
+    let deadline = start.checked_add(time_limit);
+    let left = || deadline.map_or(time_limit, |d| d.saturating_duration_since(Instant::now()));
     let mut failures = Vec::new();
     let done = |loads: Vec<Load>, tier: Tier, optimal: bool| {
         let sim = s.simulate(&loads, budget).ok()?;
