@@ -2,8 +2,8 @@
 //!
 //! A profile mirrors the TOML files in `profiles/`: top-level `name`, `description`, `devices`,
 //! then the `[compute]`, `[texture_cache]`, `[image]` and `[memory]` tables, and the optional
-//! `[contraction]` and `[measured]` ones. Unknown fields are rejected so a typo in a measured
-//! profile is an error, not a silently ignored default.
+//! `[contraction]`, `[skinny]`, `[streaming]` and `[measured]` ones. Unknown fields are rejected
+//! so a typo in a measured profile is an error, not a silently ignored default.
 //!
 //! Units. Sizes are bytes; image and cache-block extents are texels, one texel being one
 //! `image2d` element of `channels` (4, RGBA) values; work-group extents are work-items.
