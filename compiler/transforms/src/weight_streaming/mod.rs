@@ -405,8 +405,7 @@ pub fn plan(s: &Schedule, budget: u64, time_limit: Duration, window: usize) -> P
                     }
                     None => failures.push((tier, Failure::Rejected)),
                 },
-                Err(solve::Failure::Infeasible) => failures.push((tier, Failure::Infeasible)),
-                Err(solve::Failure::NoSolution(e)) => failures.push((tier, Failure::NoSolution(e))),
+                Err(why) => failures.push((tier, why)),
             }
         }
     }

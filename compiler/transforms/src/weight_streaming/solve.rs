@@ -33,6 +33,7 @@ use good_lp::{
 };
 
 use super::model::{Load, Schedule};
+use super::Failure;
 
 /// One solver call's settings.
 #[derive(Debug, Clone)]
@@ -48,14 +49,6 @@ pub struct Setup<'a> {
     /// ignores it where it breaks a constraint. Empty: none.
     pub hint: &'a [Option<usize>],
     pub time_limit: Duration,
-}
-
-/// Why the solver gave no plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    Infeasible,
-    /// The time limit passed without a feasible assignment, or the solver failed otherwise.
-    NoSolution(String),
 }
 
 /// A solver plan: the loads, and whether the solver proved it optimal.
