@@ -8,7 +8,8 @@
 //! - `p_w ∈ {0, 1}`: preloaded;
 //! - `u_{w,t} ∈ {0, 1}` for `t` in the window: resident at launch `t`, non-decreasing in `t`,
 //!   `u_{w,f-1} = 1`, `u_{w,s} ≥ p_w`;
-//! - `y_{w,t} ∈ [0, 1]`: the fraction of `w` loaded during launch `t`, `y_{w,t} ≤ u_{w,t}`,
+//! - `y_{w,t} ∈ [0, 1]`: the fraction of `w` loaded during launch `t`, `y_{w,t} ≤ u_{w,t}`
+//!   (in tier 1 `y_{w,t} ≤ (C_t / b_w) · u_{w,t}`, a tighter relaxation),
 //!   `Σ_t y_{w,t} + p_w = 1`.
 //!
 //! Budget at launch `t`: the live bytes, the weights certainly resident (read at or before `t`
@@ -19,7 +20,8 @@
 //!
 //! Objective: bytes whose transfer is not hidden (`Σ b_w p_w + Σ o_t`), then, a thousandth as
 //! much, the loading distance (`Σ b_w u_{w,t}`: resident bytes during windows), which prefers
-//! loading late. Bytes are scaled by the largest weight so coefficients stay near 1.
+//! loading late. Bytes are scaled by the largest weight so coefficients stay near 1. A hint
+//! (a plan's starts) seeds the search; the solver ignores one that breaks a constraint.
 //!
 //! The solver decides who is preloaded and where each stream starts; the bytes per launch are
 //! then given out exactly, in integers, by [`Schedule::fill`] (earliest first use first, which
