@@ -593,6 +593,37 @@ mod tests {
         assert!(parse_bytes("1e30GiB").is_err());
     }
 
+    /// Tier 3's program: a 100-byte weight that the 20 bytes of capacity before its first use
+    /// cannot hide is preloaded where the budget holds it from launch 0, and the rest is solved
+    /// with quarter windows (here one launch) and relaxed capacities.
+    #[test]
+    fn tier_3_preloads_what_no_plan_can_hide() {
+        let l = |live| Launch { live, capacity: 10, class: LaunchClass::Mixed };
+        let s = Schedule {
+            launches: vec![l(0), l(0), l(0)],
+            weights: vec![
+                Weight { bytes: 100, first_use: 2, last_use: 2 },
+                Weight { bytes: 15, first_use: 2, last_use: 2 },
+            ],
+        };
+        assert_eq!(s.min_budget(), (115, 1));
+        assert_eq!(preload_more(&s, 115), vec![true, false]);
+        let setup = solve::Setup {
+            budget: 115,
+            hard_capacity: false,
+            window: DEFAULT_WINDOW as usize / 4,
+            preload: &[true, false],
+            hint: &[],
+            time_limit: Duration::from_secs(5),
+        };
+        let sol = solve::solve(&s, &setup).expect("a plan");
+        assert_eq!(sol.loads, vec![Load::Preload, Load::Stream { from: 0, bytes: vec![10, 5] }]);
+        // With 20 live bytes at launch 0 the preload does not fit.
+        let mut s2 = s.clone();
+        s2.launches[0].live = 20;
+        assert_eq!(preload_more(&s2, 115), vec![false, false]);
+    }
+
     #[test]
     fn launch_classes_follow_the_ridge_point() {
         let p = fbc_target::builtin("nvidia").expect("nvidia");
