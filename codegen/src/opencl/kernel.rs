@@ -209,26 +209,6 @@ fn combine_into(comb: Combine, acc: &str, v: &str) -> String {
     }
 }
 
-/// Floating-point (and integer) operations of one run of `k`: the body and the combine at every
-/// domain point, the epilogue at every parallel point (a row kernel: also each statistic's body
-/// and combine at every point, its epilogue at every parallel point; an attention launch: its
-/// two products over every key).
-pub fn kernel_flops(k: &Kernel) -> u64 {
-    let points: u64 = k.domain.iter().product();
-    if k.attention.is_some() {
-        // The scores and the weighted values, two multiply-adds per point, at every key (a
-        // causal launch reads fewer).
-        return 4 * points;
-    }
-    let par: u64 = k.domain[..k.parallel_dims().min(k.domain.len())].iter().product();
-    let per = k.body.count_ops() + u64::from(k.combine.is_some());
-    let stats_per: u64 = k.stats.iter().map(|st| st.body.count_ops() + 1).sum();
-    let stats_par: u64 =
-        k.stats.iter().filter_map(|st| st.epilogue.as_ref()).map(Scalar::count_ops).sum();
-    points * (per + stats_per)
-        + par * (k.epilogue.as_ref().map_or(0, Scalar::count_ops) + stats_par)
-}
-
 /// Writes kernel `k`, whose operands have `types`, under the comment lines `comment`. Every
 /// access the bounds prover (`fbc_dialects::memory::bounds`) does not prove in range, and every
 /// data-dependent `xK[e]` load, is checked when the kernel runs; a failed check records

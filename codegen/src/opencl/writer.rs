@@ -544,7 +544,7 @@ impl FuncWriter<'_> {
             args,
             global: e.global,
             local: e.local,
-            flops: kernel::kernel_flops(&k),
+            flops: k.flops(),
             bytes,
             tiled: e.tiled,
             skinny: e.skinny,

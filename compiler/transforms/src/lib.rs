@@ -13,6 +13,7 @@ pub mod layout;
 pub mod lower;
 pub mod plan_memory;
 pub mod target;
+pub mod weight_streaming;
 
 use fbc_ir::pass::{PassInfo, PassRegistry};
 
@@ -50,6 +51,7 @@ pub fn register_passes(r: &mut PassRegistry) {
     global_layout::register(r);
     lower::register(r);
     plan_memory::register(r);
+    weight_streaming::register(r);
 }
 
 /// The options of `lower-to-memory` a driver sets (the hardware profile is not one of them: the

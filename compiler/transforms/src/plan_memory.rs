@@ -314,22 +314,22 @@ fn plan_class(ls: &[Lifetime], upload: &[bool], buffer: bool) -> (Vec<Option<usi
     }
 }
 
-/// A storage value of the function: its defining op's index, type and whether it is an upload.
-struct Storage {
-    value: Value,
-    op: Op,
-    ty: MemType,
-    upload: bool,
-    life: Lifetime,
+/// A storage value of a function: the value, its defining op, type, whether it is an upload,
+/// and its lifetime over the body's op indices.
+#[derive(Debug, Clone, Copy)]
+pub struct Storage {
+    pub value: Value,
+    pub op: Op,
+    pub ty: MemType,
+    pub upload: bool,
+    pub life: Lifetime,
 }
 
-/// Plans one function in place; returns its figures.
-pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> MemoryPlan {
-    // Start over: drop earlier deallocs and slots.
-    let old: Vec<Op> =
-        m.func(f).body.iter().copied().filter(|&op| MemoryOp::Dealloc.is(m.op(op))).collect();
-    m.erase_ops(&old);
-    let body = m.func(f).body.clone();
+/// The storage values of `f` (`memory.alloc` and `memory.upload` results) in schedule order,
+/// each live from its definition to its last use (a `memory.download` uses its operand where
+/// the function returns; a `memory.dealloc` is a use).
+pub fn storage_of(m: &Module, f: FuncId) -> Vec<Storage> {
+    let body = &m.func(f).body;
     let ret = body.iter().rposition(|&op| m.op(op).def.traits.terminator);
     let mut last_use: HashMap<Value, usize> = HashMap::default();
     let mut storage: Vec<Storage> = Vec::new();
@@ -357,6 +357,17 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
     for s in &mut storage {
         s.life.end = last_use.get(&s.value).copied().unwrap_or(s.life.start).max(s.life.start);
     }
+    storage
+}
+
+/// Plans one function in place; returns its figures.
+pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> MemoryPlan {
+    // Start over: drop earlier deallocs and slots.
+    let old: Vec<Op> =
+        m.func(f).body.iter().copied().filter(|&op| MemoryOp::Dealloc.is(m.op(op))).collect();
+    m.erase_ops(&old);
+    let body = m.func(f).body.clone();
+    let storage = storage_of(m, f);
     let mut plan = MemoryPlan::default();
     // First writer of each alloc: a launch whose last operand it is.
     let mut first_writer_convert: HashMap<Value, bool> = HashMap::default();

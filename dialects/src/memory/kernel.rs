@@ -321,6 +321,29 @@ impl Kernel {
         self.maps.len() - 1
     }
 
+    /// Floating-point (and integer) operations of one run: the body and the combine at every
+    /// domain point, the epilogue at every parallel point (a row kernel: also each statistic's
+    /// body and combine at every point, its epilogue at every parallel point; an attention
+    /// launch: its two products over every key). Saturates rather than overflows.
+    pub fn flops(&self) -> u64 {
+        let points = self.domain.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+        if self.attention.is_some() {
+            // The scores and the weighted values, two multiply-adds per point, at every key (a
+            // causal launch reads fewer).
+            return points.saturating_mul(4);
+        }
+        let par = self.domain[..self.parallel_dims().min(self.domain.len())]
+            .iter()
+            .fold(1u64, |a, &d| a.saturating_mul(d));
+        let per = self.body.count_ops() + u64::from(self.combine.is_some());
+        let stats_per: u64 = self.stats.iter().map(|st| st.body.count_ops() + 1).sum();
+        let stats_par: u64 =
+            self.stats.iter().filter_map(|st| st.epilogue.as_ref()).map(Scalar::count_ops).sum();
+        points.saturating_mul(per + stats_per).saturating_add(
+            par.saturating_mul(self.epilogue.as_ref().map_or(0, Scalar::count_ops) + stats_par),
+        )
+    }
+
     /// Every payload expression: the body, the epilogue, each statistic's body and epilogue.
     pub fn payloads(&self) -> impl Iterator<Item = &Scalar> {
         std::iter::once(&self.body).chain(self.epilogue.as_ref()).chain(

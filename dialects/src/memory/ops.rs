@@ -30,10 +30,23 @@ const FREES: OpTraits = OpTraits { consumes: true, ..EFFECTS };
 const LAYOUT_ATTRS: &[AttrDef] =
     &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")];
 
-/// The attributes of `memory.upload`: the required `layout` and the `slot` of `plan-memory`.
+/// The attributes of `memory.upload`: the required `layout`, the `slot` of `plan-memory`, and
+/// the weight-streaming plan of `plan-weight-streaming` (`stream_from`, `stream_bytes`).
 const UPLOAD_ATTRS: &[AttrDef] = &[
     AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>"),
     AttrDef::optional("slot", AttrKind::Int, "none", "storage slot assigned by plan-memory"),
+    AttrDef::optional(
+        "stream_bytes",
+        AttrKind::IntArray,
+        "none",
+        "bytes loaded during each launch from stream_from on (plan-weight-streaming)",
+    ),
+    AttrDef::optional(
+        "stream_from",
+        AttrKind::Int,
+        "none (preloaded)",
+        "the launch during which streaming the upload starts (plan-weight-streaming)",
+    ),
 ];
 
 pub static OPS: &[OpDef] = &[
@@ -100,11 +113,21 @@ pub static OPS: &[OpDef] = &[
               \n\
               **Attributes:** `layout` (required): `#layout.linear` or `#layout.rtile<...>`;\n\
               `slot` (optional): the storage slot `plan-memory` assigned, shared with allocations\n\
-              and uploads of the same slot as for `memory.alloc`.\n\
+              and uploads of the same slot as for `memory.alloc`; `stream_from` and `stream_bytes`\n\
+              (optional, together): `plan-weight-streaming`'s plan for a weight: loading starts\n\
+              during launch `stream_from` (counting the function's launches from 0) and\n\
+              `stream_bytes[i]` bytes arrive during launch `stream_from + i`, all before the first\n\
+              launch that reads the result; without them the upload is preloaded (on the device\n\
+              before the first launch). Back ends and the interpreter may ignore them: they change\n\
+              when the bytes arrive, not what is stored.\n\
               \n\
               **Verifier:** `layout` fits `t` (see `layout.assign`); the storage type has `t`'s\n\
               element type (an `f16` image holds an `f32` tensor) and the size the layout needs (an R-Tile in an image: extent equal to\n\
-              its image extent; in a buffer: `4·W·H` elements; linear: the element count); `slot` ≥ 0.\n\
+              its image extent; in a buffer: `4·W·H` elements; linear: the element count); `slot` ≥ 0;\n\
+              `stream_from` and `stream_bytes` come together, `stream_from` ≥ 0, `stream_bytes` is\n\
+              non-empty, its entries are ≥ 0 and add up to the result's bytes. (That the loads end\n\
+              before the first reading launch is a property of the schedule, checked by\n\
+              `fbc_transforms::weight_streaming::simulate_func`.)\n\
               \n\
               **FBLayout class:** none.",
         operands: Arity::Exactly(1),
@@ -368,20 +391,68 @@ fn infer_upload(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     };
     check_slot(v)?;
     let l = layout_of(v, NAME)?;
+    let stream = check_stream(v)?;
     let fail = |e: String| {
         OpError::attr("layout", format!("{e} — `layout` of {NAME}"))
             .note(format!("operand 0 (`t`) is {t}"))
     };
     let default = default_storage(&l, t).map_err(fail)?;
-    if let Some(types) = declared(v) {
-        if let [ty] = types.as_slice() {
+    let mut result = default;
+    let mut types = vec![default.to_type()];
+    if let Some(declared) = declared(v) {
+        if let [ty] = declared.as_slice() {
             if let Ok(m) = MemType::parse_type(ty) {
                 check_storage(&l, t, m).map_err(fail)?;
-                return Ok(types);
+                result = m;
+                types = declared;
             }
         }
     }
-    Ok(vec![default.to_type()])
+    if let Some(sum) = stream {
+        if sum != result.bytes() {
+            return Err(OpError::attr(
+                "stream_bytes",
+                format!(
+                    "`stream_bytes` add up to {sum} bytes, but the result {result} has {}",
+                    result.bytes()
+                ),
+            ));
+        }
+    }
+    Ok(types)
+}
+
+/// `stream_from` and `stream_bytes` come together, `stream_from` ≥ 0, `stream_bytes` non-empty
+/// with entries ≥ 0; returns their sum (`None` without them).
+fn check_stream(v: &OpView<'_>) -> Result<Option<u64>, OpError> {
+    match (v.attr("stream_from"), v.attr("stream_bytes")) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(OpError::attr("stream_from", "`stream_from` needs `stream_bytes`")),
+        (None, Some(_)) => Err(OpError::attr("stream_bytes", "`stream_bytes` needs `stream_from`")),
+        (Some(from), Some(bytes)) => {
+            if let Some(f) = from.as_int().filter(|&f| f < 0) {
+                return Err(OpError::attr(
+                    "stream_from",
+                    format!("`stream_from` must be ≥ 0, found {f}"),
+                ));
+            }
+            let bytes = bytes.as_ints().unwrap_or_default();
+            if bytes.is_empty() {
+                return Err(OpError::attr("stream_bytes", "`stream_bytes` must not be empty"));
+            }
+            let mut sum = 0u64;
+            for b in bytes {
+                let b = u64::try_from(b).map_err(|_| {
+                    OpError::attr(
+                        "stream_bytes",
+                        format!("`stream_bytes` entries must be ≥ 0, found {b}"),
+                    )
+                })?;
+                sum = sum.saturating_add(b);
+            }
+            Ok(Some(sum))
+        }
+    }
 }
 
 fn infer_download(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {

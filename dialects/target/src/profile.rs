@@ -2,8 +2,8 @@
 //!
 //! A profile mirrors the TOML files in `profiles/`: top-level `name`, `description`, `devices`,
 //! then the `[compute]`, `[texture_cache]`, `[image]` and `[memory]` tables, and the optional
-//! `[contraction]` and `[measured]` ones. Unknown fields are rejected so a typo in a measured
-//! profile is an error, not a silently ignored default.
+//! `[contraction]`, `[skinny]`, `[streaming]` and `[measured]` ones. Unknown fields are rejected
+//! so a typo in a measured profile is an error, not a silently ignored default.
 //!
 //! Units. Sizes are bytes; image and cache-block extents are texels, one texel being one
 //! `image2d` element of `channels` (4, RGBA) values; work-group extents are work-items.
@@ -40,6 +40,11 @@ pub struct HardwareProfile {
     /// a profile file: the defaults of [`SkinnyParams`] apply).
     #[serde(default)]
     pub skinny: SkinnyParams,
+    /// How much weight data a launch can stream in while it runs (`plan-weight-streaming`;
+    /// optional in a profile file, and left out when written while at its defaults: the
+    /// defaults of [`StreamingParams`] apply).
+    #[serde(default, skip_serializing_if = "StreamingParams::is_default")]
+    pub streaming: StreamingParams,
     /// What `fbc calibrate` measured on a device beyond the numbers above (optional; the
     /// builtin profiles have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,6 +183,64 @@ fn yes() -> bool {
     true
 }
 
+/// The load capacity of a launch (the seed FlashMem's `C_ℓ`: bytes a launch can take in while it
+/// runs without slowing down) for `plan-weight-streaming`: a launch of estimated duration `T`
+/// (the longer of its FLOPs at `compute.peak_f32_gflops` and its operands' bytes at
+/// `memory.dram_bandwidth_gbps`) of class `c` takes `T × transfer_gbps × factor(c)` bytes.
+/// The class comes from the launch's arithmetic intensity against the device's ridge point
+/// (FlashMem's Table 5): compute-bound (reusable operators: matmul, high tolerance),
+/// memory-bound (elemental operators: moderate), mixed (hierarchical operators, softmax and
+/// norms, and launches near the ridge: little room). Every field is optional in a profile file;
+/// the factors are assumed, not measured, until a calibration measures them.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamingParams {
+    /// Bandwidth of the copy that brings a weight onto the device while kernels run, in GB/s
+    /// (10^9 bytes per second): host to device over PCIe for a discrete GPU, unified memory to
+    /// texture memory on a mobile one. Optional: a quarter of `memory.dram_bandwidth_gbps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_gbps: Option<f64>,
+    /// Fraction of `T × transfer_gbps` a compute-bound launch takes. Optional: 0.75.
+    #[serde(default = "compute_bound_factor")]
+    pub compute_bound: f64,
+    /// Fraction of `T × transfer_gbps` a memory-bound launch takes. Optional: 0.25.
+    #[serde(default = "memory_bound_factor")]
+    pub memory_bound: f64,
+    /// Fraction of `T × transfer_gbps` a mixed launch takes. Optional: 0.1.
+    #[serde(default = "mixed_factor")]
+    pub mixed: f64,
+}
+
+fn compute_bound_factor() -> f64 {
+    0.75
+}
+
+fn memory_bound_factor() -> f64 {
+    0.25
+}
+
+fn mixed_factor() -> f64 {
+    0.1
+}
+
+impl Default for StreamingParams {
+    fn default() -> StreamingParams {
+        StreamingParams {
+            transfer_gbps: None,
+            compute_bound: compute_bound_factor(),
+            memory_bound: memory_bound_factor(),
+            mixed: mixed_factor(),
+        }
+    }
+}
+
+impl StreamingParams {
+    /// Whether every field has its default (the table is then left out of a written profile).
+    pub fn is_default(&self) -> bool {
+        *self == StreamingParams::default()
+    }
+}
+
 impl Default for ContractionParams {
     fn default() -> ContractionParams {
         ContractionParams {
@@ -296,6 +359,12 @@ impl HardwareProfile {
     /// the tile is `tile_h` texels high and `ceil(tile_w / 4)` texels wide.
     pub fn n_cache_tiles_elems(&self, tile_h: u64, tile_w: u64) -> u64 {
         self.n_cache_tiles(tile_h, self.width_in_texels(tile_w))
+    }
+
+    /// The transfer bandwidth weight streaming assumes, in GB/s: `streaming.transfer_gbps`, else a
+    /// quarter of the DRAM bandwidth.
+    pub fn transfer_gbps(&self) -> f64 {
+        self.streaming.transfer_gbps.unwrap_or(self.memory.dram_bandwidth_gbps / 4.0)
     }
 
     /// FBLayout C1: whether `n` work-items (or a tile dimension) is a whole number of subgroups.

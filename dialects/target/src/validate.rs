@@ -27,6 +27,8 @@ impl HardwareProfile {
     ///   to 64; `local_vector` is 1 or 4;
     /// - `skinny`: `wide_lanes` is a power of two from 4 to 32, `wide_rows` a power of two with
     ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu` and `matvec_min_k` are positive;
+    /// - `streaming`: `transfer_gbps` (when present) is finite and positive; `compute_bound`,
+    ///   `memory_bound` and `mixed` are finite and in `[0, 1]`;
     /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
     ///   is positive, each `texture_blocks` shape has power-of-two extents and no shape is
     ///   listed twice. (Rates and the date are checked as they are read: their types hold
@@ -209,6 +211,22 @@ impl HardwareProfile {
         }
         if sk.matvec_min_k == 0 {
             bad("skinny.matvec_min_k", "must be at least 1".into());
+        }
+
+        let st = &self.streaming;
+        if let Some(t) = st.transfer_gbps {
+            if !(t.is_finite() && t > 0.0) {
+                bad("streaming.transfer_gbps", format!("{t} must be finite and positive"));
+            }
+        }
+        for (field, f) in [
+            ("streaming.compute_bound", st.compute_bound),
+            ("streaming.memory_bound", st.memory_bound),
+            ("streaming.mixed", st.mixed),
+        ] {
+            if !(0.0..=1.0).contains(&f) {
+                bad(field, format!("{f} must be in [0, 1]"));
+            }
         }
 
         if let Some(m) = &self.measured {

@@ -3,7 +3,8 @@
 
 use fbc_target::{
     builtin, builtin_for_device, builtin_names, builtin_text, builtins, from_toml, is_path,
-    resolve, summary_table, ContractionParams, SkinnyParams, TargetError, SKINNY_WIDE_MIN_K,
+    resolve, summary_table, ContractionParams, SkinnyParams, StreamingParams, TargetError,
+    SKINNY_WIDE_MIN_K,
 };
 
 /// A valid profile, as a user would measure and write one.
@@ -210,6 +211,36 @@ fn skinny_parameters_default_and_are_validated() {
         |l: u32, r: u32| format!("{MEASURED}\n[skinny]\nwide_lanes = {l}\nwide_rows = {r}\n");
     assert_eq!(from_toml(&rows(8, 128)).unwrap().skinny.wide_rows, 128);
     assert!(matches!(from_toml(&rows(16, 128)), Err(TargetError::Invalid { .. })));
+}
+
+/// `[streaming]`: every field optional (the transfer rate a quarter of the DRAM bandwidth), left
+/// out of a written profile at its defaults, each factor in [0, 1].
+#[test]
+fn streaming_parameters_default_and_are_validated() {
+    let p = from_toml(MEASURED).unwrap();
+    assert_eq!(p.streaming, StreamingParams::default());
+    assert_eq!(p.transfer_gbps(), 12.5);
+    assert!(!p.to_toml().contains("[streaming]"));
+    let set = format!("{MEASURED}\n[streaming]\ntransfer_gbps = 8.0\nmixed = 0.0\n");
+    let q = from_toml(&set).unwrap();
+    assert_eq!((q.transfer_gbps(), q.streaming.mixed, q.streaming.compute_bound), (8.0, 0.0, 0.75));
+    assert_eq!(from_toml(&q.to_toml()).unwrap(), q);
+    assert_eq!(builtin("nvidia").unwrap().transfer_gbps(), 50.0);
+    let bad = format!(
+        "{MEASURED}\n[streaming]\ntransfer_gbps = 0.0\ncompute_bound = 1.5\nmemory_bound = -0.25\nmixed = nan\n"
+    );
+    let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
+    let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
+    assert_eq!(
+        fields,
+        [
+            "streaming.transfer_gbps",
+            "streaming.compute_bound",
+            "streaming.memory_bound",
+            "streaming.mixed"
+        ]
+    );
+    assert_eq!(problems[1].message, "1.5 must be in [0, 1]");
 }
 
 #[test]

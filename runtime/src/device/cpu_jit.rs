@@ -145,7 +145,7 @@ impl<C: Codegen> Launcher for JitLauncher<C> {
                 source: k.source.clone(),
                 ns,
                 packed: self.jit.packed(id),
-                flops: fbc_codegen::opencl::kernel::kernel_flops(k),
+                flops: k.flops(),
                 bytes: types.iter().map(MemType::bytes).sum(),
             });
         }
