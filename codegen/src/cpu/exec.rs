@@ -8,11 +8,13 @@
 //! does not alias anything else, and nothing else accesses the storage during the call: [`call`]
 //! establishes all three from `&mut` slices whose lengths and element types it checks against the
 //! types the kernel was compiled for.
-//! A kernel with an interchanged reduction also gets a scratch array of accumulators, allocated
-//! here with the length it was compiled for.
+//! A kernel with an interchanged reduction (its accumulators) or a packed contraction (its
+//! panels and accumulator tile) also gets a scratch array, allocated here with the length it was
+//! compiled for.
 //!
-//! Threads: [`call`] may run the kernel on several chunks of its split dimension at once, on
-//! scoped threads, each with its own operand table and scratch array. Inputs are then read by
+//! Threads: [`call`] may run the kernel on several chunks of its split dimension at once, as
+//! tasks of rayon's thread pool (no thread is started per launch), each with its own operand
+//! table and scratch array. Inputs are then read by
 //! several threads (no one writes them); the output is written by several threads, which is
 //! sound only when no element is written by two chunks: the caller passes several chunks only
 //! when `parallel::Split::chunks` proved their writes disjoint and the kernel does not read its
@@ -90,12 +92,13 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8, i64, i64) -> u32;
 struct Bases<'p>(&'p [*mut u8]);
 
 // SAFETY: the pointers are only dereferenced by the kernel calls of `call`, all of which end
-// before `call` returns (scoped threads), while the storage is exclusively borrowed by `call`;
-// concurrent accesses are reads of inputs and writes of disjoint output elements (module doc).
+// before `call` returns (the pool's scope ends first), while the storage is exclusively
+// borrowed by `call`; concurrent accesses are reads of inputs and writes of disjoint output
+// elements (module doc).
 unsafe impl Send for Bases<'_> {}
 
 /// Calls the kernel at `code`, compiled for `types`, on `operands`, once per chunk `[lo, hi)`
-/// of its split dimension (`chunks[0]` on this thread, the others on scoped threads; several
+/// of its split dimension (as tasks of rayon's pool when there are several; several
 /// chunks only when their writes are proven disjoint, see the module doc). `Err(message)` when
 /// the operands do not match the types (nothing ran); `Ok(Err(code))` when a chunk stopped with
 /// a fault code: the first such chunk in order.
@@ -150,8 +153,9 @@ pub(super) fn call(
         // ranges (any `lo`, `hi` are clamped by the code); chunks running at once only read the
         // inputs and write disjoint output elements (the caller's proof). With `scratch`, the
         // last pointer is this chunk's own `acc`, `n` elements that the kernel compiled with
-        // that `scratch` indexes only by the loop over a dimension of extent `n`; `acc` and
-        // `table` live until the function returns.
+        // that `scratch` indexes only below `n` (by the loop over a dimension of extent `n`, or
+        // at the packed contraction's panel and tile offsets); `acc` and `table` live until the
+        // function returns.
         let rc = unsafe { f(table.as_ptr(), lo, hi) };
         drop(acc);
         rc
@@ -159,25 +163,19 @@ pub(super) fn call(
     let codes: Vec<u32> = match chunks {
         [] => Vec::new(),
         [one] => vec![run(bases, *one)],
-        [first, rest @ ..] => std::thread::scope(|s| {
-            let spawned: Vec<_> = rest
-                .iter()
-                .map(|&c| {
-                    std::thread::Builder::new()
-                        .spawn_scoped(s, move || run(bases, c))
-                        .map_err(|_| c)
-                })
-                .collect();
-            let mut codes = vec![run(bases, *first)];
-            for h in spawned {
-                codes.push(match h {
-                    Ok(h) => h.join().unwrap_or(u32::MAX),
-                    // No thread could be started: this chunk runs here.
-                    Err(c) => run(bases, c),
-                });
-            }
+        [first, rest @ ..] => {
+            // The chunks as tasks of rayon's pool, each writing its own code; the scope ends
+            // when every task has.
+            let mut codes = vec![0u32; chunks.len()];
+            let (head, tail) = codes.split_at_mut(1);
+            rayon::scope(move |s| {
+                for (code, &c) in tail.iter_mut().zip(rest) {
+                    s.spawn(move |_| *code = run(bases, c));
+                }
+                head[0] = run(bases, *first);
+            });
             codes
-        }),
+        }
     };
     Ok(match codes.into_iter().find(|&rc| rc != 0) {
         None => Ok(()),

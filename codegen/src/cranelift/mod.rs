@@ -34,7 +34,7 @@
 //!
 //! Threads: the outermost loop of the nest takes a chunk `[lo, hi)` as two more parameters
 //! (`fn(operands, lo: i64, hi: i64) -> u32`), and [`Jit::run`] runs a large enough launch as
-//! one chunk per thread on scoped threads when that is provably race-free (the kernel does not
+//! one chunk per thread, as tasks of rayon's pool, when that is provably race-free (the kernel does not
 //! read its output, and interval analysis of the output map shows the chunks write disjoint
 //! elements; see the `parallel` module). Every element is still computed by one thread in the
 //! same order, so results do not depend on the thread count; a fault is the first failing
