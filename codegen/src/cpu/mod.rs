@@ -151,13 +151,14 @@ pub trait Codegen {
     /// the loop nest `nest` into a native function `extern "C" fn(*const *mut u8, i64, i64) ->
     /// u32` and returns its address, which must stay valid while `self` lives. The function
     /// must access operand `k` only at element offsets in `[0, types[k].elems())` and the
-    /// scratch array (with `nest.scratch`) only below its length, for any `lo` and `hi`, and
-    /// write only the last operand (the `exec` module's contract). `Err` with the kernel's
+    /// scratch array (with `nest.scratch` or `nest.gemm`, of `Nest::scratch_len` elements) only
+    /// below its length, for any `lo` and `hi`, and write only the last operand (the `exec`
+    /// module's contract). `Err` with the kernel's
     /// own errors ([`Error::Kernel`]) or the code generator's ([`Error::Codegen`]).
     fn emit(&mut self, kernel: &Kernel, types: &[MemType], nest: Nest) -> Result<*const u8, Error>;
 
     /// The register and cache blocking of the packed contraction nest
-    /// ([`nest::gemm`]) in this code generator's vectors; `None`: contractions take the plain
+    /// (`nest::gemm`) in this code generator's vectors; `None`: contractions take the plain
     /// nest.
     fn gemm_shape(&self) -> Option<GemmShape>;
 
@@ -179,7 +180,7 @@ struct Compiled {
     scratch: Option<u64>,
     /// How the launch may be split over threads; `None`: always in one piece.
     split: Option<parallel::Split>,
-    /// Compiled as a packed contraction ([`nest::gemm`]).
+    /// Compiled as a packed contraction (`nest::gemm`).
     packed: bool,
 }
 

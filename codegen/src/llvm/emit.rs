@@ -437,6 +437,8 @@ fn gep<'c>(
     // LLVM. Every index given here is in bounds of its object when the address is computed:
     // an operand's element offset proven or checked in range (see `crate::cpu::lower`), a slot of
     // the operand table (one per operand, plus the scratch array's), an accumulator of the
-    // scratch array indexed by the loop over its own extent.
+    // scratch array indexed by the loop over its own extent, or a packed contraction's panel or
+    // tile element, below the scratch length by construction of its blocks (`Lower::gemm`;
+    // a vector access starts there and its lanes stay below it too).
     Ok(unsafe { b.build_in_bounds_gep(ty, base, &[index], "addr")? })
 }
