@@ -1130,7 +1130,8 @@ fn packed_contractions_are_bit_identical() {
 #[test]
 fn only_contractions_that_cannot_fault_are_packed() {
     // A read that may leave its operand (it faults where the plain nest would), a guard, a
-    // max reduction and a reduction of 7 points keep the plain nest.
+    // max reduction, a reduction of 7 points and a domain of more than 2^63 points keep the
+    // plain nest.
     let cases = [
         (
             vec!["!memory.buffer<400, f32>", "!memory.buffer<400, f32>", "!memory.buffer<400, f32>"],
@@ -1159,6 +1160,14 @@ fn only_contractions_that_cannot_fault_are_packed() {
                 "domain = [20, 20, 20], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 20 + d2), \
                  (d0, d1, d2) -> (d2 * 20 + d1), (d0, d1, d2) -> (d0 * 20 + d1)], body = \"x0 * x1\", combine = \"add\", \
                  guard = (d0, d1, d2) -> (d0), guard_bounds = [18]"
+            ),
+        ),
+        (
+            // 2^63 points, every access in range (the maps multiply the row and column by 0).
+            vec!["!memory.buffer<8, f32>", "!memory.buffer<8, f32>", "!memory.buffer<1, f32>"],
+            format!(
+                "domain = [1073741824, 1073741824, 8], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 0 + d2), \
+                 (d0, d1, d2) -> (d1 * 0 + d2), (d0, d1, d2) -> (d0 * 0 + d1 * 0)], body = \"x0 * x1\", combine = \"add\""
             ),
         ),
     ];

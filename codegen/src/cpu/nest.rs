@@ -204,8 +204,8 @@ pub(crate) fn dims_of(mask: u64) -> impl Iterator<Item = usize> {
 
 /// The packed contraction of `k` (checked against `types`) with register block `shape`, when
 /// it computes exactly what the plain nest does, bit for bit, and pays: the body is `x · y` of
-/// two `f32` operands combined by `add` over reduction dimensions (at least 8 points in all),
-/// without guard, symbols or statistics; parallel dimensions read by `x` only and others by `y`
+/// two `f32` operands combined by `add` over reduction dimensions (at least 8 points in all,
+/// the whole domain fewer than 2^63), without guard, symbols or statistics; parallel dimensions read by `x` only and others by `y`
 /// only (at least 8 points each way: the two groups `I` and `J`; the other parallel dimensions
 /// loop outside, like a batch); every access proven in range by the bounds prover
 /// ([`Kernel::bounds`]) and an epilogue that cannot fail, so that no launch can fault (whose first fault
@@ -230,6 +230,8 @@ pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Ge
         || k.attention.is_some()
         || points(&mut (np..rank)) < 8
         || k.domain.contains(&0)
+        // Every group's points, walked as one index, fit in `i64`.
+        || k.domain.iter().try_fold(1u64, |a, &n| a.checked_mul(n)).is_none_or(|p| p > i64::MAX as u64)
     {
         return None;
     }
