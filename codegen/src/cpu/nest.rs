@@ -279,6 +279,16 @@ pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Ge
     if points(&mut dims_of(i)) < 8 || points(&mut dims_of(j)) < 8 {
         return None;
     }
+    // Few rows (up to four row blocks): one row block holds them all, so that each panel of
+    // `b` is packed once instead of once per row block (a 128-row product of a 8192 × 2048
+    // weight packed it twice).
+    let m = points(&mut dims_of(i));
+    let shape = if m <= 4 * u64::from(shape.mc) {
+        let mr = u64::from(shape.mr);
+        GemmShape { mc: u32::try_from(m.div_ceil(mr) * mr).ok()?, ..shape }
+    } else {
+        shape
+    };
     Some(Gemm { i, j, a, b, a_left: a == x, shape })
 }
 
