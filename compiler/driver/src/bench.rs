@@ -254,6 +254,19 @@ pub fn figures(
             gbps: per_s(l.bytes, t.median_ns),
         })
         .collect();
+    StrategyFigures {
+        peak_bytes: f.peak_bytes,
+        planned_bytes: f.planned_bytes(),
+        device_peak_bytes,
+        plan_memory,
+        host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
+        ..totals(strategy, level, kernels)
+    }
+}
+
+/// The figures of a strategy whose launches are `kernels`: their count, conversions and
+/// totals (the memory and host figures left at 0).
+fn totals(strategy: &str, level: u8, kernels: Vec<KernelFigures>) -> StrategyFigures {
     let total_ns: u64 = kernels.iter().map(|k| k.median_ns).sum();
     let conv_ns: u64 = kernels.iter().filter(|k| k.conversion).map(|k| k.median_ns).sum();
     StrategyFigures {
@@ -265,13 +278,8 @@ pub fn figures(
         total_ns,
         gflops: per_s(kernels.iter().map(|k| k.flops).sum(), total_ns),
         gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
-        peak_bytes: f.peak_bytes,
-        planned_bytes: f.planned_bytes(),
-        device_peak_bytes,
-        objects_made: 0,
-        plan_memory,
-        host_ns_per_launch: launch_host_ns / (kernels.len().max(1) as u64),
         kernels,
+        ..Default::default()
     }
 }
 
@@ -440,20 +448,7 @@ fn cpu_figures(
             k
         })
         .collect();
-    let total_ns: u64 = kernels.iter().map(|k| k.median_ns).sum();
-    let conv_ns: u64 = kernels.iter().filter(|k| k.conversion).map(|k| k.median_ns).sum();
-    StrategyFigures {
-        strategy: strategy.to_string(),
-        level,
-        kernel_count: kernels.len(),
-        conversion_kernels: kernels.iter().filter(|k| k.conversion).count(),
-        conversion_share: if total_ns == 0 { 0.0 } else { conv_ns as f64 / total_ns as f64 },
-        total_ns,
-        gflops: per_s(kernels.iter().map(|k| k.flops).sum(), total_ns),
-        gbps: per_s(kernels.iter().map(|k| k.bytes).sum(), total_ns),
-        kernels,
-        ..Default::default()
-    }
+    totals(strategy, level, kernels)
 }
 
 #[cfg(not(feature = "opencl"))]

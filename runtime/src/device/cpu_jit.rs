@@ -190,20 +190,13 @@ pub fn run_with(
     options: Options,
     backend: Backend,
 ) -> Result<(Vec<Value>, JitStats), InterpError> {
-    let setup = |message| InterpError::Op {
-        op: "memory.launch".into(),
-        message,
-        span: module.func(func).span,
-    };
-    match backend {
-        Backend::Cranelift => {
-            run_on(module, func, inputs, options, JitLauncher::new().map_err(setup)?)
-        }
-        #[cfg(feature = "llvm")]
-        Backend::Llvm(cpu) => {
-            run_on(module, func, inputs, options, JitLauncher::llvm(cpu).map_err(setup)?)
-        }
-    }
+    let mut launcher = launcher(module, func, backend)?;
+    let out = Interpreter::with_options(module, options).run_id_with_launcher(
+        func,
+        inputs,
+        launcher.as_launcher(),
+    )?;
+    Ok((out, launcher.stats()))
 }
 
 /// Runs `func` once to compile its kernels and warm up, then `repeat` times more (at least
@@ -216,52 +209,58 @@ pub fn bench(
     backend: Backend,
     repeat: usize,
 ) -> Result<(Vec<Vec<LaunchTime>>, JitStats), InterpError> {
+    let mut launcher = launcher(module, func, backend)?;
+    let interp = Interpreter::with_options(module, Options::default());
+    let mut runs = Vec::new();
+    for run in 0..=repeat.max(1) {
+        launcher.record(run > 0);
+        interp.run_id_with_launcher(func, inputs.to_vec(), launcher.as_launcher())?;
+        runs.extend(launcher.recorded());
+    }
+    Ok((runs, launcher.stats()))
+}
+
+/// A [`JitLauncher`] of either code generator, as [`run_with`] and [`bench`] drive it.
+trait CpuLauncher {
+    fn as_launcher(&mut self) -> &mut dyn Launcher;
+    fn stats(&self) -> JitStats;
+    /// Records the launches of the runs that follow (`on`), or not.
+    fn record(&mut self, on: bool);
+    /// The launches recorded since [`CpuLauncher::record`], if it was on.
+    fn recorded(&mut self) -> Option<Vec<LaunchTime>>;
+}
+
+impl<C: Codegen> CpuLauncher for JitLauncher<C> {
+    fn as_launcher(&mut self) -> &mut dyn Launcher {
+        self
+    }
+    fn stats(&self) -> JitStats {
+        JitLauncher::stats(self)
+    }
+    fn record(&mut self, on: bool) {
+        self.times = on.then(Vec::new);
+    }
+    fn recorded(&mut self) -> Option<Vec<LaunchTime>> {
+        self.times.take()
+    }
+}
+
+/// The launcher of `backend`; an error of `func` when the back end cannot be set up.
+fn launcher(
+    module: &Module,
+    func: FuncId,
+    backend: Backend,
+) -> Result<Box<dyn CpuLauncher>, InterpError> {
     let setup = |message| InterpError::Op {
         op: "memory.launch".into(),
         message,
         span: module.func(func).span,
     };
-    match backend {
-        Backend::Cranelift => {
-            bench_on(module, func, inputs, repeat, JitLauncher::new().map_err(setup)?)
-        }
+    Ok(match backend {
+        Backend::Cranelift => Box::new(JitLauncher::new().map_err(setup)?),
         #[cfg(feature = "llvm")]
-        Backend::Llvm(cpu) => {
-            bench_on(module, func, inputs, repeat, JitLauncher::llvm(cpu).map_err(setup)?)
-        }
-    }
-}
-
-fn bench_on<C: Codegen>(
-    module: &Module,
-    func: FuncId,
-    inputs: &[Value],
-    repeat: usize,
-    mut launcher: JitLauncher<C>,
-) -> Result<(Vec<Vec<LaunchTime>>, JitStats), InterpError> {
-    let interp = Interpreter::with_options(module, Options::default());
-    let mut runs = Vec::new();
-    for run in 0..=repeat.max(1) {
-        launcher.times = (run > 0).then(Vec::new);
-        interp.run_id_with_launcher(func, inputs.to_vec(), &mut launcher)?;
-        runs.extend(launcher.times.take());
-    }
-    Ok((runs, launcher.stats()))
-}
-
-fn run_on<C: Codegen>(
-    module: &Module,
-    func: FuncId,
-    inputs: Vec<Value>,
-    options: Options,
-    mut launcher: JitLauncher<C>,
-) -> Result<(Vec<Value>, JitStats), InterpError> {
-    let out = Interpreter::with_options(module, options).run_id_with_launcher(
-        func,
-        inputs,
-        &mut launcher,
-    )?;
-    Ok((out, launcher.stats()))
+        Backend::Llvm(cpu) => Box::new(JitLauncher::llvm(cpu).map_err(setup)?),
+    })
 }
 
 #[cfg(test)]
