@@ -306,22 +306,17 @@ impl<C: Codegen> Jit<C> {
             self.hits += 1;
             return Ok(id);
         }
-        kernel
-            .check(types)
-            .map_err(|e| Error::Kernel { kernel: kernel.name.clone(), message: e.message })?;
-        let snapshot = fbc_dialects::memory::init::reads_output(kernel);
-        let (kernel, types) = &with_snapshot(kernel, types, snapshot);
-        let nest = Nest::of(kernel, types, self.codegen.gemm_shape());
-        let code = self.codegen.emit(kernel, types, nest)?;
+        let p = Prepared::new(kernel, types, self.codegen.gemm_shape())?;
+        let code = self.codegen.emit(&p.kernel, &p.types, p.nest)?;
         let kid = KernelId(self.kernels.len());
         self.kernels.push(Compiled {
-            name: kernel.name.clone(),
-            types: types.clone(),
+            name: p.kernel.name.clone(),
             code,
-            snapshot,
-            scratch: nest.scratch_len(),
-            split: parallel::Split::new(kernel, types, nest.split, snapshot),
-            packed: nest.gemm.is_some(),
+            snapshot: p.snapshot,
+            scratch: p.nest.scratch_len(),
+            split: parallel::Split::new(&p.kernel, &p.types, p.nest.split, p.snapshot),
+            packed: p.nest.gemm.is_some(),
+            types: p.types,
         });
         self.cache.insert(key, kid);
         Ok(kid)
@@ -390,6 +385,36 @@ impl<C: Codegen> Jit<C> {
     }
 }
 
+/// A checked kernel as a back end compiles it: with the snapshot operand where it reads its
+/// output, and the loop nest chosen for the code generator's blocking.
+pub(crate) struct Prepared {
+    /// The kernel (with the snapshot operand's map when `snapshot`).
+    pub kernel: Kernel,
+    /// The native function's operand types (with the snapshot operand).
+    pub types: Vec<MemType>,
+    /// The kernel reads its output: the native function takes a copy of the output before the
+    /// launch as one more operand, before the output.
+    pub snapshot: bool,
+    pub nest: Nest,
+}
+
+impl Prepared {
+    /// Checks `kernel` against `types` and chooses its nest for the packed blocking `gemm`.
+    pub(crate) fn new(
+        kernel: &Kernel,
+        types: &[MemType],
+        gemm: Option<GemmShape>,
+    ) -> Result<Prepared, Error> {
+        kernel
+            .check(types)
+            .map_err(|e| Error::Kernel { kernel: kernel.name.clone(), message: e.message })?;
+        let snapshot = fbc_dialects::memory::init::reads_output(kernel);
+        let (kernel, types) = with_snapshot(kernel, types, snapshot);
+        let nest = Nest::of(&kernel, &types, gemm);
+        Ok(Prepared { kernel, types, snapshot, nest })
+    }
+}
+
 /// With `snapshot`, the kernel with one more operand before the output: the copy of the output
 /// that reads of the output see (same map and type); the output moves one place up.
 fn with_snapshot(k: &Kernel, types: &[MemType], snapshot: bool) -> (Kernel, Vec<MemType>) {
@@ -405,7 +430,7 @@ fn with_snapshot(k: &Kernel, types: &[MemType], snapshot: bool) -> (Kernel, Vec<
 
 /// The attributes that decide the code (everything but the kernel's name and source) and the
 /// operand types.
-fn cache_key(kernel: &Kernel, types: &[MemType]) -> String {
+pub(crate) fn cache_key(kernel: &Kernel, types: &[MemType]) -> String {
     let mut key = String::new();
     for (name, attr) in kernel.to_attrs() {
         if name != "kernel" && name != "source" {

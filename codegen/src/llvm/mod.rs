@@ -19,6 +19,7 @@
 //! with its features, or `generic`: [`Cpu`]) and compiled by MCJIT; LLVM vectorises the loops over
 //! parallel dimensions, never the floating-point reductions (that would reassociate them).
 
+pub mod aot;
 mod emit;
 
 use std::fmt;
@@ -95,8 +96,15 @@ impl fmt::Debug for Llvm {
 }
 
 impl Llvm {
-    /// A code generator for this machine's architecture and `cpu`.
+    /// A code generator for this machine's architecture and `cpu`, for the JIT.
     pub fn new(cpu: Cpu) -> Result<Llvm, Error> {
+        Llvm::with_machine(cpu, RelocMode::Default, CodeModel::JITDefault)
+    }
+
+    /// A code generator for this machine's architecture and `cpu` whose target machine writes
+    /// code with relocation model `reloc` and code model `model` (position-independent objects
+    /// for [`aot`]).
+    fn with_machine(cpu: Cpu, reloc: RelocMode, model: CodeModel) -> Result<Llvm, Error> {
         Target::initialize_native(&InitializationConfig::default()).map_err(Error::Host)?;
         let triple = TargetMachine::get_default_triple();
         let target = Target::from_triple(&triple).map_err(|e| Error::Host(e.to_string()))?;
@@ -113,8 +121,8 @@ impl Llvm {
                 &name,
                 &features,
                 OptimizationLevel::Aggressive,
-                RelocMode::Default,
-                CodeModel::JITDefault,
+                reloc,
+                model,
             )
             .ok_or_else(|| Error::Host(format!("LLVM has no target machine for {triple}")))?;
         Ok(Llvm {

@@ -9,6 +9,8 @@
 //! line is wrong or asks for something not supported yet. A failed compile leaves no output file:
 //! outputs are written to a temporary file next to the destination and renamed at the end.
 
+#[cfg(feature = "llvm")]
+mod aot;
 pub mod bench;
 pub mod calibrate;
 mod cli;
@@ -136,6 +138,8 @@ fn catch_internal_errors(command: impl FnOnce() -> Result<(), Failure>) -> Resul
 pub enum Compiled {
     Text(String),
     Opencl(Box<fbc_codegen::opencl::Output>, Box<Module>),
+    /// The files of `--emit obj|asm|llvm` (code and C header) and the lowered module.
+    Native(Vec<(String, Vec<u8>)>, Box<Module>),
 }
 
 /// The registries a command line runs against.
@@ -290,6 +294,20 @@ impl Driver {
                 }
                 Ok(())
             }
+            #[cfg(feature = "llvm")]
+            Compiled::Native(files, module) => {
+                let dir = match &a.output {
+                    Some(d) => d.clone(),
+                    None => aot::default_dir(&module, path),
+                };
+                opencl_emit::write_dir(&dir, &files, opencl_emit::NATIVE_FILES)?;
+                if a.output.is_none() {
+                    eprintln!("fbc: wrote {}", dir.display());
+                }
+                Ok(())
+            }
+            #[cfg(not(feature = "llvm"))]
+            Compiled::Native(..) => Err(cli::no_llvm()),
         }
     }
 
@@ -310,6 +328,24 @@ impl Driver {
                  not --emit {}",
                 emit.name()
             )));
+        }
+        if emit.is_native() && !a.is_cpu_llvm() {
+            return Err(Failure::Usage(format!(
+                "--emit {} is native code for this CPU: it needs --target cpu-llvm",
+                emit.name()
+            )));
+        }
+        if a.is_cpu_llvm() && emit == EmitKind::Opencl {
+            return Err(Failure::Usage(
+                "--emit opencl is for GPU targets, not cpu-llvm (try --emit obj)".into(),
+            ));
+        }
+        if a.cpu.is_some() && !a.is_cpu_llvm() {
+            return Err(Failure::Usage("--cpu is for --target cpu-llvm".into()));
+        }
+        #[cfg(not(feature = "llvm"))]
+        if emit.is_native() {
+            return Err(cli::no_llvm());
         }
         let transforms_total = report::count_transforms(&module);
         let (timings, stats) = session.optimize(file, &mut module)?;
@@ -333,6 +369,18 @@ impl Driver {
                 Compiled::Opencl(Box::new(out), Box::new(module))
             }
             EmitKind::Ir => Compiled::Text(fbc_ir::print_module(&module)),
+            #[cfg(feature = "llvm")]
+            EmitKind::Obj | EmitKind::Asm | EmitKind::Llvm => {
+                let cpu = a.cpu.as_deref().unwrap_or("host");
+                let cpu = fbc_codegen::llvm::Cpu::parse(cpu).ok_or_else(|| {
+                    Failure::Usage(format!("--cpu {cpu}: expected `host` or `generic`"))
+                })?;
+                session.compile(file, &mut module)?;
+                let files = aot::files(file, &module, Path::new(&file.name), emit, cpu)?;
+                Compiled::Native(files, Box::new(module))
+            }
+            #[cfg(not(feature = "llvm"))]
+            EmitKind::Obj | EmitKind::Asm | EmitKind::Llvm => return Err(cli::no_llvm()),
         })
     }
 

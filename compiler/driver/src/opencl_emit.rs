@@ -44,7 +44,7 @@ pub(crate) fn write(
     input: &Path,
     dir: &Path,
 ) -> Result<(), Failure> {
-    write_dir(dir, &whole(out, &stem(module, input))?)
+    write_dir(dir, &whole(out, &stem(module, input))?, OPENCL_FILES)
 }
 
 /// The whole source and the manifest as files `NAME.cl` and `NAME.manifest.json`, and the dense
@@ -93,10 +93,26 @@ pub(crate) fn dump_kernels(
     for (k, text) in &out.kernels {
         files.push((format!("{k}.cl"), format!("{}\n{text}", out.header).into_bytes()));
     }
-    write_dir(dir, &files)
+    write_dir(dir, &files, OPENCL_FILES)
 }
 
-fn write_dir(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
+/// What an output directory holds, in errors, and the suffixes of its files.
+pub(crate) type DirKind = (&'static str, &'static [&'static str]);
+
+/// The files of `--emit opencl` and `--dump-kernels`.
+const OPENCL_FILES: DirKind = ("OpenCL", &[".cl", ".manifest.json", CONSTANTS]);
+
+/// The files of `--emit obj|asm|llvm`.
+#[cfg_attr(not(feature = "llvm"), allow(dead_code))]
+pub(crate) const NATIVE_FILES: DirKind = ("native code", &[".o", ".s", ".ll", ".h"]);
+
+/// Writes `files` into `dir` atomically; an existing `dir` is replaced only when every file in it
+/// has one of the suffixes of `kind` (an earlier output of the same kind).
+pub(crate) fn write_dir(
+    dir: &Path,
+    files: &[(String, Vec<u8>)],
+    (kind, ours): DirKind,
+) -> Result<(), Failure> {
     let io = |what: &str, p: &Path, e: std::io::Error| {
         Failure::Usage(format!("cannot {what} {}: {e}", p.display()))
     };
@@ -105,12 +121,12 @@ fn write_dir(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
             && std::fs::read_dir(dir).map_err(|e| io("read", dir, e))?.all(|e| {
                 e.ok().is_some_and(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
-                    n.ends_with(".cl") || n.ends_with(".manifest.json") || n.ends_with(CONSTANTS)
+                    ours.iter().any(|suffix| n.ends_with(suffix))
                 })
             });
         if !ok {
             return Err(Failure::Usage(format!(
-                "{} exists and is not an fbc OpenCL output directory; not overwriting it",
+                "{} exists and is not an fbc {kind} output directory; not overwriting it",
                 dir.display()
             )));
         }

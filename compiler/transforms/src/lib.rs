@@ -62,17 +62,20 @@ pub struct LoweringOptions {
     pub half_images: bool,
     /// When contractions split their reduction (`split-k=auto|off|N`).
     pub split_k: lower::SplitK,
+    /// Arguments uploaded and results downloaded as row-major buffers, kernels placing them in
+    /// their layouts (`linear-io=true`).
+    pub linear_io: bool,
 }
 
 impl Default for LoweringOptions {
     fn default() -> LoweringOptions {
-        LoweringOptions { half_images: false, split_k: lower::SplitK::Auto }
+        LoweringOptions { half_images: false, split_k: lower::SplitK::Auto, linear_io: false }
     }
 }
 
 /// The pipeline that lowers an optimised module to the memory dialect with `opts`, for the
 /// profile the pipeline runs with: `lower-to-memory,plan-memory`, with the options that are not
-/// at their defaults (`lower-to-memory{half-images=true split-k=8},plan-memory`).
+/// at their defaults (`lower-to-memory{half-images=true split-k=8 linear-io=true},plan-memory`).
 pub fn lowering_pipeline(opts: LoweringOptions) -> String {
     let mut o = Vec::new();
     if opts.half_images {
@@ -80,6 +83,9 @@ pub fn lowering_pipeline(opts: LoweringOptions) -> String {
     }
     if opts.split_k != lower::SplitK::Auto {
         o.push(format!("split-k={}", opts.split_k));
+    }
+    if opts.linear_io {
+        o.push("linear-io=true".to_string());
     }
     if o.is_empty() {
         "lower-to-memory,plan-memory".into()

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use fbc_dialects::memory::{Iter, MemType};
 use fbc_ir::pass::Statistics;
 use fbc_ir::{Module, PassContext, PassManager, SourceFile};
+use fbc_transforms::global_layout::Strategy;
 
 use common::*;
 
@@ -848,4 +849,61 @@ fn a_conversion_between_layouts_that_place_alike_is_dropped() {
     assert_eq!(st.get("lower-to-memory", "identity-copies"), 0);
     assert_eq!(kernels(&after).len(), 1, "{}", fbc_ir::print_module(&after));
     same_numbers(&moved, &after, "reordering conversion");
+}
+
+/// Every `memory.upload` and `memory.download` of `m`: (whether its layout is linear, whether
+/// its storage is a buffer of exactly the tensor's elements).
+fn host_copies(m: &Module) -> Vec<(bool, bool)> {
+    m.all_ops()
+        .filter(|&o| m.op(o).def.is("memory.upload") || m.op(o).def.is("memory.download"))
+        .map(|o| {
+            let d = m.op(o);
+            let (t, s) = if d.def.is("memory.upload") {
+                (d.operands[0], d.results[0])
+            } else {
+                (d.results[0], d.operands[0])
+            };
+            let numel = m.value_type(t).as_tensor().and_then(|t| t.numel());
+            let ty = MemType::from_type(m.value_type(s)).expect("storage");
+            let linear = d.attr("layout").map(|a| a.to_string()) == Some("#layout.linear".into());
+            (linear, !ty.is_image() && Some(ty.elems()) == numel)
+        })
+        .collect()
+}
+
+/// `linear-io=true`: an argument stored in an R-Tile image is uploaded as a row-major buffer and
+/// placed by a kernel; a result stored in an R-Tile is copied into a row-major buffer for its
+/// download; the numbers stay the same.
+#[test]
+fn linear_io_hands_row_major_arrays_to_the_host() {
+    let src = r#"func.func @f(%x: tensor<6x10xf32>, %w: tensor<10x6xf32>) -> (tensor<6x6xf32>, tensor<6x10xf32>) attributes {fbc.arg_layouts = [#layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>, #layout.linear]} {
+  %y = tensor.matmul %x, %w {fbc.layout = #layout.rtile<tile = [4, 4], horizontal = 1, pad = [2, 2]>} : (tensor<6x10xf32>, tensor<10x6xf32>) -> tensor<6x6xf32>
+  func.return %y, %x : (tensor<6x6xf32>, tensor<6x10xf32>) -> ()
+}"#;
+    let m = parse(src);
+    let (plain, st) = lowered(&m, "lower-to-memory,plan-memory", "mali");
+    assert_eq!(st.get("lower-to-memory", "linear-io-copies"), 0);
+    assert!(host_copies(&plain).iter().any(|&(linear, _)| !linear), "the R-Tile is uploaded as is");
+    let (after, st) = lowered(&m, "lower-to-memory{linear-io=true},plan-memory", "mali");
+    assert_memory_only(&after);
+    // The upload of `%x` is placed, the result `%y` and the returned argument are copied out.
+    assert_eq!(st.get("lower-to-memory", "linear-io-copies"), 3);
+    let copies = host_copies(&after);
+    assert_eq!(copies.len(), 4, "two uploads, two downloads");
+    assert!(copies.iter().all(|&c| c == (true, true)), "{copies:?}");
+    assert!(st.get("lower-to-memory", "images") > 0, "kernels still read and write the images");
+    same_numbers(&m, &after, "linear-io");
+}
+
+/// `linear-io=true` on a training graph at `-O3`: same numbers, only row-major host copies.
+#[test]
+fn linear_io_on_a_generated_model_at_o3() {
+    let m = bert();
+    let (opt, _) = lowered(&m, &fbc_transforms::pipeline(3, Strategy::FbLayout), "mali");
+    let opts = fbc_transforms::LoweringOptions { linear_io: true, ..Default::default() };
+    let (after, st) = lowered(&opt, &fbc_transforms::lowering_pipeline(opts), "mali");
+    assert_memory_only(&after);
+    assert!(st.get("lower-to-memory", "linear-io-copies") > 0);
+    assert!(host_copies(&after).iter().all(|&c| c == (true, true)));
+    same_numbers(&m, &after, "bert-large -O3 linear-io");
 }

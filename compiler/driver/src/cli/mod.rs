@@ -197,6 +197,12 @@ pub enum EmitKind {
     Report,
     /// OpenCL C and a launch manifest.
     Opencl,
+    /// With `--target cpu-llvm`: an object file and the C header of its entry points.
+    Obj,
+    /// With `--target cpu-llvm`: assembly and the C header of its entry points.
+    Asm,
+    /// With `--target cpu-llvm`: LLVM IR and the C header of its entry points.
+    Llvm,
 }
 
 impl EmitKind {
@@ -206,7 +212,15 @@ impl EmitKind {
             EmitKind::Memory => "memory",
             EmitKind::Report => "report",
             EmitKind::Opencl => "opencl",
+            EmitKind::Obj => "obj",
+            EmitKind::Asm => "asm",
+            EmitKind::Llvm => "llvm",
         }
+    }
+
+    /// Native code of the LLVM back end (`obj`, `asm`, `llvm`).
+    pub fn is_native(self) -> bool {
+        matches!(self, EmitKind::Obj | EmitKind::Asm | EmitKind::Llvm)
     }
 }
 
@@ -241,6 +255,9 @@ impl LayoutStrategy {
     }
 }
 
+/// `--target cpu-llvm` of the main command: native code through LLVM.
+pub const CPU_LLVM: &str = "cpu-llvm";
+
 #[derive(Debug, Args)]
 pub struct CompileArgs {
     /// Optimisation level: 0 is the convert baseline (each tensor in its preferred R-Tile with
@@ -250,14 +267,22 @@ pub struct CompileArgs {
     pub opt_level: u8,
 
     /// Hardware profile to compile for: a builtin name (see `fbc targets`; default: generic) or
-    /// the path of a profile file (`.toml`, the builtin profiles' format).
+    /// the path of a profile file (`.toml`, the builtin profiles' format); or `cpu-llvm`, native
+    /// code for this CPU's architecture through LLVM (the `cpu` profile, arguments and results
+    /// as row-major arrays; fbc built with the `llvm` feature).
     #[arg(long)]
     pub target: Option<String>,
 
     /// What to write (default: opencl when --target names a GPU target — mali, adreno, nvidia,
-    /// generic — else ir).
+    /// generic —, obj for cpu-llvm, else ir).
     #[arg(long, value_enum)]
     pub emit: Option<EmitKind>,
+
+    /// With `--target cpu-llvm`: the CPU the code is compiled for, `host` (this machine's CPU
+    /// and its features; the default) or `generic` (the architecture's baseline, for any CPU of
+    /// it).
+    #[arg(long, value_name = "host|generic")]
+    pub cpu: Option<String>,
 
     /// How layouts are chosen at -O3: fblayout (Sec. 4.4), reuse (MNN: one layout per tensor,
     /// no conversions, no index elimination) or convert (TFLite: explicit conversions).
@@ -270,7 +295,7 @@ pub struct CompileArgs {
     pub disable_pass: Vec<String>,
 
     /// Output file (default: standard output), or directory for `--emit opencl` (default:
-    /// `NAME.opencl`).
+    /// `NAME.opencl`) and `--emit obj|asm|llvm` (default: `NAME.cpu`).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
 
@@ -319,20 +344,31 @@ impl CompileArgs {
         s.lowering = fbc_transforms::LoweringOptions {
             half_images: self.half_images,
             split_k: self.split_k,
+            linear_io: self.is_cpu_llvm(),
         };
         s.instrumentation = self.instr.instrumentation();
         Ok(s)
     }
 
-    /// The hardware profile's name: `--target`, else `generic`.
-    pub fn target_name(&self) -> &str {
-        self.target.as_deref().unwrap_or("generic")
+    /// Whether `--target cpu-llvm` asks for native code.
+    pub fn is_cpu_llvm(&self) -> bool {
+        self.target.as_deref() == Some(CPU_LLVM)
     }
 
-    /// What to write: `--emit`, else OpenCL for an explicit GPU `--target`, else IR.
+    /// The hardware profile's name: `--target` (`cpu` for `cpu-llvm`), else `generic`.
+    pub fn target_name(&self) -> &str {
+        match self.target.as_deref() {
+            Some(CPU_LLVM) => "cpu",
+            t => t.unwrap_or("generic"),
+        }
+    }
+
+    /// What to write: `--emit`, else OpenCL for an explicit GPU `--target`, an object file for
+    /// `cpu-llvm`, else IR.
     pub fn emit_kind(&self) -> EmitKind {
         match (self.emit, self.target.as_deref()) {
             (Some(e), _) => e,
+            (None, Some(CPU_LLVM)) => EmitKind::Obj,
             (None, Some("mali" | "adreno" | "nvidia" | "generic")) => EmitKind::Opencl,
             (None, Some(t)) if fbc_target::is_path(t) => EmitKind::Opencl,
             _ => EmitKind::Ir,
@@ -458,7 +494,11 @@ impl LowerArgs {
         s.level = self.opt_level.unwrap_or(3);
         s.strategy = self.layout_strategy.unwrap_or(LayoutStrategy::Fblayout).strategy();
         s.disabled = s.checked_passes(&self.disable_pass)?;
-        s.lowering = fbc_transforms::LoweringOptions { half_images: self.half_images, split_k };
+        s.lowering = fbc_transforms::LoweringOptions {
+            half_images: self.half_images,
+            split_k,
+            ..Default::default()
+        };
         Ok(s)
     }
 

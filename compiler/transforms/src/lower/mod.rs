@@ -1,4 +1,4 @@
-//! `lower-to-memory{target= fuse=true simplify=true half-images=false split-k=auto}`: tensor and
+//! `lower-to-memory{target= fuse=true simplify=true half-images=false split-k=auto linear-io=false}`: tensor and
 //! layout ops to memory-dialect kernel launches.
 //!
 //! Every function keeps its signature (tensor arguments and results); its body becomes
@@ -35,6 +35,12 @@
 //!    `(y, x, c)` and reads its inputs through the inverse map, guarded against padding. The
 //!    maps are simplified with the egg rules of `fbc-index`.
 //!
+//! With `linear-io=true` the host boundary is row-major: an argument stored in an R-Tile is
+//! uploaded as a linear buffer and placed in its layout by a copy kernel (`place`), and a result
+//! stored otherwise is copied into a linear buffer before its download, so `memory.upload` and
+//! `memory.download` only ever copy whole arrays (what ahead-of-time code does with the caller's
+//! pointers). Counted by the statistic `linear-io-copies`.
+//!
 //! With `half-images=true` every image2d storage (of an `f32` tensor: images hold nothing else) is
 //! an `!memory.image2d<[W, H], f16>`: half the bytes, values rounded to `f16` at every store,
 //! arithmetic still `f32`. It needs only image support (`CL_RGBA`/`CL_HALF_FLOAT` is in OpenCL
@@ -46,7 +52,7 @@
 //! `divmod-before` / `divmod-after` (div/mod operations in all launch maps before and after
 //! simplification), `split-dims` (launch dimensions split where maps read them through
 //! `floordiv`/`mod`, see `storage::Mapper::split_dims`), `split-k` (contractions split into
-//! partial sums and their sum).
+//! partial sums and their sum), `linear-io-copies` (`linear-io=true`'s placing copies).
 
 mod fusion;
 mod identity;
@@ -99,6 +105,13 @@ pub fn register(r: &mut PassRegistry) {
                 Some("auto"),
                 "split the reduction of skinny contractions into parallel chunks: auto, off or N",
             ),
+            OptionSpec::new(
+                "linear-io",
+                OptionKind::Bool,
+                Some("false"),
+                "upload arguments and download results as row-major buffers; kernels place them \
+                 in their layouts (for hosts that pass plain arrays: ahead-of-time code)",
+            ),
         ],
         |o| {
             Ok(Box::new(LowerToMemory {
@@ -107,6 +120,7 @@ pub fn register(r: &mut PassRegistry) {
                 simplify: o.bool("simplify"),
                 half_images: o.bool("half-images"),
                 split_k: SplitK::parse(o.str("split-k").unwrap_or("auto"))?,
+                linear_io: o.bool("linear-io"),
             }))
         },
     ));
@@ -125,6 +139,9 @@ pub struct LowerToMemory {
     pub half_images: bool,
     /// When contractions split their reduction into parallel chunks.
     pub split_k: SplitK,
+    /// Arguments uploaded and results downloaded as row-major buffers; kernels place them in
+    /// their layouts.
+    pub linear_io: bool,
 }
 
 crate::target::profile_pass!(LowerToMemory, NAME);
@@ -161,8 +178,8 @@ impl LowerToMemory {
             if m.func(f).body.iter().any(|&op| m.op(op).def.dialect() == "memory") {
                 continue;
             }
-            let lowered =
-                Lower::new(m, f, profile, self.fuse, self.half_images).and_then(|mut l| {
+            let lowered = Lower::new(m, f, profile, self.fuse, self.half_images, self.linear_io)
+                .and_then(|mut l| {
                     l.lower_body()?;
                     l.finish(&mut names, self.simplify, self.split_k, &mut stats, &mut memo)
                 });
@@ -187,6 +204,7 @@ impl LowerToMemory {
             ("split-dims", stats.split_dims),
             ("identity-copies", stats.identity_copies),
             ("split-k", stats.split_k),
+            ("linear-io-copies", stats.io_copies),
         ] {
             cx.stats.add(NAME, k, v as i64);
         }
@@ -214,6 +232,9 @@ pub(crate) struct Stats {
     pub identity_copies: usize,
     /// Contractions split into partial sums over chunks of their reduction.
     pub split_k: usize,
+    /// Kernels placing arguments in their layouts, or results in row-major buffers
+    /// (`linear-io=true`).
+    pub io_copies: usize,
 }
 
 /// The memory ops' definitions.
@@ -479,6 +500,11 @@ pub(crate) struct Lower<'m> {
     pub fuse: bool,
     /// Images get `f16` texels.
     pub half_images: bool,
+    /// Arguments and results cross the host boundary as row-major buffers.
+    pub linear_io: bool,
+    /// Kernels placing arguments in their layouts and results in row-major buffers
+    /// (`linear_io`).
+    pub io_copies: usize,
     pub tensors: Vec<Tensor>,
     pub storages: Vec<StorageObj>,
     pub access: Accesses,
@@ -523,6 +549,7 @@ impl<'m> Lower<'m> {
         profile: &'m HardwareProfile,
         fuse: bool,
         half_images: bool,
+        linear_io: bool,
     ) -> Result<Lower<'m>, Diagnostic> {
         let mut l = Lower {
             m,
@@ -531,6 +558,8 @@ impl<'m> Lower<'m> {
             profile,
             fuse,
             half_images,
+            linear_io,
+            io_copies: 0,
             tensors: Vec::new(),
             storages: Vec::new(),
             access: Accesses(vec![None; m.values.len()]),
@@ -550,8 +579,21 @@ impl<'m> Lower<'m> {
             .unwrap_or_default();
         for (i, &a) in fd.args.iter().enumerate() {
             let layout = layout_attr(arg_layouts.get(i)).unwrap_or(Layout::Linear);
-            let t = l.new_tensor(a, &layout, fd.span)?;
+            let linear =
+                l.tensor_type(a).is_some_and(|t| matches!(l.fit(&layout, t), Layout::Linear));
+            let uploaded = if linear_io { Layout::Linear } else { layout.clone() };
+            let mut t = l.new_tensor(a, &uploaded, fd.span)?;
             l.storages[l.tensors[t].storage].arg = Some(i);
+            if linear_io && !linear {
+                // The host hands over a row-major array: a kernel places it in its layout.
+                let name = value_name(m, a);
+                let placed = l.new_tensor(a, &layout, fd.span)?;
+                let rank = l.tensors[t].shape.len();
+                let input = Operand { t, map: identity(rank), gather: false };
+                l.push_copy(placed, input, "place", &name, LayoutOp::Convert.name(), fd.span);
+                l.io_copies += 1;
+                t = placed;
+            }
             l.access.insert(a, Access { t, map: None, via: Vec::new() });
         }
         Ok(l)
@@ -764,10 +806,11 @@ impl<'m> Lower<'m> {
             .ok_or_else(|| located(span, "returned value has no storage"))?;
         let ty = self.tensor_type(v).ok_or_else(|| located(span, "returns a non-tensor"))?;
         let s = &self.storages[self.tensors[a.t].storage];
+        let linear = matches!(s.layout, Layout::Linear);
         let own = a.map.is_none()
-            && (s.shape == self.tensors[a.t].shape.as_slice()
-                || matches!(s.layout, Layout::Linear))
-            && self.tensors[a.t].shape == ty.shape.as_slice();
+            && (s.shape == self.tensors[a.t].shape.as_slice() || linear)
+            && self.tensors[a.t].shape == ty.shape.as_slice()
+            && (linear || !self.linear_io);
         if own {
             Ok(a.t)
         } else {
@@ -777,6 +820,9 @@ impl<'m> Lower<'m> {
                 (Some(_), Some(op)) => self.m.op(op).span,
                 _ => span,
             };
+            if a.map.is_none() && self.linear_io {
+                self.io_copies += 1;
+            }
             self.materialize(v, span)
         }
     }
@@ -841,6 +887,7 @@ impl<'m> Lower<'m> {
         stats.launches += launches.len();
         stats.copies += self.copies;
         stats.converts += self.converts;
+        stats.io_copies += self.io_copies;
         stats.image_fallbacks += self.image_fallbacks;
         stats.divmod_before += mapper.divmod_before;
         stats.divmod_after += mapper.divmod_after;
