@@ -536,6 +536,40 @@ fn ceildiv_and_non_constant_divisors() {
     );
 }
 
+/// Divisions by constants of dividends proven non-negative and below 2^31 are done in 32 bits
+/// (a reshape of a transposed view: `(flat mod 768, flat floordiv 768)`, and a `ceildiv`), with
+/// the same results; a dividend that may exceed 2^31 keeps the 64-bit division.
+#[test]
+fn non_negative_divisions_by_constants() {
+    let launch = format!(
+        "domain = [45, 512], iterators = [{P}, {P}], \
+         maps = [(d0, d1) -> ((d0 * 512 + d1) mod 768 * 30 + (d0 * 512 + d1) floordiv 768), \
+         (d0, d1) -> ((d0 * 512 + d1) ceildiv 7), (d0, d1) -> (d0 * 512 + d1)], \
+         body = \"x0 - x1\""
+    );
+    let types =
+        ["!memory.buffer<23040, f32>", "!memory.buffer<3293, f32>", "!memory.buffer<23040, f32>"];
+    check(&types, &launch);
+    #[cfg(feature = "llvm")]
+    {
+        let (k, tys) = kernel(&types, &launch);
+        let mut llvm = fbc_codegen::llvm::LlvmJit::with_options(1, fbc_codegen::llvm::Cpu::Host)
+            .expect("an LLVM JIT");
+        let ir = llvm.llvm().ir_text(&k, &tys).expect("IR");
+        assert!(ir.contains("urem i32") || ir.contains("urem <"), "{ir}");
+        assert!(!ir.contains("urem i64") && !ir.contains("udiv i64"), "{ir}");
+    }
+    // `d0 · 2^31 + d1` reaches 2^31: the division stays in 64 bits, with the same results.
+    check(
+        &["!memory.buffer<8, f32>", "!memory.buffer<6, f32>"],
+        &format!(
+            "domain = [2, 3], iterators = [{P}, {P}], \
+             maps = [(d0, d1) -> ((d0 * 2147483648 + d1) floordiv 1073741823 + (d0 * 2147483648 + d1) mod 3), \
+             (d0, d1) -> (d0 * 3 + d1)], body = \"x0\""
+        ),
+    );
+}
+
 #[test]
 fn payload_operators_match_the_evaluator() {
     // Every unary and binary operator, NaN-propagating min/max, comparisons with NaN, select

@@ -520,16 +520,30 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
                 return Ok((v, iv));
             }
             if ia.lo >= 0 {
-                let dv = self.e.iconst(d)?;
-                let v = match op {
-                    BinOp::FloorDiv => self.e.ibin(IOp::UDiv, a, dv, false)?,
-                    BinOp::Mod => self.e.ibin(IOp::URem, a, dv, false)?,
-                    _ => {
-                        let m = self.e.iconst(d - 1)?;
-                        let t = self.e.ibin(IOp::Add, a, m, true)?;
-                        self.e.ibin(IOp::UDiv, t, dv, false)?
-                    }
+                // A dividend (ceildiv: plus `d - 1`) proven below 2^31 is divided in 32 bits:
+                // the same quotient, but a division by a constant then becomes a 32-bit
+                // multiply-high, which vector units have (x86 has no 64-bit one, so a loop
+                // dividing `i64`s is not vectorised).
+                let top = if op == BinOp::CeilDiv { ia.hi.checked_add(d - 1) } else { Some(ia.hi) };
+                let Some(top) = top else {
+                    return Err("a `ceildiv` can leave the 64-bit range".into());
                 };
+                let narrow = top <= i64::from(i32::MAX);
+                let a = if op == BinOp::CeilDiv {
+                    let m = self.e.iconst(d - 1)?;
+                    self.e.ibin(IOp::Add, a, m, true)?
+                } else {
+                    a
+                };
+                let (a, dv) = if narrow {
+                    let dv = self.e.iconst(d)?;
+                    (self.e.trunc_i32(a)?, self.e.trunc_i32(dv)?)
+                } else {
+                    (a, self.e.iconst(d)?)
+                };
+                let rem = if op == BinOp::Mod { IOp::URem } else { IOp::UDiv };
+                let v = self.e.ibin(rem, a, dv, false)?;
+                let v = if narrow { self.e.sext_i32(v)? } else { v };
                 return Ok((v, iv));
             }
         }

@@ -35,7 +35,7 @@ pub const CALL_WEIGHT: u64 = 16;
 
 /// What a compiled kernel needs to plan its chunks.
 #[derive(Debug, Clone)]
-pub(super) struct Split {
+pub(crate) struct Split {
     dim: usize,
     extent: u64,
     /// Domain points (saturating product of all extents), weighted by the payload's calls.
@@ -50,7 +50,7 @@ pub(super) struct Split {
 impl Split {
     /// The plan of `kernel` (as compiled, operand `types`) split along `dim`; `None` when it
     /// must run in one piece (no split dimension, an empty domain, or it reads its output).
-    pub(super) fn new(
+    pub(crate) fn new(
         kernel: &Kernel,
         types: &[MemType],
         dim: Option<usize>,
@@ -89,7 +89,7 @@ impl Split {
     /// chunk when the writes of a balanced partition cannot be proven disjoint (boundaries
     /// rounded to multiples of 2, 4, 8, ... are tried too, as for a map that packs several
     /// indices of the split dimension into one texel).
-    pub(super) fn chunks(&self, threads: usize, min_points: u64) -> Vec<(i64, i64)> {
+    pub(crate) fn chunks(&self, threads: usize, min_points: u64) -> Vec<(i64, i64)> {
         let whole = vec![(0, i64::try_from(self.extent).unwrap_or(i64::MAX))];
         let by_work = self.work / min_points.max(1);
         let want = (threads as u64).min(self.extent).min(by_work);

@@ -36,13 +36,15 @@ pub(crate) fn artifact(emit: EmitKind) -> Option<(Artifact, &'static str)> {
     }
 }
 
-/// The files of a lowered module compiled as `emit` for `cpu`: `NAME.SUFFIX` and `NAME.h`.
+/// The files of a lowered module compiled as `emit` for `cpu`, launches split over up to
+/// `threads` threads: `NAME.SUFFIX` and `NAME.h`.
 pub(crate) fn files(
     file: &SourceFile,
     lowered: &Module,
     input: &Path,
     emit: EmitKind,
     cpu: Cpu,
+    threads: usize,
 ) -> Result<Vec<(String, Vec<u8>)>, Failure> {
     let Some((artifact, suffix)) = artifact(emit) else {
         return Err(Failure::Usage(format!("internal: --emit {} is not native code", emit.name())));
@@ -56,10 +58,10 @@ pub(crate) fn files(
         .func_ids()
         .map(|f| entry(file, lowered, f, &prefix, &source))
         .collect::<Result<Vec<_>, _>>()?;
-    let compiled = aot::compile(&entries, cpu, artifact)
+    let compiled = aot::compile(&entries, cpu, threads, artifact)
         .map_err(|e| Failure::Input(format!("{}: error: {e}\n", file.name)))?;
     let guard = format!("FBC_{}_H", prefix.to_ascii_uppercase());
-    let header = aot::header(&entries, &guard, &source);
+    let header = aot::header(&entries, &guard, &source, threads);
     Ok(vec![(format!("{stem}.{suffix}"), compiled.bytes), (format!("{stem}.h"), header.into())])
 }
 

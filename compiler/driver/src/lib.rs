@@ -343,6 +343,11 @@ impl Driver {
         if a.cpu.is_some() && !a.is_cpu_llvm() {
             return Err(Failure::Usage("--cpu is for --target cpu-llvm".into()));
         }
+        if a.threads.is_some() && !emit.is_native() {
+            return Err(Failure::Usage(
+                "--threads is for native code (--target cpu-llvm --emit obj|asm|llvm)".into(),
+            ));
+        }
         #[cfg(not(feature = "llvm"))]
         if emit.is_native() {
             return Err(cli::no_llvm());
@@ -376,7 +381,8 @@ impl Driver {
                     Failure::Usage(format!("--cpu {cpu}: expected `host` or `generic`"))
                 })?;
                 session.compile(file, &mut module)?;
-                let files = aot::files(file, &module, Path::new(&file.name), emit, cpu)?;
+                let threads = usize::from(a.threads.unwrap_or(1));
+                let files = aot::files(file, &module, Path::new(&file.name), emit, cpu, threads)?;
                 Compiled::Native(files, Box::new(module))
             }
             #[cfg(not(feature = "llvm"))]

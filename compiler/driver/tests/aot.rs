@@ -33,19 +33,17 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `fbc FILE -O3 --target cpu-llvm --emit EMIT -o DIR`, which must succeed.
-fn compile(file: &Path, emit: &str, dir: &Path) {
-    let out = common::fbc(&[
-        &file.to_string_lossy(),
-        "-O3",
-        "--target",
-        "cpu-llvm",
-        "--emit",
-        emit,
-        "-o",
-        &dir.to_string_lossy(),
-    ]);
+/// `fbc FILE -O3 --target cpu-llvm --emit EMIT -o DIR [extra]`, which must succeed.
+fn compile_with(file: &Path, emit: &str, dir: &Path, extra: &[&str]) {
+    let (file, dir) = (file.to_string_lossy(), dir.to_string_lossy());
+    let mut args = vec![file.as_ref(), "-O3", "--target", "cpu-llvm", "--emit", emit, "-o", &dir];
+    args.extend_from_slice(extra);
+    let out = common::fbc(&args);
     assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+fn compile(file: &Path, emit: &str, dir: &Path) {
+    compile_with(file, emit, dir, &[]);
 }
 
 /// `cc -O2 -Wall -Werror -I INCLUDE SOURCES -lm -o EXE`.
@@ -173,9 +171,14 @@ struct Built {
 
 /// Compiles `file` ahead of time into a scratch directory named after `tag`.
 fn build(file: &Path, tag: &str) -> Built {
+    build_with(file, tag, &[])
+}
+
+/// [`build`] with more arguments for `fbc`.
+fn build_with(file: &Path, tag: &str, extra: &[&str]) -> Built {
     let dir = common::scratch(tag);
     let out = dir.join("build");
-    compile(file, "obj", &out);
+    compile_with(file, "obj", &out, extra);
     let header_path = std::fs::read_dir(&out)
         .expect("the output")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -272,6 +275,50 @@ fn a_generated_training_step_links_and_matches_the_interpreter() {
     matches_the_interpreter(&build(&file, "aot-gen-build"), &m, "loss_grad");
 }
 
+/// `--threads 2`: the launches the JIT would split run on two POSIX threads, with the same bits
+/// as on one (each output element is written by one chunk, in the same order).
+#[test]
+fn threads_give_the_same_bits() {
+    let dir = common::scratch("aot-threads");
+    let file = dir.join("bert.fbir");
+    let out = common::fbc(&[
+        "gen",
+        "bert-large",
+        "--layers",
+        "1",
+        "--seq",
+        "8",
+        "--lora-rank",
+        "2",
+        "--training",
+        "-o",
+        &file.to_string_lossy(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let m = load(&file);
+    let inputs = fbc_runtime::interp::random_inputs(&m, "loss_grad", 3).expect("inputs");
+    let like = Interpreter::new(&m).run("loss_grad", inputs.clone()).expect("the interpreter");
+    let one = build_with(&file, "aot-threads-1", &[]);
+    let two = build_with(&file, "aot-threads-2", &["--threads", "2"]);
+    assert!(
+        two.header.contains("runs its launches on up to\n * 2 (POSIX threads"),
+        "{}",
+        two.header
+    );
+    let (c1, r1) = call(&one, "loss_grad", &inputs, &like);
+    let (c2, r2) = call(&two, "loss_grad", &inputs, &like);
+    assert_eq!((c1, c2), (0, 0));
+    for (i, (a, b)) in r1.iter().zip(&r2).enumerate() {
+        compare_values(a, b, Tolerance::EXACT).unwrap_or_else(|e| panic!("result {i}: {e}"));
+    }
+    // The object starts threads: some launch of this step is large enough to split.
+    let ll = dir.join("ll");
+    compile_with(&file, "llvm", &ll, &["--threads", "2"]);
+    let ir = std::fs::read_to_string(ll.join("bert_large.ll")).expect("IR");
+    assert!(ir.contains("call i32 @fbc_run_chunks("), "no launch is split");
+    assert!(ir.contains("@pthread_create("));
+}
+
 /// A dense constant is packed into its storage; an index out of range stops the program with
 /// the gather's fault as its status, and nothing is written.
 #[test]
@@ -344,6 +391,10 @@ fn usage_errors() {
         (
             vec!["--target", "mali", "--cpu", "generic"],
             "fbc: error: --cpu is for --target cpu-llvm\n",
+        ),
+        (
+            vec!["--target", "cpu-llvm", "--emit", "memory", "--threads", "2"],
+            "fbc: error: --threads is for native code (--target cpu-llvm --emit obj|asm|llvm)\n",
         ),
         (
             vec!["--target", "cpu-llvm", "--cpu", "z80", "-o", "/nonexistent/x"],

@@ -284,6 +284,11 @@ pub struct CompileArgs {
     #[arg(long, value_name = "host|generic")]
     pub cpu: Option<String>,
 
+    /// With `--target cpu-llvm --emit obj|asm|llvm`: the most threads one launch runs on (POSIX
+    /// threads the entry points start, where the split is proven race-free; default 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+
     /// How layouts are chosen at -O3: fblayout (Sec. 4.4), reuse (MNN: one layout per tensor,
     /// no conversions, no index elimination) or convert (TFLite: explicit conversions).
     #[arg(long, value_enum, default_value = "fblayout")]
