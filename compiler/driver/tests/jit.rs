@@ -50,14 +50,7 @@ fn functions(text: &str) -> Vec<String> {
 
 #[test]
 fn every_op_file_matches_the_interpreter() {
-    let dir = repo().join("tests/ir/ops");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/ir/ops")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "fbir"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 6, "the op corpus is missing: {files:?}");
+    let files = common::op_corpus();
     let mut failed = Vec::new();
     let mut ran = 0;
     for f in &files {

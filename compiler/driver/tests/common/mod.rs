@@ -49,6 +49,19 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
     p.to_string_lossy().into_owned()
 }
 
+/// The files of the op corpus (`tests/ir/ops/*.fbir`), sorted.
+pub fn op_corpus() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/ir/ops");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/ir/ops")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "fbir"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "the op corpus is missing: {files:?}");
+    files
+}
+
 /// Generates one Llama layer's training step (`fbc gen llama3.2-1b --layers 1 --seq 8 --vocab 64
 /// --lora-rank 2 --training`: its LoRA gradients and the loss, every forward and backward op kind
 /// of a decoder) into `llama.fbir` of scratch directory `name`, and returns the path.
