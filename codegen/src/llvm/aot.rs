@@ -61,7 +61,7 @@ pub enum Step {
     /// Storage for the slot holding these elements (`f32` or `i32` bits, the slot's count).
     Constant { slot: usize, bits: Vec<u32> },
     /// The kernel on the slots' storage (inputs, then the output).
-    Launch { kernel: Kernel, slots: Vec<usize> },
+    Launch { kernel: Box<Kernel>, slots: Vec<usize> },
     /// Result `result` becomes a copy of the slot's elements (as many).
     Download { slot: usize, result: usize },
     /// The slot's storage is freed.

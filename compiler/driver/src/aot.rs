@@ -205,7 +205,7 @@ fn entry(
                 let kernel = Kernel::from_op(d).map_err(|e| located(file, d, e))?;
                 let s =
                     d.operands.iter().map(|v| slot(&slots, v)).collect::<Result<Vec<_>, _>>()?;
-                steps.push(Step::Launch { kernel, slots: s });
+                steps.push(Step::Launch { kernel: Box::new(kernel), slots: s });
             }
             Some(MemoryOp::Download) => {
                 if !is_linear(d) {
