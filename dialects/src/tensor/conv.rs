@@ -27,6 +27,20 @@ const CONV_ATTRS: [AttrDef; 4] = [
     AttrDef::optional("groups", AttrKind::Int, "1", "≥ 1, dividing both C and O"),
 ];
 
+/// The attributes of the convolution's backward ops: the forward shape they differentiate
+/// towards, then the forward op's.
+const CONV_GRAD_ATTRS: [AttrDef; 5] = [
+    AttrDef::required(
+        "shape",
+        AttrKind::IntArray,
+        "the forward operand's shape: the input's [N, C, H, W] or the weight's [O, C/groups, KH, KW]",
+    ),
+    CONV_ATTRS[0],
+    CONV_ATTRS[1],
+    CONV_ATTRS[2],
+    CONV_ATTRS[3],
+];
+
 /// The rules every convolution op's verifier enforces, for the docs.
 macro_rules! conv_rules {
     () => {
@@ -183,7 +197,7 @@ enum Src {
 }
 
 impl Src {
-    fn err(self, cx: &Ctx<'_, '_>, what: &str, msg: String) -> OpError {
+    fn err(self, cx: &Ctx<'_, '_>, what: &str, msg: &str) -> OpError {
         match self {
             Src::Operand(i) => OpError::operand(i, format!("{msg} — {}", cx.what(i))),
             Src::Shape => {
@@ -205,7 +219,7 @@ fn check_conv(
     let attrs = Conv2dAttrs::read(cx.name, |n| cx.v.attr(n))?;
     let rank4 = |s: &[u64], src: Src, what: &str, layout: &str| -> Result<[u64; 4], OpError> {
         <[u64; 4]>::try_from(s).map_err(|_| {
-            src.err(cx, what, format!("expected rank 4 {layout}, found rank {}", s.len()))
+            src.err(cx, what, &format!("expected rank 4 {layout}, found rank {}", s.len()))
         })
     };
     let [n, c, h, w] = rank4(xs, xsrc, "the input", "[N, C, H, W]")?;
@@ -226,7 +240,7 @@ fn check_conv(
         return Err(wsrc.err(
             cx,
             "the weight",
-            format!(
+            &format!(
                 "expected {} input channels per group (C / groups = {c} / {g}), found {cg}",
                 c / g
             ),
@@ -237,7 +251,7 @@ fn check_conv(
         wsrc.err(
             cx,
             "the weight",
-            format!(
+            &format!(
                 "the dilated kernel {axis} {ext} is larger than the padded input {axis} {padded}"
             ),
         )
@@ -351,13 +365,7 @@ pub static OPS: &[OpDef] = &[
         ),
         operands: Arity::Exactly(2),
         results: Arity::Exactly(1),
-        attrs: &[
-            AttrDef::required("shape", AttrKind::IntArray, "the forward input's [N, C, H, W]"),
-            CONV_ATTRS[0],
-            CONV_ATTRS[1],
-            CONV_ATTRS[2],
-            CONV_ATTRS[3],
-        ],
+        attrs: &CONV_GRAD_ATTRS,
         traits: OpTraits::PURE,
         class: Some(FbClass::FtdD),
         infer: infer_conv2d_grad_input,
@@ -385,13 +393,7 @@ pub static OPS: &[OpDef] = &[
         ),
         operands: Arity::Exactly(2),
         results: Arity::Exactly(1),
-        attrs: &[
-            AttrDef::required("shape", AttrKind::IntArray, "the forward weight's [O, C/g, KH, KW]"),
-            CONV_ATTRS[0],
-            CONV_ATTRS[1],
-            CONV_ATTRS[2],
-            CONV_ATTRS[3],
-        ],
+        attrs: &CONV_GRAD_ATTRS,
         traits: OpTraits::PURE,
         class: Some(FbClass::FtdD),
         infer: infer_conv2d_grad_weight,
