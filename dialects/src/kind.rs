@@ -114,6 +114,12 @@ op_kinds! {
         CrossEntropy = "tensor.cross_entropy",
         CausalMask = "tensor.causal_mask",
         Attention = "tensor.attention",
+        Conv2d = "tensor.conv2d",
+        Conv2dGradInput = "tensor.conv2d_grad_input",
+        Conv2dGradWeight = "tensor.conv2d_grad_weight",
+        GroupNorm = "tensor.group_norm",
+        GroupNormGrad = "tensor.group_norm_grad",
+        Upsample = "tensor.upsample",
         Reshape = "tensor.reshape",
         Transpose = "tensor.transpose",
         Broadcast = "tensor.broadcast",
@@ -218,6 +224,9 @@ macro_rules! tensor_vjps {
             | $crate::kind::TensorOp::RopeGrad
             | $crate::kind::TensorOp::CrossEntropyGrad
             | $crate::kind::TensorOp::EmbeddingGrad
+            | $crate::kind::TensorOp::Conv2dGradInput
+            | $crate::kind::TensorOp::Conv2dGradWeight
+            | $crate::kind::TensorOp::GroupNormGrad
     };
 }
 
@@ -341,7 +350,7 @@ mod tests {
         let of = |g: &str| TensorOp::ALL.iter().filter(|&&t| group(t) == g).count();
         assert_eq!(
             [of("binary"), of("unary"), of("reduction"), of("movement"), of("vjp")],
-            [7, 11, 3, 5, 11]
+            [7, 11, 3, 5, 14]
         );
         assert!(matches!(TensorOp::GeluGrad, crate::tensor_elementwise_vjps!()));
         assert_eq!(group(TensorOp::SliceGrad), "");

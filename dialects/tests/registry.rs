@@ -41,6 +41,13 @@ const EXPECTED: &[(&str, Option<FbClass>)] = &[
     ("tensor.cross_entropy", Some(FtdC)),
     ("tensor.causal_mask", Some(FtiC)),
     ("tensor.attention", Some(FtdD)),
+    // Paper Table 1 lists Conv2D, BatchNorm and LayerNorm as FTD-D; group norm is a norm like them.
+    ("tensor.conv2d", Some(FtdD)),
+    ("tensor.conv2d_grad_input", Some(FtdD)),
+    ("tensor.conv2d_grad_weight", Some(FtdD)),
+    ("tensor.group_norm", Some(FtdD)),
+    ("tensor.group_norm_grad", Some(FtdD)),
+    ("tensor.upsample", Some(FtiD)),
     ("tensor.softmax_grad", Some(FtdC)),
     ("tensor.layernorm_grad", Some(FtdD)),
     ("tensor.rmsnorm_grad", Some(FtdD)),

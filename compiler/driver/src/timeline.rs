@@ -83,7 +83,9 @@ impl Kind {
     fn of_tensor(t: TensorOp) -> Kind {
         use TensorOp as T;
         match t {
-            T::Matmul | T::Attention => Kind::Contraction,
+            T::Matmul | T::Attention | T::Conv2d | T::Conv2dGradInput | T::Conv2dGradWeight => {
+                Kind::Contraction
+            }
             fbc_dialects::tensor_reductions!()
             | T::Softmax
             | T::Layernorm
@@ -94,11 +96,14 @@ impl Kind {
             | T::RmsnormGrad
             | T::CrossEntropyGrad
             | T::Unbroadcast
-            | T::EmbeddingGrad => Kind::Reduction,
+            | T::EmbeddingGrad
+            | T::GroupNorm
+            | T::GroupNormGrad => Kind::Reduction,
             fbc_dialects::tensor_data_movement!()
             | T::Embedding
             | T::SliceGrad
-            | T::UpdateSlice => Kind::Movement,
+            | T::UpdateSlice
+            | T::Upsample => Kind::Movement,
             fbc_dialects::tensor_elementwise_binary!()
             | fbc_dialects::tensor_elementwise_unary!()
             | fbc_dialects::tensor_elementwise_vjps!()

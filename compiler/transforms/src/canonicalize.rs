@@ -138,6 +138,9 @@ pub fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
         | T::UpdateSlice
         | T::CausalMask
         | T::Attention
+        | T::Conv2d
+        | T::GroupNorm
+        | T::Upsample
         | T::Ge => None,
     }
 }

@@ -359,6 +359,43 @@ fn numeric_softmax_and_norms() {
 }
 
 #[test]
+fn numeric_convolutions() {
+    // Stride, asymmetric padding, dilation, groups and a bias; then "same" padding.
+    op_check(
+        &[("x", &[2, 4, 5, 6], F), ("w", &[6, 2, 3, 2], F), ("b", &[6], F)],
+        "%y = tensor.conv2d %x, %w, %b {dilation = [1, 2], groups = 2, padding = [1, 0, 2, 1], stride = [2, 1]}",
+        &[2, 6, 3, 5],
+        -1.0,
+        1.0,
+    );
+    op_check(
+        &[("x", &[1, 3, 4, 4], F), ("w", &[2, 3, 3, 3], F)],
+        "%y = tensor.conv2d %x, %w {padding = \"same\"}",
+        &[1, 2, 4, 4],
+        -1.0,
+        1.0,
+    );
+}
+
+#[test]
+fn numeric_group_norm_and_upsample() {
+    op_check(
+        &[("x", &[2, 4, 3, 2], F), ("g", &[4], F), ("b", &[4], F)],
+        "%y = tensor.group_norm %x, %g, %b {eps = 0.01, groups = 2}",
+        &[2, 4, 3, 2],
+        -2.0,
+        2.0,
+    );
+    op_check(
+        &[("x", &[1, 2, 2, 3], F)],
+        "%y = tensor.upsample %x {scale = 3}",
+        &[1, 2, 6, 9],
+        -2.0,
+        2.0,
+    );
+}
+
+#[test]
 fn numeric_rope_including_tables() {
     op_check(
         &[("x", &[2, 3, 4], F), ("c", &[3, 4], F), ("s", &[3, 4], F)],

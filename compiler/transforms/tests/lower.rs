@@ -123,9 +123,72 @@ fn every_tensor_op_keeps_its_numbers() {
         .map(|d| d.name)
         .filter(|n| n.starts_with("tensor."))
         .collect();
-    let missing: Vec<&&str> = all.iter().filter(|n| !seen.contains(**n)).collect();
+    let missing: Vec<&&str> =
+        all.iter().filter(|n| !seen.contains(**n) && !NOT_LOWERED.contains(n)).collect();
     assert!(missing.is_empty(), "ops without a lowering test: {missing:?}");
-    assert_eq!(all.len(), 54);
+    assert_eq!(all.len(), 60);
+}
+
+/// The ops `lower-to-memory` does not lower yet (issue 17's kernels); the interpreter runs them.
+const NOT_LOWERED: [&str; 6] = [
+    "tensor.conv2d",
+    "tensor.conv2d_grad_input",
+    "tensor.conv2d_grad_weight",
+    "tensor.group_norm",
+    "tensor.group_norm_grad",
+    "tensor.upsample",
+];
+
+#[test]
+fn convolutional_ops_are_rejected_with_a_located_error() {
+    let cases = [
+        (
+            "%x: tensor<1x4x4x4xf32>, %w: tensor<2x4x3x3xf32>",
+            "tensor<1x2x2x2xf32>",
+            "tensor.conv2d %x, %w",
+        ),
+        (
+            "%x: tensor<1x2x2x2xf32>, %w: tensor<2x4x3x3xf32>",
+            "tensor<1x4x4x4xf32>",
+            "tensor.conv2d_grad_input %x, %w {shape = [1, 4, 4, 4]}",
+        ),
+        (
+            "%x: tensor<1x4x4x4xf32>, %w: tensor<1x2x2x2xf32>",
+            "tensor<2x4x3x3xf32>",
+            "tensor.conv2d_grad_weight %x, %w {shape = [2, 4, 3, 3]}",
+        ),
+        (
+            "%x: tensor<1x4x4x4xf32>, %w: tensor<4xf32>",
+            "tensor<1x4x4x4xf32>",
+            "tensor.group_norm %x, %w, %w {groups = 2}",
+        ),
+        (
+            "%x: tensor<1x4x4x4xf32>, %w: tensor<4xf32>",
+            "tensor<1x4x4x4xf32>",
+            "%y, %dg, %db = tensor.group_norm_grad %x, %w, %x {groups = 2}",
+        ),
+        ("%x: tensor<1x4x4x4xf32>", "tensor<1x4x8x8xf32>", "tensor.upsample %x"),
+    ];
+    for (args, result, op) in cases {
+        let def = if op.starts_with('%') { op.to_string() } else { format!("%y = {op}") };
+        let text = format!(
+            "func.func @f({args}) -> {result} {{\n  {def}\n  func.return %y : {result}\n}}\n"
+        );
+        let file = SourceFile::new("t.fbir", text.as_str());
+        let mut m = parse(&text);
+        let reg = fbc_dialects::registry();
+        let steps = fbc_transforms::default_registry().parse_pipeline("lower-to-memory").unwrap();
+        let mut cx = PassContext::new(&reg);
+        let mali = fbc_target::builtin("mali").unwrap();
+        cx.target = &mali;
+        let err = PassManager::new(steps).run(&mut m, &mut cx, &mut |_| {}).unwrap_err();
+        let rendered = fbc_grammar::diag::render_all(&file, &err);
+        let name = op.split_whitespace().find(|w| w.starts_with("tensor.")).unwrap();
+        let want = format!(
+            "t.fbir:2:3: error: lower-to-memory: not yet supported: {name} on target mali\n"
+        );
+        assert!(rendered.starts_with(&want), "{rendered}");
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@
 
 mod common;
 pub mod constant;
+pub mod conv;
 pub mod elementwise;
 pub mod grad;
 pub mod matmul;
@@ -29,12 +30,21 @@ pub mod shape;
 
 pub use common::{broadcast_shapes, broadcasts_to, normalize_axis, BroadcastError};
 pub use constant::splat;
+pub use conv::{Conv2dAttrs, Padding};
 
 use fbc_ir::{AttrDef, AttrKind, OpDef, OpRegistry};
 
 /// Every group of tensor ops, in documentation order.
-pub static GROUPS: &[&[OpDef]] =
-    &[constant::OPS, elementwise::OPS, matmul::OPS, reduce::OPS, nn::OPS, shape::OPS, grad::OPS];
+pub static GROUPS: &[&[OpDef]] = &[
+    constant::OPS,
+    elementwise::OPS,
+    matmul::OPS,
+    reduce::OPS,
+    nn::OPS,
+    conv::OPS,
+    shape::OPS,
+    grad::OPS,
+];
 
 /// All tensor ops.
 pub fn ops() -> impl Iterator<Item = &'static OpDef> {

@@ -106,6 +106,9 @@ pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
         T::CrossEntropy => float!(cross_entropy),
         T::CausalMask => float!(causal_mask),
         T::Attention => float!(attention),
+        T::Conv2d => float!(conv2d),
+        T::GroupNorm => float!(group_norm),
+        T::Upsample => float!(upsample),
         // Data movement.
         T::Reshape => any!(reshape),
         T::Transpose => any!(transpose),
@@ -125,6 +128,9 @@ pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
         T::RopeGrad => float!(rope_grad),
         T::CrossEntropyGrad => float!(cross_entropy_grad),
         T::EmbeddingGrad => float!(embedding_grad),
+        T::Conv2dGradInput => float!(conv2d_grad_input),
+        T::Conv2dGradWeight => float!(conv2d_grad_weight),
+        T::GroupNormGrad => float!(group_norm_grad),
         T::Unbroadcast => float!(unbroadcast),
         T::SliceGrad => float!(slice_grad),
         T::Ge => float!(ge),
@@ -212,6 +218,35 @@ impl OpCx<'_> {
                 Ok(s.parse()?)
             }
         }
+    }
+
+    /// The resolved convolution attributes of a `tensor.conv2d*` op whose kernel is `[KH, KW]`
+    /// (the verifier has checked them; a failure here is reported, not a panic).
+    fn conv_params(&self, kernel: &[usize]) -> Result<r::Conv2dParams, Fail> {
+        let a = fbc_dialects::tensor::Conv2dAttrs::read(self.op.name(), |n| self.attr(n))
+            .map_err(|e| Fail::Message(e.message))?;
+        let [kh, kw] = kernel else {
+            return Err(Fail::Message(format!("a kernel of shape {kernel:?}")));
+        };
+        let size = |v: u64| {
+            usize::try_from(v).map_err(|_| Fail::Message(format!("{v} does not fit in usize")))
+        };
+        let k = [*kh as u64, *kw as u64];
+        let [t, l, b, rt] = a.pads(k);
+        Ok(r::Conv2dParams {
+            stride: [size(a.stride[0])?, size(a.stride[1])?],
+            padding: [size(t)?, size(l)?, size(b)?, size(rt)?],
+            dilation: [size(a.dilation[0])?, size(a.dilation[1])?],
+            groups: size(a.groups)?,
+        })
+    }
+
+    /// `groups` and `eps` of a group norm or its gradient.
+    fn group_norm_attrs(&self) -> Result<(usize, f64), Fail> {
+        let groups = self.int("groups", None)?;
+        let groups =
+            usize::try_from(groups).map_err(|_| self.bad_attr("groups", "an integer ≥ 1"))?;
+        Ok((groups, self.float("eps", Some(DEFAULT_EPS))?))
     }
 
     /// The shape of result `i`, from its declared type.
@@ -349,6 +384,29 @@ fn rmsnorm<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
     Ok(vec![r::rmsnorm(cx.x::<T>(0)?, cx.x::<T>(1)?, eps)?])
 }
 
+/// The kernel size `[KH, KW]` of a weight shape `[O, C/groups, KH, KW]`.
+fn kernel_of(w: &[usize]) -> &[usize] {
+    w.get(2..).unwrap_or(&[])
+}
+
+fn conv2d<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let w = cx.x::<T>(1)?;
+    let bias = if cx.args.len() > 2 { Some(cx.x::<T>(2)?) } else { None };
+    let p = cx.conv_params(kernel_of(w.shape()))?;
+    Ok(vec![r::conv2d(cx.x::<T>(0)?, w, bias, &p)?])
+}
+
+fn group_norm<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let (groups, eps) = cx.group_norm_attrs()?;
+    Ok(vec![r::group_norm(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, groups, eps)?])
+}
+
+fn upsample<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let scale = cx.int("scale", Some(2))?;
+    let scale = usize::try_from(scale).map_err(|_| cx.bad_attr("scale", "an integer ≥ 1"))?;
+    Ok(vec![r::upsample(cx.x::<T>(0)?, scale)?])
+}
+
 fn rope<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
     Ok(vec![r::rope(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?)?])
 }
@@ -447,6 +505,25 @@ fn rmsnorm_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
     let eps = cx.float("eps", Some(DEFAULT_EPS))?;
     let (dx, dgamma) = r::rmsnorm_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, eps)?;
     Ok(vec![dx, dgamma])
+}
+
+fn conv2d_grad_input<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let w = cx.x::<T>(1)?;
+    let p = cx.conv_params(kernel_of(w.shape()))?;
+    Ok(vec![r::conv2d_grad_input(cx.x::<T>(0)?, w, &cx.usizes("shape")?, &p)?])
+}
+
+fn conv2d_grad_weight<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let shape = cx.usizes("shape")?;
+    let p = cx.conv_params(kernel_of(&shape))?;
+    Ok(vec![r::conv2d_grad_weight(cx.x::<T>(0)?, cx.x::<T>(1)?, &shape, &p)?])
+}
+
+fn group_norm_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let (groups, eps) = cx.group_norm_attrs()?;
+    let (dx, dgamma, dbeta) =
+        r::group_norm_grad(cx.x::<T>(0)?, cx.x::<T>(1)?, cx.x::<T>(2)?, groups, eps)?;
+    Ok(vec![dx, dgamma, dbeta])
 }
 
 fn gelu_grad<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {

@@ -31,6 +31,7 @@ mod layout;
 mod scalar;
 mod tensor;
 
+pub mod conv;
 pub mod elementwise;
 pub mod grad;
 pub mod matmul;
@@ -43,6 +44,10 @@ mod testing;
 #[cfg(test)]
 mod tests;
 
+pub use conv::{
+    conv2d, conv2d_grad_input, conv2d_grad_weight, group_norm, group_norm_grad, upsample,
+    Conv2dParams,
+};
 pub use elementwise::{
     add, div, erf, exp, gelu, log, max, min, mul, neg, pow, relu, rsqrt, scale, select, sigmoid,
     silu, sqrt, sub, tanh, GeluApproximation,

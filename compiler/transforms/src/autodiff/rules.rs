@@ -241,6 +241,24 @@ pub(crate) fn apply(
             out.extend(r.into_iter().enumerate().filter(|&(i, _)| want(i)));
         }
         T::Rope => rope(e, m, &d, dy, active, &mut out)?,
+        T::Conv2d => conv2d(e, m, &d, dy, active, &mut out)?,
+        T::GroupNorm => {
+            let attrs = copy_attrs(&d, &["groups", "eps"]);
+            let r = e.ops(m, T::GroupNormGrad, &[x(0)?, x(1)?, dy], attrs)?;
+            out.extend(r.into_iter().enumerate().filter(|&(i, _)| want(i)));
+        }
+        T::Upsample => {
+            // Each input pixel fed a scale × scale block: sum dy over the block, seen as axes 3
+            // and 5 of [N, C, H, scale, W, scale].
+            let xt = e.tensor(m, x(0)?)?;
+            let s = d.attr("scale").and_then(Attr::as_int).unwrap_or(2).unsigned_abs();
+            let [n, c, h, w] = xt.shape[..] else {
+                return Err(internal(d.span, "upsample of a tensor of rank other than 4"));
+            };
+            let blocks = e.reshape(m, dy, &[n, c, h, s, w, s])?;
+            let attrs = vec![("axes".into(), Attr::ints([3, 5]))];
+            out.push((0, e.op(m, T::ReduceSum, &[blocks], attrs)?));
+        }
         T::Reshape => {
             let xt = e.tensor(m, x(0)?)?;
             out.push((0, e.reshape(m, dy, &xt.shape)?));
@@ -320,6 +338,42 @@ pub(crate) fn apply(
         no_rule!() => return Err(no_rule()),
     }
     Ok(out)
+}
+
+/// The attributes a convolution's backward ops copy from the forward op.
+const CONV_ATTRS: [&str; 4] = ["stride", "padding", "dilation", "groups"];
+
+/// `y = conv2d(x, w, bias)`: `dx` by `conv2d_grad_input` (the transposed convolution), `dw` by
+/// `conv2d_grad_weight`, each told its forward operand's shape; `dbias` sums `dy` over every
+/// axis but the output channel.
+fn conv2d(
+    e: &mut Emitter<'_>,
+    m: &mut Module,
+    d: &OpData,
+    dy: Value,
+    active: &[bool],
+    out: &mut Vec<(usize, Value)>,
+) -> Result<(), Diagnostic> {
+    let (x, w) = (d.operands[0], d.operands[1]);
+    let want = |i: usize| active.get(i).copied().unwrap_or(false);
+    let with_shape = |e: &Emitter<'_>, m: &Module, v: Value| -> Result<_, Diagnostic> {
+        let mut attrs = copy_attrs(d, &CONV_ATTRS);
+        attrs.push(("shape".into(), dims_attr(&e.tensor(m, v)?.shape)));
+        Ok(attrs)
+    };
+    if want(0) {
+        let attrs = with_shape(e, m, x)?;
+        out.push((0, e.op(m, T::Conv2dGradInput, &[dy, w], attrs)?));
+    }
+    if want(1) {
+        let attrs = with_shape(e, m, w)?;
+        out.push((1, e.op(m, T::Conv2dGradWeight, &[x, dy], attrs)?));
+    }
+    if want(2) {
+        let attrs = vec![("axes".into(), Attr::ints([0, 2, 3]))];
+        out.push((2, e.op(m, T::ReduceSum, &[dy], attrs)?));
+    }
+    Ok(())
 }
 
 /// `C = op(a)·op(b)` with `op` the optional transposition: `dA = dC·Bᵀ`, `dB = Aᵀ·dC`, written

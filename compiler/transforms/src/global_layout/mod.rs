@@ -122,7 +122,14 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::CausalMask
             | T::Attention
             | T::Rope
-            | T::RopeGrad => true,
+            | T::RopeGrad
+            // Not lowered yet (`lower-to-memory` rejects them): no kernel reads a tile of them.
+            | T::Conv2d
+            | T::Conv2dGradInput
+            | T::Conv2dGradWeight
+            | T::GroupNorm
+            | T::GroupNormGrad
+            | T::Upsample => true,
             fbc_dialects::tensor_elementwise_vjps!()
             | fbc_dialects::tensor_elementwise_binary!()
             | fbc_dialects::tensor_elementwise_unary!()

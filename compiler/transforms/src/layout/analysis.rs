@@ -48,7 +48,8 @@ fn attr_axis(m: &Module, op: Op, rank: usize) -> Option<usize> {
 /// `None` when `op` does not reduce that operand. Reductions: matmul (both operands, along K),
 /// `reduce_sum`/`reduce_max`/`reduce_mean`, `softmax` and `softmax_grad`, `layernorm`, `rmsnorm`,
 /// `cross_entropy` and its grad (along the class axis), `unbroadcast` (the summed axes), and the
-/// norm grads (every axis: `dx` reduces along the normalized axis, `dgamma` across the others).
+/// norm grads (every axis: `dx` reduces along the normalized axis, `dgamma` across the others),
+/// the convolutions and `group_norm`.
 pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
     let d = m.op(op);
     let v = *d.operands.get(i)?;
@@ -81,6 +82,17 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         T::SoftmaxGrad if i <= 1 => one(attr_axis(m, op, r)?),
         T::Rmsnorm | T::CrossEntropy | T::CrossEntropyGrad if i == 0 && r >= 1 => one(r - 1),
         T::LayernormGrad | T::RmsnormGrad if i == 0 || i == 2 => all(),
+        // A convolution reduces its input over the channels (and a window of H, W), its weight
+        // over `(C/groups, KH, KW)`; the input gradient reduces `dy` over `O` and the weight over
+        // its `O`; the weight gradient reduces both operands over `(N, OH, OW)`.
+        T::Conv2d if i == 0 && r == 4 => one(1),
+        T::Conv2d if i == 1 && r == 4 => Some(BTreeSet::from([1, 2, 3])),
+        T::Conv2dGradInput if r == 4 => one(if i == 0 { 1 } else { 0 }),
+        T::Conv2dGradWeight if r == 4 => Some(BTreeSet::from([0, 2, 3])),
+        // Group norm reduces each sample over its group's channels and positions; its gradient
+        // also reduces across samples for `dgamma`, `dbeta`.
+        T::GroupNorm if i == 0 => Some((1..r).collect()),
+        T::GroupNormGrad if i == 0 || i == 2 => all(),
         T::Unbroadcast if i == 0 => {
             let to = d.attr("shape").and_then(Attr::as_ints)?;
             let from = shape_of(m, v)?;
@@ -115,6 +127,9 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         | T::SliceGrad
         | T::UpdateSlice
         | T::CausalMask
+        | T::Conv2d
+        | T::GroupNorm
+        | T::Upsample
         | T::Ge => None,
     }
 }
