@@ -1150,6 +1150,17 @@ fn packed_contractions_are_bit_identical() {
         ),
         |_| {},
     );
+    // b read through a map that mixes its reduction and column indices inside a `mod` (a
+    // permutation of its 400 elements): not a sum of a row part and a column part, so it is
+    // packed through the map at every element (the other cases pack by column offsets).
+    check_packed(
+        &["!memory.buffer<400, f32>", "!memory.buffer<400, f32>", "!memory.buffer<400, f32>"],
+        &format!(
+            "domain = [20, 20, 20], iterators = [{P}, {P}, {R}], maps = [(d0, d1, d2) -> (d0 * 20 + d2), \
+             (d0, d1, d2) -> ((d2 * 20 + d1) * 7 mod 400), (d0, d1, d2) -> (d0 * 20 + d1)], body = \"x0 * x1\", combine = \"add\""
+        ),
+        |_| {},
+    );
     // The split dimension (d0, the first of more than one point) heads a group of two: the rows
     // (d0, d1) are 12, the columns the innermost dimension d2.
     check_packed(

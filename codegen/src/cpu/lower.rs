@@ -224,6 +224,40 @@ pub(crate) trait Emit {
     fn ret_ok(&mut self) -> R<()>;
 }
 
+/// Whether every result of `map` is a sum (with constant factors) of terms that each read
+/// dimensions of at most one of the groups `a` and `b` (masks of dimensions): then, with the
+/// other dimensions fixed, the offset it gives is `f(a) + g(b)` (an image's offset
+/// `(y·W + x)·4 + c` is a linear combination of its results).
+fn separable(map: &IndexMap, a: u64, b: u64) -> bool {
+    let side = |e: &Expr| -> Option<u8> {
+        let vars = e.vars();
+        let reads = |mask: u64| {
+            map.dims.iter().enumerate().any(|(d, n)| mask & (1u64 << d) != 0 && vars.contains(n))
+        };
+        match (reads(a), reads(b)) {
+            (true, true) => None,
+            (true, false) => Some(1),
+            (false, true) => Some(2),
+            (false, false) => Some(0),
+        }
+    };
+    fn split(e: &Expr, side: &dyn Fn(&Expr) -> Option<u8>) -> bool {
+        if side(e).is_some() {
+            return true;
+        }
+        match e {
+            Expr::Bin(BinOp::Add | BinOp::Sub, x, y) => split(x, side) && split(y, side),
+            Expr::Bin(BinOp::Mul, x, y) => {
+                (matches!(**y, Expr::Const(_)) && split(x, side))
+                    || (matches!(**x, Expr::Const(_)) && split(y, side))
+            }
+            Expr::Neg(x) => split(x, side),
+            _ => false,
+        }
+    }
+    map.results.iter().all(|e| split(e, &side))
+}
+
 /// A payload value: `f32`, or a 64-bit integer.
 #[derive(Debug, Clone, Copy)]
 enum V<T> {
@@ -1027,6 +1061,9 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let one = self.e.iconst(1)?;
         let last = self.e.ibin(IOp::Sub, end, one, true)?;
         self.set_group(other, zero)?;
+        if separable(&self.k.maps[o], d, reduction) {
+            return self.pack_separable(o, d, reduction, first, last, count, width, k0, kb, at);
+        }
         self.count_from(0, count, 1, &mut |l, p| {
             let panel = l.e.ibin(IOp::Mul, p, kb, true)?;
             let p0 = l.mul_add(p, width, first)?;
@@ -1047,6 +1084,64 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
                     let t = l.e.ibin(IOp::Add, base, w, true)?;
                     l.e.store(Ty::F32, scratch, t, v)
                 })
+            })
+        })
+    }
+
+    /// [`Lower::pack`] of an operand whose offset is a sum of a function of the reduction
+    /// indices and one of the packed group's (`separable`): `off(k, x) = off(k, x₀) + off(k₀, x)
+    /// − off(k₀, x₀)`, exactly. Each panel computes its `width` column offsets `off(k₀, x)` once
+    /// (unrolled), and each reduction step one map evaluation, `off(k, x₀)`; an element then
+    /// costs an add, a load and a store instead of the group's division into its dimensions
+    /// and the map (which dominated contractions with a long reduction: measured in
+    /// `tests/bench/cpu_llama.sh`).
+    #[allow(clippy::too_many_arguments)]
+    fn pack_separable(
+        &mut self,
+        o: usize,
+        d: u64,
+        reduction: u64,
+        first: E::V,
+        last: E::V,
+        count: E::V,
+        width: i64,
+        k0: E::V,
+        kb: E::V,
+        at: i64,
+    ) -> R<()> {
+        let scratch =
+            self.scratch.ok_or("internal: a packed contraction without its scratch array")?;
+        let zero = self.e.iconst(0)?;
+        self.count_from(0, count, 1, &mut |l, p| {
+            let panel = l.e.ibin(IOp::Mul, p, kb, true)?;
+            let p0 = l.mul_add(p, width, first)?;
+            l.set_group(reduction, k0)?;
+            let mut columns = Vec::with_capacity(width as usize);
+            let mut xs = Vec::with_capacity(width as usize);
+            for w in 0..width {
+                let x = l.add_const(p0, w)?;
+                let x = l.e.ibin(IOp::SMin, x, last, false)?;
+                l.set_group(d, x)?;
+                columns.push(l.offset(o, Fault::ReadOutOfBounds(o))?);
+                xs.push(x);
+            }
+            l.count_from(0, kb, 1, &mut |l, kk| {
+                let k = l.e.ibin(IOp::Add, k0, kk, true)?;
+                l.set_group(reduction, k)?;
+                l.set_group(d, xs[0])?;
+                let row = l.offset(o, Fault::ReadOutOfBounds(o))?;
+                let delta = l.e.ibin(IOp::Sub, row, columns[0], true)?;
+                let step = l.e.ibin(IOp::Add, panel, kk, true)?;
+                let base = l.mul_add(step, width, zero)?;
+                let base = l.add_const(base, at)?;
+                for (w, &c) in columns.iter().enumerate() {
+                    let off = l.e.ibin(IOp::Add, c, delta, true)?;
+                    let v = l.load(o, off)?;
+                    let v = l.as_f(v)?;
+                    let t = l.add_const(base, w as i64)?;
+                    l.e.store(Ty::F32, scratch, t, v)?;
+                }
+                Ok(())
             })
         })
     }
@@ -1519,5 +1614,27 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         }
         let qy = self.e.ibin(IOp::Mul, q, y, false)?;
         self.e.ibin(IOp::Sub, x, qy, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::separable;
+
+    fn map(text: &str) -> fbc_index::IndexMap {
+        text.parse().expect("a map")
+    }
+
+    #[test]
+    fn separable_maps_are_sums_of_one_sided_terms() {
+        // R-Tile texel maps: every term reads rows (d0) or reduction (d1, d2) dimensions alone.
+        let m = map("(d0, d1, d2) -> (d2 + d1 floordiv 2 * 4, d1 mod 2 * 4 + d0 * 8, d0 mod 4)");
+        assert!(separable(&m, 0b110, 0b001));
+        assert!(separable(&map("(d0, d1) -> ((d1 * 4 + 3) * 20 - d0 * 2)"), 0b01, 0b10));
+        // A `mod` or a product of both sides is not.
+        assert!(!separable(&map("(d0, d1) -> ((d0 * 512 + d1) mod 768)"), 0b01, 0b10));
+        assert!(!separable(&map("(d0, d1) -> (d0 * d1)"), 0b01, 0b10));
+        // A dimension of neither group (fixed while packing) may go anywhere.
+        assert!(separable(&map("(d0, d1, d2) -> ((d0 * 8 + d2) mod 5 + d1)"), 0b010, 0b100));
     }
 }
