@@ -232,6 +232,12 @@ impl Harness {
             }
             fbc::Compiled::Text(t) if cli.compile.emit_kind() == fbc::EmitKind::Memory => t,
             fbc::Compiled::Text(t) => return Ok(t),
+            fbc::Compiled::Native(..) => {
+                return Err(format!(
+                    "{name}: `{args}` writes native code files; a file test compares text (try \
+                     --emit memory)"
+                ))
+            }
         };
         let again = Arc::new(SourceFile::new(name, lowered.clone()));
         let back = fbc_ir::parse_module(&again, &driver.ops)
