@@ -91,7 +91,7 @@ func.func @shape_grads(%x: tensor<2x3x4xf32>, %s: tensor<2x2xf32>) -> (tensor<3x
 
 fn every_op() -> Vec<(String, Module)> {
     let mut out: Vec<(String, Module)> =
-        ["elementwise.fbir", "matmul.fbir", "nn.fbir", "reduce.fbir", "func.fbir"]
+        ["elementwise.fbir", "matmul.fbir", "nn.fbir", "reduce.fbir", "func.fbir", "conv.fbir"]
             .iter()
             .map(|f| (f.to_string(), parse(&corpus(f))))
             .collect();
@@ -123,71 +123,71 @@ fn every_tensor_op_keeps_its_numbers() {
         .map(|d| d.name)
         .filter(|n| n.starts_with("tensor."))
         .collect();
-    let missing: Vec<&&str> =
-        all.iter().filter(|n| !seen.contains(**n) && !NOT_LOWERED.contains(n)).collect();
+    let missing: Vec<&&str> = all.iter().filter(|n| !seen.contains(**n)).collect();
     assert!(missing.is_empty(), "ops without a lowering test: {missing:?}");
     assert_eq!(all.len(), 60);
 }
 
-/// The ops `lower-to-memory` does not lower yet (issue 17's kernels); the interpreter runs them.
-const NOT_LOWERED: [&str; 6] = [
-    "tensor.conv2d",
-    "tensor.conv2d_grad_input",
-    "tensor.conv2d_grad_weight",
-    "tensor.group_norm",
-    "tensor.group_norm_grad",
-    "tensor.upsample",
-];
-
+/// A padded, strided, grouped convolution with a bias is one contraction over `[N, O, OH, OW |
+/// C/groups, KH, KW]`: the padding taps are a `select` on the domain indices that reads nothing
+/// there, the group picks the input channels through `floordiv` (the storage maps split `O` into
+/// group and member), the bias is the epilogue. A 1×1 convolution without padding is a plain
+/// contraction.
 #[test]
-fn convolutional_ops_are_rejected_with_a_located_error() {
-    let cases = [
-        (
-            "%x: tensor<1x4x4x4xf32>, %w: tensor<2x4x3x3xf32>",
-            "tensor<1x2x2x2xf32>",
-            "tensor.conv2d %x, %w",
-        ),
-        (
-            "%x: tensor<1x2x2x2xf32>, %w: tensor<2x4x3x3xf32>",
-            "tensor<1x4x4x4xf32>",
-            "tensor.conv2d_grad_input %x, %w {shape = [1, 4, 4, 4]}",
-        ),
-        (
-            "%x: tensor<1x4x4x4xf32>, %w: tensor<1x2x2x2xf32>",
-            "tensor<2x4x3x3xf32>",
-            "tensor.conv2d_grad_weight %x, %w {shape = [2, 4, 3, 3]}",
-        ),
-        (
-            "%x: tensor<1x4x4x4xf32>, %w: tensor<4xf32>",
-            "tensor<1x4x4x4xf32>",
-            "tensor.group_norm %x, %w, %w {groups = 2}",
-        ),
-        (
-            "%x: tensor<1x4x4x4xf32>, %w: tensor<4xf32>",
-            "tensor<1x4x4x4xf32>",
-            "%y, %dg, %db = tensor.group_norm_grad %x, %w, %x {groups = 2}",
-        ),
-        ("%x: tensor<1x4x4x4xf32>", "tensor<1x4x8x8xf32>", "tensor.upsample %x"),
-    ];
-    for (args, result, op) in cases {
-        let def = if op.starts_with('%') { op.to_string() } else { format!("%y = {op}") };
-        let text = format!(
-            "func.func @f({args}) -> {result} {{\n  {def}\n  func.return %y : {result}\n}}\n"
-        );
-        let file = SourceFile::new("t.fbir", text.as_str());
-        let mut m = parse(&text);
-        let reg = fbc_dialects::registry();
-        let steps = fbc_transforms::default_registry().parse_pipeline("lower-to-memory").unwrap();
-        let mut cx = PassContext::new(&reg);
-        let mali = fbc_target::builtin("mali").unwrap();
-        cx.target = &mali;
-        let err = PassManager::new(steps).run(&mut m, &mut cx, &mut |_| {}).unwrap_err();
-        let rendered = fbc_grammar::diag::render_all(&file, &err);
-        let name = op.split_whitespace().find(|w| w.starts_with("tensor.")).unwrap();
-        let want = format!(
-            "t.fbir:2:3: error: lower-to-memory: not yet supported: {name} on target mali\n"
-        );
-        assert!(rendered.starts_with(&want), "{rendered}");
+fn conv2d_is_one_contraction_with_its_padding_in_the_body() {
+    let src = r#"func.func @f(%x: tensor<1x4x5x5xf32>, %w: tensor<6x2x3x3xf32>, %b: tensor<6xf32>, %w1: tensor<3x4x1x1xf32>) -> (tensor<1x6x3x3xf32>, tensor<1x3x5x5xf32>) {
+  %y = tensor.conv2d %x, %w, %b {groups = 2, padding = [1, 1], stride = [2, 2]} : (tensor<1x4x5x5xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<1x6x3x3xf32>
+  %z = tensor.conv2d %x, %w1 : (tensor<1x4x5x5xf32>, tensor<3x4x1x1xf32>) -> tensor<1x3x5x5xf32>
+  func.return %y, %z : (tensor<1x6x3x3xf32>, tensor<1x3x5x5xf32>) -> ()
+}"#;
+    let m = parse(src);
+    let (after, _) = lowered(&m, "lower-to-memory", "generic");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 2);
+    assert_eq!(ks[0].domain, vec![1, 2, 3, 3, 3, 2, 3, 3]);
+    assert_eq!(
+        ks[0].body.to_string(),
+        "select(d3 * 2 + (d6 + -1) >= 0 && d3 * 2 + (d6 + -1) < 5 && d4 * 2 + (d7 + -1) >= 0 \
+         && d4 * 2 + (d7 + -1) < 5, x0 * x1, 0.0)"
+    );
+    assert_eq!(ks[0].epilogue.as_ref().map(ToString::to_string).as_deref(), Some("acc + x2"));
+    assert_eq!(
+        ks[0].maps[0].to_string(),
+        "(d0, d1, d2, d3, d4, d5, d6, d7) -> (d4 * 2 + d7 + ((d1 * 2 + d5) * 25 + (d3 * 2 + d6) * \
+         5) + -6)"
+    );
+    assert_eq!(ks[1].domain, vec![1, 3, 5, 5, 4, 1, 1]);
+    assert_eq!(ks[1].body.to_string(), "x0 * x1");
+    same_numbers(&m, &after, "conv2d");
+}
+
+/// The convolutional ops read and write padded R-Tile images: the convolutions through their
+/// guards (the padding taps' `select` keeps the reads off the image's padding), group norm as
+/// moments into temporaries and an elementwise kernel (a row kernel writes only buffers),
+/// upsampling as a copy; the backward ops read images.
+#[test]
+fn convolutional_ops_on_images() {
+    let rt = "#layout.rtile<tile = [4, 4], horizontal = 3, pad = [2, 2]>";
+    let rt0 = "#layout.rtile<tile = [4, 4], horizontal = 3, pad = [0, 0]>";
+    let src = format!(
+        r#"func.func @f(%x: tensor<1x4x6x6xf32>, %w: tensor<4x4x3x3xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>) -> (tensor<1x4x6x6xf32>, tensor<1x4x12x12xf32>, tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>, tensor<1x4x6x6xf32>, tensor<4xf32>) {{
+  %c = tensor.conv2d %x, %w, %b {{padding = "same", fbc.layout = {rt}}} : (tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
+  %n = tensor.group_norm %c, %g, %b {{groups = 2, fbc.layout = {rt}}} : (tensor<1x4x6x6xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
+  %u = tensor.upsample %n {{fbc.layout = {rt0}}} : (tensor<1x4x6x6xf32>) -> tensor<1x4x12x12xf32>
+  %i = tensor.conv2d_grad_input %n, %w {{padding = [1, 1], shape = [1, 4, 6, 6], fbc.layout = {rt}}} : (tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>) -> tensor<1x4x6x6xf32>
+  %v = tensor.conv2d_grad_weight %c, %n {{padding = [1, 1], shape = [4, 4, 3, 3]}} : (tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>) -> tensor<4x4x3x3xf32>
+  %dx, %dg, %db = tensor.group_norm_grad %c, %g, %n {{groups = 2}} : (tensor<1x4x6x6xf32>, tensor<4xf32>, tensor<1x4x6x6xf32>) -> (tensor<1x4x6x6xf32>, tensor<4xf32>, tensor<4xf32>)
+  func.return %c, %u, %i, %v, %dx, %dg : (tensor<1x4x6x6xf32>, tensor<1x4x12x12xf32>, tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>, tensor<1x4x6x6xf32>, tensor<4xf32>) -> ()
+}}"#
+    );
+    let m = parse(&src);
+    for pipeline in ["lower-to-memory,plan-memory", "lower-to-memory{fuse=false},plan-memory"] {
+        let (after, st) = lowered(&m, pipeline, "mali");
+        assert_eq!(st.get("lower-to-memory", "images"), 4, "{pipeline}");
+        let ks = kernels(&after);
+        let conv = ks.iter().find(|k| k.source.starts_with("tensor.conv2d")).expect("conv2d");
+        assert!(conv.guard.is_some(), "{pipeline}");
+        same_numbers(&m, &after, pipeline);
     }
 }
 

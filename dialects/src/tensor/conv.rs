@@ -327,8 +327,9 @@ pub static OPS: &[OpDef] = &[
             conv_rules!(),
             "`bias`, when present, is exactly `tensor<O x elem>`.\n\
              \n\
-             **Lowering:** not yet: `lower-to-memory` rejects it with a located error; the\n\
-             interpreter (`fbc run --target cpu`) runs it.\n\
+             **Lowering:** one contraction over `[N, O, OH, OW | C/groups, KH, KW]`, body\n\
+             `x0 * x1` under a `select` on the domain indices that reads nothing at a padding tap\n\
+             (none where no tap can fall outside `x`), the bias as the epilogue `acc + x2`.\n\
              \n\
              **FBLayout class:** FTD-D (paper Table 1, Conv2D): the backward needs `x` and `w`;\n\
              the forward reduces `x` over `(C, KH, KW)`, the weight gradient over `(N, OH, OW)`."
@@ -416,7 +417,9 @@ pub static OPS: &[OpDef] = &[
               **Verifier:** `x` is a float tensor of rank ≥ 2; `groups ≥ 1` divides `C`; `gamma`\n\
               and `beta` are exactly `tensor<C x elem>`; `eps` is finite and ≥ 0.\n\
               \n\
-              **Lowering:** not yet: `lower-to-memory` rejects it with a located error.\n\
+              **Lowering:** as `tensor.layernorm` over rows `[N, groups | C/groups, spatial...]`:\n\
+              one row kernel where the result is a buffer, else the mean and `1/√(σ² + eps)`\n\
+              into `[N, groups]` temporaries and an elementwise kernel.\n\
               \n\
               **FBLayout class:** FTD-D, as BatchNorm and LayerNorm in Table 1: the backward needs\n\
               `x` and `gamma`; the forward reduces over `(C/groups, spatial)` per sample, `dgamma`\n\
@@ -473,7 +476,7 @@ pub static OPS: &[OpDef] = &[
               **Gradient:** autodiff sums `dy` over each `scale × scale` block: `reshape` to\n\
               `[N, C, H, scale, W, scale]`, then `reduce_sum` over axes 3 and 5.\n\
               \n\
-              **Lowering:** not yet: `lower-to-memory` rejects it with a located error.\n\
+              **Lowering:** one copy kernel reading `x[n, c, i floordiv scale, j floordiv scale]`.\n\
               \n\
               **FBLayout class:** FTI-D: the backward needs no forward tensor, and sums blocks\n\
               where the forward replicates elements.",

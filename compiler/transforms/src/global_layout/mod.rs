@@ -122,14 +122,7 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::CausalMask
             | T::Attention
             | T::Rope
-            | T::RopeGrad
-            // Not lowered yet (`lower-to-memory` rejects them): no kernel reads a tile of them.
-            | T::Conv2d
-            | T::Conv2dGradInput
-            | T::Conv2dGradWeight
-            | T::GroupNorm
-            | T::GroupNormGrad
-            | T::Upsample => true,
+            | T::RopeGrad => true,
             fbc_dialects::tensor_elementwise_vjps!()
             | fbc_dialects::tensor_elementwise_binary!()
             | fbc_dialects::tensor_elementwise_unary!()
@@ -139,6 +132,13 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::Select
             | T::Cast
             | T::Matmul
+            // Contractions, row-wise statistics and a copy through affine maps (`lower/ops/conv.rs`).
+            | T::Conv2d
+            | T::Conv2dGradInput
+            | T::Conv2dGradWeight
+            | T::GroupNorm
+            | T::GroupNormGrad
+            | T::Upsample
             | T::Softmax
             | T::Layernorm
             | T::Rmsnorm

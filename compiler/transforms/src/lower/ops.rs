@@ -24,6 +24,8 @@ use super::{
 };
 use crate::index_elim::maps::{broadcast_results, reshape_map, transpose_map};
 
+mod conv;
+
 // ----- scalar builders -----
 
 fn x(k: usize) -> Scalar {
@@ -196,6 +198,41 @@ fn axis_of(a: i64, rank: usize, span: Span) -> Result<usize, Diagnostic> {
     }
 }
 
+/// The iteration space of per-row statistics (softmax, the normalisations): reduction and row
+/// kernels run over [`red_domain`](RowSpace::red_domain), the statistic's dimensions (at least
+/// one) then the row's, and read the input at [`red_full`](RowSpace::red_full).
+trait RowSpace {
+    /// Shape of a per-row statistic.
+    fn stat_shape(&self) -> Vec<u64>;
+    /// Parallel dims of a reduction kernel (at least one).
+    fn n_par(&self) -> usize;
+    /// Domain of a reduction or row kernel.
+    fn red_domain(&self) -> Vec<u64>;
+    /// Reduction kernel: the input's index.
+    fn red_full(&self) -> Map;
+    /// Reduction kernel: the statistic's index.
+    fn red_stat(&self) -> Map;
+}
+
+/// A normalisation's further kernels over its rows: scaled by a per-channel parameter
+/// (`gamma`, `beta`), elementwise over the input, and the parameters' gradients as column sums.
+trait NormSpace: RowSpace {
+    /// Elements per row.
+    fn len(&self) -> u64;
+    /// Reduction kernel: a parameter's index.
+    fn red_param(&self) -> Map;
+    /// Elementwise kernel over the input's shape: the statistic's index.
+    fn full_stat(&self) -> Map;
+    /// Elementwise kernel over the input's shape: a parameter's index.
+    fn full_param(&self) -> Map;
+    /// Column-sum kernel (`dgamma`): the parameter's dimension, then the others.
+    fn col_domain(&self) -> Vec<u64>;
+    /// Column-sum kernel: the input's index.
+    fn col_full(&self) -> Map;
+    /// Column-sum kernel: the statistic's index.
+    fn col_stat(&self) -> Map;
+}
+
 /// A row-wise op's iteration space around `axis` of `shape`: the statistics tensor has the
 /// shape without `axis`; its reduction kernels run over `[rows..., len]`.
 struct Rows {
@@ -203,19 +240,13 @@ struct Rows {
     axis: usize,
 }
 
-impl Rows {
-    fn len(&self) -> u64 {
-        self.shape[self.axis]
-    }
-    /// Shape of a per-row statistic.
+impl RowSpace for Rows {
     fn stat_shape(&self) -> Vec<u64> {
         self.shape.iter().enumerate().filter(|(k, _)| *k != self.axis).map(|(_, &n)| n).collect()
     }
-    /// Parallel dims of a reduction kernel (at least one).
     fn n_par(&self) -> usize {
         (self.shape.len() - 1).max(1)
     }
-    /// Domain of a reduction kernel over rows.
     fn red_domain(&self) -> Vec<u64> {
         let mut dom = self.stat_shape();
         if dom.is_empty() {
@@ -224,7 +255,7 @@ impl Rows {
         dom.push(self.len());
         dom
     }
-    /// Reduction kernel: the full tensor's index (the reduced axis is the last dim).
+    /// The reduced axis is the last dim.
     fn red_full(&self) -> Map {
         let r = self.n_par();
         let mut j = 0;
@@ -239,23 +270,31 @@ impl Rows {
             })
             .collect()
     }
-    /// Reduction kernel: the statistic's index.
     fn red_stat(&self) -> Map {
         identity(self.shape.len() - 1)
     }
-    /// Reduction kernel: the index along the axis (for `[len]` parameters).
-    fn red_axis(&self) -> Map {
+}
+
+/// The parameters are `[len]`, indexed along the axis.
+impl NormSpace for Rows {
+    fn len(&self) -> u64 {
+        self.shape[self.axis]
+    }
+    fn red_param(&self) -> Map {
         vec![dim(self.n_par())]
     }
-    /// Elementwise kernel over the full shape: the statistic's index.
     fn full_stat(&self) -> Map {
         (0..self.shape.len()).filter(|&k| k != self.axis).map(dim).collect()
     }
-    /// Elementwise kernel over the full shape: the index along the axis.
-    fn full_axis(&self) -> Map {
+    fn full_param(&self) -> Map {
         vec![dim(self.axis)]
     }
-    /// Column-sum kernel (`dgamma`): domain `[len, other axes...]`, the full index.
+    /// `[len, other axes...]`.
+    fn col_domain(&self) -> Vec<u64> {
+        let mut dom = vec![self.len()];
+        dom.extend(self.stat_shape());
+        dom
+    }
     fn col_full(&self) -> Map {
         let mut j = 0;
         (0..self.shape.len())
@@ -269,14 +308,83 @@ impl Rows {
             })
             .collect()
     }
-    fn col_domain(&self) -> Vec<u64> {
-        let mut dom = vec![self.len()];
-        dom.extend(self.stat_shape());
-        dom
-    }
-    /// Column-sum kernel: the statistic's index.
     fn col_stat(&self) -> Map {
         (1..self.shape.len()).map(dim).collect()
+    }
+}
+
+/// A group norm's rows: per sample `n` and channel group `g` of `x` `[N, C, S...]`, the
+/// `C/groups` channels of the group and every spatial position. Reduction and row kernels run
+/// over `[N, groups, C/groups, S...]` (two parallel dims, the rest row dims, in the reference's
+/// order); the parameters are `[C]`.
+struct Groups {
+    shape: Vec<u64>,
+    groups: u64,
+}
+
+impl Groups {
+    /// Channels per group.
+    fn per_group(&self) -> u64 {
+        self.shape[1] / self.groups.max(1)
+    }
+    /// `d{g}·(C/groups) + d{c}`: the channel of group `g`'s member `c`.
+    fn channel(&self, g: usize, c: usize) -> Expr {
+        e_add(e_mul(dim(g), self.per_group() as i64), dim(c))
+    }
+    /// `d{c} floordiv (C/groups)`: the group of channel `c`.
+    fn group_of(&self, c: usize) -> Expr {
+        e_floordiv(dim(c), self.per_group() as i64)
+    }
+}
+
+impl RowSpace for Groups {
+    fn stat_shape(&self) -> Vec<u64> {
+        vec![self.shape[0], self.groups]
+    }
+    fn n_par(&self) -> usize {
+        2
+    }
+    fn red_domain(&self) -> Vec<u64> {
+        let mut dom = vec![self.shape[0], self.groups, self.per_group()];
+        dom.extend(&self.shape[2..]);
+        dom
+    }
+    fn red_full(&self) -> Map {
+        let mut m = vec![dim(0), self.channel(1, 2)];
+        m.extend((3..self.shape.len() + 1).map(dim));
+        m
+    }
+    fn red_stat(&self) -> Map {
+        identity(2)
+    }
+}
+
+impl NormSpace for Groups {
+    fn len(&self) -> u64 {
+        self.shape[1..].iter().product::<u64>() / self.groups.max(1)
+    }
+    fn red_param(&self) -> Map {
+        vec![self.channel(1, 2)]
+    }
+    fn full_stat(&self) -> Map {
+        vec![dim(0), self.group_of(1)]
+    }
+    fn full_param(&self) -> Map {
+        vec![dim(1)]
+    }
+    /// `[C, N, S...]`.
+    fn col_domain(&self) -> Vec<u64> {
+        let mut dom = vec![self.shape[1], self.shape[0]];
+        dom.extend(&self.shape[2..]);
+        dom
+    }
+    fn col_full(&self) -> Map {
+        let mut m = vec![dim(1), dim(0)];
+        m.extend((2..self.shape.len()).map(dim));
+        m
+    }
+    fn col_stat(&self) -> Map {
+        vec![dim(1), self.group_of(0)]
     }
 }
 
@@ -427,22 +535,23 @@ impl Lower<'_> {
             }
     }
 
-    /// One launch writing result `t` (of shape `rows.shape`) of a row-wise op: per row the
+    /// One launch writing result `t` (the input's shape) of a row-wise op: per row the
     /// statistics `stats` in order, then `body` at every element of the row. The domain is
-    /// `rows`' reduction domain with the axis as a row dimension, so operands are read with the
-    /// `red_*` maps (a statistic of another kernel at `red_stat`).
+    /// `rows`' reduction domain with the row's dimensions as row dimensions, so operands are
+    /// read with the `red_*` maps (a statistic of another kernel at `red_stat`).
     #[allow(clippy::too_many_arguments)]
     fn row_kernel(
         &mut self,
         op: Op,
         result: String,
-        rows: &Rows,
+        rows: &impl RowSpace,
         inputs: Vec<Operand>,
         stats: Vec<Stat>,
         t: Tid,
         body: Scalar,
     ) {
-        if rows.shape.contains(&0) {
+        let domain = rows.red_domain();
+        if domain.contains(&0) {
             return;
         }
         let d = self.m.op(op);
@@ -451,7 +560,7 @@ impl Lower<'_> {
             result,
             source: vec![d.name()],
             note: String::new(),
-            domain: rows.red_domain(),
+            domain,
             n_par: rows.n_par(),
             inputs,
             out: out(t, rows.red_full()),
@@ -725,20 +834,10 @@ impl Lower<'_> {
                 self.elementwise(op, rname(0), shape, inputs, t, body);
             }
             K::Tensor(T::Attention) => self.attention(op, &ops, &res)?,
-            K::Tensor(
-                T::Conv2d
-                | T::Conv2dGradInput
-                | T::Conv2dGradWeight
-                | T::GroupNorm
-                | T::GroupNormGrad
-                | T::Upsample,
-            ) => {
-                // The interpreter runs these; their kernels are issue 17's next step.
-                return Err(located(
-                    span,
-                    format!("not yet supported: {} on target {}", kind.name(), self.profile.name),
-                ));
+            K::Tensor(t @ (T::Conv2d | T::Conv2dGradInput | T::Conv2dGradWeight)) => {
+                self.conv(op, t)?;
             }
+            K::Tensor(T::Upsample) => self.upsample(op)?,
             K::Tensor(T::SliceGrad) => {
                 let so = self.shape(res[0]);
                 let si = self.shape(ops[0]);
@@ -839,37 +938,16 @@ impl Lower<'_> {
                     shape.len(),
                     span,
                 )?;
-                let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
-                let rows = Rows { shape: shape.clone(), axis };
+                let rows = Rows { shape, axis };
                 let t = self.output(op, 0)?;
-                if self.row_output(t, &rows) {
-                    // mean, rstd (two-pass variance), then (x - mean)·rstd·gamma + beta.
-                    let len = rows.len() as f64;
-                    let inputs = vec![
-                        self.read(ops[0], rows.red_full(), span)?,
-                        self.read(ops[1], rows.red_axis(), span)?,
-                        self.read(ops[2], rows.red_axis(), span)?,
-                    ];
-                    let dev = || sub(x(0), sk(0));
-                    let stats = vec![
-                        stat(Combine::Add, x(0), mean_of(len)),
-                        stat(Combine::Add, mul(dev(), dev()), rstd_of(len, eps)),
-                    ];
-                    let body = add(mul(mul(dev(), sk(1)), x(1)), x(2));
-                    self.row_kernel(op, rname(0), &rows, inputs, stats, t, body);
-                    return Ok(());
-                }
-                let (mean, rstd) = self.moments(op, ops[0], res[0], &rows, eps)?;
-                let n = shape.len();
-                let inputs = vec![
-                    self.read(ops[0], identity(n), span)?,
-                    opnd(mean, rows.full_stat()),
-                    opnd(rstd, rows.full_stat()),
-                    self.read(ops[1], rows.full_axis(), span)?,
-                    self.read(ops[2], rows.full_axis(), span)?,
-                ];
-                let body = add(mul(mul(sub(x(0), x(1)), x(2)), x(3)), x(4));
-                self.elementwise(op, rname(0), shape, inputs, t, body);
+                let row = self.row_output(t, &rows);
+                self.norm(op, &rows, t, row)?;
+            }
+            K::Tensor(T::GroupNorm) => {
+                let groups = self.groups_of(op)?;
+                let t = self.output(op, 0)?;
+                let row = self.buffer_output(t);
+                self.norm(op, &groups, t, row)?;
             }
             K::Tensor(T::Rmsnorm) => {
                 let shape = self.shape(ops[0]);
@@ -884,7 +962,7 @@ impl Lower<'_> {
                     let len = rows.len() as f64;
                     let inputs = vec![
                         self.read(ops[0], rows.red_full(), span)?,
-                        self.read(ops[1], rows.red_axis(), span)?,
+                        self.read(ops[1], rows.red_param(), span)?,
                     ];
                     let stats = vec![stat(Combine::Add, mul(x(0), x(0)), rstd_of(len, eps))];
                     let body = mul(mul(x(0), sk(0)), x(1));
@@ -896,11 +974,15 @@ impl Lower<'_> {
                 let inputs = vec![
                     self.read(ops[0], identity(n), span)?,
                     opnd(r, rows.full_stat()),
-                    self.read(ops[1], rows.full_axis(), span)?,
+                    self.read(ops[1], rows.full_param(), span)?,
                 ];
                 self.elementwise(op, rname(0), shape, inputs, t, mul(mul(x(0), x(1)), x(2)));
             }
-            K::Tensor(T::LayernormGrad) => self.layernorm_grad(op, &ops, &res)?,
+            K::Tensor(T::LayernormGrad) => self.layernorm_grad(op)?,
+            K::Tensor(T::GroupNormGrad) => {
+                let groups = self.groups_of(op)?;
+                self.norm_grad(op, &groups, Self::buffer_output)?;
+            }
             K::Tensor(T::RmsnormGrad) => self.rmsnorm_grad(op, &ops, &res)?,
             K::Tensor(T::Rope | T::RopeGrad) => {
                 let shape = self.shape(ops[0]);
@@ -1217,13 +1299,13 @@ impl Lower<'_> {
     }
 
     /// A per-row statistic `{res}_{suffix}` of the op's result `res`: a reduction of `body` over
-    /// `inputs` (read with the `red_*` maps of `rows`) along the rows' axis, finished by `epi`.
+    /// `inputs` (read with the `red_*` maps of `rows`) along the rows, finished by `epi`.
     #[allow(clippy::too_many_arguments)]
     fn row_stat(
         &mut self,
         op: Op,
         res: Value,
-        rows: &Rows,
+        rows: &impl RowSpace,
         suffix: &str,
         inputs: Vec<Operand>,
         body: Scalar,
@@ -1249,12 +1331,12 @@ impl Lower<'_> {
     }
 
     /// A column sum (`dgamma`, `dbeta`) of `body` over `inputs` (read with the `col_*` maps of
-    /// `rows`) into the `[len]` result `t` named `name`.
+    /// `rows`) into the parameter-shaped result `t` named `name`.
     fn col_sum(
         &mut self,
         op: Op,
         name: String,
-        rows: &Rows,
+        rows: &impl NormSpace,
         t: Tid,
         inputs: Vec<Operand>,
         body: Scalar,
@@ -1295,13 +1377,13 @@ impl Lower<'_> {
         Ok((mx, sm))
     }
 
-    /// Row mean, then `1/sqrt(var + eps)` with the two-pass variance (layernorm).
+    /// Row mean, then `1/sqrt(var + eps)` with the two-pass variance (layernorm, group norm).
     fn moments(
         &mut self,
         op: Op,
         src: Value,
         res: Value,
-        rows: &Rows,
+        rows: &impl NormSpace,
         eps: f64,
     ) -> Result<(Tid, Tid), Diagnostic> {
         let span = self.m.op(op).span;
@@ -1333,30 +1415,103 @@ impl Lower<'_> {
         self.row_stat(op, res, rows, "rstd", vec![input], body, Combine::Add, rstd_of(n, eps))
     }
 
-    fn layernorm_grad(&mut self, op: Op, ops: &[Value], res: &[Value]) -> Result<(), Diagnostic> {
+    /// `tensor.group_norm`'s and `group_norm_grad`'s rows, from the op's `groups`.
+    fn groups_of(&self, op: Op) -> Result<Groups, Diagnostic> {
         let d = self.m.op(op);
-        let span = d.span;
-        let shape = self.shape(ops[0]);
-        let axis = axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(-1), shape.len(), span)?;
+        let shape = self.shape(d.operands[0]);
+        let groups = d.attr("groups").and_then(Attr::as_int).unwrap_or(0);
+        if shape.len() < 2 || groups < 1 || shape[1] % groups.unsigned_abs() != 0 {
+            return Err(located(
+                d.span,
+                format!("{} needs x [N, C, ...] and groups dividing C", d.name()),
+            ));
+        }
+        Ok(Groups { shape, groups: groups.unsigned_abs() })
+    }
+
+    /// Whether result `t` is stored in a buffer (a group norm's row kernel writes it whole
+    /// rows of several channels, which no image texel holds).
+    fn buffer_output(&self, t: Tid) -> bool {
+        matches!(self.storages[self.tensors[t].storage].ty.storage, StorageKind::Buffer { .. })
+    }
+
+    /// A normalisation `(x − mean)·rstd·gamma + beta` (`tensor.layernorm`, `tensor.group_norm`)
+    /// of operands `(x, gamma, beta)` over `rows` into result `t`: one row kernel where `row`,
+    /// else the moments into temporaries and an elementwise kernel.
+    fn norm(&mut self, op: Op, rows: &impl NormSpace, t: Tid, row: bool) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let (span, ops, res) = (d.span, d.operands.clone(), d.results[0]);
         let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
-        let rows = Rows { shape: shape.clone(), axis };
+        let rn = value_name(self.m, res);
+        if row {
+            // mean, rstd (two-pass variance), then (x - mean)·rstd·gamma + beta.
+            let len = rows.len() as f64;
+            let inputs = vec![
+                self.read(ops[0], rows.red_full(), span)?,
+                self.read(ops[1], rows.red_param(), span)?,
+                self.read(ops[2], rows.red_param(), span)?,
+            ];
+            let dev = || sub(x(0), sk(0));
+            let stats = vec![
+                stat(Combine::Add, x(0), mean_of(len)),
+                stat(Combine::Add, mul(dev(), dev()), rstd_of(len, eps)),
+            ];
+            let body = add(mul(mul(dev(), sk(1)), x(1)), x(2));
+            self.row_kernel(op, rn, rows, inputs, stats, t, body);
+            return Ok(());
+        }
+        let (mean, rstd) = self.moments(op, ops[0], res, rows, eps)?;
+        let shape = self.shape(ops[0]);
+        let inputs = vec![
+            self.read(ops[0], identity(shape.len()), span)?,
+            opnd(mean, rows.full_stat()),
+            opnd(rstd, rows.full_stat()),
+            self.read(ops[1], rows.full_param(), span)?,
+            self.read(ops[2], rows.full_param(), span)?,
+        ];
+        let body = add(mul(mul(sub(x(0), x(1)), x(2)), x(3)), x(4));
+        self.elementwise(op, rn, shape, inputs, t, body);
+        Ok(())
+    }
+
+    fn layernorm_grad(&mut self, op: Op) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let shape = self.shape(d.operands[0]);
+        let axis =
+            axis_of(d.attr("axis").and_then(Attr::as_int).unwrap_or(-1), shape.len(), d.span)?;
+        let rows = Rows { shape, axis };
+        self.norm_grad(op, &rows, |l, t| l.row_output(t, &rows))
+    }
+
+    /// The adjoint of [`Lower::norm`] (`tensor.layernorm_grad`, `tensor.group_norm_grad`) of
+    /// operands `(x, gamma, dy)` over `rows`: `dx` by one row kernel where `row(t)` holds for its
+    /// storage `t`, `dgamma` and `dbeta` as column sums.
+    fn norm_grad<R: NormSpace>(
+        &mut self,
+        op: Op,
+        rows: &R,
+        row: impl Fn(&Self, Tid) -> bool,
+    ) -> Result<(), Diagnostic> {
+        let d = self.m.op(op);
+        let (span, ops, res) = (d.span, d.operands.clone(), d.results.clone());
+        let eps = d.attr("eps").and_then(Attr::as_float).unwrap_or(DEFAULT_EPS);
         let n = rows.len() as f64;
         let rn = value_name(self.m, res[0]);
         let (x_, gamma, dy) = (ops[0], ops[1], ops[2]);
         // mean and rstd: the weight gradient reads them too.
-        let (mean, rstd) = self.moments(op, x_, res[0], &rows, eps)?;
+        let (mean, rstd) = self.moments(op, x_, res[0], rows, eps)?;
         let t = self.output(op, 0)?;
         // mean_g = Σ dy·gamma / n; mean_gx = Σ dy·gamma·x̂ / n, x̂ = (x - mean)·r.
         let stat_inputs = vec![
             self.read(dy, rows.red_full(), span)?,
-            self.read(gamma, rows.red_axis(), span)?,
+            self.read(gamma, rows.red_param(), span)?,
             self.read(x_, rows.red_full(), span)?,
             opnd(mean, rows.red_stat()),
             opnd(rstd, rows.red_stat()),
         ];
         let g_body = mul(x(0), x(1));
         let gx_body = mul(mul(x(0), x(1)), mul(sub(x(2), x(3)), x(4)));
-        if self.row_output(t, &rows) {
+        if row(self, t) {
             // dx = r·(dy·gamma - mean_g - x̂·mean_gx) in the same launch.
             let stats = vec![
                 stat(Combine::Add, g_body, mean_of(n)),
@@ -1364,13 +1519,13 @@ impl Lower<'_> {
             ];
             let xhat = mul(sub(x(2), x(3)), x(4));
             let body = mul(x(4), sub(sub(mul(x(0), x(1)), sk(0)), mul(xhat, sk(1))));
-            self.row_kernel(op, rn, &rows, stat_inputs, stats, t, body);
+            self.row_kernel(op, rn, rows, stat_inputs, stats, t, body);
         } else {
             let inputs = stat_inputs[..2].to_vec();
             let mg = self.row_stat(
                 op,
                 res[0],
-                &rows,
+                rows,
                 "mean_g",
                 inputs,
                 g_body,
@@ -1380,16 +1535,16 @@ impl Lower<'_> {
             let mgx = self.row_stat(
                 op,
                 res[0],
-                &rows,
+                rows,
                 "mean_gx",
                 stat_inputs,
                 gx_body,
                 Combine::Add,
                 mean_of(n),
             )?;
-            self.layernorm_dx(op, rn, &rows, [x_, gamma, dy], [mean, rstd, mg, mgx], t)?;
+            self.norm_dx(op, rn, rows, [x_, gamma, dy], [mean, rstd, mg, mgx], t)?;
         }
-        // dgamma = Σ dy·x̂, dbeta = Σ dy over every axis but `axis`.
+        // dgamma = Σ dy·x̂, dbeta = Σ dy over every axis but the parameter's.
         let tg = self.output(op, 1)?;
         let inputs = vec![
             self.read(dy, rows.col_full(), span)?,
@@ -1398,30 +1553,30 @@ impl Lower<'_> {
             opnd(rstd, rows.col_stat()),
         ];
         let body = mul(x(0), mul(sub(x(1), x(2)), x(3)));
-        self.col_sum(op, value_name(self.m, res[1]), &rows, tg, inputs, body);
+        self.col_sum(op, value_name(self.m, res[1]), rows, tg, inputs, body);
         let tb = self.output(op, 2)?;
         let inputs = vec![self.read(dy, rows.col_full(), span)?];
-        self.col_sum(op, value_name(self.m, res[2]), &rows, tb, inputs, x(0));
+        self.col_sum(op, value_name(self.m, res[2]), rows, tb, inputs, x(0));
         Ok(())
     }
 
-    /// layernorm_grad's `dx = r·(dy·gamma - mean_g - x̂·mean_gx)` from its statistics in
+    /// [`Lower::norm_grad`]'s `dx = r·(dy·gamma - mean_g - x̂·mean_gx)` from its statistics in
     /// temporaries.
-    fn layernorm_dx(
+    fn norm_dx(
         &mut self,
         op: Op,
         rn: String,
-        rows: &Rows,
+        rows: &impl NormSpace,
         [x_, gamma, dy]: [Value; 3],
         [mean, rstd, mg, mgx]: [Tid; 4],
         t: Tid,
     ) -> Result<(), Diagnostic> {
         let span = self.m.op(op).span;
-        let shape = rows.shape.clone();
+        let shape = self.shape(x_);
         let k = shape.len();
         let inputs = vec![
             self.read(dy, identity(k), span)?,
-            self.read(gamma, rows.full_axis(), span)?,
+            self.read(gamma, rows.full_param(), span)?,
             self.read(x_, identity(k), span)?,
             opnd(mean, rows.full_stat()),
             opnd(rstd, rows.full_stat()),
@@ -1452,7 +1607,7 @@ impl Lower<'_> {
         // s = Σ dy·gamma·x / n
         let mut inputs = vec![
             self.read(dy, rows.red_full(), span)?,
-            self.read(gamma, rows.red_axis(), span)?,
+            self.read(gamma, rows.red_param(), span)?,
             self.read(x_, rows.red_full(), span)?,
         ];
         let body = mul(mul(x(0), x(1)), x(2));
@@ -1470,7 +1625,7 @@ impl Lower<'_> {
             // dx = r·dy·gamma - x·r·r·r·s
             let inputs = vec![
                 self.read(dy, identity(k), span)?,
-                self.read(gamma, rows.full_axis(), span)?,
+                self.read(gamma, rows.full_param(), span)?,
                 self.read(x_, identity(k), span)?,
                 opnd(r, rows.full_stat()),
                 opnd(s, rows.full_stat()),
@@ -1503,6 +1658,29 @@ fn out(t: Tid, map: Map) -> Operand {
 
 fn opnd(t: Tid, map: Map) -> Operand {
     Operand { t, map, gather: false }
+}
+
+/// `a + b`, an index expression.
+fn e_add(a: Expr, b: Expr) -> Expr {
+    Expr::Bin(IndexOp::Add, Box::new(a), Box::new(b))
+}
+
+/// `a · k`, an index expression (`a` itself when `k = 1`).
+fn e_mul(a: Expr, k: i64) -> Expr {
+    if k == 1 {
+        a
+    } else {
+        Expr::Bin(IndexOp::Mul, Box::new(a), Box::new(Expr::Const(k)))
+    }
+}
+
+/// `a floordiv k`, an index expression (`a` itself when `k = 1`).
+fn e_floordiv(a: Expr, k: i64) -> Expr {
+    if k == 1 {
+        a
+    } else {
+        Expr::Bin(IndexOp::FloorDiv, Box::new(a), Box::new(Expr::Const(k)))
+    }
 }
 
 fn shift(e: Expr, by: u64) -> Expr {
