@@ -1110,7 +1110,8 @@ fn packed_contractions_are_bit_identical() {
             }
         },
     );
-    // b read transposed (b[j, k], the body b · a), the output transposed (out[j, i]).
+    // b read transposed (b[j, k], the body b · a; packed down its columns, along which it
+    // moves least), the output transposed (out[j, i]).
     check_packed(
         &["!memory.buffer<720, f32>", "!memory.buffer<1020, f32>", "!memory.buffer<612, f32>"],
         &format!(

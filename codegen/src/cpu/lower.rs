@@ -965,7 +965,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let sh = g.shape;
         let (mr, nr, lanes) = (i64::from(sh.mr), i64::from(sh.nr()), sh.lanes);
         let (mc, nc, kc) = (i64::from(sh.mc), i64::from(sh.nc), i64::from(sh.kc));
-        let [_, bp, ct, _] = sh.layout().map(|x| x as i64);
+        let [_, bp, ct, deltas, _] = sh.layout().map(|x| x as i64);
         let np = self.k.parallel_dims();
         let kn = self.k.domain[np..].iter().map(|&n| n as i64).product::<i64>();
         let kn = self.e.iconst(kn)?;
@@ -993,7 +993,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
                     let order = if g.a_left { [0, 1] } else { [1, 0] };
                     for n in order {
                         let (o, d, other, first, end, count, width, at) = packs[n];
-                        l.pack(o, d, other, first, end, count, width, k0, kb, at)?;
+                        l.pack(o, d, other, first, end, count, width, k0, kb, at, deltas)?;
                     }
                     l.count_from(0, nb, 1, &mut |l, q| {
                         l.count_from(0, ma, 1, &mut |l, p| l.micro(g, p, q, kb))
@@ -1039,7 +1039,8 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
     /// of dimension group `d` from `first` (past `end - 1`, the index `end - 1` again), each
     /// panel `kb` steps of `width` contiguous values, at scratch offset `at` (panel `p`, step
     /// `kk`, lane `w` at `at + (p·kb + kk)·width + w`). The group `other`, which `o` does not
-    /// read, is at its first point.
+    /// read, is at its first point. `deltas`: where `kc` `i32`s of scratch are free for
+    /// [`Lower::pack_separable`].
     #[allow(clippy::too_many_arguments)]
     fn pack(
         &mut self,
@@ -1053,6 +1054,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         k0: E::V,
         kb: E::V,
         at: i64,
+        deltas: i64,
     ) -> R<()> {
         let scratch =
             self.scratch.ok_or("internal: a packed contraction without its scratch array")?;
@@ -1061,8 +1063,10 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let one = self.e.iconst(1)?;
         let last = self.e.ibin(IOp::Sub, end, one, true)?;
         self.set_group(other, zero)?;
-        if separable(&self.k.maps[o], d, reduction) {
-            return self.pack_separable(o, d, reduction, first, last, count, width, k0, kb, at);
+        let small = self.types[o].elems() < 1 << 31;
+        if small && separable(&self.k.maps[o], d, reduction) {
+            return self
+                .pack_separable(o, d, reduction, first, last, count, width, k0, kb, at, deltas);
         }
         self.count_from(0, count, 1, &mut |l, p| {
             let panel = l.e.ibin(IOp::Mul, p, kb, true)?;
@@ -1089,12 +1093,15 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
     }
 
     /// [`Lower::pack`] of an operand whose offset is a sum of a function of the reduction
-    /// indices and one of the packed group's (`separable`): `off(k, x) = off(k, x₀) + off(k₀, x)
-    /// − off(k₀, x₀)`, exactly. Each panel computes its `width` column offsets `off(k₀, x)` once
-    /// (unrolled), and each reduction step one map evaluation, `off(k, x₀)`; an element then
-    /// costs an add, a load and a store instead of the group's division into its dimensions
-    /// and the map (which dominated contractions with a long reduction: measured in
-    /// `tests/bench/cpu_llama.sh`).
+    /// indices and one of the packed group's (`separable`): `off(k, x) = off(k₀, x) + (off(k,
+    /// x₀) − off(k₀, x₀))`, exactly. The reduction steps' deltas `off(k, x₀) − off(k₀, x₀)` are
+    /// computed once per block of steps into the scratch array (as `i32`: the operand has fewer
+    /// than 2^31 elements), each panel's `width` column offsets `off(k₀, x)` once (unrolled), and
+    /// an element then costs two adds, a load and a store instead of the group's division into
+    /// its dimensions and the map (which dominated products with a long reduction: measured in
+    /// `tests/bench/cpu_llama.sh`). The elements are read along whichever of the two indices
+    /// moves least in memory (a transposed weight: down its columns), so that consecutive reads
+    /// share cache lines.
     #[allow(clippy::too_many_arguments)]
     fn pack_separable(
         &mut self,
@@ -1108,42 +1115,87 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         k0: E::V,
         kb: E::V,
         at: i64,
+        deltas: i64,
     ) -> R<()> {
         let scratch =
             self.scratch.ok_or("internal: a packed contraction without its scratch array")?;
         let zero = self.e.iconst(0)?;
+        let along_k = self.moves_less(o, reduction, d);
+        // The deltas of this block of reduction steps, at the first column.
+        self.set_group(d, first)?;
+        self.set_group(reduction, k0)?;
+        let origin = self.offset(o, Fault::ReadOutOfBounds(o))?;
+        self.count_from(0, kb, 1, &mut |l, kk| {
+            let k = l.e.ibin(IOp::Add, k0, kk, true)?;
+            l.set_group(reduction, k)?;
+            let off = l.offset(o, Fault::ReadOutOfBounds(o))?;
+            let delta = l.e.ibin(IOp::Sub, off, origin, true)?;
+            let delta = l.e.trunc_i32(delta)?;
+            let t = l.add_const(kk, deltas)?;
+            l.e.store(Ty::I32, scratch, t, delta)
+        })?;
         self.count_from(0, count, 1, &mut |l, p| {
             let panel = l.e.ibin(IOp::Mul, p, kb, true)?;
             let p0 = l.mul_add(p, width, first)?;
             l.set_group(reduction, k0)?;
             let mut columns = Vec::with_capacity(width as usize);
-            let mut xs = Vec::with_capacity(width as usize);
             for w in 0..width {
                 let x = l.add_const(p0, w)?;
                 let x = l.e.ibin(IOp::SMin, x, last, false)?;
                 l.set_group(d, x)?;
                 columns.push(l.offset(o, Fault::ReadOutOfBounds(o))?);
-                xs.push(x);
             }
-            l.count_from(0, kb, 1, &mut |l, kk| {
-                let k = l.e.ibin(IOp::Add, k0, kk, true)?;
-                l.set_group(reduction, k)?;
-                l.set_group(d, xs[0])?;
-                let row = l.offset(o, Fault::ReadOutOfBounds(o))?;
-                let delta = l.e.ibin(IOp::Sub, row, columns[0], true)?;
+            // Element (kk, w) of the panel: read at column w's offset plus step kk's delta,
+            // stored at (panel + kk)·width + w.
+            let element = |l: &mut Self, kk: E::V, w: usize| -> R<()> {
+                let t = l.add_const(kk, deltas)?;
+                let delta = l.e.load(Ty::I32, scratch, t)?;
+                let delta = l.e.sext_i32(delta)?;
+                let off = l.e.ibin(IOp::Add, columns[w], delta, true)?;
+                let v = l.load(o, off)?;
+                let v = l.as_f(v)?;
                 let step = l.e.ibin(IOp::Add, panel, kk, true)?;
-                let base = l.mul_add(step, width, zero)?;
-                let base = l.add_const(base, at)?;
-                for (w, &c) in columns.iter().enumerate() {
-                    let off = l.e.ibin(IOp::Add, c, delta, true)?;
-                    let v = l.load(o, off)?;
-                    let v = l.as_f(v)?;
-                    let t = l.add_const(base, w as i64)?;
-                    l.e.store(Ty::F32, scratch, t, v)?;
+                let t = l.mul_add(step, width, zero)?;
+                let t = l.add_const(t, at + w as i64)?;
+                l.e.store(Ty::F32, scratch, t, v)
+            };
+            if along_k {
+                for w in 0..columns.len() {
+                    l.count_from(0, kb, 1, &mut |l, kk| element(l, kk, w))?;
                 }
                 Ok(())
-            })
+            } else {
+                l.count_from(0, kb, 1, &mut |l, kk| {
+                    (0..columns.len()).try_for_each(|w| element(l, kk, w))
+                })
+            }
         })
+    }
+
+    /// Whether operand `o`'s offset moves less with one step of group `a` (its innermost
+    /// dimension of more than one point) than with one of group `b`, the other dimensions at 0.
+    fn moves_less(&self, o: usize, a: u64, b: u64) -> bool {
+        let step = |g: u64| -> Option<i64> {
+            let map = &self.k.maps[o];
+            let d = dims_of(g).filter(|&d| self.k.domain[d] > 1).last()?;
+            let mut at = vec![0i64; map.dims.len() + map.symbols.len()];
+            for (j, s) in self.k.symbols.iter().enumerate() {
+                at[map.dims.len() + j] = s.lo;
+            }
+            let offset = |at: &[i64]| -> Option<i64> {
+                let r = map.eval(at)?;
+                match self.types[o].storage {
+                    StorageKind::Buffer { .. } => r.first().copied(),
+                    StorageKind::Image { width, .. } => {
+                        Some((r.get(1)? * width as i64 + r.first()?) * 4 + r.get(2)?)
+                    }
+                }
+            };
+            let base = offset(&at)?;
+            at[d] = 1;
+            Some((offset(&at)? - base).abs())
+        };
+        matches!((step(a), step(b)), (Some(x), Some(y)) if x < y)
     }
 
     /// The register block of `a` panel `p` and `b` panel `q` over `kb` reduction steps: its
@@ -1156,7 +1208,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let (mr, nr, lanes) = (i64::from(sh.mr), i64::from(sh.nr()), sh.lanes);
         let vty = Ty::F32x(lanes);
         let nc = i64::from(sh.nc);
-        let [ap, bp, ct, _] = sh.layout().map(|x| x as i64);
+        let [ap, bp, ct, _, _] = sh.layout().map(|x| x as i64);
         let zero = self.e.iconst(0)?;
         // Panel bases: a at ap + p·kb·mr, b at bp + q·kb·nr.
         let pk = self.e.ibin(IOp::Mul, p, kb, true)?;

@@ -155,16 +155,18 @@ impl GemmShape {
     }
 
     /// Offsets in the scratch array of the packed `a` panel (`mc × kc`), the packed `b` panel
-    /// (`kc × nc`) and the accumulator tile (`mc × nc`), and its length.
-    pub(crate) fn layout(&self) -> [u64; 4] {
+    /// (`kc × nc`), the accumulator tile (`mc × nc`) and the reduction steps' offsets of the
+    /// operand being packed (`kc` `i32`s, see `Lower::pack_separable`), and its length.
+    pub(crate) fn layout(&self) -> [u64; 5] {
         let (mc, nc, kc) = (u64::from(self.mc), u64::from(self.nc), u64::from(self.kc));
         let b = mc * kc;
         let c = b + kc * nc;
-        [0, b, c, c + mc * nc]
+        let d = c + mc * nc;
+        [0, b, c, d, d + kc]
     }
 
     fn scratch_len(&self) -> u64 {
-        self.layout()[3]
+        self.layout()[4]
     }
 
     /// Every size positive, `mc` a multiple of `mr` and `nc` of `nr`.

@@ -58,11 +58,30 @@ pub(crate) fn files(
         .func_ids()
         .map(|f| entry(file, lowered, f, &prefix, &source))
         .collect::<Result<Vec<_>, _>>()?;
-    let compiled = aot::compile(&entries, cpu, threads, artifact)
-        .map_err(|e| Failure::Input(format!("{}: error: {e}\n", file.name)))?;
+    let compiled =
+        aot::compile(&entries, cpu, threads, artifact).map_err(|e| at_launch(file, lowered, &e))?;
     let guard = format!("FBC_{}_H", prefix.to_ascii_uppercase());
     let header = aot::header(&entries, &guard, &source, threads);
     Ok(vec![(format!("{stem}.{suffix}"), compiled.bytes), (format!("{stem}.h"), header.into())])
+}
+
+/// An error of the back end, located at the (first) launch of the kernel it names, else at the
+/// file.
+fn at_launch(file: &SourceFile, m: &Module, e: &fbc_codegen::cpu::Error) -> Failure {
+    use fbc_codegen::cpu::Error as E;
+    let kernel = match e {
+        E::Kernel { kernel, .. } | E::Codegen { kernel, .. } => Some(kernel.as_str()),
+        _ => None,
+    };
+    let launch = kernel.and_then(|k| {
+        m.all_ops()
+            .map(|o| m.op(o))
+            .find(|d| MemoryOp::Launch.is(d) && d.attr("kernel").and_then(Attr::as_str) == Some(k))
+    });
+    match launch {
+        Some(d) => located(file, d, format!("internal: {e}")),
+        None => Failure::Input(format!("{}: error: {e}\n", file.name)),
+    }
 }
 
 /// The directory `--emit obj|asm|llvm` writes without `-o`: `NAME.cpu`.
