@@ -3,7 +3,7 @@
 # static KV cache of 2048 positions per layer written in place at the position, eager FP32 (TF32
 # off), random weights; the step at each position of POSITIONS (argv, default 2047 127). Two forms
 # of attention: matmul + softmax + matmul over the cache up to the position (what eager code
-# writes), and torch's scaled_dot_product_attention over the same keys. Prints JSON.
+# writes), and torch's scaled_dot_product_attention over the same keys; and the copy bandwidth. Prints JSON.
 import json, sys, torch
 from torch_time import t
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -48,6 +48,11 @@ with torch.no_grad():
             x = x + (torch.nn.functional.silu(h @ w["gate"]) * (h @ w["up"])) @ w["down"]
         return rms(x, nf) @ embed.t()
     out = {"device": torch.cuda.get_device_name(0)}
+    # The device's copy bandwidth (bytes read plus bytes written by a 1 GiB device-to-device
+    # copy per second): the bound of issue 14's decode goal divides the bytes a step reads by it.
+    src, dst = torch.empty(1 << 28, device=dev), torch.empty(1 << 28, device=dev)
+    out["copy_gbps"] = 2 * src.numel() * 4 / t(lambda: dst.copy_(src)) / 1e6
+    del src, dst
     for pos in [int(p) for p in (sys.argv[1:] or ["2047", "127"])]:
         out[f"llama_decode_pos{pos}_ms"] = t(lambda: step(3, pos, False))
         out[f"llama_decode_pos{pos}_sdpa_ms"] = t(lambda: step(3, pos, True))
