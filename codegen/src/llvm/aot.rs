@@ -6,8 +6,8 @@
 //! An [`Entry`] is one C function `uint32_t NAME(const T *arg0, ..., T *result0, ...)`: every
 //! argument and result is a row-major array the caller owns (the lowering ran with
 //! `linear-io=true`, so every upload and download copies a whole array). The function allocates
-//! its storage with `calloc`, copies the arguments in, calls the kernels in program order on the
-//! calling thread, copies the results out and frees everything, also when it stops early. It
+//! its storage (`calloc`; `malloc` for a copy, which overwrites it whole), copies the arguments
+//! in, calls the kernels in program order on the calling thread, copies the results out and frees everything, also when it stops early. It
 //! returns 0, or the first kernel's fault code (the JIT's [`Fault::code`](crate::cpu::Fault::code): kind in the low byte,
 //! operand above it), or [`NO_MEMORY`] when an allocation failed; the results are then
 //! unspecified.
@@ -48,6 +48,16 @@ pub struct HostArray {
 impl HostArray {
     fn elems(&self) -> u64 {
         self.shape.iter().product()
+    }
+
+    /// Whether it is a whole copy of storage `t` (as many elements, of its type); else why
+    /// not, for the `role` it plays, `copied` into or from `t`.
+    fn holds(&self, t: MemType, role: &str, copied: &str) -> Result<(), String> {
+        if self.elems() == t.elems() && self.elem == t.value_elem() {
+            return Ok(());
+        }
+        let (n, elem) = (self.elems(), self.elem.name());
+        Err(format!("{role} `{}` ({n} {elem}) is {copied} {t}", self.name))
     }
 }
 
@@ -282,14 +292,29 @@ impl Body {
         self.next
     }
 
-    /// `calloc` of `bytes` into slot `slot`, leaving for `%oom` when it fails.
-    fn alloc(&mut self, slot: usize, elems: u64) {
+    /// Storage of `elems` 4-byte elements into slot `slot`, zeroed (`calloc`) or (`malloc`) for
+    /// storage the next instruction overwrites whole; at least one element, so that a null
+    /// pointer always means a failed allocation (`%oom`).
+    fn alloc(&mut self, slot: usize, elems: u64, zeroed: bool) {
         let n = self.fresh();
+        let elems = elems.max(1);
+        let call = if zeroed {
+            format!("call ptr @calloc(i64 {elems}, i64 4)")
+        } else {
+            format!("call ptr @malloc(i64 {})", elems * 4)
+        };
         let _ = write!(
             self.out,
-            "  %p{n} = call ptr @calloc(i64 {elems}, i64 4)\n  store ptr %p{n}, ptr %s{slot}\n  \
+            "  %p{n} = {call}\n  store ptr %p{n}, ptr %s{slot}\n  \
              %z{n} = icmp eq ptr %p{n}, null\n  br i1 %z{n}, label %oom, label %b{n}\nb{n}:\n"
         );
+    }
+
+    /// Storage for slot `slot` holding a copy of the `elems` elements at `from`.
+    fn alloc_copy(&mut self, slot: usize, from: &str, elems: u64) {
+        self.alloc(slot, elems, false);
+        let p = self.load(slot);
+        self.copy(&p, from, elems);
     }
 
     fn load(&mut self, slot: usize) -> String {
@@ -326,12 +351,10 @@ impl Body {
         format!("%tb{n}")
     }
 
-    /// A new temporary slot of `elems` zeroed elements.
-    fn temp(&mut self, elems: u64) -> usize {
-        let s = self.slots;
+    /// A new temporary slot.
+    fn temp(&mut self) -> usize {
         self.slots += 1;
-        self.alloc(s, elems);
-        s
+        self.slots - 1
     }
 }
 
@@ -350,30 +373,19 @@ impl Builder<'_> {
             match step {
                 Step::Alloc { slot } => {
                     let t = slot_type(e, *slot).map_err(bad)?;
-                    body.alloc(*slot, t.elems());
+                    body.alloc(*slot, t.elems(), true);
                 }
                 Step::Upload { slot, arg } => {
                     let t = slot_type(e, *slot).map_err(bad)?;
                     let a = e.args.get(*arg).ok_or_else(|| bad(format!("no argument {arg}")))?;
-                    if a.elems() != t.elems() || a.elem != t.value_elem() {
-                        return Err(bad(format!(
-                            "argument `{}` ({} {}) is uploaded into {t}",
-                            a.name,
-                            a.elems(),
-                            a.elem.name()
-                        )));
-                    }
-                    body.alloc(*slot, t.elems());
-                    let p = body.load(*slot);
-                    body.copy(&p, &format!("%a{arg}"), t.elems());
+                    a.holds(t, "argument", "uploaded into").map_err(bad)?;
+                    body.alloc_copy(*slot, &format!("%a{arg}"), t.elems());
                 }
                 Step::Constant { slot, bits } => {
                     let t = slot_type(e, *slot).map_err(bad)?;
                     if bits.len() as u64 != t.elems() {
                         return Err(bad(format!("{} constant elements for {t}", bits.len())));
                     }
-                    body.alloc(*slot, t.elems());
-                    let p = body.load(*slot);
                     let g = format!("@{}.c{}", e.symbol, body.fresh());
                     let words: Vec<String> =
                         bits.iter().map(|&b| format!("i32 {}", b as i32)).collect();
@@ -383,20 +395,13 @@ impl Builder<'_> {
                         bits.len(),
                         words.join(", ")
                     );
-                    body.copy(&p, &g, t.elems());
+                    body.alloc_copy(*slot, &g, t.elems());
                 }
                 Step::Download { slot, result } => {
                     let t = slot_type(e, *slot).map_err(bad)?;
                     let r =
                         e.results.get(*result).ok_or_else(|| bad(format!("no result {result}")))?;
-                    if r.elems() != t.elems() || r.elem != t.value_elem() {
-                        return Err(bad(format!(
-                            "result `{}` ({} {}) is downloaded from {t}",
-                            r.name,
-                            r.elems(),
-                            r.elem.name()
-                        )));
-                    }
+                    r.holds(t, "result", "downloaded from").map_err(bad)?;
                     let p = body.load(*slot);
                     body.copy(&format!("%r{result}"), &p, t.elems());
                 }
@@ -452,7 +457,15 @@ impl Builder<'_> {
             })?;
             let mut all: Vec<(usize, MemType)> =
                 slots.iter().copied().zip(types.iter().copied()).collect();
-            let scratch: Vec<usize> = parts.scratch.iter().map(|t| body.temp(t.elems())).collect();
+            let scratch: Vec<usize> = parts
+                .scratch
+                .iter()
+                .map(|t| {
+                    let s = body.temp();
+                    body.alloc(s, t.elems(), true);
+                    s
+                })
+                .collect();
             all.extend(scratch.iter().copied().zip(parts.scratch.iter().copied()));
             for (sk, ops) in &parts.steps {
                 let picked = ops
@@ -488,9 +501,9 @@ impl Builder<'_> {
         let mut before: Option<usize> = None;
         let mut copy_of_output = |body: &mut Body, temps: &mut Vec<usize>| {
             *before.get_or_insert_with(|| {
-                let s = body.temp(out_elems);
-                let (to, from) = (body.load(s), body.load(slots[out]));
-                body.copy(&to, &from, out_elems);
+                let s = body.temp();
+                let from = body.load(slots[out]);
+                body.alloc_copy(s, &from, out_elems);
                 temps.push(s);
                 s
             })
@@ -507,7 +520,8 @@ impl Builder<'_> {
         for _ in &chunks {
             let mut t = table.clone();
             if let Some(n) = scratch {
-                let s = body.temp(n);
+                let s = body.temp();
+                body.alloc(s, n, true);
                 temps.push(s);
                 t.push(s);
             }
@@ -582,6 +596,7 @@ fn slot_type(e: &Entry, s: usize) -> Result<MemType, String> {
 
 /// What every host program calls.
 const PRELUDE: &str = "declare noalias ptr @calloc(i64, i64)
+declare noalias ptr @malloc(i64)
 declare void @free(ptr)
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 ";
