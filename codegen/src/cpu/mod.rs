@@ -314,7 +314,7 @@ impl<C: Codegen> Jit<C> {
             code,
             snapshot: p.snapshot,
             scratch: p.nest.scratch_len(),
-            split: parallel::Split::new(&p.kernel, &p.types, p.nest.split, p.snapshot),
+            split: p.split(),
             packed: p.nest.gemm.is_some(),
             types: p.types,
         });
@@ -412,6 +412,11 @@ impl Prepared {
         let (kernel, types) = with_snapshot(kernel, types, snapshot);
         let nest = Nest::of(&kernel, &types, gemm);
         Ok(Prepared { kernel, types, snapshot, nest })
+    }
+
+    /// How a launch may be split over threads; `None`: always in one piece.
+    pub(crate) fn split(&self) -> Option<parallel::Split> {
+        parallel::Split::new(&self.kernel, &self.types, self.nest.split, self.snapshot)
     }
 }
 

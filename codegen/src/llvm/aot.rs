@@ -581,8 +581,12 @@ impl Builder<'_> {
             let symbol = format!("fbc_kernel_{n}");
             let module = self.llvm.module(&p.kernel, &p.types, p.nest, &symbol)?;
             self.modules.push(module);
-            let split = Split::new(&p.kernel, &p.types, p.nest.split, p.snapshot);
-            let f = KernelFn { symbol, snapshot: p.snapshot, scratch: p.nest.scratch_len(), split };
+            let f = KernelFn {
+                symbol,
+                snapshot: p.snapshot,
+                scratch: p.nest.scratch_len(),
+                split: p.split(),
+            };
             self.kernels.insert(key.clone(), (n, f));
         }
         Ok(&self.kernels[&key].1)
