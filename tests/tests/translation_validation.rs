@@ -46,6 +46,14 @@ fn generated_training_graphs_keep_their_numbers_through_o3() {
         ..Default::default()
     };
     let whisper = fbc_models::Options { encoder_len: Some(8), ..o(Some(8), Some(1), Some(64)) };
+    let unet = fbc_models::Options {
+        layers: None,
+        levels: Some(2),
+        res_blocks: Some(1),
+        latent: Some(8),
+        channels: Some(32),
+        ..o(None, Some(1), None)
+    };
     let cases = [
         ("llama3.2-1b", o(Some(8), None, Some(64))),
         ("qwen2.5-1.5b", o(Some(8), None, Some(64))),
@@ -53,6 +61,9 @@ fn generated_training_graphs_keep_their_numbers_through_o3() {
         ("bert-large", o(Some(8), Some(1), None)),
         ("vit-large", o(None, Some(1), None)),
         ("whisper-large-decoder", whisper),
+        // Two levels (one with attention), one ResNet block each, 8x8 latents, 32 channels: every
+        // kind of block of the UNet, the skip concatenations and both resamplings.
+        ("sd1.5-unet", unet),
     ];
     for (model, opts) in &cases {
         let m = fbc_models::build(model, opts).unwrap_or_else(|e| panic!("fbc gen {model}: {e}"));

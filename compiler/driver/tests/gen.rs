@@ -15,8 +15,25 @@ const SMALL: &[(&str, &[&str])] = &[
     ("bert-large", &["--seq", "16", "--batch", "2", "--lora-rank", "2"]),
     ("vit-large", &["--batch", "1", "--lora-rank", "2"]),
     ("whisper-large-decoder", &["--seq", "16", "--encoder-len", "24", "--lora-rank", "2"]),
+    ("sd1.5-unet", UNET_SMALL),
     ("matmul-fb", &[]),
     ("mha", &["--config", "c2", "--seq", "16"]),
+];
+
+/// The UNet at two levels of one ResNet block, 8x8 latents, 32 channels, batch 1, rank 2.
+const UNET_SMALL: &[&str] = &[
+    "--levels",
+    "2",
+    "--res-blocks",
+    "1",
+    "--latent",
+    "8",
+    "--channels",
+    "32",
+    "--batch",
+    "1",
+    "--lora-rank",
+    "2",
 ];
 
 /// Models with layers, for the growth test.
@@ -177,7 +194,7 @@ fn default_sizes_generate() {
 fn option_mistakes_exit_2_and_say_what_is_allowed() {
     let o = gen("gpt-2", &[]);
     assert_eq!(o.code, 2);
-    for m in ["llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "bert-large", "vit-large", "mha"] {
+    for m in ["llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "bert-large", "vit-large", "sd1.5-unet"] {
         assert!(o.stderr.contains(m), "{}", o.stderr);
     }
     let cases: &[(&str, &[&str], &str)] = &[
@@ -202,6 +219,14 @@ fn option_mistakes_exit_2_and_say_what_is_allowed() {
             "`--max-seq` (32) must be at least `--seq` (64)",
         ),
         ("llama3.2-1b", &["--inference", "--max-seq", "200000"], "from 1 to 131072"),
+        ("sd1.5-unet", &["--levels", "5"], "`--levels` for sd1.5-unet must be from 1 to 4"),
+        ("sd1.5-unet", &["--latent", "12"], "`--latent` (12) must be a multiple of 8"),
+        ("sd1.5-unet", &["--channels", "48"], "must be a multiple of 32: the GroupNorms"),
+        ("sd1.5-unet", &["--res-blocks", "0"], "from 1 to 16"),
+        ("sd1.5-unet", &["--seq", "77"], "the text is CLIP's 77 states"),
+        ("sd1.5-unet", &["--vocab", "77"], "not sd1.5-unet"),
+        ("llama3.2-1b", &["--levels", "2"], "`--levels` applies only to sd1.5-unet"),
+        ("bert-large", &["--channels", "64"], "`--channels` applies only to sd1.5-unet"),
     ];
     for (model, args, want) in cases {
         let o = gen(model, args);
@@ -224,7 +249,7 @@ fn training_runs_autodiff_or_says_it_is_missing() {
     if registered {
         assert_eq!(o.code, 0, "{}", o.stderr);
         let dir = scratch("training");
-        for model in LAYERED {
+        for model in LAYERED.iter().chain(&["sd1.5-unet"]) {
             let o = gen_small(model, "1", &["--training"]);
             assert_eq!(o.code, 0, "{model}: {}", o.stderr);
             assert!(o.stdout.contains("func.func @loss_grad("), "{model}: {}", o.stdout);
@@ -278,4 +303,47 @@ fn inference_builds_prefill_and_decode_with_kv_caches() {
             + o.stdout.matches("tensor.causal_mask %pos {shape = [1, 2048]}").count(),
         2
     );
+}
+
+/// The 512x512 UNet is Stable Diffusion v1.5's: its frozen weights add up to the published
+/// 859,520,964 parameters of `UNet2DConditionModel` (every convolution, norm, projection and
+/// bias in its place and size), with LoRA on the four projections of both attentions of its 16
+/// transformer blocks.
+#[test]
+fn sd_unet_has_the_published_parameters() {
+    let o = gen("sd1.5-unet", &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let sig = o.stdout.lines().find(|l| l.contains("func.func @loss(")).unwrap_or_default();
+    assert!(sig.starts_with("  func.func @loss(%noisy_latents: tensor<2x4x64x64xf32>, %timesteps: tensor<2xi32>, %text_states: tensor<2x77x768xf32>, %noise: tensor<2x4x64x64xf32>, %time_table: tensor<1000x320xf32>, "), "{sig}");
+    assert!(sig.ends_with("-> tensor<f32> {"), "{sig}");
+    let inputs = ["noisy_latents", "timesteps", "text_states", "noise", "time_table"];
+    let (mut frozen, mut lora, mut lora_args) = (0u64, 0u64, 0);
+    for arg in sig.split("%").skip(1) {
+        let (name, ty) = arg.split_once(": tensor<").expect("a tensor argument");
+        let dims = ty.split('>').next().unwrap_or_default();
+        let n: u64 = dims.split('x').filter_map(|d| d.parse::<u64>().ok()).product();
+        if name.contains("_lora_") {
+            lora += n;
+            lora_args += 1;
+        } else if !inputs.contains(&name) {
+            frozen += n;
+        }
+    }
+    assert_eq!(frozen, 859_520_964);
+    assert_eq!(lora_args, 16 * 2 * 4 * 2);
+    // Rank 8: self-attention's q, k, v, out are C -> C; cross-attention's q and out too, its k
+    // and v 768 -> C (the text states). Blocks: 5 at 320 channels, 5 at 640, 6 at 1280.
+    let per_block = |c: u64| 8 * (4 * (c + c) + 2 * (c + c) + 2 * (768 + c));
+    assert_eq!(lora, 5 * per_block(320) + 5 * per_block(640) + 6 * per_block(1280));
+    let count = |op: &str| o.stdout.matches(&format!("= tensor.{op} ")).count();
+    // 22 ResNet blocks (two convolutions each; a 1x1 shortcut where the width changes: the
+    // first block of down levels 1 and 2, and all 12 up blocks, which take a concatenation),
+    // 16 transformer blocks (two 1x1 convolutions), 3 down- and 3 up-sampling convolutions,
+    // conv_in and conv_out.
+    assert_eq!(count("conv2d"), 22 * 2 + 14 + 16 * 2 + 3 + 3 + 2);
+    assert_eq!(count("upsample"), 3);
+    assert_eq!(count("group_norm"), 22 * 2 + 16 + 1);
+    assert_eq!(count("concat"), 12);
+    assert!(o.stdout.contains("%down0_downsample = tensor.conv2d %down0_attn1, %down0_downsample_w, %down0_downsample_b {padding = [1, 1], stride = [2, 2]} : (tensor<2x320x64x64xf32>, tensor<320x320x3x3xf32>, tensor<320xf32>) -> tensor<2x320x32x32xf32>"));
+    assert!(o.stdout.contains("%up0_res0_in = tensor.concat %mid_res1, %down3_res1 {axis = 1} : (tensor<2x1280x8x8xf32>, tensor<2x1280x8x8xf32>) -> tensor<2x2560x8x8xf32>"));
 }

@@ -255,6 +255,52 @@ impl<'r> Graph<'r> {
         self.op(name, TensorOp::UpdateSlice, &[dest, update, offset], attrs)
     }
 
+    /// `conv2d(x, w) (+ bias)` with stride `stride` and padding `[p, p]` on every side.
+    pub fn conv2d(
+        &mut self,
+        name: &str,
+        (x, w, bias): (V, V, Option<V>),
+        stride: u64,
+        pad: u64,
+    ) -> Result<V, String> {
+        let mut operands = vec![x, w];
+        operands.extend(bias);
+        let mut attrs = vec![attr("padding", ints(&[pad, pad]))];
+        if stride != 1 {
+            attrs.push(attr("stride", ints(&[stride, stride])));
+        }
+        self.op(name, TensorOp::Conv2d, &operands, attrs)
+    }
+
+    pub fn group_norm(
+        &mut self,
+        name: &str,
+        (x, gamma, beta): (V, V, V),
+        groups: u64,
+        eps: f64,
+    ) -> Result<V, String> {
+        let attrs = vec![
+            attr("groups", Attr::Int(i64::try_from(groups).unwrap_or(i64::MAX))),
+            attr("eps", Attr::Float(eps)),
+        ];
+        self.op(name, TensorOp::GroupNorm, &[x, gamma, beta], attrs)
+    }
+
+    /// Nearest-neighbour upsampling by 2 of `[N, C, H, W]`.
+    pub fn upsample2(&mut self, name: &str, x: V) -> Result<V, String> {
+        self.op(name, TensorOp::Upsample, &[x], vec![attr("scale", Attr::Int(2))])
+    }
+
+    pub fn sub(&mut self, name: &str, a: V, b: V) -> Result<V, String> {
+        self.op(name, TensorOp::Sub, &[a, b], vec![])
+    }
+
+    /// The mean over every axis of `x`: a scalar.
+    pub fn mean_all(&mut self, name: &str, x: V) -> Result<V, String> {
+        let axes: Vec<u64> = (0..self.shape(x).len() as u64).collect();
+        self.op(name, TensorOp::ReduceMean, &[x], vec![attr("axes", ints(&axes))])
+    }
+
     pub fn cross_entropy(&mut self, name: &str, logits: V, labels: V) -> Result<V, String> {
         self.op(name, TensorOp::CrossEntropy, &[logits, labels], vec![])
     }

@@ -265,3 +265,56 @@ pub(crate) const MHA_CONFIGS: &[(&str, u64, u64, u64)] =
 
 /// Fig. 16's MatMul pair: forward `O = A·B` with M=512, K=2048, N=8192; backward `dA = dO·Bᵀ`.
 pub(crate) const MATMUL_FB: (u64, u64, u64) = (512, 2048, 8192);
+
+/// Stable Diffusion v1.5's denoising UNet (`UNet2DConditionModel` in diffusers), from
+/// `unet/config.json` of stable-diffusion-v1-5/stable-diffusion-v1-5 (formerly
+/// runwayml/stable-diffusion-v1-5): in_channels 4, out_channels 4, sample_size 64,
+/// block_out_channels [320, 640, 1280, 1280], down_block_types [CrossAttnDownBlock2D ×3,
+/// DownBlock2D], up_block_types [UpBlock2D, CrossAttnUpBlock2D ×3], layers_per_block 2,
+/// attention_head_dim 8 (for SD 1.x diffusers reads it as the number of heads), cross_attention_dim
+/// 768, norm_num_groups 32, norm_eps 1e-05, act_fn "silu", downsample_padding 1,
+/// flip_sin_to_cos true, freq_shift 0, use_linear_projection false (1×1 convolutions around each
+/// transformer). Fixed by diffusers' code rather than the config: the transformer's GroupNorm eps
+/// 1e-6, its LayerNorms' eps 1e-5, the GEGLU feed-forward of width 4·C, the time embedding width
+/// 4·320 = 1280. From the pipeline: 77 text states (CLIP ViT-L/14's context) and
+/// num_train_timesteps 1000 (`scheduler/scheduler_config.json`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UnetCfg {
+    pub in_channels: u64,
+    pub out_channels: u64,
+    pub sample_size: u64,
+    /// The first level's width; level `i` has `channel_mult[i]` times as many channels.
+    pub channels: u64,
+    pub channel_mult: [u64; 4],
+    /// Whether level `i`'s blocks carry a transformer (cross-attention) block.
+    pub attention: [bool; 4],
+    pub layers_per_block: u64,
+    pub heads: u64,
+    pub cross_attention_dim: u64,
+    pub norm_groups: u64,
+    pub norm_eps: f64,
+    pub transformer_norm_eps: f64,
+    pub layer_norm_eps: f64,
+    pub ff_mult: u64,
+    pub text_len: u64,
+    pub train_timesteps: u64,
+}
+
+pub(crate) const SD15_UNET: UnetCfg = UnetCfg {
+    in_channels: 4,
+    out_channels: 4,
+    sample_size: 64,
+    channels: 320,
+    channel_mult: [1, 2, 4, 4],
+    attention: [true, true, true, false],
+    layers_per_block: 2,
+    heads: 8,
+    cross_attention_dim: 768,
+    norm_groups: 32,
+    norm_eps: 1e-5,
+    transformer_norm_eps: 1e-6,
+    layer_norm_eps: 1e-5,
+    ff_mult: 4,
+    text_len: 77,
+    train_timesteps: 1000,
+};

@@ -24,6 +24,7 @@ mod encoder;
 pub mod hf;
 mod micro;
 pub mod rope;
+mod unet;
 mod whisper;
 
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub(crate) enum Kind {
     Bert,
     Vit,
     Whisper,
+    Unet,
     MatmulFb,
     Mha,
 }
@@ -123,6 +125,18 @@ pub const MODELS: &[ModelInfo] = &[
         hidden: config::WHISPER_LARGE_V3.hidden,
     },
     ModelInfo {
+        name: "sd1.5-unet",
+        about: "Stable Diffusion v1.5 UNet (512x512 images), LoRA on every attention, noise MSE",
+        kind: Kind::Unet,
+        layers: None,
+        batch: Some(2),
+        seq: None,
+        max_seq: 0,
+        trainable: true,
+        encoder_len: None,
+        hidden: config::SD15_UNET.channels,
+    },
+    ModelInfo {
         name: "matmul-fb",
         about: "Fig. 16: O = A x B (M=512, K=2048, N=8192) and dA = dO x B^T",
         kind: Kind::MatmulFb,
@@ -167,6 +181,11 @@ pub fn models_help() -> String {
         }
         if let Some((e, _)) = m.encoder_len {
             d.push(format!("E={e}"));
+        }
+        if let Kind::Unet = m.kind {
+            let u = &config::SD15_UNET;
+            d.insert(0, format!("{UNET_LEVELS} levels, {} res blocks", u.layers_per_block));
+            d.push(format!("{0}x{0} latents, C={1}", u.sample_size, u.channels));
         }
         let defaults = if d.is_empty() { String::new() } else { format!(" [{}]", d.join(", ")) };
         s.push_str(&format!("  {:<22} {}{defaults}\n", m.name, m.about));
@@ -217,7 +236,22 @@ pub struct Spec {
     pub inference: bool,
     /// Positions of the KV cache (`--inference`).
     pub max_seq: u64,
+    /// The UNet's sizes (sd1.5-unet; 0 elsewhere): resolution levels, ResNet blocks per down
+    /// level, latent side, first-level width.
+    pub levels: u64,
+    pub res_blocks: u64,
+    pub latent: u64,
+    pub channels: u64,
 }
+
+/// The UNet's resolution levels (its four `block_out_channels`).
+pub const UNET_LEVELS: u64 = 4;
+/// The most ResNet blocks per level `--res-blocks` takes.
+const MAX_RES_BLOCKS: u64 = 16;
+/// The largest latent side `--latent` takes (8192x8192 images).
+const MAX_LATENT: u64 = 1024;
+/// The widest first level `--channels` takes.
+const MAX_UNET_CHANNELS: u64 = 4096;
 
 /// The KV-cache length of `--inference` when `--max-seq` is not given (at least `--seq`).
 pub const DEFAULT_MAX_SEQ: u64 = 2048;
@@ -262,6 +296,16 @@ pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Gene
             cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
             whisper::build(g, &cfg, &name, spec)
         }
+        Kind::Unet => {
+            let shape = unet::UnetShape {
+                batch: spec.batch,
+                latent: spec.latent,
+                levels: spec.levels,
+                res_blocks: spec.res_blocks,
+                channels: spec.channels,
+            };
+            unet::build(g, &config::SD15_UNET, &name, shape, spec.rank)
+        }
         Kind::MatmulFb => micro::matmul_fb(g, config::MATMUL_FB, spec.products),
         Kind::Mha => micro::mha(g, spec),
     }
@@ -294,6 +338,14 @@ pub struct Options {
     pub inference: bool,
     /// KV-cache positions (`inference` only; default [`DEFAULT_MAX_SEQ`], at least `seq`).
     pub max_seq: Option<u64>,
+    /// Resolution levels of the UNet (sd1.5-unet only; 1 to 4, default 4).
+    pub levels: Option<u64>,
+    /// ResNet blocks per down level of the UNet (sd1.5-unet only; default 2).
+    pub res_blocks: Option<u64>,
+    /// Side of the UNet's square latent (sd1.5-unet only; default 64, for 512x512 images).
+    pub latent: Option<u64>,
+    /// Width of the UNet's first level (sd1.5-unet only; default 320, a multiple of 32).
+    pub channels: Option<u64>,
 }
 
 /// Why a model could not be built.
@@ -344,6 +396,10 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
     let fixed = match model.name {
         "matmul-fb" => "Fig. 16's shapes are fixed (M=512, K=2048, N=8192)",
         "mha" => "it is a single attention block (Fig. 17)",
+        "sd1.5-unet" => {
+            "its sizes are --latent, --levels, --res-blocks and --channels; the text is CLIP's 77 \
+             states"
+        }
         _ => "",
     };
     let in_range = |opt: &str, v: u64, lo: u64, hi: u64| {
@@ -457,6 +513,7 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
             return Err(usage(format!("`--products` applies only to matmul-fb, not to {name}")))
         }
     };
+    let (levels, res_blocks, latent, channels) = unet_sizes(model, a)?;
     Ok(Spec {
         layers,
         batch,
@@ -468,7 +525,61 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
         products,
         inference: a.inference,
         max_seq,
+        levels,
+        res_blocks,
+        latent,
+        channels,
     })
+}
+
+/// The UNet options of `a` checked against `model`: `(levels, res_blocks, latent, channels)`
+/// with the defaults filled in for sd1.5-unet, zeros for the other models (where giving one is
+/// a usage error).
+fn unet_sizes(model: &ModelInfo, a: &Options) -> Result<(u64, u64, u64, u64), Error> {
+    let name = model.name;
+    let given = [
+        ("--levels", a.levels),
+        ("--res-blocks", a.res_blocks),
+        ("--latent", a.latent),
+        ("--channels", a.channels),
+    ];
+    if !matches!(model.kind, Kind::Unet) {
+        return match given.iter().find(|(_, v)| v.is_some()) {
+            Some((opt, _)) => {
+                Err(Error::Usage(format!("`{opt}` applies only to sd1.5-unet, not to {name}")))
+            }
+            None => Ok((0, 0, 0, 0)),
+        };
+    }
+    let cfg = &config::SD15_UNET;
+    let in_range = |opt: &str, v: u64, lo: u64, hi: u64| {
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(Error::Usage(format!("`{opt}` for {name} must be from {lo} to {hi}, found {v}")))
+        }
+    };
+    let levels = in_range("--levels", a.levels.unwrap_or(UNET_LEVELS), 1, UNET_LEVELS)?;
+    let res_blocks =
+        in_range("--res-blocks", a.res_blocks.unwrap_or(cfg.layers_per_block), 1, MAX_RES_BLOCKS)?;
+    let latent = in_range("--latent", a.latent.unwrap_or(cfg.sample_size), 1, MAX_LATENT)?;
+    let halvings = 1u64 << (levels - 1);
+    if latent % halvings != 0 {
+        return Err(Error::Usage(format!(
+            "`--latent` ({latent}) must be a multiple of {halvings}: {levels} levels halve it {} \
+             times",
+            levels - 1
+        )));
+    }
+    let channels =
+        in_range("--channels", a.channels.unwrap_or(cfg.channels), 1, MAX_UNET_CHANNELS)?;
+    if channels % cfg.norm_groups != 0 {
+        return Err(Error::Usage(format!(
+            "`--channels` ({channels}) must be a multiple of {}: the GroupNorms have {} groups",
+            cfg.norm_groups, cfg.norm_groups
+        )));
+    }
+    Ok((levels, res_blocks, latent, channels))
 }
 
 impl Generated {
@@ -558,6 +669,10 @@ pub fn build_hf(config: &str, opts: &Options) -> Result<Module, Error> {
         || opts.config.is_some()
         || !opts.products.is_empty()
         || opts.max_seq.is_some()
+        || opts.levels.is_some()
+        || opts.res_blocks.is_some()
+        || opts.latent.is_some()
+        || opts.channels.is_some()
     {
         return Err(usage(
             "--from-hf takes --layers, --seq, --batch, --lora-rank, --training and (Whisper) \

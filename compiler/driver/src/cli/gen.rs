@@ -75,6 +75,26 @@ pub struct GenArgs {
     #[arg(long, value_name = "o,da,db", value_delimiter = ',')]
     pub products: Vec<String>,
 
+    /// Resolution levels of the UNet, 1 to 4 (sd1.5-unet only; default 4): the first N of
+    /// its 320/640/1280/1280-channel levels.
+    #[arg(long, value_name = "N")]
+    pub levels: Option<u64>,
+
+    /// ResNet blocks per down level of the UNet (sd1.5-unet only; default 2, up levels have
+    /// one more).
+    #[arg(long, value_name = "N")]
+    pub res_blocks: Option<u64>,
+
+    /// Side of the UNet's square latent (sd1.5-unet only; default 64, for 512x512 images; a
+    /// multiple of 2^(levels-1)).
+    #[arg(long, value_name = "N")]
+    pub latent: Option<u64>,
+
+    /// Width of the UNet's first level (sd1.5-unet only; default 320, a multiple of 32; the
+    /// levels have 1, 2, 4, 4 times as many channels).
+    #[arg(long, value_name = "C")]
+    pub channels: Option<u64>,
+
     /// Output file (default: standard output).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -98,6 +118,10 @@ impl GenArgs {
             products: self.products.clone(),
             inference: self.inference,
             max_seq: self.max_seq,
+            levels: self.levels,
+            res_blocks: self.res_blocks,
+            latent: self.latent,
+            channels: self.channels,
         }
     }
 }
