@@ -96,6 +96,8 @@ mod interval;
 mod lang;
 mod map;
 mod parse;
+#[cfg(feature = "simplify")]
+mod presimplify;
 mod ranges;
 #[cfg(feature = "simplify")]
 mod rules;
@@ -107,6 +109,8 @@ pub use expr::{dim_name, neg, BinOp, Expr};
 pub use interval::Interval;
 pub use map::{IndexMap, MapError};
 pub use parse::{ParseError, MAX_DEPTH, MAX_NESTING};
+#[cfg(feature = "simplify")]
+pub use presimplify::presimplify;
 pub use ranges::{RangeError, Ranges};
 #[cfg(feature = "simplify")]
 pub use rules::rule_names;

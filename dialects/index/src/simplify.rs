@@ -26,6 +26,7 @@ use crate::expr::Expr;
 use crate::lang::{from_rec_expr, to_rec_expr};
 use crate::map::IndexMap;
 use crate::parse::MAX_DEPTH;
+use crate::presimplify::presimplify;
 use crate::ranges::Ranges;
 use crate::rules;
 use crate::verify::check_refines;
@@ -126,31 +127,29 @@ pub fn simplify(expr: &Expr, ranges: &Ranges, limits: &Limits) -> Simplified {
         return Simplified::new(expr, expr.clone(), report);
     }
     let input_cost = Cost::of_expr(expr);
-    let runner = Runner::<_, _, ()>::new(IndexAnalysis::new(ranges))
-        .with_node_limit(limits.node_limit)
-        .with_iter_limit(limits.iter_limit)
-        .with_time_limit(limits.time_limit)
-        .with_expr(&to_rec_expr(expr))
-        .run(rules::all());
-    let mut report = RunReport {
-        outcome: Outcome::NotImproved,
-        stop_reason: runner.stop_reason.as_ref().map(|r| format!("{r:?}")).unwrap_or_default(),
-        iterations: runner.iterations.len(),
-        egraph_nodes: runner.egraph.total_number_of_nodes(),
+    // The cheap exact identities first (`presimplify`): the e-graph then starts from a smaller
+    // tree, usually ten times faster. Where that answer still divides, the e-graph also runs
+    // from the input as written (an identity applied early can hide a cheaper form, such as
+    // `(80·x + y) mod 160` as `80·(x mod 2) + y`), and the cheaper answer wins.
+    let pre = presimplify(expr, ranges);
+    let mut best: Option<(Cost, Expr)> = None;
+    let consider = |cost: Cost, e: Expr, best: &mut Option<(Cost, Expr)>| {
+        if cost < input_cost && best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            *best = Some((cost, e));
+        }
     };
-    let Some(&root) = runner.roots.first() else {
-        return Simplified::new(expr, expr.clone(), report);
-    };
-    let extractor = Extractor::new(&runner.egraph, CostModel);
-    // Compare costs before building the tree: a strictly cheaper tree has
-    // fewer operations than the input, so it is small, whereas an arbitrary
-    // extracted DAG could unfold to an exponentially large tree.
-    let best_cost = extractor.find_best_cost(root);
-    if best_cost >= input_cost {
-        return Simplified::new(expr, expr.clone(), report);
+    let mut report = RunReport::default();
+    if pre != *expr {
+        consider(Cost::of_expr(&pre), pre.clone(), &mut best);
+        report = saturate(&pre, ranges, limits, &mut |c, e| consider(c, e, &mut best));
     }
-    let (_, best) = extractor.find_best(root);
-    let Some(candidate) = from_rec_expr(&best) else {
+    if best.as_ref().is_none_or(|(_, e)| e.count_divmod() > 0) {
+        let second = saturate(expr, ranges, limits, &mut |c, e| consider(c, e, &mut best));
+        report.iterations += second.iterations;
+        report.egraph_nodes = report.egraph_nodes.max(second.egraph_nodes);
+        report.stop_reason = second.stop_reason;
+    }
+    let Some((_, candidate)) = best else {
         return Simplified::new(expr, expr.clone(), report);
     };
     if limits.verify_samples > 0
@@ -161,6 +160,41 @@ pub fn simplify(expr: &Expr, ranges: &Ranges, limits: &Limits) -> Simplified {
     }
     report.outcome = Outcome::Improved;
     Simplified::new(expr, candidate, report)
+}
+
+/// Runs the rewrite rules from `start` and hands `found` the cheapest tree of its e-class
+/// with its cost, when that is cheaper than `start`.
+fn saturate(
+    start: &Expr,
+    ranges: &Ranges,
+    limits: &Limits,
+    found: &mut dyn FnMut(Cost, Expr),
+) -> RunReport {
+    let runner = Runner::<_, _, ()>::new(IndexAnalysis::new(ranges))
+        .with_node_limit(limits.node_limit)
+        .with_iter_limit(limits.iter_limit)
+        .with_time_limit(limits.time_limit)
+        .with_expr(&to_rec_expr(start))
+        .run(rules::all());
+    let report = RunReport {
+        outcome: Outcome::NotImproved,
+        stop_reason: runner.stop_reason.as_ref().map(|r| format!("{r:?}")).unwrap_or_default(),
+        iterations: runner.iterations.len(),
+        egraph_nodes: runner.egraph.total_number_of_nodes(),
+    };
+    let Some(&root) = runner.roots.first() else { return report };
+    let extractor = Extractor::new(&runner.egraph, CostModel);
+    // Compare costs before building the tree: a strictly cheaper tree has
+    // fewer operations than the input, so it is small, whereas an arbitrary
+    // extracted DAG could unfold to an exponentially large tree.
+    let best_cost = extractor.find_best_cost(root);
+    if best_cost < Cost::of_expr(start) {
+        let (_, best) = extractor.find_best(root);
+        if let Some(e) = from_rec_expr(&best) {
+            found(best_cost, e);
+        }
+    }
+    report
 }
 
 /// Totals of [`simplify_map`].

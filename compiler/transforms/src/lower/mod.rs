@@ -865,19 +865,18 @@ impl<'m> Lower<'m> {
         let profile = self.profile;
         stats.split_k += split_k::split(&mut self, split_k, profile)?;
         storage::retarget_images(&mut self)?;
-        let mut launches = Vec::new();
-        let mut mapper = storage::Mapper::new(simplify, std::mem::take(memo));
-        for k in &self.kernels {
-            let base = format!("{}_{}_{}", self.fname, k.op, k.result);
-            let name = names.unique(&base);
-            let built = mapper.build(&self, k, name);
-            let (kernel, sids) = match built {
-                Ok(b) => b,
-                Err(d) => {
-                    *memo = mapper.into_memo();
-                    return Err(d);
-                }
-            };
+        let kernel_names: Vec<String> = self
+            .kernels
+            .iter()
+            .map(|k| names.unique(&format!("{}_{}_{}", self.fname, k.op, k.result)))
+            .collect();
+        let shared = std::sync::Mutex::new(std::mem::take(memo));
+        let (built, [divmod_before, divmod_after, split_dims]) =
+            storage::build_all(&self, kernel_names, simplify, &shared);
+        *memo = shared.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut launches = Vec::with_capacity(built.len());
+        for (b, k) in built.into_iter().zip(&self.kernels) {
+            let (kernel, sids) = b?;
             launches.push((kernel, sids, k.span));
         }
         let mut result_sids: Vec<Sid> =
@@ -889,10 +888,9 @@ impl<'m> Lower<'m> {
         stats.converts += self.converts;
         stats.io_copies += self.io_copies;
         stats.image_fallbacks += self.image_fallbacks;
-        stats.divmod_before += mapper.divmod_before;
-        stats.divmod_after += mapper.divmod_after;
-        stats.split_dims += mapper.split;
-        *memo = mapper.into_memo();
+        stats.divmod_before += divmod_before;
+        stats.divmod_after += divmod_after;
+        stats.split_dims += split_dims;
         stats.images += self.storages.iter().filter(|s| s.ty.is_image()).count();
         stats.half_images += self.storages.iter().filter(|s| s.ty.is_half()).count();
         // A result renamed to the storage it was an identity copy of keeps its own layout

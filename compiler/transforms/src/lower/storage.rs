@@ -15,6 +15,8 @@
 //!   channel inside the tile's footprint), so padding is written as 0.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
@@ -265,25 +267,100 @@ fn simplify_keyed((e, extents): &MemoKey) -> Expr {
     fbc_index::simplify(e, &ranges, &limits).output
 }
 
+/// The number of threads the machine gives this process (asked once: the answer reads cgroup
+/// files, which costs more than a small batch of work).
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 /// Builds final kernels, simplifying maps (memoised per expression, see [`MapMemo`]).
-pub(crate) struct Mapper {
+pub(crate) struct Mapper<'m> {
     simplify: bool,
-    memo: MapMemo,
+    /// Shared by the mappers of [`build_all`]'s threads; locked only to look up and insert,
+    /// never while simplifying.
+    memo: &'m Mutex<MapMemo>,
+    /// Threads [`Mapper::prefill`] may use (1 inside [`build_all`]'s workers).
+    threads: usize,
     pub divmod_before: usize,
     pub divmod_after: usize,
     /// Domain dimensions split in two (see [`Mapper::split_dims`]).
     pub split: usize,
 }
 
-impl Mapper {
-    /// A mapper that starts from (and adds to) the simplifications in `memo`.
-    pub(crate) fn new(simplify: bool, memo: MapMemo) -> Mapper {
-        Mapper { simplify, memo, divmod_before: 0, divmod_after: 0, split: 0 }
-    }
+/// The memo, even if a thread panicked while holding it (its entries are whole: each is
+/// inserted in one call).
+fn lock(memo: &Mutex<MapMemo>) -> std::sync::MutexGuard<'_, MapMemo> {
+    memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
-    /// The simplifications made so far, for the next function's mapper.
-    pub(crate) fn into_memo(self) -> MapMemo {
-        self.memo
+/// A built kernel and the storages of its operands (inputs, then the output), or why it could
+/// not be built.
+pub(crate) type Built = Result<(Kernel, Vec<Sid>), Diagnostic>;
+
+/// Builds the kernels of `l`, `names[i]` for `l.kernels[i]`, in that order, on as many threads as
+/// the machine gives (each takes the next kernel not yet taken), sharing `memo`. Kernels are
+/// independent and the memo caches a pure function, so the result is what building them one
+/// at a time gives. Also returns the mappers' counts summed: `(divmod_before, divmod_after,
+/// split)`.
+pub(crate) fn build_all(
+    l: &Lower<'_>,
+    names: Vec<String>,
+    simplify: bool,
+    memo: &Mutex<MapMemo>,
+) -> (Vec<Built>, [usize; 3]) {
+    let n = l.kernels.len();
+    let threads = if simplify { cpus().min(n) } else { 1 };
+    let counts = |m: &Mapper<'_>| [m.divmod_before, m.divmod_after, m.split];
+    if threads < 2 {
+        let mut m = Mapper::new(simplify, memo, cpus());
+        let built = l.kernels.iter().zip(names).map(|(k, name)| m.build(l, k, name)).collect();
+        return (built, counts(&m));
+    }
+    let next = AtomicUsize::new(0);
+    let names = &names;
+    let mut slots: Vec<Option<Built>> = (0..n).map(|_| None).collect();
+    let mut total = [0; 3];
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut m = Mapper::new(simplify, memo, 1);
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(k) = l.kernels.get(i) else { break };
+                        out.push((i, m.build(l, k, names[i].clone())));
+                    }
+                    (out, counts(&m))
+                })
+            })
+            .collect();
+        for w in workers {
+            // A worker that panicked leaves its kernels unbuilt; the panic goes on below.
+            let (out, c) = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for (i, b) in out {
+                slots[i] = Some(b);
+            }
+            for (t, c) in total.iter_mut().zip(c) {
+                *t += c;
+            }
+        }
+    });
+    let built = slots
+        .into_iter()
+        .map(|b| {
+            b.unwrap_or_else(|| Err(located(Span::default(), "internal: a kernel was not built")))
+        })
+        .collect();
+    (built, total)
+}
+
+impl<'m> Mapper<'m> {
+    /// A mapper that starts from (and adds to) the simplifications in `memo`, prefilling on up
+    /// to `threads` threads.
+    pub(crate) fn new(simplify: bool, memo: &'m Mutex<MapMemo>, threads: usize) -> Mapper<'m> {
+        Mapper { simplify, memo, threads, divmod_before: 0, divmod_after: 0, split: 0 }
     }
 
     /// `results` simplified over `domain` (memoised; no statistics): each result simplified on
@@ -297,14 +374,12 @@ impl Mapper {
             .iter()
             .map(|e| match memo_key(e, domain) {
                 Some((key, used)) => {
-                    let r = match self.memo.get(&key) {
-                        Some(r) => r,
-                        None => {
-                            let r = simplify_keyed(&key);
-                            self.memo.entry(key).or_insert(r)
-                        }
-                    };
-                    renumber(r, &|i| used.get(i).copied())
+                    let known = lock(self.memo).get(&key).cloned();
+                    let r = known.unwrap_or_else(|| {
+                        let r = simplify_keyed(&key);
+                        lock(self.memo).entry(key).or_insert(r).clone()
+                    });
+                    renumber(&r, &|i| used.get(i).copied())
                 }
                 None => e.clone(),
             })
@@ -324,18 +399,15 @@ impl Mapper {
         if !self.simplify {
             return;
         }
-        let mut keys: Vec<MemoKey> = exprs
-            .into_iter()
-            .filter_map(|(e, domain)| Some(memo_key(e, domain)?.0))
-            .filter(|k| !self.memo.contains_key(k))
-            .collect();
+        let mut keys: Vec<MemoKey> =
+            exprs.into_iter().filter_map(|(e, domain)| Some(memo_key(e, domain)?.0)).collect();
+        {
+            let memo = lock(self.memo);
+            keys.retain(|k| !memo.contains_key(k));
+        }
         let unique: rustc_hash::FxHashSet<MemoKey> = keys.drain(..).collect();
         keys.extend(unique);
-        // Asked once: the answer reads cgroup files, which costs more than a small batch.
-        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let cpus =
-            *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
-        let threads = cpus.min(keys.len());
+        let threads = self.threads.min(keys.len());
         if threads < 2 {
             return;
         }
@@ -356,8 +428,9 @@ impl Mapper {
                 .collect();
             workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
         });
+        let mut memo = lock(self.memo);
         for (i, r) in done {
-            self.memo.insert(keys[i].clone(), r);
+            memo.insert(keys[i].clone(), r);
         }
     }
 
@@ -1010,11 +1083,12 @@ mod tests {
     #[test]
     fn memo_keys_renumber_dimensions_and_results_come_back_in_the_callers() {
         let parse = |s: &str| Expr::parse(s).expect("parses");
-        let mut m = Mapper::new(true, MapMemo::default());
+        let memo = Mutex::new(MapMemo::default());
+        let mut m = Mapper::new(true, &memo, 1);
         let a = m.simplified(vec![parse("(d2 * 4 + d5) floordiv 4")], &[9, 9, 6, 9, 9, 4]);
         assert_eq!(a, vec![parse("d2")]);
         let b = m.simplified(vec![parse("(d0 * 4 + d1) floordiv 4")], &[6, 4]);
         assert_eq!(b, vec![parse("d0")]);
-        assert_eq!(m.into_memo().len(), 1);
+        assert_eq!(lock(&memo).len(), 1);
     }
 }
