@@ -286,6 +286,40 @@ fn softmax_is_one_row_kernel() {
     same_numbers(&m, &plain, "softmax unfused");
 }
 
+/// A pointwise op after a row kernel joins it: group norm then SiLU (the UNet's ResNet blocks)
+/// is one row kernel whose body is the SiLU of the normalised element, so the normalised tensor
+/// is never stored; a second reader of it keeps the two launches.
+#[test]
+fn group_norm_then_silu_is_one_row_kernel() {
+    let src = r#"func.func @f(%x: tensor<2x8x3x3xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<2x8x3x3xf32> {
+  %n = tensor.group_norm %x, %g, %b {groups = 4} : (tensor<2x8x3x3xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8x3x3xf32>
+  %y = tensor.silu %n : (tensor<2x8x3x3xf32>) -> tensor<2x8x3x3xf32>
+  func.return %y : tensor<2x8x3x3xf32>
+}"#;
+    let m = parse(src);
+    let (after, st) = lowered(&m, "lower-to-memory", "generic");
+    let ks = kernels(&after);
+    assert_eq!(ks.len(), 1, "{:?}", ks.iter().map(|k| &k.name).collect::<Vec<_>>());
+    let k = &ks[0];
+    assert_eq!(k.source, "tensor.group_norm+tensor.silu");
+    assert!(k.iterators.contains(&Iter::Row), "{:?}", k.iterators);
+    assert!(k.body.to_string().contains("sigmoid("), "{}", k.body);
+    assert_eq!(st.get("lower-to-memory", "fused-ops"), 1);
+    same_numbers(&m, &after, "group norm + silu");
+    // The normalised tensor also returned: it is stored, and SiLU reads it.
+    let two = src
+        .replace("-> tensor<2x8x3x3xf32> {", "-> (tensor<2x8x3x3xf32>, tensor<2x8x3x3xf32>) {")
+        .replace(
+            "func.return %y : tensor<2x8x3x3xf32>",
+            "func.return %y, %n : tensor<2x8x3x3xf32>, tensor<2x8x3x3xf32>",
+        );
+    let m2 = parse(&two);
+    let (after2, st2) = lowered(&m2, "lower-to-memory", "generic");
+    assert_eq!(kernels(&after2).len(), 2);
+    assert_eq!(st2.get("lower-to-memory", "fused-ops"), 0);
+    same_numbers(&m2, &after2, "group norm + silu, both returned");
+}
+
 /// Every row-wise op is one row kernel writing its result, with the statistics in the launch in
 /// the order and association of the separate passes; the norms' gradients keep in temporaries
 /// the statistics their weight gradients read too (the row kernel reads them there).

@@ -11,6 +11,9 @@
 //! - **epilogue**: when `P` is a reduction (matmul, reductions, row statistics) whose result `T`
 //!   only a pointwise kernel `K` over `T`'s shape reads, at the identity map, `K` becomes `P`'s
 //!   epilogue (`acc` in place of `T`); `K`'s other operands are read at `P`'s output point.
+//!   A row kernel `P` (a normalisation, softmax) takes `K` into its body the same way (`P`'s
+//!   body in place of `T`: group norm then SiLU is one launch), where `K`'s result is stored as
+//!   `T` would have been (same layout and storage type).
 //!
 //! A tensor is never fused away when it is returned, read by a gather, written by several
 //! kernels (concat, slice_grad) or shares its storage with another tensor (a linear reshape).
@@ -240,6 +243,10 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
             let substituted = !epilogue && shapes[p].body.dims;
             let built = match (&kernels[p], substituted) {
                 (Some(pk), true) => Some(inline(pk.clone(), kk.clone())),
+                // A row kernel's body changes: built and measured.
+                (Some(pk), false) if epilogue && !pk.stats.is_empty() => {
+                    Some(into_epilogue(pk, kk))
+                }
                 _ => None,
             };
             let merged_shapes = match &built {
@@ -426,8 +433,30 @@ fn find(
         {
             return Some((p, t, true));
         }
+        // Row epilogue: the same for a row kernel P, whose body computes T's element.
+        if !pk.stats.is_empty()
+            && pk.attention.is_none()
+            && kk.combine.is_none()
+            && kk.stats.is_empty()
+            && kk.symbols.is_empty()
+            && reads_identity
+            && kk.domain == *shape
+            && !shape.is_empty()
+            && is_identity(&kk.out.map, shape.len())
+            && !(shapes[k].body.dims || shapes[k].body.loads)
+            && same_storage_form(l, t, kk.out.t)
+        {
+            return Some((p, t, true));
+        }
     }
     None
+}
+
+/// Whether tensors `a` and `b` are stored alike (layout and storage type): a row kernel
+/// writing `b` instead of `a` then writes the same places of the same kind of storage.
+fn same_storage_form(l: &Lower<'_>, a: Tid, b: Tid) -> bool {
+    let (sa, sb) = (&l.storages[l.tensors[a].storage], &l.storages[l.tensors[b].storage]);
+    sa.layout == sb.layout && sa.ty == sb.ty && l.tensors[a].shape == l.tensors[b].shape
 }
 
 /// Whether every variable of `map` is a domain dimension `dK` (no symbol).
@@ -598,11 +627,13 @@ fn payloads(k: &LKernel) -> impl Iterator<Item = &Scalar> {
         .chain(k.stats.iter().flat_map(|st| std::iter::once(&st.body).chain(st.epilogue.as_ref())))
 }
 
-/// `K` as the epilogue of reduction `P`.
+/// `K` as the epilogue of reduction `P`, or for a row kernel `P`, `K` with `P`'s body for `T`
+/// as `P`'s body.
 fn into_epilogue(p: &LKernel, k: &LKernel) -> LKernel {
     let t = p.out.t;
     let mut inputs = p.inputs.clone();
-    let acc = p.epilogue.clone().unwrap_or(Scalar::Acc);
+    let row = !p.stats.is_empty();
+    let acc = if row { p.body.clone() } else { p.epilogue.clone().unwrap_or(Scalar::Acc) };
     let mut subst: Vec<Scalar> = Vec::with_capacity(k.inputs.len());
     for o in &k.inputs {
         if o.t == t {
@@ -617,6 +648,17 @@ fn into_epilogue(p: &LKernel, k: &LKernel) -> LKernel {
     });
     let mut source = p.source.clone();
     source.extend(k.source.iter().copied());
+    if row {
+        return LKernel {
+            op: p.op.clone(),
+            result: k.result.clone(),
+            source,
+            inputs,
+            out: Operand { t: k.out.t, map: p.out.map.clone(), gather: false },
+            body: epilogue,
+            ..p.clone()
+        };
+    }
     LKernel {
         op: p.op.clone(),
         result: k.result.clone(),
