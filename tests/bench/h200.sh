@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -270,6 +270,25 @@ if want generate; then
   fi
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
+# The SD 1.5 UNet (part unet, issue 17): its first down block (a ResNet and a transformer block
+# at 64x64x320, batch 2, LoRA rank 8) forward + backward, fblayout against reuse and convert,
+# against PyTorch eager FP32 (cuDNN, TF32 off) in the same call; the reduced training step and
+# the block at 16x16 checked on the device first. Results: $O/unet.txt, $O/torch_unet.json.
+if want unet; then
+  U=$O/unet.txt
+  $B gen sd1.5-down-block --training -o $T/sdblock.fbir
+  $B gen sd1.5-down-block --training --latent 16 -o $T/sdblock16.fbir
+  $B gen sd1.5-unet --training --levels 2 --res-blocks 1 --latent 16 --channels 64 --batch 1 -o $T/unet_small.fbir
+  for f in sdblock16 unet_small; do
+    echo "== $f" >> $C
+    timeout 200 $B run $T/$f.fbir --entry loss_grad --target opencl --device $D --profile $P -O3 --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+  done
+  for b in $B $OLD; do
+    echo "=== sd1.5-down-block $b" >> $U
+    timeout 300 $b bench $T/sdblock.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $U 2>&1
+  done
+  timeout 120 python3 tests/bench/torch_unet_block.py > $O/torch_unet.json 2>&1
+fi
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.
 want torchdecode && timeout 200 python3 tests/bench/torch_decode.py ${POSITIONS:-2047 127} > $O/torch_decode.json 2>&1
 # CLBlast 1.5.3 (issue 10), where tests/bench/clblast.sh built it into devbin/clblast: the

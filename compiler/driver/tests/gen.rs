@@ -16,6 +16,10 @@ const SMALL: &[(&str, &[&str])] = &[
     ("vit-large", &["--batch", "1", "--lora-rank", "2"]),
     ("whisper-large-decoder", &["--seq", "16", "--encoder-len", "24", "--lora-rank", "2"]),
     ("sd1.5-unet", UNET_SMALL),
+    (
+        "sd1.5-down-block",
+        &["--latent", "8", "--channels", "32", "--batch", "1", "--lora-rank", "2"],
+    ),
     ("matmul-fb", &[]),
     ("mha", &["--config", "c2", "--seq", "16"]),
 ];
@@ -227,6 +231,7 @@ fn option_mistakes_exit_2_and_say_what_is_allowed() {
         ("sd1.5-unet", &["--vocab", "77"], "not sd1.5-unet"),
         ("llama3.2-1b", &["--levels", "2"], "`--levels` applies only to sd1.5-unet"),
         ("bert-large", &["--channels", "64"], "`--channels` applies only to sd1.5-unet"),
+        ("sd1.5-down-block", &["--res-blocks", "1"], "`--res-blocks` applies only to sd1.5-unet"),
     ];
     for (model, args, want) in cases {
         let o = gen(model, args);
@@ -249,7 +254,7 @@ fn training_runs_autodiff_or_says_it_is_missing() {
     if registered {
         assert_eq!(o.code, 0, "{}", o.stderr);
         let dir = scratch("training");
-        for model in LAYERED.iter().chain(&["sd1.5-unet"]) {
+        for model in LAYERED.iter().chain(&["sd1.5-unet", "sd1.5-down-block"]) {
             let o = gen_small(model, "1", &["--training"]);
             assert_eq!(o.code, 0, "{model}: {}", o.stderr);
             assert!(o.stdout.contains("func.func @loss_grad("), "{model}: {}", o.stdout);
@@ -346,4 +351,27 @@ fn sd_unet_has_the_published_parameters() {
     assert_eq!(count("concat"), 12);
     assert!(o.stdout.contains("%down0_downsample = tensor.conv2d %down0_attn1, %down0_downsample_w, %down0_downsample_b {padding = [1, 1], stride = [2, 2]} : (tensor<2x320x64x64xf32>, tensor<320x320x3x3xf32>, tensor<320xf32>) -> tensor<2x320x32x32xf32>"));
     assert!(o.stdout.contains("%up0_res0_in = tensor.concat %mid_res1, %down3_res1 {axis = 1} : (tensor<2x1280x8x8xf32>, tensor<2x1280x8x8xf32>) -> tensor<2x2560x8x8xf32>"));
+}
+
+/// The benchmark block is the UNet's own first ResNet and transformer block: the same ops with
+/// the same names and weights, between its inputs and the loss.
+#[test]
+fn sd_down_block_is_the_unets_first_block() {
+    let block = gen("sd1.5-down-block", &[]);
+    assert_eq!(block.code, 0, "{}", block.stderr);
+    let sig = block.stdout.lines().find(|l| l.contains("func.func @loss(")).unwrap_or_default();
+    assert!(sig.starts_with("  func.func @loss(%x: tensor<2x320x64x64xf32>, %temb: tensor<2x1280xf32>, %text_states: tensor<2x77x768xf32>, %target: tensor<2x320x64x64xf32>, %down0_res0_norm1_g: tensor<320xf32>"), "{sig}");
+    let unet = gen("sd1.5-unet", &[]).stdout;
+    let body = |text: &str, from: &str, to: &str| -> Vec<String> {
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.iter().position(|l| l.contains(from)).expect("block start");
+        let end = lines.iter().position(|l| l.contains(to)).expect("block end");
+        lines[start..=end].iter().map(|l| l.to_string()).collect()
+    };
+    // From the second op of the ResNet block (its input differs: `%x` against `%conv_in`) to
+    // the transformer block's last.
+    assert_eq!(
+        body(&block.stdout, "%down0_res0_norm1_act = ", "%down0_attn0 = "),
+        body(&unet, "%down0_res0_norm1_act = ", "%down0_attn0 = ")
+    );
 }

@@ -43,6 +43,7 @@ pub(crate) enum Kind {
     Vit,
     Whisper,
     Unet,
+    UnetDownBlock,
     MatmulFb,
     Mha,
 }
@@ -137,6 +138,18 @@ pub const MODELS: &[ModelInfo] = &[
         hidden: config::SD15_UNET.channels,
     },
     ModelInfo {
+        name: "sd1.5-down-block",
+        about: "SD 1.5 UNet's first down block: a ResNet and a transformer block, for benchmarks",
+        kind: Kind::UnetDownBlock,
+        layers: None,
+        batch: Some(2),
+        seq: None,
+        max_seq: 0,
+        trainable: true,
+        encoder_len: None,
+        hidden: config::SD15_UNET.channels,
+    },
+    ModelInfo {
         name: "matmul-fb",
         about: "Fig. 16: O = A x B (M=512, K=2048, N=8192) and dA = dO x B^T",
         kind: Kind::MatmulFb,
@@ -182,9 +195,11 @@ pub fn models_help() -> String {
         if let Some((e, _)) = m.encoder_len {
             d.push(format!("E={e}"));
         }
+        let u = &config::SD15_UNET;
         if let Kind::Unet = m.kind {
-            let u = &config::SD15_UNET;
             d.insert(0, format!("{UNET_LEVELS} levels, {} res blocks", u.layers_per_block));
+        }
+        if let Kind::Unet | Kind::UnetDownBlock = m.kind {
             d.push(format!("{0}x{0} latents, C={1}", u.sample_size, u.channels));
         }
         let defaults = if d.is_empty() { String::new() } else { format!(" [{}]", d.join(", ")) };
@@ -296,7 +311,7 @@ pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Gene
             cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
             whisper::build(g, &cfg, &name, spec)
         }
-        Kind::Unet => {
+        Kind::Unet | Kind::UnetDownBlock => {
             let shape = unet::UnetShape {
                 batch: spec.batch,
                 latent: spec.latent,
@@ -304,7 +319,10 @@ pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Gene
                 res_blocks: spec.res_blocks,
                 channels: spec.channels,
             };
-            unet::build(g, &config::SD15_UNET, &name, shape, spec.rank)
+            match model.kind {
+                Kind::Unet => unet::build(g, &config::SD15_UNET, &name, shape, spec.rank),
+                _ => unet::build_down_block(g, &config::SD15_UNET, &name, shape, spec.rank),
+            }
         }
         Kind::MatmulFb => micro::matmul_fb(g, config::MATMUL_FB, spec.products),
         Kind::Mha => micro::mha(g, spec),
@@ -342,9 +360,11 @@ pub struct Options {
     pub levels: Option<u64>,
     /// ResNet blocks per down level of the UNet (sd1.5-unet only; default 2).
     pub res_blocks: Option<u64>,
-    /// Side of the UNet's square latent (sd1.5-unet only; default 64, for 512x512 images).
+    /// Side of the UNet's square latent (sd1.5-unet and sd1.5-down-block; default 64, for
+    /// 512x512 images).
     pub latent: Option<u64>,
-    /// Width of the UNet's first level (sd1.5-unet only; default 320, a multiple of 32).
+    /// Width of the UNet's first level (sd1.5-unet and sd1.5-down-block; default 320, a
+    /// multiple of 32).
     pub channels: Option<u64>,
 }
 
@@ -396,7 +416,7 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
     let fixed = match model.name {
         "matmul-fb" => "Fig. 16's shapes are fixed (M=512, K=2048, N=8192)",
         "mha" => "it is a single attention block (Fig. 17)",
-        "sd1.5-unet" => {
+        "sd1.5-unet" | "sd1.5-down-block" => {
             "its sizes are --latent, --levels, --res-blocks and --channels; the text is CLIP's 77 \
              states"
         }
@@ -543,13 +563,16 @@ fn unet_sizes(model: &ModelInfo, a: &Options) -> Result<(u64, u64, u64, u64), Er
         ("--latent", a.latent),
         ("--channels", a.channels),
     ];
+    let block = matches!(model.kind, Kind::UnetDownBlock);
     if !matches!(model.kind, Kind::Unet) {
-        return match given.iter().find(|(_, v)| v.is_some()) {
-            Some((opt, _)) => {
-                Err(Error::Usage(format!("`{opt}` applies only to sd1.5-unet, not to {name}")))
-            }
-            None => Ok((0, 0, 0, 0)),
-        };
+        // The down block takes the latent and the width, not the UNet's depth.
+        let applies = |opt: &str| block && matches!(opt, "--latent" | "--channels");
+        if let Some((opt, _)) = given.iter().find(|(o, v)| v.is_some() && !applies(o)) {
+            return Err(Error::Usage(format!("`{opt}` applies only to sd1.5-unet, not to {name}")));
+        }
+        if !block {
+            return Ok((0, 0, 0, 0));
+        }
     }
     let cfg = &config::SD15_UNET;
     let in_range = |opt: &str, v: u64, lo: u64, hi: u64| {
@@ -559,7 +582,8 @@ fn unet_sizes(model: &ModelInfo, a: &Options) -> Result<(u64, u64, u64, u64), Er
             Err(Error::Usage(format!("`{opt}` for {name} must be from {lo} to {hi}, found {v}")))
         }
     };
-    let levels = in_range("--levels", a.levels.unwrap_or(UNET_LEVELS), 1, UNET_LEVELS)?;
+    let levels = if block { 1 } else { UNET_LEVELS };
+    let levels = in_range("--levels", a.levels.unwrap_or(levels), 1, UNET_LEVELS)?;
     let res_blocks =
         in_range("--res-blocks", a.res_blocks.unwrap_or(cfg.layers_per_block), 1, MAX_RES_BLOCKS)?;
     let latent = in_range("--latent", a.latent.unwrap_or(cfg.sample_size), 1, MAX_LATENT)?;

@@ -247,3 +247,32 @@ pub(crate) fn build(
     let module = gen.g.finish(module_name, "loss", &[loss])?;
     Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
 }
+
+/// The UNet's first down block alone, for benchmarks: `@loss(x [N, C, L, L], temb [N, 4C],
+/// text_states, target [N, C, L, L], weights...)` = the mean squared difference between
+/// `transformer(resnet(x))` (a ResNet block and a transformer block at the first level's width,
+/// the published block at 64×64×320) and `target`.
+pub(crate) fn build_down_block(
+    g: Graph<'_>,
+    cfg: &UnetCfg,
+    module_name: &str,
+    shape: UnetShape,
+    rank: u64,
+) -> Result<Generated, String> {
+    let UnetShape { batch: b, latent: s, channels: c, .. } = shape;
+    let mut gen = Gen::new(g, rank);
+    let x = gen.g.weight("x", &[b, c, s, s]);
+    let temb = gen.g.weight("temb", &[b, 4 * c]);
+    let text = gen.g.weight("text_states", &[b, cfg.text_len, cfg.cross_attention_dim]);
+    let target = gen.g.weight("target", &[b, c, s, s]);
+    let temb_act = gen.g.unary("temb_act", TensorOp::Silu, temb)?;
+    let mut u = Unet { gen, cfg, temb_act, text };
+    let h = u.resnet("down0_res0", x, c)?;
+    let y = u.transformer("down0_attn0", h)?;
+    let err = u.gen.g.sub("err", y, target)?;
+    let sq = u.gen.g.mul("err_sq", err, err)?;
+    let loss = u.gen.g.mean_all("loss", sq)?;
+    let Unet { gen, .. } = u;
+    let module = gen.g.finish(module_name, "loss", &[loss])?;
+    Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+}

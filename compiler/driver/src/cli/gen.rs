@@ -85,13 +85,13 @@ pub struct GenArgs {
     #[arg(long, value_name = "N")]
     pub res_blocks: Option<u64>,
 
-    /// Side of the UNet's square latent (sd1.5-unet only; default 64, for 512x512 images; a
-    /// multiple of 2^(levels-1)).
+    /// Side of the UNet's square latent (sd1.5-unet and sd1.5-down-block; default 64, for
+    /// 512x512 images; a multiple of 2^(levels-1)).
     #[arg(long, value_name = "N")]
     pub latent: Option<u64>,
 
-    /// Width of the UNet's first level (sd1.5-unet only; default 320, a multiple of 32; the
-    /// levels have 1, 2, 4, 4 times as many channels).
+    /// Width of the UNet's first level (sd1.5-unet and sd1.5-down-block; default 320, a
+    /// multiple of 32; the levels have 1, 2, 4, 4 times as many channels).
     #[arg(long, value_name = "C")]
     pub channels: Option<u64>,
 
