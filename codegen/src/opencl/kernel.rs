@@ -1678,7 +1678,16 @@ impl Cx<'_> {
         if self.types.iter().any(|t| t.value_elem() != ElemType::F32) {
             return Ok(None);
         }
-        let Scalar::Bin(ScalarBin::Mul, a, b) = &k.body else { return Ok(None) };
+        // `x0 * x1`, or `select(c, x0 * x1, 0)` where `c` reads the indices of one operand only
+        // (a convolution's zero padding: that operand's staging reads 0 where `c` fails, the
+        // implicit GEMM).
+        let (product, select) = match &k.body {
+            Scalar::Select(c, p, z) if matches!(**z, Scalar::Float(v) if v == 0.0) => {
+                (&**p, Some(&**c))
+            }
+            body => (body, None),
+        };
+        let Scalar::Bin(ScalarBin::Mul, a, b) = product else { return Ok(None) };
         let (Scalar::In(a), Scalar::In(b)) = (&**a, &**b) else { return Ok(None) };
         if *a == out || *b == out {
             return Ok(None);
@@ -1765,10 +1774,43 @@ impl Cx<'_> {
             v
         };
         let (a_dims, b_dims) = (zero(&split.cols), zero(&split.rows));
-        let (a_ok, b_ok) = (
+        let (mut a_ok, mut b_ok) = (
             self.guard_where(&a_dims, |i| !reads[i].1)?,
             self.guard_where(&b_dims, |i| !reads[i].0)?,
         );
+        // The select's side: the operand whose indices (batches, its rows or columns, the
+        // reduction) are all the condition reads.
+        let mut select_side = None;
+        if let Some(c) = select {
+            let mut read = vec![false; nd];
+            c.visit(&mut |s| {
+                if let Scalar::Dim(d) = s {
+                    if let Some(r) = read.get_mut(*d) {
+                        *r = true;
+                    }
+                }
+            });
+            let reads_any = |ds: &[usize]| ds.iter().any(|&d| read[d]);
+            let mut loads = false;
+            c.visit(&mut |s| {
+                loads |=
+                    matches!(s, Scalar::In(_) | Scalar::Load(..) | Scalar::Stat(_) | Scalar::Acc)
+            });
+            let side = match (reads_any(&split.rows), reads_any(&split.cols)) {
+                _ if loads => return Ok(None),
+                (true, true) => return Ok(None),
+                (false, true) => 1,
+                _ => 0,
+            };
+            let dims = if side == 0 { &a_dims } else { &b_dims };
+            let (cond, _) = self.scalar(c, &Env { dims, acc: "0.0f" })?;
+            let ok = if side == 0 { &mut a_ok } else { &mut b_ok };
+            *ok = Some(match ok.take() {
+                Some(g) => format!("({g}) && ({cond})"),
+                None => cond,
+            });
+            select_side = Some(side);
+        }
         let when = |ok: &Option<String>, v: String, zero: &str| match ok {
             Some(ok) => format!("(({ok}) ? {v} : {zero})"),
             None => v,
@@ -1807,6 +1849,9 @@ impl Cx<'_> {
                 .transpose()
                 .map(|t| t.map(|(t, al)| (when(&b_ok, t, zero4), al)))
         };
+        // A texel is staged under one condition: not where a select decides per element.
+        let a_read = |outer_ok| if select_side == Some(0) { Ok(None) } else { a_read(outer_ok) };
+        let b_read = |outer_ok| if select_side == Some(1) { Ok(None) } else { b_read(outer_ok) };
         let (a_tex, b_tex) = (a_read(false)?, b_read(false)?);
         let mut s_dims = zero(&red);
         let value = |s_dims: &[String], acc: &str| -> Result<String, String> {

@@ -622,6 +622,46 @@ fn a_contraction_into_a_padded_image_is_tiled_under_its_guard() {
     assert!(mm.contains("((row < 30 && (((col / 4) * 4) + 3) < 30) ? acc3 : 0.0f)"), "{mm}");
 }
 
+/// Convolutions the tiled contraction runs as implicit GEMMs: each input tap read under the
+/// select of its zero padding (proven in range there, so unchecked), padding on every side,
+/// stride, dilation, a bias and a residual in the epilogue, a 1×1 convolution.
+const CONVS: &str = r#"func.func @main(%x: tensor<2x8x12x12xf32>, %w: tensor<16x8x3x3xf32>, %b: tensor<16xf32>, %r: tensor<2x16x12x12xf32>, %w1: tensor<16x8x1x1xf32>) -> (tensor<2x16x12x12xf32>, tensor<2x16x6x6xf32>, tensor<2x16x12x12xf32>, tensor<2x16x12x12xf32>) {
+  %same = tensor.conv2d %x, %w, %b {padding = [1, 1]} : (tensor<2x8x12x12xf32>, tensor<16x8x3x3xf32>, tensor<16xf32>) -> tensor<2x16x12x12xf32>
+  %res = tensor.add %same, %r : (tensor<2x16x12x12xf32>, tensor<2x16x12x12xf32>) -> tensor<2x16x12x12xf32>
+  %strided = tensor.conv2d %x, %w {padding = [1, 1], stride = [2, 2]} : (tensor<2x8x12x12xf32>, tensor<16x8x3x3xf32>) -> tensor<2x16x6x6xf32>
+  %dilated = tensor.conv2d %x, %w {dilation = [2, 2], padding = [2, 2]} : (tensor<2x8x12x12xf32>, tensor<16x8x3x3xf32>) -> tensor<2x16x12x12xf32>
+  %one = tensor.conv2d %x, %w1 : (tensor<2x8x12x12xf32>, tensor<16x8x1x1xf32>) -> tensor<2x16x12x12xf32>
+  func.return %res, %strided, %dilated, %one : (tensor<2x16x12x12xf32>, tensor<2x16x6x6xf32>, tensor<2x16x12x12xf32>, tensor<2x16x12x12xf32>) -> ()
+}
+"#;
+
+#[test]
+fn convolutions_are_implicit_gemms_under_their_padding() {
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("convs.fbir", CONVS);
+    for level in [1, 3] {
+        let dump = common::scratch(&format!("ocl-convs-{level}")).join("kernels");
+        check(&p, level, &["--dump-kernels", dump.to_str().unwrap_or_default()])
+            .unwrap_or_else(|e| panic!("-O{level}: {e}"));
+        let mut convs = 0;
+        for entry in std::fs::read_dir(&dump).expect("dumped") {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            if !name.contains("conv2d") {
+                continue;
+            }
+            convs += 1;
+            let src = std::fs::read_to_string(&path).expect("read");
+            // The tiled template, and no load checked at run time.
+            assert!(src.contains("reqd_work_group_size"), "-O{level} {name}:\n{src}");
+            assert!(!src.contains("fbc_ldf(x"), "-O{level} {name}:\n{src}");
+        }
+        assert_eq!(convs, 4, "-O{level}");
+    }
+}
+
 /// A safetensors file with the F32 vectors `a` and `b`.
 fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
     let (na, nb) = (a.len() * 4, b.len() * 4);

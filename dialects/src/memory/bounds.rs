@@ -260,13 +260,15 @@ impl Ix {
 }
 
 /// The condition under which an access happens: every `exprs[i]` defined and in
-/// `[0, bounds[i])`, with the dimensions marked in `zero` read as 0 (a launch's guard is
-/// evaluated once per parallel point, with the reduction dimensions at 0).
+/// `[0, bounds[i])`, the first `zeroed` of them with the dimensions marked in `zero` read as 0 (a
+/// launch's guard is evaluated once per parallel point, with the reduction dimensions at 0; the
+/// ranges a `select` states for its first branch follow, read at the point itself).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Condition {
     pub exprs: Vec<Ix>,
     pub bounds: Vec<u64>,
     pub zero: Vec<bool>,
+    pub zeroed: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,14 +286,14 @@ fn below(len: u64) -> Option<Interval> {
 
 impl Condition {
     fn on_box(&self, b: &[Interval]) -> Tri {
-        let b: Vec<Interval> = b
+        let zb: Vec<Interval> = b
             .iter()
             .zip(&self.zero)
             .map(|(&iv, &z)| if z { Interval::point(0) } else { iv })
             .collect();
         let mut all = true;
-        for (e, &n) in self.exprs.iter().zip(&self.bounds) {
-            let s = e.span(&b);
+        for (i, (e, &n)) in self.exprs.iter().zip(&self.bounds).enumerate() {
+            let s = e.span(if i < self.zeroed { &zb } else { b });
             let Some(r) = below(n) else { return Tri::Never };
             if s.surely_undef || s.iv.intersect(r).is_none() {
                 return Tri::Never;
@@ -307,21 +309,42 @@ impl Condition {
 
     /// Whether the condition holds at `p` (an undefined condition does not).
     pub fn holds(&self, p: &[i64]) -> bool {
-        let p: Vec<i64> = p.iter().zip(&self.zero).map(|(&v, &z)| if z { 0 } else { v }).collect();
-        self.exprs
-            .iter()
-            .zip(&self.bounds)
-            .all(|(e, &n)| e.eval(&p).is_some_and(|v| v >= 0 && (v as u64) < n))
+        let zp: Vec<i64> = p.iter().zip(&self.zero).map(|(&v, &z)| if z { 0 } else { v }).collect();
+        self.exprs.iter().zip(&self.bounds).enumerate().all(|(i, (e, &n))| {
+            e.eval(if i < self.zeroed { &zp } else { p }).is_some_and(|v| v >= 0 && (v as u64) < n)
+        })
     }
 
     fn mark(&self, used: &mut [bool]) {
         let mut g = vec![false; used.len()];
-        for e in &self.exprs {
+        for e in &self.exprs[..self.zeroed.min(self.exprs.len())] {
             e.mark(&mut g);
         }
         for ((u, g), z) in used.iter_mut().zip(g).zip(&self.zero) {
             *u |= g && !z;
         }
+        for e in self.exprs.iter().skip(self.zeroed) {
+            e.mark(used);
+        }
+    }
+
+    /// `self` (or no condition) and the ranges `more`, read at the point itself.
+    fn with(this: Option<&Condition>, more: &[(Ix, u64)], rank: usize) -> Option<Condition> {
+        if more.is_empty() {
+            return this.cloned();
+        }
+        let mut c = this.cloned().unwrap_or(Condition {
+            exprs: Vec::new(),
+            bounds: Vec::new(),
+            zero: vec![false; rank],
+            zeroed: 0,
+        });
+        c.zeroed = c.exprs.len();
+        for (e, n) in more {
+            c.exprs.push(e.clone());
+            c.bounds.push(*n);
+        }
+        Some(c)
     }
 }
 
@@ -416,7 +439,12 @@ fn split_dim(expr: &Ix, cond: Option<&Condition>, b: &[Interval], used: &[bool])
                 .zip(&c.zero)
                 .map(|(&iv, &z)| if z { Interval::point(0) } else { iv })
                 .collect();
-            w.extend(c.exprs.iter().map(|e| width(e.span(&zb).iv)));
+            w.extend(
+                c.exprs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| width(e.span(if i < c.zeroed { &zb } else { b }).iv)),
+            );
         }
         w
     };
@@ -576,27 +604,79 @@ impl Site {
     }
 }
 
-/// Where an operand is read, per [`Site`]: `(read there, read there outside every `select`
-/// branch)`.
-#[derive(Debug, Clone, Copy, Default)]
-struct Uses([(bool, bool); 4]);
+/// Ranges `0 ≤ e < n` of domain expressions that hold where an access happens.
+type Assumed = Vec<(Ix, u64)>;
 
-/// Visits `e`, calling `f(scalar, under_select_branch)` for every subexpression.
-fn walk(e: &Scalar, cond: bool, f: &mut dyn FnMut(&Scalar, bool)) {
-    f(e, cond);
+/// Where an operand is read, per [`Site`]: whether it is read there, whether outside every
+/// `select` branch, and the ranges every one of its reads there may assume (those the
+/// conditions of the `select`s around it state).
+#[derive(Debug, Clone, Default)]
+struct Uses([(bool, bool, Option<Assumed>); 4]);
+
+/// The ranges `0 ≤ e < n` that condition `c` states as conjuncts (`e >= 0`, with `e < n` or
+/// `e <= n - 1` where there is one), `e` an integer expression of the domain: what the first
+/// branch of a `select` on `c` may assume (the zero padding of a convolution's input).
+fn select_ranges(c: &Scalar) -> Assumed {
+    fn conjuncts<'a>(c: &'a Scalar, lo: &mut Vec<&'a Scalar>, hi: &mut Vec<(&'a Scalar, u64)>) {
+        match c {
+            Scalar::Bin(ScalarBin::And, a, b) => {
+                conjuncts(a, lo, hi);
+                conjuncts(b, lo, hi);
+            }
+            Scalar::Bin(ScalarBin::Ge, e, z) if **z == Scalar::Int(0) => lo.push(e),
+            Scalar::Bin(ScalarBin::Lt, e, n) => {
+                if let Scalar::Int(n) = **n {
+                    if let Ok(n) = u64::try_from(n) {
+                        hi.push((e, n));
+                    }
+                }
+            }
+            Scalar::Bin(ScalarBin::Le, e, n) => {
+                if let Scalar::Int(n) = **n {
+                    if let Some(n) = u64::try_from(n).ok().and_then(|n| n.checked_add(1)) {
+                        hi.push((e, n));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let (mut lo, mut hi) = (Vec::new(), Vec::new());
+    conjuncts(c, &mut lo, &mut hi);
+    // `e >= 0` alone (lowering drops a bound no point can exceed) is `0 ≤ e < 2^64 - 1`.
+    lo.iter()
+        .map(|e| (*e, hi.iter().find(|(h, _)| h == e).map_or(u64::MAX, |(_, n)| *n)))
+        .filter_map(|(e, n)| Some((Ix::of_scalar(e)?, n)))
+        .collect()
+}
+
+/// Visits `e`, calling `f(scalar, under_select_branch, assumed)` for every subexpression, with
+/// the ranges the conditions of the enclosing `select`s' first branches state.
+fn walk(e: &Scalar, cond: bool, assumed: &Assumed, f: &mut dyn FnMut(&Scalar, bool, &Assumed)) {
+    f(e, cond, assumed);
     match e {
-        Scalar::Load(_, a) | Scalar::Un(_, a) => walk(a, cond, f),
+        Scalar::Load(_, a) | Scalar::Un(_, a) => walk(a, cond, assumed, f),
         Scalar::Bin(_, a, b) => {
-            walk(a, cond, f);
-            walk(b, cond, f);
+            walk(a, cond, assumed, f);
+            walk(b, cond, assumed, f);
         }
         Scalar::Select(c, a, b) => {
-            walk(c, cond, f);
-            walk(a, true, f);
-            walk(b, true, f);
+            walk(c, cond, assumed, f);
+            let mut then = assumed.clone();
+            then.extend(select_ranges(c));
+            walk(a, true, &then, f);
+            walk(b, true, assumed, f);
         }
         _ => {}
     }
+}
+
+/// What both `a` and `b` assume (`None`: not read yet).
+fn common(a: Option<Assumed>, b: &Assumed) -> Option<Assumed> {
+    Some(match a {
+        None => b.clone(),
+        Some(a) => a.into_iter().filter(|r| b.contains(r)).collect(),
+    })
 }
 
 /// The bounds of every access of one launch.
@@ -713,7 +793,8 @@ impl Kernel {
         let cond = self.guard.as_ref().and_then(|g| {
             let exprs =
                 g.map.results.iter().map(|e| Ix::of(e, &g.map.dims)).collect::<Option<Vec<_>>>()?;
-            Some(Condition { exprs, bounds: g.bounds.clone(), zero: zero.clone() })
+            let zeroed = exprs.len();
+            Some(Condition { exprs, bounds: g.bounds.clone(), zero: zero.clone(), zeroed })
         });
         let mut first: Option<Violation> = None;
         let mut note = |v: Violation| {
@@ -743,15 +824,19 @@ impl Kernel {
         }
         // Where each operand is read.
         let mut uses = vec![Uses::default(); n];
-        let mut loads: Vec<(usize, Scalar, Site, bool)> = Vec::new(); // (k, offset, site, conditional)
+        // (k, offset, site, conditional, assumed)
+        let mut loads: Vec<(usize, Scalar, Site, bool, Assumed)> = Vec::new();
         let mut scan = |e: &Scalar, site: Site, uses: &mut Vec<Uses>| {
-            walk(e, false, &mut |s, c| match s {
+            walk(e, false, &Vec::new(), &mut |s, c, assumed| match s {
                 Scalar::In(k) if *k < n => {
                     let u = &mut uses[*k].0[site as usize];
                     u.0 = true;
                     u.1 |= !c;
+                    u.2 = common(u.2.take(), assumed);
                 }
-                Scalar::Load(k, off) if *k < n => loads.push((*k, (**off).clone(), site, c)),
+                Scalar::Load(k, off) if *k < n => {
+                    loads.push((*k, (**off).clone(), site, c, assumed.clone()))
+                }
                 _ => {}
             });
         };
@@ -771,7 +856,7 @@ impl Kernel {
         let site_cond = |site: Site| if site.guarded() { cond.as_ref() } else { None };
         let out_k = self.output();
         for (k, (m, ty)) in self.maps.iter().zip(types).enumerate() {
-            let u = uses[k];
+            let u = &uses[k];
             let ranges = coord_ranges(ty);
             let mut b = Bound::Proven;
             let mut ask = |bx: &[Interval], c: Option<&Condition>, kind, certain: bool| {
@@ -800,9 +885,11 @@ impl Kernel {
                 }
             };
             for site in Site::ALL {
-                let (read, always) = u.0[site as usize];
-                if read {
-                    ask(site_box(site), site_cond(site), AccessKind::Read, always);
+                let (read, always, assumed) = &u.0[site as usize];
+                if *read {
+                    let assumed = assumed.as_deref().unwrap_or_default();
+                    let c = Condition::with(site_cond(site), assumed, rank);
+                    ask(site_box(site), c.as_ref(), AccessKind::Read, *always);
                 }
             }
             if k == out_k {
@@ -810,18 +897,13 @@ impl Kernel {
             }
             out.maps[k] = b;
         }
-        for (k, off, site, conditional) in loads {
+        for (k, off, site, conditional, assumed) in loads {
+            let c = Condition::with(site_cond(site), &assumed, rank);
             let ty = types[k];
             let bound = Ix::of_scalar(&off).map(|ix| {
                 let eval = |p: &[i64]| ix.eval_wrapping(p);
-                let r = prove_with(
-                    &ix,
-                    &eval,
-                    below(ty.elems()),
-                    site_box(site),
-                    site_cond(site),
-                    BUDGET,
-                );
+                let r =
+                    prove_with(&ix, &eval, below(ty.elems()), site_box(site), c.as_ref(), BUDGET);
                 match r {
                     Bound::Violated { point, value } if !conditional => {
                         note(Violation {
@@ -927,6 +1009,7 @@ mod tests {
             exprs: vec![ix("d0", &["d0", "d1"])],
             bounds: vec![6],
             zero: vec![false; 2],
+            zeroed: 1,
         };
         assert_eq!(prove(&e, len(48), &b(&[8, 8]), Some(&g)), Bound::Proven);
         assert_eq!(prove(&e, len(48), &b(&[8, 8]), None), violated(&[6, 0], Some(48)));
@@ -970,6 +1053,7 @@ mod tests {
             exprs: vec![ix("d0 mod 1000", &["d0", "d1"])],
             bounds: vec![1],
             zero: vec![false; 2],
+            zeroed: 1,
         };
         assert_eq!(
             prove(&e, len(1_000_000_000_000), &b(&[1_000_000, 1_000_000]), Some(&g)),
@@ -989,6 +1073,43 @@ mod tests {
             violated(&[999_999, 999_999], Some(1_000_000_000_000))
         );
         assert!(start.elapsed().as_millis() < 500, "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn a_select_proves_the_reads_of_its_first_branch() {
+        // A 3-tap zero-padded convolution of a row of 8: x0 is read at d0 + d1 - 1, which is -1
+        // and 8 at the ends, but only where the select says it is in [0, 8).
+        let k = |body: &str| Kernel {
+            name: "k".into(),
+            source: String::new(),
+            domain: vec![8, 3],
+            iterators: vec![super::super::Iter::Parallel, super::super::Iter::Reduction],
+            maps: vec![map("(d0, d1) -> (d0 + d1 - 1)"), map("(d0, d1) -> (d0)")],
+            body: Scalar::parse(body).unwrap(),
+            combine: Some(super::super::Combine::Add),
+            epilogue: None,
+            guard: None,
+            stats: Vec::new(),
+            symbols: Vec::new(),
+            attention: None,
+            split: None,
+        };
+        let t = MemType::buffer(8, ElemType::F32);
+        let guarded =
+            k("select(d0 + (d1 + -1) >= 0 && d0 + (d1 + -1) < 8, x0, 0.0)").bounds(&[t, t]);
+        assert!(guarded.maps[0].is_proven(), "{:?}", guarded.maps[0]);
+        assert!(!guarded.any_checked());
+        // The lower bound alone where the upper one cannot fail (a row of 9 read up to 8).
+        let nine = MemType::buffer(9, ElemType::F32);
+        let lb = k("select(d0 + (d1 + -1) >= 0, x0, 0.0)").bounds(&[nine, t]);
+        assert!(lb.maps[0].is_proven(), "{:?}", lb.maps[0]);
+        // The upper bound alone proves nothing; in the other branch the read is checked.
+        for body in ["select(d0 + (d1 + -1) < 8, x0, 0.0)", "select(d0 + (d1 + -1) < 0, 0.0, x0)"] {
+            let lb = k(body).bounds(&[t, t]);
+            assert!(!lb.maps[0].is_proven(), "{body}: {:?}", lb.maps[0]);
+            // Conditional reads are never reported as certain violations.
+            assert!(lb.violation.is_none(), "{body}");
+        }
     }
 
     #[test]
