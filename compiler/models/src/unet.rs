@@ -131,6 +131,21 @@ impl Unet<'_, '_> {
         self.gen.linear(&n("out"), merged, &n("out_w"), c, out)
     }
 
+    /// The module of `@loss` = the mean of `(pred − target)²` (named `{err}`, `{err}_sq`).
+    fn mse_loss(
+        mut self,
+        module: &str,
+        err: &str,
+        pred: V,
+        target: V,
+    ) -> Result<Generated, String> {
+        let e = self.gen.g.sub(err, pred, target)?;
+        let sq = self.gen.g.mul(&format!("{err}_sq"), e, e)?;
+        let loss = self.gen.g.mean_all("loss", sq)?;
+        let module = self.gen.g.finish(module, "loss", &[loss])?;
+        Ok(Generated { module, func: "loss".into(), trainable: self.gen.trainable })
+    }
+
     /// diffusers' `Transformer2DModel` with one `BasicTransformerBlock`, on `x: [N, C, H, W]`.
     fn transformer(&mut self, p: &str, x: V) -> Result<V, String> {
         let n = |s: &str| format!("{p}_{s}");
@@ -240,12 +255,7 @@ pub(crate) fn build(
 
     let h = u.norm_silu("norm_out", x)?;
     let pred = u.conv("conv_out", h, cfg.out_channels, 3, 1)?;
-    let err = u.gen.g.sub("noise_err", pred, noise)?;
-    let sq = u.gen.g.mul("noise_err_sq", err, err)?;
-    let loss = u.gen.g.mean_all("loss", sq)?;
-    let Unet { gen, .. } = u;
-    let module = gen.g.finish(module_name, "loss", &[loss])?;
-    Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+    u.mse_loss(module_name, "noise_err", pred, noise)
 }
 
 /// The UNet's first down block alone, for benchmarks: `@loss(x [N, C, L, L], temb [N, 4C],
@@ -269,10 +279,5 @@ pub(crate) fn build_down_block(
     let mut u = Unet { gen, cfg, temb_act, text };
     let h = u.resnet("down0_res0", x, c)?;
     let y = u.transformer("down0_attn0", h)?;
-    let err = u.gen.g.sub("err", y, target)?;
-    let sq = u.gen.g.mul("err_sq", err, err)?;
-    let loss = u.gen.g.mean_all("loss", sq)?;
-    let Unet { gen, .. } = u;
-    let module = gen.g.finish(module_name, "loss", &[loss])?;
-    Ok(Generated { module, func: "loss".into(), trainable: gen.trainable })
+    u.mse_loss(module_name, "err", y, target)
 }

@@ -421,29 +421,24 @@ fn find(
         // Epilogue: P reduces, K is pointwise over T's shape and reads T only at identity.
         let reads_identity =
             kk.inputs.iter().filter(|i| i.t == t).all(|i| is_identity(&i.map, shape.len()));
-        if pk.combine.is_some()
-            && kk.combine.is_none()
+        let pointwise_over_t = kk.combine.is_none()
             && kk.stats.is_empty()
             && reads_identity
             && kk.domain == *shape
             && !shape.is_empty()
             && is_identity(&kk.out.map, shape.len())
-            && !(shapes[k].body.dims || shapes[k].body.loads)
+            && !(shapes[k].body.dims || shapes[k].body.loads);
+        if pointwise_over_t
+            && pk.combine.is_some()
             && shapes[p].epilogue.is_none_or(|e| !(e.dims || e.loads))
         {
             return Some((p, t, true));
         }
         // Row epilogue: the same for a row kernel P, whose body computes T's element.
-        if !pk.stats.is_empty()
+        if pointwise_over_t
+            && !pk.stats.is_empty()
             && pk.attention.is_none()
-            && kk.combine.is_none()
-            && kk.stats.is_empty()
             && kk.symbols.is_empty()
-            && reads_identity
-            && kk.domain == *shape
-            && !shape.is_empty()
-            && is_identity(&kk.out.map, shape.len())
-            && !(shapes[k].body.dims || shapes[k].body.loads)
             && same_storage_form(l, t, kk.out.t)
         {
             return Some((p, t, true));
