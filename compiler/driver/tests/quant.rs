@@ -204,3 +204,83 @@ fn a_packed_weight_that_does_not_fit_its_dequantize_is_an_error_naming_it() {
         o.stderr
     );
 }
+
+/// `fbc gen --inference --quant`: every linear weight of the decoder is a packed argument pair
+/// decoded by a `tensor.dequantize` fused into its product (no weight-sized f32 storage at -O3
+/// on mali), and `@prefill` and `@decode` agree with the reference executor on the Cranelift
+/// JIT and on OpenCL (random bytes and scales).
+#[test]
+fn generated_decoders_with_packed_weights_run_on_every_target() {
+    let dir = scratch("quant-gen");
+    for (scheme, group) in [("int8", "64"), ("int4", "32")] {
+        let out = dir.join(format!("llama.{scheme}.fbir"));
+        let out = out.to_str().unwrap();
+        let o = fbc(&[
+            "gen",
+            "llama3.2-1b",
+            "--inference",
+            "--layers",
+            "1",
+            "--seq",
+            "4",
+            "--vocab",
+            "64",
+            "--max-seq",
+            "8",
+            "--quant",
+            scheme,
+            "--group",
+            group,
+            "-o",
+            out,
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let text = std::fs::read_to_string(out).unwrap();
+        // Seven linear weights a layer, in each of the two functions.
+        assert_eq!(text.matches("tensor.dequantize").count(), 14, "{scheme}");
+        assert!(text.contains(&format!(
+            "%l0_wq.q: tensor<2048x{}xi8>",
+            if scheme == "int4" { 1024 } else { 2048 }
+        )));
+        let o = fbc(&[out, "-O3", "--target", "mali", "--emit", "memory"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert_eq!(o.stdout.matches("source = \"tensor.dequantize+tensor.matmul").count(), 14);
+        for line in o.stdout.lines().filter(|l| l.contains("memory.alloc")) {
+            // The smallest weight is 2048 × 512 values: no f32 storage of one.
+            let elems: u64 = line
+                .split("buffer<")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            assert!(elems < 2048 * 512 || !line.contains("f32>"), "{line}");
+        }
+        let mut targets = vec!["cpu-jit"];
+        if opencl_device() {
+            targets.push("opencl");
+        }
+        for target in targets {
+            for entry in ["prefill", "decode"] {
+                let o = fbc(&[
+                    "run",
+                    out,
+                    "--entry",
+                    entry,
+                    "--random-inputs",
+                    "3",
+                    "--target",
+                    target,
+                    "--check",
+                ]);
+                assert_eq!(o.code, 0, "{scheme} {entry} on {target}: {}", o.stderr);
+                assert!(o.stdout.contains("check passed"), "{}", o.stdout);
+            }
+        }
+    }
+    // Packed weights are frozen: no --quant for a training graph, nor a group without it.
+    assert_eq!(fbc(&["gen", "llama3.2-1b", "--quant", "int8"]).code, 2);
+    assert_eq!(fbc(&["gen", "llama3.2-1b", "--inference", "--group", "8"]).code, 2);
+    let o = fbc(&["gen", "llama3.2-1b", "--inference", "--layers", "1", "--quant", "int2"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("`--quant` must be one of int8, int4, found `int2`"), "{}", o.stderr);
+}
