@@ -1,8 +1,9 @@
 //! Quantised weights read by the kernels: a module whose weights are `tensor.dequantize` ops
 //! over packed arguments (`%W.q`, `%W.scales`), fed by `fbc run --weights W.fbw` with the
 //! file's packed rows and scales as they are stored. On the interpreter its logits are exactly
-//! those of the f32 module with the weights dequantised on the host; the Cranelift JIT and
-//! OpenCL (PoCL in CI) agree with the reference executor through `--check`. Without an OpenCL
+//! those of the f32 module with the weights dequantised on the host; the Cranelift JIT, the
+//! LLVM JIT (feature `llvm`) and OpenCL (PoCL in CI) agree with the reference executor
+//! through `--check`. Without an OpenCL
 //! device the OpenCL leg prints a notice, except under `CI=true`, where it fails.
 
 mod common;
@@ -152,6 +153,8 @@ fn packed_weights_run_on_every_target_and_match_host_dequantisation() {
         assert!(err > 0.0 && err < if scheme == "int4" { 0.2 } else { 1e-2 }, "{err}");
         // The kernels against the reference executor on the same packed weights.
         let mut targets = vec!["cpu-jit"];
+        #[cfg(feature = "llvm")]
+        targets.push("cpu-llvm");
         if opencl_device() {
             targets.push("opencl");
         }
@@ -256,6 +259,8 @@ fn generated_decoders_with_packed_weights_run_on_every_target() {
             assert!(elems < 2048 * 512 || !line.contains("f32>"), "{line}");
         }
         let mut targets = vec!["cpu-jit"];
+        #[cfg(feature = "llvm")]
+        targets.push("cpu-llvm");
         if opencl_device() {
             targets.push("opencl");
         }
