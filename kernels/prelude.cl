@@ -39,6 +39,10 @@ inline int fbc_ldi(__global const int* x, long o, long n, __global int* e, int i
   if (o >= 0 && o < n) return x[o];
   fbc_fault(e, id, kind, op, o, 0, 0, rank, FBC_PASS); return 0;
 }
+inline char fbc_ldc(__global const char* x, long o, long n, __global int* e, int id, int kind, int op, int rank, FBC_PT) {
+  if (o >= 0 && o < n) return x[o];
+  fbc_fault(e, id, kind, op, o, 0, 0, rank, FBC_PASS); return 0;
+}
 inline void fbc_stf(__global float* x, long o, long n, float v, __global int* e, int id, int op, int rank, FBC_PT) {
   if (o >= 0 && o < n) x[o] = v; else fbc_fault(e, id, 3, op, o, 0, 0, rank, FBC_PASS);
 }

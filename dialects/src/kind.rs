@@ -120,6 +120,7 @@ op_kinds! {
         GroupNorm = "tensor.group_norm",
         GroupNormGrad = "tensor.group_norm_grad",
         Upsample = "tensor.upsample",
+        Dequantize = "tensor.dequantize",
         Reshape = "tensor.reshape",
         Transpose = "tensor.transpose",
         Broadcast = "tensor.broadcast",

@@ -75,7 +75,7 @@ fn mem_types_read_and_print() {
     assert_eq!(b.to_half_image(), b, "buffers stay f32");
     assert_eq!(
         MemType::parse_type(&unchecked_ty("!memory.buffer<4, f16>")).unwrap_err(),
-        "the element type of !memory.buffer<4, f16> must be f32 or i32, found `f16`"
+        "the element type of !memory.buffer<4, f16> must be f32, i32 or i8, found `f16`"
     );
 }
 
@@ -591,7 +591,7 @@ fn upload_and_download_rules() {
     let e = err(&[], "%m = memory.alloc");
     assert_eq!(e.0, "the result type of `memory.alloc` cannot be inferred; write the signature (and the result types cannot be inferred)");
     let e = err(&["tensor<4xf16>"], "%m = memory.upload %a0 {layout = #layout.linear}");
-    assert_eq!(e.0, "memory holds f32 or i32 elements, found tensor<4xf16> — `layout` of memory.upload (and the result types cannot be inferred)");
+    assert_eq!(e.0, "memory holds f32, i32 or i8 elements, found tensor<4xf16> — `layout` of memory.upload (and the result types cannot be inferred)");
     let e = err(&["tensor<4xi32>"], "%m = memory.upload %a0 {layout = #layout.linear} : (tensor<4xi32>) -> !memory.buffer<4, f32>");
     assert_eq!(e.0, "!memory.buffer<4, f32> holds f32, but the tensor is tensor<4xi32> — `layout` of memory.upload");
     let e = err(&["tensor<4xf32>"], "memory.dealloc %a0 : (tensor<4xf32>) -> ()");

@@ -48,6 +48,7 @@ const EXPECTED: &[(&str, Option<FbClass>)] = &[
     ("tensor.group_norm", Some(FtdD)),
     ("tensor.group_norm_grad", Some(FtdD)),
     ("tensor.upsample", Some(FtiD)),
+    ("tensor.dequantize", Some(FtiC)),
     ("tensor.softmax_grad", Some(FtdC)),
     ("tensor.layernorm_grad", Some(FtdD)),
     ("tensor.rmsnorm_grad", Some(FtdD)),

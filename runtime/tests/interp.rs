@@ -644,16 +644,16 @@ fn unsupported_ops_and_types_are_errors() {
     );
     assert!(e.span().is_some());
 
-    let m = module("func.func @f() -> tensor<2xi8> {\n  %0 = tensor.constant {value = 1.0} : () -> tensor<2xi8>\n  func.return %0 : tensor<2xi8>\n}");
+    let m = module("func.func @f() -> tensor<2xi64> {\n  %0 = tensor.constant {value = 1.0} : () -> tensor<2xi64>\n  func.return %0 : tensor<2xi64>\n}");
     let e = Interpreter::new(&m).run("f", vec![]).unwrap_err();
     assert!(
         e.to_string().starts_with(
-            "`tensor.constant` is not supported by the interpreter: result 0 is tensor<2xi8>"
+            "`tensor.constant` is not supported by the interpreter: result 0 is tensor<2xi64>"
         ),
         "{e}"
     );
 
-    let m = module("func.func @f(%x: tensor<2xi8>) {\n  func.return\n}");
+    let m = module("func.func @f(%x: tensor<2xi64>) {\n  func.return\n}");
     let e = random_inputs(&m, "f", 1).unwrap_err();
     assert!(matches!(e, InterpError::UnsupportedArgument { .. }), "{e}");
 }
@@ -780,4 +780,62 @@ func.func @f(%a: tensor<5xf32>, %b: tensor<5xf32>, %m: tensor<5xf32>) -> (tensor
     close(&r[2], &[5], &[0.995_322_265, -0.995_322_265, -0.995_322_265, 0.0, 0.999_999_985], 1e-6);
     // 0.1 in f16 is 0.0999755859375; the others are exact.
     close(&r[4], &[5], &[3.0, 3.0, 0.5, -1.0, 0.099_975_585_937_5], 0.0);
+}
+
+/// `tensor.dequantize` by hand: INT8 in groups of 2 over rows of 5 (the last group a single
+/// value; a zero scale), INT4 in groups of 4 over rows of 5 (odd: 3 bytes a row, the last high
+/// nibble unused; the low nibble first; nibble 0 is -8; a zero group).
+#[test]
+fn dequantize_by_hand() {
+    let src = "func.func @f(%q8: tensor<2x5xi8>, %s8: tensor<2x3xf32>, %q4: tensor<2x3xi8>, %s4: tensor<2x2xf32>) -> (tensor<2x5xf32>, tensor<2x5xf32>) {\n  %a = tensor.dequantize %q8, %s8 {group = 2, scheme = \"int8\"} : (tensor<2x5xi8>, tensor<2x3xf32>) -> tensor<2x5xf32>\n  %b = tensor.dequantize %q4, %s4 {cols = 5, group = 4, scheme = \"int4\"} : (tensor<2x3xi8>, tensor<2x2xf32>) -> tensor<2x5xf32>\n  func.return %a, %b : tensor<2x5xf32>, tensor<2x5xf32>\n}";
+    let q8 = i32s(&[2, 5], &[1, -2, 127, -127, 5, 3, 4, 9, 9, -1]);
+    let s8 = f32s(&[2, 3], &[0.5, 0.25, 2.0, 0.0, 1.0, 0.125]);
+    // Row 0: codes 7 -7 1 0 -3 → nibbles 15 1 9 8 5 → bytes 0x1F, 0x89, 0x85 (pad nibble 8).
+    // Row 1: codes -8 2 0 0 4 → nibbles 0 10 8 8 12 → bytes 0xA0, 0x88, 0x8C.
+    let byte = |b: u8| i32::from(b as i8);
+    let q4 =
+        i32s(&[2, 3], &[byte(0x1F), byte(0x89), byte(0x85), byte(0xA0), byte(0x88), byte(0x8C)]);
+    let s4 = f32s(&[2, 2], &[0.5, 2.0, 0.0, 0.25]);
+    let out = run(src, vec![q8, s8, q4, s4]);
+    close(&out[0], &[2, 5], &[0.5, -1.0, 31.75, -31.75, 10.0, 0.0, 0.0, 9.0, 9.0, -0.125], 0.0);
+    close(&out[1], &[2, 5], &[3.5, -3.5, 0.5, 0.0, -6.0, 0.0, 0.0, 0.0, 0.0, 1.0], 0.0);
+
+    // A packed value that is not a byte is refused, naming the argument.
+    let m = module(src);
+    let bad = vec![
+        i32s(&[2, 5], &[1, -2, 128, -127, 5, 3, 4, 9, 9, -1]),
+        f32s(&[2, 3], &[0.5; 6]),
+        i32s(&[2, 3], &[0; 6]),
+        f32s(&[2, 2], &[0.5; 4]),
+    ];
+    let e = Interpreter::new(&m).run("f", bad).unwrap_err().to_string();
+    assert!(e.contains("%q8"), "{e}");
+}
+
+/// The interpreter's dequantize is the `.fbw` reader's decoding: rows packed by `encode_row`
+/// (odd lengths, a short last group) read back through the IR op give `decode_row`'s values.
+#[test]
+fn dequantize_matches_the_weight_file_decoding() {
+    use fbc_runtime::weights::quant::{decode_row, encode_row};
+    use fbc_runtime::weights::Quant;
+    let (rows, cols, group) = (3usize, 7usize, 3usize);
+    let x: Vec<f32> = (0..rows * cols).map(|k| ((k * 37 % 23) as f32 - 11.0) * 0.37).collect();
+    for (scheme, name) in [(Quant::Int8, "int8"), (Quant::Int4, "int4")] {
+        let (mut bytes, mut scales, mut want) = (Vec::new(), Vec::new(), Vec::new());
+        for r in x.chunks(cols) {
+            let (b0, s0) = (bytes.len(), scales.len());
+            encode_row(scheme, r, group, &mut bytes, &mut scales);
+            decode_row(scheme, &bytes[b0..], &scales[s0..], cols, group, &mut want);
+        }
+        let nb = bytes.len() / rows;
+        let ng = scales.len() / rows;
+        let src = format!(
+            "func.func @f(%q: tensor<{rows}x{nb}xi8>, %s: tensor<{rows}x{ng}xf32>) -> tensor<{rows}x{cols}xf32> {{\n  %w = tensor.dequantize %q, %s {{cols = {cols}, group = {group}, scheme = \"{name}\"}} : (tensor<{rows}x{nb}xi8>, tensor<{rows}x{ng}xf32>) -> tensor<{rows}x{cols}xf32>\n  func.return %w : tensor<{rows}x{cols}xf32>\n}}"
+        );
+        let q = i32s(&[rows, nb], &bytes.iter().map(|&b| i32::from(b as i8)).collect::<Vec<_>>());
+        let s = Value::F32(Tensor::new(vec![rows, ng], scales.clone()).unwrap());
+        let out = run(&src, vec![q, s]);
+        let Value::F32(t) = &out[0] else { panic!("{:?}", out[0]) };
+        assert_eq!(t.data(), &want[..], "{name}");
+    }
 }

@@ -47,7 +47,7 @@ fn large_functions_fail_with_a_request_to_shrink() {
 
 #[test]
 fn functions_that_cannot_run_fail_instead_of_being_skipped() {
-    let src = "// RUN: opt dce\nfunc.func @f(%x: tensor<4xi8>) -> tensor<4xi8> {\n  func.return %x : tensor<4xi8>\n}\n";
-    let e = fbc_testing::run_file("i8.fbir", src).unwrap_err();
-    assert!(e.contains("@f is tensor<4xi8>; the interpreter runs only tensors of"), "{e}");
+    let src = "// RUN: opt dce\nfunc.func @f(%x: tensor<4xi64>) -> tensor<4xi64> {\n  func.return %x : tensor<4xi64>\n}\n";
+    let e = fbc_testing::run_file("i64.fbir", src).unwrap_err();
+    assert!(e.contains("@f is tensor<4xi64>; the interpreter runs only tensors of"), "{e}");
 }

@@ -30,6 +30,8 @@ use fbc_ir::ElemType;
 pub enum OperandMut<'a> {
     F32(&'a mut [f32]),
     I32(&'a mut [i32]),
+    /// An `i8` buffer (packed weights; kernels only read it).
+    I8(&'a mut [i8]),
 }
 
 impl OperandMut<'_> {
@@ -38,6 +40,7 @@ impl OperandMut<'_> {
         match self {
             OperandMut::F32(s) => OperandMut::F32(s),
             OperandMut::I32(s) => OperandMut::I32(s),
+            OperandMut::I8(s) => OperandMut::I8(s),
         }
     }
 
@@ -45,6 +48,7 @@ impl OperandMut<'_> {
         match self {
             OperandMut::F32(s) => Owned::F32(s.to_vec()),
             OperandMut::I32(s) => Owned::I32(s.to_vec()),
+            OperandMut::I8(s) => Owned::I8(s.to_vec()),
         }
     }
 
@@ -52,6 +56,7 @@ impl OperandMut<'_> {
         match self {
             OperandMut::F32(s) => s.len(),
             OperandMut::I32(s) => s.len(),
+            OperandMut::I8(s) => s.len(),
         }
     }
 
@@ -59,6 +64,7 @@ impl OperandMut<'_> {
         match self {
             OperandMut::F32(_) => ElemType::F32,
             OperandMut::I32(_) => ElemType::I32,
+            OperandMut::I8(_) => ElemType::I8,
         }
     }
 
@@ -66,6 +72,7 @@ impl OperandMut<'_> {
         match self {
             OperandMut::F32(s) => s.as_mut_ptr().cast(),
             OperandMut::I32(s) => s.as_mut_ptr().cast(),
+            OperandMut::I8(s) => s.as_mut_ptr().cast(),
         }
     }
 }
@@ -74,6 +81,7 @@ impl OperandMut<'_> {
 pub(super) enum Owned {
     F32(Vec<f32>),
     I32(Vec<i32>),
+    I8(Vec<i8>),
 }
 
 impl Owned {
@@ -81,6 +89,7 @@ impl Owned {
         match self {
             Owned::F32(v) => OperandMut::F32(v),
             Owned::I32(v) => OperandMut::I32(v),
+            Owned::I8(v) => OperandMut::I8(v),
         }
     }
 }

@@ -90,6 +90,8 @@ pub(crate) type R<T> = Result<T, LowerError>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ty {
     I32,
+    /// A byte of an `i8` buffer: only loaded, as an `I32` value (sign-extended).
+    I8,
     I64,
     F32,
     /// A vector of this many `f32` lanes (the packed contraction's registers, see
@@ -205,7 +207,8 @@ pub(crate) trait Emit {
     /// A call of the reference's rounding to `f16`.
     fn round_f16(&mut self, a: Self::V) -> R<Self::V>;
     /// Element `index` (of type `elem`, `I32` or `F32`) of the array at `base`; with `elem` a
-    /// [`Ty::F32x`], the `f32` elements `index..index + lanes`.
+    /// [`Ty::F32x`], the `f32` elements `index..index + lanes`; with `elem` [`Ty::I8`], the
+    /// byte `index` sign-extended to an `I32` value.
     fn load(&mut self, elem: Ty, base: Self::V, index: Self::V) -> R<Self::V>;
     /// Stores `v` (of type `elem`) at element `index` of the array at `base`.
     fn store(&mut self, elem: Ty, base: Self::V, index: Self::V, v: Self::V) -> R<()>;
@@ -655,6 +658,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
     fn elem(&self, k: usize) -> Ty {
         match self.types[k].elem {
             ElemType::I32 => Ty::I32,
+            ElemType::I8 => Ty::I8,
             _ => Ty::F32,
         }
     }
@@ -663,7 +667,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let elem = self.elem(k);
         let v = self.e.load(elem, self.bases[k], offset)?;
         Ok(match elem {
-            Ty::I32 => V::I(self.e.sext_i32(v)?),
+            Ty::I32 | Ty::I8 => V::I(self.e.sext_i32(v)?),
             _ => V::F(v),
         })
     }

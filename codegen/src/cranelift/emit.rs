@@ -4,7 +4,7 @@
 //! returns its `i32` parameter.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I64};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I64, I8};
 use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use fbc_dialects::memory::ScalarUn;
@@ -50,6 +50,7 @@ impl<'a, 'f> ClEmit<'a, 'f> {
     fn ty(&self, t: Ty) -> Type {
         match t {
             Ty::I32 => I32,
+            Ty::I8 => I8,
             Ty::I64 => I64,
             Ty::F32 => F32,
             // Only 4 lanes (128-bit SIMD): `splat` refuses other counts, so no value or slot of
@@ -66,9 +67,9 @@ impl<'a, 'f> ClEmit<'a, 'f> {
         }
     }
 
-    /// `base + 4·index`, the address of a 4-byte element.
-    fn address(&mut self, base: Value, index: Value) -> Value {
-        let bytes = self.b.ins().ishl_imm_s(index, 2);
+    /// `base + size·index`, the address of an element of `elem` (4 bytes, a byte for `I8`).
+    fn address(&mut self, elem: Ty, base: Value, index: Value) -> Value {
+        let bytes = if elem == Ty::I8 { index } else { self.b.ins().ishl_imm_s(index, 2) };
         let bytes = if self.ptr == I64 { bytes } else { self.b.ins().ireduce(self.ptr, bytes) };
         self.b.ins().iadd(base, bytes)
     }
@@ -237,13 +238,19 @@ impl Emit for ClEmit<'_, '_> {
     }
 
     fn load(&mut self, elem: Ty, base: Value, index: Value) -> R<Value> {
-        let addr = self.address(base, index);
+        let addr = self.address(elem, base, index);
+        if elem == Ty::I8 {
+            return Ok(self.b.ins().sload8(I32, Self::flags(elem), addr, 0));
+        }
         let ty = self.ty(elem);
         Ok(self.b.ins().load(ty, Self::flags(elem), addr, 0))
     }
 
     fn store(&mut self, elem: Ty, base: Value, index: Value, v: Value) -> R<()> {
-        let addr = self.address(base, index);
+        if elem == Ty::I8 {
+            return Err(LowerError::Kernel("a store into an i8 buffer".into()));
+        }
+        let addr = self.address(elem, base, index);
         self.b.ins().store(Self::flags(elem), v, addr, 0);
         Ok(())
     }

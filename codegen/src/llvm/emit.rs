@@ -137,6 +137,7 @@ impl<'c> LlvmEmit<'c> {
     fn ty(&self, t: Ty) -> BasicTypeEnum<'c> {
         match t {
             Ty::I32 => self.cx.i32_type().into(),
+            Ty::I8 => self.cx.i8_type().into(),
             Ty::I64 => self.i64t.into(),
             Ty::F32 => self.cx.f32_type().into(),
             Ty::F32x(lanes) => self.cx.f32_type().vec_type(lanes).into(),
@@ -355,10 +356,17 @@ impl<'c> Emit for LlvmEmit<'c> {
         if align > 0 {
             aligned(v.as_instruction_value(), align)?;
         }
+        if elem == Ty::I8 {
+            let wide = self.b.build_int_s_extend(v.into_int_value(), self.cx.i32_type(), "b")?;
+            return Ok(wide.into());
+        }
         Ok(v)
     }
 
     fn store(&mut self, elem: Ty, base: Self::V, index: Self::V, v: Self::V) -> R<()> {
+        if elem == Ty::I8 {
+            return Err(LowerError::Kernel("a store into an i8 buffer".into()));
+        }
         let (addr, align) = self.element(elem, base, index)?;
         let st = self.b.build_store(addr, v)?;
         if align > 0 {

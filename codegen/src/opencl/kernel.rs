@@ -308,7 +308,7 @@ fn check(k: &Kernel, types: &[MemType]) -> Result<(), String> {
         {
             return Err(format!("operand {i} is an image of {}", t.elem.name()));
         }
-        if !matches!(t.value_elem(), ElemType::F32 | ElemType::I32) {
+        if !matches!(t.value_elem(), ElemType::F32 | ElemType::I32 | ElemType::I8) {
             return Err(format!("operand {i} has elements of {}", t.elem.name()));
         }
     }
@@ -691,11 +691,17 @@ impl Cx<'_> {
     }
 
     fn ctype(&self, i: usize) -> &'static str {
-        if self.types[i].elem == ElemType::I32 {
-            "int"
-        } else {
-            "float"
+        match self.types[i].elem {
+            ElemType::I32 => "int",
+            // Packed weights: signed bytes, only read.
+            ElemType::I8 => "char",
+            _ => "float",
         }
+    }
+
+    /// Whether operand `i` holds integers (`int` or `char`), read as `long` values.
+    fn is_int(&self, i: usize) -> bool {
+        matches!(self.types[i].elem, ElemType::I32 | ElemType::I8)
     }
 
     fn params(&self) -> String {
@@ -913,7 +919,11 @@ impl Cx<'_> {
     /// Buffer operand `i` read at element offset `off` (a C `long`) with its bounds checked:
     /// `kind` 1 for a read at its map, 2 for an `xK[e]` load.
     fn checked_load(&self, i: usize, off: &str, kind: u32, dims: &[String]) -> String {
-        let f = if self.types[i].elem == ElemType::I32 { "fbc_ldi" } else { "fbc_ldf" };
+        let f = match self.types[i].elem {
+            ElemType::I32 => "fbc_ldi",
+            ElemType::I8 => "fbc_ldc",
+            _ => "fbc_ldf",
+        };
         format!(
             "{f}(x{i}, {off}, {}L, fbc_err, {}, {kind}, {i}, {})",
             self.types[i].elems(),
@@ -953,7 +963,7 @@ impl Cx<'_> {
     }
 
     fn typed(&self, i: usize, v: String) -> (String, Ty) {
-        if self.types[i].elem == ElemType::I32 {
+        if self.is_int(i) {
             (format!("(long){v}"), Ty::I)
         } else {
             (v, Ty::F)
@@ -1073,7 +1083,7 @@ impl Cx<'_> {
                 } else {
                     wrap(format!("x{i}["), of(0), "]")
                 };
-                if self.types[*i].elem == ElemType::I32 {
+                if self.is_int(*i) {
                     (wrap("(long)", v, ""), Ty::I)
                 } else {
                     (v, Ty::F)

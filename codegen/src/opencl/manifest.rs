@@ -17,15 +17,16 @@ use serde::{Deserialize, Serialize};
 /// version 4 had no `constants` (uploads read arguments only).
 pub const MANIFEST_VERSION: u32 = 5;
 
-/// Element type of storage and tensors: `f32` or `i32`; storage may also be `f16` (an image of
-/// `CL_HALF_FLOAT` texels holding an `f32` tensor rounded to `f16`: the runtime converts at upload
-/// and download).
+/// Element type of storage and tensors: `f32`, `i32` or `i8` (packed weights, one byte an
+/// element); storage may also be `f16` (an image of `CL_HALF_FLOAT` texels holding an `f32`
+/// tensor rounded to `f16`: the runtime converts at upload and download).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     F32,
     I32,
     F16,
+    I8,
 }
 
 /// Buffer or image.

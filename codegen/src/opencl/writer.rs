@@ -171,6 +171,7 @@ fn dtype(e: ElemType) -> Option<Dtype> {
     match e {
         ElemType::F32 => Some(Dtype::F32),
         ElemType::I32 => Some(Dtype::I32),
+        ElemType::I8 => Some(Dtype::I8),
         _ => None,
     }
 }
@@ -236,7 +237,7 @@ impl FuncWriter<'_> {
                 let d = dtype(t.elem).ok_or_else(|| {
                     self.unsupported(
                         op,
-                        format!("tensor of {} (OpenCL runs f32 and i32)", t.elem.name()),
+                        format!("tensor of {} (OpenCL runs f32, i32 and i8)", t.elem.name()),
                     )
                 })?;
                 Ok((t.shape.to_vec(), d))
@@ -257,14 +258,18 @@ impl FuncWriter<'_> {
         let dense = c.attr("value").and_then(Attr::as_dense).filter(|_| TensorOp::Constant.is(c));
         let dense = dense.ok_or_else(not)?;
         let (shape, dtype) = self.tensor(op, v)?;
-        let elem = if dtype == Dtype::I32 { ElemType::I32 } else { ElemType::F32 };
+        let elem = match dtype {
+            Dtype::I32 => ElemType::I32,
+            Dtype::I8 => ElemType::I8,
+            _ => ElemType::F32,
+        };
         let values = dense.decode(elem).map_err(|e| self.unsupported(c, e))?;
         let n: u64 = shape.iter().product();
         let at = |i: u64| values[if values.len() == 1 { 0 } else { i as usize }];
-        let data: Vec<u8> = if dtype == Dtype::I32 {
-            (0..n).flat_map(|i| (at(i) as i32).to_le_bytes()).collect()
-        } else {
-            (0..n).flat_map(|i| (at(i) as f32).to_le_bytes()).collect()
+        let data: Vec<u8> = match dtype {
+            Dtype::I32 => (0..n).flat_map(|i| (at(i) as i32).to_le_bytes()).collect(),
+            Dtype::I8 => (0..n).map(|i| at(i) as i8 as u8).collect(),
+            _ => (0..n).flat_map(|i| (at(i) as f32).to_le_bytes()).collect(),
         };
         let name = self.module.value(v).name.as_deref().unwrap_or("constant").to_string();
         Ok(ConstantDesc { name, dtype, shape, data: data.into() })
@@ -321,7 +326,9 @@ impl FuncWriter<'_> {
                         return Err(Error::Unsupported {
                             op: format!("func.func @{fname}"),
                             location: self.func_location(),
-                            reason: format!("argument {k} of type {t} (OpenCL runs f32 and i32)"),
+                            reason: format!(
+                                "argument {k} of type {t} (OpenCL runs f32, i32 and i8)"
+                            ),
                         })
                     }
                 },

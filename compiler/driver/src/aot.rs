@@ -316,5 +316,9 @@ fn constant(
     Ok(match pack(&layout, &tt.shape, &value, t).map_err(err)? {
         MemData::F32(v) => v.into_iter().map(f32::to_bits).collect(),
         MemData::I32(v) => v.into_iter().map(|x| x as u32).collect(),
+        // Host programs hold 4-byte elements; packed weights are not theirs yet.
+        MemData::I8(_) => {
+            return Err(err("ahead-of-time programs do not hold i8 (packed) constants".into()))
+        }
     })
 }

@@ -63,6 +63,7 @@ fn whole(out: &Output, name: &str) -> Result<Vec<(String, Vec<u8>)>, Failure> {
             f.constants.iter().map(move |c| {
                 let dtype = match c.dtype {
                     Dtype::I32 => safetensors::Dtype::I32,
+                    Dtype::I8 => safetensors::Dtype::I8,
                     Dtype::F32 | Dtype::F16 => safetensors::Dtype::F32,
                 };
                 let shape = c.shape.iter().map(|&d| d as usize).collect();

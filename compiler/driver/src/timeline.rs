@@ -111,6 +111,7 @@ impl Kind {
             | T::Ge
             | T::Select
             | T::Cast
+            | T::Dequantize
             | T::Rope
             | T::RopeGrad
             | T::CausalMask

@@ -56,7 +56,7 @@ fn a_memory_argument_type_is_checked_like_an_allocation() {
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(
         o.stderr.starts_with(&format!(
-            "{f}:1:19: error: the element type of !memory.buffer<4, f64> must be f32 or i32, found `f64`\n"
+            "{f}:1:19: error: the element type of !memory.buffer<4, f64> must be f32, i32 or i8, found `f64`\n"
         )),
         "{}",
         o.stderr

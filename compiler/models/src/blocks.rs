@@ -12,6 +12,7 @@
 //!   model.
 
 use fbc_dialects::kind::TensorOp;
+use fbc_ir::{Attr, ElemType};
 
 use super::builder::{Graph, V};
 
@@ -27,6 +28,8 @@ pub(crate) struct Gen<'r> {
     pub rank: u64,
     /// Linear weights are `[out, in]` (a PyTorch checkpoint's), applied as `x · Wᵀ`.
     pub out_in: bool,
+    /// Linear weights are packed (`W.q`, `W.scales` and a `tensor.dequantize` named `W`).
+    pub quant: Option<crate::Quantised>,
 }
 
 /// Options of the attention core.
@@ -51,7 +54,7 @@ pub(crate) struct Lin<'a> {
 
 impl<'r> Gen<'r> {
     pub(crate) fn new(g: Graph<'r>, rank: u64) -> Gen<'r> {
-        Gen { g, trainable: Vec::new(), rank, out_in: false }
+        Gen { g, trainable: Vec::new(), rank, out_in: false, quant: None }
     }
 
     /// Declares a trainable f32 argument.
@@ -71,10 +74,10 @@ impl<'r> Gen<'r> {
         opt: Lin<'_>,
     ) -> Result<V, String> {
         let in_dim = self.g.shape(x).last().copied().unwrap_or(0);
-        let wv = if self.out_in {
-            self.g.weight(w, &[out_dim, in_dim])
-        } else {
-            self.g.weight(w, &[in_dim, out_dim])
+        let shape = if self.out_in { [out_dim, in_dim] } else { [in_dim, out_dim] };
+        let wv = match self.quant {
+            Some(q) => self.packed_weight(w, shape, q)?,
+            None => self.g.weight(w, &shape),
         };
         let bias = opt.bias.map(|b| self.g.weight(b, &[out_dim]));
         let lora = opt.lora && self.rank > 0;
@@ -99,6 +102,27 @@ impl<'r> Gen<'r> {
             y = self.g.add(out, y, d)?;
         }
         Ok(y)
+    }
+
+    /// Weight `w` of `shape` (as stored) packed as `q`: arguments `{w}.q` (the rows' bytes) and
+    /// `{w}.scales` (one per group of a row, the group capped at the row length as `fbc pack`
+    /// caps it), decoded by a `tensor.dequantize` named `w`.
+    fn packed_weight(
+        &mut self,
+        w: &str,
+        shape: [u64; 2],
+        q: crate::Quantised,
+    ) -> Result<V, String> {
+        let [rows, cols] = shape;
+        let group = q.group.clamp(1, cols.max(1));
+        let bytes = fbc_dialects::tensor::quant::packed_row_bytes(q.scheme, cols);
+        let packed = self.g.arg(&format!("{w}.q"), &[rows, bytes], ElemType::I8);
+        let scales = self.g.weight(&format!("{w}.scales"), &[rows, cols.div_ceil(group)]);
+        let attrs = vec![
+            ("scheme".to_string(), Attr::Str(q.scheme.to_string())),
+            ("group".to_string(), Attr::Int(group as i64)),
+        ];
+        self.g.op(w, TensorOp::Dequantize, &[packed, scales], attrs)
     }
 
     /// `x · W` of a weight `w` stored `[in, out]`, or with [`Gen::out_in`] `x · Wᵀ` of one

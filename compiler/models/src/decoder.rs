@@ -200,6 +200,7 @@ fn inference_fn<'r>(
     let (b, max) = (spec.batch, spec.max_seq);
     let mut gen = Gen::new(g, spec.rank);
     gen.out_in = cfg.hf;
+    gen.quant = spec.quant;
     let mut pos = None;
     let (mut x, embed, shared) = inputs(&mut gen, cfg, b, s, max, &mut |gen| {
         pos = Some(gen.g.arg("pos", &[], ElemType::I32));

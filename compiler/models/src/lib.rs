@@ -257,6 +257,8 @@ pub struct Spec {
     pub res_blocks: u64,
     pub latent: u64,
     pub channels: u64,
+    /// Packed linear weights (`--quant`, `--inference` only).
+    pub quant: Option<Quantised>,
 }
 
 /// The UNet's resolution levels (its four `block_out_channels`).
@@ -366,6 +368,23 @@ pub struct Options {
     /// Width of the UNet's first level (sd1.5-unet and sd1.5-down-block; default 320, a
     /// multiple of 32).
     pub channels: Option<u64>,
+    /// Packed linear weights (`inference` only): `"int8"` or `"int4"`, each weight `W` the
+    /// arguments `W.q` and `W.scales` decoded by a `tensor.dequantize` (the storage of
+    /// `fbc pack --quant`, which `fbc run --weights` feeds as it is).
+    pub quant: Option<String>,
+    /// Values per scale with `quant` (default [`DEFAULT_GROUP`], capped at the row length).
+    pub group: Option<u64>,
+}
+
+/// The group of `--quant` when `--group` is not given (`fbc pack`'s default).
+pub const DEFAULT_GROUP: u64 = 64;
+
+/// Packed linear weights of an inference module: the scheme (`int8`, `int4`) and the values
+/// per scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantised {
+    pub scheme: &'static str,
+    pub group: u64,
 }
 
 /// Why a model could not be built.
@@ -534,6 +553,29 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
         }
     };
     let (levels, res_blocks, latent, channels) = unet_sizes(model, a)?;
+    let quant = match (&a.quant, a.group) {
+        (None, None) => None,
+        (None, Some(_)) => return Err(usage("`--group` applies only with --quant".into())),
+        (Some(_), _) if !a.inference => {
+            return Err(usage(
+                "`--quant` applies only with --inference (packed weights are frozen)".into(),
+            ))
+        }
+        (Some(q), g) => {
+            let schemes = fbc_dialects::tensor::quant::SCHEMES;
+            let Some(&scheme) = schemes.iter().find(|s| **s == q.as_str()) else {
+                return Err(usage(format!(
+                    "`--quant` must be one of {}, found `{q}`",
+                    schemes.join(", ")
+                )));
+            };
+            let group = g.unwrap_or(DEFAULT_GROUP);
+            if group == 0 {
+                return Err(usage("`--group` must be at least 1".into()));
+            }
+            Some(Quantised { scheme, group })
+        }
+    };
     Ok(Spec {
         layers,
         batch,
@@ -549,6 +591,7 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
         res_blocks,
         latent,
         channels,
+        quant,
     })
 }
 

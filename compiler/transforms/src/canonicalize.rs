@@ -141,6 +141,7 @@ pub fn fold(t: T, x: &[f64], factor: Option<f64>) -> Option<f64> {
         | T::Conv2d
         | T::GroupNorm
         | T::Upsample
+        | T::Dequantize
         | T::Ge => None,
     }
 }

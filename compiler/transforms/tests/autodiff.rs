@@ -880,6 +880,32 @@ fn errors_are_located_and_leave_the_module_alone() {
     );
     // The same op off the differentiated path is fine.
     run(no_rule, "autodiff{func=f wrt=w}");
+    // Quantised weights are frozen: no gradient for the packed bytes (not a float tensor) nor
+    // for the scales (dequantize has no rule); a frozen quantised weight beside a trained input
+    // is fine.
+    let quant = "module {
+  func.func @f(%x: tensor<2x4xf32>, %q: tensor<3x4xi8>, %s: tensor<3x1xf32>) -> tensor<f32> {
+    %w = tensor.dequantize %q, %s {group = 4, scheme = \"int8\"}
+    %y = tensor.matmul %x, %w {transpose_b = true}
+    %l = tensor.reduce_sum %y {axes = [0, 1]}
+    func.return %l : tensor<f32>
+  }
+}
+";
+    expect_error(
+        quant,
+        "autodiff{func=f wrt=q}",
+        &["cannot differentiate with respect to %q: it is tensor<3x4xi8>, not a float tensor"],
+    );
+    expect_error(
+        quant,
+        "autodiff{func=f wrt=s}",
+        &[
+            "t.fbir:3:10: error: cannot differentiate `tensor.dequantize`: it has no gradient rule",
+            "quantised weights are frozen",
+        ],
+    );
+    run(quant, "autodiff{func=f wrt=x}");
     let twice = run(MATMUL_LOSS, "autodiff{func=loss wrt=w}");
     let mut m = twice.clone();
     let err = try_run(&mut m, "autodiff{func=loss wrt=w}").unwrap_err();

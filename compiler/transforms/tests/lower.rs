@@ -89,6 +89,17 @@ func.func @shape_grads(%x: tensor<2x3x4xf32>, %s: tensor<2x2xf32>) -> (tensor<3x
 }
 "#;
 
+/// Packed weights: a dequantize returned as it is (its own kernel), and one read by a matmul
+/// with `transpose_b` (fused into the product's read of `b`).
+const QUANT: &str = r#"
+func.func @quant(%q8: tensor<3x5xi8>, %s8: tensor<3x2xf32>, %x: tensor<2x5xf32>, %q4: tensor<4x3xi8>, %s4: tensor<4x2xf32>) -> (tensor<3x5xf32>, tensor<2x4xf32>) {
+  %w8 = tensor.dequantize %q8, %s8 {group = 3, scheme = "int8"} : (tensor<3x5xi8>, tensor<3x2xf32>) -> tensor<3x5xf32>
+  %w4 = tensor.dequantize %q4, %s4 {cols = 5, group = 4, scheme = "int4"} : (tensor<4x3xi8>, tensor<4x2xf32>) -> tensor<4x5xf32>
+  %y = tensor.matmul %x, %w4 {transpose_b = true} : (tensor<2x5xf32>, tensor<4x5xf32>) -> tensor<2x4xf32>
+  func.return %w8, %y : (tensor<3x5xf32>, tensor<2x4xf32>) -> ()
+}
+"#;
+
 fn every_op() -> Vec<(String, Module)> {
     let mut out: Vec<(String, Module)> =
         ["elementwise.fbir", "matmul.fbir", "nn.fbir", "reduce.fbir", "func.fbir", "conv.fbir"]
@@ -97,6 +108,7 @@ fn every_op() -> Vec<(String, Module)> {
             .collect();
     out.push(("shapes".into(), parse(SHAPES)));
     out.push(("grads".into(), parse(GRADS)));
+    out.push(("quant".into(), parse(QUANT)));
     out
 }
 
@@ -125,7 +137,7 @@ fn every_tensor_op_keeps_its_numbers() {
         .collect();
     let missing: Vec<&&str> = all.iter().filter(|n| !seen.contains(**n)).collect();
     assert!(missing.is_empty(), "ops without a lowering test: {missing:?}");
-    assert_eq!(all.len(), 60);
+    assert_eq!(all.len(), 61);
 }
 
 /// A padded, strided, grouped convolution with a bias is one contraction over `[N, O, OH, OW |
@@ -830,7 +842,7 @@ fn unsupported_input_is_a_located_error() {
     let cases = [
         (
             "func.func @h(%x: tensor<4xf32>) -> tensor<4xf16> {\n  %y = tensor.constant {value = 1.0} : () -> tensor<4xf16>\n  func.return %y : tensor<4xf16>\n}\n",
-            "t.fbir:2:3: error: lower-to-memory: memory holds f32 or i32 tensors, found tensor<4xf16>",
+            "t.fbir:2:3: error: lower-to-memory: memory holds f32, i32 or i8 tensors, found tensor<4xf16>",
         ),
         (
             "func.func @r(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = func.call %x {callee = @r} : (tensor<4xf32>) -> tensor<4xf32>\n  func.return %y : tensor<4xf32>\n}\n",
@@ -1003,4 +1015,51 @@ fn linear_io_on_a_generated_model_at_o3() {
     assert!(st.get("lower-to-memory", "linear-io-copies") > 0);
     assert!(host_copies(&after).iter().all(|&c| c == (true, true)));
     same_numbers(&m, &after, "bert-large -O3 linear-io");
+}
+
+/// The f32 weight of a `tensor.dequantize` read by a matmul is never stored: at -O2 and through
+/// the layout passes of -O3, on a target with images and on one without, the product's launch
+/// reads the packed bytes (an i8 buffer) and the scales, and no storage holds the 64 × 96 f32
+/// weight. The numbers are the tensor function's.
+#[test]
+fn dequantized_weights_are_never_stored() {
+    let m = parse(
+        r#"
+func.func @linear(%x: tensor<8x96xf32>, %q: tensor<64x48xi8>, %s: tensor<64x3xf32>) -> tensor<8x64xf32> {
+  %w = tensor.dequantize %q, %s {group = 32, scheme = "int4"} : (tensor<64x48xi8>, tensor<64x3xf32>) -> tensor<64x96xf32>
+  %y = tensor.matmul %x, %w {transpose_b = true} : (tensor<8x96xf32>, tensor<64x96xf32>) -> tensor<8x64xf32>
+  func.return %y : tensor<8x64xf32>
+}
+"#,
+    );
+    let o3 = "canonicalize,cse,fuse-attention,dce,fb-classify,rtile-candidates,rtile-select,\
+              tile-propagate,index-elim,index-simplify,global-layout,dce,lower-to-memory,plan-memory";
+    for (pipeline, target) in [
+        ("lower-to-memory,plan-memory", "generic"),
+        (o3, "mali"),
+        (o3, "cpu"),
+        ("lower-to-memory,plan-memory", "nvidia"),
+    ] {
+        let (after, _) = lowered(&m, pipeline, target);
+        let what = format!("{pipeline} for {target}");
+        let weight = 64 * 96;
+        for o in after.all_ops() {
+            for &r in &after.op(o).results {
+                if let Some(t) = MemType::from_type(after.value_type(r)) {
+                    assert!(
+                        !(t.elems() >= weight && t.value_elem() == fbc_ir::ElemType::F32),
+                        "{what}: storage {t} could hold the f32 weight\n{}",
+                        fbc_ir::print_module(&after)
+                    );
+                }
+            }
+        }
+        let ks = kernels(&after);
+        let product: Vec<_> = ks.iter().filter(|k| k.source.contains("tensor.matmul")).collect();
+        assert!(!product.is_empty(), "{what}");
+        for k in &product {
+            assert!(k.source.contains("tensor.dequantize"), "{what}: {}", k.source);
+        }
+        same_numbers(&m, &after, &what);
+    }
 }

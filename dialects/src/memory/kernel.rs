@@ -94,7 +94,8 @@ pub enum StorageKind {
 /// The type of a memory value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemType {
-    /// `F32` or `I32` for a buffer, `F32` or `F16` for an image. An `f16` image holds `f32`
+    /// `F32`, `I32` or `I8` (packed weights, read-only: no launch writes one) for a buffer,
+    /// `F32` or `F16` for an image. An `f16` image holds `f32`
     /// values rounded to the nearest `f16` ([`round_f16`](super::scalar::round_f16)): kernels
     /// read and compute in `f32`, every store into it rounds (OpenCL `read_imagef` /
     /// `write_imagef` on a `CL_HALF_FLOAT` image).
@@ -111,23 +112,21 @@ impl MemType {
         }
     }
 
-    /// Bytes of storage: 2 per element of an `f16` image, 4 for every other element type.
+    /// Bytes of storage: 2 per element of an `f16` image, 1 of an `i8` buffer, 4 for every
+    /// other element type.
     pub fn bytes(&self) -> u64 {
         self.elems() * self.elem_bytes()
     }
 
-    /// Bytes of one element: 2 for `f16`, else 4.
+    /// Bytes of one element: 2 for `f16`, 1 for `i8`, else 4.
     pub fn elem_bytes(&self) -> u64 {
-        if self.elem == ElemType::F16 {
-            2
-        } else {
-            4
-        }
+        self.elem.bytes()
     }
 
     /// The element type of the values a kernel reads from and writes to it, and of the host
     /// copy the reference executor and the JIT keep: `f32` for an `f16` image (its values are
-    /// `f32` numbers that `f16` represents exactly), else its element type.
+    /// `f32` numbers that `f16` represents exactly), else its element type (an `i8` buffer's
+    /// bytes are read as integers in `-128..=127`).
     pub fn value_elem(&self) -> ElemType {
         if self.elem == ElemType::F16 {
             ElemType::F32
@@ -465,10 +464,16 @@ impl MemType {
         let elem = |a: &Attr, allowed: &[ElemType]| -> Result<ElemType, String> {
             match a {
                 Attr::Type(Type::Scalar(e)) if allowed.contains(e) => Ok(*e),
-                _ => Err(format!(
-                    "the element type of {t} must be {}, found `{a}`",
-                    allowed.iter().map(|e| e.name()).collect::<Vec<_>>().join(" or ")
-                )),
+                _ => {
+                    let names: Vec<&str> = allowed.iter().map(|e| e.name()).collect();
+                    let list = match names.split_last() {
+                        Some((last, rest)) if !rest.is_empty() => {
+                            format!("{} or {last}", rest.join(", "))
+                        }
+                        _ => names.join(""),
+                    };
+                    Err(format!("the element type of {t} must be {list}, found `{a}`"))
+                }
             }
         };
         let keyless = d.params.iter().all(|(k, _)| k.is_none());
@@ -478,7 +483,7 @@ impl MemType {
                     .as_int()
                     .and_then(|n| u64::try_from(n).ok())
                     .ok_or_else(|| format!("the element count of {t} must be an integer ≥ 0, found `{n}`"))?;
-                let elem = elem(e, &[ElemType::F32, ElemType::I32])?;
+                let elem = elem(e, &[ElemType::F32, ElemType::I32, ElemType::I8])?;
                 Ok(MemType::buffer(elems, elem))
             }
             ("image2d", [(_, wh), (_, e)]) if keyless => {
@@ -994,6 +999,14 @@ impl Kernel {
             return kerr(
                 "maps",
                 format!("`maps` has {} entries, but the launch has {n} operands", self.maps.len()),
+            );
+        }
+        if let Some(out) = types.last().filter(|t| t.elem == ElemType::I8) {
+            return kerr(
+                "maps",
+                format!(
+                    "the output is {out}: i8 buffers hold packed weights, which launches only read"
+                ),
             );
         }
         for (i, (m, t)) in self.maps.iter().zip(types).enumerate() {

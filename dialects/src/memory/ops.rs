@@ -308,8 +308,8 @@ fn layout_of(v: &OpView<'_>, name: &str) -> Result<Layout, OpError> {
 /// a linear buffer, an image for an R-Tile, or the R-Tile's texel array in a buffer when it says
 /// `storage = "buffer"`.
 pub fn default_storage(l: &Layout, t: &TensorType) -> Result<MemType, String> {
-    if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
-        return Err(format!("memory holds f32 or i32 elements, found {t}"));
+    if !matches!(t.elem, ElemType::F32 | ElemType::I32 | ElemType::I8) {
+        return Err(format!("memory holds f32, i32 or i8 elements, found {t}"));
     }
     l.check_type(t).map_err(|e| e.to_string())?;
     match l {

@@ -301,6 +301,12 @@ impl<'v, 'a> Ctx<'v, 'a> {
         Ok(self.get(name, kind)?.and_then(Attr::as_str).unwrap_or(default))
     }
 
+    /// A required string attribute of the given kind (`Str` or `Enum`).
+    pub fn req_str(&self, name: &str, kind: AttrKind) -> Result<&'a str, OpError> {
+        let a = self.required(name, kind)?;
+        a.as_str().ok_or_else(|| self.missing(name, kind))
+    }
+
     pub fn opt_str(&self, name: &str, kind: AttrKind) -> Result<Option<&'a str>, OpError> {
         Ok(self.get(name, kind)?.and_then(Attr::as_str))
     }

@@ -25,6 +25,7 @@ pub mod elementwise;
 pub mod grad;
 pub mod matmul;
 pub mod nn;
+pub mod quant;
 pub mod reduce;
 pub mod shape;
 
@@ -42,6 +43,7 @@ pub static GROUPS: &[&[OpDef]] = &[
     reduce::OPS,
     nn::OPS,
     conv::OPS,
+    quant::OPS,
     shape::OPS,
     grad::OPS,
 ];

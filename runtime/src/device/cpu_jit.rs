@@ -133,6 +133,7 @@ impl<C: Codegen> Launcher for JitLauncher<C> {
             .map(|m| match &mut **m {
                 MemData::F32(v) => OperandMut::F32(v),
                 MemData::I32(v) => OperandMut::I32(v),
+                MemData::I8(v) => OperandMut::I8(v),
             })
             .collect();
         let native = Instant::now();

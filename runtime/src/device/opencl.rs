@@ -487,6 +487,8 @@ fn program(
 enum Mem {
     F32(Buffer<f32>),
     I32(Buffer<i32>),
+    /// Packed weights, read by the kernels only.
+    I8(Buffer<i8>),
     Image(Image<f32>),
     /// An RGBA `CL_HALF_FLOAT` image; the host side is the `f16` bit patterns.
     HalfImage(Image<u16>),
@@ -498,6 +500,7 @@ impl Mem {
         match self {
             Mem::F32(b) => b.as_core().as_ptr() as usize,
             Mem::I32(b) => b.as_core().as_ptr() as usize,
+            Mem::I8(b) => b.as_core().as_ptr() as usize,
             Mem::Image(i) => i.as_core().as_ptr() as usize,
             Mem::HalfImage(i) => i.as_core().as_ptr() as usize,
         }
@@ -871,6 +874,9 @@ fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
         (StorageKind::Buffer, Dtype::I32) => Mem::I32(
             Buffer::<i32>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?,
         ),
+        (StorageKind::Buffer, Dtype::I8) => {
+            Mem::I8(Buffer::<i8>::builder().queue(queue.clone()).len(len).build().map_err(ocl_err)?)
+        }
         (StorageKind::Buffer, Dtype::F16) => {
             return Err(OpenClError::Manifest(format!(
                 "storage {}: f16 storage must be an image2d",
@@ -885,6 +891,7 @@ fn mem_type(s: &StorageDesc) -> MemType {
     let elem = match s.dtype {
         Dtype::F32 => ElemType::F32,
         Dtype::I32 => ElemType::I32,
+        Dtype::I8 => ElemType::I8,
         Dtype::F16 => ElemType::F16,
     };
     match s.kind {
@@ -904,6 +911,7 @@ fn write_mem(m: &Mem, data: &MemData, name: &str) -> Result<(), OpenClError> {
     match (m, data) {
         (Mem::F32(b), MemData::F32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::I32(b), MemData::I32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
+        (Mem::I8(b), MemData::I8(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::Image(i), MemData::F32(v)) => i.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::HalfImage(i), MemData::F32(v)) => {
             // `pack` rounded every value to f16 already: the conversion to bits is exact.
@@ -920,6 +928,7 @@ fn read_mem(m: &Mem, s: &StorageDesc) -> Result<MemData, OpenClError> {
         return Ok(match s.dtype {
             Dtype::F32 | Dtype::F16 => MemData::F32(Vec::new()),
             Dtype::I32 => MemData::I32(Vec::new()),
+            Dtype::I8 => MemData::I8(Vec::new()),
         });
     }
     Ok(match m {
@@ -932,6 +941,11 @@ fn read_mem(m: &Mem, s: &StorageDesc) -> Result<MemData, OpenClError> {
             let mut v = vec![0i32; n];
             b.read(&mut v).enq().map_err(ocl_err)?;
             MemData::I32(v)
+        }
+        Mem::I8(b) => {
+            let mut v = vec![0i8; n];
+            b.read(&mut v).enq().map_err(ocl_err)?;
+            MemData::I8(v)
         }
         Mem::Image(i) => {
             let mut v = vec![0.0f32; n];
@@ -1069,6 +1083,7 @@ fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     match m {
         Mem::F32(b) => b.cmd().fill(0.0, Some(n)).enq().map_err(ocl_err),
         Mem::I32(b) => b.cmd().fill(0, Some(n)).enq().map_err(ocl_err),
+        Mem::I8(b) => b.cmd().fill(0, Some(n)).enq().map_err(ocl_err),
         Mem::Image(i) => i.write(vec![0.0f32; n].as_slice()).enq().map_err(ocl_err),
         Mem::HalfImage(i) => i.write(vec![0u16; n].as_slice()).enq().map_err(ocl_err),
     }
@@ -1084,6 +1099,7 @@ fn copy_mem(src: &Mem, dst: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     match (src, dst) {
         (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
         (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
+        (Mem::I8(a), Mem::I8(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
         (Mem::Image(a), Mem::Image(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         (Mem::HalfImage(a), Mem::HalfImage(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
         _ => Err(OpenClError::Manifest("copy between storage of different types".into())),

@@ -484,6 +484,8 @@ pub fn run_kernel(
             (MemData::I32(_), ScalarValue::F32(_)) => {
                 return Err("an f32 value for an i32 output".into())
             }
+            // The verifier refuses a launch writing an i8 buffer.
+            (MemData::I8(_), _) => return Err("a launch writing an i8 buffer".into()),
         }
         Ok(())
     };

@@ -16,15 +16,19 @@ pub enum MemData {
     F32(Vec<f32>),
     /// `i32` buffers.
     I32(Vec<i32>),
+    /// `i8` buffers (packed weights).
+    I8(Vec<i8>),
 }
 
 impl MemData {
     /// Zero-filled storage of type `ty`; an error when it does not fit in memory's address space.
     pub fn zeroed(ty: MemType) -> Result<MemData, String> {
-        // The host copy holds 4-byte f32 or i32 elements (an f16 image's values too).
-        let n = crate::limits::check_elems(format_args!("storage {ty}"), mem_elems(&ty), 4)?;
-        Ok(match ty.elem {
+        // The host copy holds f32 (an f16 image's values too), i32 or i8 elements.
+        let bytes = ty.value_elem().bytes();
+        let n = crate::limits::check_elems(format_args!("storage {ty}"), mem_elems(&ty), bytes)?;
+        Ok(match ty.value_elem() {
             ElemType::I32 => MemData::I32(vec![0; n]),
+            ElemType::I8 => MemData::I8(vec![0; n]),
             _ => MemData::F32(vec![0.0; n]),
         })
     }
@@ -34,6 +38,7 @@ impl MemData {
         match self {
             MemData::F32(v) => v.len(),
             MemData::I32(v) => v.len(),
+            MemData::I8(v) => v.len(),
         }
     }
 
@@ -46,7 +51,9 @@ impl MemData {
     pub fn fits(&self, ty: MemType) -> bool {
         let kind_ok = matches!(
             (self, ty.value_elem()),
-            (MemData::F32(_), ElemType::F32) | (MemData::I32(_), ElemType::I32)
+            (MemData::F32(_), ElemType::F32)
+                | (MemData::I32(_), ElemType::I32)
+                | (MemData::I8(_), ElemType::I8)
         );
         kind_ok && self.len() as u64 == ty.elems()
     }
@@ -56,6 +63,7 @@ impl MemData {
         match self {
             MemData::F32(v) => v.get(i).map(|&x| ScalarValue::F32(x)),
             MemData::I32(v) => v.get(i).map(|&x| ScalarValue::Int(i64::from(x))),
+            MemData::I8(v) => v.get(i).map(|&x| ScalarValue::Int(i64::from(x))),
         }
     }
 }
@@ -110,7 +118,12 @@ fn tensor_type(shape: &[u64], elem: ElemType) -> TensorType {
 /// interpreter's f64 mode, is rounded to nearest), and into an `f16` image rounded on to the
 /// nearest `f16`; `i32` tensors as `i32`.
 pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<MemData, String> {
-    let elem = if t.is_float() { ElemType::F32 } else { ElemType::I32 };
+    // An i8 tensor (packed weights) is held as i32 values, and placed in an i8 buffer.
+    let elem = match (t.is_float(), ty.elem) {
+        (true, _) => ElemType::F32,
+        (false, ElemType::I8) => ElemType::I8,
+        (false, _) => ElemType::I32,
+    };
     check_storage(layout, &tensor_type(shape, elem), ty)?;
     if !t.shape().iter().map(|&d| d as u64).eq(shape.iter().copied()) {
         return Err(format!("the tensor is {t}, expected shape {shape:?}"));
@@ -127,6 +140,10 @@ pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<Me
                 d.get_mut(o).map(|e| *e = if half { round_f16(v) } else { v })
             }
             (MemData::I32(d), Some(o), ScalarValue::Int(v)) => d.get_mut(o).map(|e| *e = v as i32),
+            // The interpreter holds an i8 tensor's bytes as i32 values in range (`coerce`).
+            (MemData::I8(d), Some(o), ScalarValue::Int(v)) => {
+                d.get_mut(o).and_then(|e| i8::try_from(v).ok().map(|v| *e = v))
+            }
             _ => None,
         };
         ok.ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))
@@ -182,5 +199,8 @@ pub fn unpack(layout: &Layout, shape: &[u64], m: &MemData, ty: MemType) -> Resul
         MemData::I32(d) => {
             Value::I32(Tensor::new(dims, offsets.iter().map(|&o| d[o]).collect()).map_err(err)?)
         }
+        MemData::I8(d) => Value::I32(
+            Tensor::new(dims, offsets.iter().map(|&o| i32::from(d[o])).collect()).map_err(err)?,
+        ),
     })
 }

@@ -30,8 +30,8 @@ pub fn value_bytes(ty: &Type, mode: Mode) -> Option<u64> {
             t.numel()?.checked_mul(per)
         }
         _ => match MemType::from_type(ty) {
-            // The host copy holds f32 or i32 elements, f16 images included.
-            Some(m) => mem_elems(&m)?.checked_mul(4),
+            // The host copy holds f32 (f16 images included), i32 or i8 elements.
+            Some(m) => mem_elems(&m)?.checked_mul(m.value_elem().bytes()),
             None => Some(0),
         },
     }

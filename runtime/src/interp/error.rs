@@ -42,11 +42,11 @@ pub enum InterpError {
         /// What was given, `f32 [4, 9]`.
         found: String,
     },
-    /// An argument of a type the interpreter cannot hold (not a tensor of f32, f16, bf16, f64 or
-    /// i32).
+    /// An argument of a type the interpreter cannot hold (not a tensor of f32, f16, bf16, f64,
+    /// i32 or i8).
     #[error(
         "argument {index} (`%{name}`) of @{func} is {ty}; the interpreter runs only tensors of \
-         f32, f16, bf16, f64 and i32"
+         f32, f16, bf16, f64, i32 and i8"
     )]
     UnsupportedArgument {
         /// The function.

@@ -109,6 +109,7 @@ pub(crate) fn kernel(kind: OpKind) -> Option<Kernel> {
         T::Conv2d => float!(conv2d),
         T::GroupNorm => float!(group_norm),
         T::Upsample => float!(upsample),
+        T::Dequantize => float!(dequantize),
         // Data movement.
         T::Reshape => any!(reshape),
         T::Transpose => any!(transpose),
@@ -413,6 +414,32 @@ fn rope<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
 
 fn embedding<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
     Ok(vec![r::embedding(cx.x::<T>(0)?, cx.ids(1)?)?])
+}
+
+/// `tensor.dequantize`: decoded in f32 by [`r::dequantize`] (`q · s` in f32, as kernels reading
+/// packed weights compute it), then held as `T` (exactly: f64 widens).
+fn dequantize<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {
+    let scheme = match cx.attr("scheme").and_then(Attr::as_str) {
+        Some("int8") => crate::weights::Quant::Int8,
+        Some("int4") => crate::weights::Quant::Int4,
+        _ => return Err(cx.bad_attr("scheme", "\"int8\" or \"int4\"")),
+    };
+    let size = |name: &str, v: i64| {
+        usize::try_from(v).map_err(|_| cx.bad_attr(name, "a non-negative integer"))
+    };
+    let group = size("group", cx.int("group", None)?)?;
+    let packed = cx.ids(0)?;
+    let bytes = packed.shape().last().copied().unwrap_or(0) as i64;
+    let default = if scheme == crate::weights::Quant::Int4 { 2 * bytes } else { bytes };
+    let cols = size("cols", cx.int("cols", Some(default))?)?;
+    let scales = cx.x::<T>(1)?;
+    let scales = Tensor::new(
+        scales.shape().to_vec(),
+        scales.data().iter().map(|s| s.as_f64() as f32).collect(),
+    )?;
+    let w = r::dequantize(packed, &scales, scheme, group, cols)?;
+    let data = w.data().iter().map(|&v| T::lit(f64::from(v))).collect();
+    Ok(vec![Tensor::new(w.shape().to_vec(), data)?])
 }
 
 fn cross_entropy<T: FloatElem>(cx: &OpCx<'_>) -> Out<T> {

@@ -104,6 +104,11 @@ pub fn random_input(
         ElemType::F64 => {
             Value::F64(Tensor::from_fn(&shape, |_| rng.unit_f64()).map_err(too_large)?)
         }
+        // Packed weights: every byte value, so every INT4 nibble, is as likely.
+        ElemType::I8 => Value::I32(
+            Tensor::from_fn(&shape, |_| i32::from(rng.next_u64() as u8 as i8))
+                .map_err(too_large)?,
+        ),
         ElemType::I32 => {
             let bound = index_bound(module, func, index)
                 .unwrap_or(DEFAULT_INDEX_BOUND)

@@ -8,8 +8,9 @@
 //! | f16, bf16 | `F32`, rounded to f16/bf16 after every op | `F64`, not rounded |
 //! | f64 | `F64` | `F64` |
 //! | i32 | `I32` | `I32` |
+//! | i8 | `I32`, each value in `-128..=127` | `I32`, likewise |
 //!
-//! Other element types (i8, i64, i1, index) have no storage: an op producing one is reported as
+//! Other element types (i64, i1, index) have no storage: an op producing one is reported as
 //! unsupported. The f64 mode exists for gradient checks, where the point is to see the math without
 //! storage rounding, so it does not round 16-bit types either.
 
@@ -143,7 +144,9 @@ impl Storage {
     /// The storage of `elem` in `mode`; `None` for element types the interpreter does not run.
     pub(crate) fn of(elem: ElemType, mode: Mode) -> Option<Storage> {
         Some(match (elem, mode) {
-            (ElemType::I32, _) => Storage::I32,
+            // An i8 tensor (packed weights) is held as i32 values in `-128..=127`, as f16 is
+            // held in f32: `coerce` checks the range of arguments.
+            (ElemType::I32 | ElemType::I8, _) => Storage::I32,
             (ElemType::F64, _) => Storage::F64,
             (ElemType::F32 | ElemType::F16 | ElemType::BF16, Mode::F64) => Storage::F64,
             (ElemType::F32, Mode::F32) => Storage::F32(Precision::F32),
@@ -184,6 +187,11 @@ pub(crate) fn coerce(v: Value, ty: &TensorType, mode: Mode) -> Result<Value, Val
         return Err(v);
     }
     Ok(match (storage, v) {
+        (Storage::I32, Value::I32(t))
+            if ty.elem == ElemType::I8 && t.data().iter().any(|&b| i8::try_from(b).is_err()) =>
+        {
+            return Err(Value::I32(t))
+        }
         (Storage::I32, v @ Value::I32(_)) => v,
         (Storage::F64, Value::F32(t)) => Value::F64(t.cast()),
         (Storage::F64, v @ Value::F64(_)) => v,

@@ -36,6 +36,7 @@ pub mod elementwise;
 pub mod grad;
 pub mod matmul;
 pub mod nn;
+pub mod quant;
 pub mod reduce;
 pub mod shape;
 
@@ -64,6 +65,7 @@ pub use nn::{
     attention, causal_mask, cross_entropy, embedding, layernorm, log_softmax, rmsnorm, rope,
     softmax, AttentionOptions,
 };
+pub use quant::dequantize;
 pub use reduce::{reduce_max, reduce_mean, reduce_sum, reduce_to_shape};
 pub use scalar::{round_bf16, round_f16, round_to_bf16, round_to_f16, Precision, Real};
 pub use shape::{

@@ -332,20 +332,44 @@ impl<B: AsRef<[u8]>> Weights<B> {
         let row_bytes = t.dtype.row_bytes(len) as usize;
         let groups = t.dtype.groups(len, t.group) as usize;
         let mut out = Vec::with_capacity((rows * len) as usize);
-        for (k, tile) in t.tiles.iter().enumerate() {
-            let b = self.tile(t, k)?;
-            let n = (tile.rows[1] - tile.rows[0]) as usize;
-            let (values, scale_bytes) = b.split_at(n * row_bytes);
-            let scales: Vec<f32> = scale_bytes
-                .chunks_exact(4)
-                .map(|s| f32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-                .collect();
-            for r in 0..n {
-                let v = &values[r * row_bytes..(r + 1) * row_bytes];
+        for k in 0..t.tiles.len() {
+            let (values, scales) = self.tile_parts(t, k)?;
+            for (r, v) in values.chunks_exact(row_bytes.max(1)).enumerate() {
                 let s = &scales[r * groups..(r + 1) * groups];
                 decode_row(t.dtype, v, s, len as usize, group, &mut out);
             }
         }
         Ok(out)
+    }
+
+    /// Tensor `name`'s stored rows as they are (`row_bytes` each, row-major: for INT8/INT4 the
+    /// packed bytes a kernel reads, see `tensor.dequantize`) and its scales (`groups` per row,
+    /// row-major; none for f32/f16), each tile's checksum checked.
+    pub fn packed(&self, name: &str) -> Result<(Vec<u8>, Vec<f32>), WeightError> {
+        let t = self.tensor(name)?;
+        let (rows, len) = t.rows();
+        let mut values = Vec::with_capacity((rows * t.dtype.row_bytes(len)) as usize);
+        let mut scales = Vec::with_capacity((rows * t.dtype.groups(len, t.group)) as usize);
+        for k in 0..t.tiles.len() {
+            let (v, s) = self.tile_parts(t, k)?;
+            values.extend_from_slice(v);
+            scales.extend(s);
+        }
+        Ok((values, scales))
+    }
+
+    /// Tile `k` of `t` split into its rows' values and their scales (as f32).
+    fn tile_parts(&self, t: &TensorEntry, k: usize) -> Result<(&[u8], Vec<f32>), WeightError> {
+        let (_, len) = t.rows();
+        let b = self.tile(t, k)?;
+        let tile = &t.tiles[k];
+        let n = (tile.rows[1] - tile.rows[0]) as usize;
+        // In range: `new` checked the tile's size against its rows.
+        let (values, scale_bytes) = b.split_at(n * t.dtype.row_bytes(len) as usize);
+        let scales = scale_bytes
+            .chunks_exact(4)
+            .map(|s| f32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+            .collect();
+        Ok((values, scales))
     }
 }

@@ -54,6 +54,17 @@ pub struct GenArgs {
     #[arg(long, value_name = "N")]
     pub max_seq: Option<u64>,
 
+    /// Packed linear weights, with --inference: `int8` or `int4`. Each weight `W` becomes the
+    /// arguments `W.q` (its rows' bytes) and `W.scales` (an f32 scale per `--group` values of a
+    /// row) decoded by a `tensor.dequantize` that the kernels fuse into their reads; `fbc run
+    /// --weights W.fbw` feeds them from `fbc pack --quant` as stored.
+    #[arg(long, value_name = "int8|int4", requires = "inference")]
+    pub quant: Option<String>,
+
+    /// Values per scale with --quant [default: 64, capped at the row length].
+    #[arg(long, value_name = "N", requires = "quant")]
+    pub group: Option<u64>,
+
     /// MHA configuration of Fig. 17 (mha only): c1 = (512, 32, 2048), c2 = (512, 16, 1024),
     /// c3 = (512, 8, 1024) as [sequence, heads, hidden].
     #[arg(long, value_name = "CONFIG")]
@@ -122,6 +133,8 @@ impl GenArgs {
             res_blocks: self.res_blocks,
             latent: self.latent,
             channels: self.channels,
+            quant: self.quant.clone(),
+            group: self.group,
         }
     }
 }

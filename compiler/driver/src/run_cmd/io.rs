@@ -107,6 +107,16 @@ pub(crate) fn read_inputs(
             if given_args[i] {
                 continue;
             }
+            if w.tensor(name).is_err() {
+                if let Some(p) = packed_part(name).filter(|p| w.tensor(p.weight).is_ok()) {
+                    given_args[i] = true;
+                    match packed_input(module, func, i, &p, &w, mode) {
+                        Ok(v) => values[i] = Some(v),
+                        Err(e) => errors.push(format!("weight `{}` of {wname}: {e}", p.weight)),
+                    }
+                }
+                continue;
+            }
             let Ok(entry) = w.tensor(name) else { continue };
             given_args[i] = true;
             let ty = module.value_type(f.args[i]);
@@ -168,6 +178,99 @@ pub(crate) fn read_inputs(
         return Err(Failure::Input(text));
     }
     Ok(values.into_iter().flatten().collect())
+}
+
+/// An argument named `W.q` or `W.scales`: the packed values or the scales of weight `W` of a
+/// `.fbw` file, fed as they are stored (`tensor.dequantize` decodes them in the kernels).
+struct PackedPart<'a> {
+    weight: &'a str,
+    scales: bool,
+}
+
+fn packed_part(name: &str) -> Option<PackedPart<'_>> {
+    match name.rsplit_once('.')? {
+        (w, "q") => Some(PackedPart { weight: w, scales: false }),
+        (w, "scales") => Some(PackedPart { weight: w, scales: true }),
+        _ => None,
+    }
+}
+
+/// The value of argument `i` of `func`, `p`'s part of a quantised weight of `w`: the packed
+/// rows as an `i8` tensor `[..., row bytes]` or the scales as an `f32` tensor `[..., groups]`.
+/// The argument's type must be that, and a `tensor.dequantize` reading it must have the
+/// weight's scheme, group and row length; `Err` says what differs.
+fn packed_input<B: AsRef<[u8]>>(
+    module: &Module,
+    func: FuncId,
+    i: usize,
+    p: &PackedPart<'_>,
+    w: &fbc_runtime::weights::Weights<B>,
+    mode: Mode,
+) -> Result<Value, String> {
+    use fbc_dialects::kind::TensorOp;
+    let entry = w.tensor(p.weight).map_err(|e| e.to_string())?;
+    let arg = module.func(func).args[i];
+    let ty = module.value_type(arg);
+    if !entry.dtype.is_quantised() {
+        return Err(format!(
+            "it is stored as {}, but argument `%{}.{}` takes the parts of an int8 or int4 weight",
+            entry.dtype.name(),
+            p.weight,
+            if p.scales { "scales" } else { "q" }
+        ));
+    }
+    let (_, len) = entry.rows();
+    let lead = &entry.shape[..entry.shape.len().saturating_sub(1)];
+    let last =
+        if p.scales { entry.dtype.groups(len, entry.group) } else { entry.dtype.row_bytes(len) };
+    let elem = if p.scales { ElemType::F32 } else { ElemType::I8 };
+    let want = TensorType::new([lead, &[last]].concat(), elem);
+    if ty.as_tensor() != Some(&want) {
+        return Err(format!(
+            "{} {:?} in groups of {} gives {}: expected {want} for `%{}`, found {ty}",
+            entry.dtype.name(),
+            entry.shape,
+            entry.group,
+            if p.scales { "scales" } else { "packed rows" },
+            module.value(arg).name.as_deref().unwrap_or("?")
+        ));
+    }
+    for u in &module.value(arg).uses {
+        let d = module.op(u.op);
+        if !TensorOp::Dequantize.is(d) {
+            continue;
+        }
+        let scheme = d.attr("scheme").and_then(fbc_ir::Attr::as_str).unwrap_or("");
+        let group = d.attr("group").and_then(fbc_ir::Attr::as_int).unwrap_or(0);
+        let cols = match module.value_type(d.results[0]) {
+            Type::Tensor(t) => t.shape.last().copied().unwrap_or(0),
+            _ => 0,
+        };
+        if scheme != entry.dtype.name() || group as u64 != entry.group || cols != len {
+            return Err(format!(
+                "stored as {} in groups of {} over rows of {len}, but the tensor.dequantize \
+                 reading it says scheme \"{scheme}\", group {group}, rows of {cols}",
+                entry.dtype.name(),
+                entry.group
+            ));
+        }
+    }
+    let (values, scales) = w.packed(p.weight).map_err(|e| e.to_string())?;
+    let shape: Vec<usize> = want.shape.iter().map(|&d| d as usize).collect();
+    let bad = |e: fbc_runtime::reference::KernelError| e.to_string();
+    Ok(if p.scales {
+        match mode {
+            Mode::F64 => Value::F64(
+                Tensor::new(shape, scales.iter().map(|&v| f64::from(v)).collect()).map_err(bad)?,
+            ),
+            _ => Value::F32(Tensor::new(shape, scales).map_err(bad)?),
+        }
+    } else {
+        Value::I32(
+            Tensor::new(shape, values.iter().map(|&b| i32::from(b as i8)).collect())
+                .map_err(bad)?,
+        )
+    })
 }
 
 /// The safetensors files `paths` name: each as it is, except a sharded checkpoint's index

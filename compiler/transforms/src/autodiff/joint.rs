@@ -111,11 +111,15 @@ pub(crate) fn build_joint(
             .with_label(format!(
                 "on the path from a differentiated argument to the loss of @{src_name}"
             ))
-            .with_note(
+            .with_note(if fbc_dialects::kind::TensorOp::Dequantize.is(d) {
+                "quantised weights are frozen: `tensor.dequantize` has no gradient with respect \
+                 to its packed values or its scales; leave them out of `wrt` (train an f32 \
+                 weight, or an adapter added to the dequantised one)"
+            } else {
                 "the loss depends on this op's result, and the result depends on an argument \
                      listed in `wrt`; leave that argument out of `wrt`, or compute the value with \
-                     ops autodiff can differentiate",
-            )
+                     ops autodiff can differentiate"
+            })
         })
         .collect();
     if !errors.is_empty() {

@@ -9,12 +9,18 @@ use fbc_ir::{Attr, Diagnostic, Module, Op, OpData, OpDef, TensorType, Value};
 
 use super::emit::{dims_attr, internal, Emitter};
 
-/// The tensor ops autodiff never differentiates through: a constant has no operand, and the
-/// backward helpers are what rules build (fbc computes no second derivatives). A pattern, so
+/// The tensor ops autodiff never differentiates through: a constant has no operand, the
+/// backward helpers are what rules build (fbc computes no second derivatives), and quantised
+/// weights (`dequantize`) are frozen. A pattern, so
 /// that [`has_rule`] and [`apply`] share one list.
 macro_rules! no_rule {
     () => {
-        fbc_dialects::tensor_vjps!() | T::Constant | T::UpdateSlice | T::CausalMask | T::Attention
+        fbc_dialects::tensor_vjps!()
+            | T::Constant
+            | T::UpdateSlice
+            | T::CausalMask
+            | T::Attention
+            | T::Dequantize
     };
 }
 

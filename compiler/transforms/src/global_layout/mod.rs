@@ -113,7 +113,9 @@ pub const MAX_TRIES: usize = 8;
 pub fn linear_only(d: &OpData) -> bool {
     match OpKind::of_op(d) {
         Some(OpKind::Tensor(t)) => match t {
-            T::Embedding
+            // Packed weights are bytes in rows of the `.fbw` file's layout.
+            T::Dequantize
+            | T::Embedding
             | T::EmbeddingGrad
             | T::Slice
             | T::SliceGrad

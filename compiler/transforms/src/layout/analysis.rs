@@ -130,6 +130,7 @@ pub fn reduced_axes(m: &Module, op: Op, i: usize) -> Option<BTreeSet<usize>> {
         | T::Conv2d
         | T::GroupNorm
         | T::Upsample
+        | T::Dequantize
         | T::Ge => None,
     }
 }

@@ -46,7 +46,10 @@ use super::perf_model::{self, Axis2, Consumer, ConsumerKind, TensorDesc};
 pub const CANDIDATES: &str = "rtile-candidates";
 pub const SELECT: &str = "rtile-select";
 
-/// Every R-Tile tensor of the module, in function and op order, each once.
+/// Every R-Tile tensor of the module, in function and op order, each once. A dequantised
+/// weight (`tensor.dequantize`'s result) is none: it keeps the packed rows' linear layout, and
+/// its decode is fused into the reads of the product that uses it, so an R-Tile would store the
+/// very f32 weight that packed weights exist to avoid.
 pub fn rtile_tensors(m: &Module) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     for op in m.all_ops() {
@@ -56,8 +59,10 @@ pub fn rtile_tensors(m: &Module) -> Vec<Value> {
         }
         for &v in d.operands.iter().chain(&d.results) {
             let r = root(m, v);
+            let decoded = matches!(m.value(r).def, ValueDef::Result { op, .. }
+                if fbc_dialects::kind::TensorOp::Dequantize.is(m.op(op)));
             let ok = match m.value_type(r) {
-                Type::Tensor(t) => t.rank() >= 2 && t.elem.is_float(),
+                Type::Tensor(t) => t.rank() >= 2 && t.elem.is_float() && !decoded,
                 _ => false,
             };
             if ok && !out.contains(&r) {

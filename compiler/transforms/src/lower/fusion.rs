@@ -5,7 +5,10 @@
 //!   map, a body without loads) and whose only reader is kernel `K` is substituted into `K`: each
 //!   read of `T` at map `m` becomes `P`'s body with `P`'s operand maps composed with `m`, and the
 //!   domain indices `P`'s body reads (RoPE's half, a mask's position) become `m`'s results (so `m`
-//!   must name no symbol). `P` disappears and `T` is never stored.
+//!   must name no symbol). `P` disappears and `T` is never stored. `P` is inlined only where
+//!   `K` computes each element of `T` once, except a decode of packed weights
+//!   (`tensor.dequantize`), which `K` recomputes at each read: a contraction reads the packed
+//!   bytes and scales, and the f32 weight is never stored.
 //!   `K` may be a row kernel (softmax, a normalisation): then `T` is read, and `P` computed, once
 //!   per statistic and once for the output, instead of `T` being stored and read as often.
 //! - **epilogue**: when `P` is a reduction (matmul, reductions, row statistics) whose result `T`
@@ -405,7 +408,8 @@ fn find(
         }
         // Inline only where each element of T is computed once: a consumer iterating over
         // more points than T has (a broadcast, a matmul reading T per column) would
-        // recompute the producer's body.
+        // recompute the producer's body. A decode of packed weights is recomputed on purpose
+        // (see `LKernel::decode`).
         let numel: u64 = shape.iter().product();
         // A producer that reads its domain indices (RoPE's half, a mask) reads the consumer's
         // indices through the consumer's map of `t`: only maps over the consumer's dimensions
@@ -414,7 +418,7 @@ fn find(
             || kk.inputs.iter().filter(|i| i.t == t).all(|i| over_dims(&i.map));
         if pointwise(pk, shapes[p], shape)
             && dims_movable
-            && kk.domain.iter().product::<u64>() == numel
+            && (pk.decode || kk.domain.iter().product::<u64>() == numel)
         {
             return Some((p, t, false));
         }

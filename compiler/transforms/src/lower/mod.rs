@@ -474,6 +474,11 @@ pub(crate) struct LKernel {
     /// The `split_k` hint of the launch (see `split_k.rs`): a contraction the skinny kernel
     /// splits in one launch.
     pub split: Option<u64>,
+    /// A decode of packed weights (`tensor.dequantize`): fusion inlines it into its reader even
+    /// where the reader reads each element several times (a matmul's `b`, once per row of
+    /// `a`), since a few integer operations per read cost less than storing the f32 weight
+    /// and reading it back, and the point of packed weights is that the f32 copy never exists.
+    pub decode: bool,
     /// Span of the op it came from.
     pub span: Span,
 }
@@ -628,8 +633,8 @@ impl<'m> Lower<'m> {
         name: String,
         span: Span,
     ) -> Result<Tid, Diagnostic> {
-        if !matches!(t.elem, ElemType::F32 | ElemType::I32) {
-            return Err(located(span, format!("memory holds f32 or i32 tensors, found {t}")));
+        if !matches!(t.elem, ElemType::F32 | ElemType::I32 | ElemType::I8) {
+            return Err(located(span, format!("memory holds f32, i32 or i8 tensors, found {t}")));
         }
         let fitted = self.fit(layout, t);
         if let (Layout::RTile(want), Layout::RTile(got)) = (layout, &fitted) {
@@ -763,6 +768,7 @@ impl<'m> Lower<'m> {
             span,
             attention: None,
             split: None,
+            decode: false,
         });
     }
 

@@ -465,6 +465,7 @@ impl Lower<'_> {
             span: d.span,
             attention: None,
             split: None,
+            decode: false,
         });
     }
 
@@ -511,6 +512,7 @@ impl Lower<'_> {
             span,
             attention: None,
             split: None,
+            decode: false,
         });
         Ok(true)
     }
@@ -572,6 +574,7 @@ impl Lower<'_> {
             span: d.span,
             attention: None,
             split: None,
+            decode: false,
         });
     }
 
@@ -838,6 +841,38 @@ impl Lower<'_> {
                 self.conv(op, t)?;
             }
             K::Tensor(T::Upsample) => self.upsample(op)?,
+            K::Tensor(T::Dequantize) => {
+                // w[.., k] = q(.., k) · scales[.., k / group]: the byte (int8), or the nibble of
+                // byte k / 2 (int4: low for even k, high for odd; the byte is read signed, and
+                // floor `/` and `%` take its bits), each row of `packed` starting on a byte.
+                // A pointwise kernel: fusion substitutes it into the kernel reading the weight,
+                // so a contraction reads bytes and scales and the f32 weight is never stored.
+                let shape = self.shape(res[0]);
+                let n = shape.len();
+                let int4 = d.attr("scheme").and_then(Attr::as_str) == Some("int4");
+                let group = d.attr("group").and_then(Attr::as_int).unwrap_or(1).max(1);
+                let last = || dim(n - 1);
+                let mut qmap = identity(n);
+                let mut smap = identity(n);
+                smap[n - 1] = e_floordiv(last(), group);
+                if int4 {
+                    qmap[n - 1] = e_floordiv(last(), 2);
+                }
+                let t = self.output(op, 0)?;
+                let inputs = vec![self.read(ops[0], qmap, span)?, self.read(ops[1], smap, span)?];
+                let q = if int4 {
+                    let low = bin(B::Rem, x(0), int(16));
+                    let high = bin(B::Rem, bin(B::Div, x(0), int(16)), int(16));
+                    let even = bin(B::Eq, bin(B::Rem, dk(n - 1), int(2)), int(0));
+                    sub(select(even, low, high), int(8))
+                } else {
+                    x(0)
+                };
+                self.elementwise(op, rname(0), shape, inputs, t, mul(q, x(1)));
+                if let Some(k) = self.kernels.last_mut().filter(|k| k.out.t == t) {
+                    k.decode = true;
+                }
+            }
             K::Tensor(T::SliceGrad) => {
                 let so = self.shape(res[0]);
                 let si = self.shape(ops[0]);
@@ -1776,6 +1811,7 @@ impl Lower<'_> {
             attention: Some(Attention { scale, softcap, rope, last, window }),
             span,
             split: None,
+            decode: false,
         });
         Ok(())
     }

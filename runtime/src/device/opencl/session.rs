@@ -594,6 +594,7 @@ fn run_once(
                             match m {
                                 Mem::F32(b) => k.set_arg(i, b),
                                 Mem::I32(b) => k.set_arg(i, b),
+                                Mem::I8(b) => k.set_arg(i, b),
                                 Mem::Image(im) => k.set_arg(i, im),
                                 Mem::HalfImage(im) => k.set_arg(i, im),
                             }
@@ -611,6 +612,7 @@ fn run_once(
                             match m {
                                 Mem::F32(b) => kb.arg(b),
                                 Mem::I32(b) => kb.arg(b),
+                                Mem::I8(b) => kb.arg(b),
                                 Mem::Image(im) => kb.arg(im),
                                 Mem::HalfImage(im) => kb.arg(im),
                             };
@@ -728,6 +730,11 @@ fn constant_value(c: &ConstantDesc) -> Result<Value, OpenClError> {
         Dtype::I32 => {
             Value::I32(Tensor::new(shape, words.map(i32::from_le_bytes).collect()).map_err(bad)?)
         }
+        // Bytes held as i32 values, as the interpreter holds an i8 tensor.
+        Dtype::I8 => Value::I32(
+            Tensor::new(shape, c.data.iter().map(|&b| i32::from(b as i8)).collect())
+                .map_err(bad)?,
+        ),
         Dtype::F32 | Dtype::F16 => {
             Value::F32(Tensor::new(shape, words.map(f32::from_le_bytes).collect()).map_err(bad)?)
         }
