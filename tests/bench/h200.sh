@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -288,6 +288,34 @@ if want unet; then
     timeout 300 $b bench $T/sdblock.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $U 2>&1
   done
   timeout 120 python3 tests/bench/torch_unet_block.py > $O/torch_unet.json 2>&1
+fi
+# Weight streaming under a budget (part stream, issue 15): the 16-layer Llama 3.2-1B prefill of
+# 512 tokens (f32, full vocabulary, 512 cache positions) unconstrained, then with
+# --memory-budget a quarter of its f32 weights (the arguments of @prefill but the tokens, the
+# position and the caches, summed from the .fbir). The goal: the budgeted run's launch span
+# within 1.15x of max(its kernels' time, its transfer time). Results: $O/stream.txt.
+if want stream; then
+  S=$O/stream.txt
+  $B gen llama3.2-1b --inference --seq 512 --max-seq 512 -o $T/pre16.fbir
+  Q=$(python3 - $T/pre16.fbir <<'PY'
+import re, sys
+sig = next(l for l in open(sys.argv[1]) if "func.func @prefill(" in l)
+total = 0
+for name, dims in re.findall(r"%([\w.]+): tensor<([0-9x]+)xf32>", sig):
+    if name.endswith("_cache") or name.startswith("rope_"):
+        continue
+    n = 1
+    for d in dims.split("x"):
+        n *= int(d)
+    total += 4 * n
+print(total // 4)
+PY
+)
+  echo "budget $Q bytes (a quarter of the f32 weights)" >> $S
+  for m in "" "--memory-budget $Q"; do
+    echo "=== prefill $m" >> $S
+    timeout 250 $B bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 $m >> $S 2>&1; echo "rc=$?" >> $S
+  done
 fi
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.
 want torchdecode && timeout 200 python3 tests/bench/torch_decode.py ${POSITIONS:-2047 127} > $O/torch_decode.json 2>&1

@@ -155,7 +155,19 @@ pub enum Step {
     /// Pack argument `arg` (a tensor of `shape`) by `layout` into `storage` (padding zero). From
     /// `args.len()` on, `arg` names constant `arg - args.len()` of the function (`constants`):
     /// the runtime passes a function's constants after its arguments.
-    Upload { arg: usize, storage: usize, shape: Vec<u64>, dtype: Dtype, layout: LayoutDesc },
+    ///
+    /// `stream_from`: the weight-streaming plan (`plan-weight-streaming`'s `stream_from` on the
+    /// `memory.upload`): the upload is made while launch `stream_from` (counting the function's
+    /// launches from 0) runs, on a second queue, rather than here; absent, it is made here.
+    Upload {
+        arg: usize,
+        storage: usize,
+        shape: Vec<u64>,
+        dtype: Dtype,
+        layout: LayoutDesc,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream_from: Option<usize>,
+    },
     /// Run kernel `kernel` on the storage `args` (inputs, then the output).
     Launch(Launch),
     /// Unpack `storage` by `layout` into result `result`, a tensor of `shape`.

@@ -382,7 +382,18 @@ impl FuncWriter<'_> {
                     let (shape, dt) = self.tensor(d, src)?;
                     let layout = self.layout(d)?;
                     let id = self.new_storage(d, d.results[0], slot(d))?;
-                    self.steps.push(Step::Upload { arg, storage: id, shape, dtype: dt, layout });
+                    let stream_from = d
+                        .attr("stream_from")
+                        .and_then(Attr::as_int)
+                        .and_then(|n| usize::try_from(n).ok());
+                    self.steps.push(Step::Upload {
+                        arg,
+                        storage: id,
+                        shape,
+                        dtype: dt,
+                        layout,
+                        stream_from,
+                    });
                 }
                 Some(OpKind::Memory(MemoryOp::Download)) => {
                     let id = self.storage_of(d, d.operands[0])?;

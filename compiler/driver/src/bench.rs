@@ -190,6 +190,23 @@ pub struct StrategyFigures {
     /// Host time to enqueue one launch (argument setting and `clEnqueueNDRangeKernel`; kernel
     /// objects are reused across runs), the mean over a run's launches of the median run.
     pub host_ns_per_launch: u64,
+    /// Under `--memory-budget`: what the last run streamed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<StreamingFigures>,
+}
+
+/// The weight streaming of a run under `--memory-budget` (its last timed run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StreamingFigures {
+    pub budget: u64,
+    /// Uploads made on the transfer queue during earlier launches, and their bytes.
+    pub uploads: u64,
+    pub bytes: u64,
+    /// Device time of those transfers, and the part of it during which a launch ran.
+    pub transfer_ns: u64,
+    pub hidden_ns: u64,
+    /// From the start of the run's first launch to the end of its last.
+    pub span_ns: u64,
 }
 
 /// The `fblayout` run among `runs` and the runs that took less device time than it: what
@@ -312,6 +329,19 @@ pub fn table(s: &StrategyFigures) -> String {
         );
     }
     t.push('\n');
+    if let Some(st) = &s.streaming {
+        let _ = writeln!(
+            t,
+            "  memory budget {} bytes: streamed {} bytes in {} uploads, {:.3} ms of transfers, {:.3} ms ({:.0}%) hidden behind launches; the last run's launches span {:.3} ms",
+            st.budget,
+            st.bytes,
+            st.uploads,
+            st.transfer_ns as f64 * 1e-6,
+            st.hidden_ns as f64 * 1e-6,
+            100.0 * st.hidden_ns as f64 / st.transfer_ns.max(1) as f64,
+            st.span_ns as f64 * 1e-6
+        );
+    }
     let _ = writeln!(
         t,
         "  {:<40} {:<28} {:>11} {:>9} {:>9}",
@@ -479,6 +509,7 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
     let mut device_name = String::new();
     // One session (the profile resolved once), its strategy and split-K set per variant.
     let mut session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+    session.memory_budget = a.device.memory_budget;
     for (s, split_k) in variants {
         session.strategy = s.strategy();
         session.lowering.split_k = split_k;
@@ -499,6 +530,7 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
             device: DeviceSel::parse(&a.device.device),
             repeat: a.repeat.max(1),
             device_memory: a.device.device_memory.runtime(),
+            memory_budget: a.device.memory_budget,
             ..RunOptions::default()
         };
         let bar = crate::progress::bar(opts.runs() as u64, label.clone(), quiet || a.json);
@@ -540,6 +572,14 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
         let mut fig =
             figures(&label, session.level, f, &times, plan, host_ns, res.device_peak_bytes);
         fig.objects_made = res.objects_made;
+        fig.streaming = a.device.memory_budget.map(|budget| StreamingFigures {
+            budget,
+            uploads: res.streaming.uploads,
+            bytes: res.streaming.bytes,
+            transfer_ns: res.streaming.transfer_ns,
+            hidden_ns: res.streaming.hidden_ns,
+            span_ns: times.iter().map(|t| t.start_ns + t.last_ns).max().unwrap_or(0),
+        });
         runs.push(fig);
     }
     report(a, &device_name, &runs)

@@ -290,6 +290,14 @@ impl Runner<'_> {
 }
 
 pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), Failure> {
+    if a.device.memory_budget.is_some() {
+        // The weights stay on the device from call to call (uploaded once): nothing streams.
+        return Err(Failure::Usage(
+            "not yet supported: --memory-budget with `fbc generate` (it keeps every weight on \
+             the device across calls); `fbc run` and `fbc bench` take it"
+                .into(),
+        ));
+    }
     let (file, module) = driver.load(&a.file)?;
     let prefill = func(&module, &file, "prefill")?;
     let decode = func(&module, &file, "decode")?;

@@ -31,6 +31,11 @@
 //!   bounds what the run holds at once: the interpreter's live values, and for `opencl` and
 //!   `cpu-jit` the lowered storage too. It is checked before inputs are made or read, so a huge
 //!   shape fails at once, located at the op (or the function, for an argument), exit 1.
+//! - `--memory-budget BYTES` (with `--target opencl`) lowers with `plan-weight-streaming` for
+//!   the budget and runs under it: streamed weights are uploaded during the launches the plan
+//!   names, on a second queue, and the device never holds more than the budget (a run that
+//!   would is an error). A line on stderr gives the peak, the bytes streamed and the transfer
+//!   time hidden behind launches.
 //! - `--half-images` (with `--target opencl|cpu-jit`) lowers with `f16` image2d textures
 //!   (`lower-to-memory{half-images=true}`); `--check` then uses the `f16` bound of
 //!   `run_cmd/check.rs`. A kernel error while running (an id out of
@@ -55,6 +60,9 @@ use crate::{Driver, Failure};
 
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
+    if a.device.memory_budget.is_some() && a.target != "opencl" {
+        return Err(Failure::Usage("--memory-budget is for --target opencl".into()));
+    }
     if a.lower.cpu.is_some() && a.target != "cpu-llvm" {
         return Err(Failure::Usage("--cpu is for --target cpu-llvm".into()));
     }

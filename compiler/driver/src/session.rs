@@ -49,6 +49,9 @@ pub struct Session<'d> {
     pub instrumentation: Instrumentation,
     /// Passes left out of the `-O` pipeline (`--disable-pass`).
     pub disabled: Vec<String>,
+    /// A device memory budget in bytes (`--memory-budget`): [`Session::lower`] then ends with
+    /// `plan-weight-streaming` for it.
+    pub memory_budget: Option<u64>,
 }
 
 impl<'d> Session<'d> {
@@ -66,6 +69,7 @@ impl<'d> Session<'d> {
                 ..Instrumentation::default()
             },
             disabled: Vec::new(),
+            memory_budget: None,
         }
     }
 
@@ -102,14 +106,18 @@ impl<'d> Session<'d> {
     }
 
     /// Lowers an optimised module to the memory dialect (`lower-to-memory` with the session's
-    /// options, then `plan-memory`) unless it is lowered already. Returns the passes' statistics
-    /// (plan-memory's peak bytes among them).
+    /// options, then `plan-memory`, then under a memory budget `plan-weight-streaming`) unless
+    /// it is lowered already. Returns the passes' statistics (plan-memory's peak bytes among
+    /// them).
     pub fn lower(&self, file: &SourceFile, module: &mut Module) -> Result<Statistics, Failure> {
         if is_lowered(module) {
             return Ok(Statistics::default());
         }
-        let (_, stats) =
-            self.run(file, module, &fbc_transforms::lowering_pipeline(self.lowering))?;
+        let mut pipeline = fbc_transforms::lowering_pipeline(self.lowering);
+        if let Some(b) = self.memory_budget {
+            pipeline.push_str(&format!(",plan-weight-streaming{{budget={b}}}"));
+        }
+        let (_, stats) = self.run(file, module, &pipeline)?;
         Ok(stats)
     }
 

@@ -94,6 +94,10 @@ pub enum OpenClError {
     /// The run would hold more than the memory limit ([`crate::limits`]).
     #[error("{0}")]
     Memory(crate::limits::TooLarge),
+    /// A storage object would take the device past [`RunOptions::memory_budget`] with every
+    /// pooled object released.
+    #[error("{0}")]
+    Budget(String),
     /// Any other OpenCL error.
     #[error("OpenCL error: {0}")]
     Ocl(String),
@@ -247,6 +251,14 @@ pub struct RunOptions {
     /// are reported either way.
     pub show_build_warnings: bool,
     pub device_memory: DeviceMemory,
+    /// The most bytes of storage objects (the function's and the values kept on the device)
+    /// the device may hold at once: pooled objects are released, largest first, before one is
+    /// made that would go past it, and an object that still would is an error
+    /// ([`OpenClError::Budget`]). Uploads that the weight-streaming plan places at a launch
+    /// (`stream_from`) are made then, on a second queue, overlapping the launches before the
+    /// first that reads them; with a budget the function's constants are uploaded at each call
+    /// rather than kept. `None`: no limit but the device's.
+    pub memory_budget: Option<u64>,
     /// Runs without profiling events: no launch is timed ([`RunOutput::launches`] hold no
     /// times), and the host spends less time per launch (`fbc generate`, which times whole
     /// calls).
@@ -371,6 +383,21 @@ pub struct RunOutput {
     /// Storage objects the runs made rather than took from the pool, over all runs (the warm-up
     /// included): under [`DeviceMemory::Pooled`] the first run's, whatever the repetitions.
     pub objects_made: u64,
+    /// The streamed uploads of the last run ([`RunOptions::memory_budget`]).
+    pub streaming: Streaming,
+}
+
+/// What a run's streamed uploads (those the weight-streaming plan places at a launch) did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Streaming {
+    /// Uploads made on the transfer queue.
+    pub uploads: u64,
+    pub bytes: u64,
+    /// Device time of those transfers (profiling events: 0 when the run is untimed).
+    pub transfer_ns: u64,
+    /// The part of `transfer_ns` during which a launch of the run was executing: transfer time
+    /// hidden behind computation.
+    pub hidden_ns: u64,
 }
 
 pub use crate::cache_dir;
@@ -574,6 +601,10 @@ struct Objects {
     high_water: u64,
     /// Storage objects made (not taken from the pool), over all runs.
     made: u64,
+    /// The most `held` and `kept` together may be ([`RunOptions::memory_budget`]).
+    budget: Option<u64>,
+    /// Bytes of the values the session keeps on the device besides these objects.
+    kept: u64,
 }
 
 /// The object of one `plan-memory` slot (see [`DeviceMemory::Planned`]).
@@ -619,6 +650,8 @@ impl Objects {
             held: 0,
             high_water: 0,
             made: 0,
+            budget: None,
+            kept: 0,
         })
     }
 
@@ -657,8 +690,10 @@ impl Objects {
             if let Some(m) = slot.free.take() {
                 return Ok(m);
             }
-            let m = create(queue, &slot.desc)?;
-            self.held = self.held.saturating_add(slot.desc.bytes);
+            let desc = slot.desc.clone();
+            self.reserve(&desc)?;
+            let m = create(queue, &desc)?;
+            self.held = self.held.saturating_add(desc.bytes);
             self.high_water = self.high_water.max(self.held);
             self.made += 1;
             return Ok(m);
@@ -672,11 +707,33 @@ impl Objects {
                 self.held = self.held.saturating_sub(bytes);
             }
         }
+        self.reserve(desc)?;
         let m = create(queue, desc)?;
         self.held = self.held.saturating_add(desc.bytes);
         self.high_water = self.high_water.max(self.held);
         self.made += 1;
         Ok(m)
+    }
+
+    /// Makes room under the budget for a new object of `desc`: releases pooled objects, largest
+    /// first, while it would go past; an error when it still would.
+    fn reserve(&mut self, desc: &StorageDesc) -> Result<(), OpenClError> {
+        let Some(budget) = self.budget else { return Ok(()) };
+        let over = |o: &Objects| o.held.saturating_add(o.kept).saturating_add(desc.bytes) > budget;
+        while over(self) {
+            let Some(bytes) = self.pool.release_largest() else { break };
+            self.held = self.held.saturating_sub(bytes);
+        }
+        // A slot's object, held between its tenants, is not in the pool: it stays counted.
+        if over(self) {
+            return Err(OpenClError::Budget(format!(
+                "the device memory budget of {budget} bytes is exceeded: storage {} needs {} bytes while {} are held",
+                desc.name,
+                desc.bytes,
+                self.held.saturating_add(self.kept)
+            )));
+        }
+        Ok(())
     }
 
     /// Takes back the storage object of `desc`, no longer in use.
@@ -1014,6 +1071,7 @@ pub fn run(
         cache: session.cache(),
         device_peak_bytes: out.device_peak_bytes,
         objects_made: out.objects_made,
+        streaming: out.streaming,
     })
 }
 

@@ -563,6 +563,19 @@ pub struct DeviceArgs {
     /// peak, `planned_bytes`; no object is made after the first run).
     #[arg(long, value_enum, default_value = "pooled")]
     pub device_memory: DeviceMemoryArg,
+
+    /// The most device memory the run may hold at once (bytes, or `512MiB`, `1.5GB`): the module
+    /// is lowered with `plan-weight-streaming` for it, which streams weights in during earlier
+    /// launches, and the runtime makes those uploads then, on a second queue, and never holds
+    /// more (pooled objects are released first; a run that would hold more fails).
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget)]
+    pub memory_budget: Option<u64>,
+}
+
+/// `--memory-budget`'s value.
+fn parse_budget(text: &str) -> Result<u64, String> {
+    fbc_transforms::weight_streaming::parse_bytes(text)
+        .map_err(|e| e.replace("plan-weight-streaming: `budget`", "the budget"))
 }
 
 /// `--device-memory` (see [`DeviceArgs::device_memory`]).

@@ -203,6 +203,29 @@ pub(crate) fn fault_at(
     }
 }
 
+/// The line `--memory-budget` prints: the budget, the device's peak, and what was streamed.
+#[cfg(feature = "opencl")]
+pub(crate) fn budget_report(
+    budget: u64,
+    peak: u64,
+    s: &fbc_runtime::device::opencl::Streaming,
+) -> String {
+    let hidden = if s.transfer_ns == 0 {
+        String::new()
+    } else {
+        format!(
+            ", {:.3} ms of transfers, {:.3} ms ({:.0}%) hidden behind launches",
+            s.transfer_ns as f64 * 1e-6,
+            s.hidden_ns as f64 * 1e-6,
+            100.0 * s.hidden_ns as f64 / s.transfer_ns as f64
+        )
+    };
+    format!(
+        "memory budget {budget} bytes: peak device memory {peak} bytes; streamed {} bytes in {} uploads{hidden}",
+        s.bytes, s.uploads
+    )
+}
+
 /// The tuned contraction parameters (`fbc tune`) of the device `--device` selects, from
 /// `--tuning FILE` or the default database; none when there is no such device (the run then
 /// says so).
@@ -226,7 +249,8 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     if a.f64 {
         return Err(Failure::Usage("not yet supported: --f64 with --target opencl".into()));
     }
-    let session = a.lower.session(driver, a.split_k)?;
+    let mut session = a.lower.session(driver, a.split_k)?;
+    session.memory_budget = a.device.memory_budget;
     let tuned = device_tuning(a.device.tuning.as_deref(), &a.device.device);
     let c = compile(&session, &a.file, a.entry.as_deref(), true, tuned)?;
     let (file, module, func) = (&c.file, &c.module, c.func);
@@ -240,6 +264,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         device: DeviceSel::parse(&a.device.device),
         show_build_warnings: a.verbose,
         device_memory: a.device.device_memory.runtime(),
+        memory_budget: a.device.memory_budget,
         ..RunOptions::default()
     };
     let res = fbc_runtime::device::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
@@ -260,6 +285,9 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             total as f64 * 1e-6,
             res.cache
         );
+    }
+    if let Some(budget) = a.device.memory_budget {
+        eprintln!("{}", budget_report(budget, res.device_peak_bytes, &res.streaming));
     }
     for (i, (v, ty)) in res.results.iter().zip(types).enumerate() {
         text.push_str(&super::summary(&format!("result{i}"), ty, v));

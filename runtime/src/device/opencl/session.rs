@@ -50,6 +50,8 @@ pub struct CallOutput {
     pub uploaded_bytes: u64,
     /// Bytes this call read back (downloads, and kept values read to change their form).
     pub downloaded_bytes: u64,
+    /// The streamed uploads of the last run (see [`RunOptions::memory_budget`]).
+    pub streaming: Streaming,
 }
 
 /// The storage form a kept value is held in.
@@ -109,10 +111,14 @@ pub struct Session {
     info: DeviceInfoRow,
     context: Context,
     queue: Queue,
+    /// The queue of streamed uploads, which overlap the launches on `queue`.
+    transfer: Queue,
     program: Program,
     cache: CacheStatus,
     max_group: usize,
     device_memory: DeviceMemory,
+    /// [`RunOptions::memory_budget`].
+    budget: Option<u64>,
     /// Whether launches are timed (the queue has profiling).
     timed: bool,
     manifest: Manifest,
@@ -145,6 +151,8 @@ impl Session {
         let _guard = lock();
         let info = select(&list_devices(), &opts.device)?;
         let (context, queue) = context_and_queue(&info, !opts.untimed)?;
+        let props = (!opts.untimed).then_some(CommandQueueProperties::PROFILING_ENABLE);
+        let transfer = Queue::new(&context, info.device, props).map_err(ocl_err)?;
         let (program, cache) = program(&context, &info, source, opts)?;
         let max_group =
             device_usize(&info.device, DeviceInfo::MaxWorkGroupSize).unwrap_or(usize::MAX);
@@ -152,10 +160,12 @@ impl Session {
             info,
             context,
             queue,
+            transfer,
             program,
             cache,
             max_group,
             device_memory: opts.device_memory,
+            budget: opts.memory_budget,
             timed: !opts.untimed,
             manifest: manifest.clone(),
             funcs: HashMap::new(),
@@ -297,9 +307,14 @@ impl Session {
                 check_arg(f, k, v)?;
             }
         }
-        // The constants follow the arguments, kept on the device from the first call on.
+        // The constants follow the arguments, kept on the device from the first call on (under
+        // a budget uploaded where the function uploads them, at every call).
         let mut all = inputs.to_vec();
         for (key, v) in &st.constants {
+            if self.budget.is_some() {
+                all.push(Input::Host(v));
+                continue;
+            }
             let held = self.kept.iter().any(|k| k.key == *key);
             all.push(Input::Keep { key, value: if held { None } else { Some(v) } });
         }
@@ -402,8 +417,11 @@ impl Session {
         self.calls += 1;
         let (sources, kept_here, uploaded, read_back) = self.sources(func, inputs)?;
         let st = self.funcs.get_mut(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
+        st.objects.budget = self.budget;
+        st.objects.kept = kept_bytes(&self.kept);
         let env = Env {
             queue: &self.queue,
+            transfer: &self.transfer,
             program: &self.program,
             max_group: self.max_group,
             timed: self.timed,
@@ -423,6 +441,7 @@ impl Session {
             objects_made: 0,
             uploaded_bytes: 0,
             downloaded_bytes: read_back,
+            streaming: Streaming::default(),
         };
         let mut host_ns = Vec::with_capacity(runs);
         let mut result = Ok(());
@@ -471,6 +490,8 @@ fn lock() -> MutexGuard<'static, ()> {
 /// What a run needs of the session besides the function's state.
 struct Env<'a> {
     queue: &'a Queue,
+    /// The queue of streamed uploads.
+    transfer: &'a Queue,
     program: &'a Program,
     max_group: usize,
     /// Whether the queue has profiling (launch events are kept and read).
@@ -515,8 +536,28 @@ fn run_once(
     let mut pinned: HashSet<usize> = HashSet::new();
     let mut events: Vec<Event> = Vec::with_capacity(st.kernels.len());
     let mut launch = 0usize;
+    let mut streams = Streams::default();
+    // Declared after `streams`, dropped before it: every exit waits for the transfers that
+    // read its host data.
+    let _drain = Drain(env.transfer);
     for s in &f.steps {
+        // A streamed upload not made yet, or under way, that this step needs now.
+        let touched: &[usize] = match s {
+            Step::Fill { storage } | Step::Download { storage, .. } => {
+                std::slice::from_ref(storage)
+            }
+            Step::Copy { from, to } => &[*from, *to],
+            _ => &[],
+        };
+        for &id in touched {
+            streams.issue_now(env, &mut st.objects, f, sources, &mut live, id)?;
+        }
         match s {
+            Step::Upload { storage, stream_from: Some(n), .. }
+                if matches!(sources.get(storage), Some(Source::Write(_))) =>
+            {
+                streams.deferred.push((*n, *storage));
+            }
             Step::Alloc { storage } => {
                 let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
                 live.insert(*storage, st.objects.take(queue, desc)?);
@@ -538,6 +579,11 @@ fn run_once(
                 live.insert(*storage, m);
             }
             Step::Dealloc { storage } => {
+                // Never read: never uploaded.
+                streams.deferred.retain(|&(_, id)| id != *storage);
+                if let Some(ev) = streams.pending.remove(storage) {
+                    ev.wait_for().map_err(ocl_err)?;
+                }
                 if let (Some(m), Some(desc)) = (live.remove(storage), f.storage.get(*storage)) {
                     if !pinned.contains(storage) {
                         st.objects.give(desc, m);
@@ -559,6 +605,17 @@ fn run_once(
                 let start = std::time::Instant::now();
                 let _activity =
                     fbc_ir::activity::enter(st.activities.get(launch).cloned().unwrap_or_default());
+                // The uploads the plan starts during this launch, and any this launch reads
+                // that are still waiting, go to the transfer queue before it.
+                let due: Vec<usize> = streams
+                    .deferred
+                    .iter()
+                    .filter(|(n, id)| *n <= launch || l.args.contains(id))
+                    .map(|&(_, id)| id)
+                    .collect();
+                streams.issue(env, &mut st.objects, f, sources, &mut live, &due)?;
+                let waits: Vec<Event> =
+                    l.args.iter().filter_map(|a| streams.pending.remove(a)).collect();
                 let ocl_at = |e: ocl::Error| {
                     OpenClError::Ocl(format!("kernel {} ({}): {e}", l.kernel, l.location))
                 };
@@ -639,6 +696,9 @@ fn run_once(
                     }
                     cmd = cmd.local_work_size(dims(local)?);
                 }
+                if !waits.is_empty() {
+                    cmd = cmd.ewait(&waits[..]);
+                }
                 let mut ev = Event::empty();
                 let cmd = if env.timed { cmd.enew(&mut ev) } else { cmd };
                 // SAFETY: `ocl` marks every kernel enqueue unsafe because the device may
@@ -700,6 +760,9 @@ fn run_once(
         }
     }
     queue.finish().map_err(ocl_err)?;
+    env.transfer.finish().map_err(ocl_err)?;
+    out.streaming =
+        Streaming { uploads: streams.uploads, bytes: streams.bytes, ..Streaming::default() };
     if let Some(e) = &st.errors {
         let mut record = [0i32; FAULT_INTS];
         e.read(&mut record[..]).enq().map_err(ocl_err)?;
@@ -709,14 +772,168 @@ fn run_once(
     }
     if timed && env.timed {
         let mut first = None;
+        let mut spans = Vec::with_capacity(events.len());
         for (t, ev) in out.launches.iter_mut().zip(&events) {
             let (start, end) = event_span(ev)?;
+            spans.push((start, end));
             let first = *first.get_or_insert(start);
             t.ns.push(end.saturating_sub(start));
             t.start_ns = start.saturating_sub(first);
         }
+        let transfers = streams.transfers.iter().map(event_span).collect::<Result<Vec<_>, _>>()?;
+        out.streaming.transfer_ns = transfers.iter().map(|&(a, b)| b.saturating_sub(a)).sum();
+        out.streaming.hidden_ns = overlap(&spans, &transfers);
     }
     Ok(())
+}
+
+/// The time of the spans `b` during which some span of `a` runs: `a` merged into disjoint
+/// intervals, then each span of `b` intersected with them.
+fn overlap(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    let mut sorted = a.to_vec();
+    sorted.sort_unstable();
+    for (s, e) in sorted {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    b.iter()
+        .map(|&(s, e)| {
+            merged.iter().map(|&(ms, me)| me.min(e).saturating_sub(ms.max(s))).sum::<u64>()
+        })
+        .sum()
+}
+
+/// Waits for a queue on drop.
+struct Drain<'a>(&'a Queue);
+
+impl Drop for Drain<'_> {
+    fn drop(&mut self) {
+        // Nothing to report from a drop; an error here is an error of the run's own calls.
+        let _ = self.0.finish();
+    }
+}
+
+/// A run's streamed uploads: those waiting for the launch the plan starts them at, those under
+/// way, and what was streamed.
+#[derive(Default)]
+struct Streams {
+    /// `(stream_from, storage)` of the uploads not made yet.
+    deferred: Vec<(usize, usize)>,
+    /// The transfer of each upload made and not yet waited for by a launch.
+    pending: HashMap<usize, Event>,
+    /// Every transfer of the run.
+    transfers: Vec<Event>,
+    /// The `f16` bits of streamed half images, read by transfers until the run ends.
+    half_bits: Vec<Vec<u16>>,
+    uploads: u64,
+    bytes: u64,
+}
+
+impl Streams {
+    /// Makes the uploads `due` now: each takes its object, and its transfer, on the transfer
+    /// queue, waits for what the launch queue holds so far (a pooled object may still be read
+    /// by an earlier launch).
+    fn issue(
+        &mut self,
+        env: &Env<'_>,
+        objects: &mut Objects,
+        f: &FunctionManifest,
+        sources: &HashMap<usize, Source>,
+        live: &mut HashMap<usize, Mem>,
+        due: &[usize],
+    ) -> Result<(), OpenClError> {
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.deferred.retain(|(_, id)| !due.contains(id));
+        let marker = env.queue.enqueue_marker(None::<&Event>).map_err(ocl_err)?;
+        env.queue.flush().map_err(ocl_err)?;
+        for &id in due {
+            let desc = f.storage.get(id).ok_or_else(|| bad_id(id))?;
+            let Some(Source::Write(data)) = sources.get(&id) else {
+                return Err(OpenClError::Manifest(format!("streamed storage {id} has no data")));
+            };
+            let m = objects.take(env.queue, desc)?;
+            let ev = write_async(&m, data, env.transfer, &marker, &mut self.half_bits, desc)?;
+            self.pending.insert(id, ev.clone());
+            self.transfers.push(ev);
+            live.insert(id, m);
+            self.uploads += 1;
+            self.bytes = self.bytes.saturating_add(desc.bytes);
+        }
+        env.transfer.flush().map_err(ocl_err)
+    }
+
+    /// Makes upload `id` now if it is waiting, and waits for its transfer (for a step that is
+    /// not a launch).
+    fn issue_now(
+        &mut self,
+        env: &Env<'_>,
+        objects: &mut Objects,
+        f: &FunctionManifest,
+        sources: &HashMap<usize, Source>,
+        live: &mut HashMap<usize, Mem>,
+        id: usize,
+    ) -> Result<(), OpenClError> {
+        if self.deferred.iter().any(|&(_, d)| d == id) {
+            self.issue(env, objects, f, sources, live, &[id])?;
+        }
+        if let Some(ev) = self.pending.remove(&id) {
+            ev.wait_for().map_err(ocl_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Enqueues the write of `data` into `m` on `queue` after `after`, without blocking; its event.
+/// `half_bits` keeps the `f16` bits of a half image until the run ends.
+fn write_async(
+    m: &Mem,
+    data: &MemData,
+    queue: &Queue,
+    after: &Event,
+    half_bits: &mut Vec<Vec<u16>>,
+    desc: &StorageDesc,
+) -> Result<Event, OpenClError> {
+    let mut ev = Event::empty();
+    let bad = || OpenClError::Manifest(format!("storage {}: element type mismatch", desc.name));
+    if data.is_empty() {
+        // Nothing to write: an event that completes once `after` has.
+        return queue.enqueue_marker(Some(after)).map_err(ocl_err);
+    }
+    // SAFETY: a non-blocking write reads the host slice after this returns. Every slice is
+    // owned by the caller's `sources` (alive until the call's runs end) or by `half_bits`
+    // (alive until the run ends), and `run_once` finishes the transfer queue before either is
+    // dropped, on every exit (`Drain`). The objects are of the storage's kind and size.
+    #[allow(unsafe_code)]
+    unsafe {
+        match (m, data) {
+            (Mem::F32(b), MemData::F32(v)) => {
+                b.write(v.as_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::I32(b), MemData::I32(v)) => {
+                b.write(v.as_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::I8(b), MemData::I8(v)) => {
+                b.write(v.as_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::Image(i), MemData::F32(v)) => {
+                i.write(v.as_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::HalfImage(i), MemData::F32(v)) => {
+                // `pack` rounded every value to f16 already: the conversion to bits is exact.
+                half_bits.push(v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect());
+                let bits = half_bits.last().map(Vec::as_slice).unwrap_or_default();
+                i.write(bits).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            _ => return Err(bad()),
+        }
+    }
+    .map_err(ocl_err)?;
+    Ok(ev)
 }
 
 /// The host tensor of constant `c`.
@@ -739,4 +956,19 @@ fn constant_value(c: &ConstantDesc) -> Result<Value, OpenClError> {
             Value::F32(Tensor::new(shape, words.map(f32::from_le_bytes).collect()).map_err(bad)?)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overlap;
+
+    #[test]
+    fn overlap_counts_each_transfer_against_the_merged_launches() {
+        // Launches [0, 10) and [5, 20) merge to [0, 20), and [30, 40).
+        let launches = [(5, 20), (0, 10), (30, 40)];
+        assert_eq!(overlap(&launches, &[(15, 35)]), 5 + 5);
+        assert_eq!(overlap(&launches, &[(20, 30)]), 0);
+        assert_eq!(overlap(&launches, &[(0, 100), (2, 3)]), 30 + 1);
+        assert_eq!(overlap(&[], &[(0, 5)]), 0);
+    }
 }

@@ -1,0 +1,187 @@
+//! Weight streaming on the device: `fbc run --target opencl --memory-budget B` lowers with
+//! `plan-weight-streaming{budget=B}`, uploads each streamed weight during the launch the plan
+//! starts it at (on a second queue), and never holds more than `B` on the device; the results
+//! are the interpreter's (`--check`). Runs on PoCL in CI; without an OpenCL device it prints a
+//! notice, except under `CI=true`, where it fails.
+
+mod common;
+
+use common::{fbc, scratch};
+
+/// `layers` layers `h = tanh(h · W_i)`, `x: [rows, width]`, each `W_i: [width, width]`.
+fn deep_mlp(layers: usize, rows: u64, width: u64) -> String {
+    let t = format!("tensor<{rows}x{width}xf32>");
+    let w = format!("tensor<{width}x{width}xf32>");
+    let args: Vec<String> = (0..layers).map(|i| format!(", %w{i}: {w}")).collect();
+    let mut body = String::new();
+    let mut h = "%x".to_string();
+    for i in 0..layers {
+        body.push_str(&format!(
+            "  %m{i} = tensor.matmul {h}, %w{i} : ({t}, {w}) -> {t}\n  %h{i} = tensor.tanh %m{i} : ({t}) -> {t}\n"
+        ));
+        h = format!("%h{i}");
+    }
+    format!(
+        "func.func @deep(%x: {t}{}) -> {t} {{\n{body}  func.return {h} : {t}\n}}\n",
+        args.concat()
+    )
+}
+
+/// The number before `what` in the budget line `fbc run` prints.
+fn figure(report: &str, what: &str) -> u64 {
+    let line = report.lines().find(|l| l.starts_with("memory budget")).expect("the budget line");
+    let at = line.find(what).unwrap_or_else(|| panic!("`{what}` in {line}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("a number before `{what}` in {line}"))
+}
+
+fn have_device() -> bool {
+    #[cfg(feature = "opencl")]
+    return common::have_device();
+    #[cfg(not(feature = "opencl"))]
+    return false;
+}
+
+#[test]
+fn a_quarter_of_the_weights_is_enough_and_never_exceeded() {
+    if !have_device() {
+        return;
+    }
+    let dir = scratch("streaming-quarter");
+    // 12 weights of 64 KiB (768 KiB); activations of 8 KiB.
+    let (layers, width) = (12, 128u64);
+    let weights = layers as u64 * width * width * 4;
+    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width).as_bytes());
+    let budget = weights / 4;
+    for level in ["-O1", "-O3"] {
+        let out = fbc(&[
+            "run",
+            &path,
+            "--target",
+            "opencl",
+            level,
+            "--random-inputs",
+            "7",
+            "--check",
+            "--memory-budget",
+            &budget.to_string(),
+        ]);
+        assert_eq!(out.code, 0, "{level}: {}", out.stderr);
+        let peak = figure(&out.stderr, "bytes; streamed");
+        let streamed = figure(&out.stderr, "bytes in");
+        let uploads = figure(&out.stderr, "uploads");
+        assert!(peak <= budget, "{level}: peak {peak} over the budget {budget}: {}", out.stderr);
+        // Most weights arrive during earlier launches; the device never holds them all.
+        assert!(uploads >= 8, "{level}: {}", out.stderr);
+        assert!(streamed >= uploads * width * width * 4, "{level}: {}", out.stderr);
+        assert!(out.stdout.contains("result0"), "{level}: {}", out.stdout);
+    }
+}
+
+#[test]
+fn a_budget_below_what_one_launch_needs_is_an_error_that_names_the_minimum() {
+    let dir = scratch("streaming-infeasible");
+    let path = common::write(&dir, "deep.fbir", deep_mlp(3, 16, 128).as_bytes());
+    let run = |budget: &str| {
+        fbc(&[
+            "run",
+            &path,
+            "--target",
+            "opencl",
+            "-O3",
+            "--random-inputs",
+            "1",
+            "--check",
+            "--memory-budget",
+            budget,
+        ])
+    };
+    let out = run("60KiB");
+    if !cfg!(feature = "opencl") {
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        return;
+    }
+    // For the generic profile the first product is split along its reduction: launch 0 holds
+    // `x` (8 KiB), `w0` (64 KiB) and the partial sums (4 × 8 KiB): 104 KiB.
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "deep.fbir:1:11: error: plan-weight-streaming: a budget of 61440 bytes (60.00 KiB) \
+             is below the 106496 bytes (104.00 KiB) that @deep needs at least (launch 0, \
+             `deep_matmul_h0_partial`)"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("= note: the minimum feasible budget is 106496 bytes"),
+        "{}",
+        out.stderr
+    );
+    // The minimum is enough, on the device too.
+    if have_device() {
+        let out = run("106496");
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(figure(&out.stderr, "bytes; streamed") <= 106_496, "{}", out.stderr);
+        assert!(figure(&out.stderr, "uploads") >= 2, "{}", out.stderr);
+    }
+}
+
+#[test]
+fn the_runtime_refuses_to_go_past_the_budget_of_an_unplanned_module() {
+    if !have_device() {
+        return;
+    }
+    let dir = scratch("streaming-unplanned");
+    let path = common::write(&dir, "deep.fbir", deep_mlp(4, 16, 128).as_bytes());
+    // Lowered without a plan: every weight is uploaded before the first launch.
+    let lowered = dir.join("deep.mem.fbir");
+    let out = fbc(&[&path, "-O0", "--emit", "memory", "-o", lowered.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lowered = lowered.to_str().unwrap();
+    let out = fbc(&[
+        "run",
+        lowered,
+        "--target",
+        "opencl",
+        "--random-inputs",
+        "1",
+        "--memory-budget",
+        "200KiB",
+    ]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("error: the device memory budget of 204800 bytes is exceeded: storage"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("needs 65536 bytes while"), "{}", out.stderr);
+    // The same module under a budget that holds it runs.
+    let out = fbc(&[
+        "run",
+        lowered,
+        "--target",
+        "opencl",
+        "--random-inputs",
+        "1",
+        "--memory-budget",
+        "1MiB",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(figure(&out.stderr, "uploads"), 0, "{}", out.stderr);
+}
+
+#[test]
+fn memory_budget_is_for_opencl() {
+    let dir = scratch("streaming-target");
+    let path = common::write(&dir, "deep.fbir", deep_mlp(2, 4, 8).as_bytes());
+    let out = fbc(&["run", &path, "--random-inputs", "1", "--memory-budget", "1MiB"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--memory-budget is for --target opencl"), "{}", out.stderr);
+    let out = fbc(&["run", &path, "--target", "opencl", "--memory-budget", "12 parsecs"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("unknown unit"), "{}", out.stderr);
+}
