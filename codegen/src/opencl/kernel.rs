@@ -514,6 +514,26 @@ fn affine(e: &Expr, names: &[String], dims: &[String], w: Width) -> Result<Strin
     })
 }
 
+/// One side of a contraction's product `L · R` (see [`Cx::contraction`]): an operand read at
+/// its map, or an expression of operands and indices that reads no accumulator, statistic or
+/// data-dependent offset (`(q - 8) · s` of a packed INT4 weight, decoded as it is staged).
+#[derive(Clone)]
+struct Side<'e> {
+    expr: &'e Scalar,
+    /// The operands it reads, and the operand that stands for it where one must: the largest
+    /// (the packed weight, not its scales).
+    operands: Vec<usize>,
+    primary: usize,
+    /// Domain indices the expression reads itself (not through a map).
+    dims: Vec<usize>,
+}
+
+impl<'e> Side<'e> {
+    fn plain(&self) -> bool {
+        matches!(self.expr, Scalar::In(_))
+    }
+}
+
 /// How a contraction's parallel dimensions are grouped (see [`Cx::contraction`]).
 struct Split {
     batch: Vec<usize>,
@@ -526,6 +546,13 @@ struct Split {
 struct Sides<'a> {
     a: usize,
     b: usize,
+    /// Whether each side is its operand read at its map (not an expression of operands: a
+    /// packed weight decoded where it is read), so that it can be read four values at a time.
+    plain: [bool; 2],
+    /// Whether each side's reads move to neighbouring memory along the innermost reduction
+    /// dimension, and along the side's own innermost row (column) dimension.
+    along_k: [bool; 2],
+    along_outer: [bool; 2],
     a_at: &'a str,
     b_at: &'a str,
     a_tex: &'a Option<(String, fbc_kernels::Along)>,
@@ -1151,7 +1178,25 @@ impl Cx<'_> {
                         // A divisor that is not a non-zero literal is checked where the kernel is.
                         let divisor_checked = self.checked
                             && !matches!(e, Scalar::Bin(_, _, b) if matches!(**b, Scalar::Int(v) if v != 0));
+                        // Floor division and modulo by a power of two are an arithmetic shift
+                        // and a mask on two's complement `long`s (OpenCL C fills a negative
+                        // value's vacated bits with ones): the packed INT4/INT8 decode's `/ 16`
+                        // and `% 16` without the helpers' branches.
+                        let pow2 = match e {
+                            Scalar::Bin(_, _, b) => match **b {
+                                Scalar::Int(v) if v >= 2 && (v as u64).is_power_of_two() => v,
+                                _ => 0,
+                            },
+                            _ => 0,
+                        };
                         let s = match op {
+                            ScalarBin::Div if pow2 != 0 => {
+                                let shift = pow2.trailing_zeros().to_string();
+                                join("(", x, " >> ", vec![Lit(shift.into())], ")")
+                            }
+                            ScalarBin::Rem if pow2 != 0 => {
+                                join("(", x, " & ", vec![Lit(int_lit(pow2 - 1).into())], ")")
+                            }
                             ScalarBin::Div | ScalarBin::Rem if divisor_checked => {
                                 let f =
                                     if *op == ScalarBin::Div { "fbc_idivc(" } else { "fbc_imodc(" };
@@ -1195,12 +1240,71 @@ impl Cx<'_> {
         })
     }
 
-    /// The parallel dimensions of a contraction `xa · xb`: rows are read by `xa` only, columns
-    /// by `xb` only, batches by both or neither. `None` without rows or columns.
-    fn split_parallel(&self, a: usize, b: usize) -> Option<Split> {
+    /// The side `e` of a contraction's product, or `None` where it reads the output, an
+    /// accumulator, a statistic or a data-dependent offset, or no operand.
+    fn side<'e>(&self, e: &'e Scalar) -> Option<Side<'e>> {
+        let out = self.out();
+        let (mut operands, mut dims, mut ok) = (Vec::new(), Vec::new(), true);
+        e.visit(&mut |s| match s {
+            Scalar::In(i) if *i != out && *i < self.types.len() => {
+                if !operands.contains(i) {
+                    operands.push(*i);
+                }
+            }
+            Scalar::Dim(d) => dims.push(*d),
+            Scalar::In(_) | Scalar::Load(..) | Scalar::Stat(_) | Scalar::Acc => ok = false,
+            _ => {}
+        });
+        let size = |i: usize| self.types[i].elems();
+        let primary = operands.iter().copied().max_by_key(|&i| (size(i), std::cmp::Reverse(i)))?;
+        if !ok {
+            return None;
+        }
+        let side = Side { expr: e, operands, primary, dims };
+        // An operand read whole is staged as it is stored: f32 values (an `f16` image reads as
+        // f32). An expression is computed in registers from whatever it reads, where no read
+        // needs a fault check.
+        let ok = if side.plain() {
+            self.types[side.primary].value_elem() == ElemType::F32
+        } else {
+            !self.checked
+        };
+        ok.then_some(side)
+    }
+
+    /// Whether side `s` (its operand, for a plain side) uses domain dimension `d`.
+    fn side_uses(&self, s: &Side<'_>, d: usize) -> bool {
+        s.dims.contains(&d) || s.operands.iter().any(|&i| map_uses(&self.k.maps[i], d))
+    }
+
+    /// Whether side `s`'s reads move to neighbouring memory along domain dimension `d`
+    /// ([`Cx::moves_along`] of a plain side's operand). For an expression, its largest operand
+    /// must step by one along `d`, or — for `d` the innermost reduction dimension — along the
+    /// innermost reduction dimension its map reads, the later ones read by the expression
+    /// alone (the nibble of a packed INT4 byte: two neighbouring values share a byte).
+    fn side_moves(&self, s: &Side<'_>, d: usize) -> bool {
+        if s.plain() {
+            return self.moves_along(s.primary, d);
+        }
+        let nd = self.k.domain.len();
+        let m = &self.k.maps[s.primary];
+        let d = if d + 1 == nd {
+            match (self.k.parallel_dims()..nd).rev().find(|&r| map_uses(m, r)) {
+                Some(r) => r,
+                None => return false,
+            }
+        } else {
+            d
+        };
+        self.unit_stride(s.primary, d)
+    }
+
+    /// The parallel dimensions of a contraction `L · R`: rows are read by side `a` only,
+    /// columns by side `b` only, batches by both or neither. `None` without rows or columns.
+    fn split_parallel(&self, a: &Side<'_>, b: &Side<'_>) -> Option<Split> {
         let mut s = Split { batch: Vec::new(), rows: Vec::new(), cols: Vec::new() };
         for d in 0..self.k.parallel_dims() {
-            match (map_uses(&self.k.maps[a], d), map_uses(&self.k.maps[b], d)) {
+            match (self.side_uses(a, d), self.side_uses(b, d)) {
                 (true, false) => s.rows.push(d),
                 (false, true) => s.cols.push(d),
                 _ => s.batch.push(d),
@@ -1217,8 +1321,8 @@ impl Cx<'_> {
                 let padding = |d: usize| self.k.guard.as_ref().is_some_and(|g| map_uses(&g.map, d));
                 let unit = s.batch.iter().rposition(|&d| {
                     (self.k.domain[d] == 1 || padding(d))
-                        && !map_uses(&self.k.maps[a], d)
-                        && !map_uses(&self.k.maps[b], d)
+                        && !self.side_uses(a, d)
+                        && !self.side_uses(b, d)
                 });
                 if let Some(i) = unit {
                     side.push(s.batch.remove(i));
@@ -1685,40 +1789,42 @@ impl Cx<'_> {
             return Ok(None);
         }
         // An f16 image reads and writes f32 values (`read_imagef`/`write_imagef` convert).
-        if self.types.iter().any(|t| t.value_elem() != ElemType::F32) {
+        if self.types[out].value_elem() != ElemType::F32 {
             return Ok(None);
         }
-        // `x0 * x1`, or `select(c, x0 * x1, 0)` where `c` reads the indices of one operand only
-        // (a convolution's zero padding: that operand's staging reads 0 where `c` fails, the
-        // implicit GEMM).
+        // `L * R`, or `select(c, L * R, 0)` where `c` reads the indices of one side only (a
+        // convolution's zero padding: that side's staging reads 0 where `c` fails, the implicit
+        // GEMM). Each side is an operand, or an expression of operands that the staging
+        // computes (`Cx::side`).
         let (product, select) = match &k.body {
             Scalar::Select(c, p, z) if matches!(**z, Scalar::Float(v) if v == 0.0) => {
                 (&**p, Some(&**c))
             }
             body => (body, None),
         };
-        let Scalar::Bin(ScalarBin::Mul, a, b) = product else { return Ok(None) };
-        let (Scalar::In(a), Scalar::In(b)) = (&**a, &**b) else { return Ok(None) };
-        if *a == out || *b == out {
-            return Ok(None);
-        }
+        let Scalar::Bin(ScalarBin::Mul, l, r) = product else { return Ok(None) };
+        let (Some(l), Some(r)) = (self.side(l), self.side(r)) else { return Ok(None) };
         let texel = self.is_image(out);
         // The last parallel dimension is best a column: it is usually the output's contiguous
         // one (neighbouring work-items then store neighbouring elements), and an image
         // output's channel must be the last column.
-        let orders: Vec<(usize, usize, Split)> = [(*a, *b), (*b, *a)]
-            .into_iter()
-            .filter_map(|(a, b)| Some((a, b, self.split_parallel(a, b)?)))
-            .collect();
+        let mut orders: Vec<(Side<'_>, Side<'_>, Split)> = Vec::new();
+        for (a, b) in [(&l, &r), (&r, &l)] {
+            if let Some(split) = self.split_parallel(a, b) {
+                orders.push((a.clone(), b.clone(), split));
+            }
+        }
         let last_col = |s: &Split| s.cols.last() == Some(&(p - 1));
         let pick = match orders.iter().position(|(_, _, s)| last_col(s)) {
             Some(i) => Some(i),
             None if !texel && !orders.is_empty() => Some(0),
             None => None,
         };
-        let Some((a, b, split)) = pick.and_then(|i| orders.into_iter().nth(i)) else {
+        let Some((side_a, side_b, split)) = pick.and_then(|i| orders.into_iter().nth(i)) else {
             return Ok(None);
         };
+        let (a, b) = (side_a.primary, side_b.primary);
+        let plain = [side_a.plain(), side_b.plain()];
         let ext = |ds: &[usize]| -> u64 { ds.iter().map(|&d| k.domain[d]).product() };
         let red: Vec<usize> = (p..nd).collect();
         // A guard (the padding of an R-Tile output) is fine when each of its conditions depends
@@ -1825,8 +1931,11 @@ impl Cx<'_> {
             Some(ok) => format!("(({ok}) ? {v} : {zero})"),
             None => v,
         };
-        let a_at = when(&a_ok, self.read(a, &a_dims)?.0, "0.0f");
-        let b_at = when(&b_ok, self.read(b, &b_dims)?.0, "0.0f");
+        let at = |side: &Side<'_>, dims: &[String]| -> Result<String, String> {
+            Ok(as_f(self.scalar(side.expr, &Env { dims, acc: "0.0f" })?))
+        };
+        let a_at = when(&a_ok, at(&side_a, &a_dims)?, "0.0f");
+        let b_at = when(&b_ok, at(&side_b, &b_dims)?, "0.0f");
         // Texel-wide staging: the operand's channel is the innermost dimension of the reduction
         // or of its own rows/columns (extent 4), or that dimension mod 4 (extent a multiple of
         // 4), and x and y are the same over each aligned run of four of its values.
@@ -1859,9 +1968,22 @@ impl Cx<'_> {
                 .transpose()
                 .map(|t| t.map(|(t, al)| (when(&b_ok, t, zero4), al)))
         };
-        // A texel is staged under one condition: not where a select decides per element.
-        let a_read = |outer_ok| if select_side == Some(0) { Ok(None) } else { a_read(outer_ok) };
-        let b_read = |outer_ok| if select_side == Some(1) { Ok(None) } else { b_read(outer_ok) };
+        // A texel is staged under one condition (not where a select decides per element), and
+        // holds the operand's values (not an expression's).
+        let a_read = |outer_ok| {
+            if select_side == Some(0) || !plain[0] {
+                Ok(None)
+            } else {
+                a_read(outer_ok)
+            }
+        };
+        let b_read = |outer_ok| {
+            if select_side == Some(1) || !plain[1] {
+                Ok(None)
+            } else {
+                b_read(outer_ok)
+            }
+        };
         let (a_tex, b_tex) = (a_read(false)?, b_read(false)?);
         let mut s_dims = zero(&red);
         let value = |s_dims: &[String], acc: &str| -> Result<String, String> {
@@ -1898,6 +2020,12 @@ impl Cx<'_> {
             let sides = Sides {
                 a,
                 b,
+                plain,
+                along_k: [self.side_moves(&side_a, nd - 1), self.side_moves(&side_b, nd - 1)],
+                along_outer: [
+                    split.rows.last().is_some_and(|&d| self.side_moves(&side_a, d)),
+                    split.cols.last().is_some_and(|&d| self.side_moves(&side_b, d)),
+                ],
                 a_at: &a_at,
                 b_at: &b_at,
                 a_tex: &a_tex,
@@ -1950,6 +2078,16 @@ impl Cx<'_> {
                 && self.unit_stride(i, nd - 1)
                 && !outer.last().is_some_and(|&d| self.unit_stride(i, d))
         };
+        let along_k = |side: usize, outer: &[usize]| {
+            let (s, i) = if side == 0 { (&side_a, a) } else { (&side_b, b) };
+            if s.plain() {
+                along_k(i, outer)
+            } else {
+                params.stage_along_k
+                    && self.side_moves(s, nd - 1)
+                    && !outer.last().is_some_and(|&d| self.side_moves(s, d))
+            }
+        };
         let most = params.per_item.map(|p| u64::from(p.max(1)));
         let mut c = fbc_kernels::Contraction {
             name: &k.name,
@@ -1972,7 +2110,7 @@ impl Cx<'_> {
             ],
             tile_k: u64::from(params.tile_k.max(1)),
             texel_store: texel,
-            k_fastest: [along_k(a, &split.rows), along_k(b, &split.cols)],
+            k_fastest: [along_k(0, &split.rows), along_k(1, &split.cols)],
             local_vector: u64::from(params.local_vector),
             index: w.ty(),
             prefetch: params.prefetch,
@@ -2031,16 +2169,19 @@ impl Cx<'_> {
         let nd = self.k.domain.len();
         // The wide side: rows (operand `a`) where the columns are narrow, else columns (`b`).
         let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
-        let (op, last, at, tex, dims, narrow_at, (w, j)) = if rows_wide {
-            (sides.a, split.rows.last(), sides.a_at, sides.a_tex, sides.a_dims, sides.b_at, (m, n))
+        let (op, at, tex, dims, narrow_at, (w, j)) = if rows_wide {
+            (sides.a, sides.a_at, sides.a_tex, sides.a_dims, sides.b_at, (m, n))
         } else {
-            (sides.b, split.cols.last(), sides.b_at, sides.b_tex, sides.b_dims, sides.a_at, (n, m))
+            (sides.b, sides.b_at, sides.b_tex, sides.b_dims, sides.a_at, (n, m))
         };
+        let (wide_i, narrow_i) = if rows_wide { (0, 1) } else { (1, 0) };
+        let last = if rows_wide { split.rows.last() } else { split.cols.last() };
         // A buffer contiguous along the innermost dimension of the lanes' index, whose extent
         // is a multiple of 4, is read four values at a time (`vload4`: the four are in one
         // run of that dimension, from an index that is a multiple of 4).
         let vload = |d: usize| -> Option<String> {
-            let ok = !self.is_image(op)
+            let ok = sides.plain[wide_i]
+                && !self.is_image(op)
                 && !self.map_checked(op)
                 && self.k.domain[d] % 4 == 0
                 && self.unit_stride(op, d);
@@ -2051,10 +2192,8 @@ impl Cx<'_> {
         let (lanes, texel) = match tex {
             Some((t, Along::K)) => (Lanes::K, Some(t.clone())),
             Some((t, Along::Outer)) => (Lanes::Wide, Some(t.clone())),
-            None if self.moves_along(op, nd - 1) => (Lanes::K, vload(nd - 1)),
-            None if last.is_some_and(|&d| self.moves_along(op, d)) => {
-                (Lanes::Wide, last.and_then(|&d| vload(d)))
-            }
+            None if sides.along_k[wide_i] => (Lanes::K, vload(nd - 1)),
+            None if sides.along_outer[wide_i] => (Lanes::Wide, last.and_then(|&d| vload(d))),
             None => return None,
         };
         if lanes == Lanes::Wide && k < opts.skinny.wide_min_k(j) {
@@ -2089,7 +2228,7 @@ impl Cx<'_> {
             wide_at: at,
             wide_texel: texel,
             narrow_at,
-            narrow_k_fastest: self.moves_along(if rows_wide { sides.b } else { sides.a }, nd - 1),
+            narrow_k_fastest: sides.along_k[narrow_i],
             store,
             texel_store,
             split: self.k.split,

@@ -289,3 +289,50 @@ fn generated_decoders_with_packed_weights_run_on_every_target() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("`--quant` must be one of int8, int4, found `int2`"), "{}", o.stderr);
 }
+
+/// A product with a packed weight runs as a contraction kernel that decodes the weight while it
+/// stages it: the skinny kernel for a decode-sized product, the tiled one otherwise, with the
+/// nibbles taken by shifts and masks (no division helper), and the reference executor's
+/// numbers (`--check`).
+#[test]
+fn packed_products_are_staged_by_the_contraction_kernels() {
+    if !opencl_device() {
+        return;
+    }
+    let dir = scratch("quant-kernels");
+    for (scheme, row_bytes) in [("int8", 64), ("int4", 32)] {
+        for rows in [4u64, 96] {
+            let text = format!(
+                "func.func @f(%x: tensor<{rows}x64xf32>, %w.q: tensor<256x{row_bytes}xi8>, %w.scales: tensor<256x2xf32>) -> tensor<{rows}x256xf32> {{
+  %w = tensor.dequantize %w.q, %w.scales {{group = 32, scheme = \"{scheme}\"}} : (tensor<256x{row_bytes}xi8>, tensor<256x2xf32>) -> tensor<256x64xf32>
+  %y = tensor.matmul %x, %w {{transpose_b = true}} : (tensor<{rows}x64xf32>, tensor<256x64xf32>) -> tensor<{rows}x256xf32>
+  func.return %y : tensor<{rows}x256xf32>
+}}
+"
+            );
+            let name = format!("{scheme}_{rows}");
+            let path = common::write(&dir, &format!("{name}.fbir"), text.as_bytes());
+            let dump = dir.join(&name);
+            let o = fbc(&[
+                "run",
+                &path,
+                "--target",
+                "opencl",
+                "-O3",
+                "--random-inputs",
+                "5",
+                "--check",
+                "--dump-kernels",
+                dump.to_str().unwrap(),
+            ]);
+            assert_eq!(o.code, 0, "{name}: {}", o.stderr);
+            let file = std::fs::read_to_string(dump.join("f_matmul_y.cl")).expect("the product");
+            // The kernel, after the prelude.
+            let src = &file[file.find("__kernel").expect("a kernel")..];
+            let form = if rows == 4 { "// skinny [" } else { "outputs per work-item" };
+            assert!(src.contains(form), "{name}: {src}");
+            assert!(src.contains("__global const char* x1"), "{name}: {src}");
+            assert!(!src.contains("fbc_imod(") && !src.contains("fbc_idiv("), "{name}: {src}");
+        }
+    }
+}
