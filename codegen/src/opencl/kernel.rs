@@ -1246,11 +1246,10 @@ impl Cx<'_> {
         let out = self.out();
         let (mut operands, mut dims, mut ok) = (Vec::new(), Vec::new(), true);
         e.visit(&mut |s| match s {
-            Scalar::In(i) if *i != out && *i < self.types.len() => {
-                if !operands.contains(i) {
-                    operands.push(*i);
-                }
+            Scalar::In(i) if *i != out && *i < self.types.len() && !operands.contains(i) => {
+                operands.push(*i);
             }
+            Scalar::In(i) if *i != out && *i < self.types.len() => {}
             Scalar::Dim(d) => dims.push(*d),
             Scalar::In(_) | Scalar::Load(..) | Scalar::Stat(_) | Scalar::Acc => ok = false,
             _ => {}
