@@ -3,8 +3,9 @@
 
 use std::io::Cursor;
 
+use fbc_dialects::layout::RTile;
 use fbc_runtime::weights::format::{Header, HEADER_LEN};
-use fbc_runtime::weights::{Manifest, PackOptions, Packer, Quant, WeightError, Weights};
+use fbc_runtime::weights::{Manifest, PackOptions, Packer, Quant, Stored, WeightError, Weights};
 use proptest::prelude::*;
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -300,6 +301,127 @@ proptest! {
             for n in names {
                 let _ = w.dequantize(&n);
             }
+        }
+    }
+}
+
+/// A file with `w [12, 40]` stored as the texels of an R-Tile image (tile [4, 16], blocks of
+/// [4, 8]) beside a tensor stored by rows.
+fn stored_file() -> (Vec<u8>, Vec<f32>, RTile) {
+    use fbc_dialects::layout::{Intra, Layout, Storage};
+    let shape = [12u64, 40];
+    let v = values(12 * 40, 7);
+    let r = RTile::for_shape(&shape, [4, 16], Intra::Block { bh: 4, bw: 8 }, 1, Storage::Image2d)
+        .unwrap();
+    let [w, h] = r.image.unwrap();
+    let t = fbc_runtime::reference::Tensor::new(vec![12, 40], v.clone()).unwrap();
+    let texels = fbc_runtime::exec::pack(
+        &Layout::RTile(r),
+        &shape,
+        &fbc_runtime::interp::Value::F32(t),
+        fbc_dialects::memory::MemType::image(w, h),
+    )
+    .unwrap();
+    let fbc_runtime::exec::MemData::F32(texels) = texels else { panic!("f32 texels") };
+    let opts = PackOptions { tile_bytes: 600, ..small_tiles(Quant::Int8) };
+    let mut p = Packer::new(Cursor::new(Vec::new()), opts, None).unwrap();
+    p.add_stored("w", &shape, Stored::of(&r).unwrap(), &texels).unwrap();
+    p.add("other", &[3, 32], &values(96, 8)).unwrap();
+    (p.finish().unwrap().0.into_inner(), v, r)
+}
+
+#[test]
+fn stored_tensors_read_back_as_their_values_and_their_texels() {
+    let (file, v, r) = stored_file();
+    let w = Weights::new(&file[..]).unwrap();
+    w.verify().unwrap();
+    let t = w.tensor("w").unwrap();
+    let [tw, th] = r.image.unwrap();
+    // Rows of texels: 4 · width values each, several tiles (600-byte tiles).
+    assert_eq!(t.rows(), (th, 4 * tw));
+    assert!(t.tiles.len() > 1, "{:?}", t.tiles);
+    assert_eq!(w.dequantize("w").unwrap(), v);
+    let (r2, texels) = w.texels("w").unwrap().unwrap();
+    assert_eq!(r2, r);
+    assert_eq!(texels.len() as u64, 4 * tw * th);
+    // Every value is in its texel, padding is zero.
+    let nonzero = texels.iter().filter(|x| **x != 0.0).count();
+    assert_eq!(nonzero, v.iter().filter(|x| **x != 0.0).count());
+    // The other tensor is stored by rows, quantised, and has no texels.
+    assert!(w.texels("other").unwrap().is_none());
+    assert_eq!(w.tensor("other").unwrap().dtype, Quant::Int8);
+}
+
+#[test]
+fn stored_forms_that_do_not_fit_their_tensor_are_refused() {
+    let (file, _, _) = stored_file();
+    let cases: Vec<(Edit, &str)> = vec![
+        (
+            Box::new(|m| m.tensors[0].storage.as_mut().unwrap().texels = [10, 9]),
+            "tensor `w`: storage: its R-Tile is an image of [",
+        ),
+        (
+            Box::new(|m| m.tensors[0].storage.as_mut().unwrap().tile = [0, 16]),
+            "tensor `w`: storage: `tile` of #layout.rtile must be",
+        ),
+        (
+            Box::new(|m| m.tensors[0].storage.as_mut().unwrap().block = Some([3, 8])),
+            "must divide `tile`",
+        ),
+        (
+            Box::new(|m| m.tensors[0].storage.as_mut().unwrap().horizontal = u64::MAX),
+            "with horizontal axis 18446744073709551615: the axis must be one of the last two",
+        ),
+        (
+            Box::new(|m| m.tensors[0].storage.as_mut().unwrap().layout = "#layout.linear".into()),
+            "storage: the layout `#layout.linear` is not its parameters'",
+        ),
+        (
+            Box::new(|m| m.tensors[0].storage.as_mut().unwrap().texels = [u64::MAX, 2]),
+            "an image of 18446744073709551615 x 2 texels is too large",
+        ),
+        (
+            Box::new(|m| {
+                let st = m.tensors[0].storage.clone();
+                m.tensors[1].storage = st;
+            }),
+            "tensor `other`: a stored tensor is f32, not int8",
+        ),
+        (Box::new(|m| m.tensors[0].shape = vec![480]), "an R-Tile of a rank-1 tensor"),
+    ];
+    for (edit, want) in cases {
+        let e = err(&rewrite(&file, edit)).to_string();
+        assert!(e.contains(want), "{e} should say {want}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Random numbers in a stored tensor's form: an error or a file whose texels and values
+    /// read back, never a panic.
+    #[test]
+    fn random_stored_forms_never_panic(
+        field in 0usize..6,
+        a in prop_oneof![any::<u64>(), 0u64..600, Just(u64::MAX), Just(0)],
+        b in prop_oneof![any::<u64>(), 0u64..600, Just(u64::MAX), Just(0)],
+    ) {
+        let (file, _, _) = stored_file();
+        let v = rewrite(&file, |m| {
+            let t = &mut m.tensors[0];
+            let st = t.storage.as_mut().expect("stored");
+            match field {
+                0 => st.tile = [a, b],
+                1 => st.block = Some([a, b]),
+                2 => st.horizontal = a,
+                3 => st.texels = [a, b],
+                4 => t.shape = vec![a, b],
+                _ => st.block = None,
+            }
+        });
+        if let Ok(w) = Weights::new(&v[..]) {
+            let _ = w.texels("w");
+            let _ = w.dequantize("w");
         }
     }
 }

@@ -374,6 +374,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         seed: a.random_weights,
         host: &host_names,
         allow_unused: false,
+        stored: &[],
     };
     let mut first = read_inputs(&module, prefill.id, src, Mode::F32, &file.name)?;
     let mut next = read_inputs(&module, decode.id, src, Mode::F32, &file.name)?;

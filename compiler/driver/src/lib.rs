@@ -252,7 +252,7 @@ impl Driver {
             }
             Some(Command::SimplifyIndex(a)) => simplify_cmd::run(a),
             Some(Command::Viz(a)) => viz_cmd::run(self, a),
-            Some(Command::Pack(a)) => pack_cmd::run(a),
+            Some(Command::Pack(a)) => pack_cmd::run(self, a),
             Some(Command::Import(a)) => import_cmd::run(a),
             Some(Command::Tune(a)) => tuning::tune(self, a, cli.quiet),
             Some(Command::Calibrate(a)) => calibrate::run(self, a, cli.quiet),

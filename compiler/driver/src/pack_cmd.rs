@@ -1,6 +1,12 @@
 //! `fbc pack`: a safetensors file into a tiled `.fbw` weight file (`fbc_runtime::weights`), and
 //! `fbc pack --inspect`: validate one and list its tensors.
 //!
+//! With `--for MODEL.fbir --target T` the model is compiled at -O3 for profile `T` and lowered,
+//! and each tensor that some function of it uploads (as the argument of the same name and
+//! shape) into an `f32` R-Tile image, in one form wherever it is uploaded, is stored as that
+//! image's texels (`Stored`), packed once here by `exec::pack`, so that a run uploads it as it
+//! is. Quantised storage does not apply to such a tensor: the module reads it in f32.
+//!
 //! The output is written to a temporary sibling and renamed into place once complete, then read
 //! back through the validating reader: the summary's quantisation errors are measured on the
 //! file as a run will read it.
@@ -8,7 +14,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use fbc_runtime::weights::{writer::layer_of, PackOptions, Packer, Weights};
+use fbc_dialects::kind::MemoryOp;
+use fbc_dialects::layout::{Layout, RTile, Storage};
+use fbc_dialects::memory::MemType;
+use fbc_ir::{ElemType, ValueDef};
+use fbc_runtime::weights::{writer::layer_of, PackOptions, Packer, Stored, Weights};
 use safetensors::SafeTensors;
 
 use crate::cli::PackArgs;
@@ -61,11 +71,69 @@ fn inspect(a: &PackArgs, name: &str) -> Result<(), Failure> {
     output::write_text(None, &text)
 }
 
-pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
+/// The R-Tile image form in which the module `path`, compiled for `target`, uploads each of
+/// its function arguments, by name, with the argument's shape: arguments uploaded in more than
+/// one form (two functions that lay a weight out differently), or not as an `f32` image, have
+/// none.
+fn storage_forms(
+    driver: &crate::Driver,
+    path: &std::path::Path,
+    target: &str,
+) -> Result<BTreeMap<String, (Vec<u64>, RTile)>, Failure> {
+    let session = crate::Session::for_target(driver, target)?;
+    let (file, mut module) = driver.load(path)?;
+    session.compile(&file, &mut module)?;
+    let mut forms: BTreeMap<String, Option<(Vec<u64>, RTile)>> = BTreeMap::new();
+    for f in &module.funcs {
+        for &op in &f.body {
+            let d = module.op(op);
+            if !MemoryOp::Upload.is(d) {
+                continue;
+            }
+            let (Some(&src), Some(&res)) = (d.operands.first(), d.results.first()) else {
+                continue;
+            };
+            if !matches!(module.value(src).def, ValueDef::Arg { .. }) {
+                continue;
+            }
+            let Some(name) = module.value(src).name.as_deref().map(str::to_string) else {
+                continue;
+            };
+            let shape = module.value_type(src).as_tensor().map(|t| t.shape.to_vec());
+            let image = MemType::from_type(module.value_type(res))
+                .filter(|t| t.elem == ElemType::F32 && t.coords() == 3);
+            let layout = d.attr("layout").and_then(|a| Layout::from_attr(a).ok());
+            let form = match (shape, image, layout) {
+                (Some(shape), Some(_), Some(Layout::RTile(r))) if r.storage == Storage::Image2d => {
+                    RTile::for_shape(&shape, r.tile, r.intra, r.horizontal, Storage::Image2d)
+                        .ok()
+                        .map(|r| (shape, r))
+                }
+                _ => None,
+            };
+            match forms.get(&name) {
+                None => {
+                    forms.insert(name, form);
+                }
+                Some(prev) if *prev != form => {
+                    forms.insert(name, None);
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(forms.into_iter().filter_map(|(n, f)| Some((n, f?))).collect())
+}
+
+pub(crate) fn run(driver: &crate::Driver, a: &PackArgs) -> Result<(), Failure> {
     let name = a.file.display().to_string();
     if a.inspect {
         return inspect(a, &name);
     }
+    let forms = match &a.for_module {
+        Some(m) => storage_forms(driver, m, &a.target)?,
+        None => BTreeMap::new(),
+    };
     let out_path =
         a.output.as_deref().ok_or_else(|| Failure::Usage("-o OUT.fbw is required".into()))?;
     let map = map_file(&a.file)
@@ -108,7 +176,29 @@ pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
         for (n, v) in &views {
             let shape: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
             let values = to_f32(v);
-            p.add(n, &shape, &values)?;
+            match forms.get(n).filter(|(s, _)| *s == shape) {
+                Some((_, r)) => {
+                    let stored = Stored::of(r).ok_or_else(|| {
+                        std::io::Error::other(format!("tensor `{n}`: no image extent"))
+                    })?;
+                    let [w, h] = stored.texels;
+                    let dims: Vec<usize> = v.shape().to_vec();
+                    let tensor = fbc_runtime::reference::Tensor::new(dims, values)
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    let texels = fbc_runtime::exec::pack(
+                        &Layout::RTile(*r),
+                        &shape,
+                        &fbc_runtime::interp::Value::F32(tensor),
+                        MemType::image(w, h),
+                    )
+                    .map_err(|e| std::io::Error::other(format!("tensor `{n}`: {e}")))?;
+                    let fbc_runtime::exec::MemData::F32(texels) = texels else {
+                        return Err(std::io::Error::other(format!("tensor `{n}`: not f32")));
+                    };
+                    p.add_stored(n, &shape, stored, &texels)?;
+                }
+                None => p.add(n, &shape, &values)?,
+            }
         }
         p.finish().map(|_| ())
     })?;
@@ -133,12 +223,15 @@ pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
         let size: u64 = t.tiles.iter().map(|x| x.size).sum();
         f32_bytes += 4 * x.len() as u64;
         bytes += size;
-        rows.push((n.clone(), t.dtype.name(), t.tiles.len(), size, rel));
+        let storage = t.storage.as_ref().map_or("rows".to_string(), |s| {
+            format!("rtile {}x{} texels", s.texels[0], s.texels[1])
+        });
+        rows.push((n.clone(), t.dtype.name(), storage, t.tiles.len(), size, rel));
     }
     let text = if a.json {
         let tensors: Vec<_> = rows
             .iter()
-            .map(|(n, d, tiles, size, rel)| serde_json::json!({"name": n, "dtype": d, "tiles": tiles, "bytes": size, "max_error_rel": rel}))
+            .map(|(n, d, st, tiles, size, rel)| serde_json::json!({"name": n, "dtype": d, "storage": st, "tiles": tiles, "bytes": size, "max_error_rel": rel}))
             .collect();
         serde_json::to_string_pretty(&serde_json::json!({"output": out_name, "file_bytes": packed.len(), "weight_bytes": bytes, "f32_bytes": f32_bytes, "tensors": tensors})).unwrap_or_default() + "\n"
     } else {
@@ -151,11 +244,11 @@ pub(crate) fn run(a: &PackArgs) -> Result<(), Failure> {
         );
         let _ = writeln!(
             s,
-            "  {:<40} {:<5} {:>6} {:>12} {:>14}",
-            "tensor", "dtype", "tiles", "bytes", "max err / max|x|"
+            "  {:<40} {:<5} {:<24} {:>6} {:>12} {:>14}",
+            "tensor", "dtype", "storage", "tiles", "bytes", "max err / max|x|"
         );
-        for (n, d, tiles, size, rel) in &rows {
-            let _ = writeln!(s, "  {n:<40} {d:<5} {tiles:>6} {size:>12} {rel:>14.3e}");
+        for (n, d, st, tiles, size, rel) in &rows {
+            let _ = writeln!(s, "  {n:<40} {d:<5} {st:<24} {tiles:>6} {size:>12} {rel:>14.3e}");
         }
         s
     };

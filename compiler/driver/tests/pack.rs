@@ -226,3 +226,88 @@ fn a_weight_of_the_wrong_shape_is_an_error_naming_it() {
         o.stderr
     );
 }
+
+fn opencl_device() -> bool {
+    #[cfg(feature = "opencl")]
+    return common::have_device();
+    #[cfg(not(feature = "opencl"))]
+    return false;
+}
+
+/// `fbc pack --for MODEL --target mali` stores each weight the model uploads as an R-Tile image
+/// as that image's texels: every run reads the same numbers as from a file stored by rows, and
+/// `fbc run --target opencl` for that profile uploads them as they are.
+#[test]
+fn pack_for_stores_weights_in_the_texture_form_the_module_uploads() {
+    let dir = scratch("pack-for");
+    let fbir = common::write(
+        &dir,
+        "mlp.fbir",
+        b"func.func @mlp(%x: tensor<8x64xf32>, %wg: tensor<64x256xf32>, %wd: tensor<256x64xf32>) -> tensor<8x64xf32> {
+  %g = tensor.matmul %x, %wg : (tensor<8x64xf32>, tensor<64x256xf32>) -> tensor<8x256xf32>
+  %a = tensor.silu %g : (tensor<8x256xf32>) -> tensor<8x256xf32>
+  %y = tensor.matmul %a, %wd : (tensor<8x256xf32>, tensor<256x64xf32>) -> tensor<8x64xf32>
+  func.return %y : tensor<8x64xf32>
+}
+",
+    );
+    let st = safetensors_file(
+        &dir,
+        "w.safetensors",
+        &[
+            ("wg", Dtype::F32, vec![64, 256], f32_bytes(64 * 256)),
+            ("wd", Dtype::F32, vec![256, 64], f32_bytes(256 * 64)),
+        ],
+    );
+    let x =
+        safetensors_file(&dir, "x.safetensors", &[("x", Dtype::F32, vec![8, 64], f32_bytes(512))]);
+    let rows = dir.join("rows.fbw");
+    let mali = dir.join("mali.fbw");
+    let (rows, mali) = (rows.to_str().unwrap(), mali.to_str().unwrap());
+    let o = fbc(&["pack", &st, "-o", rows]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = fbc(&["pack", &st, "-o", mali, "--for", &fbir, "--target", "mali"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // The images the mali lowering picks (checked against `--emit memory` by hand), read back
+    // exactly.
+    let line = |name: &str| {
+        o.stdout.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or("").to_string()
+    };
+    assert!(
+        line("wg").contains("f32   rtile 128x32 texels") && line("wg").ends_with("0.000e0"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        line("wd").contains("f32   rtile 512x8 texels") && line("wd").ends_with("0.000e0"),
+        "{}",
+        o.stdout
+    );
+    let inspect = fbc(&["pack", "--inspect", mali, "--json"]);
+    assert_eq!(inspect.code, 0, "{}", inspect.stderr);
+    assert!(inspect.stdout.contains("\"texels\""), "{}", inspect.stdout);
+    // The same outputs, bit for bit, from either file.
+    let run = |target: &[&str], w: &str, out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let mut args =
+            vec!["run", &fbir, "--inputs", &x, "--weights", w, "--outputs", out.to_str().unwrap()];
+        args.extend_from_slice(target);
+        args.extend_from_slice(extra);
+        let o = fbc(&args);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        (std::fs::read(out).unwrap(), o.stderr)
+    };
+    assert_eq!(run(&[], rows, "cpu_rows.st", &[]).0, run(&[], mali, "cpu_mali.st", &[]).0);
+    if !opencl_device() {
+        return;
+    }
+    for profile in ["mali", "generic"] {
+        let t = ["--target", "opencl", "--profile", profile];
+        let (a, _) = run(&t, rows, &format!("{profile}_rows.st"), &["-v"]);
+        let (b, log) = run(&t, mali, &format!("{profile}_mali.st"), &["-v"]);
+        assert_eq!(a, b, "{profile}");
+        // Uploaded as stored where the profile lays the weights out as the file does.
+        let stored = log.contains("uploading 2 weight(s) as stored in");
+        assert_eq!(stored, profile == "mali", "{profile}: {log}");
+    }
+}

@@ -1047,14 +1047,26 @@ pub fn run(
     inputs: &[Value],
     opts: &RunOptions,
 ) -> Result<RunOutput, OpenClError> {
+    check_inputs(function(manifest, func)?, inputs)?;
+    let inputs: Vec<Input<'_>> = inputs.iter().map(Input::Host).collect();
+    run_inputs(source, manifest, func, &inputs, opts)
+}
+
+/// [`run`] with each argument a host tensor ([`Input::Host`]) or its storage's contents as
+/// they are ([`Input::Stored`]); a kept one ([`Input::Keep`]) is kept for this run only.
+pub fn run_inputs(
+    source: &str,
+    manifest: &Manifest,
+    func: &str,
+    inputs: &[Input<'_>],
+    opts: &RunOptions,
+) -> Result<RunOutput, OpenClError> {
     check_version(manifest)?;
     let f = function(manifest, func)?;
-    check_inputs(f, inputs)?;
     check_memory(f)?;
     let mut session = Session::new(source, manifest, opts)?;
-    let inputs: Vec<Input<'_>> = inputs.iter().map(Input::Host).collect();
     let out =
-        session.runs(func, &inputs, None, opts.runs(), opts.repeat == 0, opts.progress.as_ref())?;
+        session.runs(func, inputs, None, opts.runs(), opts.repeat == 0, opts.progress.as_ref())?;
     let results = out
         .results
         .into_iter()

@@ -17,7 +17,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use fbc_dialects::layout::{Intra, Layout, RTile, Storage};
+use fbc_dialects::memory::MemType;
+
 use super::quant::{decode_row, Quant};
+use crate::exec::{unpack, MemData};
 
 pub const MAGIC: [u8; 8] = *b"FBCW\0\x01\r\n";
 pub const VERSION: u32 = 1;
@@ -39,6 +43,76 @@ pub struct TileEntry {
     pub crc32: u32,
 }
 
+/// The storage form a compiled module uploads a tensor in (`fbc pack --for`): the RGBA `f32`
+/// texels of its R-Tile image, stored row of texels by row, so that a run uploads them as they
+/// are. The R-Tile follows from the shape and these parameters (`RTile::for_shape`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stored {
+    /// The layout as the IR prints it (`#layout.rtile<...>`), for people and tools: checked
+    /// against the parameters.
+    pub layout: String,
+    pub tile: [u64; 2],
+    /// `[bh, bw]` of `intra = "block"`; absent for `"rows"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<[u64; 2]>,
+    pub horizontal: u64,
+    /// `[width, height]` of the image, in texels.
+    pub texels: [u64; 2],
+}
+
+impl Stored {
+    /// The storage form of R-Tile `r` (an image), or `None` for a buffer or an R-Tile whose
+    /// image extent is not known.
+    pub fn of(r: &RTile) -> Option<Stored> {
+        if r.storage != Storage::Image2d {
+            return None;
+        }
+        Some(Stored {
+            layout: Layout::RTile(*r).to_string(),
+            tile: r.tile,
+            block: match r.intra {
+                Intra::Rows => None,
+                Intra::Block { bh, bw } => Some([bh, bw]),
+            },
+            horizontal: r.horizontal,
+            texels: r.image?,
+        })
+    }
+
+    /// The R-Tile of a tensor of `shape` stored so: its parameters valid for the shape, its
+    /// image `texels`, its printed form `layout`.
+    pub fn rtile(&self, shape: &[u64]) -> Result<RTile, String> {
+        let intra = match self.block {
+            Some([bh, bw]) => Intra::Block { bh, bw },
+            None => Intra::Rows,
+        };
+        let rank = shape.len() as u64;
+        let h = self.horizontal;
+        if rank < 2 || (h.checked_add(2) != Some(rank) && h.checked_add(1) != Some(rank)) {
+            return Err(format!(
+                "an R-Tile of a rank-{rank} tensor with horizontal axis {}: the axis must be \
+                 one of the last two",
+                self.horizontal
+            ));
+        }
+        let r = RTile::for_shape(shape, self.tile, intra, self.horizontal, Storage::Image2d)
+            .map_err(|e| e.0)?;
+        if r.image != Some(self.texels) {
+            return Err(format!(
+                "its R-Tile is an image of {:?} texels, not {:?}",
+                r.image.unwrap_or_default(),
+                self.texels
+            ));
+        }
+        let text = Layout::RTile(r).to_string();
+        if text != self.layout {
+            return Err(format!("the layout `{}` is not its parameters' `{text}`", self.layout));
+        }
+        Ok(r)
+    }
+}
+
 /// One tensor of the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,13 +126,21 @@ pub struct TensorEntry {
     /// The decoder layer the tensor belongs to, read from its name (`layers.3.`, `l3_`).
     #[serde(default)]
     pub layer: Option<u64>,
+    /// Stored as the texels of the R-Tile image a compiled module uploads it in (f32 only);
+    /// its tiles then hold rows of texels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Stored>,
     pub tiles: Vec<TileEntry>,
 }
 
 impl TensorEntry {
     /// `(rows, row length)`: the product of all dimensions but the last, and the last (a
-    /// scalar is one row of one value).
+    /// scalar is one row of one value); for a stored tensor the image's rows of texels, each
+    /// `4 · width` values.
     pub fn rows(&self) -> (u64, u64) {
+        if let Some(s) = &self.storage {
+            return (s.texels[1], s.texels[0].saturating_mul(4));
+        }
         match self.shape.split_last() {
             None => (1, 1),
             Some((&last, lead)) => (lead.iter().product(), last),
@@ -181,6 +263,17 @@ fn check_tensor(t: &TensorEntry, data_end: u64) -> Result<(), WeightError> {
     match elems {
         Some(n) if n <= MAX_ELEMS => {}
         _ => return Err(tensor_err(t, format!("shape {:?} is too large", t.shape))),
+    }
+    if let Some(st) = &t.storage {
+        if t.dtype != Quant::F32 {
+            return Err(tensor_err(t, format!("a stored tensor is f32, not {}", t.dtype.name())));
+        }
+        // The texels' values, and the arithmetic on them below, stay in range.
+        let [w, h] = st.texels;
+        if w.checked_mul(h).and_then(|n| n.checked_mul(4)).is_none_or(|n| n > MAX_ELEMS) {
+            return Err(tensor_err(t, format!("an image of {w} x {h} texels is too large")));
+        }
+        st.rtile(&t.shape).map_err(|e| tensor_err(t, format!("storage: {e}")))?;
     }
     let (rows, len) = t.rows();
     if t.dtype.is_quantised() {
@@ -324,9 +417,20 @@ impl<B: AsRef<[u8]>> Weights<B> {
         Ok(())
     }
 
-    /// Tensor `name`'s values in f32 (quantised ones dequantised), row-major.
+    /// Tensor `name`'s values in f32 (quantised ones dequantised, stored ones read out of their
+    /// texels), row-major.
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, WeightError> {
         let t = self.tensor(name)?;
+        if let Some((r, texels)) = self.texels(name)? {
+            let [w, h] = r.image.unwrap_or_default();
+            let v =
+                unpack(&Layout::RTile(r), &t.shape, &MemData::F32(texels), MemType::image(w, h))
+                    .map_err(|e| tensor_err(t, format!("storage: {e}")))?;
+            return match v {
+                crate::interp::Value::F32(x) => Ok(x.into_data()),
+                _ => Err(tensor_err(t, "storage: not f32 values")),
+            };
+        }
         let (rows, len) = t.rows();
         let group = t.group.max(1) as usize;
         let row_bytes = t.dtype.row_bytes(len) as usize;
@@ -340,6 +444,18 @@ impl<B: AsRef<[u8]>> Weights<B> {
             }
         }
         Ok(out)
+    }
+
+    /// A stored tensor's R-Tile and texel values (`4 · width · height`, row by row, as an image
+    /// upload takes them), each tile's checksum checked; `None` for a tensor stored by rows.
+    pub fn texels(&self, name: &str) -> Result<Option<(RTile, Vec<f32>)>, WeightError> {
+        let t = self.tensor(name)?;
+        let Some(st) = &t.storage else { return Ok(None) };
+        let r = st.rtile(&t.shape).map_err(|e| tensor_err(t, format!("storage: {e}")))?;
+        let (values, _) = self.packed(name)?;
+        let texels =
+            values.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Ok(Some((r, texels)))
     }
 
     /// Tensor `name`'s stored rows as they are (`row_bytes` each, row-major: for INT8/INT4 the

@@ -21,6 +21,6 @@ pub mod format;
 pub mod quant;
 pub mod writer;
 
-pub use format::{Manifest, TensorEntry, TileEntry, WeightError, Weights};
+pub use format::{Manifest, Stored, TensorEntry, TileEntry, WeightError, Weights};
 pub use quant::Quant;
 pub use writer::{PackOptions, Packer};

@@ -2,7 +2,7 @@
 
 use std::io::{Seek, SeekFrom, Write};
 
-use super::format::{Header, Manifest, TensorEntry, TileEntry, ALIGN, HEADER_LEN, VERSION};
+use super::format::{Header, Manifest, Stored, TensorEntry, TileEntry, ALIGN, HEADER_LEN, VERSION};
 use super::quant::{encode_row, Quant};
 
 /// How tensors are stored.
@@ -90,12 +90,42 @@ impl<W: Write + Seek> Packer<W> {
             dtype,
             group: 0,
             layer: layer_of(name),
+            storage: None,
             tiles: Vec::new(),
         };
-        let (rows, len) = t.rows();
+        let (_, len) = t.rows();
         if dtype.is_quantised() {
             t.group = self.opts.group.clamp(1, len.max(1));
         }
+        self.write_rows(t, values)
+    }
+
+    /// Adds a tensor stored as the texels of its R-Tile image (`fbc pack --for`): `texels` are
+    /// the image's `4 · width · height` f32 values, row of texels by row, as `exec::pack`
+    /// places the tensor.
+    pub fn add_stored(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        storage: Stored,
+        texels: &[f32],
+    ) -> std::io::Result<()> {
+        let t = TensorEntry {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype: Quant::F32,
+            group: 0,
+            layer: layer_of(name),
+            storage: Some(storage),
+            tiles: Vec::new(),
+        };
+        self.write_rows(t, texels)
+    }
+
+    /// Writes `values`, the rows of `t` (see [`TensorEntry::rows`]), as tiles.
+    fn write_rows(&mut self, mut t: TensorEntry, values: &[f32]) -> std::io::Result<()> {
+        let (name, shape, dtype) = (t.name.clone(), t.shape.clone(), t.dtype);
+        let (rows, len) = t.rows();
         if values.len() as u64 != rows * len {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

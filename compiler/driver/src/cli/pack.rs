@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-/// `fbc pack W.safetensors -o W.fbw [--quant ..] [--group N] [--mixed first=F,last=L:Q]`,
-/// `fbc pack --inspect W.fbw`.
+/// `fbc pack W.safetensors -o W.fbw [--quant ..] [--group N] [--mixed first=F,last=L:Q]
+/// [--for MODEL.fbir [--target T]]`, `fbc pack --inspect W.fbw`.
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// The safetensors file to pack (F32, F16 or BF16 tensors), or with `--inspect` a `.fbw`.
@@ -31,6 +31,17 @@ pub struct PackArgs {
     /// Largest tile, in bytes (a tile holds at least one row; tiles start on 4 KiB pages).
     #[arg(long, default_value = "1048576", value_parser = clap::value_parser!(u64).range(1..))]
     pub tile_bytes: u64,
+
+    /// Store each weight that MODEL, compiled at -O3 for `--target`, uploads as an R-Tile image
+    /// in that form: the image's texels, so that `fbc run --target opencl --profile T --weights`
+    /// uploads them as they are, without packing (the weight is the argument of the same name).
+    #[arg(long = "for", value_name = "MODEL.fbir")]
+    pub for_module: Option<PathBuf>,
+
+    /// The hardware profile `--for` compiles MODEL for: a builtin name (see `fbc targets`) or
+    /// a profile file.
+    #[arg(long, value_name = "T", default_value = "generic", requires = "for_module")]
+    pub target: String,
 
     /// Validate a `.fbw` (header, manifest, every tile's checksum) and list its tensors.
     #[arg(long)]

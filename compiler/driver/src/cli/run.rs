@@ -96,6 +96,7 @@ impl RunArgs {
             weights: self.weights.as_deref(),
             seed: self.random_inputs,
             host: &[],
+            stored: &[],
         }
     }
 }

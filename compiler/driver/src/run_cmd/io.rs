@@ -31,6 +31,10 @@ pub(crate) struct Sources<'a> {
     /// Tensors of the input files that name no argument are skipped instead of being errors (a
     /// whole checkpoint feeding part of it: Whisper's decoder without its encoder).
     pub allow_unused: bool,
+    /// Arguments whose weight-file tensor the caller uploads itself as stored texels (`fbc
+    /// pack --for`): checked like any weight, then given as an empty `f32` placeholder instead
+    /// of being read out of the texels.
+    pub stored: &'a [&'a str],
 }
 
 /// One value per argument of `func`, from `src`.
@@ -41,7 +45,7 @@ pub(crate) fn read_inputs(
     mode: Mode,
     fbir: &str,
 ) -> Result<Vec<Value>, Failure> {
-    let Sources { inputs, weights, seed, host, allow_unused } = src;
+    let Sources { inputs, weights, seed, host, allow_unused, stored } = src;
     let f = module.func(func);
     let names: Vec<String> = (0..f.args.len()).map(|i| arg_name(module, func, i)).collect();
     let origin = inputs.first().map_or_else(|| fbir.to_string(), |p| p.display().to_string());
@@ -129,6 +133,10 @@ pub(crate) fn read_inputs(
                     entry.dtype.name(),
                     entry.shape
                 ));
+                continue;
+            }
+            if stored.contains(&name.as_str()) {
+                values[i] = Tensor::new(vec![0], Vec::new()).ok().map(Value::F32);
                 continue;
             }
             match w.dequantize(name) {

@@ -203,6 +203,69 @@ pub(crate) fn fault_at(
     }
 }
 
+/// The arguments of `fname` whose tensor the weight file `weights` stores as texels (`fbc pack
+/// --for`) in exactly the form every upload of the argument in `out` takes (the same R-Tile and
+/// image), with those texels: `(argument, name, texels)`. A file that does not read is left to
+/// the input reader to report; a stored tile whose checksum fails is an error here.
+#[cfg(feature = "opencl")]
+fn stored_uploads(
+    out: &Output,
+    fname: &str,
+    weights: Option<&Path>,
+) -> Result<Vec<(usize, String, fbc_runtime::exec::MemData)>, Failure> {
+    use fbc_codegen::opencl::{Dtype, Step, StorageKind};
+    use fbc_dialects::layout::{Intra, Layout};
+    let Some(path) = weights else { return Ok(Vec::new()) };
+    let Ok(map) = super::mapped::map_file(path) else { return Ok(Vec::new()) };
+    let Ok(w) = fbc_runtime::weights::Weights::new(&map[..]) else { return Ok(Vec::new()) };
+    let Some(f) = out.manifest.function(fname) else { return Ok(Vec::new()) };
+    let mut uploads: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for step in &f.steps {
+        if let Step::Upload { arg, storage, .. } = step {
+            if *arg < f.args.len() {
+                uploads.entry(*arg).or_default().push(*storage);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for (arg, storages) in uploads {
+        let name = &f.args[arg].name;
+        let Some(st) = w.tensor(name).ok().and_then(|t| t.storage.as_ref()) else { continue };
+        let block = |i: Intra| match i {
+            Intra::Rows => None,
+            Intra::Block { bh, bw } => Some([bh, bw]),
+        };
+        let same = storages.iter().all(|&id| {
+            let step_layout = f.steps.iter().find_map(|s| match s {
+                Step::Upload { storage, layout, .. } if *storage == id => Some(layout),
+                _ => None,
+            });
+            let (Some(desc), Some(Ok(Layout::RTile(r)))) =
+                (f.storage.get(id), step_layout.map(|l| l.layout()))
+            else {
+                return false;
+            };
+            matches!(desc.kind, StorageKind::Image2d { width, height } if [width, height] == st.texels)
+                && desc.dtype == Dtype::F32
+                && r.tile == st.tile
+                && r.horizontal == st.horizontal
+                && block(r.intra) == st.block
+        });
+        if !same {
+            continue;
+        }
+        let wname = path.display().to_string();
+        match w.texels(name) {
+            Ok(Some((_, texels))) => {
+                found.push((arg, name.clone(), fbc_runtime::exec::MemData::F32(texels)))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(Failure::Input(format!("{wname}: error: {e}\n"))),
+        }
+    }
+    Ok(found)
+}
+
 /// The line `--memory-budget` prints: the budget, the device's peak, and what was streamed.
 #[cfg(feature = "opencl")]
 pub(crate) fn budget_report(
@@ -255,7 +318,12 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let c = compile(&session, &a.file, a.entry.as_deref(), true, tuned)?;
     let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = c.entry_name();
-    let inputs = c.inputs(a.sources())?;
+    // Weights stored in the form this module uploads them in go up as they are (not with
+    // --check, whose interpreter needs their values).
+    let stored =
+        if a.check { Vec::new() } else { stored_uploads(&c.out, &fname, a.weights.as_deref())? };
+    let stored_names: Vec<&str> = stored.iter().map(|s| s.1.as_str()).collect();
+    let inputs = c.inputs(super::io::Sources { stored: &stored_names, ..a.sources() })?;
     if let Some(dir) = &a.dump_kernels {
         crate::opencl_emit::dump_kernels(&c.out, module, &a.file, dir)?;
     }
@@ -267,13 +335,35 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         memory_budget: a.device.memory_budget,
         ..RunOptions::default()
     };
-    let res = fbc_runtime::device::opencl::run(&source, &c.out.manifest, &fname, &inputs, &opts)
-        .map_err(|e| match &e {
-            fbc_runtime::device::opencl::OpenClError::Fault { location, message } => {
-                fault_at(&c.lowered, file, location, message)
-            }
-            _ => device_failure(&file.name, &e),
-        })?;
+    let run_inputs: Vec<fbc_runtime::device::opencl::Input<'_>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match stored.iter().find(|s| s.0 == i) {
+            Some(s) => fbc_runtime::device::opencl::Input::Stored(&s.2),
+            None => fbc_runtime::device::opencl::Input::Host(v),
+        })
+        .collect();
+    if a.verbose && !stored.is_empty() {
+        eprintln!(
+            "uploading {} weight(s) as stored in {} (no packing): {}",
+            stored.len(),
+            a.weights.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            stored_names.join(", ")
+        );
+    }
+    let res = fbc_runtime::device::opencl::run_inputs(
+        &source,
+        &c.out.manifest,
+        &fname,
+        &run_inputs,
+        &opts,
+    )
+    .map_err(|e| match &e {
+        fbc_runtime::device::opencl::OpenClError::Fault { location, message } => {
+            fault_at(&c.lowered, file, location, message)
+        }
+        _ => device_failure(&file.name, &e),
+    })?;
     let types = &module.func(func).result_types;
     let mut text = String::new();
     if a.verbose {

@@ -31,6 +31,9 @@ pub enum Input<'a> {
     /// and replaces what the key held; `None` takes what the key holds (in another form: read
     /// back and uploaded in this one; an error where it holds nothing).
     Keep { key: &'a str, value: Option<&'a Value> },
+    /// The contents of the upload's storage as they are (the texels of an R-Tile image that
+    /// `fbc pack --for` stored): written without packing; they must fit the storage's type.
+    Stored(&'a MemData),
 }
 
 /// What a [`Session`] call returned and did.
@@ -336,6 +339,19 @@ impl Session {
             let (key, value) = match *input {
                 Input::Host(v) => {
                     sources.insert(*storage, Source::Write(packed(v)?));
+                    up += desc.bytes;
+                    continue;
+                }
+                Input::Stored(data) => {
+                    if !data.fits(mem_type(desc)) {
+                        return Err(OpenClError::Manifest(format!(
+                            "argument {arg} ({}): {} stored values do not fit {}",
+                            f.args.get(*arg).map_or("?", |a| a.name.as_str()),
+                            data.len(),
+                            mem_type(desc)
+                        )));
+                    }
+                    sources.insert(*storage, Source::Write(data.clone()));
                     up += desc.bytes;
                     continue;
                 }
