@@ -286,6 +286,13 @@ fn integer_arithmetic_wraps_and_floors_identically() {
         ("(-7) % (d0 - d0 + 2)".into(), 1),
         ("7 % (d0 - d0 - 2)".into(), -1),
         ("7 / (d0 - d0 - 2)".into(), -4),
+        // A constant power of two divides by a shift and a mask: floor semantics still.
+        ("(d0 - d0 - 7) / 2".into(), -4),
+        ("(d0 - d0 - 7) % 4".into(), 1),
+        ("(d0 - d0 - 9) / 8".into(), -2),
+        ("(d0 - d0 - 9) % 8".into(), 7),
+        (format!("({MIN} + d0 - d0) / 2 / 4294967296"), -1073741824),
+        (format!("({MIN} + d0 - d0) % 16"), 0),
         // Wrapping add, sub, mul, neg, abs.
         ("(9223372036854775807 + d0 - d0 + 1) == (-9223372036854775807 - 1)".into(), 1),
         (format!("({MIN} - 1 + d0 - d0) == 9223372036854775807"), 1),
@@ -334,10 +341,12 @@ fn division_by_zero_and_int_of_nan_fail_on_every_back_end() {
             assert!(o.contains(fault), "{o}");
         }
     }
-    // A non-zero constant divisor and int() of an integer need no check.
-    let (source, m) = written(&int_module(&["(d0 - 7) / 2 + (d0 % 3) + int(d0)".into()]));
+    // A non-zero constant divisor and int() of an integer need no check; a power of two
+    // divides by a shift.
+    let (source, m) = written(&int_module(&["(d0 - 7) / 3 + (d0 % 2) + int(d0)".into()]));
     let kernel = &source[source.find("__kernel").expect("a kernel")..];
     assert!(kernel.contains("fbc_idiv(") && !kernel.contains("fbc_err"), "{kernel}");
+    assert!(kernel.contains(" & 1L)") && !kernel.contains("fbc_imod("), "{kernel}");
     assert_eq!(steps(&m, |s| matches!(s, Step::Launch(l) if l.fault_id.is_some())), 0);
 }
 
