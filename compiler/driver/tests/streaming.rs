@@ -185,3 +185,81 @@ fn memory_budget_is_for_opencl() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("unknown unit"), "{}", out.stderr);
 }
+
+/// A safetensors file of the deep chain's weights `w0..w{layers-1}` (`width` × `width`).
+fn chain_weights(dir: &std::path::Path, layers: usize, width: usize) -> String {
+    use safetensors::tensor::TensorView;
+    let bytes: Vec<Vec<u8>> = (0..layers)
+        .map(|l| {
+            (0..width * width)
+                .flat_map(|k| ((((k * 7 + l * 13) % 23) as f32 - 11.0) / 64.0).to_le_bytes())
+                .collect()
+        })
+        .collect();
+    let views: std::collections::HashMap<String, TensorView<'_>> = bytes
+        .iter()
+        .enumerate()
+        .map(|(l, b)| {
+            (
+                format!("w{l}"),
+                TensorView::new(safetensors::Dtype::F32, vec![width, width], b).unwrap(),
+            )
+        })
+        .collect();
+    common::write(dir, "w.safetensors", &safetensors::serialize(&views, None).unwrap())
+}
+
+#[test]
+fn streamed_weights_are_read_from_their_file_during_the_run() {
+    if !have_device() {
+        return;
+    }
+    let dir = scratch("streaming-lazy");
+    let (layers, width) = (12, 128usize);
+    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width as u64).as_bytes());
+    let st = chain_weights(&dir, layers, width);
+    let fbw = dir.join("w.fbw");
+    let fbw = fbw.to_str().unwrap();
+    let o = fbc(&["pack", &st, "-o", fbw]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let mut args = vec![
+            "run",
+            &path,
+            "--target",
+            "opencl",
+            "--weights",
+            fbw,
+            "--random-inputs",
+            "3",
+            "--outputs",
+            out.to_str().unwrap(),
+            "-v",
+        ];
+        args.extend_from_slice(extra);
+        let o = fbc(&args);
+        (o.code, std::fs::read(out).unwrap_or_default(), o.stderr)
+    };
+    let (code, whole, _) = run("whole.st", &[]);
+    assert_eq!(code, 0);
+    let (code, streamed, log) = run("streamed.st", &["--memory-budget", "196608"]);
+    assert_eq!(code, 0, "{log}");
+    // The same numbers, every weight the plan streams read from the file during the run.
+    assert_eq!(whole, streamed);
+    assert!(log.contains("streamed weight(s) from"), "{log}");
+    assert!(figure(&log, "bytes; streamed") <= 196_608, "{log}");
+    // A damaged tile of a streamed weight fails the run at that weight, and writes nothing.
+    let mut bytes = std::fs::read(fbw).unwrap();
+    let w = fbc_runtime::weights::Weights::new(&bytes[..]).unwrap();
+    let last = w.tensor("w11").unwrap().tiles[0].offset as usize;
+    bytes[last + 5] ^= 0x40;
+    std::fs::write(fbw, &bytes).unwrap();
+    let (code, out, log) = run("damaged.st", &["--memory-budget", "196608"]);
+    assert_eq!(code, 1, "{log}");
+    assert!(out.is_empty(), "{log}");
+    assert!(
+        log.contains("tensor `w11`, tile 0: checksum mismatch (the file is corrupted)"),
+        "{log}"
+    );
+}

@@ -48,7 +48,7 @@ pub use probe::{
     device_facts, probe, DeviceFacts, Probe, ProbeArg, ProbeLaunch, ProbeOutput, ProbeStorage,
     ProbeTimes,
 };
-pub use session::{CallOutput, Input, Session};
+pub use session::{CallOutput, Input, Produced, Producer, Session};
 
 use fbc_codegen::opencl::{
     ConstantDesc, Dtype, FunctionManifest, LayoutDesc, Manifest, Step, StorageDesc, StorageKind,

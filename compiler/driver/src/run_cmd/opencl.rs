@@ -203,46 +203,39 @@ pub(crate) fn fault_at(
     }
 }
 
-/// The arguments of `fname` whose tensor the weight file `weights` stores as texels (`fbc pack
+/// The arguments of `fname` whose tensor the weight file `w` stores as texels (`fbc pack
 /// --for`) in exactly the form every upload of the argument in `out` takes (the same R-Tile and
-/// image), with those texels: `(argument, name, texels)`. A file that does not read is left to
-/// the input reader to report; a stored tile whose checksum fails is an error here.
+/// image): `(argument, name)`.
 #[cfg(feature = "opencl")]
-fn stored_uploads(
+fn stored_forms<B: AsRef<[u8]>>(
     out: &Output,
     fname: &str,
-    weights: Option<&Path>,
-) -> Result<Vec<(usize, String, fbc_runtime::exec::MemData)>, Failure> {
+    w: &fbc_runtime::weights::Weights<B>,
+) -> Vec<(usize, String)> {
     use fbc_codegen::opencl::{Dtype, Step, StorageKind};
     use fbc_dialects::layout::{Intra, Layout};
-    let Some(path) = weights else { return Ok(Vec::new()) };
-    let Ok(map) = super::mapped::map_file(path) else { return Ok(Vec::new()) };
-    let Ok(w) = fbc_runtime::weights::Weights::new(&map[..]) else { return Ok(Vec::new()) };
-    let Some(f) = out.manifest.function(fname) else { return Ok(Vec::new()) };
-    let mut uploads: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    let Some(f) = out.manifest.function(fname) else { return Vec::new() };
+    let mut uploads: std::collections::BTreeMap<
+        usize,
+        Vec<(usize, &fbc_codegen::opencl::LayoutDesc)>,
+    > = Default::default();
     for step in &f.steps {
-        if let Step::Upload { arg, storage, .. } = step {
+        if let Step::Upload { arg, storage, layout, .. } = step {
             if *arg < f.args.len() {
-                uploads.entry(*arg).or_default().push(*storage);
+                uploads.entry(*arg).or_default().push((*storage, layout));
             }
         }
     }
+    let block = |i: Intra| match i {
+        Intra::Rows => None,
+        Intra::Block { bh, bw } => Some([bh, bw]),
+    };
     let mut found = Vec::new();
-    for (arg, storages) in uploads {
+    for (arg, ups) in uploads {
         let name = &f.args[arg].name;
         let Some(st) = w.tensor(name).ok().and_then(|t| t.storage.as_ref()) else { continue };
-        let block = |i: Intra| match i {
-            Intra::Rows => None,
-            Intra::Block { bh, bw } => Some([bh, bw]),
-        };
-        let same = storages.iter().all(|&id| {
-            let step_layout = f.steps.iter().find_map(|s| match s {
-                Step::Upload { storage, layout, .. } if *storage == id => Some(layout),
-                _ => None,
-            });
-            let (Some(desc), Some(Ok(Layout::RTile(r)))) =
-                (f.storage.get(id), step_layout.map(|l| l.layout()))
-            else {
+        let same = ups.iter().all(|(id, layout)| {
+            let (Some(desc), Ok(Layout::RTile(r))) = (f.storage.get(*id), layout.layout()) else {
                 return false;
             };
             matches!(desc.kind, StorageKind::Image2d { width, height } if [width, height] == st.texels)
@@ -251,19 +244,54 @@ fn stored_uploads(
                 && r.horizontal == st.horizontal
                 && block(r.intra) == st.block
         });
-        if !same {
-            continue;
-        }
-        let wname = path.display().to_string();
-        match w.texels(name) {
-            Ok(Some((_, texels))) => {
-                found.push((arg, name.clone(), fbc_runtime::exec::MemData::F32(texels)))
-            }
-            Ok(None) => {}
-            Err(e) => return Err(Failure::Input(format!("{wname}: error: {e}\n"))),
+        if same {
+            found.push((arg, name.clone()));
         }
     }
-    Ok(found)
+    found
+}
+
+/// The arguments of `fname` that the weight-streaming plan uploads during a launch
+/// (`stream_from`) and that the weight file `w` holds by name: `(argument, name)`.
+#[cfg(feature = "opencl")]
+fn streamed_weights<B: AsRef<[u8]>>(
+    out: &Output,
+    fname: &str,
+    w: &fbc_runtime::weights::Weights<B>,
+) -> Vec<(usize, String)> {
+    use fbc_codegen::opencl::Step;
+    let Some(f) = out.manifest.function(fname) else { return Vec::new() };
+    let mut found: Vec<(usize, String)> = Vec::new();
+    for step in &f.steps {
+        if let Step::Upload { arg, stream_from: Some(_), .. } = step {
+            let Some(a) = f.args.get(*arg) else { continue };
+            if w.tensor(&a.name).is_ok() && !found.iter().any(|(k, _)| k == arg) {
+                found.push((*arg, a.name.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// Weight `name` of `w` as a lazy upload gives it: its texels where it is stored in the
+/// upload's form (`as_stored`), else its values.
+#[cfg(feature = "opencl")]
+fn produce<B: AsRef<[u8]>>(
+    w: &fbc_runtime::weights::Weights<B>,
+    name: &str,
+    as_stored: bool,
+) -> Result<fbc_runtime::device::opencl::Produced, String> {
+    use fbc_runtime::device::opencl::Produced;
+    if as_stored {
+        if let Some((_, t)) = w.texels(name).map_err(|e| e.to_string())? {
+            return Ok(Produced::Stored(fbc_runtime::exec::MemData::F32(t)));
+        }
+    }
+    let t = w.tensor(name).map_err(|e| e.to_string())?;
+    let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+    let v = w.dequantize(name).map_err(|e| e.to_string())?;
+    let t = fbc_runtime::reference::Tensor::new(shape, v).map_err(|e| e.to_string())?;
+    Ok(Produced::Value(fbc_runtime::interp::Value::F32(t)))
 }
 
 /// The line `--memory-budget` prints: the budget, the device's peak, and what was streamed.
@@ -307,7 +335,7 @@ pub(crate) fn device_tuning(explicit: Option<&Path>, device: &str) -> crate::tun
 
 #[cfg(feature = "opencl")]
 pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
-    use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
+    use fbc_runtime::device::opencl::{DeviceSel, Input, Produced, RunOptions};
 
     if a.f64 {
         return Err(Failure::Usage("not yet supported: --f64 with --target opencl".into()));
@@ -318,12 +346,48 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let c = compile(&session, &a.file, a.entry.as_deref(), true, tuned)?;
     let (file, module, func) = (&c.file, &c.module, c.func);
     let fname = c.entry_name();
-    // Weights stored in the form this module uploads them in go up as they are (not with
-    // --check, whose interpreter needs their values).
-    let stored =
-        if a.check { Vec::new() } else { stored_uploads(&c.out, &fname, a.weights.as_deref())? };
-    let stored_names: Vec<&str> = stored.iter().map(|s| s.1.as_str()).collect();
-    let inputs = c.inputs(super::io::Sources { stored: &stored_names, ..a.sources() })?;
+    // The weight file, where it reads (else the input reader reports why).
+    let map = a.weights.as_deref().and_then(|p| super::mapped::map_file(p).ok());
+    let weights = map.as_ref().and_then(|m| fbc_runtime::weights::Weights::new(&m[..]).ok());
+    let wname = a.weights.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    // Not with --check, whose interpreter needs every value: weights stored in the form this
+    // module uploads them in go up as they are, and under a budget the streamed ones are read
+    // from the file during the run, one ahead of their transfers, rather than all before it.
+    let (forms, lazy) = match (&weights, a.check) {
+        (Some(w), false) => (
+            stored_forms(&c.out, &fname, w),
+            if a.device.memory_budget.is_some() {
+                streamed_weights(&c.out, &fname, w)
+            } else {
+                Vec::new()
+            },
+        ),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let supplied: Vec<&str> = forms.iter().chain(&lazy).map(|(_, n)| n.as_str()).collect();
+    let inputs = c.inputs(super::io::Sources { stored: &supplied, ..a.sources() })?;
+    let mut stored = Vec::new();
+    if let Some(w) = &weights {
+        for (arg, name) in forms.iter().filter(|f| !lazy.contains(f)) {
+            match w.texels(name) {
+                Ok(Some((_, t))) => stored.push((*arg, fbc_runtime::exec::MemData::F32(t))),
+                Ok(None) => {}
+                Err(e) => return Err(Failure::Input(format!("{wname}: error: {e}\n"))),
+            }
+        }
+    }
+    type Boxed<'w> = Box<dyn Fn() -> Result<Produced, String> + Sync + 'w>;
+    let producers: Vec<(usize, Boxed<'_>)> = match &weights {
+        Some(w) => lazy
+            .iter()
+            .map(|(arg, name)| {
+                let as_stored = forms.iter().any(|(k, _)| k == arg);
+                let p: Boxed<'_> = Box::new(move || produce(w, name, as_stored));
+                (*arg, p)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     if let Some(dir) = &a.dump_kernels {
         crate::opencl_emit::dump_kernels(&c.out, module, &a.file, dir)?;
     }
@@ -335,20 +399,31 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         memory_budget: a.device.memory_budget,
         ..RunOptions::default()
     };
-    let run_inputs: Vec<fbc_runtime::device::opencl::Input<'_>> = inputs
+    let run_inputs: Vec<Input<'_>> = inputs
         .iter()
         .enumerate()
-        .map(|(i, v)| match stored.iter().find(|s| s.0 == i) {
-            Some(s) => fbc_runtime::device::opencl::Input::Stored(&s.2),
-            None => fbc_runtime::device::opencl::Input::Host(v),
+        .map(|(i, v)| {
+            if let Some((_, p)) = producers.iter().find(|p| p.0 == i) {
+                return Input::Lazy(&**p);
+            }
+            match stored.iter().find(|s| s.0 == i) {
+                Some(s) => Input::Stored(&s.1),
+                None => Input::Host(v),
+            }
         })
         .collect();
-    if a.verbose && !stored.is_empty() {
+    if a.verbose && !forms.is_empty() {
+        let names: Vec<&str> = forms.iter().map(|(_, n)| n.as_str()).collect();
         eprintln!(
-            "uploading {} weight(s) as stored in {} (no packing): {}",
-            stored.len(),
-            a.weights.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
-            stored_names.join(", ")
+            "uploading {} weight(s) as stored in {wname} (no packing): {}",
+            forms.len(),
+            names.join(", ")
+        );
+    }
+    if a.verbose && !lazy.is_empty() {
+        eprintln!(
+            "reading {} streamed weight(s) from {wname} during the run, one ahead of their transfers",
+            lazy.len()
         );
     }
     let res = fbc_runtime::device::opencl::run_inputs(

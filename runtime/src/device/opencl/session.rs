@@ -22,8 +22,20 @@ use std::sync::MutexGuard;
 
 use super::*;
 
+/// What an [`Input::Lazy`] argument gives when the run needs it.
+#[derive(Debug)]
+pub enum Produced {
+    /// A host tensor, packed by the upload's layout.
+    Value(Value),
+    /// The storage's contents as they are (see [`Input::Stored`]).
+    Stored(MemData),
+}
+
+/// The producer of an [`Input::Lazy`] argument.
+pub type Producer<'a> = &'a (dyn Fn() -> Result<Produced, String> + Sync);
+
 /// An argument of [`Session::call`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub enum Input<'a> {
     /// Packed and uploaded for this call only.
     Host(&'a Value),
@@ -34,6 +46,25 @@ pub enum Input<'a> {
     /// The contents of the upload's storage as they are (the texels of an R-Tile image that
     /// `fbc pack --for` stored): written without packing; they must fit the storage's type.
     Stored(&'a MemData),
+    /// Made when the run needs it and dropped once it is on the device, so that the host does
+    /// not hold every weight at once: an upload the weight-streaming plan places at a launch
+    /// is produced on a helper thread, one upload ahead of the transfers, in the order the
+    /// plan starts them (the seed's prefetch: the next weights are read from their file while
+    /// earlier launches run); any other upload where it stands. Each run calls it again.
+    Lazy(Producer<'a>),
+}
+
+impl std::fmt::Debug for Input<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Host(v) => f.debug_tuple("Host").field(v).finish(),
+            Input::Keep { key, value } => {
+                f.debug_struct("Keep").field("key", key).field("value", value).finish()
+            }
+            Input::Stored(d) => write!(f, "Stored({} values)", d.len()),
+            Input::Lazy(_) => f.write_str("Lazy(..)"),
+        }
+    }
 }
 
 /// What a [`Session`] call returned and did.
@@ -79,11 +110,38 @@ struct Kept {
 }
 
 /// Where an upload step's object comes from.
-enum Source {
+enum Source<'i> {
     /// A storage object of the function's, written with these packed values.
     Write(MemData),
     /// A kept object, used as it is.
     Kept(Mem),
+    /// A storage object of the function's, written with what the producer gives when the run
+    /// needs it ([`Input::Lazy`]).
+    Lazy(LazySource<'i>),
+}
+
+/// An [`Input::Lazy`] upload: its producer and how its value is packed.
+struct LazySource<'i> {
+    produce: Producer<'i>,
+    layout: Layout,
+    shape: Vec<u64>,
+    ty: MemType,
+    /// `argument K (NAME)`, for errors.
+    what: String,
+}
+
+impl LazySource<'_> {
+    /// The storage contents: the producer's value packed, or its stored contents checked.
+    fn make(&self) -> Result<MemData, OpenClError> {
+        let bad = |e: String| OpenClError::Manifest(format!("{}: {e}", self.what));
+        match (self.produce)().map_err(bad)? {
+            Produced::Value(v) => pack(&self.layout, &self.shape, &v, self.ty).map_err(bad),
+            Produced::Stored(d) if d.fits(self.ty) => Ok(d),
+            Produced::Stored(d) => {
+                Err(bad(format!("{} stored values do not fit {}", d.len(), self.ty)))
+            }
+        }
+    }
 }
 
 /// A function's state across calls.
@@ -297,11 +355,13 @@ impl Session {
     /// Where each upload of `func` gets its object, by storage id; the kept uploads as
     /// `(storage, key, form)`; and the bytes uploaded and read back to get there.
     #[allow(clippy::type_complexity)]
-    fn sources(
+    fn sources<'i>(
         &mut self,
         func: &str,
-        inputs: &[Input<'_>],
-    ) -> Result<(HashMap<usize, Source>, Vec<(usize, String, Form)>, u64, u64), OpenClError> {
+        given: &[Input<'i>],
+    ) -> Result<(HashMap<usize, Source<'i>>, Vec<(usize, String, Form)>, u64, u64), OpenClError>
+    {
+        let inputs = given;
         let st = self.funcs.get(func).ok_or_else(|| OpenClError::Manifest(func.into()))?;
         let f = &st.f;
         check_count(f, inputs.len())?;
@@ -339,6 +399,22 @@ impl Session {
             let (key, value) = match *input {
                 Input::Host(v) => {
                     sources.insert(*storage, Source::Write(packed(v)?));
+                    up += desc.bytes;
+                    continue;
+                }
+                Input::Lazy(_) => {
+                    // The caller's producer (`all` also borrows the function's constants).
+                    let Some(Input::Lazy(produce)) = given.get(*arg).copied() else {
+                        return Err(OpenClError::Manifest(format!("argument {arg}: no producer")));
+                    };
+                    let what = format!(
+                        "argument {arg} ({})",
+                        f.args.get(*arg).map_or("?", |a| a.name.as_str())
+                    );
+                    let layout = layout_of(layout)?;
+                    let (shape, ty) = (shape.clone(), mem_type(desc));
+                    let lazy = LazySource { produce, layout, shape, ty, what };
+                    sources.insert(*storage, Source::Lazy(lazy));
                     up += desc.bytes;
                     continue;
                 }
@@ -530,16 +606,64 @@ pub(super) fn check_arg(f: &FunctionManifest, k: usize, data: &Value) -> Result<
     Ok(())
 }
 
+/// What the prefetch thread sends: a lazy upload's storage id and contents.
+type Prefetched = (usize, Result<MemData, OpenClError>);
+
 /// One run of the function's steps: results into `out.results` (those `want` asks for), launch
 /// times into `out.launches` when `timed`, and the run's host enqueue time into `host_ns`.
+///
+/// The lazy uploads the plan streams ([`Input::Lazy`]) are made on a helper thread in the order
+/// the plan starts them, one ahead of the transfers (a channel of one), while the launches are
+/// enqueued; the run takes each when it issues its transfer.
 fn run_once(
     env: &Env<'_>,
     st: &mut FuncState,
-    sources: &HashMap<usize, Source>,
+    sources: &HashMap<usize, Source<'_>>,
     want: Option<&[bool]>,
     timed: bool,
     out: &mut CallOutput,
     host_ns: &mut Vec<u64>,
+) -> Result<(), OpenClError> {
+    // (stream_from, step, storage, source) of the lazy streamed uploads, in the plan's order.
+    let mut order: Vec<(usize, usize, usize, &LazySource<'_>)> = Vec::new();
+    for (k, step) in st.f.steps.iter().enumerate() {
+        if let Step::Upload { storage, stream_from: Some(n), .. } = step {
+            if let Some(Source::Lazy(l)) = sources.get(storage) {
+                order.push((*n, k, *storage, l));
+            }
+        }
+    }
+    order.sort_by_key(|&(n, k, _, _)| (n, k));
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Prefetched>(1);
+        if order.is_empty() {
+            drop(tx);
+        } else {
+            scope.spawn(move || {
+                for (_, _, id, lazy) in order {
+                    // A closed channel: the run ended early; stop.
+                    if tx.send((id, lazy.make())).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        // `rx` is dropped when the steps end, which ends the thread's sends.
+        run_steps(env, st, sources, want, timed, out, host_ns, rx)
+    })
+}
+
+/// The steps of [`run_once`], with the prefetched lazy uploads arriving on `prefetched`.
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    env: &Env<'_>,
+    st: &mut FuncState,
+    sources: &HashMap<usize, Source<'_>>,
+    want: Option<&[bool]>,
+    timed: bool,
+    out: &mut CallOutput,
+    host_ns: &mut Vec<u64>,
+    prefetched: std::sync::mpsc::Receiver<Prefetched>,
 ) -> Result<(), OpenClError> {
     let queue = env.queue;
     let f = &st.f;
@@ -552,7 +676,7 @@ fn run_once(
     let mut pinned: HashSet<usize> = HashSet::new();
     let mut events: Vec<Event> = Vec::with_capacity(st.kernels.len());
     let mut launch = 0usize;
-    let mut streams = Streams::default();
+    let mut streams = Streams { prefetched: Some(prefetched), ..Streams::default() };
     // Declared after `streams`, dropped before it: every exit waits for the transfers that
     // read its host data.
     let _drain = Drain(env.transfer);
@@ -570,7 +694,7 @@ fn run_once(
         }
         match s {
             Step::Upload { storage, stream_from: Some(n), .. }
-                if matches!(sources.get(storage), Some(Source::Write(_))) =>
+                if matches!(sources.get(storage), Some(Source::Write(_) | Source::Lazy(_))) =>
             {
                 streams.deferred.push((*n, *storage));
             }
@@ -588,6 +712,13 @@ fn run_once(
                     Some(Source::Write(p)) => {
                         let m = st.objects.take(queue, desc)?;
                         write_mem(&m, p, &desc.name)?;
+                        m
+                    }
+                    // Made here and written before the next step (a blocking write).
+                    Some(Source::Lazy(l)) => {
+                        let data = l.make()?;
+                        let m = st.objects.take(queue, desc)?;
+                        write_mem(&m, &data, &desc.name)?;
                         m
                     }
                     None => st.objects.take(queue, desc)?,
@@ -844,6 +975,12 @@ struct Streams {
     transfers: Vec<Event>,
     /// The `f16` bits of streamed half images, read by transfers until the run ends.
     half_bits: Vec<Vec<u16>>,
+    /// Lazy uploads' contents as the prefetch thread makes them, and those that arrived before
+    /// their turn.
+    prefetched: Option<std::sync::mpsc::Receiver<Prefetched>>,
+    ready: HashMap<usize, Result<MemData, OpenClError>>,
+    /// Lazy uploads' contents with their transfers, held until each transfer completes.
+    owned: Vec<(Event, MemData)>,
     uploads: u64,
     bytes: u64,
 }
@@ -857,10 +994,12 @@ impl Streams {
         env: &Env<'_>,
         objects: &mut Objects,
         f: &FunctionManifest,
-        sources: &HashMap<usize, Source>,
+        sources: &HashMap<usize, Source<'_>>,
         live: &mut HashMap<usize, Mem>,
         due: &[usize],
     ) -> Result<(), OpenClError> {
+        // What the host no longer needs: contents whose transfer is done.
+        self.owned.retain(|(ev, _)| !ev.is_complete().unwrap_or(false));
         if due.is_empty() {
             return Ok(());
         }
@@ -869,11 +1008,23 @@ impl Streams {
         env.queue.flush().map_err(ocl_err)?;
         for &id in due {
             let desc = f.storage.get(id).ok_or_else(|| bad_id(id))?;
-            let Some(Source::Write(data)) = sources.get(&id) else {
-                return Err(OpenClError::Manifest(format!("streamed storage {id} has no data")));
-            };
             let m = objects.take(env.queue, desc)?;
-            let ev = write_async(&m, data, env.transfer, &marker, &mut self.half_bits, desc)?;
+            let ev = match sources.get(&id) {
+                Some(Source::Write(data)) => {
+                    write_async(&m, data, env.transfer, &marker, &mut self.half_bits, desc)?
+                }
+                Some(Source::Lazy(_)) => {
+                    let data = self.take_prefetched(id)?;
+                    let ev =
+                        write_async(&m, &data, env.transfer, &marker, &mut self.half_bits, desc)?;
+                    // Moving the vector keeps its buffer where the transfer reads it.
+                    self.owned.push((ev.clone(), data));
+                    ev
+                }
+                _ => {
+                    return Err(OpenClError::Manifest(format!("streamed storage {id} has no data")))
+                }
+            };
             self.pending.insert(id, ev.clone());
             self.transfers.push(ev);
             live.insert(id, m);
@@ -883,6 +1034,23 @@ impl Streams {
         env.transfer.flush().map_err(ocl_err)
     }
 
+    /// The prefetched contents of lazy upload `id`, waiting for the thread where they have not
+    /// arrived yet.
+    fn take_prefetched(&mut self, id: usize) -> Result<MemData, OpenClError> {
+        loop {
+            if let Some(d) = self.ready.remove(&id) {
+                return d;
+            }
+            let got = self.prefetched.as_ref().and_then(|rx| rx.recv().ok());
+            let Some((k, d)) = got else {
+                return Err(OpenClError::Manifest(format!(
+                    "streamed storage {id} was not prefetched"
+                )));
+            };
+            self.ready.insert(k, d);
+        }
+    }
+
     /// Makes upload `id` now if it is waiting, and waits for its transfer (for a step that is
     /// not a launch).
     fn issue_now(
@@ -890,7 +1058,7 @@ impl Streams {
         env: &Env<'_>,
         objects: &mut Objects,
         f: &FunctionManifest,
-        sources: &HashMap<usize, Source>,
+        sources: &HashMap<usize, Source<'_>>,
         live: &mut HashMap<usize, Mem>,
         id: usize,
     ) -> Result<(), OpenClError> {
@@ -921,8 +1089,9 @@ fn write_async(
         return queue.enqueue_marker(Some(after)).map_err(ocl_err);
     }
     // SAFETY: a non-blocking write reads the host slice after this returns. Every slice is
-    // owned by the caller's `sources` (alive until the call's runs end) or by `half_bits`
-    // (alive until the run ends), and `run_once` finishes the transfer queue before either is
+    // owned by the caller's `sources` (alive until the call's runs end), by `half_bits` (alive
+    // until the run ends) or by `Streams::owned` (dropped once the write's event is complete, or
+    // when the run ends), and the run finishes the transfer queue before the run's buffers are
     // dropped, on every exit (`Drain`). The objects are of the storage's kind and size.
     #[allow(unsafe_code)]
     unsafe {
