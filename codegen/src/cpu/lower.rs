@@ -990,14 +990,16 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
                 l.count_from(0, kn, kc, &mut |l, k0| {
                     let kb = l.block_len(kn, k0, kc)?;
                     let packs = [
-                        (g.a, g.i, g.j, ic, i_hi, ma, mr, 0),
-                        (g.b, g.j, g.i, jc, j_hi, nb, nr, bp),
+                        (g.a, g.a_plain, g.a_left, g.i, g.j, ic, i_hi, ma, mr, 0),
+                        (g.b, g.b_plain, !g.a_left, g.j, g.i, jc, j_hi, nb, nr, bp),
                     ];
                     // In the body's order, so that the operands are read in the same order.
                     let order = if g.a_left { [0, 1] } else { [1, 0] };
                     for n in order {
-                        let (o, d, other, first, end, count, width, at) = packs[n];
-                        l.pack(o, d, other, first, end, count, width, k0, kb, at, deltas)?;
+                        let (o, plain, left, d, other, first, end, count, width, at) = packs[n];
+                        // A factor that is an expression is computed where it is packed.
+                        let expr = if plain { None } else { l.factor(left) };
+                        l.pack(o, expr, d, other, first, end, count, width, k0, kb, at, deltas)?;
                     }
                     l.count_from(0, nb, 1, &mut |l, q| {
                         l.count_from(0, ma, 1, &mut |l, p| l.micro(g, p, q, kb))
@@ -1039,7 +1041,18 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         self.e.ibin(IOp::UDiv, up, w, false)
     }
 
-    /// Packs operand `o` for reduction steps `k0..k0 + kb`: `count` panels of `width` indices
+    /// The left (`left`) or right factor of the body's product.
+    fn factor(&self, left: bool) -> Option<&'a Scalar> {
+        let k: &'a Kernel = self.k;
+        match &k.body {
+            Scalar::Bin(ScalarBin::Mul, x, y) => Some(if left { &**x } else { &**y }),
+            _ => None,
+        }
+    }
+
+    /// Packs operand `o` (or the factor `expr` of the product, computed at each point: a
+    /// packed weight decoded once per block of steps) for reduction steps `k0..k0 + kb`:
+    /// `count` panels of `width` indices
     /// of dimension group `d` from `first` (past `end - 1`, the index `end - 1` again), each
     /// panel `kb` steps of `width` contiguous values, at scratch offset `at` (panel `p`, step
     /// `kk`, lane `w` at `at + (p·kb + kk)·width + w`). The group `other`, which `o` does not
@@ -1049,6 +1062,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
     fn pack(
         &mut self,
         o: usize,
+        expr: Option<&'a Scalar>,
         d: u64,
         other: u64,
         first: E::V,
@@ -1068,7 +1082,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let last = self.e.ibin(IOp::Sub, end, one, true)?;
         self.set_group(other, zero)?;
         let small = self.types[o].elems() < 1 << 31;
-        if small && separable(&self.k.maps[o], d, reduction) {
+        if expr.is_none() && small && separable(&self.k.maps[o], d, reduction) {
             return self
                 .pack_separable(o, d, reduction, first, last, count, width, k0, kb, at, deltas);
         }
@@ -1086,8 +1100,20 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
                     let x = l.e.ibin(IOp::Add, p0, w, true)?;
                     let x = l.e.ibin(IOp::SMin, x, last, false)?;
                     l.set_group(d, x)?;
-                    let off = l.offset(o, Fault::ReadOutOfBounds(o))?;
-                    let v = l.load(o, off)?;
+                    let v = match expr {
+                        Some(e) => {
+                            // Its reads at this point, not at the previous one, and none
+                            // left for code outside this loop.
+                            l.reads.clear();
+                            let v = l.scalar(e)?;
+                            l.reads.clear();
+                            v
+                        }
+                        None => {
+                            let off = l.offset(o, Fault::ReadOutOfBounds(o))?;
+                            l.load(o, off)?
+                        }
+                    };
                     let v = l.as_f(v)?;
                     let t = l.e.ibin(IOp::Add, base, w, true)?;
                     l.e.store(Ty::F32, scratch, t, v)

@@ -192,11 +192,43 @@ pub(crate) struct Gemm {
     /// columns `J`, the vector lanes), as bit masks of dimension numbers.
     pub(crate) i: u64,
     pub(crate) j: u64,
-    /// The operands of the body's product, and whether `a` is its left factor.
+    /// The operands of the body's product (for a factor that is an expression, its largest
+    /// operand), and whether `a` is its left factor.
     pub(crate) a: usize,
     pub(crate) b: usize,
     pub(crate) a_left: bool,
+    /// Whether each factor is its operand read at its map; else it is an expression of
+    /// operands and indices (a packed weight's decode), computed where it is packed.
+    pub(crate) a_plain: bool,
+    pub(crate) b_plain: bool,
     pub(crate) shape: GemmShape,
+}
+
+/// A factor of a packed contraction's product: its largest operand, every operand it reads,
+/// the indices it reads itself, and whether it is one operand read at its map. `None` for an
+/// expression that could fault (a data-dependent load, `int()`, a division by anything but a
+/// non-zero constant) or reads no operand, an accumulator or a statistic.
+fn factor(
+    e: &fbc_dialects::memory::Scalar,
+    types: &[MemType],
+) -> Option<(usize, Vec<usize>, Vec<usize>, bool)> {
+    use fbc_dialects::memory::{Scalar, ScalarBin, ScalarUn};
+    let (mut operands, mut dims, mut ok) = (Vec::new(), Vec::new(), true);
+    e.visit(&mut |s| match s {
+        Scalar::In(o) if !operands.contains(o) => operands.push(*o),
+        Scalar::Dim(d) => dims.push(*d),
+        Scalar::Bin(ScalarBin::Div | ScalarBin::Rem, _, c) => {
+            ok &= matches!(**c, Scalar::Int(v) if v != 0);
+        }
+        Scalar::Load(..) | Scalar::Acc | Scalar::Stat(_) | Scalar::Un(ScalarUn::ToInt, _) => {
+            ok = false
+        }
+        _ => {}
+    });
+    let elems = |o: usize| types.get(o).map_or(0, MemType::elems);
+    let primary = operands.iter().copied().max_by_key(|&o| (elems(o), std::cmp::Reverse(o)))?;
+    let plain = matches!(e, Scalar::In(_));
+    (ok && operands.iter().all(|&o| o < types.len())).then_some((primary, operands, dims, plain))
 }
 
 /// The dimensions of bit mask `mask`, in order.
@@ -238,9 +270,15 @@ pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Ge
         return None;
     }
     let Scalar::Bin(ScalarBin::Mul, x, y) = &k.body else { return None };
-    let (&Scalar::In(x), &Scalar::In(y)) = (&**x, &**y) else { return None };
+    let (fx, fy) = (factor(x, types)?, factor(y, types)?);
     let float = |o: usize| types.get(o).is_some_and(|t| t.elem != fbc_ir::ElemType::I32);
-    if x == y || !float(x) || !float(y) || !float(k.output()) {
+    let (x, y) = (fx.0, fy.0);
+    if fx.1.iter().any(|o| fy.1.contains(o))
+        || !fx.1.iter().chain(&fy.1).all(|&o| float(o))
+        || fx.1.contains(&k.output())
+        || fy.1.contains(&k.output())
+        || !float(k.output())
+    {
         return None;
     }
     if let Some(e) = &k.epilogue {
@@ -264,20 +302,25 @@ pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Ge
     if k.bounds(types).any_checked() {
         return None;
     }
-    let reads = |o: usize, d: usize| {
+    let map_reads = |o: usize, d: usize| {
         let map = &k.maps[o];
         map.dims.get(d).is_some_and(|name| map.results.iter().any(|e| e.vars().contains(name)))
     };
-    if !(np..rank).any(|d| reads(x, d)) || !(np..rank).any(|d| reads(y, d)) {
+    // A factor reads a dimension through one of its operands' maps or itself.
+    let reads = |f: &(usize, Vec<usize>, Vec<usize>, bool), d: usize| {
+        f.2.contains(&d) || f.1.iter().any(|&o| map_reads(o, d))
+    };
+    if !(np..rank).any(|d| reads(&fx, d)) || !(np..rank).any(|d| reads(&fy, d)) {
         return None;
     }
-    let only = |o: usize, other: usize| {
-        (0..np).filter(|&d| reads(o, d) && !reads(other, d)).fold(0u64, |m, d| m | 1 << d)
+    let only = |f, other| {
+        (0..np).filter(|&d| reads(f, d) && !reads(other, d)).fold(0u64, |m, d| m | 1 << d)
     };
-    let (gx, gy) = (only(x, y), only(y, x));
+    let (gx, gy) = (only(&fx, &fy), only(&fy, &fx));
     // The columns: the group with the innermost parallel dimension (the output's contiguous
     // one in the usual row-major layouts).
     let (a, b, i, j) = if gx & (1 << (np - 1)) != 0 { (y, x, gy, gx) } else { (x, y, gx, gy) };
+    let (a_plain, b_plain) = if a == x { (fx.3, fy.3) } else { (fy.3, fx.3) };
     if points(&mut dims_of(i)) < 8 || points(&mut dims_of(j)) < 8 {
         return None;
     }
@@ -291,7 +334,7 @@ pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Ge
     } else {
         shape
     };
-    Some(Gemm { i, j, a, b, a_left: a == x, shape })
+    Some(Gemm { i, j, a, b, a_left: a == x, a_plain, b_plain, shape })
 }
 
 /// Whether to lower `k` with the reduction outside one parallel dimension `j` (see each back

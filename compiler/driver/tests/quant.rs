@@ -336,3 +336,54 @@ fn packed_products_are_staged_by_the_contraction_kernels() {
         }
     }
 }
+
+/// On the CPU JITs a product with a packed weight is a packed contraction (the weight decoded
+/// where its panels are packed) whose results are those of the reference executor, bit for bit.
+#[test]
+fn packed_products_are_packed_contractions_on_the_cpu_jits_bit_for_bit() {
+    let dir = scratch("quant-jit-gemm");
+    let mut targets = vec!["cpu-jit"];
+    if cfg!(feature = "llvm") {
+        targets.push("cpu-llvm");
+    }
+    for (scheme, row_bytes) in [("int8", 64), ("int4", 32)] {
+        for rows in [8u64, 96] {
+            let text = format!(
+                "func.func @f(%x: tensor<{rows}x64xf32>, %w.q: tensor<256x{row_bytes}xi8>, %w.scales: tensor<256x2xf32>) -> tensor<{rows}x256xf32> {{
+  %w = tensor.dequantize %w.q, %w.scales {{group = 32, scheme = \"{scheme}\"}} : (tensor<256x{row_bytes}xi8>, tensor<256x2xf32>) -> tensor<256x64xf32>
+  %y = tensor.matmul %x, %w {{transpose_b = true}} : (tensor<{rows}x64xf32>, tensor<256x64xf32>) -> tensor<{rows}x256xf32>
+  func.return %y : tensor<{rows}x256xf32>
+}}
+"
+            );
+            let name = format!("{scheme}_{rows}");
+            let path = common::write(&dir, &format!("{name}.fbir"), text.as_bytes());
+            let lowered = dir.join(format!("{name}.mem.fbir"));
+            let lowered = lowered.to_str().unwrap();
+            let o = fbc(&[&path, "-O3", "--target", "cpu", "--emit", "memory", "-o", lowered]);
+            assert_eq!(o.code, 0, "{name}: {}", o.stderr);
+            let run = |target: &str| {
+                let out = dir.join(format!("{name}.{target}.st"));
+                let o = fbc(&[
+                    "run",
+                    lowered,
+                    "--target",
+                    target,
+                    "--random-inputs",
+                    "4",
+                    "--outputs",
+                    out.to_str().unwrap(),
+                    "-v",
+                ]);
+                assert_eq!(o.code, 0, "{name} {target}: {}", o.stderr);
+                (std::fs::read(out).unwrap(), o.stderr)
+            };
+            let (reference, _) = run("cpu");
+            for t in &targets {
+                let (got, log) = run(t);
+                assert!(log.contains("(1 packed contractions"), "{name} {t}: {log}");
+                assert!(got == reference, "{name} {t}: not the reference executor's bits");
+            }
+        }
+    }
+}
