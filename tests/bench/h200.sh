@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream quant), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream quant}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -315,6 +315,21 @@ PY
   for m in "" "--memory-budget $Q"; do
     echo "=== prefill $m" >> $S
     timeout 250 $B bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 $m >> $S 2>&1; echo "rc=$?" >> $S
+  done
+fi
+# Packed weights (part quant, issue 15): the 16-layer Llama 3.2-1B decode step (f32 cache of
+# 2048 positions, full vocabulary) with f32, INT8 (groups of 64) and INT4 (groups of 64) linear
+# weights, at position 2047, side by side; the packed products are tiled and skinny
+# contractions that decode the bytes as they stage them. The goal: decode time drops with the
+# weight bytes where decode is bandwidth-bound. Results: $O/quant.txt.
+if want quant; then
+  Q=$O/quant.txt
+  python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
+  for q in f32 int8 int4; do
+    qa=""; [ $q != f32 ] && qa="--quant $q --group 64"
+    $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 $qa -o $T/llama_$q.fbir
+    echo "=== decode $q" >> $Q
+    timeout 240 $B bench $T/llama_$q.fbir --entry decode --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $Q 2>&1; echo "rc=$?" >> $Q
   done
 fi
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.
