@@ -1276,26 +1276,22 @@ impl Cx<'_> {
         s.dims.contains(&d) || s.operands.iter().any(|&i| map_uses(&self.k.maps[i], d))
     }
 
-    /// Whether side `s`'s reads move to neighbouring memory along domain dimension `d`
-    /// ([`Cx::moves_along`] of a plain side's operand). For an expression, its largest operand
-    /// must step by one along `d`, or — for `d` the innermost reduction dimension — along the
-    /// innermost reduction dimension its map reads, the later ones read by the expression
-    /// alone (the nibble of a packed INT4 byte: two neighbouring values share a byte).
-    fn side_moves(&self, s: &Side<'_>, d: usize) -> bool {
+    /// Whether side `s`'s reads move to neighbouring memory along the innermost dimension of
+    /// `group` (the reduction, or the side's rows or columns, in domain order):
+    /// [`Cx::moves_along`] of a plain side's operand. For an expression, its largest operand
+    /// must step by one along the innermost dimension of the group that its map reads, the
+    /// later ones read by the expression alone (the nibble of a packed INT4 byte: neighbouring
+    /// values share a byte).
+    fn side_moves(&self, s: &Side<'_>, group: &[usize]) -> bool {
+        let Some(&last) = group.last() else { return false };
         if s.plain() {
-            return self.moves_along(s.primary, d);
+            return self.moves_along(s.primary, last);
         }
-        let nd = self.k.domain.len();
         let m = &self.k.maps[s.primary];
-        let d = if d + 1 == nd {
-            match (self.k.parallel_dims()..nd).rev().find(|&r| map_uses(m, r)) {
-                Some(r) => r,
-                None => return false,
-            }
-        } else {
-            d
-        };
-        self.unit_stride(s.primary, d)
+        match group.iter().rev().find(|&&d| map_uses(m, d)) {
+            Some(&d) => self.unit_stride(s.primary, d),
+            None => false,
+        }
     }
 
     /// The parallel dimensions of a contraction `L · R`: rows are read by side `a` only,
@@ -2020,10 +2016,10 @@ impl Cx<'_> {
                 a,
                 b,
                 plain,
-                along_k: [self.side_moves(&side_a, nd - 1), self.side_moves(&side_b, nd - 1)],
+                along_k: [self.side_moves(&side_a, &red), self.side_moves(&side_b, &red)],
                 along_outer: [
-                    split.rows.last().is_some_and(|&d| self.side_moves(&side_a, d)),
-                    split.cols.last().is_some_and(|&d| self.side_moves(&side_b, d)),
+                    self.side_moves(&side_a, &split.rows),
+                    self.side_moves(&side_b, &split.cols),
                 ],
                 a_at: &a_at,
                 b_at: &b_at,
@@ -2082,9 +2078,7 @@ impl Cx<'_> {
             if s.plain() {
                 along_k(i, outer)
             } else {
-                params.stage_along_k
-                    && self.side_moves(s, nd - 1)
-                    && !outer.last().is_some_and(|&d| self.side_moves(s, d))
+                params.stage_along_k && self.side_moves(s, &red) && !self.side_moves(s, outer)
             }
         };
         let most = params.per_item.map(|p| u64::from(p.max(1)));
@@ -2191,8 +2185,17 @@ impl Cx<'_> {
         let (lanes, texel) = match tex {
             Some((t, Along::K)) => (Lanes::K, Some(t.clone())),
             Some((t, Along::Outer)) => (Lanes::Wide, Some(t.clone())),
-            None if sides.along_k[wide_i] => (Lanes::K, vload(nd - 1)),
+            // An expression's lanes along `k` cannot store texels (below): it takes the arms
+            // after this one.
+            None if sides.along_k[wide_i] && (sides.plain[wide_i] || !texel_store) => {
+                (Lanes::K, vload(nd - 1))
+            }
             None if sides.along_outer[wide_i] => (Lanes::Wide, last.and_then(|&d| vload(d))),
+            // An expression (a packed weight's decode) into an image: lanes along the wide
+            // side, each reading its own wide index's values down the reduction. Those reads
+            // are not coalesced, but every wide index has its lanes, where the tiled kernel,
+            // with one row, gives the whole product to a few work-groups.
+            None if !sides.plain[wide_i] && texel_store => (Lanes::Wide, None),
             None => return None,
         };
         if lanes == Lanes::Wide && k < opts.skinny.wide_min_k(j) {

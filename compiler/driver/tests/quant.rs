@@ -387,3 +387,80 @@ fn packed_products_are_packed_contractions_on_the_cpu_jits_bit_for_bit() {
         }
     }
 }
+
+/// In a generated decoder with INT4 weights compiled for the nvidia profile, every product
+/// with a packed weight is a contraction kernel: skinny in `@decode` (one token: lanes along
+/// the output columns, each reading its own bytes, into an image or a buffer), tiled or
+/// skinny in `@prefill`; and the decode step keeps the reference executor's numbers on PoCL.
+#[test]
+fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
+    let dir = scratch("quant-decoder-kernels");
+    let fbir = dir.join("q.fbir");
+    let fbir = fbir.to_str().unwrap();
+    let o = fbc(&[
+        "gen",
+        "llama3.2-1b",
+        "--inference",
+        "--layers",
+        "1",
+        "--seq",
+        "16",
+        "--max-seq",
+        "64",
+        "--vocab",
+        "512",
+        "--quant",
+        "int4",
+        "-o",
+        fbir,
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = dir.join("out");
+    let o = fbc(&[fbir, "-O3", "--target", "nvidia", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let manifest = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".manifest.json"))
+        .expect("a manifest");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+    for f in m["functions"].as_array().unwrap() {
+        let name = f["name"].as_str().unwrap();
+        let products: Vec<&serde_json::Value> = f["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["op"] == "launch")
+            .filter(|s| s["source"].as_str().unwrap_or("").contains("tensor.dequantize"))
+            .collect();
+        // q, k, v, o, gate, up, down.
+        assert_eq!(products.len(), 7, "{name}");
+        for p in products {
+            let (tiled, skinny) = (p["tiled"] == true, p["skinny"] == true);
+            let ok = if name == "decode" { skinny } else { tiled || skinny };
+            assert!(ok, "{name}: {}", p["kernel"]);
+        }
+    }
+    if !opencl_device() {
+        return;
+    }
+    for entry in ["decode", "prefill"] {
+        let o = fbc(&[
+            "run",
+            fbir,
+            "--entry",
+            entry,
+            "--target",
+            "opencl",
+            "--profile",
+            "nvidia",
+            "--random-inputs",
+            "3",
+            "--check",
+        ]);
+        assert_eq!(o.code, 0, "{entry}: {}", o.stderr);
+        assert!(o.stdout.contains("check passed"), "{entry}: {}", o.stdout);
+    }
+}
