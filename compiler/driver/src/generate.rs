@@ -174,9 +174,53 @@ enum Runner<'a> {
         session: Box<fbc_runtime::device::opencl::Session>,
         /// Whether the weights are on the device (after the first call).
         weights: bool,
+        /// Under `--memory-budget`: weights are uploaded at every call, as the plan says
+        /// (preloaded, or streamed during earlier launches), never kept between calls.
+        streamed: bool,
+        /// Under `--memory-budget`: each weight packed once for the upload of each function
+        /// (`(function, argument)`), so that a call uploads it without packing it again.
+        packed: std::collections::HashMap<(String, usize), fbc_runtime::exec::MemData>,
         /// The caches whose current value is on the device, not in the host's arguments.
         on_device: std::collections::HashSet<String>,
     },
+}
+
+/// Packs, once per function, each weight argument of `f` that its function uploads once (the
+/// form of that upload) into `packed`: a budgeted run uploads weights at every call.
+#[cfg(feature = "opencl")]
+fn pack_weights(
+    compiled: &crate::run_cmd::opencl::Compiled,
+    f: &Func,
+    inputs: &[Value],
+    packed: &mut std::collections::HashMap<(String, usize), fbc_runtime::exec::MemData>,
+) -> Result<(), String> {
+    use fbc_codegen::opencl::Step;
+    let Some(m) = compiled.out.manifest.function(&f.name) else { return Ok(()) };
+    for (i, v) in inputs.iter().enumerate() {
+        let key = (f.name.clone(), i);
+        if packed.contains_key(&key) || f.caches.contains(&i) || HOST.contains(&f.names[i].as_str())
+        {
+            continue;
+        }
+        let uploads: Vec<_> = m
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Upload { arg, storage, shape, layout, .. } if *arg == i => {
+                    Some((storage, shape, layout))
+                }
+                _ => None,
+            })
+            .collect();
+        let [(storage, shape, layout)] = uploads[..] else { continue };
+        let Some(desc) = m.storage.get(*storage) else { continue };
+        let layout = layout.layout()?;
+        let ty = fbc_runtime::device::opencl::mem_type(desc);
+        let data = fbc_runtime::exec::pack(&layout, shape, v, ty)
+            .map_err(|e| format!("weight `{}`: {e}", f.names[i]))?;
+        packed.insert(key, data);
+    }
+    Ok(())
 }
 
 /// What one call returned: the logits, the caches (`None` for one that stayed on the device)
@@ -228,7 +272,7 @@ impl Runner<'_> {
                 )
             }
             #[cfg(feature = "opencl")]
-            Runner::OpenCl { compiled, session, weights, on_device } => {
+            Runner::OpenCl { compiled, session, weights, streamed, packed, on_device } => {
                 use fbc_runtime::device::opencl::{Input, OpenClError};
                 let failure = |e: OpenClError| match &e {
                     OpenClError::Fault { location, message } => {
@@ -245,6 +289,9 @@ impl Runner<'_> {
                     .map(|(c, &a)| in_place.get(1 + c).copied().flatten() == Some(a))
                     .collect();
                 let names = &f.names;
+                if *streamed {
+                    pack_weights(compiled, f, &inputs, packed).map_err(|e| input_error(file, e))?;
+                }
                 let args: Vec<Input<'_>> = inputs
                     .iter()
                     .enumerate()
@@ -258,6 +305,10 @@ impl Runner<'_> {
                             Some(_) if held => Input::Keep { key, value: None },
                             Some(_) => Input::Host(v),
                             None if HOST.contains(&key) => Input::Host(v),
+                            None if *streamed => match packed.get(&(f.name.clone(), i)) {
+                                Some(d) => Input::Stored(d),
+                                None => Input::Host(v),
+                            },
                             None => Input::Keep { key, value: (!*weights).then_some(v) },
                         }
                     })
@@ -290,13 +341,8 @@ impl Runner<'_> {
 }
 
 pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), Failure> {
-    if a.device.memory_budget.is_some() {
-        // The weights stay on the device from call to call (uploaded once): nothing streams.
-        return Err(Failure::Usage(
-            "not yet supported: --memory-budget with `fbc generate` (it keeps every weight on \
-             the device across calls); `fbc run` and `fbc bench` take it"
-                .into(),
-        ));
+    if a.device.memory_budget.is_some() && a.target != "opencl" {
+        return Err(Failure::Usage("--memory-budget is for --target opencl".into()));
     }
     let (file, module) = driver.load(&a.file)?;
     let prefill = func(&module, &file, "prefill")?;
@@ -398,7 +444,8 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         #[cfg(feature = "opencl")]
         "opencl" => {
             use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
-            let session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+            let mut session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
+            session.memory_budget = a.device.memory_budget;
             let tuned =
                 crate::run_cmd::opencl::device_tuning(a.device.tuning.as_deref(), &a.device.device);
             let compiled = crate::run_cmd::opencl::compile_loaded(
@@ -412,6 +459,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             let opts = RunOptions {
                 device: DeviceSel::parse(&a.device.device),
                 device_memory: a.device.device_memory.runtime(),
+                memory_budget: a.device.memory_budget,
                 untimed: true,
                 ..RunOptions::default()
             };
@@ -425,6 +473,8 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
                 compiled: Box::new(compiled),
                 session: Box::new(session),
                 weights: false,
+                streamed: a.device.memory_budget.is_some(),
+                packed: Default::default(),
                 on_device: Default::default(),
             }
         }

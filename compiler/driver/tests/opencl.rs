@@ -1894,6 +1894,34 @@ fn generate_on_the_device_gives_the_interpreters_tokens() {
     let unfused = run(&["--target", "opencl", "--disable-pass", "fuse-attention"]);
     assert_eq!(unfused.stdout, reference.stdout);
     assert!(unfused.stderr.ends_with(moved), "{}", unfused.stderr);
+    // Under a budget of two thirds of what the unconstrained run held (a one-layer model: its
+    // gated MLP's weights alone are more than half), the same tokens: every
+    // weight goes up at every call (preloaded or streamed during earlier launches), the caches
+    // stay on the device, and the device never holds more than the budget.
+    let peak = |log: &str| -> u64 {
+        let at = log.find(", peak device memory ").expect("a peak") + ", peak device memory ".len();
+        log[at..].split_whitespace().next().and_then(|w| w.parse().ok()).expect("a number")
+    };
+    let budget = peak(&device.stderr) / 3 * 2;
+    let tight = run(&["--target", "opencl", "--memory-budget", &budget.to_string()]);
+    assert_eq!(tight.stdout, reference.stdout);
+    assert!(peak(&tight.stderr) <= budget, "{budget}: {}", tight.stderr);
+    let up = tight.stderr.split("uploaded ").nth(1).and_then(|t| t.split(' ').next());
+    let up: u64 = up.and_then(|u| u.parse().ok()).expect("uploaded bytes");
+    assert!(up > 100 * 520, "{}", tight.stderr);
+    // On other targets the flag is refused.
+    let o = common::fbc(&[
+        "generate",
+        p,
+        "--random-weights",
+        "5",
+        "--prompt",
+        "3",
+        "--memory-budget",
+        "1MiB",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--memory-budget is for --target opencl"), "{}", o.stderr);
 }
 
 /// `text` lowered at -O3 for the generic profile, and its OpenCL C and manifest.

@@ -944,7 +944,7 @@ fn create(queue: &Queue, s: &StorageDesc) -> Result<Mem, OpenClError> {
 }
 
 /// The memory type of a storage entry.
-fn mem_type(s: &StorageDesc) -> MemType {
+pub fn mem_type(s: &StorageDesc) -> MemType {
     let elem = match s.dtype {
         Dtype::F32 => ElemType::F32,
         Dtype::I32 => ElemType::I32,

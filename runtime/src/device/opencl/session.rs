@@ -111,8 +111,9 @@ struct Kept {
 
 /// Where an upload step's object comes from.
 enum Source<'i> {
-    /// A storage object of the function's, written with these packed values.
-    Write(MemData),
+    /// A storage object of the function's, written with these packed values (the caller's
+    /// own for [`Input::Stored`]).
+    Write(std::borrow::Cow<'i, MemData>),
     /// A kept object, used as it is.
     Kept(Mem),
     /// A storage object of the function's, written with what the producer gives when the run
@@ -398,7 +399,7 @@ impl Session {
             };
             let (key, value) = match *input {
                 Input::Host(v) => {
-                    sources.insert(*storage, Source::Write(packed(v)?));
+                    sources.insert(*storage, Source::Write(std::borrow::Cow::Owned(packed(v)?)));
                     up += desc.bytes;
                     continue;
                 }
@@ -418,7 +419,11 @@ impl Session {
                     up += desc.bytes;
                     continue;
                 }
-                Input::Stored(data) => {
+                Input::Stored(_) => {
+                    // The caller's contents (`all` also borrows the function's constants).
+                    let Some(Input::Stored(data)) = given.get(*arg).copied() else {
+                        return Err(OpenClError::Manifest(format!("argument {arg}: no contents")));
+                    };
                     if !data.fits(mem_type(desc)) {
                         return Err(OpenClError::Manifest(format!(
                             "argument {arg} ({}): {} stored values do not fit {}",
@@ -427,7 +432,7 @@ impl Session {
                             mem_type(desc)
                         )));
                     }
-                    sources.insert(*storage, Source::Write(data.clone()));
+                    sources.insert(*storage, Source::Write(std::borrow::Cow::Borrowed(data)));
                     up += desc.bytes;
                     continue;
                 }
@@ -474,7 +479,7 @@ impl Session {
             };
             up += desc.bytes;
             if slotted {
-                sources.insert(*storage, Source::Write(data));
+                sources.insert(*storage, Source::Write(std::borrow::Cow::Owned(data)));
                 continue;
             }
             let mem = create(&self.queue, desc)?;
