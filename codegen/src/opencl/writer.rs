@@ -352,6 +352,8 @@ impl FuncWriter<'_> {
         let mut downloads: HashMap<Value, (usize, Vec<u64>, Dtype, LayoutDesc)> =
             HashMap::default();
         let mut results = Vec::new();
+        // The manifest launch index of each `memory.launch` op's first kernel, in op order.
+        let mut first_launch: Vec<usize> = Vec::new();
         let mut constants = Vec::new();
         for &op in &fd.body {
             let d = self.module.op(op);
@@ -401,7 +403,12 @@ impl FuncWriter<'_> {
                     let layout = self.layout(d)?;
                     downloads.insert(d.results[0], (id, shape, dt, layout));
                 }
-                Some(OpKind::Memory(MemoryOp::Launch)) => self.launch(d)?,
+                Some(OpKind::Memory(MemoryOp::Launch)) => {
+                    // The manifest launch where this op's kernels start (an op may take two).
+                    first_launch
+                        .push(self.steps.iter().filter(|s| matches!(s, Step::Launch(_))).count());
+                    self.launch(d)?
+                }
                 Some(OpKind::Func(FuncOp::Return)) => {
                     for (k, &v) in d.operands.iter().enumerate() {
                         let (id, shape, dt, layout) =
@@ -439,6 +446,16 @@ impl FuncWriter<'_> {
             self.steps.push(Step::Dealloc { storage: count });
         }
         self.order_downloads();
+        // `stream_from` counts the function's `memory.launch` ops; the runtime counts the
+        // manifest's launches, of which an op may take two (split attention, a skinny split
+        // combined by a second kernel): the manifest launch where that op's first kernel is.
+        for step in &mut self.steps {
+            if let Step::Upload { stream_from: Some(n), .. } = step {
+                if let Some(&k) = first_launch.get(*n) {
+                    *n = k;
+                }
+            }
+        }
         let peak_bytes = self.peak();
         Ok(FunctionManifest {
             name: fname,

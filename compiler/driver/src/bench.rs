@@ -510,6 +510,7 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
     // One session (the profile resolved once), its strategy and split-K set per variant.
     let mut session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
     session.memory_budget = a.device.memory_budget;
+    session.kv_tiling = a.device.kv_tiling;
     for (s, split_k) in variants {
         session.strategy = s.strategy();
         session.lowering.split_k = split_k;

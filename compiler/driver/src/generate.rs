@@ -177,6 +177,9 @@ enum Runner<'a> {
         /// Under `--memory-budget`: weights are uploaded at every call, as the plan says
         /// (preloaded, or streamed during earlier launches), never kept between calls.
         streamed: bool,
+        /// Under `--kv-tiling`: the caches go back to the host after every call (the plan
+        /// streams them in and writes them back), never kept on the device.
+        kv_tiling: bool,
         /// Under `--memory-budget`: each weight packed once for the upload of each function
         /// (`(function, argument)`), so that a call uploads it without packing it again.
         packed: std::collections::HashMap<(String, usize), fbc_runtime::exec::MemData>,
@@ -272,7 +275,15 @@ impl Runner<'_> {
                 )
             }
             #[cfg(feature = "opencl")]
-            Runner::OpenCl { compiled, session, weights, streamed, packed, on_device } => {
+            Runner::OpenCl {
+                compiled,
+                session,
+                weights,
+                streamed,
+                kv_tiling,
+                packed,
+                on_device,
+            } => {
                 use fbc_runtime::device::opencl::{Input, OpenClError};
                 let failure = |e: OpenClError| match &e {
                     OpenClError::Fault { location, message } => {
@@ -286,7 +297,7 @@ impl Runner<'_> {
                     .caches
                     .iter()
                     .enumerate()
-                    .map(|(c, &a)| in_place.get(1 + c).copied().flatten() == Some(a))
+                    .map(|(c, &a)| !*kv_tiling && in_place.get(1 + c).copied().flatten() == Some(a))
                     .collect();
                 let names = &f.names;
                 if *streamed {
@@ -446,6 +457,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             use fbc_runtime::device::opencl::{DeviceSel, RunOptions};
             let mut session = a.lower.session(driver, fbc_transforms::lower::SplitK::Auto)?;
             session.memory_budget = a.device.memory_budget;
+            session.kv_tiling = a.device.kv_tiling;
             let tuned =
                 crate::run_cmd::opencl::device_tuning(a.device.tuning.as_deref(), &a.device.device);
             let compiled = crate::run_cmd::opencl::compile_loaded(
@@ -474,6 +486,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
                 session: Box::new(session),
                 weights: false,
                 streamed: a.device.memory_budget.is_some(),
+                kv_tiling: a.device.kv_tiling,
                 packed: Default::default(),
                 on_device: Default::default(),
             }

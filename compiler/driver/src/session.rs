@@ -52,6 +52,8 @@ pub struct Session<'d> {
     /// A device memory budget in bytes (`--memory-budget`): [`Session::lower`] then ends with
     /// `plan-weight-streaming` for it.
     pub memory_budget: Option<u64>,
+    /// With a budget: `plan-weight-streaming{kv-tiling=true}` (`--kv-tiling`).
+    pub kv_tiling: bool,
 }
 
 impl<'d> Session<'d> {
@@ -70,6 +72,7 @@ impl<'d> Session<'d> {
             },
             disabled: Vec::new(),
             memory_budget: None,
+            kv_tiling: false,
         }
     }
 
@@ -115,7 +118,8 @@ impl<'d> Session<'d> {
         }
         let mut pipeline = fbc_transforms::lowering_pipeline(self.lowering);
         if let Some(b) = self.memory_budget {
-            pipeline.push_str(&format!(",plan-weight-streaming{{budget={b}}}"));
+            let kv = if self.kv_tiling { " kv-tiling=true" } else { "" };
+            pipeline.push_str(&format!(",plan-weight-streaming{{budget={b}{kv}}}"));
         }
         let (_, stats) = self.run(file, module, &pipeline)?;
         Ok(stats)

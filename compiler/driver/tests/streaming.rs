@@ -263,3 +263,84 @@ fn streamed_weights_are_read_from_their_file_during_the_run() {
         "{log}"
     );
 }
+
+/// The largest minimum budget an infeasible-budget error states (one per function).
+fn log_min(log: &str) -> u64 {
+    log.match_indices("the minimum feasible budget is ")
+        .filter_map(|(at, m)| log[at + m.len()..].split(' ').next()?.parse().ok())
+        .max()
+        .unwrap_or_else(|| panic!("no minimum in {log}"))
+}
+
+/// `--kv-tiling`: a decode step's KV caches are streamed in before their layer and written back
+/// after it, so a budget too small to keep them all on the device (the plan's error without
+/// the flag) runs with it, holds no more than the budget, and gives the same numbers.
+#[test]
+fn kv_tiling_keeps_the_caches_of_other_layers_off_the_device() {
+    let dir = scratch("streaming-kv");
+    let path = dir.join("kv.fbir");
+    let path = path.to_str().unwrap();
+    let o = fbc(&[
+        "gen",
+        "llama3.2-1b",
+        "--inference",
+        "--layers",
+        "2",
+        "--seq",
+        "4",
+        "--max-seq",
+        "2048",
+        "--vocab",
+        "48",
+        "-o",
+        path,
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let mut args = vec![
+            "run",
+            path,
+            "--entry",
+            "decode",
+            "--target",
+            "opencl",
+            "--random-inputs",
+            "2",
+            "--outputs",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = fbc(&args);
+        (o.code, std::fs::read(out).unwrap_or_default(), o.stderr)
+    };
+    let budget = "140000000";
+    let (code, _, log) = run("plain.st", &["--memory-budget", budget]);
+    if !cfg!(feature = "opencl") {
+        assert_eq!(code, 2, "{log}");
+        return;
+    }
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains("error: plan-weight-streaming: a budget of 140000000 bytes"), "{log}");
+    let min = log_min(&log);
+    if !have_device() {
+        return;
+    }
+    let (code, whole, log) = run("whole.st", &[]);
+    assert_eq!(code, 0, "{log}");
+    // Without the flag, the minimum budget the plan states is enough on the device, where
+    // the fused attention takes two kernels (the plan counts launch ops, the runtime kernels).
+    let (code, plain, log) = run("plain.st", &["--memory-budget", &min.to_string()]);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(whole, plain);
+    assert!(figure(&log, "bytes; streamed") <= min, "{log}");
+    let (code, tiled, log) = run("tiled.st", &["--memory-budget", budget, "--kv-tiling"]);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(whole, tiled);
+    assert!(figure(&log, "bytes; streamed") <= 140_000_000, "{log}");
+    // Two layers' keys and values, [1, 8, 2048, 64] f32 each.
+    assert!(
+        log.contains("; wrote 16777216 bytes back to the host after their last launch"),
+        "{log}"
+    );
+}

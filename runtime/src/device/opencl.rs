@@ -398,6 +398,9 @@ pub struct Streaming {
     /// The part of `transfer_ns` during which a launch of the run was executing: transfer time
     /// hidden behind computation.
     pub hidden_ns: u64,
+    /// Bytes written back to the host after their last launch and released (KV caches under
+    /// `plan-weight-streaming{kv-tiling=true}`).
+    pub written_back: u64,
 }
 
 pub use crate::cache_dir;
@@ -734,6 +737,12 @@ impl Objects {
             )));
         }
         Ok(())
+    }
+
+    /// Releases the storage object of `desc` (not pooled): the device may still be reading it.
+    fn release(&mut self, desc: &StorageDesc, m: Mem) {
+        drop(m);
+        self.held = self.held.saturating_sub(desc.bytes);
     }
 
     /// Takes back the storage object of `desc`, no longer in use.

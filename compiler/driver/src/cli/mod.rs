@@ -570,6 +570,13 @@ pub struct DeviceArgs {
     /// more (pooled objects are released first; a run that would hold more fails).
     #[arg(long, value_name = "BYTES", value_parser = parse_budget)]
     pub memory_budget: Option<u64>,
+
+    /// With `--memory-budget`: stream the arguments updated in place and returned (KV caches)
+    /// too, each loaded before its first launch and written back to the host and released after
+    /// its last (`plan-weight-streaming{kv-tiling=true}`), so that the caches of the layers not
+    /// running need no device memory.
+    #[arg(long, requires = "memory_budget")]
+    pub kv_tiling: bool,
 }
 
 /// `--memory-budget`'s value.

@@ -311,8 +311,13 @@ pub(crate) fn budget_report(
             100.0 * s.hidden_ns as f64 / s.transfer_ns as f64
         )
     };
+    let back = if s.written_back > 0 {
+        format!("; wrote {} bytes back to the host after their last launch", s.written_back)
+    } else {
+        String::new()
+    };
     format!(
-        "memory budget {budget} bytes: peak device memory {peak} bytes; streamed {} bytes in {} uploads{hidden}",
+        "memory budget {budget} bytes: peak device memory {peak} bytes; streamed {} bytes in {} uploads{hidden}{back}",
         s.bytes, s.uploads
     )
 }
@@ -342,6 +347,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     }
     let mut session = a.lower.session(driver, a.split_k)?;
     session.memory_budget = a.device.memory_budget;
+    session.kv_tiling = a.device.kv_tiling;
     let tuned = device_tuning(a.device.tuning.as_deref(), &a.device.device);
     let c = compile(&session, &a.file, a.entry.as_deref(), true, tuned)?;
     let (file, module, func) = (&c.file, &c.module, c.func);

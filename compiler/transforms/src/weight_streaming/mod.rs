@@ -92,6 +92,12 @@ pub fn register(r: &mut PassRegistry) {
                 Some("16"),
                 "launches before its first use a weight may start loading in (the solver's)",
             ),
+            OptionSpec::new(
+                "kv-tiling",
+                OptionKind::Bool,
+                Some("false"),
+                "also stream arguments updated in place and returned (KV caches): loaded before their first launch, written back and released after their last",
+            ),
         ],
         |o| {
             let budget = parse_bytes(o.str("budget").unwrap_or(""))?;
@@ -107,6 +113,7 @@ pub fn register(r: &mut PassRegistry) {
                 budget,
                 time_limit: Duration::from_millis(ms.unsigned_abs()),
                 window: usize::try_from(window).unwrap_or(usize::MAX),
+                kv_tiling: o.bool("kv-tiling"),
             }))
         },
     ));
@@ -155,6 +162,10 @@ pub struct PlanWeightStreaming {
     /// Over all solver tiers of one function.
     pub time_limit: Duration,
     pub window: usize,
+    /// Arguments updated in place and returned (KV caches) are streamed too: loaded like a
+    /// weight before their first launch, and resident until their last launch, after which the
+    /// runtime writes them back and releases them.
+    pub kv_tiling: bool,
 }
 
 /// One function's schedule and the ops it was read from.
@@ -212,6 +223,13 @@ pub fn launch_capacity(
 
 /// The schedule of function `f` for profile `p` (see the module docs for what a weight is).
 pub fn schedule_of(m: &Module, f: FuncId, p: &HardwareProfile) -> FuncSchedule {
+    schedule_with(m, f, p, false)
+}
+
+/// [`schedule_of`], with `inout`: arguments that launches update in place and that the
+/// function downloads (KV caches) are streamed too, resident from their load to their last
+/// launch (the runtime writes them back and releases them then; `kv-tiling`).
+pub fn schedule_with(m: &Module, f: FuncId, p: &HardwareProfile, inout: bool) -> FuncSchedule {
     let body = &m.func(f).body;
     let launch_at: Vec<usize> =
         (0..body.len()).filter(|&i| MemoryOp::Launch.is(m.op(body[i]))).collect();
@@ -240,11 +258,17 @@ pub fn schedule_of(m: &Module, f: FuncId, p: &HardwareProfile) -> FuncSchedule {
             .filter_map(|u| launches.iter().position(|&l| l == u.op))
             .collect();
         let Some(&first_use) = read_at.iter().min() else { continue };
-        if !from_arg || written {
+        let downloaded = uses.iter().any(|u| MemoryOp::Download.is(m.op(u.op)));
+        if !from_arg || (written && !(inout && downloaded)) {
             continue;
         }
-        // Resident until plan-memory frees it: the last launch at or before its death.
-        let last_use = launches_upto(s.life.end).saturating_sub(1).max(first_use);
+        // Resident until plan-memory frees it: the last launch at or before its death; an
+        // argument updated in place until its last launch (then written back).
+        let last_use = if written {
+            read_at.iter().copied().max().unwrap_or(first_use)
+        } else {
+            launches_upto(s.life.end).saturating_sub(1).max(first_use)
+        };
         weights.push(Weight { bytes: s.ty.bytes(), first_use, last_use });
         uploads.push(s.op);
         is_weight[k] = true;
@@ -303,7 +327,19 @@ pub fn simulate_func(
     p: &HardwareProfile,
     budget: u64,
 ) -> Result<Simulation, PlanError> {
-    let fs = schedule_of(m, f, p);
+    // A plan that streams an argument updated in place was made with `kv-tiling`.
+    let inout = m.func(f).body.iter().any(|&op| {
+        let d = m.op(op);
+        MemoryOp::Upload.is(d)
+            && d.attr(STREAM_FROM).is_some()
+            && d.results.first().is_some_and(|&r| {
+                m.value(r).uses.iter().any(|u| {
+                    let o = m.op(u.op);
+                    MemoryOp::Launch.is(o) && u.index as usize + 1 == o.operands.len()
+                })
+            })
+    });
+    let fs = schedule_with(m, f, p, inout);
     fs.schedule.simulate(&loads_of(m, &fs), budget)
 }
 
@@ -468,7 +504,7 @@ impl Pass for PlanWeightStreaming {
         let mut records = Vec::new();
         let mut plans = Vec::new();
         for f in m.func_ids().collect::<Vec<_>>() {
-            let fs = schedule_of(m, f, cx.target);
+            let fs = schedule_with(m, f, cx.target, self.kv_tiling);
             if fs.launches.is_empty() {
                 // Not a memory-dialect schedule (or nothing runs): nothing to plan.
                 continue;

@@ -682,6 +682,35 @@ fn run_steps(
     let mut events: Vec<Event> = Vec::with_capacity(st.kernels.len());
     let mut launch = 0usize;
     let mut streams = Streams { prefetched: Some(prefetched), ..Streams::default() };
+    // A streamed upload that a download reads is written back after its last launch.
+    let downloaded: HashSet<usize> = f
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Download { storage, .. } => Some(*storage),
+            _ => None,
+        })
+        .collect();
+    let mut n = 0usize;
+    for s in &f.steps {
+        match s {
+            Step::Upload { storage, stream_from: Some(_), .. }
+                if downloaded.contains(storage)
+                    && matches!(sources.get(storage), Some(Source::Write(_) | Source::Lazy(_))) =>
+            {
+                streams.writeback.insert(*storage, usize::MAX);
+            }
+            Step::Launch(l) => {
+                for a in &l.args {
+                    if let Some(last) = streams.writeback.get_mut(a) {
+                        *last = n;
+                    }
+                }
+                n += 1;
+            }
+            _ => {}
+        }
+    }
     // Declared after `streams`, dropped before it: every exit waits for the transfers that
     // read its host data.
     let _drain = Drain(env.transfer);
@@ -879,6 +908,16 @@ fn run_steps(
                 if env.timed {
                     events.push(ev);
                 }
+                // Storage whose last launch this was goes back to the host (KV tiling).
+                let done: Vec<usize> = l
+                    .args
+                    .iter()
+                    .copied()
+                    .filter(|a| streams.writeback.get(a) == Some(&(launch - 1)))
+                    .collect();
+                for id in done {
+                    streams.write_back(env, &mut st.objects, f, &mut live, &pinned, id)?;
+                }
                 host += start.elapsed();
             }
             Step::Download { storage, result, shape, layout, .. } => {
@@ -886,12 +925,20 @@ fn run_steps(
                     continue;
                 }
                 let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
-                let m = live.get(storage).ok_or_else(|| {
-                    OpenClError::Manifest(format!(
-                        "download of storage {storage}, which is not live"
-                    ))
-                })?;
-                let raw = read_mem(m, desc)?;
+                let raw = match streams.swapped.remove(storage) {
+                    Some((ev, data)) => {
+                        ev.wait_for().map_err(ocl_err)?;
+                        data
+                    }
+                    None => {
+                        let m = live.get(storage).ok_or_else(|| {
+                            OpenClError::Manifest(format!(
+                                "download of storage {storage}, which is not live"
+                            ))
+                        })?;
+                        read_mem(m, desc)?
+                    }
+                };
                 out.downloaded_bytes += desc.bytes;
                 let t = unpack(&layout_of(layout)?, shape, &raw, mem_type(desc))
                     .map_err(|e| OpenClError::Manifest(format!("result {result}: {e}")))?;
@@ -913,8 +960,12 @@ fn run_steps(
     }
     queue.finish().map_err(ocl_err)?;
     env.transfer.finish().map_err(ocl_err)?;
-    out.streaming =
-        Streaming { uploads: streams.uploads, bytes: streams.bytes, ..Streaming::default() };
+    out.streaming = Streaming {
+        uploads: streams.uploads,
+        bytes: streams.bytes,
+        written_back: streams.written_back,
+        ..Streaming::default()
+    };
     if let Some(e) = &st.errors {
         let mut record = [0i32; FAULT_INTS];
         e.read(&mut record[..]).enq().map_err(ocl_err)?;
@@ -986,8 +1037,14 @@ struct Streams {
     ready: HashMap<usize, Result<MemData, OpenClError>>,
     /// Lazy uploads' contents with their transfers, held until each transfer completes.
     owned: Vec<(Event, MemData)>,
+    /// Streamed uploads that the function downloads (KV caches under `kv-tiling`), by storage:
+    /// the launch after which they are written back to the host and released.
+    writeback: HashMap<usize, usize>,
+    /// Those written back: the read's event and the host copy it fills, for their download.
+    swapped: HashMap<usize, (Event, MemData)>,
     uploads: u64,
     bytes: u64,
+    written_back: u64,
 }
 
 impl Streams {
@@ -1037,6 +1094,46 @@ impl Streams {
             self.bytes = self.bytes.saturating_add(desc.bytes);
         }
         env.transfer.flush().map_err(ocl_err)
+    }
+
+    /// Writes storage `id` back to the host after the launches enqueued so far (on the transfer
+    /// queue, without blocking; its download waits for it) and releases its object: a KV cache
+    /// of a layer that has run, under `kv-tiling`.
+    fn write_back(
+        &mut self,
+        env: &Env<'_>,
+        objects: &mut Objects,
+        f: &FunctionManifest,
+        live: &mut HashMap<usize, Mem>,
+        pinned: &HashSet<usize>,
+        id: usize,
+    ) -> Result<(), OpenClError> {
+        let desc = f.storage.get(id).ok_or_else(|| bad_id(id))?;
+        // A kept object is the session's; a slot's is shared by its tenants.
+        if pinned.contains(&id) || (desc.slot.is_some() && objects.mode == DeviceMemory::Planned) {
+            return Ok(());
+        }
+        let Some(m) = live.remove(&id) else { return Ok(()) };
+        let marker = env.queue.enqueue_marker(None::<&Event>).map_err(ocl_err)?;
+        env.queue.flush().map_err(ocl_err)?;
+        let ty = mem_type(desc);
+        let (ev, data) = if matches!(m, Mem::HalfImage(_)) {
+            // The f16 bits are widened on the host: read once the launches are done.
+            marker.wait_for().map_err(ocl_err)?;
+            (marker, read_mem(&m, desc)?)
+        } else {
+            let mut data = MemData::zeroed(ty).map_err(OpenClError::Manifest)?;
+            let ev = read_async(&m, &mut data, env.transfer, &marker, desc)?;
+            (ev, data)
+        };
+        env.transfer.flush().map_err(ocl_err)?;
+        // Moving the vector keeps its buffer where the read writes it.
+        self.swapped.insert(id, (ev, data));
+        self.written_back = self.written_back.saturating_add(desc.bytes);
+        // Released, not pooled: a later launch must not write it while the read is pending
+        // (OpenCL keeps it until the read completes).
+        objects.release(desc, m);
+        Ok(())
     }
 
     /// The prefetched contents of lazy upload `id`, waiting for the thread where they have not
@@ -1120,6 +1217,49 @@ fn write_async(
                 i.write(bits).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
             }
             _ => return Err(bad()),
+        }
+    }
+    .map_err(ocl_err)?;
+    Ok(ev)
+}
+
+/// Enqueues the read of `m` into `data` on `queue` after `after`, without blocking; its event.
+fn read_async(
+    m: &Mem,
+    data: &mut MemData,
+    queue: &Queue,
+    after: &Event,
+    desc: &StorageDesc,
+) -> Result<Event, OpenClError> {
+    let mut ev = Event::empty();
+    if data.is_empty() {
+        return queue.enqueue_marker(Some(after)).map_err(ocl_err);
+    }
+    // SAFETY: a non-blocking read writes the host slice after this returns. Every slice is a
+    // buffer of `Streams::swapped` (its vector moves, its buffer does not), which is dropped
+    // only after the run has waited for the read (its download) or finished the transfer
+    // queue (`Drain`, on every exit). The slice has the storage's length and element type.
+    #[allow(unsafe_code)]
+    unsafe {
+        match (m, data) {
+            (Mem::F32(b), MemData::F32(v)) => {
+                b.read(v.as_mut_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::I32(b), MemData::I32(v)) => {
+                b.read(v.as_mut_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::I8(b), MemData::I8(v)) => {
+                b.read(v.as_mut_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            (Mem::Image(i), MemData::F32(v)) => {
+                i.read(v.as_mut_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
+            }
+            _ => {
+                return Err(OpenClError::Manifest(format!(
+                    "storage {}: element type mismatch",
+                    desc.name
+                )))
+            }
         }
     }
     .map_err(ocl_err)?;
