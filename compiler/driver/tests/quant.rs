@@ -290,6 +290,18 @@ fn generated_decoders_with_packed_weights_run_on_every_target() {
     assert!(o.stderr.contains("`--quant` must be one of int8, int4, found `int2`"), "{}", o.stderr);
 }
 
+/// `x [rows, 64] · Wᵀ` with `W [256, 64]` packed (`scheme`, groups of 32, `row_bytes` a row).
+fn packed_product(scheme: &str, row_bytes: u64, rows: u64) -> String {
+    format!(
+        "func.func @f(%x: tensor<{rows}x64xf32>, %w.q: tensor<256x{row_bytes}xi8>, %w.scales: tensor<256x2xf32>) -> tensor<{rows}x256xf32> {{
+  %w = tensor.dequantize %w.q, %w.scales {{group = 32, scheme = \"{scheme}\"}} : (tensor<256x{row_bytes}xi8>, tensor<256x2xf32>) -> tensor<256x64xf32>
+  %y = tensor.matmul %x, %w {{transpose_b = true}} : (tensor<{rows}x64xf32>, tensor<256x64xf32>) -> tensor<{rows}x256xf32>
+  func.return %y : tensor<{rows}x256xf32>
+}}
+"
+    )
+}
+
 /// A product with a packed weight runs as a contraction kernel that decodes the weight while it
 /// stages it: the skinny kernel for a decode-sized product, the tiled one otherwise, with the
 /// nibbles taken by shifts and masks (no division helper), and the reference executor's
@@ -302,14 +314,7 @@ fn packed_products_are_staged_by_the_contraction_kernels() {
     let dir = scratch("quant-kernels");
     for (scheme, row_bytes) in [("int8", 64), ("int4", 32)] {
         for rows in [4u64, 96] {
-            let text = format!(
-                "func.func @f(%x: tensor<{rows}x64xf32>, %w.q: tensor<256x{row_bytes}xi8>, %w.scales: tensor<256x2xf32>) -> tensor<{rows}x256xf32> {{
-  %w = tensor.dequantize %w.q, %w.scales {{group = 32, scheme = \"{scheme}\"}} : (tensor<256x{row_bytes}xi8>, tensor<256x2xf32>) -> tensor<256x64xf32>
-  %y = tensor.matmul %x, %w {{transpose_b = true}} : (tensor<{rows}x64xf32>, tensor<256x64xf32>) -> tensor<{rows}x256xf32>
-  func.return %y : tensor<{rows}x256xf32>
-}}
-"
-            );
+            let text = packed_product(scheme, row_bytes, rows);
             let name = format!("{scheme}_{rows}");
             let path = common::write(&dir, &format!("{name}.fbir"), text.as_bytes());
             let dump = dir.join(&name);
@@ -348,14 +353,7 @@ fn packed_products_are_packed_contractions_on_the_cpu_jits_bit_for_bit() {
     }
     for (scheme, row_bytes) in [("int8", 64), ("int4", 32)] {
         for rows in [8u64, 96] {
-            let text = format!(
-                "func.func @f(%x: tensor<{rows}x64xf32>, %w.q: tensor<256x{row_bytes}xi8>, %w.scales: tensor<256x2xf32>) -> tensor<{rows}x256xf32> {{
-  %w = tensor.dequantize %w.q, %w.scales {{group = 32, scheme = \"{scheme}\"}} : (tensor<256x{row_bytes}xi8>, tensor<256x2xf32>) -> tensor<256x64xf32>
-  %y = tensor.matmul %x, %w {{transpose_b = true}} : (tensor<{rows}x64xf32>, tensor<256x64xf32>) -> tensor<{rows}x256xf32>
-  func.return %y : tensor<{rows}x256xf32>
-}}
-"
-            );
+            let text = packed_product(scheme, row_bytes, rows);
             let name = format!("{scheme}_{rows}");
             let path = common::write(&dir, &format!("{name}.fbir"), text.as_bytes());
             let lowered = dir.join(format!("{name}.mem.fbir"));
