@@ -418,6 +418,7 @@ fn cpu(driver: &crate::Driver, a: &BenchArgs) -> Result<(), crate::Failure> {
         func,
         crate::run_cmd::io::Sources {
             inputs: a.inputs.as_slice(),
+            weights: a.weights.as_deref(),
             seed: Some(a.seed),
             ..Default::default()
         },
@@ -519,6 +520,7 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
         let fname = c.entry_name();
         let inputs = c.inputs(crate::run_cmd::io::Sources {
             inputs: a.inputs.as_slice(),
+            weights: a.weights.as_deref(),
             seed: Some(a.seed),
             ..Default::default()
         })?;

@@ -225,6 +225,29 @@ fn a_weight_of_the_wrong_shape_is_an_error_naming_it() {
         "{}",
         o.stderr
     );
+    // `fbc bench --weights` reads the file as `fbc run` does.
+    let o = fbc(&["bench", &fbir, "--target", "cpu-jit", "--weights", fbw.to_str().unwrap()]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("expected tensor<64x256xf32>, found f32 [64, 255]"), "{}", o.stderr);
+    let ws = safetensors_file(
+        &dir,
+        "good.safetensors",
+        &[("wg", Dtype::F32, vec![64, 256], pseudo(64 * 256, 3, 0.1))],
+    );
+    let good = dir.join("good.fbw");
+    assert_eq!(fbc(&["pack", &ws, "-o", good.to_str().unwrap(), "--quant", "int8"]).code, 0);
+    let o = fbc(&[
+        "bench",
+        &fbir,
+        "--target",
+        "cpu-jit",
+        "--weights",
+        good.to_str().unwrap(),
+        "--repeat",
+        "1",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("strategy fblayout (-O3)"), "{}", o.stdout);
 }
 
 fn opencl_device() -> bool {

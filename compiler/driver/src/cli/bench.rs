@@ -56,6 +56,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "IN.safetensors")]
     pub inputs: Option<PathBuf>,
 
+    /// A `.fbw` weight file (`fbc pack`) giving the arguments it names, as `fbc run --weights`
+    /// does (packed INT8/INT4 weights as stored); `--inputs` wins where both give one, and the
+    /// rest are random (`--seed`).
+    #[arg(long, value_name = "W.fbw")]
+    pub weights: Option<PathBuf>,
+
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,
