@@ -274,7 +274,7 @@ fn decode_at_the_first_and_the_last_cache_position() {
     std::fs::write(&module, common::inference_module("llama3.2-1b", 4, 48, 12)).expect("write");
     let m = module.to_str().expect("path");
     let mut targets = vec!["cpu-jit"];
-    if cfg!(feature = "opencl") && opencl_device() {
+    if cfg!(feature = "opencl") && common::opencl_device() {
         targets.push("opencl");
     }
     for pos in [0, 11] {
@@ -298,14 +298,6 @@ fn decode_at_the_first_and_the_last_cache_position() {
             assert!(o.stdout.contains("check passed"), "pos {pos} on {target}: {}", o.stdout);
         }
     }
-}
-
-/// Whether an OpenCL device is there (`common::have_device`, which fails under CI without one).
-fn opencl_device() -> bool {
-    #[cfg(feature = "opencl")]
-    return common::have_device();
-    #[cfg(not(feature = "opencl"))]
-    return false;
 }
 
 /// The reference executor's scratch for an attention launch (`P·M` scores, twice) is checked

@@ -2,25 +2,8 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use common::{fbc, scratch};
-use safetensors::tensor::TensorView;
+use common::{fbc, logits, opencl_device, pseudo, safetensors_file, scratch};
 use safetensors::Dtype;
-
-/// A safetensors file of `tensors` (name, dtype, shape, raw bytes) at `dir/name`.
-fn safetensors_file(
-    dir: &std::path::Path,
-    name: &str,
-    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
-) -> String {
-    let views: HashMap<String, TensorView<'_>> = tensors
-        .iter()
-        .map(|(n, d, s, b)| ((*n).to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    let bytes = safetensors::serialize(&views, None).unwrap();
-    common::write(dir, name, &bytes)
-}
 
 fn f32_bytes(n: usize) -> Vec<u8> {
     (0..n).flat_map(|k| ((k % 17) as f32 * 0.25 - 2.0).to_le_bytes()).collect()
@@ -138,24 +121,6 @@ const MLP: &str = r#"func.func @mlp(%x: tensor<1x8x64xf32>, %norm: tensor<64xf32
 }
 "#;
 
-/// Deterministic values in [-scale, scale].
-fn pseudo(n: usize, seed: u64, scale: f32) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .flat_map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (((s >> 33) as f32 / (1u64 << 31) as f32 * 2.0 - 1.0) * scale).to_le_bytes()
-        })
-        .collect()
-}
-
-fn logits(path: &std::path::Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let v = st.tensor("result0").unwrap();
-    v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-}
-
 #[test]
 fn a_model_runs_on_packed_weights_and_int8_logits_stay_within_1e_2() {
     let dir = scratch("pack-run");
@@ -248,13 +213,6 @@ fn a_weight_of_the_wrong_shape_is_an_error_naming_it() {
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("strategy fblayout (-O3)"), "{}", o.stdout);
-}
-
-fn opencl_device() -> bool {
-    #[cfg(feature = "opencl")]
-    return common::have_device();
-    #[cfg(not(feature = "opencl"))]
-    return false;
 }
 
 /// `fbc pack --for MODEL --target mali` stores each weight the model uploads as an R-Tile image

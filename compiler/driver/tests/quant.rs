@@ -8,42 +8,8 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use common::{fbc, scratch};
-use safetensors::tensor::TensorView;
+use common::{fbc, logits, opencl_device, pseudo, safetensors_file, scratch};
 use safetensors::Dtype;
-
-fn safetensors_file(
-    dir: &std::path::Path,
-    name: &str,
-    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
-) -> String {
-    let views: HashMap<String, TensorView<'_>> = tensors
-        .iter()
-        .map(|(n, d, s, b)| ((*n).to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    let bytes = safetensors::serialize(&views, None).unwrap();
-    common::write(dir, name, &bytes)
-}
-
-/// Deterministic values in [-scale, scale].
-fn pseudo(n: usize, seed: u64, scale: f32) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .flat_map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (((s >> 33) as f32 / (1u64 << 31) as f32 * 2.0 - 1.0) * scale).to_le_bytes()
-        })
-        .collect()
-}
-
-fn logits(path: &std::path::Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let v = st.tensor("result0").unwrap();
-    v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-}
 
 /// The gated MLP of `pack.rs` (hidden 64, FFN 256, 96 logits) with the weights as arguments,
 /// transposed (`[out, in]`, PyTorch's `nn.Linear`) where `transposed`.
@@ -87,14 +53,6 @@ fn packed_weight(scheme: &str, group: u64) -> impl Fn(&str, u64, u64) -> (String
             ),
         )
     }
-}
-
-/// Whether an OpenCL device is there (`common::have_device`, which fails under CI without one).
-fn opencl_device() -> bool {
-    #[cfg(feature = "opencl")]
-    return common::have_device();
-    #[cfg(not(feature = "opencl"))]
-    return false;
 }
 
 #[test]

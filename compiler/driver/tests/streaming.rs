@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{fbc, scratch};
+use common::{fbc, opencl_device, scratch};
 
 /// `layers` layers `h = tanh(h · W_i)`, `x: [rows, width]`, each `W_i: [width, width]`.
 fn deep_mlp(layers: usize, rows: u64, width: u64) -> String {
@@ -38,16 +38,9 @@ fn figure(report: &str, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("a number before `{what}` in {line}"))
 }
 
-fn have_device() -> bool {
-    #[cfg(feature = "opencl")]
-    return common::have_device();
-    #[cfg(not(feature = "opencl"))]
-    return false;
-}
-
 #[test]
 fn a_quarter_of_the_weights_is_enough_and_never_exceeded() {
-    if !have_device() {
+    if !opencl_device() {
         return;
     }
     let dir = scratch("streaming-quarter");
@@ -122,7 +115,7 @@ fn a_budget_below_what_one_launch_needs_is_an_error_that_names_the_minimum() {
         out.stderr
     );
     // The minimum is enough, on the device too.
-    if have_device() {
+    if opencl_device() {
         let out = run("106496");
         assert_eq!(out.code, 0, "{}", out.stderr);
         assert!(figure(&out.stderr, "bytes; streamed") <= 106_496, "{}", out.stderr);
@@ -132,7 +125,7 @@ fn a_budget_below_what_one_launch_needs_is_an_error_that_names_the_minimum() {
 
 #[test]
 fn the_runtime_refuses_to_go_past_the_budget_of_an_unplanned_module() {
-    if !have_device() {
+    if !opencl_device() {
         return;
     }
     let dir = scratch("streaming-unplanned");
@@ -211,7 +204,7 @@ fn chain_weights(dir: &std::path::Path, layers: usize, width: usize) -> String {
 
 #[test]
 fn streamed_weights_are_read_from_their_file_during_the_run() {
-    if !have_device() {
+    if !opencl_device() {
         return;
     }
     let dir = scratch("streaming-lazy");
@@ -323,7 +316,7 @@ fn kv_tiling_keeps_the_caches_of_other_layers_off_the_device() {
     assert_eq!(code, 1, "{log}");
     assert!(log.contains("error: plan-weight-streaming: a budget of 140000000 bytes"), "{log}");
     let min = log_min(&log);
-    if !have_device() {
+    if !opencl_device() {
         return;
     }
     let (code, whole, log) = run("whole.st", &[]);

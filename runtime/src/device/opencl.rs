@@ -705,10 +705,7 @@ impl Objects {
             return Ok(m);
         }
         if self.mode == DeviceMemory::LivePeak {
-            while self.held.saturating_add(desc.bytes) > self.pool.cap {
-                let Some(bytes) = self.pool.release_largest() else { break };
-                self.held = self.held.saturating_sub(bytes);
-            }
+            self.release_pooled_above(self.pool.cap.saturating_sub(desc.bytes));
         }
         self.reserve(desc)?;
         let m = create(queue, desc)?;
@@ -722,13 +719,10 @@ impl Objects {
     /// first, while it would go past; an error when it still would.
     fn reserve(&mut self, desc: &StorageDesc) -> Result<(), OpenClError> {
         let Some(budget) = self.budget else { return Ok(()) };
-        let over = |o: &Objects| o.held.saturating_add(o.kept).saturating_add(desc.bytes) > budget;
-        while over(self) {
-            let Some(bytes) = self.pool.release_largest() else { break };
-            self.held = self.held.saturating_sub(bytes);
-        }
+        let room = budget.saturating_sub(self.kept).saturating_sub(desc.bytes);
+        self.release_pooled_above(room);
         // A slot's object, held between its tenants, is not in the pool: it stays counted.
-        if over(self) {
+        if self.held.saturating_add(self.kept).saturating_add(desc.bytes) > budget {
             return Err(OpenClError::Budget(format!(
                 "the device memory budget of {budget} bytes is exceeded: storage {} needs {} bytes while {} are held",
                 desc.name,
@@ -737,6 +731,15 @@ impl Objects {
             )));
         }
         Ok(())
+    }
+
+    /// Releases pooled objects, largest first, while the objects hold more than `limit` bytes
+    /// (or the pool is empty).
+    fn release_pooled_above(&mut self, limit: u64) {
+        while self.held > limit {
+            let Some(bytes) = self.pool.release_largest() else { break };
+            self.held = self.held.saturating_sub(bytes);
+        }
     }
 
     /// Releases the storage object of `desc` (not pooled): the device may still be reading it.

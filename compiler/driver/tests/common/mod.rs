@@ -272,3 +272,46 @@ pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     let err = got.iter().zip(want).fold(0f64, |m, (&g, &w)| m.max(f64::from(g - w).abs()));
     err / scale
 }
+
+/// Whether an OpenCL device is there, in an fbc built with the `opencl` feature ([`have_device`]:
+/// under `CI=true` a missing device fails); `false` without the feature.
+pub fn opencl_device() -> bool {
+    #[cfg(feature = "opencl")]
+    return have_device();
+    #[cfg(not(feature = "opencl"))]
+    return false;
+}
+
+/// A safetensors file of `tensors` (name, dtype, shape, raw bytes) at `dir/name`.
+pub fn safetensors_file(
+    dir: &Path,
+    name: &str,
+    tensors: &[(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)],
+) -> String {
+    use safetensors::tensor::TensorView;
+    let views: std::collections::HashMap<String, TensorView<'_>> = tensors
+        .iter()
+        .map(|(n, d, s, b)| ((*n).to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    let bytes = safetensors::serialize(&views, None).unwrap();
+    write(dir, name, &bytes)
+}
+
+/// `n` deterministic f32 values in [-scale, scale], as little-endian bytes.
+pub fn pseudo(n: usize, seed: u64, scale: f32) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .flat_map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (((s >> 33) as f32 / (1u64 << 31) as f32 * 2.0 - 1.0) * scale).to_le_bytes()
+        })
+        .collect()
+}
+
+/// The f32 values of `result0` in the outputs file `path`.
+pub fn logits(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let v = st.tensor("result0").unwrap();
+    v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
