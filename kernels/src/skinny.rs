@@ -46,8 +46,11 @@ pub struct Skinny<'a> {
     pub wide_at: &'a str,
     /// The wide operand as a `float4` texel: four consecutive `kk` ([`Lanes::K`], `kk` a
     /// multiple of 4) or four consecutive wide indices ([`Lanes::Wide`], `wide` a multiple of 4),
-    /// which the extent along them is a multiple of.
+    /// which the extent along them is a multiple of; with [`Lanes::Wide`], `texel_values`
+    /// consecutive wide indices as a `float8` or `float16` (a packed weight's decode).
     pub wide_texel: Option<&'a str>,
+    /// Values of [`Skinny::wide_texel`]: 4, or 8 or 16 with [`Lanes::Wide`].
+    pub texel_values: u64,
     /// The narrow operand at `(narrow, kk)` as a `float`.
     pub narrow_at: &'a str,
     /// The narrow operand is contiguous along the reduction (else along the narrow index):
@@ -74,10 +77,10 @@ pub struct Skinny<'a> {
 }
 
 impl Skinny<'_> {
-    /// Values per read of the wide operand: 4 for a texel, else 1.
+    /// Values per read of the wide operand: [`Skinny::texel_values`] for a texel, else 1.
     pub fn v(&self) -> u64 {
         if self.wide_texel.is_some() {
-            4
+            self.texel_values
         } else {
             1
         }
@@ -149,12 +152,11 @@ impl Skinny<'_> {
     pub fn group_for(
         lanes: Lanes,
         j: u64,
-        texel: bool,
+        v: u64,
         wide: [u64; 2],
         max_group: u64,
         local_limit: u64,
     ) -> [u64; 2] {
-        let v = if texel { 4 } else { 1 };
         let too_big =
             |g: [u64; 2]| g[0] * g[1] > max_group || local_bytes(lanes, g, j, v) > local_limit;
         let mut group = match lanes {
@@ -234,14 +236,16 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             SKINNY_W
         }
         (Lanes::Wide, Some(t)) => {
-            let sum: Vec<String> = channels
-                .iter()
-                .enumerate()
-                .map(|(c, ch)| format!("part[{c}][j] += tv.{ch} * nv;"))
+            // A float4's channels by name, a float8's or float16's by number.
+            let sum: Vec<String> = (0..v as usize)
+                .map(|c| {
+                    let ch = if v == 4 { channels[c].to_string() } else { format!("s{c:x}") };
+                    format!("part[{c}][j] += tv.{ch} * nv;")
+                })
                 .collect();
             let _ = writeln!(
                 acc,
-                "      const {ix} {wide} = wl;\n      const float4 tv = {t};\n      for (int j = 0; j < {j}; ++j) {{\n        const {ix} {narrow} = j;\n        const float nv = {};\n        {}\n      }}",
+                "      const {ix} {wide} = wl;\n      const float{v} tv = {t};\n      for (int j = 0; j < {j}; ++j) {{\n        const {ix} {narrow} = j;\n        const float nv = {};\n        {}\n      }}",
                 s.narrow_at,
                 sum.join(" ")
             );
@@ -288,7 +292,11 @@ pub fn skinny(s: &Skinny<'_>) -> String {
     } else {
         (format!("q / {j}"), format!("q % {j}"), s.narrow)
     };
-    let notes = if v == 4 { "; the wide operand read four values at a time" } else { "" };
+    let notes = match v {
+        1 => String::new(),
+        4 => "; the wide operand read four values at a time".to_string(),
+        v => format!("; the wide operand read {v} values at a time"),
+    };
     let finish = finish(s);
     let num = |x: u64| x.to_string();
     fill(
@@ -311,7 +319,7 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             ("v", &num(v)),
             ("bw", &num(s.block())),
             ("outs", &num(rb * j)),
-            ("notes", notes),
+            ("notes", &notes),
             ("trips", &num(trips)),
             ("step", &num(step)),
             ("tail", &tail),
@@ -456,7 +464,8 @@ mod tests {
             texel_store: false,
             split: None,
             lanes,
-            group: Skinny::group_for(lanes, j, texel, [32, 8], 256, 48 * 1024),
+            texel_values: 4,
+            group: Skinny::group_for(lanes, j, if texel { 4 } else { 1 }, [32, 8], 256, 48 * 1024),
             index: "int",
         }
     }
@@ -521,14 +530,14 @@ mod tests {
         assert!(src.contains("const int col = w0 + q, row = j;"), "{src}");
         // Sixteen outputs a side and texels: the local sums (16 × 8 × 128 floats) do not fit
         // 48 KiB, so the group has fewer rows of lanes.
-        let wide16 = Skinny::group_for(Lanes::Wide, 16, true, [32, 8], 256, 48 * 1024);
+        let wide16 = Skinny::group_for(Lanes::Wide, 16, 4, [32, 8], 256, 48 * 1024);
         assert_eq!(wide16, [32, 4]);
         // A device of 64 work-items a group.
-        assert_eq!(Skinny::group_for(Lanes::K, 8, false, [32, 8], 64, 48 * 1024), [32, 2]);
+        assert_eq!(Skinny::group_for(Lanes::K, 8, 1, [32, 8], 64, 48 * 1024), [32, 2]);
         // A matrix-vector product with 32 rows of lanes (a group of 1024 work-items, 16 KiB
         // of partial sums); on a device of 256 work-items a group, 8 rows; 8 lanes of 128 rows.
-        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, [32, 32], 1024, 48 * 1024), [32, 32]);
-        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, [32, 32], 256, 48 * 1024), [32, 8]);
-        assert_eq!(Skinny::group_for(Lanes::Wide, 1, true, [8, 128], 1024, 48 * 1024), [8, 128]);
+        assert_eq!(Skinny::group_for(Lanes::Wide, 1, 4, [32, 32], 1024, 48 * 1024), [32, 32]);
+        assert_eq!(Skinny::group_for(Lanes::Wide, 1, 4, [32, 32], 256, 48 * 1024), [32, 8]);
+        assert_eq!(Skinny::group_for(Lanes::Wide, 1, 4, [8, 128], 1024, 48 * 1024), [8, 128]);
     }
 }

@@ -312,9 +312,15 @@ print(total // 4)
 PY
 )
   echo "budget $Q bytes (a quarter of the f32 weights)" >> $S
-  for m in "" "--memory-budget $Q"; do
-    echo "=== prefill $m" >> $S
-    timeout 250 $B bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 $m >> $S 2>&1; echo "rc=$?" >> $S
+  echo "=== prefill (no budget)" >> $S
+  timeout 250 $B bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 >> $S 2>&1; echo "rc=$?" >> $S
+  # The quarter, then STREAM_BUDGETS (default: the plan's minimum for this graph, measured in
+  # session 10, and 2 GiB), by $B and, where set, $OLD in turn.
+  for q in $Q ${STREAM_BUDGETS:-1351090176 2147483648}; do
+    for b in $B $OLD; do
+      echo "=== prefill --memory-budget $q $b" >> $S
+      timeout 250 $b bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 --memory-budget $q >> $S 2>&1; echo "rc=$?" >> $S
+    done
   done
 fi
 # Packed weights (part quant, issue 15): the 16-layer Llama 3.2-1B decode step (f32 cache of
@@ -322,14 +328,26 @@ fi
 # weights, at position 2047, side by side; the packed products are tiled and skinny
 # contractions that decode the bytes as they stage them. The goal: decode time drops with the
 # weight bytes where decode is bandwidth-bound. Results: $O/quant.txt.
+# QUANTS picks the schemes (default all three). With OLD set, each is benchmarked by $B and $OLD
+# in turn. The packed kernels are checked on the
+# device against the interpreter first (a one-layer model, small vocabulary; into $C).
 if want quant; then
   Q=$O/quant.txt
   python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
-  for q in f32 int8 int4; do
+  for q in ${QUANTS:-f32 int8 int4}; do
     qa=""; [ $q != f32 ] && qa="--quant $q --group 64"
     $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 $qa -o $T/llama_$q.fbir
-    echo "=== decode $q" >> $Q
-    timeout 240 $B bench $T/llama_$q.fbir --entry decode --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $Q 2>&1; echo "rc=$?" >> $Q
+    if [ $q != f32 ]; then
+      $B gen llama3.2-1b --inference --layers 1 --seq 16 --max-seq 64 --vocab 512 $qa -o $T/q1_$q.fbir
+      for e in prefill decode; do
+        echo "== quant $q $e" >> $C
+        timeout 200 $B run $T/q1_$q.fbir --entry $e --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+      done
+    fi
+    for b in $B $OLD; do
+      echo "=== decode $q $b" >> $Q
+      timeout 240 $b bench $T/llama_$q.fbir --entry decode --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $Q 2>&1; echo "rc=$?" >> $Q
+    done
   done
 fi
 # PyTorch's decode step with a static cache (issue 14's reference), at POSITIONS.

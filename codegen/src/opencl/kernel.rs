@@ -257,6 +257,7 @@ pub fn emit(
         fault_id,
         w,
         coords: RefCell::new(Vec::new()),
+        reads_as: RefCell::new(Vec::new()),
     };
     if k.attention.is_some() {
         let (mut e, then) = cx.attention(comment, opts)?;
@@ -557,6 +558,10 @@ struct Sides<'a> {
     b_at: &'a str,
     a_tex: &'a Option<(String, fbc_kernels::Along)>,
     b_tex: &'a Option<(String, fbc_kernels::Along)>,
+    /// An expression side's values at 4, 8 or 16 consecutive indices of its own rows
+    /// (columns) from a multiple of that, as a `float4`, `float8` or `float16`, with their
+    /// count (see [`Cx::expr_texel`]).
+    expr_tex: [Option<(String, u64)>; 2],
     /// The domain indices as C expressions over `row` (`a`) or `col` (`b`) and `kk`.
     a_dims: &'a [String],
     b_dims: &'a [String],
@@ -697,6 +702,10 @@ struct Cx<'a> {
     /// The last text of each operand coordinate (`4·operand + result`), with the domain
     /// dimension texts it was made for: a payload reads an operand at the same point many times.
     coords: RefCell<Vec<Option<Coord>>>,
+    /// Buffer reads written as given text instead of at their map, by operand (a packed
+    /// weight's byte taken from a vector read once for four wide indices: see
+    /// [`Cx::expr_texel`]); empty outside such an expression.
+    reads_as: RefCell<Vec<Option<String>>>,
 }
 
 /// A coordinate's text and the domain dimension texts it was written for.
@@ -900,6 +909,9 @@ impl Cx<'_> {
         }
         if i == self.out() && self.is_image(i) {
             return Err(format!("x{i}: the output image is write-only"));
+        }
+        if let Some(Some(text)) = self.reads_as.borrow().get(i) {
+            return Ok(self.typed(i, text.clone()));
         }
         if self.is_image(i) && self.map_checked(i) {
             let (x, y, c) =
@@ -1325,6 +1337,120 @@ impl Cx<'_> {
             }
         }
         (!s.rows.is_empty() && !s.cols.is_empty()).then_some(s)
+    }
+
+    /// An expression side's values at `n` (4, 8 or 16) consecutive indices `o .. o + n - 1`
+    /// of its own rows or columns `wide` (flattened in domain order, `o` a multiple of `n`:
+    /// `dims` are the domain indices there), as a `floatN`, where every operand it reads is a
+    /// buffer whose offset is linear in the domain indices and over those indices either stays
+    /// put (a packed weight's scale: read once), steps by one (INT8 bytes: one `charN` read) or
+    /// by one every second index (INT4 bytes, two values a byte: one `char(N/2)` read), the
+    /// vector aligned for every value of the indices. `None` otherwise, or for a plain side or
+    /// under a select.
+    fn expr_texel(
+        &self,
+        side: &Side<'_>,
+        dims: &[String],
+        wide: &[usize],
+        selected: bool,
+        n: u64,
+    ) -> Result<Option<(String, u64)>, String> {
+        let domain = &self.k.domain;
+        if side.plain() || selected || self.checked {
+            return Ok(None);
+        }
+        // The indices from `o` move the innermost wide dimension of extent > 1 by 0..n - 1 (an
+        // extent that n divides), or it by `c % 2` and the one before by `c / 2` (an extent of 2
+        // inside one that n / 2 divides: an INT4 weight's nibble inside its byte).
+        let by = |f: fn(i64) -> i64| (0..n as i64).map(f).collect::<Vec<i64>>();
+        let mut inner = wide.iter().copied().filter(|&d| domain[d] > 1).rev();
+        let run: Vec<(usize, Vec<i64>)> = match (inner.next(), inner.next()) {
+            (Some(d), _) if domain[d] % n == 0 => vec![(d, by(|c| c))],
+            (Some(d), Some(e)) if domain[d] == 2 && domain[e] % (n / 2) == 0 => {
+                vec![(d, by(|c| c % 2)), (e, by(|c| c / 2))]
+            }
+            _ => return Ok(None),
+        };
+        // The step of a dimension's values at `o`: n (or n / 2) for the run's outer dimension,
+        // any for the rest (the inner one of a pair is 0 there).
+        let base_step = |d: usize| -> i64 {
+            match run.as_slice() {
+                [(r, _)] if *r == d => n as i64,
+                [(inner, _), _] if *inner == d => 0,
+                [_, (outer, _)] if *outer == d => n as i64 / 2,
+                _ => 1,
+            }
+        };
+        let mut reads: Vec<Option<String>> = vec![None; self.types.len()];
+        let mut vectors = Vec::new();
+        for &i in &side.operands {
+            let m = &self.k.maps[i];
+            if self.is_image(i)
+                || self.map_checked(i)
+                || !m.symbols.is_empty()
+                || m.results.len() != 1
+            {
+                return Ok(None);
+            }
+            let e = &m.results[0];
+            let coef = |d: usize| m.dims.get(d).and_then(|v| e.linear_coefficient(v));
+            let Some(coefs) = (0..m.dims.len()).map(coef).collect::<Option<Vec<i64>>>() else {
+                return Ok(None);
+            };
+            let delta: Vec<i64> = (0..n as usize)
+                .map(|c| run.iter().map(|(d, by)| coefs[*d] * by[c]).sum())
+                .collect();
+            let align = if delta.iter().all(|&x| x == 0) {
+                1
+            } else if delta == by(|c| c) {
+                n as i64
+            } else if delta == by(|c| c / 2) {
+                n as i64 / 2
+            } else {
+                return Ok(None);
+            };
+            // The offset at `o` is a multiple of the vector's length for every point.
+            let origin = e.eval(&|_| Some(0));
+            let aligned = origin.is_some_and(|c| c % align == 0)
+                && (0..m.dims.len()).all(|d| (coefs[d] * base_step(d)) % align == 0);
+            if !aligned {
+                return Ok(None);
+            }
+            let off = self.coord(i, 0, dims)?;
+            if align > 1 {
+                vectors.push((i, align, off.clone()));
+            }
+            reads[i] = Some(format!("x{i}[{off}]"));
+        }
+        let mut values = Vec::with_capacity(n as usize);
+        for c in 0..n as usize {
+            let mut dims_c = dims.to_vec();
+            for (d, by) in &run {
+                dims_c[*d] = format!("({} + {})", dims[*d], self.w.lit(by[c]));
+            }
+            let overrides: Vec<Option<String>> = reads
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let r = r.as_ref()?;
+                    Some(match vectors.iter().find(|(j, ..)| *j == i) {
+                        Some((_, len, off)) => {
+                            let comp = if *len == n as i64 { c } else { c / 2 };
+                            format!(
+                                "(*(__global const {}{len}*)(x{i} + ({off}))).s{comp:x}",
+                                self.ctype(i)
+                            )
+                        }
+                        None => r.clone(),
+                    })
+                })
+                .collect();
+            *self.reads_as.borrow_mut() = overrides;
+            let value = self.scalar(side.expr, &Env { dims: &dims_c, acc: "0.0f" });
+            self.reads_as.borrow_mut().clear();
+            values.push(as_f(value?));
+        }
+        Ok(Some((format!("((float{n})({}))", values.join(", ")), n)))
     }
 
     /// The `float4` an image output is written with, from its four channel values: for an `f16`
@@ -2012,6 +2138,21 @@ impl Cx<'_> {
         if m.min(n) <= fbc_target::SKINNY_SIDE && !guard_reads(wide_side) && (!texel || !rows_wide)
         {
             let (a_tex, b_tex) = (a_read(!guard_reads(0))?, b_read(!guard_reads(1))?);
+            // An expression side's values along its own rows (columns), `packed_values` at a
+            // time in a matrix-vector product (the other side's extent `j` of 1), else four;
+            // four where the wider vector does not fit.
+            let expr_tex = |side: &Side<'_>, dims: &[String], wide: &[usize], i, j: u64, ok| {
+                let wanted = if j == 1 { u64::from(opts.skinny.packed_values) } else { 4 };
+                let mut tex = None;
+                for v in [wanted, 4] {
+                    tex = self.expr_texel(side, dims, wide, select_side == Some(i), v)?;
+                    if tex.is_some() {
+                        break;
+                    }
+                }
+                let zero = "0.0f";
+                Ok::<_, String>(tex.map(|(t, v)| (when(ok, t, &format!("(float{v})({zero})")), v)))
+            };
             let sides = Sides {
                 a,
                 b,
@@ -2025,6 +2166,10 @@ impl Cx<'_> {
                 b_at: &b_at,
                 a_tex: &a_tex,
                 b_tex: &b_tex,
+                expr_tex: [
+                    expr_tex(&side_a, &a_dims, &split.rows, 0, n, &a_ok)?,
+                    expr_tex(&side_b, &b_dims, &split.cols, 1, m, &b_ok)?,
+                ],
                 a_dims: &a_dims,
                 b_dims: &b_dims,
             };
@@ -2190,6 +2335,11 @@ impl Cx<'_> {
             None if sides.along_k[wide_i] && (sides.plain[wide_i] || !texel_store) => {
                 (Lanes::K, vload(nd - 1))
             }
+            // An expression (a packed weight's decode) whose values at 4 to 16 consecutive
+            // wide indices come from one vector read (`Cx::expr_texel`).
+            None if sides.expr_tex[wide_i].is_some() => {
+                (Lanes::Wide, sides.expr_tex[wide_i].as_ref().map(|(t, _)| t.clone()))
+            }
             None if sides.along_outer[wide_i] => (Lanes::Wide, last.and_then(|&d| vload(d))),
             // An expression (a packed weight's decode) into an image: lanes along the wide
             // side, each reading its own wide index's values down the reduction. Those reads
@@ -2206,10 +2356,14 @@ impl Cx<'_> {
             return None;
         }
         let texel = texel.as_deref();
+        let texel_values = match (&tex, &sides.expr_tex[wide_i]) {
+            (None, Some((_, v))) if texel.is_some() => *v,
+            _ => 4,
+        };
         let group = fbc_kernels::Skinny::group_for(
             lanes,
             j,
-            texel.is_some(),
+            if texel.is_some() { texel_values } else { 1 },
             [u64::from(opts.skinny.wide_lanes), u64::from(opts.skinny.wide_rows)],
             opts.max_group,
             opts.local_mem_bytes,
@@ -2229,6 +2383,7 @@ impl Cx<'_> {
             batch_decl,
             wide_at: at,
             wide_texel: texel,
+            texel_values,
             narrow_at,
             narrow_k_fastest: sides.along_k[narrow_i],
             store,

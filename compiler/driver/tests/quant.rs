@@ -205,7 +205,14 @@ fn generated_decoders_with_packed_weights_run_on_every_target() {
         )));
         let o = fbc(&[out, "-O3", "--target", "mali", "--emit", "memory"]);
         assert_eq!(o.code, 0, "{}", o.stderr);
-        assert_eq!(o.stdout.matches("source = \"tensor.dequantize+tensor.matmul").count(), 14);
+        // Each product decodes its weight in one launch: whole, or the partial sums of a
+        // split-K (whose sums read no weight).
+        let products = o
+            .stdout
+            .lines()
+            .filter(|l| l.contains("source = \"tensor.dequantize") && !l.contains(" sum]"))
+            .count();
+        assert_eq!(products, 14, "{scheme}");
         for line in o.stdout.lines().filter(|l| l.contains("memory.alloc")) {
             // The smallest weight is 2048 × 512 values: no f32 storage of one.
             let elems: u64 = line
@@ -289,10 +296,16 @@ fn packed_products_are_staged_by_the_contraction_kernels() {
                 dump.to_str().unwrap(),
             ]);
             assert_eq!(o.code, 0, "{name}: {}", o.stderr);
-            let file = std::fs::read_to_string(dump.join("f_matmul_y.cl")).expect("the product");
+            // The product, or its partial sums where split-K cut it.
+            let partial = dump.join("f_matmul_y_partial.cl");
+            let product = if partial.exists() { partial } else { dump.join("f_matmul_y.cl") };
+            let file = std::fs::read_to_string(product).expect("the product");
             // The kernel, after the prelude.
             let src = &file[file.find("__kernel").expect("a kernel")..];
-            let form = if rows == 4 { "// skinny [" } else { "outputs per work-item" };
+            // A decode-sized product is skinny, unless split-K cut its reduction into chunks
+            // too short for the skinny kernel's lanes along the outputs (then it is tiled).
+            let split = dump.join("f_matmul_y_partial.cl").exists();
+            let form = if rows == 4 && !split { "// skinny [" } else { "outputs per work-item" };
             assert!(src.contains(form), "{name}: {src}");
             assert!(src.contains("__global const char* x1"), "{name}: {src}");
             assert!(!src.contains("fbc_imod(") && !src.contains("fbc_idiv("), "{name}: {src}");
@@ -344,79 +357,100 @@ fn packed_products_are_packed_contractions_on_the_cpu_jits_bit_for_bit() {
     }
 }
 
-/// In a generated decoder with INT4 weights compiled for the nvidia profile, every product
+/// In a generated decoder with packed weights compiled for the nvidia profile, every product
 /// with a packed weight is a contraction kernel: skinny in `@decode` (one token: lanes along
-/// the output columns, each reading its own bytes, into an image or a buffer), tiled or
-/// skinny in `@prefill`; and the decode step keeps the reference executor's numbers on PoCL.
+/// the output columns, four columns a lane, their bytes one `char4` read for INT8 and one
+/// `char2` read for INT4), tiled or skinny in `@prefill`; and both keep the reference
+/// executor's numbers on PoCL.
 #[test]
 fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
     let dir = scratch("quant-decoder-kernels");
-    let fbir = dir.join("q.fbir");
-    let fbir = fbir.to_str().unwrap();
-    let o = fbc(&[
-        "gen",
-        "llama3.2-1b",
-        "--inference",
-        "--layers",
-        "1",
-        "--seq",
-        "16",
-        "--max-seq",
-        "64",
-        "--vocab",
-        "512",
-        "--quant",
-        "int4",
-        "-o",
-        fbir,
-    ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let out = dir.join("out");
-    let o = fbc(&[fbir, "-O3", "--target", "nvidia", "-o", out.to_str().unwrap()]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let manifest = std::fs::read_dir(&out)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().ends_with(".manifest.json"))
-        .expect("a manifest");
-    let m: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
-    for f in m["functions"].as_array().unwrap() {
-        let name = f["name"].as_str().unwrap();
-        let products: Vec<&serde_json::Value> = f["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["op"] == "launch")
-            .filter(|s| s["source"].as_str().unwrap_or("").contains("tensor.dequantize"))
-            .collect();
-        // q, k, v, o, gate, up, down.
-        assert_eq!(products.len(), 7, "{name}");
-        for p in products {
-            let (tiled, skinny) = (p["tiled"] == true, p["skinny"] == true);
-            let ok = if name == "decode" { skinny } else { tiled || skinny };
-            assert!(ok, "{name}: {}", p["kernel"]);
-        }
-    }
-    if !opencl_device() {
-        return;
-    }
-    for entry in ["decode", "prefill"] {
+    for (scheme, vector) in [("int4", "char2"), ("int8", "char4")] {
+        let fbir = dir.join(format!("{scheme}.fbir"));
+        let fbir = fbir.to_str().unwrap();
         let o = fbc(&[
-            "run",
+            "gen",
+            "llama3.2-1b",
+            "--inference",
+            "--layers",
+            "1",
+            "--seq",
+            "16",
+            "--max-seq",
+            "64",
+            "--vocab",
+            "512",
+            "--quant",
+            scheme,
+            "-o",
             fbir,
-            "--entry",
-            entry,
-            "--target",
-            "opencl",
-            "--profile",
-            "nvidia",
-            "--random-inputs",
-            "3",
-            "--check",
         ]);
-        assert_eq!(o.code, 0, "{entry}: {}", o.stderr);
-        assert!(o.stdout.contains("check passed"), "{entry}: {}", o.stdout);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let out = dir.join(format!("{scheme}.out"));
+        let o = fbc(&[fbir, "-O3", "--target", "nvidia", "-o", out.to_str().unwrap()]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let file = |suffix: &str| {
+            std::fs::read_dir(&out)
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with(suffix))
+                .unwrap_or_else(|| panic!("a {suffix}"))
+        };
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(file(".manifest.json")).unwrap())
+                .unwrap();
+        let cl = std::fs::read_to_string(file(".cl")).unwrap();
+        for f in m["functions"].as_array().unwrap() {
+            let name = f["name"].as_str().unwrap();
+            let products: Vec<&serde_json::Value> = f["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["op"] == "launch")
+                .filter(|s| s["source"].as_str().unwrap_or("").contains("tensor.dequantize"))
+                // Not the sums of a split-K's partial products (they read no weight).
+                .filter(|s| !s["source"].as_str().unwrap_or("").contains(" sum]"))
+                .collect();
+            // q, k, v, o, gate, up, down.
+            assert_eq!(products.len(), 7, "{scheme} {name}");
+            for p in products {
+                let (tiled, skinny) = (p["tiled"] == true, p["skinny"] == true);
+                let ok = if name == "decode" { skinny } else { tiled || skinny };
+                assert!(ok, "{scheme} {name}: {}", p["kernel"]);
+                if name != "decode" {
+                    continue;
+                }
+                // The decode step's kernel reads four columns' bytes at once.
+                let kernel = p["kernel"].as_str().unwrap();
+                let at = cl.find(&format!("void {kernel}(")).expect("the kernel");
+                let body = &cl[at..at + cl[at..].find("\n}\n").unwrap()];
+                assert!(body.contains("four values at a time"), "{scheme} {kernel}: {body}");
+                assert!(
+                    body.contains(&format!("(*(__global const {vector}*)(x")),
+                    "{scheme} {kernel}: {body}"
+                );
+            }
+        }
+        if !opencl_device() {
+            continue;
+        }
+        for entry in ["decode", "prefill"] {
+            let o = fbc(&[
+                "run",
+                fbir,
+                "--entry",
+                entry,
+                "--target",
+                "opencl",
+                "--profile",
+                "nvidia",
+                "--random-inputs",
+                "3",
+                "--check",
+            ]);
+            assert_eq!(o.code, 0, "{scheme} {entry}: {}", o.stderr);
+            assert!(o.stdout.contains("check passed"), "{scheme} {entry}: {}", o.stdout);
+        }
     }
 }

@@ -285,6 +285,30 @@ impl Expr {
         self.eval(&|name| env.get(name).copied())
     }
 
+    /// The coefficient of variable `v` where the expression is linear: built of constants,
+    /// variables, `+`, `-`, negation and products with a constant (`2 * (d0 + 3 * d1)` has
+    /// coefficient 6 for `d1`); `None` for any other operator or on overflow.
+    pub fn linear_coefficient(&self, v: &str) -> Option<i64> {
+        Some(match self {
+            Expr::Var(x) => i64::from(x == v),
+            Expr::Const(_) => 0,
+            Expr::Neg(a) => a.linear_coefficient(v)?.checked_neg()?,
+            Expr::Bin(BinOp::Add, a, b) => {
+                a.linear_coefficient(v)?.checked_add(b.linear_coefficient(v)?)?
+            }
+            Expr::Bin(BinOp::Sub, a, b) => {
+                a.linear_coefficient(v)?.checked_sub(b.linear_coefficient(v)?)?
+            }
+            Expr::Bin(BinOp::Mul, a, b) => match (&**a, &**b) {
+                (Expr::Const(c), x) | (x, Expr::Const(c)) => {
+                    c.checked_mul(x.linear_coefficient(v)?)?
+                }
+                _ => return None,
+            },
+            Expr::Bin(..) => return None,
+        })
+    }
+
     /// The set of variable names, sorted.
     pub fn vars(&self) -> BTreeSet<String> {
         let mut out = BTreeSet::new();

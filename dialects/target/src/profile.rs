@@ -137,6 +137,11 @@ pub struct SkinnyParams {
     /// promise: on for devices it was checked on. Optional: false.
     #[serde(default)]
     pub one_launch_split: bool,
+    /// Values of a packed (INT8/INT4) weight each lane of a matrix-vector product decodes per
+    /// trip, along the wide side: 4, 8 or 16 (one vector read of 4 to 16 bytes). Split-K counts
+    /// its work-groups with it. Optional: 4.
+    #[serde(default = "four")]
+    pub packed_values: u32,
 }
 
 fn eight() -> u32 {
@@ -163,6 +168,7 @@ impl Default for SkinnyParams {
             groups_per_cu: two(),
             matvec_min_k: wide_min_k(),
             one_launch_split: false,
+            packed_values: four(),
         }
     }
 }

@@ -27,6 +27,7 @@ impl HardwareProfile {
     ///   to 64; `local_vector` is 1 or 4;
     /// - `skinny`: `wide_lanes` is a power of two from 4 to 32, `wide_rows` a power of two with
     ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu` and `matvec_min_k` are positive;
+    ///   `packed_values` is 4, 8 or 16;
     /// - `streaming`: `transfer_gbps` (when present) is finite and positive; `compute_bound`,
     ///   `memory_bound` and `mixed` are finite and in `[0, 1]`;
     /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
@@ -211,6 +212,9 @@ impl HardwareProfile {
         }
         if sk.matvec_min_k == 0 {
             bad("skinny.matvec_min_k", "must be at least 1".into());
+        }
+        if ![4, 8, 16].contains(&sk.packed_values) {
+            bad("skinny.packed_values", format!("{} must be 4, 8 or 16", sk.packed_values));
         }
 
         let st = &self.streaming;

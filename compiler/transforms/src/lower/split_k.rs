@@ -93,8 +93,8 @@ impl SplitK {
                 let c = &profile.compute;
                 let fill =
                     u64::from(c.compute_units.max(1)) * u64::from(c.resident_work_items.max(1));
-                if let ProductShape::Skinny { narrow, lanes_along_k } = shape {
-                    return skinny_chunks(outputs, narrow, lanes_along_k, k, profile);
+                if let ProductShape::Skinny { narrow, lanes_along_k, decoded } = shape {
+                    return skinny_chunks(outputs, narrow, lanes_along_k, decoded, k, profile);
                 }
                 // The tiled kernel computes a register block of outputs per work-item.
                 let [px, py] = profile.contraction.per_item;
@@ -125,7 +125,9 @@ pub enum ProductShape {
     /// A side of at most `fbc_target::SKINNY_SIDE` outputs, `narrow`: the skinny kernel, whose
     /// lanes run along the reduction where the wide operand's last index is the reduction (its
     /// contiguous one in a row-major or R-Tile layout), else along the wide side.
-    Skinny { narrow: u64, lanes_along_k: bool },
+    /// `decoded`: the wide side is a packed weight's decode, whose lanes along the wide side
+    /// read `skinny.packed_values` values a trip in a matrix-vector product.
+    Skinny { narrow: u64, lanes_along_k: bool, decoded: bool },
     /// Anything else: the tiled kernel.
     Tiled,
 }
@@ -146,6 +148,7 @@ fn skinny_chunks(
     outputs: u64,
     narrow: u64,
     lanes_along_k: bool,
+    decoded: bool,
     k: u64,
     profile: &HardwareProfile,
 ) -> Option<u64> {
@@ -154,7 +157,10 @@ fn skinny_chunks(
     // long enough for the skinny kernel's lanes along the wide side (`matvec_min_k`); a wider
     // narrow side cuts to 32 and runs short chunks in the tiled kernel.
     let wide_min = if narrow == 1 { u64::from(sk.matvec_min_k.max(1)) } else { 32 };
-    let wide_block = 4 * u64::from(sk.wide_lanes.max(1));
+    // A lane reads a texel of four wide values a trip, or a decoded weight's `packed_values`
+    // in a matrix-vector product.
+    let values = if decoded && narrow == 1 { u64::from(sk.packed_values.max(1)) } else { 4 };
+    let wide_block = values * u64::from(sk.wide_lanes.max(1));
     let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (wide_block, wide_min) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
     let most = u64::from(sk.groups_per_cu.max(1)) * u64::from(profile.compute.compute_units.max(1));
@@ -175,37 +181,106 @@ impl std::fmt::Display for SplitK {
     }
 }
 
-/// Whether `k` is a contraction split-K applies to: a matmul (with its fused epilogue) summing
-/// over exactly one reduction dimension, reading no explicit offsets in its body.
+/// Whether `k` is a contraction split-K applies to: a matmul (with its fused epilogue, and a
+/// packed weight's decode fused into its operand) summing over exactly one reduction
+/// dimension, reading no explicit offsets in its body.
 fn splittable(k: &LKernel) -> bool {
     let mut loads = false;
     k.body.visit(&mut |s| loads |= matches!(s, Scalar::Load(..)));
-    k.source.first() == Some(&TensorOp::Matmul.name())
-        && k.combine == Some(Combine::Add)
-        && k.domain.len() == k.n_par + 1
-        && !loads
+    let matmul = TensorOp::Matmul.name();
+    let contraction = match k.source.as_slice() {
+        [first, ..] if *first == matmul => true,
+        [first, second, ..] => *first == TensorOp::Dequantize.name() && *second == matmul,
+        _ => false,
+    };
+    contraction && k.combine == Some(Combine::Add) && k.domain.len() == k.n_par + 1 && !loads
 }
 
-/// The output shape of matmul launch `k` (domain `[B..., M, N, K]`): skinny where `M` or `N`
-/// is at most `fbc_target::SKINNY_SIDE`, its lanes along k where the operand that reads the
-/// wide side has the reduction as its last index.
-fn shape(k: &LKernel) -> ProductShape {
-    let np = k.n_par;
-    let [m, n] = match k.domain[..np] {
-        [.., m, n] => [m, n],
-        _ => return ProductShape::Tiled,
-    };
-    if m.min(n) > fbc_target::SKINNY_SIDE {
-        return ProductShape::Tiled;
+/// The parallel dimensions of matmul launch `k` (domain `[P..., K]`) by the side of its
+/// product `L · R` that reads them, as the OpenCL writer splits them: rows are read by `L`
+/// only, columns by `R` only, and the rest are batches. A side may be several dimensions (a
+/// packed weight's output side runs over its groups and their members) or none (a
+/// matrix-vector product's unit side).
+struct Sides {
+    rows: Vec<usize>,
+    cols: Vec<usize>,
+    /// The operand of each side that reads the most elements of it (its wide operand).
+    primary: [Option<usize>; 2],
+    /// Whether each side is an expression of its operands (a packed weight's decode), not one
+    /// operand read as it is.
+    decoded: [bool; 2],
+}
+
+impl Sides {
+    fn of(k: &LKernel) -> Option<Sides> {
+        let np = k.n_par;
+        let (l, r) = match &k.body {
+            Scalar::Bin(ScalarBin::Mul, l, r) => (l, r),
+            _ => return None,
+        };
+        let reads = |side: &Scalar| {
+            let (mut ops, mut dims) = (Vec::new(), Vec::new());
+            side.visit(&mut |s| match s {
+                Scalar::In(i) if !ops.contains(i) => ops.push(*i),
+                Scalar::Dim(d) => dims.push(*d),
+                _ => {}
+            });
+            (ops, dims)
+        };
+        let (lr, rr) = (reads(l), reads(r));
+        let uses = |(ops, dims): &(Vec<usize>, Vec<usize>), d: usize| {
+            let name = fbc_index::dim_name(d);
+            dims.contains(&d)
+                || ops.iter().any(|&i| {
+                    k.inputs.get(i).is_some_and(|o| o.map.iter().any(|e| e.vars().contains(&name)))
+                })
+        };
+        let decoded = [!matches!(**l, Scalar::In(_)), !matches!(**r, Scalar::In(_))];
+        let mut s = Sides { rows: Vec::new(), cols: Vec::new(), primary: [None, None], decoded };
+        for d in 0..np {
+            match (uses(&lr, d), uses(&rr, d)) {
+                (true, false) => s.rows.push(d),
+                (false, true) => s.cols.push(d),
+                _ => {}
+            }
+        }
+        // The operand of a side reading most of its dimensions' points.
+        let ext = |ds: &[usize]| -> u64 { ds.iter().map(|&d| k.domain[d]).product() };
+        for (slot, (side, ds)) in [(&lr, &s.rows), (&rr, &s.cols)].into_iter().enumerate() {
+            let points = |i: usize| {
+                let mine: Vec<usize> =
+                    ds.iter().copied().filter(|&d| uses(&(vec![i], Vec::new()), d)).collect();
+                ext(&mine)
+            };
+            s.primary[slot] =
+                side.0.iter().copied().max_by_key(|&i| (points(i), std::cmp::Reverse(i)));
+        }
+        Some(s)
     }
-    let wide = if n <= fbc_target::SKINNY_SIDE && m >= n { np - 2 } else { np - 1 };
-    let name = fbc_index::dim_name(wide);
-    let lanes_along_k = k
-        .inputs
-        .iter()
-        .find(|o| o.map.iter().any(|e| e.vars().contains(&name)))
-        .is_some_and(|o| o.map.last() == Some(&dim(np)));
-    ProductShape::Skinny { narrow: m.min(n), lanes_along_k }
+}
+
+/// The output shape of matmul launch `k`: skinny where its rows or its columns (see [`Sides`])
+/// number at most `fbc_target::SKINNY_SIDE`, its lanes along k where the wide side's operand
+/// steps by one element along the reduction (its contiguous index in a row-major or R-Tile
+/// layout), and whether the wide side holds the last parallel dimension.
+fn shape(k: &LKernel) -> (ProductShape, bool) {
+    let np = k.n_par;
+    let Some(s) = Sides::of(k) else { return (ProductShape::Tiled, false) };
+    let ext = |ds: &[usize]| -> u64 { ds.iter().map(|&d| k.domain[d]).product() };
+    let (m, n) = (ext(&s.rows), ext(&s.cols));
+    if m.min(n) > fbc_target::SKINNY_SIDE {
+        return (ProductShape::Tiled, false);
+    }
+    let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
+    let side = usize::from(!rows_wide);
+    let (wide, primary) = if rows_wide { (&s.rows, s.primary[0]) } else { (&s.cols, s.primary[1]) };
+    let lanes_along_k =
+        primary.and_then(|i| k.inputs.get(i)).and_then(|o| o.map.last()).is_some_and(|e| {
+            *e == dim(np) || e.linear_coefficient(&fbc_index::dim_name(np)) == Some(1)
+        });
+    let wide_is_last = wide.contains(&(np - 1));
+    let decoded = s.decoded[side];
+    (ProductShape::Skinny { narrow: m.min(n), lanes_along_k, decoded }, wide_is_last)
 }
 
 /// `e` with domain index `Dim(i)` replaced by `dims[i]`.
@@ -242,7 +317,7 @@ pub(crate) fn split(
         let np = k.n_par;
         let chosen = if splittable(&k) {
             let outputs: u64 = k.domain[..np].iter().product();
-            policy.chunks(outputs, shape(&k), k.domain[np], profile)
+            policy.chunks(outputs, shape(&k).0, k.domain[np], profile)
         } else {
             None
         };
@@ -272,12 +347,12 @@ pub(crate) fn split(
 /// `wide_min_k` along the wide side, and an image output is written along its columns (then
 /// the lanes run along them).
 fn one_launch(l: &Lower<'_>, k: &LKernel, s: u64, profile: &HardwareProfile) -> bool {
-    let ProductShape::Skinny { narrow, lanes_along_k } = shape(k) else { return false };
+    let (ProductShape::Skinny { narrow, lanes_along_k, .. }, wide_is_last) = shape(k) else {
+        return false;
+    };
     let np = k.n_par;
     let chunk = k.domain[np] / s;
     let image = l.storages[l.tensors[k.out.t].storage].ty.is_image();
-    let wide_is_last =
-        !(k.domain[np - 1] <= fbc_target::SKINNY_SIDE && k.domain[np - 2] >= k.domain[np - 1]);
     profile.skinny.one_launch_split
         && if lanes_along_k {
             !image
@@ -303,7 +378,9 @@ fn split_one(l: &mut Lower<'_>, k: &LKernel, s: u64) -> Result<Vec<LKernel>, Dia
     // The partial sums and the tail compute the body only: the operands it reads, and the
     // contraction alone as their source (the epilogue's ops run in the sum).
     let (body_inputs, body) = only_read(&k.body, &k.inputs);
-    let source = vec![k.source[0]];
+    let matmul = TensorOp::Matmul.name();
+    let ops = k.source.iter().position(|s| *s == matmul).map_or(1, |i| i + 1);
+    let source = k.source[..ops].to_vec();
 
     // Partial sums over [S, P..., Kc]: old d_i → d_(i+1), old k → d0·Kc + d_(np+1).
     let mut with: Vec<Expr> = (1..=np).map(dim).collect();
@@ -426,8 +503,8 @@ mod tests {
     #[test]
     fn auto_splits_skinny_products_to_fill_the_device() {
         let nv = fbc_target::builtin("nvidia").unwrap();
-        let k_lanes = ProductShape::Skinny { narrow: 8, lanes_along_k: true };
-        let w_lanes = ProductShape::Skinny { narrow: 8, lanes_along_k: false };
+        let k_lanes = ProductShape::Skinny { narrow: 8, lanes_along_k: true, decoded: false };
+        let w_lanes = ProductShape::Skinny { narrow: 8, lanes_along_k: false, decoded: false };
         let tiled = ProductShape::Tiled;
         // Skinny, on 132 CUs: at most 264 work-groups of 128 (lanes along k) or 1024 outputs.
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 8192, &nv), Some(8)); // LoRA down x·A
@@ -435,17 +512,27 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 512, &nv), Some(4)); // chunks of 128
         assert_eq!(SplitK::Auto.chunks(2048 * 8, w_lanes, 512, &nv), Some(16)); // dA = xᵀ·d(xa)
         assert_eq!(SplitK::Auto.chunks(8192 * 8, w_lanes, 512, &nv), Some(4)); // dA of down
-        let w16 = ProductShape::Skinny { narrow: 16, lanes_along_k: false };
+        let w16 = ProductShape::Skinny { narrow: 16, lanes_along_k: false, decoded: false };
         assert_eq!(SplitK::Auto.chunks(8192 * 16, w16, 512, &nv), Some(4));
         // Matrix-vector products (a decode step): chunks of at least the nvidia profile's
         // `matvec_min_k`, 128, along the wide side.
-        let gemv = ProductShape::Skinny { narrow: 1, lanes_along_k: false };
+        let gemv = ProductShape::Skinny { narrow: 1, lanes_along_k: false, decoded: false };
         assert_eq!(nv.skinny.matvec_min_k, 128);
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q (16 by the groups)
         assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(16)); // K of GQA (64)
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4)); // gate
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), Some(2)); // chunks of 255 and 256
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 255, &nv), None); // one chunk of 128 only
+                                                                     // A packed weight's matrix-vector product: `packed_values` wide values a lane, so
+                                                                     // fewer work-groups along the wide side and more chunks (16: 2048 / 128).
+        let packed = ProductShape::Skinny { narrow: 1, lanes_along_k: false, decoded: true };
+        let mut nv16 = nv.clone();
+        nv16.skinny.packed_values = 16;
+        assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv16), Some(4)); // f32: unchanged
+        assert_eq!(SplitK::Auto.chunks(8192, packed, 2048, &nv16), Some(16));
+        assert_eq!(SplitK::Auto.chunks(8192, packed, 2048, &nv), Some(4)); // 4 values a lane
+        let packed8 = ProductShape::Skinny { narrow: 8, lanes_along_k: false, decoded: true };
+        assert_eq!(SplitK::Auto.chunks(8192 * 8, packed8, 512, &nv16), Some(4)); // texels of 4
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 255, &nv), None); // K too short to chunk
         assert_eq!(SplitK::Auto.chunks(8192 * 8 * 8, k_lanes, 8192, &nv), None); // device full
 
