@@ -31,6 +31,9 @@
 //!   bounds what the run holds at once: the interpreter's live values, and for `opencl` and
 //!   `cpu-jit` the lowered storage too. It is checked before inputs are made or read, so a huge
 //!   shape fails at once, located at the op (or the function, for an argument), exit 1.
+//! - `--runs N` (with `--target opencl`) runs the function N times in one call and keeps the
+//!   last run's results (what `--check` compares): the later runs reuse what the first made
+//!   on the device, and under a budget read the streamed weights from pinned host copies.
 //! - `--memory-budget BYTES` (with `--target opencl`) lowers with `plan-weight-streaming` for
 //!   the budget and runs under it: streamed weights are uploaded during the launches the plan
 //!   names, on a second queue, and the device never holds more than the budget (a run that
@@ -62,6 +65,9 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     fbc_runtime::limits::set_max_memory(a.max_memory.unwrap_or(0));
     if a.device.memory_budget.is_some() && a.target != "opencl" {
         return Err(Failure::Usage("--memory-budget is for --target opencl".into()));
+    }
+    if a.runs != 1 && a.target != "opencl" {
+        return Err(Failure::Usage("--runs is for --target opencl".into()));
     }
     if a.lower.cpu.is_some() && a.target != "cpu-llvm" {
         return Err(Failure::Usage("--cpu is for --target cpu-llvm".into()));

@@ -74,6 +74,51 @@ fn a_quarter_of_the_weights_is_enough_and_never_exceeded() {
     }
 }
 
+/// A call of several runs (`--runs`) copies the streamed weights into pinned host memory
+/// once, before its first run: every later transfer reads them from there, and the last run's
+/// results are still the interpreter's.
+#[test]
+fn repeated_runs_stream_from_pinned_host_copies() {
+    if !opencl_device() {
+        return;
+    }
+    let dir = scratch("streaming-pinned");
+    let (layers, width) = (8, 128u64);
+    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width).as_bytes());
+    let budget = (layers as u64 * width * width * 4 / 4).to_string();
+    let run = |runs: &str| {
+        fbc(&[
+            "run",
+            &path,
+            "--target",
+            "opencl",
+            "-O3",
+            "--random-inputs",
+            "3",
+            "--check",
+            "--memory-budget",
+            &budget,
+            "--runs",
+            runs,
+        ])
+    };
+    let out = run("3");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("check passed"), "{}", out.stdout);
+    let streamed = figure(&out.stderr, "bytes in");
+    assert!(streamed >= 4 * width * width * 4, "{}", out.stderr);
+    assert_eq!(figure(&out.stderr, "bytes from pinned host memory"), streamed, "{}", out.stderr);
+    // One run makes no pinned copies.
+    let out = run("1");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("pinned"), "{}", out.stderr);
+    assert_eq!(figure(&out.stderr, "bytes in"), streamed, "{}", out.stderr);
+    // `--runs` is the device's.
+    let out = fbc(&["run", &path, "--random-inputs", "3", "--runs", "2"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--runs is for --target opencl"), "{}", out.stderr);
+}
+
 #[test]
 fn a_budget_below_what_one_launch_needs_is_an_error_that_names_the_minimum() {
     let dir = scratch("streaming-infeasible");

@@ -66,7 +66,9 @@ use ocl::enums::{
     ProfilingInfo, ProfilingInfoResult, ProgramInfo, ProgramInfoResult,
 };
 use ocl::flags::{CommandQueueProperties, MemFlags};
-use ocl::{Buffer, Context, Device, Event, Image, Kernel, Platform, Program, Queue, SpatialDims};
+use ocl::{
+    Buffer, Context, Device, Event, Image, Kernel, MemMap, Platform, Program, Queue, SpatialDims,
+};
 
 /// Why an OpenCL run failed.
 #[derive(Debug, thiserror::Error)]
@@ -398,6 +400,9 @@ pub struct Streaming {
     /// The part of `transfer_ns` during which a launch of the run was executing: transfer time
     /// hidden behind computation.
     pub hidden_ns: u64,
+    /// Bytes of the uploads transferred from pinned host memory (the call's pinned copies of
+    /// its streamed host values).
+    pub pinned_bytes: u64,
     /// Bytes written back to the host after their last launch and released (KV caches under
     /// `plan-weight-streaming{kv-tiling=true}`).
     pub written_back: u64,

@@ -71,6 +71,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME=FILE.cl")]
     pub substitute_kernel: Vec<String>,
 
+    /// With `--target opencl`: run the function N times in one call; the results (and what
+    /// `--check` compares) are the last run's. The later runs reuse what the first made on the
+    /// device (the program, pooled objects, kernel arguments) and, under `--memory-budget`,
+    /// transfer the streamed weights from pinned host copies made before the first run.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+
     /// Print the result summaries even with --outputs, and the run time (to stderr).
     #[arg(short, long)]
     pub verbose: bool,

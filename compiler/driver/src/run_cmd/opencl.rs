@@ -311,13 +311,18 @@ pub(crate) fn budget_report(
             100.0 * s.hidden_ns as f64 / s.transfer_ns as f64
         )
     };
+    let pinned = if s.pinned_bytes > 0 {
+        format!(", {} bytes from pinned host memory", s.pinned_bytes)
+    } else {
+        String::new()
+    };
     let back = if s.written_back > 0 {
         format!("; wrote {} bytes back to the host after their last launch", s.written_back)
     } else {
         String::new()
     };
     format!(
-        "memory budget {budget} bytes: peak device memory {peak} bytes; streamed {} bytes in {} uploads{hidden}{back}",
+        "memory budget {budget} bytes: peak device memory {peak} bytes; streamed {} bytes in {} uploads{pinned}{hidden}{back}",
         s.bytes, s.uploads
     )
 }
@@ -403,6 +408,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         show_build_warnings: a.verbose,
         device_memory: a.device.device_memory.runtime(),
         memory_budget: a.device.memory_budget,
+        repeat: a.runs as usize - 1,
         ..RunOptions::default()
     };
     let run_inputs: Vec<Input<'_>> = inputs
