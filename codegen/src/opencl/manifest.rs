@@ -248,7 +248,28 @@ pub struct FunctionManifest {
     pub peak_bytes: u64,
 }
 
+/// One upload of an argument (a [`Step::Upload`] of [`FunctionManifest::uploads_of`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ArgUpload<'a> {
+    pub storage: usize,
+    pub shape: &'a [u64],
+    pub layout: &'a LayoutDesc,
+    /// The launch the weight-streaming plan starts it at (`None`: before the first launch).
+    pub stream_from: Option<usize>,
+}
+
 impl FunctionManifest {
+    /// The uploads of argument `arg`, in step order (one for each form the function reads it
+    /// in).
+    pub fn uploads_of(&self, arg: usize) -> impl Iterator<Item = ArgUpload<'_>> {
+        self.steps.iter().filter_map(move |s| match s {
+            Step::Upload { arg: a, storage, shape, layout, stream_from, .. } if *a == arg => {
+                Some(ArgUpload { storage: *storage, shape, layout, stream_from: *stream_from })
+            }
+            _ => None,
+        })
+    }
+
     /// Bytes of storage a runtime holds that gives each `plan-memory` slot one object at the
     /// largest size its tenants (allocations and uploads) take, and all other storage its own:
     /// the figure `plan-memory` plans for, next to [`FunctionManifest::peak_bytes`], the lower

@@ -14,8 +14,8 @@ mod writer;
 
 pub use kernel::{Emitted, KernelOptions, FAULT_DIMS, FAULT_INTS};
 pub use manifest::{
-    ConstantDesc, Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc,
-    StorageKind, TensorDesc, MANIFEST_VERSION,
+    ArgUpload, ConstantDesc, Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step,
+    StorageDesc, StorageKind, TensorDesc, MANIFEST_VERSION,
 };
 pub use tuning::{shape_key, DeviceTuning, Tuned, TuningDb, TUNING_VERSION};
 pub use writer::{substitute_kernel, Error, Options, Output, Writer};

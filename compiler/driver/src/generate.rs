@@ -197,7 +197,6 @@ fn pack_weights(
     inputs: &[Value],
     packed: &mut std::collections::HashMap<(String, usize), fbc_runtime::exec::MemData>,
 ) -> Result<(), String> {
-    use fbc_codegen::opencl::Step;
     let Some(m) = compiled.out.manifest.function(&f.name) else { return Ok(()) };
     for (i, v) in inputs.iter().enumerate() {
         let key = (f.name.clone(), i);
@@ -205,21 +204,12 @@ fn pack_weights(
         {
             continue;
         }
-        let uploads: Vec<_> = m
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Upload { arg, storage, shape, layout, .. } if *arg == i => {
-                    Some((storage, shape, layout))
-                }
-                _ => None,
-            })
-            .collect();
-        let [(storage, shape, layout)] = uploads[..] else { continue };
-        let Some(desc) = m.storage.get(*storage) else { continue };
-        let layout = layout.layout()?;
+        let uploads: Vec<_> = m.uploads_of(i).collect();
+        let [u] = uploads[..] else { continue };
+        let Some(desc) = m.storage.get(u.storage) else { continue };
+        let layout = u.layout.layout()?;
         let ty = fbc_runtime::device::opencl::mem_type(desc);
-        let data = fbc_runtime::exec::pack(&layout, shape, v, ty)
+        let data = fbc_runtime::exec::pack(&layout, u.shape, v, ty)
             .map_err(|e| format!("weight `{}`: {e}", f.names[i]))?;
         packed.insert(key, data);
     }

@@ -212,30 +212,24 @@ fn stored_forms<B: AsRef<[u8]>>(
     fname: &str,
     w: &fbc_runtime::weights::Weights<B>,
 ) -> Vec<(usize, String)> {
-    use fbc_codegen::opencl::{Dtype, Step, StorageKind};
+    use fbc_codegen::opencl::{Dtype, StorageKind};
     use fbc_dialects::layout::{Intra, Layout};
     let Some(f) = out.manifest.function(fname) else { return Vec::new() };
-    let mut uploads: std::collections::BTreeMap<
-        usize,
-        Vec<(usize, &fbc_codegen::opencl::LayoutDesc)>,
-    > = Default::default();
-    for step in &f.steps {
-        if let Step::Upload { arg, storage, layout, .. } = step {
-            if *arg < f.args.len() {
-                uploads.entry(*arg).or_default().push((*storage, layout));
-            }
-        }
-    }
     let block = |i: Intra| match i {
         Intra::Rows => None,
         Intra::Block { bh, bw } => Some([bh, bw]),
     };
     let mut found = Vec::new();
-    for (arg, ups) in uploads {
-        let name = &f.args[arg].name;
+    for (arg, a) in f.args.iter().enumerate() {
+        let name = &a.name;
+        let ups: Vec<_> = f.uploads_of(arg).collect();
+        if ups.is_empty() {
+            continue;
+        }
         let Some(st) = w.tensor(name).ok().and_then(|t| t.storage.as_ref()) else { continue };
-        let same = ups.iter().all(|(id, layout)| {
-            let (Some(desc), Ok(Layout::RTile(r))) = (f.storage.get(*id), layout.layout()) else {
+        let same = ups.iter().all(|u| {
+            let (Some(desc), Ok(Layout::RTile(r))) = (f.storage.get(u.storage), u.layout.layout())
+            else {
                 return false;
             };
             matches!(desc.kind, StorageKind::Image2d { width, height } if [width, height] == st.texels)
@@ -259,18 +253,12 @@ fn streamed_weights<B: AsRef<[u8]>>(
     fname: &str,
     w: &fbc_runtime::weights::Weights<B>,
 ) -> Vec<(usize, String)> {
-    use fbc_codegen::opencl::Step;
     let Some(f) = out.manifest.function(fname) else { return Vec::new() };
-    let mut found: Vec<(usize, String)> = Vec::new();
-    for step in &f.steps {
-        if let Step::Upload { arg, stream_from: Some(_), .. } = step {
-            let Some(a) = f.args.get(*arg) else { continue };
-            if w.tensor(&a.name).is_ok() && !found.iter().any(|(k, _)| k == arg) {
-                found.push((*arg, a.name.clone()));
-            }
-        }
-    }
-    found
+    (0..f.args.len())
+        .filter(|&arg| f.uploads_of(arg).any(|u| u.stream_from.is_some()))
+        .filter(|&arg| w.tensor(&f.args[arg].name).is_ok())
+        .map(|arg| (arg, f.args[arg].name.clone()))
+        .collect()
 }
 
 /// Weight `name` of `w` as a lazy upload gives it: its texels where it is stored in the
