@@ -359,13 +359,23 @@ fn packed_products_are_packed_contractions_on_the_cpu_jits_bit_for_bit() {
 
 /// In a generated decoder with packed weights compiled for the nvidia profile, every product
 /// with a packed weight is a contraction kernel: skinny in `@decode` (one token: lanes along
-/// the output columns, four columns a lane, their bytes one `char4` read for INT8 and one
-/// `char2` read for INT4), tiled or skinny in `@prefill`; and both keep the reference
-/// executor's numbers on PoCL.
+/// the output columns, `[skinny] packed_values` columns a lane, their bytes one vector read:
+/// `char4` for INT8 and `char2` for INT4 by default, `char16` and `char8` with 16 values),
+/// tiled or skinny in `@prefill`; and both keep the reference executor's numbers on PoCL.
 #[test]
 fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
     let dir = scratch("quant-decoder-kernels");
-    for (scheme, vector) in [("int4", "char2"), ("int8", "char4")] {
+    // The nvidia profile with 16 packed values a lane.
+    let builtin = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../dialects/target/profiles/nvidia.toml"),
+    )
+    .unwrap();
+    assert!(builtin.contains("\nmatvec_min_k = 128\n"));
+    let wide =
+        builtin.replace("\nmatvec_min_k = 128\n", "\nmatvec_min_k = 128\npacked_values = 16\n");
+    let wide = common::write(&dir, "nvidia16.toml", wide.as_bytes());
+    for scheme in ["int4", "int8"] {
         let fbir = dir.join(format!("{scheme}.fbir"));
         let fbir = fbir.to_str().unwrap();
         let o = fbc(&[
@@ -386,71 +396,80 @@ fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
             fbir,
         ]);
         assert_eq!(o.code, 0, "{}", o.stderr);
-        let out = dir.join(format!("{scheme}.out"));
-        let o = fbc(&[fbir, "-O3", "--target", "nvidia", "-o", out.to_str().unwrap()]);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let file = |suffix: &str| {
-            std::fs::read_dir(&out)
-                .unwrap()
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| p.to_string_lossy().ends_with(suffix))
-                .unwrap_or_else(|| panic!("a {suffix}"))
-        };
-        let m: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(file(".manifest.json")).unwrap())
-                .unwrap();
-        let cl = std::fs::read_to_string(file(".cl")).unwrap();
-        for f in m["functions"].as_array().unwrap() {
-            let name = f["name"].as_str().unwrap();
-            let products: Vec<&serde_json::Value> = f["steps"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|s| s["op"] == "launch")
-                .filter(|s| s["source"].as_str().unwrap_or("").contains("tensor.dequantize"))
-                // Not the sums of a split-K's partial products (they read no weight).
-                .filter(|s| !s["source"].as_str().unwrap_or("").contains(" sum]"))
-                .collect();
-            // q, k, v, o, gate, up, down.
-            assert_eq!(products.len(), 7, "{scheme} {name}");
-            for p in products {
-                let (tiled, skinny) = (p["tiled"] == true, p["skinny"] == true);
-                let ok = if name == "decode" { skinny } else { tiled || skinny };
-                assert!(ok, "{scheme} {name}: {}", p["kernel"]);
-                if name != "decode" {
-                    continue;
+        let half = scheme == "int4";
+        for (profile, values) in [("nvidia", 4), (wide.as_str(), 16)] {
+            let vector = format!("char{}", if half { values / 2 } else { values });
+            let what = format!("{scheme} {values}");
+            let out = dir.join(format!("{scheme}_{values}.out"));
+            let o = fbc(&[fbir, "-O3", "--target", profile, "-o", out.to_str().unwrap()]);
+            assert_eq!(o.code, 0, "{}", o.stderr);
+            let file = |suffix: &str| {
+                std::fs::read_dir(&out)
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .find(|p| p.to_string_lossy().ends_with(suffix))
+                    .unwrap_or_else(|| panic!("a {suffix}"))
+            };
+            let m: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(file(".manifest.json")).unwrap())
+                    .unwrap();
+            let cl = std::fs::read_to_string(file(".cl")).unwrap();
+            for f in m["functions"].as_array().unwrap() {
+                let name = f["name"].as_str().unwrap();
+                let products: Vec<&serde_json::Value> = f["steps"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|s| s["op"] == "launch")
+                    .filter(|s| s["source"].as_str().unwrap_or("").contains("tensor.dequantize"))
+                    // Not the sums of a split-K's partial products (they read no weight).
+                    .filter(|s| !s["source"].as_str().unwrap_or("").contains(" sum]"))
+                    .collect();
+                // q, k, v, o, gate, up, down.
+                assert_eq!(products.len(), 7, "{what} {name}");
+                for p in products {
+                    let (tiled, skinny) = (p["tiled"] == true, p["skinny"] == true);
+                    let ok = if name == "decode" { skinny } else { tiled || skinny };
+                    assert!(ok, "{what} {name}: {}", p["kernel"]);
+                    if name != "decode" {
+                        continue;
+                    }
+                    // The decode step's kernel reads `values` columns' bytes at once.
+                    let kernel = p["kernel"].as_str().unwrap();
+                    let at = cl.find(&format!("void {kernel}(")).expect("the kernel");
+                    let body = &cl[at..at + cl[at..].find("\n}\n").unwrap()];
+                    let note = if values == 4 { "four".to_string() } else { values.to_string() };
+                    let note = format!("read {note} values at a time");
+                    assert!(body.contains(&note), "{what} {kernel}: {body}");
+                    assert!(
+                        body.contains(&format!("(*(__global const {vector}*)(x")),
+                        "{what} {kernel}: {body}"
+                    );
                 }
-                // The decode step's kernel reads four columns' bytes at once.
-                let kernel = p["kernel"].as_str().unwrap();
-                let at = cl.find(&format!("void {kernel}(")).expect("the kernel");
-                let body = &cl[at..at + cl[at..].find("\n}\n").unwrap()];
-                assert!(body.contains("four values at a time"), "{scheme} {kernel}: {body}");
-                assert!(
-                    body.contains(&format!("(*(__global const {vector}*)(x")),
-                    "{scheme} {kernel}: {body}"
-                );
             }
-        }
-        if !opencl_device() {
-            continue;
-        }
-        for entry in ["decode", "prefill"] {
-            let o = fbc(&[
-                "run",
-                fbir,
-                "--entry",
-                entry,
-                "--target",
-                "opencl",
-                "--profile",
-                "nvidia",
-                "--random-inputs",
-                "3",
-                "--check",
-            ]);
-            assert_eq!(o.code, 0, "{scheme} {entry}: {}", o.stderr);
-            assert!(o.stdout.contains("check passed"), "{scheme} {entry}: {}", o.stdout);
+            if !opencl_device() {
+                continue;
+            }
+            // The prefill's products have 16 rows: four values a lane under either profile.
+            let entries: &[&str] = if values == 4 { &["decode", "prefill"] } else { &["decode"] };
+            for entry in entries {
+                let o = fbc(&[
+                    "run",
+                    fbir,
+                    "--entry",
+                    entry,
+                    "--target",
+                    "opencl",
+                    "--profile",
+                    profile,
+                    "--random-inputs",
+                    "3",
+                    "--check",
+                ]);
+                assert_eq!(o.code, 0, "{what} {entry}: {}", o.stderr);
+                assert!(o.stdout.contains("check passed"), "{what} {entry}: {}", o.stdout);
+            }
         }
     }
 }
