@@ -202,6 +202,8 @@ pub struct StreamingFigures {
     /// Uploads made on the transfer queue during earlier launches, and their bytes.
     pub uploads: u64,
     pub bytes: u64,
+    /// Bytes of them transferred from pinned host copies (a run after the first).
+    pub pinned_bytes: u64,
     /// Device time of those transfers, and the part of it during which a launch ran.
     pub transfer_ns: u64,
     pub hidden_ns: u64,
@@ -332,10 +334,11 @@ pub fn table(s: &StrategyFigures) -> String {
     if let Some(st) = &s.streaming {
         let _ = writeln!(
             t,
-            "  memory budget {} bytes: streamed {} bytes in {} uploads, {:.3} ms of transfers, {:.3} ms ({:.0}%) hidden behind launches; the last run's launches span {:.3} ms",
+            "  memory budget {} bytes: streamed {} bytes in {} uploads ({} from pinned host memory), {:.3} ms of transfers, {:.3} ms ({:.0}%) hidden behind launches; the last run's launches span {:.3} ms",
             st.budget,
             st.bytes,
             st.uploads,
+            st.pinned_bytes,
             st.transfer_ns as f64 * 1e-6,
             st.hidden_ns as f64 * 1e-6,
             100.0 * st.hidden_ns as f64 / st.transfer_ns.max(1) as f64,
@@ -579,6 +582,7 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
             budget,
             uploads: res.streaming.uploads,
             bytes: res.streaming.bytes,
+            pinned_bytes: res.streaming.pinned_bytes,
             transfer_ns: res.streaming.transfer_ns,
             hidden_ns: res.streaming.hidden_ns,
             span_ns: times.iter().map(|t| t.start_ns + t.last_ns).max().unwrap_or(0),
