@@ -360,7 +360,8 @@ fn packed_products_are_packed_contractions_on_the_cpu_jits_bit_for_bit() {
 /// In a generated decoder with packed weights compiled for the nvidia profile, every product
 /// with a packed weight is a contraction kernel: skinny in `@decode` (one token: lanes along
 /// the output columns, `[skinny] packed_values` columns a lane, their bytes one vector read:
-/// `char4` for INT8 and `char2` for INT4 by default, `char16` and `char8` with 16 values),
+/// `char8` for INT8 and `char4` for INT4 with the nvidia profile's 8, `char16` and `char8`
+/// with 16),
 /// tiled or skinny in `@prefill`; and both keep the reference executor's numbers on PoCL.
 #[test]
 fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
@@ -371,9 +372,8 @@ fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
             .join("../../dialects/target/profiles/nvidia.toml"),
     )
     .unwrap();
-    assert!(builtin.contains("\nmatvec_min_k = 128\n"));
-    let wide =
-        builtin.replace("\nmatvec_min_k = 128\n", "\nmatvec_min_k = 128\npacked_values = 16\n");
+    assert!(builtin.contains("\npacked_values = 8\n"));
+    let wide = builtin.replace("\npacked_values = 8\n", "\npacked_values = 16\n");
     let wide = common::write(&dir, "nvidia16.toml", wide.as_bytes());
     for scheme in ["int4", "int8"] {
         let fbir = dir.join(format!("{scheme}.fbir"));
@@ -397,7 +397,7 @@ fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
         ]);
         assert_eq!(o.code, 0, "{}", o.stderr);
         let half = scheme == "int4";
-        for (profile, values) in [("nvidia", 4), (wide.as_str(), 16)] {
+        for (profile, values) in [("nvidia", 8), (wide.as_str(), 16)] {
             let vector = format!("char{}", if half { values / 2 } else { values });
             let what = format!("{scheme} {values}");
             let out = dir.join(format!("{scheme}_{values}.out"));
@@ -452,7 +452,7 @@ fn generated_packed_decoders_run_every_product_as_a_contraction_kernel() {
                 continue;
             }
             // The prefill's products have 16 rows: four values a lane under either profile.
-            let entries: &[&str] = if values == 4 { &["decode", "prefill"] } else { &["decode"] };
+            let entries: &[&str] = if values == 8 { &["decode", "prefill"] } else { &["decode"] };
             for entry in entries {
                 let o = fbc(&[
                     "run",

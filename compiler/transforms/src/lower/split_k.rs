@@ -530,7 +530,11 @@ mod tests {
         nv16.skinny.packed_values = 16;
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv16), Some(4)); // f32: unchanged
         assert_eq!(SplitK::Auto.chunks(8192, packed, 2048, &nv16), Some(16));
-        assert_eq!(SplitK::Auto.chunks(8192, packed, 2048, &nv), Some(4)); // 4 values a lane
+        assert_eq!(nv.skinny.packed_values, 8);
+        assert_eq!(SplitK::Auto.chunks(8192, packed, 2048, &nv), Some(8)); // 8 values a lane
+        let mut nv4 = nv.clone();
+        nv4.skinny.packed_values = 4;
+        assert_eq!(SplitK::Auto.chunks(8192, packed, 2048, &nv4), Some(4)); // as f32
         let packed8 = ProductShape::Skinny { narrow: 8, lanes_along_k: false, decoded: true };
         assert_eq!(SplitK::Auto.chunks(8192 * 8, packed8, 512, &nv16), Some(4)); // texels of 4
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 255, &nv), None); // K too short to chunk
