@@ -88,6 +88,16 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
             caches.push(i);
         }
     }
+    if names.iter().any(|n| n == "encoder_states" || n == "positions") {
+        return Err(input_error(
+            file,
+            format!(
+                "@{name} is a Whisper decoder's (it takes encoder states and learned positions): \
+                 `fbc generate` runs the decoder-only models' inference modules; run its \
+                 functions with `fbc run`"
+            ),
+        ));
+    }
     for want in HOST {
         if find(&args, want).is_none() {
             return Err(input_error(file, format!("@{name} has no argument `{want}`")));

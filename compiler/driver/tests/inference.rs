@@ -128,6 +128,111 @@ fn decode_continues_prefill_for_every_decoder_model() {
     }
 }
 
+/// Whisper's decoder: `@prefill` projects the encoder states once into each layer's
+/// cross-attention cache and `@decode` reads those caches as they are. A prompt run through
+/// `@prefill` at once, and the same prompt minus its last token followed by `@decode` of that
+/// token, give the same logits for it, the same self-attention caches and the same
+/// cross-attention caches. Weights and encoder states are matched by name (the two functions'
+/// arguments differ in position: `@decode` has no encoder states).
+#[test]
+fn whisper_decode_reads_the_cross_attention_cache_prefill_wrote() {
+    use std::collections::HashMap;
+    let (encoder, batch) = (6u64, 1u64);
+    let build = |seq: u64| {
+        let opts = fbc_models::Options {
+            layers: Some(2),
+            seq: Some(seq),
+            vocab: Some(40),
+            batch: Some(batch),
+            encoder_len: Some(encoder),
+            inference: true,
+            max_seq: Some(MAX),
+            ..Default::default()
+        };
+        let m = fbc_models::build("whisper-large-decoder", &opts).expect("whisper");
+        common::parse(&fbc_ir::print_module(&m))
+    };
+    let (whole, head) = (build(PROMPT), build(PROMPT - 1));
+    // Random weights and encoder states by argument name.
+    let named: HashMap<String, Value> = {
+        let f = whole.find_func("prefill").expect("prefill");
+        let values = random_inputs(&whole, "prefill", 5).expect("inputs");
+        whole
+            .func(f)
+            .args
+            .iter()
+            .map(|&a| whole.value(a).name.as_deref().unwrap_or_default().to_string())
+            .zip(values)
+            .collect()
+    };
+    let run = |m: &fbc_ir::Module, func: &str, tokens: &[i32], pos: i32, given: &[Value]| {
+        let f = m.find_func(func).expect("function");
+        let mut given = given.iter();
+        let args: Vec<Value> = m
+            .func(f)
+            .args
+            .iter()
+            .map(|&a| {
+                let name = m.value(a).name.as_deref().unwrap_or_default().to_string();
+                let t = m.value_type(a).as_tensor().expect("tensor").clone();
+                let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+                let s = tokens.len() as i32;
+                match name.as_str() {
+                    "tokens" => Value::I32(Tensor::new(shape, tokens.to_vec()).expect("tokens")),
+                    "pos" => Value::I32(Tensor::new(Vec::new(), vec![pos]).expect("pos")),
+                    "positions" => {
+                        Value::I32(Tensor::new(shape, (pos..pos + s).collect()).expect("positions"))
+                    }
+                    n if n.ends_with("_cache")
+                        || n.ends_with("_cross_k")
+                        || n.ends_with("_cross_v") =>
+                    {
+                        given.next().cloned().unwrap_or_else(|| {
+                            Value::F32(Tensor::from_fn(&shape, |_| 0.0).expect("zeros"))
+                        })
+                    }
+                    n => named.get(n).cloned().unwrap_or_else(|| panic!("no value for {n}")),
+                }
+            })
+            .collect();
+        Interpreter::new(m).run_id(f, args).expect(func)
+    };
+    let prompt: Vec<i32> = (0..PROMPT as i32).map(|i| (i * 11 + 5) % 40).collect();
+    let all = run(&whole, "prefill", &prompt, 0, &[]);
+    let first = run(&head, "prefill", &prompt[..PROMPT as usize - 1], 0, &[]);
+    // Results: logits, 2 self caches a layer, then 2 cross caches a layer.
+    assert_eq!(all.len(), 1 + 2 * 2 + 2 * 2);
+    let last = &prompt[PROMPT as usize - 1..];
+    let next = run(&head, "decode", last, PROMPT as i32 - 1, &first[1..]);
+    assert_eq!(next.len(), 1 + 2 * 2, "decode returns its logits and the self caches");
+    let (lw, ld) = (f32s(&all[0]), f32s(&next[0]));
+    let v = ld.len();
+    let e = rel(&lw[lw.len() - v..], &ld);
+    assert!(e < 1e-4, "decode's logits differ from prefill's by {e} (relative)");
+    for (k, (a, b)) in all[1..5].iter().zip(&next[1..]).enumerate() {
+        let e = rel(&f32s(a), &f32s(b));
+        assert!(e < 1e-5, "self cache {k} differs by {e} (relative)");
+    }
+    // The cross caches depend on the encoder states only: both prefills wrote the same.
+    for (k, (a, b)) in all[5..].iter().zip(&first[5..]).enumerate() {
+        assert_eq!(f32s(a), f32s(b), "cross cache {k}");
+    }
+    // `fbc generate` does not run it yet, and says so.
+    let dir = common::scratch("whisper-generate");
+    let path = dir.join("w.fbir");
+    std::fs::write(&path, fbc_ir::print_module(&head)).expect("write");
+    let p = path.to_str().expect("path");
+    let o =
+        common::fbc(&["generate", p, "--random-weights", "1", "--prompt", "1,2", "--max-new", "1"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("@prefill is a Whisper decoder's"), "{}", o.stderr);
+    // A wrong cross cache changes decode's logits: decode reads it.
+    let mut wrong = first[1..].to_vec();
+    wrong[4] = Value::F32(Tensor::from_fn(&[1, 20, encoder as usize, 64], |_| 0.0).expect("zeros"));
+    let other = run(&head, "decode", last, PROMPT as i32 - 1, &wrong);
+    assert!(rel(&ld, &f32s(&other[0])) > 1e-3, "decode ignored the cross cache");
+}
+
 /// Both functions lowered (-O0 and -O3) and run by the CPU JIT agree with the interpreter
 /// (`fbc run --check`, random weights and positions from which the new tokens fit).
 #[test]

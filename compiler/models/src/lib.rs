@@ -311,7 +311,11 @@ pub fn generate(ops: &OpRegistry, model: &ModelInfo, spec: &Spec) -> Result<Gene
         Kind::Whisper => {
             let mut cfg = config::WHISPER_LARGE_V3;
             cfg.vocab = spec.vocab.unwrap_or(cfg.vocab);
-            whisper::build(g, &cfg, &name, spec)
+            if spec.inference {
+                whisper::build_inference(ops, &cfg, &name, spec)
+            } else {
+                whisper::build(g, &cfg, &name, spec)
+            }
         }
         Kind::Unet | Kind::UnetDownBlock => {
             let shape = unet::UnetShape {
@@ -476,10 +480,10 @@ pub fn resolve(model: &ModelInfo, a: &Options) -> Result<Spec, Error> {
     if a.inference && a.training {
         return Err(usage("--inference and --training build different graphs; give one".into()));
     }
-    if a.inference && !matches!(model.kind, Kind::Decoder(_)) {
+    if a.inference && !matches!(model.kind, Kind::Decoder(_) | Kind::Whisper) {
         return Err(not_for(
             "--inference",
-            "inference graphs are built for the decoder-only models (llama3.2-1b, qwen2.5-1.5b, gemma2-2b)",
+            "inference graphs are built for the decoder-only models (llama3.2-1b, qwen2.5-1.5b, gemma2-2b) and whisper-large-decoder",
         ));
     }
     let max_seq = match (a.inference, a.max_seq) {
