@@ -698,14 +698,7 @@ fn run_steps(
         ..Streams::default()
     };
     // A streamed upload that a download reads is written back after its last launch.
-    let downloaded: HashSet<usize> = f
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Download { storage, .. } => Some(*storage),
-            _ => None,
-        })
-        .collect();
+    let downloaded = &st.downloaded;
     let mut n = 0usize;
     for s in &f.steps {
         match s {
