@@ -1381,8 +1381,9 @@ impl Cx<'_> {
                 _ => 1,
             }
         };
-        let mut reads: Vec<Option<String>> = vec![None; self.types.len()];
-        let mut vectors = Vec::new();
+        // Per operand: its offset at `o` and the length of the vector read there (1: one value
+        // read for every index).
+        let mut reads: Vec<Option<(String, i64)>> = vec![None; self.types.len()];
         for &i in &side.operands {
             let m = &self.k.maps[i];
             if self.is_image(i)
@@ -1416,11 +1417,7 @@ impl Cx<'_> {
             if !aligned {
                 return Ok(None);
             }
-            let off = self.coord(i, 0, dims)?;
-            if align > 1 {
-                vectors.push((i, align, off.clone()));
-            }
-            reads[i] = Some(format!("x{i}[{off}]"));
+            reads[i] = Some((self.coord(i, 0, dims)?, align));
         }
         let mut values = Vec::with_capacity(n as usize);
         for c in 0..n as usize {
@@ -1432,16 +1429,16 @@ impl Cx<'_> {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| {
-                    let r = r.as_ref()?;
-                    Some(match vectors.iter().find(|(j, ..)| *j == i) {
-                        Some((_, len, off)) => {
-                            let comp = if *len == n as i64 { c } else { c / 2 };
+                    let (off, len) = r.as_ref()?;
+                    Some(match *len {
+                        1 => format!("x{i}[{off}]"),
+                        len => {
+                            let comp = if len == n as i64 { c } else { c / 2 };
                             format!(
                                 "(*(__global const {}{len}*)(x{i} + ({off}))).s{comp:x}",
                                 self.ctype(i)
                             )
                         }
-                        None => r.clone(),
                     })
                 })
                 .collect();
@@ -2144,7 +2141,7 @@ impl Cx<'_> {
             let expr_tex = |side: &Side<'_>, dims: &[String], wide: &[usize], i, j: u64, ok| {
                 let wanted = if j == 1 { u64::from(opts.skinny.packed_values) } else { 4 };
                 let mut tex = None;
-                for v in [wanted, 4] {
+                for v in std::iter::once(wanted).chain((wanted != 4).then_some(4)) {
                     tex = self.expr_texel(side, dims, wide, select_side == Some(i), v)?;
                     if tex.is_some() {
                         break;
