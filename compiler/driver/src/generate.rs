@@ -18,8 +18,10 @@
 //! argument name: a missing or mis-shaped one is an error naming it, before anything runs.
 //!
 //! On OpenCL one session ([`fbc_runtime::device::opencl::Session`]) serves every call: the
-//! program is built once, the weights are uploaded at the first call and stay on the device,
-//! and a cache that a function updates in place (the lowered `@prefill` and `@decode` do) stays
+//! program is built once, the weights are uploaded at the first call and stay on the device
+//! (a weight that `@decode` lays out otherwise than `@prefill`, such as an R-Tile that the
+//! profile's measured rates keep in a buffer for matrix-vector products, is uploaded again in
+//! that form at the first decode step and replaces the prefill form), and a cache that a function updates in place (the lowered `@prefill` and `@decode` do) stays
 //! there too, neither downloaded nor uploaded again; a decode step moves only the token, the
 //! position, the RoPE rows and the logits (the report says how many bytes the last one moved).
 //!
@@ -182,8 +184,6 @@ enum Runner<'a> {
     OpenCl {
         compiled: Box<crate::run_cmd::opencl::Compiled>,
         session: Box<fbc_runtime::device::opencl::Session>,
-        /// Whether the weights are on the device (after the first call).
-        weights: bool,
         /// Under `--memory-budget`: weights are uploaded at every call, as the plan says
         /// (preloaded, or streamed during earlier launches), never kept between calls.
         streamed: bool,
@@ -239,7 +239,8 @@ struct Returned {
 impl Runner<'_> {
     /// Calls `f` on `inputs`. The interpreters take their arguments by value, so borrowed ones
     /// are copied for them; a device only reads them. On OpenCL the weights are uploaded at
-    /// the first call and kept under their argument names; a cache that `f` updates in place
+    /// the first call and kept under their argument names (`Input::Held`: a call that lays
+    /// one out otherwise uploads it again in its form); a cache that `f` updates in place
     /// stays on the device under its argument name (`inputs` then holds nothing the call reads
     /// for it after the first call) and is not downloaded, one it does not is downloaded and
     /// uploaded with the next call.
@@ -278,7 +279,6 @@ impl Runner<'_> {
             Runner::OpenCl {
                 compiled,
                 session,
-                weights,
                 streamed,
                 kv_tiling,
                 packed,
@@ -320,14 +320,13 @@ impl Runner<'_> {
                                 Some(d) => Input::Stored(d),
                                 None => Input::Host(v),
                             },
-                            None => Input::Keep { key, value: (!*weights).then_some(v) },
+                            None => Input::Held { key, value: v },
                         }
                     })
                     .collect();
                 let want: Vec<bool> =
                     std::iter::once(true).chain(stays.iter().map(|&s| !s)).collect();
                 let out = session.call(&f.name, &args, Some(&want)).map_err(failure)?;
-                *weights = true;
                 for (&a, &stay) in f.caches.iter().zip(&stays) {
                     if stay {
                         on_device.insert(names[a].clone());
@@ -484,7 +483,6 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             Runner::OpenCl {
                 compiled: Box::new(compiled),
                 session: Box::new(session),
-                weights: false,
                 streamed: a.device.memory_budget.is_some(),
                 kv_tiling: a.device.kv_tiling,
                 packed: Default::default(),

@@ -2043,7 +2043,8 @@ fn a_session_keeps_weights_and_caches_on_the_device() {
 /// A kept value in another storage form: `@a` keeps `w` as a linear buffer, `@b` reads it as an
 /// R-Tile image (generic profile, -O3); `@b` called with the key alone reads the buffer back
 /// and uploads it as the image, and gives the bits of a run that uploads `w` itself; both forms
-/// stay, so a second `@b` and a second `@a` move no byte of `w`.
+/// stay, so a second `@b` and a second `@a` move no byte of `w`. Held (`Input::Held`), the new
+/// form is uploaded from the caller's value instead and replaces the other.
 #[test]
 fn a_kept_value_moves_to_another_storage_form() {
     use fbc_runtime::device::opencl::{run, Input, RunOptions, Session};
@@ -2099,6 +2100,21 @@ fn a_kept_value_moves_to_another_storage_form() {
     assert_eq!((again.uploaded_bytes, again.downloaded_bytes), (128 * 256 * 4, result_bytes));
     let a = s.call("a", &[Input::Keep { key: "w", value: None }], None).expect("a again");
     assert_eq!((a.uploaded_bytes, a.downloaded_bytes), (0, 256 * 256 * 4));
+    // Passed as held (the caller still has the value), a form the key does not hold is uploaded
+    // from the value and replaces the other form: nothing is read back and one form stays.
+    let mut s = Session::new(&out.source, man, &ro).expect("session");
+    let held = Input::Held { key: "w", value: &a_in[0] };
+    let first = s.call("a", &[held], None).expect("a");
+    assert_eq!((first.uploaded_bytes, s.kept_bytes()), (wa.bytes, wa.bytes));
+    let b_args = [Input::Host(&b_in[0]), held];
+    let b = s.call("b", &b_args, None).expect("b");
+    assert_eq!(bits(b.results[0].as_ref().expect("r")), bits(&want[0]));
+    assert_eq!((b.uploaded_bytes, b.downloaded_bytes), (128 * 256 * 4 + wb.bytes, result_bytes));
+    assert_eq!(s.kept_bytes(), wb.bytes);
+    let again = s.call("b", &b_args, None).expect("b again");
+    assert_eq!((again.uploaded_bytes, again.downloaded_bytes), (128 * 256 * 4, result_bytes));
+    let a = s.call("a", &[held], None).expect("a again");
+    assert_eq!((a.uploaded_bytes, s.kept_bytes()), (wa.bytes, wa.bytes));
 }
 
 /// A kept argument that a function overwrites without returning it (an update in place of a

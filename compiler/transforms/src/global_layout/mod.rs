@@ -359,7 +359,7 @@ fn adapt(
         return Some(Layout::RTile(*t));
     }
     let Type::Tensor(ty) = m.value_type(v) else { return None };
-    let t = candidates::physical_mapping(p, &ty.shape, tile, consumers)?;
+    let t = candidates::physical_mapping(p, &ty.shape, ty.elem.bytes(), tile, consumers)?;
     t.check_type(ty).ok()?;
     Some(fit_storage(p, Layout::RTile(t)).0)
 }

@@ -37,7 +37,7 @@
 use fbc_dialects::layout::{Intra, Matrix, RTile, Storage};
 use fbc_target::HardwareProfile;
 
-use super::perf_model::{Axis2, Consumer};
+use super::perf_model::{self, Axis2, Consumer, TensorDesc};
 
 /// Default C3 threshold.
 pub const DEFAULT_MAX_PADDING: f64 = 0.10;
@@ -125,7 +125,7 @@ pub fn generate(p: &HardwareProfile, input: &CandidateInput, max_padding: f64) -
         after_c2.iter().copied().filter(|&t| padding_ratio(m, t) <= max_padding).collect();
     let candidates = after_c3
         .iter()
-        .filter_map(|&t| physical_mapping(p, &input.shape, t, &input.consumers))
+        .filter_map(|&t| physical_mapping(p, &input.shape, input.elem_bytes, t, &input.consumers))
         .collect();
     CandidateReport { initial, after_c1, after_c2, after_c3, candidates }
 }
@@ -166,11 +166,14 @@ pub fn traversals(m: Matrix, tile: [u64; 2], consumers: &[Consumer]) -> [u64; 2]
     t
 }
 
-/// The full R-Tile for `tile` on a tensor of `shape` read by `consumers`; `None` when the shape
-/// cannot hold it (rank < 2).
+/// The full R-Tile for `tile` on a tensor of `shape` (elements of `elem_bytes`) read by
+/// `consumers`; `None` when the shape cannot hold it (rank < 2). It is stored in an `image2d`
+/// when the image fits the device and the profile's measured rates do not favour a buffer
+/// ([`perf_model::measured_storage`]), else in a buffer.
 pub fn physical_mapping(
     p: &HardwareProfile,
     shape: &[u64],
+    elem_bytes: u64,
     tile: [u64; 2],
     consumers: &[Consumer],
 ) -> Option<RTile> {
@@ -189,6 +192,9 @@ pub fn physical_mapping(
         && h <= u64::from(p.image.max_height);
     if !fits {
         t.storage = Storage::Buffer;
+    } else {
+        let desc = TensorDesc { shape: shape.to_vec(), elem_bytes };
+        t.storage = perf_model::measured_storage(p, &desc, consumers);
     }
     Some(t)
 }
@@ -246,15 +252,15 @@ mod tests {
         let p = mali();
         let red = |r| Consumer { reduce: r, kind: ConsumerKind::Reduction };
         // [8, 16] in 4 x 4 tiles: 2 tiles along H, 4 along W.
-        let t = physical_mapping(&p, &[8, 16], [4, 4], &[red(Axis2::W)]).unwrap();
+        let t = physical_mapping(&p, &[8, 16], 4, [4, 4], &[red(Axis2::W)]).unwrap();
         assert_eq!(t.horizontal, 1);
-        let t = physical_mapping(&p, &[8, 16], [4, 4], &[red(Axis2::H)]).unwrap();
+        let t = physical_mapping(&p, &[8, 16], 4, [4, 4], &[red(Axis2::H)]).unwrap();
         assert_eq!(t.horizontal, 0);
         // Both: 2 (H) vs 4 (W): W.
-        let t = physical_mapping(&p, &[8, 16], [4, 4], &[red(Axis2::H), red(Axis2::W)]).unwrap();
+        let t = physical_mapping(&p, &[8, 16], 4, [4, 4], &[red(Axis2::H), red(Axis2::W)]).unwrap();
         assert_eq!(t.horizontal, 1);
         // Nothing reduces it: W, the natural arrangement.
-        let t = physical_mapping(&p, &[2, 8, 16], [4, 4], &[]).unwrap();
+        let t = physical_mapping(&p, &[2, 8, 16], 4, [4, 4], &[]).unwrap();
         assert_eq!(t.horizontal, 2);
         assert_eq!(traversals(Matrix { batch: 1, h: 8, w: 16 }, [4, 4], &[red(Axis2::H)]), [2, 0]);
     }
@@ -264,7 +270,7 @@ mod tests {
         let p = fbc_target::builtin("generic").unwrap(); // 8192 x 8192 images
                                                          // 32 x 32 tiles are 8 texels wide > C_w = 4: blocks of 16 elements, 64 x 4 texels;
                                                          // 4096 tiles across make 16384 texels.
-        let t = physical_mapping(&p, &[64, 131072], [32, 32], &[]).unwrap();
+        let t = physical_mapping(&p, &[64, 131072], 4, [32, 32], &[]).unwrap();
         assert_eq!(t.intra, Intra::Block { bh: 4, bw: 16 });
         assert_eq!(t.image, Some([16384, 128]));
         assert_eq!(t.storage, Storage::Buffer);

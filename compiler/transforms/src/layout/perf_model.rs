@@ -464,6 +464,52 @@ pub fn score(
     })
 }
 
+/// Where an R-Tile whose image fits the device is best kept, from what `fbc calibrate` measured
+/// on it (the profile's `[measured]` table): `image2d` unless the measured rates say a buffer
+/// serves `consumers` sooner.
+///
+/// Each consumer takes `max(bytes / read rate, FLOPs / contraction rate)` of the storage: a
+/// matrix-vector product (`other` = 1) is bound by the read rate, a product with a wide other
+/// side by the contraction rate. The read rates are `buffer_row_gbps` for a buffer (an R-Tile in
+/// a buffer is read a whole texel row of a tile at a time, coalesced) and `image_tile_gbps` (else
+/// `image_row_gbps`) for an image; the contraction rates are the tiled kernel's on each storage.
+/// A matmul consumer does `2 · |T| · other` FLOPs, a reduction one per element. Without every
+/// one of those figures (the builtin `mali`/`adreno` profiles, a `--quick` calibration, a device
+/// without images) nothing is measured to decide by and the image stays; a tensor no reduction
+/// reads stays an image too.
+pub fn measured_storage(
+    profile: &HardwareProfile,
+    tensor: &TensorDesc,
+    consumers: &[Consumer],
+) -> Storage {
+    let Some(m) = profile.measured.as_ref().filter(|m| !m.quick) else { return Storage::Image2d };
+    let rates = (|| {
+        let image_read = m.image_tile_gbps.or(m.image_row_gbps)?.get();
+        Some([
+            (m.buffer_row_gbps?.get(), m.contraction_buffer_gflops?.get()),
+            (image_read, m.contraction_image_gflops?.get()),
+        ])
+    })();
+    let Some([buffer, image]) = rates else { return Storage::Image2d };
+    if consumers.is_empty() {
+        return Storage::Image2d;
+    }
+    let elems = tensor.shape.iter().product::<u64>() as f64;
+    let bytes = elems * tensor.elem_bytes.max(1) as f64;
+    let time = |(read_gbps, gflops): (f64, f64)| -> f64 {
+        consumers
+            .iter()
+            .map(|c| match c.kind {
+                ConsumerKind::Matmul { other, .. } => {
+                    (bytes / read_gbps).max(2.0 * elems * other.max(1) as f64 / gflops)
+                }
+                ConsumerKind::Reduction => bytes / read_gbps,
+            })
+            .sum()
+    };
+    if time(buffer) < time(image) { Storage::Buffer } else { Storage::Image2d }
+}
+
 /// Eq. 2's objective for one layout: the sum of `perf` over the consumers (a consumer the layout
 /// cannot be scored for contributes 0).
 pub fn total(
@@ -548,6 +594,47 @@ mod tests {
             reduce: Axis2::W,
             kind: ConsumerKind::Matmul { p_is_out_last: true, other: 512, out_batch: 1 },
         }
+    }
+
+    /// The storage the measured rates choose: the nvidia profile's `[measured]` table (buffer
+    /// reads 3692 GB/s against image tiles 3207, the tiled contraction 33.1 against 41.0 TFLOP/s
+    /// on them). By hand for a 2048 × 2048 f32 weight (16.8 MB, 4.19 M elements):
+    /// - read by a matrix-vector product: buffer `max(16.8e6 / 3692e9, 8.4e6 / 33.1e12)` =
+    ///   4.54 µs against image 16.8e6 / 3207e9 = 5.23 µs: a buffer;
+    /// - by a product of 16 rows: buffer `max(4.54, 134.2e6 / 33.1e12 = 4.05)` = 4.54 µs against
+    ///   image `max(5.23, 3.27)`: still a buffer; of 32 rows: 8.11 µs against `max(5.23, 6.55)`:
+    ///   an image; of 512 rows (a prefill): 130 against 105 µs: an image.
+    #[test]
+    fn measured_rates_keep_matrix_vector_weights_in_buffers() {
+        let nvidia = fbc_target::builtin("nvidia").unwrap();
+        let w = TensorDesc { shape: vec![2048, 2048], elem_bytes: 4 };
+        let rows = |other| Consumer {
+            reduce: Axis2::H,
+            kind: ConsumerKind::Matmul { p_is_out_last: true, other, out_batch: 1 },
+        };
+        let pick = |p: &HardwareProfile, cs: &[Consumer]| measured_storage(p, &w, cs);
+        assert_eq!(pick(&nvidia, &[rows(1)]), Storage::Buffer);
+        assert_eq!(pick(&nvidia, &[rows(16)]), Storage::Buffer);
+        assert_eq!(pick(&nvidia, &[rows(32)]), Storage::Image2d);
+        assert_eq!(pick(&nvidia, &[rows(512)]), Storage::Image2d);
+        // Both: the prefill's product outweighs the decode's.
+        assert_eq!(pick(&nvidia, &[rows(1), rows(512)]), Storage::Image2d);
+        // A reduction reads once: the faster read wins.
+        let red = Consumer { reduce: Axis2::W, kind: ConsumerKind::Reduction };
+        assert_eq!(pick(&nvidia, &[red]), Storage::Buffer);
+        // Nothing reads it, nothing measured, a quick calibration, a missing rate: an image.
+        assert_eq!(pick(&nvidia, &[]), Storage::Image2d);
+        assert_eq!(pick(&mali(), &[rows(1)]), Storage::Image2d);
+        let mut quick = nvidia.clone();
+        quick.measured.as_mut().unwrap().quick = true;
+        assert_eq!(pick(&quick, &[rows(1)]), Storage::Image2d);
+        let mut partial = nvidia.clone();
+        partial.measured.as_mut().unwrap().contraction_buffer_gflops = None;
+        assert_eq!(pick(&partial, &[rows(1)]), Storage::Image2d);
+        // Images measured faster than buffers: the image stays.
+        let mut images = nvidia.clone();
+        images.measured.as_mut().unwrap().image_tile_gbps = fbc_target::Positive::new(4000.0);
+        assert_eq!(pick(&images, &[rows(1)]), Storage::Image2d);
     }
 
     fn rt(shape: &[u64], tile: [u64; 2], intra: Intra, hz: u64) -> Layout {

@@ -43,6 +43,11 @@ pub enum Input<'a> {
     /// and replaces what the key held; `None` takes what the key holds (in another form: read
     /// back and uploaded in this one; an error where it holds nothing).
     Keep { key: &'a str, value: Option<&'a Value> },
+    /// Kept on the device under `key`, whose value the caller still holds: an upload in a form
+    /// the key holds uses that object; one in another form packs `value` and replaces the key's
+    /// other forms (no read-back, and one form on the device at a time: `@prefill`'s R-Tile
+    /// images give way to `@decode`'s buffers once, where the profile chose them so).
+    Held { key: &'a str, value: &'a Value },
     /// The contents of the upload's storage as they are (the texels of an R-Tile image that
     /// `fbc pack --for` stored): written without packing; they must fit the storage's type.
     Stored(&'a MemData),
@@ -61,6 +66,7 @@ impl std::fmt::Debug for Input<'_> {
             Input::Keep { key, value } => {
                 f.debug_struct("Keep").field("key", key).field("value", value).finish()
             }
+            Input::Held { key, .. } => f.debug_struct("Held").field("key", key).finish(),
             Input::Stored(d) => write!(f, "Stored({} values)", d.len()),
             Input::Lazy(_) => f.write_str("Lazy(..)"),
         }
@@ -371,7 +377,9 @@ impl Session {
         let f = &st.f;
         check_count(f, inputs.len())?;
         for (k, input) in inputs.iter().enumerate() {
-            if let Input::Host(v) | Input::Keep { value: Some(v), .. } = input {
+            if let Input::Host(v) | Input::Keep { value: Some(v), .. } | Input::Held { value: v, .. } =
+                input
+            {
                 check_arg(f, k, v)?;
             }
         }
@@ -401,7 +409,7 @@ impl Session {
                     OpenClError::Manifest(format!("argument {arg} ({}): {e}", layout.text))
                 })
             };
-            let (key, value) = match *input {
+            let (key, value, held) = match *input {
                 Input::Host(v) => {
                     sources.insert(*storage, Source::Write(std::borrow::Cow::Owned(packed(v)?)));
                     up += desc.bytes;
@@ -440,7 +448,8 @@ impl Session {
                     up += desc.bytes;
                     continue;
                 }
-                Input::Keep { key, value } => (key, value),
+                Input::Keep { key, value } => (key, value, false),
+                Input::Held { key, value } => (key, Some(value), true),
             };
             let form = Form {
                 kind: desc.kind,
@@ -455,7 +464,10 @@ impl Session {
             // The key's object in this form: with `None` any, with `Some` one this call made
             // (an argument uploaded twice in one form); a new value replaces the others.
             let same = |k: &Kept| k.key == key && k.form == form;
-            let reuse = self.kept.iter().find(|k| same(k) && (value.is_none() || k.call == call));
+            let reuse = self
+                .kept
+                .iter()
+                .find(|k| same(k) && (held || value.is_none() || k.call == call));
             if let (false, Some(k)) = (slotted, reuse) {
                 sources.insert(*storage, Source::Kept(k.mem.clone()));
                 kept_here.push((*storage, key.to_string(), form));
