@@ -25,6 +25,13 @@
 //! there too, neither downloaded nor uploaded again; a decode step moves only the token, the
 //! position, the RoPE rows and the logits (the report says how many bytes the last one moved).
 //!
+//! A Whisper decoder's module (`fbc gen whisper-large-decoder --inference --batch 1`) runs the
+//! same way: the host fills `positions` (the rows of the learned position table) instead of
+//! RoPE rows, `encoder_states` comes from `--encoder-states` (or `--weights`, or is random with
+//! `--random-weights`), and the cross-attention keys and values `@prefill` returns after its
+//! caches are what every `@decode` step takes (on a device, uploaded at the first step and
+//! kept).
+//!
 //! What is not there yet: batches other than 1.
 
 use std::borrow::Cow;
@@ -38,8 +45,13 @@ use crate::cli::GenerateArgs;
 use crate::run_cmd::io::{read_inputs, Sources};
 use crate::{Driver, Failure};
 
-/// What the host gives each call, by argument name.
-const HOST: [&str; 4] = ["tokens", "pos", "rope_cos", "rope_sin"];
+/// What the host gives each call, by argument name: the tokens and the position always; the
+/// RoPE rows where the model rotates (Llama, Qwen, Gemma), the positions of the new tokens where
+/// it looks them up in a learned table (Whisper's decoder).
+const HOST: [&str; 5] = ["tokens", "pos", "rope_cos", "rope_sin", "positions"];
+
+/// The host arguments every inference function takes.
+const REQUIRED: [&str; 2] = ["tokens", "pos"];
 
 /// One of the two functions, with where its host arguments and caches are.
 struct Func {
@@ -54,12 +66,17 @@ struct Func {
     names: Vec<String>,
     /// The caches' argument indices, in order (the results after the logits, in the same order).
     caches: Vec<usize>,
+    /// Results after the caches: values the next function reads as they are (Whisper's
+    /// `@prefill` returns each layer's cross-attention keys and values, projected once from the
+    /// encoder states, which every `@decode` step takes).
+    extra: usize,
 }
 
-/// The model's shape, read off `@decode`'s signature.
+/// The model's shape, read off `@decode`'s signature: its RoPE settings where it takes RoPE
+/// rows.
 struct Shape {
     head_dim: usize,
-    rope: fbc_models::rope::Rope,
+    rope: Option<fbc_models::rope::Rope>,
 }
 
 fn tensor_shape(ty: &Type) -> Vec<usize> {
@@ -90,22 +107,12 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
             caches.push(i);
         }
     }
-    if names.iter().any(|n| n == "encoder_states" || n == "positions") {
-        return Err(input_error(
-            file,
-            format!(
-                "@{name} is a Whisper decoder's (it takes encoder states and learned positions): \
-                 `fbc generate` runs the decoder-only models' inference modules; run its \
-                 functions with `fbc run`"
-            ),
-        ));
-    }
-    for want in HOST {
+    for want in REQUIRED {
         if find(&args, want).is_none() {
             return Err(input_error(file, format!("@{name} has no argument `{want}`")));
         }
     }
-    if f.result_types.len() != caches.len() + 1 {
+    if f.result_types.len() < caches.len() + 1 {
         return Err(input_error(
             file,
             format!(
@@ -122,7 +129,8 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
             format!("@{name}'s tokens are {tokens:?}; `fbc generate` takes a batch of 1"),
         ));
     }
-    Ok(Func { id, name: name.to_string(), len: tokens[1], args, names, caches })
+    let extra = f.result_types.len() - caches.len() - 1;
+    Ok(Func { id, name: name.to_string(), len: tokens[1], args, names, caches, extra })
 }
 
 /// The index of host argument `name` in `args`.
@@ -140,15 +148,19 @@ impl Func {
         let s = self.len;
         let mut ids = tokens.to_vec();
         ids.resize(s, 0);
-        let (cos, sin) =
-            fbc_models::rope::tables(&shape.rope, shape.head_dim as u64, pos as u64, s as u64);
-        let hd = shape.head_dim;
-        let made = [
+        let at: Vec<i32> = (pos..pos + s).map(|p| p as i32).collect();
+        let mut made = vec![
             ("tokens", Tensor::new(vec![1, s], ids).map(Value::I32)),
             ("pos", Tensor::new(Vec::new(), vec![pos as i32]).map(Value::I32)),
-            ("rope_cos", Tensor::new(vec![s, hd], cos).map(Value::F32)),
-            ("rope_sin", Tensor::new(vec![s, hd], sin).map(Value::F32)),
+            ("positions", Tensor::new(vec![1, s], at).map(Value::I32)),
         ];
+        if let Some(rope) = &shape.rope {
+            let (cos, sin) =
+                fbc_models::rope::tables(rope, shape.head_dim as u64, pos as u64, s as u64);
+            let hd = shape.head_dim;
+            made.push(("rope_cos", Tensor::new(vec![s, hd], cos).map(Value::F32)));
+            made.push(("rope_sin", Tensor::new(vec![s, hd], sin).map(Value::F32)));
+        }
         for (name, v) in made {
             if let (Some(i), Ok(v)) = (self.arg(name), v) {
                 values[i] = v;
@@ -276,14 +288,7 @@ impl Runner<'_> {
                 )
             }
             #[cfg(feature = "opencl")]
-            Runner::OpenCl {
-                compiled,
-                session,
-                streamed,
-                kv_tiling,
-                packed,
-                on_device,
-            } => {
+            Runner::OpenCl { compiled, session, streamed, kv_tiling, packed, on_device } => {
                 use fbc_runtime::device::opencl::{Input, OpenClError};
                 let failure = |e: OpenClError| match &e {
                     OpenClError::Fault { location, message } => {
@@ -324,8 +329,10 @@ impl Runner<'_> {
                         }
                     })
                     .collect();
-                let want: Vec<bool> =
-                    std::iter::once(true).chain(stays.iter().map(|&s| !s)).collect();
+                let want: Vec<bool> = std::iter::once(true)
+                    .chain(stays.iter().map(|&s| !s))
+                    .chain(std::iter::repeat_n(true, f.extra))
+                    .collect();
                 let out = session.call(&f.name, &args, Some(&want)).map_err(failure)?;
                 for (&a, &stay) in f.caches.iter().zip(&stays) {
                     if stay {
@@ -377,17 +384,48 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         .unwrap_or(0);
     let head_dim = arg_shape(&decode, "rope_cos").and_then(|s| s.get(1).copied()).unwrap_or(0);
     let vocab = tensor_shape(&d.result_types[0]).last().copied().unwrap_or(0);
-    let rope = d.attr(fbc_models::rope::ATTR).and_then(fbc_models::rope::from_attr).ok_or_else(
-        || {
-            input_error(
-                &file,
-                format!(
-                    "@decode has no RoPE settings (`{}`); generate the module with `fbc gen MODEL --inference`",
-                    fbc_models::rope::ATTR
-                ),
-            )
-        },
-    )?;
+    let rope = match decode.arg("rope_cos") {
+        None => None,
+        Some(_) => Some(
+            d.attr(fbc_models::rope::ATTR).and_then(fbc_models::rope::from_attr).ok_or_else(
+                || {
+                    input_error(
+                        &file,
+                        format!(
+                            "@decode has no RoPE settings (`{}`); generate the module with `fbc gen MODEL --inference`",
+                            fbc_models::rope::ATTR
+                        ),
+                    )
+                },
+            )?,
+        ),
+    };
+    // What @prefill returns after its caches: @decode's arguments that @prefill does not take
+    // (but the host's), in order and of the same types.
+    let carried_args: Vec<usize> = (0..decode.names.len())
+        .filter(|&i| {
+            let n = decode.names[i].as_str();
+            !HOST.contains(&n) && !prefill.names.iter().any(|p| p == n)
+        })
+        .collect();
+    let pf = module.func(prefill.id);
+    let extra_types = &pf.result_types[1 + prefill.caches.len()..];
+    let carried_types: Vec<&Type> =
+        carried_args.iter().map(|&i| module.value_type(d.args[i])).collect();
+    if decode.extra != 0
+        || carried_types.len() != extra_types.len()
+        || carried_types.iter().zip(extra_types).any(|(a, b)| *a != b)
+    {
+        let names: Vec<&str> = carried_args.iter().map(|&i| decode.names[i].as_str()).collect();
+        return Err(input_error(
+            &file,
+            format!(
+                "@decode takes {} argument(s) @prefill does not ({names:?}), and @prefill returns {} value(s) after its caches: they must match in number and type",
+                names.len(),
+                extra_types.len()
+            ),
+        ));
+    }
     let shape = Shape { head_dim, rope };
     // The prompt and the cache.
     let (n, max_new) = (a.prompt.len(), a.max_new as usize);
@@ -417,23 +455,42 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     // The weights, checked for both functions before anything runs.
     let caches: Vec<String> =
         prefill.caches.iter().map(|&i| arg_name(&module, prefill.id, i)).collect();
-    let host_names: Vec<&str> =
-        HOST.iter().copied().chain(caches.iter().map(String::as_str)).collect();
-    let (st, fbw) = match &a.weights {
-        Some(p) if p.extension().is_some_and(|e| e == "fbw") => (&[][..], Some(p.as_path())),
-        Some(p) => (std::slice::from_ref(p), None),
-        None => (&[][..], None),
+    let host_names: Vec<&str> = HOST
+        .iter()
+        .copied()
+        .chain(caches.iter().map(String::as_str))
+        .chain(carried_args.iter().map(|&i| decode.names[i].as_str()))
+        .collect();
+    let (mut st, fbw) = match &a.weights {
+        Some(p) if p.extension().is_some_and(|e| e == "fbw") => (Vec::new(), Some(p.as_path())),
+        Some(p) => (vec![p.clone()], None),
+        None => (Vec::new(), None),
     };
+    st.extend(a.encoder_states.iter().cloned());
     let src = Sources {
-        inputs: st,
+        inputs: &st,
         weights: fbw,
         seed: a.random_weights,
         host: &host_names,
         allow_unused: false,
         stored: &[],
     };
+    // @prefill takes every weight (and the encoder states); @decode may take fewer (Whisper's
+    // cross-attention projections of the encoder states run in @prefill only).
     let mut first = read_inputs(&module, prefill.id, src, Mode::F32, &file.name)?;
+    let src = Sources { allow_unused: true, ..src };
     let mut next = read_inputs(&module, decode.id, src, Mode::F32, &file.name)?;
+    // Random weights are drawn by argument index: where @decode takes a weight at another index
+    // than @prefill (Whisper's decode has no encoder states nor cross-attention projections),
+    // it gets @prefill's, so that both run the same model.
+    if a.random_weights.is_some() {
+        for (i, name) in decode.names.iter().enumerate() {
+            let j = prefill.names.iter().position(|p| p == name);
+            if let Some(j) = j.filter(|&j| j != i && !host_names.contains(&name.as_str())) {
+                next[i] = first[j].clone();
+            }
+        }
+    }
     // How calls run.
     let mut runner = match a.target.as_str() {
         "cpu" => Runner::Interp(Interpreter::new(&module)),
@@ -508,6 +565,11 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     let no_logits = || input_error(&file, "@prefill's logits are not f32 rows of the vocabulary");
     let mut token = arg_max(&out.logits, n - 1, vocab).ok_or_else(no_logits)?;
     let mut carried = out.caches;
+    // The values @prefill returned for every @decode step (on a device, uploaded at the first
+    // step and kept there).
+    for (&i, v) in carried_args.iter().zip(carried.split_off(prefill.caches.len())) {
+        next[i] = v.ok_or_else(|| input_error(&file, "@prefill's results were not returned"))?;
+    }
     let mut moved = None;
     // Decode, a token at a time.
     let bar = crate::progress::bar(max_new as u64, "decode", quiet);

@@ -217,20 +217,55 @@ fn whisper_decode_reads_the_cross_attention_cache_prefill_wrote() {
     for (k, (a, b)) in all[5..].iter().zip(&first[5..]).enumerate() {
         assert_eq!(f32s(a), f32s(b), "cross cache {k}");
     }
-    // `fbc generate` does not run it yet, and says so.
-    let dir = common::scratch("whisper-generate");
-    let path = dir.join("w.fbir");
-    std::fs::write(&path, fbc_ir::print_module(&head)).expect("write");
-    let p = path.to_str().expect("path");
-    let o =
-        common::fbc(&["generate", p, "--random-weights", "1", "--prompt", "1,2", "--max-new", "1"]);
-    assert_eq!(o.code, 1, "{}", o.stderr);
-    assert!(o.stderr.contains("@prefill is a Whisper decoder's"), "{}", o.stderr);
     // A wrong cross cache changes decode's logits: decode reads it.
     let mut wrong = first[1..].to_vec();
     wrong[4] = Value::F32(Tensor::from_fn(&[1, 20, encoder as usize, 64], |_| 0.0).expect("zeros"));
     let other = run(&head, "decode", last, PROMPT as i32 - 1, &wrong);
     assert!(rel(&ld, &f32s(&other[0])) > 1e-3, "decode ignored the cross cache");
+}
+
+/// `fbc generate` runs a Whisper decoder (two layers, random weights and encoder states): the
+/// host fills `positions`, and every decode step reads the cross-attention keys and values
+/// `@prefill` returned. Each new token is the one `@prefill` alone picks over the prompt followed
+/// by the tokens before it (`--max-new 1`: no cache carried), and the CPU JIT and (with a
+/// device) OpenCL, which keeps the cross caches on the device, give the same tokens.
+#[test]
+fn generate_runs_a_whisper_decoder_with_its_cross_attention_cache() {
+    let dir = common::scratch("whisper-generate");
+    let opts = fbc_models::Options {
+        layers: Some(2),
+        seq: Some(8),
+        vocab: Some(40),
+        batch: Some(1),
+        encoder_len: Some(6),
+        inference: true,
+        max_seq: Some(12),
+        ..Default::default()
+    };
+    let m = fbc_models::build("whisper-large-decoder", &opts).expect("whisper");
+    let path = dir.join("w.fbir");
+    std::fs::write(&path, fbc_ir::print_module(&m)).expect("write");
+    let p = path.to_str().expect("path");
+    let generate = |prompt: &[i64], max_new: &str, target: &str| -> Vec<i64> {
+        let prompt: Vec<String> = prompt.iter().map(ToString::to_string).collect();
+        let prompt = prompt.join(",");
+        let args =
+            ["generate", p, "--random-weights", "4", "--prompt", &prompt, "--max-new", max_new];
+        let o = common::fbc(&[&args[..], &["--target", target]].concat());
+        assert_eq!(o.code, 0, "{target}: {}", o.stderr);
+        o.stdout.trim().split(',').map(|t| t.parse().expect("a token id")).collect()
+    };
+    let prompt = [7i64, 21, 3];
+    let tokens = generate(&prompt, "5", "cpu");
+    assert_eq!(tokens.len(), 5);
+    for k in 1..tokens.len() {
+        let seen = [&prompt[..], &tokens[..k]].concat();
+        assert_eq!(generate(&seen, "1", "cpu"), [tokens[k]], "token {k} after {seen:?}");
+    }
+    assert_eq!(generate(&prompt, "5", "cpu-jit"), tokens);
+    if common::opencl_device() {
+        assert_eq!(generate(&prompt, "5", "opencl"), tokens);
+    }
 }
 
 /// Both functions lowered (-O0 and -O3) and run by the CPU JIT agree with the interpreter

@@ -436,7 +436,9 @@ fn fig8(axis: usize) -> (RTile, u64, u64) {
     let input = candidate_input(&m, x).unwrap();
     assert_eq!(input.consumers.len(), 1);
     let p = fbc_target::builtin("mali").unwrap();
-    let t = candidates::physical_mapping(&p, &input.shape, input.elem_bytes, [4, 4], &input.consumers).unwrap();
+    let t =
+        candidates::physical_mapping(&p, &input.shape, input.elem_bytes, [4, 4], &input.consumers)
+            .unwrap();
     // A path: one texel column (4 elements) when reducing Dim2 (H), one row when reducing Dim1.
     let (reduce, len) = if axis == 0 { (Axis2::H, 4) } else { (Axis2::W, 1) };
     let blocks = |l: &Layout| path_blocks(&p, &[8, 16], 4, l, reduce, 0, len).unwrap();

@@ -25,6 +25,12 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "W.safetensors|W.fbw", required_unless_present = "random_weights")]
     pub weights: Option<PathBuf>,
 
+    /// The encoder's output for a Whisper decoder (`encoder_states`, `[1, E, D]`, in a
+    /// safetensors file); without it, `encoder_states` comes from --weights or, with
+    /// --random-weights, is random too.
+    #[arg(long, value_name = "FILE.safetensors")]
+    pub encoder_states: Option<PathBuf>,
+
     /// Deterministic random weights instead of --weights (tests, benchmarks).
     #[arg(long, value_name = "SEED", conflicts_with = "weights")]
     pub random_weights: Option<u64>,

@@ -507,7 +507,11 @@ pub fn measured_storage(
             })
             .sum()
     };
-    if time(buffer) < time(image) { Storage::Buffer } else { Storage::Image2d }
+    if time(buffer) < time(image) {
+        Storage::Buffer
+    } else {
+        Storage::Image2d
+    }
 }
 
 /// Eq. 2's objective for one layout: the sum of `perf` over the consumers (a consumer the layout

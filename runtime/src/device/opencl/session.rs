@@ -377,8 +377,9 @@ impl Session {
         let f = &st.f;
         check_count(f, inputs.len())?;
         for (k, input) in inputs.iter().enumerate() {
-            if let Input::Host(v) | Input::Keep { value: Some(v), .. } | Input::Held { value: v, .. } =
-                input
+            if let Input::Host(v)
+            | Input::Keep { value: Some(v), .. }
+            | Input::Held { value: v, .. } = input
             {
                 check_arg(f, k, v)?;
             }
@@ -464,10 +465,8 @@ impl Session {
             // The key's object in this form: with `None` any, with `Some` one this call made
             // (an argument uploaded twice in one form); a new value replaces the others.
             let same = |k: &Kept| k.key == key && k.form == form;
-            let reuse = self
-                .kept
-                .iter()
-                .find(|k| same(k) && (held || value.is_none() || k.call == call));
+            let reuse =
+                self.kept.iter().find(|k| same(k) && (held || value.is_none() || k.call == call));
             if let (false, Some(k)) = (slotted, reuse) {
                 sources.insert(*storage, Source::Kept(k.mem.clone()));
                 kept_here.push((*storage, key.to_string(), form));
