@@ -262,6 +262,12 @@ if want generate; then
     timeout 300 $B generate $T/llama_gen.fbir --random-weights 1 --prompt $PROMPT --max-new ${GEN_NEW:-64} --target opencl --device $D --profile $prof >> $G 2>&1
     echo "rc=$?" >> $G
   done
+  # Whisper large-v3's decoder (32 layers, batch 1, 1500 encoder positions, random weights and
+  # encoder states): the cross-attention caches stay on the device from @prefill on.
+  $B gen whisper-large-decoder --inference --batch 1 --seq 16 --max-seq 448 -o $T/whisper_gen.fbir
+  echo "=== generate whisper $B new ${GEN_NEW:-64}" >> $G
+  timeout 300 $B generate $T/whisper_gen.fbir --random-weights 1 --prompt $PROMPT --max-new ${GEN_NEW:-64} --target opencl --device $D --profile $P >> $G 2>&1
+  echo "rc=$?" >> $G
   if [ -n "$OLD" ]; then
     $OLD gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen_old.fbir
     echo "=== generate $OLD new ${GEN_OLD_NEW:-3}" >> $G

@@ -10,8 +10,8 @@
 //!   written, or reads it while some element is not known to be written through `xN` / `xN[e]`
 //!   (the output before the launch) or a gather (`xN[e]` of an input), needs the fill, as does a
 //!   `memory.download` or any other op using it. An input's reads are known when its map uses no
-//!   symbols and the dimensions it mentions span at most [`ENUMERATE_LIMIT`] points: they are
-//!   enumerated (a decode step's activations, one row of an R-Tile image whose other three rows
+//!   symbols (it may name them) and the dimensions it mentions span at most [`ENUMERATE_LIMIT`]
+//!   points: they are enumerated (a decode step's activations, one row of an R-Tile image whose other three rows
 //!   are padding, are read only where written, and need no fill), at the points where the
 //!   launch's guard holds when it reads parallel dimensions only (the payload runs only there);
 //! - a `memory.launch` writing it adds the element offsets its output map reaches over the
@@ -109,6 +109,18 @@ fn reads_within(k: &Kernel, i: usize, t: MemType, written: &Intervals) -> bool {
     }
     let Some(map) = k.maps.get(i).filter(|m| !gathered && m.dims.len() == k.domain.len()) else {
         return false;
+    };
+    // A map may name the launch's symbols without using them (every map of an attention
+    // launch names its causal position): the reads are then known all the same.
+    if map.results.iter().any(|r| map.symbols.iter().any(|s| mentions(r, s))) {
+        return false;
+    }
+    let unnamed;
+    let map = if map.symbols.is_empty() {
+        map
+    } else {
+        unnamed = IndexMap { symbols: Vec::new(), ..map.clone() };
+        &unnamed
     };
     // The payload runs only where the guard holds (elsewhere the output is 0): a guard over
     // parallel dimensions narrows the reads (a matrix-vector product over the padding rows of
@@ -538,6 +550,22 @@ mod tests {
         assert_eq!(fills(&format!("{p}\n{O}"), &at("(d0)[s0] -> (d0)")), ["p", "o"]);
         let all = at("(d0)[s0] -> (d0)").replace("domain = [20]", "domain = [24]");
         assert_eq!(fills(&format!("{p}\n{O}"), &all), ["p"]);
+    }
+
+    /// An input map that names a symbol without using it (an attention launch's maps all name
+    /// the causal position) has known reads: `%q`'s first 8 elements, all written, need no
+    /// fill; reading 12 of them does, and so does a map that uses the symbol.
+    #[test]
+    fn a_symbol_an_input_map_does_not_use_leaves_its_reads_known() {
+        let q = "  %p = memory.alloc : () -> !memory.buffer<1, i32>\n  %q = memory.alloc : () -> !memory.buffer<16, f32>\n  memory.launch %q {kernel = \"w\", domain = [8], iterators = [\"parallel\"], maps = [(d0) -> (d0)], body = \"1.0\"} : (!memory.buffer<16, f32>) -> ()";
+        let read = |n: u64, map: &str| {
+            format!(
+                "{q}\n  memory.launch %p, %q, %o {{kernel = \"r\", domain = [24, {n}], iterators = [\"parallel\", \"reduction\"], maps = [(d0, d1)[s0] -> (0), {map}, (d0, d1)[s0] -> (d0)], body = \"x1\", combine = \"add\", symbols = [[0, 0, 4]]}} : (!memory.buffer<1, i32>, !memory.buffer<16, f32>, !memory.buffer<24, f32>) -> ()"
+            )
+        };
+        assert_eq!(fills(O, &read(8, "(d0, d1)[s0] -> (d1)")), ["p"]);
+        assert_eq!(fills(O, &read(12, "(d0, d1)[s0] -> (d1)")), ["p", "q"]);
+        assert_eq!(fills(O, &read(8, "(d0, d1)[s0] -> (d1 + s0)")), ["p", "q"]);
     }
 
     #[test]

@@ -468,15 +468,17 @@ pub fn score(
 /// on it (the profile's `[measured]` table): `image2d` unless the measured rates say a buffer
 /// serves `consumers` sooner.
 ///
-/// Each consumer takes `max(bytes / read rate, FLOPs / contraction rate)` of the storage: a
-/// matrix-vector product (`other` = 1) is bound by the read rate, a product with a wide other
-/// side by the contraction rate. The read rates are `buffer_row_gbps` for a buffer (an R-Tile in
+/// Each consumer takes `max(bytes / read rate, FLOPs / contraction rate)` of the storage, and a
+/// matrix-vector product (one side at most one texel row, 4: this tensor's parallel extent, as
+/// for a decode step's activations, or the other side, as for its weights) `bytes / read rate`:
+/// it runs the skinny kernel, which streams its operands, not the tiled one. The read rates are `buffer_row_gbps` for a buffer (an R-Tile in
 /// a buffer is read a whole texel row of a tile at a time, coalesced) and `image_tile_gbps` (else
 /// `image_row_gbps`) for an image; the contraction rates are the tiled kernel's on each storage.
 /// A matmul consumer does `2 · |T| · other` FLOPs, a reduction one per element. Without every
 /// one of those figures (the builtin `mali`/`adreno` profiles, a `--quick` calibration, a device
 /// without images) nothing is measured to decide by and the image stays; a tensor no reduction
-/// reads stays an image too.
+/// reads stays an image too, unless it is at most one texel row high (`h ≤ 4`: a decode step's
+/// activations), which is read once, at the read rate.
 pub fn measured_storage(
     profile: &HardwareProfile,
     tensor: &TensorDesc,
@@ -491,17 +493,34 @@ pub fn measured_storage(
         ])
     })();
     let Some([buffer, image]) = rates else { return Storage::Image2d };
-    if consumers.is_empty() {
+    let Some(m) = Matrix::of(&tensor.shape) else { return Storage::Image2d };
+    // A tensor of at most one texel row a slice (a decode step's activations) that no
+    // reduction reads is read once, by elementwise kernels or attention: as a stream.
+    let one_row = m.h <= CH;
+    if consumers.is_empty() && !one_row {
         return Storage::Image2d;
     }
     let elems = tensor.shape.iter().product::<u64>() as f64;
     let bytes = elems * tensor.elem_bytes.max(1) as f64;
     let time = |(read_gbps, gflops): (f64, f64)| -> f64 {
+        if consumers.is_empty() {
+            return bytes / read_gbps;
+        }
         consumers
             .iter()
             .map(|c| match c.kind {
+                // A matrix-vector product (a side of at most one texel row, this tensor's or
+                // the other operand's) streams its operands once: the read rate bounds it.
+                ConsumerKind::Matmul { other, .. }
+                    if other.min(match c.reduce {
+                        Axis2::H => m.w,
+                        Axis2::W => m.h,
+                    }) <= CH =>
+                {
+                    bytes / read_gbps
+                }
                 ConsumerKind::Matmul { other, .. } => {
-                    (bytes / read_gbps).max(2.0 * elems * other.max(1) as f64 / gflops)
+                    (bytes / read_gbps).max(2.0 * elems * other as f64 / gflops)
                 }
                 ConsumerKind::Reduction => bytes / read_gbps,
             })
@@ -609,7 +628,7 @@ mod tests {
     ///   image `max(5.23, 3.27)`: still a buffer; of 32 rows: 8.11 µs against `max(5.23, 6.55)`:
     ///   an image; of 512 rows (a prefill): 130 against 105 µs: an image.
     #[test]
-    fn measured_rates_keep_matrix_vector_weights_in_buffers() {
+    fn measured_rates_keep_matrix_vector_operands_in_buffers() {
         let nvidia = fbc_target::builtin("nvidia").unwrap();
         let w = TensorDesc { shape: vec![2048, 2048], elem_bytes: 4 };
         let rows = |other| Consumer {
@@ -635,6 +654,21 @@ mod tests {
         let mut partial = nvidia.clone();
         partial.measured.as_mut().unwrap().contraction_buffer_gflops = None;
         assert_eq!(pick(&partial, &[rows(1)]), Storage::Image2d);
+        // A decode step's activation, one row of 2048 read as the left side of a product
+        // with a 2048-wide weight: a matrix-vector product all the same (the read rate), not
+        // 8.4 MFLOP at the tiled kernel's rate; read by no reduction (by attention, elementwise
+        // kernels), read once. A tensor of 512 rows read by no reduction stays an image.
+        let x = TensorDesc { shape: vec![1, 1, 2048], elem_bytes: 4 };
+        let left = Consumer {
+            reduce: Axis2::W,
+            kind: ConsumerKind::Matmul { p_is_out_last: false, other: 2048, out_batch: 1 },
+        };
+        assert_eq!(measured_storage(&nvidia, &x, &[left]), Storage::Buffer);
+        assert_eq!(measured_storage(&nvidia, &x, &[]), Storage::Buffer);
+        assert_eq!(measured_storage(&mali(), &x, &[]), Storage::Image2d);
+        let tall = TensorDesc { shape: vec![512, 2048], elem_bytes: 4 };
+        assert_eq!(measured_storage(&nvidia, &tall, &[]), Storage::Image2d);
+        assert_eq!(measured_storage(&nvidia, &tall, &[left]), Storage::Image2d);
         // Images measured faster than buffers: the image stays.
         let mut images = nvidia.clone();
         images.measured.as_mut().unwrap().image_tile_gbps = fbc_target::Positive::new(4000.0);
