@@ -21,9 +21,10 @@
 //! program is built once, the weights are uploaded at the first call and stay on the device
 //! (a weight that `@decode` lays out otherwise than `@prefill`, such as an R-Tile that the
 //! profile's measured rates keep in a buffer for matrix-vector products, is uploaded again in
-//! that form at the first decode step and replaces the prefill form), and a cache that a function updates in place (the lowered `@prefill` and `@decode` do) stays
-//! there too, neither downloaded nor uploaded again; a decode step moves only the token, the
-//! position, the RoPE rows and the logits (the report says how many bytes the last one moved).
+//! that form at the first decode step and replaces the prefill form), and a cache that a
+//! function updates in place (the lowered `@prefill` and `@decode` do) stays there too,
+//! neither downloaded nor uploaded again; a decode step moves only the token, the position,
+//! the RoPE rows and the logits (the report says how many bytes the last one moved).
 //!
 //! A Whisper decoder's module (`fbc gen whisper-large-decoder --inference --batch 1`) runs the
 //! same way: the host fills `positions` (the rows of the learned position table) instead of

@@ -401,6 +401,22 @@ fn generate_refuses_what_it_cannot_do() {
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(o.stderr.contains("input `l0_wq`: missing (tensor<2048x2048xf32>)"), "{}", o.stderr);
     assert!(!o.stderr.contains("input `tokens`"), "host arguments are not asked for: {}", o.stderr);
+    // @decode takes an argument @prefill neither takes nor returns: refused, exit 1.
+    let text = common::inference_module("llama3.2-1b", 4, 16, 6);
+    let at = text.find("func.func @decode(").expect("@decode") + "func.func @decode(".len();
+    let extra = format!("{}%extra: tensor<4xf32>, {}", &text[..at], &text[at..]);
+    let odd = dir.join("odd.fbir");
+    std::fs::write(&odd, extra).expect("write");
+    let odd = odd.to_str().expect("odd");
+    let o = common::fbc(&["generate", odd, "--random-weights", "1", "--prompt", "1"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "@decode takes 1 argument(s) @prefill does not ([\"extra\"]), and @prefill returns 0 value(s) after its caches: they must match in number and type"
+        ),
+        "{}",
+        o.stderr
+    );
     // Not an inference module.
     let plain = dir.join("plain.fbir");
     std::fs::write(&plain, "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %x : tensor<2xf32>\n}\n").expect("write");

@@ -11,9 +11,10 @@
 //!   (the output before the launch) or a gather (`xN[e]` of an input), needs the fill, as does a
 //!   `memory.download` or any other op using it. An input's reads are known when its map uses no
 //!   symbols (it may name them) and the dimensions it mentions span at most [`ENUMERATE_LIMIT`]
-//!   points: they are enumerated (a decode step's activations, one row of an R-Tile image whose other three rows
-//!   are padding, are read only where written, and need no fill), at the points where the
-//!   launch's guard holds when it reads parallel dimensions only (the payload runs only there);
+//!   points: they are enumerated (a decode step's activations, one row of an R-Tile image whose
+//!   other three rows are padding, are read only where written, and need no fill), at the points
+//!   where the launch's guard holds when it reads parallel dimensions only (the payload runs only
+//!   there);
 //! - a `memory.launch` writing it adds the element offsets its output map reaches over the
 //!   parallel sub-domain (every parallel point writes: a failed guard stores 0; an empty parallel
 //!   sub-domain writes nothing) to the elements known to be written;

@@ -471,9 +471,10 @@ pub fn score(
 /// Each consumer takes `max(bytes / read rate, FLOPs / contraction rate)` of the storage, and a
 /// matrix-vector product (one side at most one texel row, 4: this tensor's parallel extent, as
 /// for a decode step's activations, or the other side, as for its weights) `bytes / read rate`:
-/// it runs the skinny kernel, which streams its operands, not the tiled one. The read rates are `buffer_row_gbps` for a buffer (an R-Tile in
-/// a buffer is read a whole texel row of a tile at a time, coalesced) and `image_tile_gbps` (else
-/// `image_row_gbps`) for an image; the contraction rates are the tiled kernel's on each storage.
+/// it runs the skinny kernel, which streams its operands, not the tiled one. The read rates are
+/// `buffer_row_gbps` for a buffer (an R-Tile in a buffer is read a whole texel row of a tile at
+/// a time, coalesced) and `image_tile_gbps` (else `image_row_gbps`) for an image; the
+/// contraction rates are the tiled kernel's on each storage.
 /// A matmul consumer does `2 · |T| · other` FLOPs, a reduction one per element. Without every
 /// one of those figures (the builtin `mali`/`adreno` profiles, a `--quick` calibration, a device
 /// without images) nothing is measured to decide by and the image stays; a tensor no reduction
