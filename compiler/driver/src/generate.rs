@@ -385,22 +385,21 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         .unwrap_or(0);
     let head_dim = arg_shape(&decode, "rope_cos").and_then(|s| s.get(1).copied()).unwrap_or(0);
     let vocab = tensor_shape(&d.result_types[0]).last().copied().unwrap_or(0);
-    let rope = match decode.arg("rope_cos") {
-        None => None,
-        Some(_) => Some(
-            d.attr(fbc_models::rope::ATTR).and_then(fbc_models::rope::from_attr).ok_or_else(
-                || {
-                    input_error(
-                        &file,
-                        format!(
-                            "@decode has no RoPE settings (`{}`); generate the module with `fbc gen MODEL --inference`",
-                            fbc_models::rope::ATTR
-                        ),
-                    )
-                },
-            )?,
-        ),
-    };
+    // RoPE settings where @decode takes RoPE rows.
+    let rope = decode
+        .arg("rope_cos")
+        .map(|_| {
+            d.attr(fbc_models::rope::ATTR).and_then(fbc_models::rope::from_attr).ok_or_else(|| {
+                input_error(
+                    &file,
+                    format!(
+                        "@decode has no RoPE settings (`{}`); generate the module with `fbc gen MODEL --inference`",
+                        fbc_models::rope::ATTR
+                    ),
+                )
+            })
+        })
+        .transpose()?;
     // What @prefill returns after its caches: @decode's arguments that @prefill does not take
     // (but the host's), in order and of the same types.
     let carried_args: Vec<usize> = (0..decode.names.len())
