@@ -7,7 +7,9 @@ mod common;
 use std::collections::HashSet;
 
 use common::{assert_err, infer, module_text, only_error, parse};
-use fbc_dialects::layout::{remap_source_index, Intra, Layout, Matrix, RTile, Storage, Texel};
+use fbc_dialects::layout::{
+    remap_source_index, Intra, Layout, Matrix, Pack, RTile, Storage, Texel,
+};
 use fbc_ir::{Attr, ElemType, FbClass, TensorType};
 
 const T816: &str = "tensor<8x16xf32>";
@@ -50,6 +52,7 @@ fn rtile_round_trip_is_canonical() {
             tile: [4, 4],
             intra: Intra::Rows,
             horizontal: 1,
+            pack: Pack::W,
             pad: [0, 0],
             image: None,
             storage: Storage::Image2d
@@ -192,6 +195,58 @@ fn block_intra_mapping() {
     assert_eq!(t.texel_of(&shape, &[1, 13]), Some(Texel { x: 1, y: 3, c: 1 }));
 }
 
+#[test]
+fn channel_packing_puts_four_channels_in_a_texel() {
+    // NC4HW4: [N = 2, C = 6, H = 3, W = 5] in 3 x 4 tiles of texels; C = 6 makes two groups of
+    // 4 channels (the second half padding), so 2·2 = 4 slices of 3 x 8 (padded) positions.
+    let shape = [2u64, 6, 3, 5];
+    let t =
+        RTile::packed_for_shape(&shape, [3, 4], Intra::Rows, 3, Pack::C, Storage::Image2d).unwrap();
+    assert_eq!(t.pad, [0, 3]);
+    assert_eq!(t.footprint(), (3, 4), "a position is a whole texel: 4 texels across");
+    assert_eq!(t.slices(&shape), Some(Matrix { batch: 4, h: 3, w: 5 }));
+    assert_eq!(t.image, Some([8, 12]), "2 tiles of 4 texels across, 4 slices of 3 rows");
+    // [1, 5, 2, 4]: slice 1·2 + 5/4 = 3, channel 5 mod 4 = 1; tile (0, 1), row 2, column 0.
+    assert_eq!(t.texel_of(&shape, &[1, 5, 2, 4]), Some(Texel { x: 4, y: 11, c: 1 }));
+    // Its neighbour along C shares the texel: channels 4 and 5 are one read.
+    assert_eq!(t.texel_of(&shape, &[1, 4, 2, 4]), Some(Texel { x: 4, y: 11, c: 0 }));
+    assert_eq!(t.texel_of(&shape, &[0, 3, 0, 0]), Some(Texel { x: 0, y: 0, c: 3 }));
+    assert_eq!(t.texel_of(&shape, &[0, 6, 0, 0]), None, "C is 6");
+    // The tile grid transposed (horizontal = H): tile (a, c) at x = a·4, y = (b·2 + c)·3.
+    let h =
+        RTile::packed_for_shape(&shape, [3, 4], Intra::Rows, 2, Pack::C, Storage::Image2d).unwrap();
+    assert_eq!(h.image, Some([4, 24]));
+    assert_eq!(h.texel_of(&shape, &[1, 5, 2, 4]), Some(Texel { x: 0, y: 23, c: 1 }));
+    // Blocks stack `bw` texels wide, as with "w" but counted in texels.
+    let b = RTile::packed_for_shape(
+        &[1, 4, 2, 8],
+        [2, 8],
+        Intra::Block { bh: 2, bw: 4 },
+        3,
+        Pack::C,
+        Storage::Image2d,
+    )
+    .unwrap();
+    assert_eq!(b.footprint(), (4, 4));
+    assert_eq!(b.texel_of(&[1, 4, 2, 8], &[0, 2, 1, 6]), Some(Texel { x: 2, y: 3, c: 2 }));
+    for l in [t, h, b] {
+        let s: &[u64] = if l == b { &[1, 4, 2, 8] } else { &shape };
+        assert_injective(&Layout::RTile(l), s);
+    }
+    // The attribute reads and prints `pack = "c"`.
+    let a = assign_attr(
+        &["tensor<2x6x3x5xf32>"],
+        "layout.assign %a0 {layout = #layout.rtile<tile = [3, 4], horizontal = 3, pack = \"c\", pad = [0, 3]>}",
+    );
+    let r = RTile::from_attr(&a).unwrap();
+    assert_eq!(r.pack, Pack::C);
+    assert_eq!(
+        r.to_attr().to_string(),
+        "#layout.rtile<tile = [3, 4], intra = \"rows\", inter = \"row-major\", horizontal = 3, \
+         pack = \"c\", pad = [0, 3], storage = \"image2d\">"
+    );
+}
+
 // ----- layout.assign -----
 
 #[test]
@@ -317,7 +372,7 @@ fn rtile_parameter_rules() {
         ),
         (
             "#layout.rtile<tile = [4, 4], horizontal = 1, pack = \"h\">",
-            "`pack` of #layout.rtile must be \"w\", found `\"h\"`".into(),
+            "`pack` of #layout.rtile must be \"w\" or \"c\", found `\"h\"`".into(),
         ),
         (
             "#layout.rtile<tile = [4, 4], horizontal = 1, pad = [4, 0]>",
@@ -362,6 +417,18 @@ fn rtile_type_rules() {
         &[T816],
         "#layout.rtile<tile = [4, 4], horizontal = 0, image = [4, 8]>",
         "`image` of #layout.rtile must be [2, 16] (width, height in texels) for tensor<8x16xf32>, found [4, 8]",
+    );
+    assign_err(
+        &[T816],
+        "#layout.rtile<tile = [4, 4], horizontal = 1, pack = \"c\">",
+        "#layout.rtile with pack = \"c\" packs axis rank-3 and needs a tensor of rank ≥ 3, found tensor<8x16xf32>",
+    );
+    // With channel packing the image counts groups of 4 along axis rank-3: 2 x 6 x 8 x 16 is
+    // 2·2 slices of 8 rows, 16 texels across.
+    assign_err(
+        &["tensor<2x6x8x16xf32>"],
+        "#layout.rtile<tile = [4, 4], horizontal = 3, pack = \"c\", image = [4, 64]>",
+        "`image` of #layout.rtile must be [16, 32] (width, height in texels) for tensor<2x6x8x16xf32>, found [4, 64]",
     );
 }
 

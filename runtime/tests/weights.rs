@@ -353,6 +353,49 @@ fn stored_tensors_read_back_as_their_values_and_their_texels() {
 }
 
 #[test]
+fn channel_packed_stored_tensors_read_back() {
+    use fbc_dialects::layout::{Intra, Layout, Pack, Storage};
+    // A conv weight [O = 3, C = 6, 3, 3] with its input channels in RGBA (NC4HW4): two groups
+    // of 4 channels per output channel, the second half padding.
+    let shape = [3u64, 6, 3, 3];
+    let v = values(3 * 6 * 9, 11);
+    let r =
+        RTile::packed_for_shape(&shape, [3, 3], Intra::Rows, 3, Pack::C, Storage::Image2d).unwrap();
+    let [w, h] = r.image.unwrap();
+    assert_eq!([w, h], [3, 3 * 2 * 3]);
+    let t = fbc_runtime::reference::Tensor::new(vec![3, 6, 3, 3], v.clone()).unwrap();
+    let packed = fbc_runtime::exec::pack(
+        &Layout::RTile(r),
+        &shape,
+        &fbc_runtime::interp::Value::F32(t),
+        fbc_dialects::memory::MemType::image(w, h),
+    )
+    .unwrap();
+    let fbc_runtime::exec::MemData::F32(texels) = packed else { panic!("f32 texels") };
+    // Element [1, 5, 2, 0] is channel 1 of texel (0, (1·2 + 1)·3 + 2) = (0, 11).
+    assert_eq!(texels[(11 * w as usize) * 4 + 1], v[54 + 5 * 9 + 2 * 3]);
+    let mut p = Packer::new(Cursor::new(Vec::new()), small_tiles(Quant::Int8), None).unwrap();
+    let st = Stored::of(&r).unwrap();
+    assert_eq!(st.pack.as_deref(), Some("c"));
+    p.add_stored("w", &shape, st, &texels).unwrap();
+    let file = p.finish().unwrap().0.into_inner();
+    let wf = Weights::new(&file[..]).unwrap();
+    wf.verify().unwrap();
+    assert_eq!(wf.dequantize("w").unwrap(), v);
+    let (r2, back) = wf.texels("w").unwrap().unwrap();
+    assert_eq!((r2, back), (r, texels));
+    // An unknown packing, and channel packing of a matrix, are refused.
+    let e =
+        err(&rewrite(&file, |m| m.tensors[0].storage.as_mut().unwrap().pack = Some("z".into())));
+    assert!(e.to_string().contains("an R-Tile packing `z` (\"w\" or \"c\")"), "{e}");
+    let e = err(&rewrite(&file, |m| {
+        m.tensors[0].shape = vec![18, 9];
+        m.tensors[0].storage.as_mut().unwrap().horizontal = 1;
+    }));
+    assert!(e.to_string().contains("needs a tensor of rank ≥ 3"), "{e}");
+}
+
+#[test]
 fn stored_forms_that_do_not_fit_their_tensor_are_refused() {
     let (file, _, _) = stored_file();
     let cases: Vec<(Edit, &str)> = vec![

@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream quant), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet stream quant}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -294,6 +294,24 @@ if want unet; then
     timeout 300 $b bench $T/sdblock.fbir --entry loss_grad --device $D --profile $P --compare fblayout,reuse,convert --repeat 10 >> $U 2>&1
   done
   timeout 120 python3 tests/bench/torch_unet_block.py > $O/torch_unet.json 2>&1
+fi
+# Channel-packed textures (part nc4hw4, issue 17): four SD 1.5 UNet convolutions at batch 2
+# (tests/bench/conv_layouts), each as -O3 lowers it (linear, the tiled implicit GEMM) and with
+# input, weight and output in NC4HW4 textures at -O1 (the convolution as a direct kernel: a
+# work-item per output texel of 4 channels). Each is checked against the interpreter at -O1
+# where the interpreter is quick enough (conv_in, conv_out). Results: $O/nc4hw4.txt.
+if want nc4hw4; then
+  N4=$O/nc4hw4.txt
+  for f in conv_in_nc4hw4 conv_out_nc4hw4; do
+    echo "== $f" >> $C
+    timeout 200 $B run tests/bench/conv_layouts/$f.fbir -O1 --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
+  done
+  for c in conv_in conv_mid conv_out conv_down; do
+    echo "=== $c -O3" >> $N4
+    timeout 120 $B bench tests/bench/conv_layouts/$c.fbir --device $D --profile $P --repeat 10 >> $N4 2>&1
+    echo "=== $c nc4hw4 -O1" >> $N4
+    timeout 120 $B bench tests/bench/conv_layouts/${c}_nc4hw4.fbir -O1 --device $D --profile $P --repeat 10 >> $N4 2>&1
+  done
 fi
 # Weight streaming under a budget (part stream, issue 15): the 16-layer Llama 3.2-1B prefill of
 # 512 tokens (f32, full vocabulary, 512 cache positions) unconstrained, then with

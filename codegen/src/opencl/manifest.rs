@@ -8,7 +8,7 @@
 //! sizes), `download` (storage unpacked into a result tensor), `dealloc` — in the order of the
 //! function's memory ops, which is the schedule.
 
-use fbc_dialects::layout::{Intra, Layout, RTile, Storage as TexStorage};
+use fbc_dialects::layout::{Intra, Layout, Pack, RTile, Storage as TexStorage};
 use serde::{Deserialize, Serialize};
 
 /// Version of the manifest format; the runtime refuses other versions. Version 1 was the
@@ -78,6 +78,9 @@ pub struct LayoutDesc {
     /// `"image2d"` or `"buffer"` (R-Tile texel storage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<String>,
+    /// `"c"` for an R-Tile whose texels pack axis rank-3 (NC4HW4); absent for `"w"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
 }
 
 impl LayoutDesc {
@@ -94,6 +97,7 @@ impl LayoutDesc {
                 pad: None,
                 image: None,
                 storage: None,
+                pack: None,
             },
             Layout::RTile(r) => LayoutDesc {
                 text,
@@ -107,6 +111,7 @@ impl LayoutDesc {
                 pad: Some(r.pad),
                 image: r.image,
                 storage: Some(r.storage.name().into()),
+                pack: (r.pack != Pack::W).then(|| r.pack.name().into()),
             },
         }
     }
@@ -129,6 +134,11 @@ impl LayoutDesc {
                         Some([bh, bw]) => Intra::Block { bh, bw },
                     },
                     horizontal: self.horizontal.ok_or("rtile layout without `horizontal`")?,
+                    pack: match self.pack.as_deref() {
+                        None | Some("w") => Pack::W,
+                        Some("c") => Pack::C,
+                        Some(o) => return Err(format!("unknown rtile packing `{o}`")),
+                    },
                     pad: self.pad.unwrap_or([0, 0]),
                     image: self.image,
                     storage,

@@ -662,6 +662,60 @@ fn convolutions_are_implicit_gemms_under_their_padding() {
     }
 }
 
+/// Channel-packed (NC4HW4, `pack = "c"`) layouts chosen by hand: an argument converted into
+/// them, a strided convolution reading them and writing them with its ReLU fused, a 1×1
+/// convolution reading that, and a group norm + SiLU writing them. `C = 6` leaves half of the
+/// second group of channels as padding.
+const NC4HW4: &str = r#"func.func @main(%x: tensor<2x6x9x10xf32>, %w: tensor<8x6x3x3xf32>, %b: tensor<8xf32>, %w2: tensor<5x8x1x1xf32>, %g: tensor<8xf32>, %w3: tensor<6x8x3x3xf32>) -> (tensor<2x5x5x5xf32>, tensor<2x6x5x5xf32>) {
+  %xp = layout.assign %x {layout = #layout.rtile<tile = [3, 4], horizontal = 3, pack = "c", pad = [0, 2]>} : (tensor<2x6x9x10xf32>) -> tensor<2x6x9x10xf32>
+  %wp = layout.assign %w {layout = #layout.rtile<tile = [3, 3], horizontal = 3, pack = "c", pad = [0, 0]>} : (tensor<8x6x3x3xf32>) -> tensor<8x6x3x3xf32>
+  %c = tensor.conv2d %xp, %wp, %b {fbc.layout = #layout.rtile<tile = [5, 5], horizontal = 3, pack = "c", pad = [0, 0]>, padding = [1, 1, 1, 1], stride = [2, 2]} : (tensor<2x6x9x10xf32>, tensor<8x6x3x3xf32>, tensor<8xf32>) -> tensor<2x8x5x5xf32>
+  %r = tensor.relu %c {fbc.layout = #layout.rtile<tile = [5, 5], horizontal = 2, pack = "c", pad = [0, 0]>} : (tensor<2x8x5x5xf32>) -> tensor<2x8x5x5xf32>
+  %d = tensor.conv2d %r, %w2 : (tensor<2x8x5x5xf32>, tensor<5x8x1x1xf32>) -> tensor<2x5x5x5xf32>
+  %n = tensor.group_norm %c, %g, %b {groups = 2, fbc.layout = #layout.rtile<tile = [5, 5], horizontal = 3, pack = "c", pad = [0, 0]>} : (tensor<2x8x5x5xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8x5x5xf32>
+  %s = tensor.silu %n {fbc.layout = #layout.rtile<tile = [5, 5], horizontal = 3, pack = "c", pad = [0, 0]>} : (tensor<2x8x5x5xf32>) -> tensor<2x8x5x5xf32>
+  %e = tensor.conv2d %s, %w3 {padding = "same"} : (tensor<2x8x5x5xf32>, tensor<6x8x3x3xf32>) -> tensor<2x6x5x5xf32>
+  func.return %d, %e : tensor<2x5x5x5xf32>, tensor<2x6x5x5xf32>
+}
+"#;
+
+#[test]
+fn channel_packed_textures_give_the_interpreters_numbers() {
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("nc4hw4.fbir", NC4HW4);
+    let dump = common::scratch("ocl-nc4hw4").join("kernels");
+    check(&p, 1, &["--dump-kernels", dump.to_str().unwrap_or_default()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The strided convolution writes its texels directly: a work-item per output texel, four
+    // output channels (one accumulator each), input and weight read from their textures.
+    let conv = dumped_kernel(&dump, "main_conv2d_c");
+    assert!(conv.contains("float acc3") && conv.contains("write_imagef(x3"), "{conv}");
+    assert!(conv.contains("read_imagef(x0") && conv.contains("read_imagef(x1"), "{conv}");
+    // The ReLU moves texels between two channel-packed layouts (its tile grid transposed).
+    let relu = dumped_kernel(&dump, "main_relu_r");
+    assert!(relu.contains("read_imagef(x0") && relu.contains("write_imagef(x1"), "{relu}");
+    // A row kernel cannot write four rows at once: the group norm's statistics are their own
+    // launches and its SiLU epilogue writes the packed texels.
+    let silu = dumped_kernel(&dump, "main_silu_s");
+    assert!(silu.contains("write_imagef("), "{silu}");
+    // The CPU JIT runs the same storage maps.
+    let cli = Cli::try_parse_from([
+        "fbc",
+        "run",
+        p.to_str().unwrap_or_default(),
+        "--target",
+        "cpu-jit",
+        "-O1",
+        "--random-inputs",
+        "7",
+        "--check",
+    ])
+    .expect("parses");
+    Driver::default().run(&cli).unwrap_or_else(|e| panic!("{e:?}"));
+}
+
 /// A safetensors file with the F32 vectors `a` and `b`.
 fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
     let (na, nb) = (a.len() * 4, b.len() * 4);

@@ -21,7 +21,7 @@
 //! | `block` | `[bh, bw]` | only with `"block"` | sub-block of a tile, `bh` divides `th`, `bw` divides `tw` |
 //! | `inter` | `"row-major"` | `"row-major"` | tiles are placed row-major in the image |
 //! | `horizontal` | axis | required | the tensor axis (`rank-2` or `rank-1`) whose tile index runs along the image width |
-//! | `pack` | `"w"` | `"w"` | RGBA channels hold 4 consecutive footprint columns (the only packing fbc implements) |
+//! | `pack` | `"w"` or `"c"` | `"w"` | what the 4 RGBA channels of a texel hold: 4 consecutive footprint columns (`"w"`), or 4 consecutive values of axis `rank-3` at one position (`"c"`, MNN's NC4HW4) |
 //! | `pad` | `[ph, pw]` | `[0, 0]` | elements of padding after `H` and `W`: `H + ph` and `W + pw` are tile multiples, `ph < th`, `pw < tw` |
 //! | `image` | `[width, height]` | absent | the texel extent of the whole image (filled in by the compiler; checked against the tensor when present) |
 //! | `storage` | `"image2d"` or `"buffer"` | `"image2d"` | an OpenCL `image2d_t`, or a buffer holding the same texel array row by row (when the image exceeds the device limits) |
@@ -42,6 +42,17 @@
 //!   walking along h moves right — Fig. 8(b), right panel).
 //!
 //! The image is `gw·fw × B·gh·fh` texels (horizontal = w) or `gh·fw × B·gw·fh` (horizontal = h).
+//!
+//! **Channel packing** (`pack = "c"`, rank ≥ 3). The channels of a texel hold 4 consecutive
+//! values of axis `rank-3` (`P` values, the channels `C` of an NCHW tensor) at one position `(i,
+//! j)`, as MNN's NC4HW4 does: element `[o.., p, i, j]` is channel `p mod 4` of the texel that
+//! element `(i, j)` of batch slice `b = o·⌈P/4⌉ + p floordiv 4` occupies, where the tensor is now
+//! `B = O·⌈P/4⌉` stacked `[H, W]` matrices of texels (`O` the product of the axes before `rank-3`).
+//! A tile position is a whole texel, so a footprint is `th` rows × `tw` texels (`"rows"`) or
+//! `th·tw/bw` rows × `bw` texels (`"block"`); everything else is as above. The channels past `P` in
+//! the last group of 4 are padding (0). Reading one texel gives 4 channels at once: what a direct
+//! convolution (or a 1×1 convolution) wants, and for an `[N, C, L]` tensor exactly the texels of
+//! its `[N, L, C]` transpose in `pack = "w"` rows.
 
 use std::fmt;
 
@@ -95,6 +106,33 @@ impl Storage {
     }
 }
 
+/// What the 4 channels of a texel hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Pack {
+    /// 4 consecutive footprint columns (elements along the tile's width).
+    #[default]
+    W,
+    /// 4 consecutive values of axis `rank-3` at one position (NC4HW4).
+    C,
+}
+
+impl Pack {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pack::W => "w",
+            Pack::C => "c",
+        }
+    }
+
+    /// Elements of one footprint row a texel holds: 4 (`"w"`) or 1 (`"c"`).
+    pub fn per_texel(self) -> u64 {
+        match self {
+            Pack::W => CHANNELS,
+            Pack::C => 1,
+        }
+    }
+}
+
 /// `#layout.rtile<...>`; see the module documentation for the meaning of each field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RTile {
@@ -103,6 +141,7 @@ pub struct RTile {
     pub intra: Intra,
     /// The tensor axis whose tiles run along the image width.
     pub horizontal: u64,
+    pub pack: Pack,
     /// `[ph, pw]`.
     pub pad: [u64; 2],
     /// `[width, height]` in texels, once known.
@@ -285,12 +324,26 @@ impl RTile {
         horizontal: u64,
         storage: Storage,
     ) -> Result<RTile, LayoutError> {
-        let mut t = RTile { tile, intra, horizontal, pad: [0, 0], image: None, storage };
+        RTile::packed_for_shape(shape, tile, intra, horizontal, Pack::W, storage)
+    }
+
+    /// [`RTile::for_shape`] with a packing (`"c"` needs rank ≥ 3).
+    pub fn packed_for_shape(
+        shape: &[u64],
+        tile: [u64; 2],
+        intra: Intra,
+        horizontal: u64,
+        pack: Pack,
+        storage: Storage,
+    ) -> Result<RTile, LayoutError> {
+        let mut t = RTile { tile, intra, horizontal, pack, pad: [0, 0], image: None, storage };
         t.check_intrinsic()?;
         let m = Matrix::of(shape).ok_or_else(|| LayoutError("shape overflows".into()))?;
-        if shape.len() < 2 {
+        let least = if pack == Pack::C { 3 } else { 2 };
+        if shape.len() < least {
             return err(format!(
-                "#layout.rtile needs a tensor of rank ≥ 2, found rank {}",
+                "#layout.rtile{} needs a tensor of rank ≥ {least}, found rank {}",
+                if pack == Pack::C { " with pack = \"c\"" } else { "" },
                 shape.len()
             ));
         }
@@ -366,9 +419,13 @@ impl RTile {
         if let Some(v) = d.param("inter") {
             choice(v, "inter", &["row-major"])?;
         }
-        if let Some(v) = d.param("pack") {
-            choice(v, "pack", &["w"])?;
-        }
+        let pack = match d.param("pack") {
+            Some(v) => match choice(v, "pack", &["w", "c"])? {
+                "w" => Pack::W,
+                _ => Pack::C,
+            },
+            None => Pack::W,
+        };
         let pad = match d.param("pad") {
             Some(v) => pair(v, "pad", "[pad_h, pad_w]", 0, MAX_TILE)?,
             None => [0, 0],
@@ -384,7 +441,7 @@ impl RTile {
             },
             None => Storage::Image2d,
         };
-        let t = RTile { tile, intra, horizontal, pad, image, storage };
+        let t = RTile { tile, intra, horizontal, pack, pad, image, storage };
         t.check_intrinsic()?;
         Ok(t)
     }
@@ -428,7 +485,7 @@ impl RTile {
         }
         push("inter", Attr::Str("row-major".into()));
         push("horizontal", Attr::Int(self.horizontal as i64));
-        push("pack", Attr::Str("w".into()));
+        push("pack", Attr::Str(self.pack.name().into()));
         push("pad", Attr::ints(self.pad.iter().map(|&x| x as i64)));
         if let Some([w, h]) = self.image {
             push("image", Attr::ints([w as i64, h as i64]));
@@ -448,6 +505,11 @@ impl RTile {
         let r = t.rank() as u64;
         if r < 2 {
             return err(format!("#layout.rtile needs a tensor of rank ≥ 2, found {t}"));
+        }
+        if r < 3 && self.pack == Pack::C {
+            return err(format!(
+                "#layout.rtile with pack = \"c\" packs axis rank-3 and needs a tensor of rank ≥ 3, found {t}"
+            ));
         }
         if self.horizontal != r - 2 && self.horizontal != r - 1 {
             return err(format!(
@@ -483,9 +545,26 @@ impl RTile {
     /// `(fh, fw)`: a tile's footprint in texel rows and texel columns.
     pub fn footprint(&self) -> (u64, u64) {
         let [th, tw] = self.tile;
+        let per = self.pack.per_texel();
         match self.intra {
-            Intra::Rows => (th, tw.div_ceil(CHANNELS)),
-            Intra::Block { bw, .. } => (th * (tw / bw.max(1)), bw.div_ceil(CHANNELS)),
+            Intra::Rows => (th, tw.div_ceil(per)),
+            Intra::Block { bw, .. } => (th * (tw / bw.max(1)), bw.div_ceil(per)),
+        }
+    }
+
+    /// The tensor as the stacked `[h, w]` matrices of texel positions the tiles cut: the
+    /// tensor's own ([`Matrix::of`]) for `pack = "w"`; for `"c"` every group of 4 along axis
+    /// `rank-3` is a slice of its own (`batch = O·⌈P/4⌉`). `None` on overflow, or for `"c"`
+    /// below rank 3.
+    pub fn slices(&self, shape: &[u64]) -> Option<Matrix> {
+        let m = Matrix::of(shape)?;
+        match self.pack {
+            Pack::W => Some(m),
+            Pack::C => {
+                let r = shape.len().checked_sub(3)?;
+                let outer = shape[..r].iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+                Some(Matrix { batch: outer.checked_mul(shape[r].div_ceil(CHANNELS))?, ..m })
+            }
         }
     }
 
@@ -527,7 +606,7 @@ impl RTile {
 
     /// `[width, height]` in texels of the image holding a tensor of `shape`.
     pub fn image_extent(&self, shape: &[u64]) -> Option<[u64; 2]> {
-        let m = Matrix::of(shape)?;
+        let m = self.slices(shape)?;
         let (gh, gw) = self.grid(m);
         let (fh, fw) = self.footprint();
         let (across, down) = if self.h_horizontal(shape.len()) { (gh, gw) } else { (gw, gh) };
@@ -540,8 +619,17 @@ impl RTile {
         if shape.len() < 2 {
             return None;
         }
-        let m = Matrix::of(shape)?;
-        let (b, i, j) = m.split(shape, idx)?;
+        let (b, i, j) = Matrix::of(shape)?.split(shape, idx)?;
+        // With `pack = "c"`: slice `o·⌈P/4⌉ + p/4`, channel `p mod 4`.
+        let (b, lane) = match self.pack {
+            Pack::W => (b, None),
+            Pack::C => {
+                let r = shape.len().checked_sub(3)?;
+                let (p, groups) = (idx[r], shape[r].div_ceil(CHANNELS));
+                let outer = b / shape[r].max(1);
+                (outer.checked_mul(groups)?.checked_add(p / CHANNELS)?, Some(p % CHANNELS))
+            }
+        };
         let [th, tw] = self.tile;
         let (a, c) = (i / th, j / tw);
         let (r, s) = (i % th, j % tw);
@@ -553,7 +641,9 @@ impl RTile {
             }
         };
         let (x0, y0) = self.tile_origin(shape, b, a, c)?;
-        Some(Texel { x: x0.checked_add(fc / CHANNELS)?, y: y0.checked_add(fr)?, c: fc % CHANNELS })
+        let per = self.pack.per_texel();
+        let c = lane.unwrap_or(fc % CHANNELS);
+        Some(Texel { x: x0.checked_add(fc / per)?, y: y0.checked_add(fr)?, c })
     }
 }
 

@@ -15,7 +15,7 @@ pub mod attr;
 pub mod map;
 pub mod ops;
 
-pub use attr::{Intra, Layout, LayoutError, Matrix, RTile, Storage, Texel};
+pub use attr::{Intra, Layout, LayoutError, Matrix, Pack, RTile, Storage, Texel};
 pub use map::{eval_map, remap_source_index, MapEval};
 
 use fbc_ir::{OpDef, OpRegistry};

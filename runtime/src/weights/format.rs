@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use fbc_dialects::layout::{Intra, Layout, RTile, Storage};
+use fbc_dialects::layout::{Intra, Layout, Pack, RTile, Storage};
 use fbc_dialects::memory::MemType;
 
 use super::quant::{decode_row, Quant};
@@ -57,6 +57,9 @@ pub struct Stored {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<[u64; 2]>,
     pub horizontal: u64,
+    /// `"c"` when the texels pack axis rank-3 (NC4HW4); absent for `"w"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
     /// `[width, height]` of the image, in texels.
     pub texels: [u64; 2],
 }
@@ -76,6 +79,7 @@ impl Stored {
                 Intra::Block { bh, bw } => Some([bh, bw]),
             },
             horizontal: r.horizontal,
+            pack: (r.pack != Pack::W).then(|| r.pack.name().into()),
             texels: r.image?,
         })
     }
@@ -96,7 +100,13 @@ impl Stored {
                 self.horizontal
             ));
         }
-        let r = RTile::for_shape(shape, self.tile, intra, self.horizontal, Storage::Image2d)
+        let pack = match self.pack.as_deref() {
+            None | Some("w") => Pack::W,
+            Some("c") => Pack::C,
+            Some(o) => return Err(format!("an R-Tile packing `{o}` (\"w\" or \"c\")")),
+        };
+        let st = Storage::Image2d;
+        let r = RTile::packed_for_shape(shape, self.tile, intra, self.horizontal, pack, st)
             .map_err(|e| e.0)?;
         if r.image != Some(self.texels) {
             return Err(format!(

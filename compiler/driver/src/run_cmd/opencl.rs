@@ -237,6 +237,7 @@ fn stored_forms<B: AsRef<[u8]>>(
                 && r.tile == st.tile
                 && r.horizontal == st.horizontal
                 && block(r.intra) == st.block
+                && r.pack.name() == st.pack.as_deref().unwrap_or("w")
         });
         if same {
             found.push((arg, name.clone()));

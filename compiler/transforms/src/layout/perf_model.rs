@@ -420,6 +420,10 @@ pub fn score(
             };
             (ai, 1.0, out_block)
         }
+        // The model's consumers reduce a tiled axis with one element per channel along W; a
+        // texel of channel-packed layout holds four slices' values, which it does not model:
+        // it declines to score those.
+        Layout::RTile(rt) if rt.pack != fbc_dialects::layout::Pack::W => return None,
         Layout::RTile(rt) => {
             rtile_paths(m, tensor, rt, consumer.reduce, &mut walk)?;
             let t_p = match consumer.reduce {

@@ -11,7 +11,7 @@
 //! linear temporaries first.
 
 use fbc_dialects::kind::{FuncOp as F, LayoutOp as L, OpKind as K, TensorOp as T};
-use fbc_dialects::layout::{Intra, Layout};
+use fbc_dialects::layout::{Intra, Layout, Pack};
 use fbc_dialects::memory::{
     Attention, Combine, Scalar, ScalarBin as B, ScalarUn as U, Stat, StorageKind, Symbol,
 };
@@ -527,7 +527,9 @@ impl Lower<'_> {
         let StorageKind::Image { .. } = s.ty.storage else { return true };
         let Layout::RTile(r) = &s.layout else { return false };
         let quad = |w: u64| w % 4 == 0;
-        rows.axis + 1 == rows.shape.len()
+        // A texel of `pack = "c"` holds four rows' values.
+        r.pack == Pack::W
+            && rows.axis + 1 == rows.shape.len()
             && quad(rows.len())
             && quad(r.tile[1])
             && r.pad[1] == 0

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
-use fbc_dialects::layout::{Intra, Layout, Matrix, RTile};
+use fbc_dialects::layout::{Intra, Layout, Matrix, Pack, RTile};
 use fbc_dialects::memory::{Attention, Guard, Iter, Kernel, Scalar, ScalarBin};
 use fbc_index::{BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
 use fbc_ir::{Diagnostic, Span};
@@ -81,7 +81,16 @@ fn linear_offset(shape: &[u64], idx: &[Expr]) -> Expr {
 fn rtile_texel(r: &RTile, shape: &[u64], idx: &[Expr]) -> [Expr; 3] {
     let n = shape.len();
     let m = Matrix::of(shape).unwrap_or(Matrix { batch: 1, h: 1, w: 1 });
-    let b = linear_offset(&shape[..n - 2], &idx[..n - 2]);
+    // `pack = "c"`: slice `o·⌈P/4⌉ + p floordiv 4` (`o` the axes before P), channel `p mod 4`.
+    let (b, lane) = match r.pack {
+        Pack::W => (linear_offset(&shape[..n - 2], &idx[..n - 2]), None),
+        Pack::C => {
+            let o = linear_offset(&shape[..n - 3], &idx[..n - 3]);
+            let groups = shape[n - 3].div_ceil(CHANNELS);
+            let p = &idx[n - 3];
+            (add(mul(o, groups), fdiv(p.clone(), CHANNELS)), Some(fmod(p.clone(), CHANNELS)))
+        }
+    };
     let (i, j) = (idx[n - 2].clone(), idx[n - 1].clone());
     let [th, tw] = r.tile;
     let (a, cc) = (fdiv(i.clone(), th), fdiv(j.clone(), tw));
@@ -100,13 +109,15 @@ fn rtile_texel(r: &RTile, shape: &[u64], idx: &[Expr]) -> [Expr; 3] {
     } else {
         (cc, add(mul(b, gh), a))
     };
-    let x = add(mul(col, fw), fdiv(fc.clone(), CHANNELS));
+    let per = r.pack.per_texel();
+    let x = add(mul(col, fw), fdiv(fc.clone(), per));
     let y = add(mul(row, fh), fr);
-    [x, y, fmod(fc, CHANNELS)]
+    [x, y, lane.unwrap_or_else(|| fmod(fc, CHANNELS))]
 }
 
 /// The inverse of [`rtile_texel`] on texel dims `(d0, d1, d2) = (y, x, c)`: the logical index,
-/// and the guard `(i, j, fc)` with its bounds `(H, W, footprint columns holding elements)`.
+/// and the guard `(i, j, fc)` with its bounds `(H, W, footprint columns holding elements)` —
+/// with `pack = "c"`, `(i, j, p)` and `(H, W, P)`: the channels past `P` are padding.
 fn rtile_inverse(r: &RTile, shape: &[u64]) -> (Map, Map, Vec<u64>) {
     let n = shape.len();
     let m = Matrix::of(shape).unwrap_or(Matrix { batch: 1, h: 1, w: 1 });
@@ -115,7 +126,14 @@ fn rtile_inverse(r: &RTile, shape: &[u64]) -> (Map, Map, Vec<u64>) {
     let (gh, gw) = r.grid(m);
     let (fh, fw) = r.footprint();
     let (row, fr) = (fdiv(y.clone(), fh), fmod(y, fh));
-    let (col, fc) = (fdiv(x.clone(), fw), add(mul(fmod(x, fw), CHANNELS), ch));
+    let packed_c = r.pack == Pack::C;
+    // The element column of the footprint: the texel column itself with `pack = "c"`.
+    let fc = if packed_c {
+        fmod(x.clone(), fw)
+    } else {
+        add(mul(fmod(x.clone(), fw), CHANNELS), ch.clone())
+    };
+    let col = fdiv(x, fw);
     let (b, a, cc) = if r.horizontal as usize == n - 2 {
         (fdiv(row.clone(), gw), col, fmod(row, gw))
     } else {
@@ -134,17 +152,30 @@ fn rtile_inverse(r: &RTile, shape: &[u64]) -> (Map, Map, Vec<u64>) {
     let i = add(mul(a, th), rr);
     let j = add(mul(cc, tw), s);
     let mut idx: Map = Vec::with_capacity(n);
+    // With `pack = "c"` slice `b` is `o·⌈P/4⌉ + p floordiv 4`, and the channel completes `p`.
+    let (b, lead, p) = if packed_c {
+        let groups = shape[n - 3].div_ceil(CHANNELS);
+        let p = add(mul(fmod(b.clone(), groups), CHANNELS), ch);
+        (fdiv(b, groups), &shape[..n - 3], Some(p))
+    } else {
+        (b, &shape[..n - 2], None)
+    };
     // Delinearise the batch index into the leading dims.
-    let lead = &shape[..n - 2];
     let mut stride: u64 = lead.iter().product();
     for (k, &e) in lead.iter().enumerate() {
         stride /= e.max(1);
         let q = fdiv(b.clone(), stride);
         idx.push(if k == 0 { q } else { fmod(q, e) });
     }
+    if let Some(p) = &p {
+        idx.push(p.clone());
+    }
     idx.push(i.clone());
     idx.push(j.clone());
-    (idx, vec![i, j, fc], vec![m.h, m.w, width])
+    match p {
+        Some(p) => (idx, vec![i, j, p], vec![m.h, m.w, shape[n - 3]]),
+        None => (idx, vec![i, j, fc], vec![m.h, m.w, width]),
+    }
 }
 
 /// Gives every image output a kernel that can write it: kernels writing an image whose output map
@@ -972,12 +1003,20 @@ mod tests {
             ([3, 5], Intra::Rows, 1),
             ([2, 2], Intra::Rows, 0),
         ];
-        for shape in [vec![6u64, 10], vec![2, 5, 7], vec![3, 2, 4, 8]] {
+        let shapes = [vec![6u64, 10], vec![2, 5, 7], vec![3, 2, 4, 8], vec![2, 6, 3, 5]];
+        let mut cases = Vec::new();
+        for s in &shapes {
+            let packs: &[Pack] = if s.len() >= 3 { &[Pack::W, Pack::C] } else { &[Pack::W] };
+            for &p in packs {
+                cases.extend(layouts.iter().map(|&l| (s.clone(), p, l)));
+            }
+        }
+        for (shape, pack, (tile, intra, h)) in cases {
             let n = shape.len();
-            for (tile, intra, h) in layouts {
+            {
                 let horizontal = if h == 1 { n as u64 - 1 } else { n as u64 - 2 };
-                let r =
-                    RTile::for_shape(&shape, tile, intra, horizontal, Storage::Image2d).unwrap();
+                let st = Storage::Image2d;
+                let r = RTile::packed_for_shape(&shape, tile, intra, horizontal, pack, st).unwrap();
                 let idx: Map = (0..n).map(dim).collect();
                 let map = rtile_texel(&r, &shape, &idx);
                 let mut seen = std::collections::HashSet::new();
