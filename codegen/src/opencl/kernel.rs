@@ -1630,6 +1630,16 @@ impl Cx<'_> {
         } else {
             None
         };
+        // A work-item's own reduction whose innermost dimension (extent 4) is the channel of an
+        // input image, x and y the same over it (a convolution over channel-packed texels):
+        // each step reads whole texels and takes their four values, for every output channel.
+        let texel_steps = group.is_none()
+            && columns.is_none()
+            && k.combine.is_some()
+            && n > p + 1
+            && k.domain[n - 1] == 4
+            && (0..k.maps.len())
+                .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, n - 1));
         // Where the reduction is strided across a work-group: the first value and the stride
         // of each work-item.
         let strided = match (group, columns) {
@@ -1719,7 +1729,8 @@ impl Cx<'_> {
                     }
                 }
                 None => {
-                    for (i, ext) in k.domain.iter().enumerate().skip(p) {
+                    let looped = if texel_steps { n - 1 } else { n };
+                    for (i, ext) in k.domain[..looped].iter().enumerate().skip(p) {
                         let ext = w.lit(ext);
                         let _ = writeln!(s, "{indent}for ({ix} d{i} = 0; d{i} < {ext}; ++d{i}) {{");
                         indent.push_str("  ");
@@ -1728,10 +1739,29 @@ impl Cx<'_> {
             }
             // The four channels of an image output share their input texels: each is read once
             // per step, into a `float4` (see the elementwise case below).
-            if image_out || by_texel {
+            if image_out || by_texel || texel_steps {
                 *self.texels.borrow_mut() = Some(Vec::new());
             }
             let mut lines = String::new();
+            if texel_steps {
+                // The channel dimension at 0..3 for every output channel: one read per texel.
+                for (&c, g) in channels.iter().zip(&guards) {
+                    for l in 0..4u64 {
+                        let mut dims = dims_of(c);
+                        dims[n - 1] = w.lit(l);
+                        let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
+                        let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
+                        match g {
+                            Some(g) => {
+                                let _ = writeln!(lines, "{indent}if ({g}) {update}");
+                            }
+                            None => {
+                                let _ = writeln!(lines, "{indent}{update}");
+                            }
+                        }
+                    }
+                }
+            }
             if by_texel {
                 // The channel dimension at 0..3: the four reads share one texel.
                 for c in 0..4 {
@@ -1741,7 +1771,7 @@ impl Cx<'_> {
                     let _ = writeln!(lines, "{indent}{}", combine_into(comb, "acc", &v));
                 }
             }
-            for (&c, g) in channels.iter().zip(&guards).filter(|_| !by_texel) {
+            for (&c, g) in channels.iter().zip(&guards).filter(|_| !by_texel && !texel_steps) {
                 let dims = dims_of(c);
                 let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
                 let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
@@ -1795,7 +1825,8 @@ impl Cx<'_> {
                     "    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n  if (lid != 0) return;\n",
                 );
             } else {
-                for i in (p..n).rev() {
+                let looped = if texel_steps { n - 1 } else { n };
+                for i in (p..looped).rev() {
                     indent.truncate(indent.len() - 2);
                     let _ = writeln!(s, "{indent}}} // d{i}");
                 }

@@ -693,6 +693,12 @@ fn channel_packed_textures_give_the_interpreters_numbers() {
     let conv = dumped_kernel(&dump, "main_conv2d_c");
     assert!(conv.contains("float acc3") && conv.contains("write_imagef(x3"), "{conv}");
     assert!(conv.contains("read_imagef(x0") && conv.contains("read_imagef(x1"), "{conv}");
+    // The 1×1 convolution over channel-packed input (8 channels: whole texels) steps through
+    // the texels: one read per four channels, each value taken from it.
+    let one = dumped_kernel(&dump, "main_conv2d_d");
+    assert!(one.contains("for (int d6 = 0; d6 < 2; ++d6)") && !one.contains("d7"), "{one}");
+    assert_eq!(one.matches("read_imagef(").count(), 1, "{one}");
+    assert!(one.contains("acc += (t0.s3 * x1["), "{one}");
     // The ReLU moves texels between two channel-packed layouts (its tile grid transposed).
     let relu = dumped_kernel(&dump, "main_relu_r");
     assert!(relu.contains("read_imagef(x0") && relu.contains("write_imagef(x1"), "{relu}");

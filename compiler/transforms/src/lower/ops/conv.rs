@@ -9,6 +9,7 @@
 //! body is the plain product and the launch is an ordinary contraction.
 
 use fbc_dialects::kind::TensorOp as T;
+use fbc_dialects::layout::{Layout, Pack};
 use fbc_dialects::memory::{Combine, Scalar, ScalarBin as B};
 use fbc_dialects::tensor::Conv2dAttrs;
 use fbc_index::{BinOp as IndexOp, Expr};
@@ -113,7 +114,43 @@ impl Lower<'_> {
         };
         let t = self.output(op, 0)?;
         let rn = value_name(self.m, res);
+        // Forward over an input in channel-packed texels (`pack = "c"`), whole texels of channels
+        // per group: the reduction runs over the taps, then the texels, then the four channels
+        // of a texel, so that a kernel reads each input texel once for its four values.
+        let packed_input =
+            kind == T::Conv2d && cg % 4 == 0 && self.access.get(&ops[0]).is_some_and(|a| {
+                a.map.is_none()
+                    && matches!(self.layout_of_tensor(a.t), Layout::RTile(r) if r.pack == Pack::C)
+            });
         let (domain, inputs, body, epilogue) = match kind {
+            T::Conv2d if packed_input => {
+                // [N, O, OH, OW | KH, KW, C/g/4, 4]: channel 4·d6 + d7 of the group.
+                let domain = vec![n, o, oh, ow, kh, kw, cg / 4, 4];
+                let ih = Affine { terms: vec![(2, sh), (4, dh)], constant: -top };
+                let iw = Affine { terms: vec![(3, sw), (5, dw)], constant: -left };
+                let cond = within(&iw, w, &domain, within(&ih, h, &domain, None));
+                let member = e_add(e_mul(dim(6), 4), dim(7));
+                let chan = if a.groups == 1 {
+                    member.clone()
+                } else {
+                    e_add(e_mul(e_floordiv(dim(1), og as i64), cg as i64), member.clone())
+                };
+                let mut inputs = vec![
+                    self.read(ops[0], vec![dim(0), chan, ih.expr(), iw.expr()], span)?,
+                    self.read(ops[1], vec![dim(1), member, dim(4), dim(5)], span)?,
+                ];
+                let epilogue = if ops.len() == 3 {
+                    inputs.push(self.read(ops[2], vec![dim(1)], span)?);
+                    Some(add(Scalar::Acc, x(2)))
+                } else {
+                    None
+                };
+                let body = match cond {
+                    Some(c) => select(c, mul(x(0), x(1)), f(0.0)),
+                    None => mul(x(0), x(1)),
+                };
+                (domain, inputs, body, epilogue)
+            }
             T::Conv2d | T::Conv2dGradWeight => {
                 let fwd = kind == T::Conv2d;
                 // Forward: [N, O, OH, OW | C/g, KH, KW]; weight gradient: [O, C/g, KH, KW | N,
