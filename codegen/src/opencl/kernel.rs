@@ -1743,25 +1743,6 @@ impl Cx<'_> {
                 *self.texels.borrow_mut() = Some(Vec::new());
             }
             let mut lines = String::new();
-            if texel_steps {
-                // The channel dimension at 0..3 for every output channel: one read per texel.
-                for (&c, g) in channels.iter().zip(&guards) {
-                    for l in 0..4u64 {
-                        let mut dims = dims_of(c);
-                        dims[n - 1] = w.lit(l);
-                        let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
-                        let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
-                        match g {
-                            Some(g) => {
-                                let _ = writeln!(lines, "{indent}if ({g}) {update}");
-                            }
-                            None => {
-                                let _ = writeln!(lines, "{indent}{update}");
-                            }
-                        }
-                    }
-                }
-            }
             if by_texel {
                 // The channel dimension at 0..3: the four reads share one texel.
                 for c in 0..4 {
@@ -1771,16 +1752,25 @@ impl Cx<'_> {
                     let _ = writeln!(lines, "{indent}{}", combine_into(comb, "acc", &v));
                 }
             }
-            for (&c, g) in channels.iter().zip(&guards).filter(|_| !by_texel && !texel_steps) {
-                let dims = dims_of(c);
-                let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
-                let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
-                match g {
-                    Some(g) => {
-                        let _ = writeln!(lines, "{indent}if ({g}) {update}");
+            // With texel steps, the channel dimension at 0..3 for every output channel: one
+            // read per texel.
+            let lanes: Vec<Option<u64>> =
+                if texel_steps { (0..4).map(Some).collect() } else { vec![None] };
+            for (&c, g) in channels.iter().zip(&guards).filter(|_| !by_texel) {
+                for &lane in &lanes {
+                    let mut dims = dims_of(c);
+                    if let Some(l) = lane {
+                        dims[n - 1] = w.lit(l);
                     }
-                    None => {
-                        let _ = writeln!(lines, "{indent}{update}");
+                    let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
+                    let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
+                    match g {
+                        Some(g) => {
+                            let _ = writeln!(lines, "{indent}if ({g}) {update}");
+                        }
+                        None => {
+                            let _ = writeln!(lines, "{indent}{update}");
+                        }
                     }
                 }
             }
