@@ -184,23 +184,23 @@ fi
 # random inputs (the unfused graph reads every position wherever it is).
 if want decode; then
   $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  # The old binary's own module: the IR of inference graphs changes with the compiler.
+  [ -n "$OLD" ] && { [ -e $T/llama_inf_old.fbir ] || $OLD gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf_old.fbir; }
   for e in ${ENTRIES:-decode prefill}; do
     for p in ${POSITIONS:-2047 127}; do
       [ $e = prefill ] && p=0
       python3 tests/bench/scalar_i32.py pos $p > $T/pos.safetensors
       echo "=== inference $e pos=$p $B" >> $R
       timeout 240 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $R 2>&1
+      if [ -n "$OLD" ]; then
+        # OLD_SAME_INPUTS=1: the old binary reads the cache up to the same last position (an
+        # old binary with fused attention and `bench --inputs`), so each pair compares.
+        old_in=""; [ -n "${OLD_SAME_INPUTS:-}" ] && old_in="--inputs $T/pos.safetensors"
+        echo "=== inference $e pos=$p $OLD $old_in" >> $R
+        timeout 240 $OLD bench $T/llama_inf_old.fbir --entry $e --device $D --profile $P $old_in --repeat 10 >> $R 2>&1
+      fi
       [ $e = prefill ] && break
     done
-    if [ -n "$OLD" ]; then
-      # The old binary's own module: the IR of inference graphs changes with the compiler.
-      [ -e $T/llama_inf_old.fbir ] || $OLD gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf_old.fbir
-      # OLD_SAME_INPUTS=1: the old binary reads the cache up to the same last position (an old
-      # binary with fused attention and `bench --inputs`), so the two figures compare.
-      old_in=""; [ -n "${OLD_SAME_INPUTS:-}" ] && old_in="--inputs $T/pos.safetensors"
-      echo "=== inference $e $OLD $old_in" >> $R
-      timeout 240 $OLD bench $T/llama_inf_old.fbir --entry $e --device $D --profile $P $old_in --repeat 10 >> $R 2>&1
-    fi
   done
 fi
 # Fused attention (issue 14, part attention): the 16-layer Llama decode step with
@@ -388,8 +388,10 @@ if want clblast && [ -x devbin/clblast/clblast_bench ]; then
 fi
 echo done >> $C
 # FBLayout must never lose to a baseline (issue 11): `fbc bench --compare` warns, and this
-# script then fails, for the runs of $B (each `=== ...` header of bench.txt ends with the binary).
-if [ -e "$R" ]; then
-  awk -v b="$B" '/^=== /{cur=$NF} /fblayout is slower than/ && cur==b' "$R" > $O/losses.txt
-  if [ -s $O/losses.txt ]; then echo "FBLayout is slower than a baseline:"; cat $O/losses.txt; exit 1; fi
-fi
+# script then fails, for the runs of $B (each `=== ...` header of bench.txt and unet.txt ends
+# with the binary).
+: > $O/losses.txt
+for f in "$R" "$O/unet.txt"; do
+  [ -e "$f" ] && awk -v b="$B" '/^=== /{cur=$NF} /fblayout is slower than/ && cur==b' "$f" >> $O/losses.txt
+done
+if [ -s $O/losses.txt ]; then echo "FBLayout is slower than a baseline:"; cat $O/losses.txt; exit 1; fi
