@@ -33,7 +33,9 @@
 //! caches are what every `@decode` step takes (on a device, uploaded at the first step and
 //! kept).
 //!
-//! What is not there yet: batches other than 1.
+//! A module of batch `B` (`fbc gen MODEL --inference --batch B`) takes `B` prompts of one
+//! length (`--prompt` once per sequence): the sequences share the position, and each decodes
+//! its own greedy continuation, printed one line per sequence.
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -58,6 +60,8 @@ const REQUIRED: [&str; 2] = ["tokens", "pos"];
 struct Func {
     id: FuncId,
     name: String,
+    /// Sequences per call (`B`).
+    batch: usize,
     /// New tokens per call (`S`).
     len: usize,
     /// Argument index by name, for the host's arguments.
@@ -124,14 +128,15 @@ fn func(module: &Module, file: &SourceFile, name: &str) -> Result<Func, Failure>
         ));
     }
     let tokens = tensor_shape(module.value_type(f.args[find(&args, "tokens").unwrap_or(0)]));
-    if tokens.len() != 2 || tokens[0] != 1 {
+    if tokens.len() != 2 || tokens[0] == 0 {
         return Err(input_error(
             file,
-            format!("@{name}'s tokens are {tokens:?}; `fbc generate` takes a batch of 1"),
+            format!("@{name}'s tokens are {tokens:?}; an inference function takes `[B, S]` ids"),
         ));
     }
     let extra = f.result_types.len() - caches.len() - 1;
-    Ok(Func { id, name: name.to_string(), len: tokens[1], args, names, caches, extra })
+    let (batch, len) = (tokens[0], tokens[1]);
+    Ok(Func { id, name: name.to_string(), batch, len, args, names, caches, extra })
 }
 
 /// The index of host argument `name` in `args`.
@@ -144,16 +149,21 @@ impl Func {
         find(&self.args, name)
     }
 
-    /// The host's arguments of a call over `tokens` (padded to `len`) at position `pos`.
-    fn host_inputs(&self, shape: &Shape, tokens: &[i32], pos: usize, values: &mut [Value]) {
-        let s = self.len;
-        let mut ids = tokens.to_vec();
-        ids.resize(s, 0);
-        let at: Vec<i32> = (pos..pos + s).map(|p| p as i32).collect();
+    /// The host's arguments of a call over each sequence's `tokens` (each padded to `len`) at
+    /// position `pos`.
+    fn host_inputs(&self, shape: &Shape, tokens: &[Vec<i32>], pos: usize, values: &mut [Value]) {
+        let (b, s) = (self.batch, self.len);
+        let mut ids = Vec::with_capacity(b * s);
+        for row in tokens {
+            let start = ids.len();
+            ids.extend_from_slice(row);
+            ids.resize(start + s, 0);
+        }
+        let at: Vec<i32> = (0..b).flat_map(|_| (pos..pos + s).map(|p| p as i32)).collect();
         let mut made = vec![
-            ("tokens", Tensor::new(vec![1, s], ids).map(Value::I32)),
+            ("tokens", Tensor::new(vec![b, s], ids).map(Value::I32)),
             ("pos", Tensor::new(Vec::new(), vec![pos as i32]).map(Value::I32)),
-            ("positions", Tensor::new(vec![1, s], at).map(Value::I32)),
+            ("positions", Tensor::new(vec![b, s], at).map(Value::I32)),
         ];
         if let Some(rope) = &shape.rope {
             let (cos, sin) =
@@ -170,7 +180,7 @@ impl Func {
     }
 }
 
-/// The index of the largest of the last row of `logits` (`[1, S, V]`): row `row`.
+/// The index of the largest value of row `row` of `logits` (`[B, S, V]` as `B·S` rows).
 fn arg_max(logits: &Value, row: usize, vocab: usize) -> Option<i32> {
     let data = logits.as_f32()?.data();
     let r = data.get(row * vocab..(row + 1) * vocab)?;
@@ -427,8 +437,31 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         ));
     }
     let shape = Shape { head_dim, rope };
-    // The prompt and the cache.
-    let (n, max_new) = (a.prompt.len(), a.max_new as usize);
+    // The prompts (one per sequence, of one length) and the cache.
+    let batch = prefill.batch;
+    if decode.batch != batch {
+        return Err(input_error(
+            &file,
+            format!("@prefill takes {batch} sequence(s) a call and @decode {}", decode.batch),
+        ));
+    }
+    if a.prompt.len() != batch {
+        return Err(Failure::Usage(format!(
+            "{} prompt(s) for a module of {batch} sequence(s) a call: give --prompt once per sequence",
+            a.prompt.len()
+        )));
+    }
+    let n = a.prompt[0].0.len();
+    if a.prompt.iter().any(|p| p.0.len() != n) {
+        return Err(Failure::Usage(format!(
+            "the prompts have {:?} tokens: the sequences of a batch share their position, so their prompts must be of one length",
+            a.prompt.iter().map(|p| p.0.len()).collect::<Vec<_>>()
+        )));
+    }
+    let max_new = a.max_new as usize;
+    if n == 0 {
+        return Err(Failure::Usage("a prompt has no tokens".into()));
+    }
     if n > prefill.len {
         return Err(Failure::Usage(format!(
             "the prompt has {n} tokens; @prefill takes at most {} (`fbc gen --seq`)",
@@ -441,10 +474,14 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
             n + max_new
         )));
     }
-    let prompt: Vec<i32> = a
+    let prompts: Vec<Vec<i32>> = a
         .prompt
         .iter()
-        .map(|&t| i32::try_from(t).ok().filter(|&t| t >= 0 && (t as usize) < vocab))
+        .map(|p| {
+            p.0.iter()
+                .map(|&t| i32::try_from(t).ok().filter(|&t| t >= 0 && (t as usize) < vocab))
+                .collect::<Option<Vec<i32>>>()
+        })
         .collect::<Option<_>>()
         .ok_or_else(|| {
             Failure::Usage(format!(
@@ -556,14 +593,18 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         }
     };
     // Prefill.
-    prefill.host_inputs(&shape, &prompt, 0, &mut first);
+    prefill.host_inputs(&shape, &prompts, 0, &mut first);
     let start = Instant::now();
     let out = runner.call(&file, &prefill, Cow::Owned(first))?;
     let ttft = start.elapsed();
     let mut peak = out.peak;
-    let mut tokens = Vec::with_capacity(max_new);
+    // Each sequence's new tokens, and the last of them (the next step's input).
+    let mut tokens: Vec<Vec<i32>> = vec![Vec::with_capacity(max_new); batch];
     let no_logits = || input_error(&file, "@prefill's logits are not f32 rows of the vocabulary");
-    let mut token = arg_max(&out.logits, n - 1, vocab).ok_or_else(no_logits)?;
+    let last = |logits: &Value, len: usize, at: usize| -> Result<Vec<i32>, Failure> {
+        (0..batch).map(|b| arg_max(logits, b * len + at, vocab).ok_or_else(no_logits)).collect()
+    };
+    let mut token = last(&out.logits, prefill.len, n - 1)?;
     let mut carried = out.caches;
     // The values @prefill returned for every @decode step (on a device, uploaded at the first
     // step and kept there).
@@ -575,12 +616,15 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
     let bar = crate::progress::bar(max_new as u64, "decode", quiet);
     let mut decode_time = Duration::ZERO;
     for step in 0..max_new {
-        tokens.push(token);
+        for (seq, &t) in tokens.iter_mut().zip(&token) {
+            seq.push(t);
+        }
         bar.set_position(step as u64 + 1);
         if step + 1 == max_new {
             break;
         }
-        decode.host_inputs(&shape, &[token], n + step, &mut next);
+        let inputs: Vec<Vec<i32>> = token.iter().map(|&t| vec![t]).collect();
+        decode.host_inputs(&shape, &inputs, n + step, &mut next);
         // A cache the device kept is not in `carried`: its argument is not read.
         for (&i, c) in decode.caches.iter().zip(carried) {
             if let Some(c) = c {
@@ -592,16 +636,20 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         decode_time += start.elapsed();
         peak = peak.max(out.peak);
         moved = out.moved;
-        token = arg_max(&out.logits, 0, vocab).ok_or_else(no_logits)?;
+        token = last(&out.logits, 1, 0)?;
         carried = out.caches;
     }
     bar.finish_and_clear();
-    let ids: Vec<String> = tokens.iter().map(ToString::to_string).collect();
-    crate::output::write_text(None, &format!("{}\n", ids.join(",")))?;
+    let lines: Vec<String> = tokens
+        .iter()
+        .map(|seq| seq.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+        .collect();
+    crate::output::write_text(None, &format!("{}\n", lines.join("\n")))?;
     let steps = max_new.saturating_sub(1);
+    let sequences = if batch > 1 { format!("{batch} sequences, ") } else { String::new() };
     let mut report = format!(
-        "prompt {n} tokens, {} new on {}: time to first token {:.3} ms",
-        tokens.len(),
+        "{sequences}prompt {n} tokens, {} new on {}: time to first token {:.3} ms",
+        tokens[0].len(),
         a.target,
         ttft.as_secs_f64() * 1e3
     );

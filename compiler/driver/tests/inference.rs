@@ -533,3 +533,98 @@ fn decode_rmsnorms_are_one_launch_each_and_nothing_is_filled() {
         assert_eq!(fbc_dialects::memory::init::allocs_to_fill(&m, f), Vec::new());
     }
 }
+
+/// `fbc generate` over a module of batch 2 (`fbc gen --batch 2`): one `--prompt` per sequence,
+/// one line of new tokens per sequence, each the tokens a batch-1 module with the same random
+/// weights (and, for Whisper's decoder, the same encoder states) gives for that prompt alone:
+/// Llama on the interpreter, the CPU JIT and OpenCL where there is a device, Whisper's decoder
+/// on the JIT. Prompts that do not fit the batch are usage errors.
+#[test]
+fn generate_decodes_a_batch_of_sequences_side_by_side() {
+    let dir = common::scratch("generate-batch");
+    let module = |model: &str, batch: u64| {
+        let opts = fbc_models::Options {
+            layers: Some(1),
+            seq: Some(4),
+            vocab: Some(40),
+            batch: Some(batch),
+            encoder_len: (model == "whisper-large-decoder").then_some(6),
+            inference: true,
+            max_seq: Some(12),
+            ..Default::default()
+        };
+        let m = fbc_models::build(model, &opts).expect("model");
+        let path = dir.join(format!("{model}-{batch}.fbir"));
+        std::fs::write(&path, fbc_ir::print_module(&m)).expect("write");
+        path.to_str().expect("path").to_string()
+    };
+    // Whisper's sequences attend to their own encoder states: rows `a` and `b` for the batch,
+    // each alone for the batch-1 runs.
+    let (a, b) = (common::pseudo(6 * 1280, 1, 1.0), common::pseudo(6 * 1280, 2, 1.0));
+    let states = |name: &str, rows: &[&Vec<u8>]| {
+        let bytes: Vec<u8> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        let shape = vec![rows.len(), 6, 1280];
+        common::safetensors_file(
+            &dir,
+            name,
+            &[("encoder_states", safetensors::Dtype::F32, shape, bytes)],
+        )
+    };
+    let (both, only_a, only_b) = (
+        states("ab.safetensors", &[&a, &b]),
+        states("a.safetensors", &[&a]),
+        states("b.safetensors", &[&b]),
+    );
+    let generate = |path: &str, prompts: &[&str], target: &str, enc: Option<&str>| {
+        let mut args =
+            vec!["generate", path, "--random-weights", "2", "--max-new", "5", "--target", target];
+        for p in prompts {
+            args.extend_from_slice(&["--prompt", p]);
+        }
+        if let Some(e) = enc {
+            args.extend_from_slice(&["--encoder-states", e]);
+        }
+        common::fbc(&args)
+    };
+    let mut targets = vec!["cpu", "cpu-jit"];
+    if common::opencl_device() {
+        targets.push("opencl");
+    }
+    for model in ["llama3.2-1b", "whisper-large-decoder"] {
+        let (one, two) = (module(model, 1), module(model, 2));
+        let whisper = model == "whisper-large-decoder";
+        let enc = |e: &str| whisper.then(|| e.to_string());
+        // Whisper's decoder (1280 wide) once, on the JIT: the host side is what differs.
+        let on: &[&str] = if whisper { &["cpu-jit"] } else { &targets };
+        for target in on {
+            let o = generate(&two, &["3,17,8", "9,1,30"], target, enc(&both).as_deref());
+            assert_eq!(o.code, 0, "{model} {target}: {}", o.stderr);
+            let lines: Vec<&str> = o.stdout.lines().collect();
+            assert_eq!(lines.len(), 2, "{model} {target}: {}", o.stdout);
+            assert!(o.stderr.contains("2 sequences, prompt 3 tokens, 5 new on"), "{}", o.stderr);
+            for ((line, prompt), e) in
+                lines.iter().zip(["3,17,8", "9,1,30"]).zip([&only_a, &only_b])
+            {
+                let alone = generate(&one, &[prompt], target, enc(e).as_deref());
+                assert_eq!(alone.code, 0, "{model} {target}: {}", alone.stderr);
+                assert_eq!(*line, alone.stdout.trim(), "{model} {target} {prompt}");
+            }
+            assert_eq!(lines[0].split(',').count(), 5);
+        }
+        let o = generate(&two, &["3,17,8"], "cpu", None);
+        assert_eq!(o.code, 2, "{}", o.stderr);
+        assert!(
+            o.stderr.contains(
+                "1 prompt(s) for a module of 2 sequence(s) a call: give --prompt once per sequence"
+            ),
+            "{}",
+            o.stderr
+        );
+        let o = generate(&two, &["3,17,8", "9,1"], "cpu", None);
+        assert_eq!(o.code, 2, "{}", o.stderr);
+        assert!(o.stderr.contains("the prompts have [3, 2] tokens"), "{}", o.stderr);
+    }
+    let o = generate(&module("llama3.2-1b", 1), &["3,x"], "cpu", None);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("`x` is not a token id (an integer)"), "{}", o.stderr);
+}

@@ -12,9 +12,11 @@ pub struct GenerateArgs {
     /// The inference module (`fbc gen MODEL --inference`): its `@prefill` and `@decode`.
     pub file: PathBuf,
 
-    /// The prompt's token ids, comma-separated (at most `@prefill`'s length).
-    #[arg(long, value_name = "ID,ID,...", value_delimiter = ',', required = true, num_args = 1..)]
-    pub prompt: Vec<i64>,
+    /// The prompt's token ids, comma-separated (at most `@prefill`'s length). Once per
+    /// sequence of the module's batch (`fbc gen --batch B`): B prompts of one length, which
+    /// decode side by side.
+    #[arg(long, value_name = "ID,ID,...", required = true, value_parser = parse_prompt)]
+    pub prompt: Vec<Prompt>,
 
     /// Tokens to generate after the prompt (greedy: the most likely each step).
     #[arg(long, value_name = "N", default_value_t = 16)]
@@ -46,4 +48,17 @@ pub struct GenerateArgs {
     // With `--target opencl`: the device.
     #[command(flatten)]
     pub device: DeviceArgs,
+}
+
+/// One sequence's prompt: its token ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt(pub Vec<i64>);
+
+fn parse_prompt(s: &str) -> Result<Prompt, String> {
+    s.split(',')
+        .map(|t| {
+            t.trim().parse::<i64>().map_err(|_| format!("`{t}` is not a token id (an integer)"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Prompt)
 }
