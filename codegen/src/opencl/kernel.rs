@@ -1640,6 +1640,8 @@ impl Cx<'_> {
             && k.domain[n - 1] == 4
             && (0..k.maps.len())
                 .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, n - 1));
+        // The dimensions a work-item's own reduction loops over (texel steps unroll the last).
+        let looped = if texel_steps { n - 1 } else { n };
         // Where the reduction is strided across a work-group: the first value and the stride
         // of each work-item.
         let strided = match (group, columns) {
@@ -1729,7 +1731,6 @@ impl Cx<'_> {
                     }
                 }
                 None => {
-                    let looped = if texel_steps { n - 1 } else { n };
                     for (i, ext) in k.domain[..looped].iter().enumerate().skip(p) {
                         let ext = w.lit(ext);
                         let _ = writeln!(s, "{indent}for ({ix} d{i} = 0; d{i} < {ext}; ++d{i}) {{");
@@ -1815,7 +1816,6 @@ impl Cx<'_> {
                     "    }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n  if (lid != 0) return;\n",
                 );
             } else {
-                let looped = if texel_steps { n - 1 } else { n };
                 for i in (p..looped).rev() {
                     indent.truncate(indent.len() - 2);
                     let _ = writeln!(s, "{indent}}} // d{i}");

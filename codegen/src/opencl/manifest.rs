@@ -111,7 +111,7 @@ impl LayoutDesc {
                 pad: Some(r.pad),
                 image: r.image,
                 storage: Some(r.storage.name().into()),
-                pack: (r.pack != Pack::W).then(|| r.pack.name().into()),
+                pack: r.pack.recorded(),
             },
         }
     }
@@ -134,11 +134,9 @@ impl LayoutDesc {
                         Some([bh, bw]) => Intra::Block { bh, bw },
                     },
                     horizontal: self.horizontal.ok_or("rtile layout without `horizontal`")?,
-                    pack: match self.pack.as_deref() {
-                        None | Some("w") => Pack::W,
-                        Some("c") => Pack::C,
-                        Some(o) => return Err(format!("unknown rtile packing `{o}`")),
-                    },
+                    pack: Pack::from_record(self.pack.as_deref()).ok_or_else(|| {
+                        format!("unknown rtile packing `{}`", self.pack.as_deref().unwrap_or(""))
+                    })?,
                     pad: self.pad.unwrap_or([0, 0]),
                     image: self.image,
                     storage,

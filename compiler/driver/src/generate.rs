@@ -459,9 +459,6 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
         )));
     }
     let max_new = a.max_new as usize;
-    if n == 0 {
-        return Err(Failure::Usage("a prompt has no tokens".into()));
-    }
     if n > prefill.len {
         return Err(Failure::Usage(format!(
             "the prompt has {n} tokens; @prefill takes at most {} (`fbc gen --seq`)",

@@ -124,6 +124,21 @@ impl Pack {
         }
     }
 
+    /// The packing printed as `name` (`"w"` or `"c"`).
+    pub fn from_name(name: &str) -> Option<Pack> {
+        [Pack::W, Pack::C].into_iter().find(|p| p.name() == name)
+    }
+
+    /// The packing as manifests and weight files record it: absent for the default `"w"`.
+    pub fn recorded(self) -> Option<String> {
+        (self != Pack::W).then(|| self.name().to_string())
+    }
+
+    /// The packing such a record names (absent: `"w"`); `None` for an unknown name.
+    pub fn from_record(record: Option<&str>) -> Option<Pack> {
+        record.map_or(Some(Pack::W), Pack::from_name)
+    }
+
     /// Elements of one footprint row a texel holds: 4 (`"w"`) or 1 (`"c"`).
     pub fn per_texel(self) -> u64 {
         match self {
@@ -420,10 +435,7 @@ impl RTile {
             choice(v, "inter", &["row-major"])?;
         }
         let pack = match d.param("pack") {
-            Some(v) => match choice(v, "pack", &["w", "c"])? {
-                "w" => Pack::W,
-                _ => Pack::C,
-            },
+            Some(v) => Pack::from_name(choice(v, "pack", &["w", "c"])?).unwrap_or_default(),
             None => Pack::W,
         };
         let pad = match d.param("pad") {

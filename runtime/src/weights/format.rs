@@ -79,7 +79,7 @@ impl Stored {
                 Intra::Block { bh, bw } => Some([bh, bw]),
             },
             horizontal: r.horizontal,
-            pack: (r.pack != Pack::W).then(|| r.pack.name().into()),
+            pack: r.pack.recorded(),
             texels: r.image?,
         })
     }
@@ -100,11 +100,9 @@ impl Stored {
                 self.horizontal
             ));
         }
-        let pack = match self.pack.as_deref() {
-            None | Some("w") => Pack::W,
-            Some("c") => Pack::C,
-            Some(o) => return Err(format!("an R-Tile packing `{o}` (\"w\" or \"c\")")),
-        };
+        let pack = Pack::from_record(self.pack.as_deref()).ok_or_else(|| {
+            format!("an R-Tile packing `{}` (\"w\" or \"c\")", self.pack.as_deref().unwrap_or(""))
+        })?;
         let st = Storage::Image2d;
         let r = RTile::packed_for_shape(shape, self.tile, intra, self.horizontal, pack, st)
             .map_err(|e| e.0)?;

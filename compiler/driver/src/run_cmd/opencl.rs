@@ -213,7 +213,7 @@ fn stored_forms<B: AsRef<[u8]>>(
     w: &fbc_runtime::weights::Weights<B>,
 ) -> Vec<(usize, String)> {
     use fbc_codegen::opencl::{Dtype, StorageKind};
-    use fbc_dialects::layout::{Intra, Layout};
+    use fbc_dialects::layout::{Intra, Layout, Pack};
     let Some(f) = out.manifest.function(fname) else { return Vec::new() };
     let block = |i: Intra| match i {
         Intra::Rows => None,
@@ -237,7 +237,7 @@ fn stored_forms<B: AsRef<[u8]>>(
                 && r.tile == st.tile
                 && r.horizontal == st.horizontal
                 && block(r.intra) == st.block
-                && r.pack.name() == st.pack.as_deref().unwrap_or("w")
+                && Pack::from_record(st.pack.as_deref()) == Some(r.pack)
         });
         if same {
             found.push((arg, name.clone()));

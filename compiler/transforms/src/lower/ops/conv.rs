@@ -103,13 +103,13 @@ impl Lower<'_> {
         let og = o / a.groups.max(1);
         let [top, left, _, _] = a.pads([kh, kw]).map(|p| p as i64);
         let ([sh, sw], [dh, dw]) = (a.stride.map(|s| s as i64), a.dilation.map(|s| s as i64));
-        // `(d{g} floordiv per)·width + d{m}`: member `m` of the group of `d{g}` (of `per` per
+        // `(d{g} floordiv per)·width + m`: member `m` of the group of `d{g}` (of `per` per
         // group) among groups `width` wide.
-        let grouped = |g: usize, per: u64, width: u64, m: usize| {
+        let grouped = |g: usize, per: u64, width: u64, m: Expr| {
             if a.groups == 1 {
-                dim(m)
+                m
             } else {
-                e_add(e_mul(e_floordiv(dim(g), per as i64), width as i64), dim(m))
+                e_add(e_mul(e_floordiv(dim(g), per as i64), width as i64), m)
             }
         };
         let t = self.output(op, 0)?;
@@ -123,55 +123,29 @@ impl Lower<'_> {
                     && matches!(self.layout_of_tensor(a.t), Layout::RTile(r) if r.pack == Pack::C)
             });
         let (domain, inputs, body, epilogue) = match kind {
-            T::Conv2d if packed_input => {
-                // [N, O, OH, OW | KH, KW, C/g/4, 4]: channel 4·d6 + d7 of the group.
-                let domain = vec![n, o, oh, ow, kh, kw, cg / 4, 4];
-                let ih = Affine { terms: vec![(2, sh), (4, dh)], constant: -top };
-                let iw = Affine { terms: vec![(3, sw), (5, dw)], constant: -left };
-                let cond = within(&iw, w, &domain, within(&ih, h, &domain, None));
-                let member = e_add(e_mul(dim(6), 4), dim(7));
-                let chan = if a.groups == 1 {
-                    member.clone()
-                } else {
-                    e_add(e_mul(e_floordiv(dim(1), og as i64), cg as i64), member.clone())
-                };
-                let mut inputs = vec![
-                    self.read(ops[0], vec![dim(0), chan, ih.expr(), iw.expr()], span)?,
-                    self.read(ops[1], vec![dim(1), member, dim(4), dim(5)], span)?,
-                ];
-                let epilogue = if ops.len() == 3 {
-                    inputs.push(self.read(ops[2], vec![dim(1)], span)?);
-                    Some(add(Scalar::Acc, x(2)))
-                } else {
-                    None
-                };
-                let body = match cond {
-                    Some(c) => select(c, mul(x(0), x(1)), f(0.0)),
-                    None => mul(x(0), x(1)),
-                };
-                (domain, inputs, body, epilogue)
-            }
             T::Conv2d | T::Conv2dGradWeight => {
                 let fwd = kind == T::Conv2d;
-                // Forward: [N, O, OH, OW | C/g, KH, KW]; weight gradient: [O, C/g, KH, KW | N,
-                // OH, OW]. The dims of (n, o, i, j, c, p, q) in each.
-                let [dn, d_o, di, dj, dc, dp, dq] =
-                    if fwd { [0, 1, 2, 3, 4, 5, 6] } else { [4, 0, 5, 6, 1, 2, 3] };
-                let domain = if fwd {
-                    vec![n, o, oh, ow, cg, kh, kw]
+                // The dims of (n, o, i, j, p, q) and the channel within the group, in: the
+                // forward [N, O, OH, OW | C/g, KH, KW] (channel d4); the forward over packed
+                // input [N, O, OH, OW | KH, KW, C/g/4, 4] (channel 4·d6 + d7); the weight
+                // gradient [O, C/g, KH, KW | N, OH, OW] (channel d1).
+                let ([dn, d_o, di, dj, dp, dq], domain, member) = if packed_input {
+                    let member = e_add(e_mul(dim(6), 4), dim(7));
+                    ([0, 1, 2, 3, 4, 5], vec![n, o, oh, ow, kh, kw, cg / 4, 4], member)
+                } else if fwd {
+                    ([0, 1, 2, 3, 5, 6], vec![n, o, oh, ow, cg, kh, kw], dim(4))
                 } else {
-                    vec![o, cg, kh, kw, n, oh, ow]
+                    ([4, 0, 5, 6, 2, 3], vec![o, cg, kh, kw, n, oh, ow], dim(1))
                 };
                 let ih = Affine { terms: vec![(di, sh), (dp, dh)], constant: -top };
                 let iw = Affine { terms: vec![(dj, sw), (dq, dw)], constant: -left };
                 let cond = within(&iw, w, &domain, within(&ih, h, &domain, None));
-                let chan = grouped(d_o, og, cg, dc);
+                let chan = grouped(d_o, og, cg, member.clone());
                 let x_map = vec![dim(dn), chan, ih.expr(), iw.expr()];
                 let (inputs, body, epilogue) = if fwd {
-                    let mut inputs = vec![
-                        self.read(ops[0], x_map, span)?,
-                        self.read(ops[1], vec![dim(1), dim(4), dim(5), dim(6)], span)?,
-                    ];
+                    let w_map = vec![dim(d_o), member, dim(dp), dim(dq)];
+                    let mut inputs =
+                        vec![self.read(ops[0], x_map, span)?, self.read(ops[1], w_map, span)?];
                     let epilogue = if ops.len() == 3 {
                         inputs.push(self.read(ops[2], vec![dim(1)], span)?);
                         Some(add(Scalar::Acc, x(2)))
@@ -213,7 +187,7 @@ impl Lower<'_> {
                         cond = and(cond, bin(B::Le, v.scalar(), int(last)));
                     }
                 }
-                let oc = grouped(1, cg, og, 4);
+                let oc = grouped(1, cg, og, dim(4));
                 let cin = if a.groups == 1 {
                     dim(1)
                 } else {
