@@ -151,6 +151,12 @@ fn scalar_count_ops() {
     let e = Scalar::parse("exp(x0 - x1) * 2.0 + x2[d0]").unwrap();
     assert_eq!(e.count_ops(), 4);
     assert_eq!(Scalar::parse("x0").unwrap().count_ops(), 0);
+    // A convolution's padding test is index arithmetic: the product alone is a flop.
+    let conv = Scalar::parse("select(d2 + (d5 + -1) >= 0 && d2 + (d5 + -1) < 64, x0 * x1, 0.0)");
+    assert_eq!(conv.unwrap().count_ops(), 1);
+    // Arithmetic on a statistic, `acc` and a float literal counts; an offset on dims does not.
+    assert_eq!(Scalar::parse("acc * s0 + 1.0 / (2.0 + 3.0)").unwrap().count_ops(), 4);
+    assert_eq!(Scalar::parse("x0[d0 * 4 + d1] * 2.0").unwrap().count_ops(), 1);
 }
 
 fn eval(text: &str, inputs: &[ScalarValue], dims: &[i64]) -> Result<ScalarValue, String> {

@@ -721,16 +721,31 @@ impl Scalar {
         deepest
     }
 
-    /// Arithmetic operations per evaluation (a flop estimate): every unary and binary operator
-    /// and `select` counts 1, transcendental functions too; leaves and loads count 0.
+    /// Arithmetic operations on data per evaluation (a flop estimate): every unary and binary
+    /// operator whose operands read storage, a statistic, `acc` or a float literal counts 1,
+    /// transcendental functions too. Index arithmetic on domain indices and integer literals
+    /// alone (a convolution's padding test, a gather's offset) counts 0, as do `select`, leaves
+    /// and loads.
     pub fn count_ops(&self) -> u64 {
-        let mut n = 0;
-        self.visit(&mut |e| {
-            if matches!(e, Scalar::Un(..) | Scalar::Bin(..) | Scalar::Select(..)) {
-                n += 1;
+        // (ops counted, whether the subexpression reads data), bottom up.
+        fn walk(e: &Scalar) -> (u64, bool) {
+            let (mut n, mut data) = (0, false);
+            for c in e.children() {
+                let (cn, cd) = walk(c);
+                n += cn;
+                data |= cd;
             }
-        });
-        n
+            match e {
+                Scalar::In(_)
+                | Scalar::Load(..)
+                | Scalar::Stat(_)
+                | Scalar::Acc
+                | Scalar::Float(_) => (n, true),
+                Scalar::Un(..) | Scalar::Bin(..) => (n + u64::from(data), data),
+                _ => (n, data),
+            }
+        }
+        walk(self).0
     }
 
     /// Whether evaluating the expression can fail by its arithmetic alone: an integer `/` or `%`
