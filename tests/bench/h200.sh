@@ -29,6 +29,11 @@ if want infcheck; then
     echo "== inference $e" >> $C
     timeout 200 $B run $T/inf1.fbir --entry $e --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
   done
+  # Two layers over a cache of 256 positions: the decode attention splits the keys into chunks
+  # whose partials the last work-group combines, and the second layer's launch reuses the counts.
+  $B gen llama3.2-1b --inference --layers 2 --seq 16 --max-seq 256 --vocab 512 -o $T/inf2.fbir
+  echo "== inference decode, 2 layers, 256 positions" >> $C
+  timeout 200 $B run $T/inf2.fbir --entry decode --target opencl --device $D --profile $P --random-inputs 1 --check >> $C 2>&1; echo "rc=$?" >> $C
 fi
 # Imported ONNX models (part onnx, issue 16): the three of tests/onnx/models through `fbc import`,
 # checked on the device against the interpreter at -O3 (the interpreter against onnxruntime is

@@ -116,27 +116,12 @@ pub struct Emitted {
     /// The shape class of a tiled contraction (`super::tuning::shape_key`), what `fbc tune`
     /// measures and its database is keyed by.
     pub shape: Option<String>,
-    /// A second kernel that completes this one: the combine of a split attention launch.
-    pub then: Option<Then>,
-    /// The skinny kernel splits its reduction in this one launch (`fbc_kernels::Skinny::split`):
-    /// the elements of its two scratch buffers, `f32` partial sums and `int` counts that must be
+    /// The kernel combines partial results in this one launch (the skinny kernel's split-K,
+    /// `fbc_kernels::Skinny::split`; a split attention launch's chunks): the elements of its two
+    /// scratch buffers, `f32` partial sums and `int` counts that must be
     /// zero before the first launch (each launch leaves them zero), which it takes after its
     /// operands.
     pub split: Option<(u64, u64)>,
-}
-
-/// The kernel that runs right after an [`Emitted`] one and completes it: its source (one
-/// `__kernel`, named after the first with `_combine`), its grid, and the `f32` scratch buffer
-/// of `scratch` elements the pair shares, which the first kernel takes as its last storage
-/// parameter and the second as its first; then the second takes the launch's operands
-/// `inputs` (by index) and its output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Then {
-    pub source: String,
-    pub global: u64,
-    pub local: u64,
-    pub scratch: u64,
-    pub inputs: Vec<usize>,
 }
 
 /// Ints of the error buffer: see the prelude's `fbc_fault` for the layout.
@@ -260,9 +245,7 @@ pub fn emit(
         reads_as: RefCell::new(Vec::new()),
     };
     if k.attention.is_some() {
-        let (mut e, then) = cx.attention(comment, opts)?;
-        e.then = then;
-        return Ok(e);
+        return cx.attention(comment, opts);
     }
     if k.is_row() {
         if !k.symbols.is_empty() {
@@ -1908,7 +1891,6 @@ impl Cx<'_> {
             skinny: false,
             checked: self.checked,
             shape: None,
-            then: None,
             split: None,
         }
     }
@@ -2302,7 +2284,6 @@ impl Cx<'_> {
             skinny: false,
             checked: false,
             shape: Some(shape),
-            then: None,
             split: None,
         }))
     }
@@ -2422,7 +2403,6 @@ impl Cx<'_> {
             skinny: true,
             checked: false,
             shape: None,
-            then: None,
             split: s.scratch(),
         })
     }

@@ -546,30 +546,29 @@ impl FuncWriter<'_> {
         distinct.sort_unstable();
         distinct.dedup();
         let bytes = distinct.iter().map(|&i| self.storage[i].bytes).sum();
-        let out = ids[ids.len() - 1];
-        // A second kernel completing this one gets a scratch buffer the pair shares: the
-        // first kernel's last storage parameter, the second's first.
-        let then = e.then.map(|t| {
-            let id = self.storage.len();
-            self.storage.push(StorageDesc {
-                id,
-                name: format!("{name}_partials"),
-                kind: StorageKind::Buffer,
-                dtype: Dtype::F32,
-                elems: t.scratch,
-                bytes: t.scratch * 4,
-                slot: None,
-            });
-            self.steps.push(Step::Alloc { storage: id });
-            (t, id)
-        });
-        let args_in = ids.clone();
         let mut args = ids;
-        if let Some((_, id)) = &then {
-            args.push(*id);
-        }
+        // A split attention launch's partials live for the launch alone (a buffer of their
+        // own, released after it, which the weight-streaming plan's budget leaves room for);
+        // its counts are the function's split-K counts.
+        let mut own_partials = None;
         if let Some((part, count)) = e.split {
-            let (p, c) = self.split_scratch(part, count);
+            let (mut p, c) = self.split_scratch(0, count);
+            if k.attention.is_some() {
+                p = self.storage.len();
+                self.storage.push(StorageDesc {
+                    id: p,
+                    name: format!("{name}_partials"),
+                    kind: StorageKind::Buffer,
+                    dtype: Dtype::F32,
+                    elems: part,
+                    bytes: part * 4,
+                    slot: None,
+                });
+                self.steps.push(Step::Alloc { storage: p });
+                own_partials = Some(p);
+            } else {
+                self.split_scratch(part, count);
+            }
             args.extend([p, c]);
         }
         self.steps.push(Step::Launch(Launch {
@@ -586,34 +585,10 @@ impl FuncWriter<'_> {
             shape: e.shape,
             fault_id: e.checked.then_some(fault_id),
         }));
-        if let Some(id) = snapshot {
+        for id in snapshot.into_iter().chain(own_partials) {
             self.steps.push(Step::Dealloc { storage: id });
         }
         self.kernels.push((name.clone(), e.source));
-        if let Some((t, id)) = then {
-            let second = format!("{name}_combine");
-            self.names.insert(second.clone());
-            let bytes = t.scratch * 4 + self.storage[out].bytes;
-            self.steps.push(Step::Launch(Launch {
-                kernel: second.clone(),
-                source: k.source.clone(),
-                location,
-                args: std::iter::once(id)
-                    .chain(t.inputs.iter().map(|&i| args_in[i]))
-                    .chain([out])
-                    .collect(),
-                global: vec![t.global],
-                local: Some(vec![t.local]),
-                flops: 0,
-                bytes,
-                tiled: false,
-                skinny: false,
-                shape: None,
-                fault_id: None,
-            }));
-            self.steps.push(Step::Dealloc { storage: id });
-            self.kernels.push((second, t.source));
-        }
         Ok(())
     }
 

@@ -177,15 +177,35 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
                 1,
                 "{what}: one fused kernel\n{source}"
             );
-            // Keys beyond one chunk of 64 are split into chunks, combined by a second kernel.
+            // Keys beyond one chunk of 64 are split into chunks, combined in the same launch by
+            // the last work-group of the query point (its count left zero for the next run).
             let keys = m
                 .all_ops()
                 .find_map(|o| m.op(o).attr("domain").and_then(fbc_ir::Attr::as_ints))
                 .and_then(|d| d.last().copied())
                 .unwrap_or(0);
-            assert_eq!(source.contains("_combine("), keys > 64, "{what}");
+            assert_eq!(source.contains("atomic_inc(fbc_count + gid)"), keys > 64, "{what}");
+            assert!(!source.contains("_combine("), "{what}: no second kernel");
             let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
             close(f32s(&reference[0]), f32s(&run[0]), &what);
+            if keys > 64 {
+                // A second attention launch of the function (its output as the queries) shares
+                // the counts: the last group of every point of the first left its count zero.
+                let chained = text
+                    .replace("func.return %r :", "func.return %r2 :")
+                    .replace("  %r = tensor.attention %q,", "  %r = tensor.attention %q,\u{0}");
+                let (head, tail) = chained.split_once('\u{0}').expect("the attention op");
+                let line = tail.lines().next().expect("its line");
+                let second = format!("\n  %r2 = tensor.attention %r,{line}");
+                let chained = format!("{head}{}{second}{}", line, &tail[line.len()..]);
+                let m2 = lowered(&chained, o3);
+                let reference =
+                    Interpreter::new(&m2).run("main", inputs.clone()).expect("executor");
+                let (source, run) = on_device(&m2, &inputs);
+                assert_eq!(source.matches("fbc_count[gid] = 0").count(), 2, "{what}: two launches");
+                let run = run.unwrap_or_else(|e| panic!("{what}, chained: {e}"));
+                close(f32s(&reference[0]), f32s(&run[0]), &format!("{what}, chained"));
+            }
         }
     }
     // Out of range: the error names the position; nothing is written.

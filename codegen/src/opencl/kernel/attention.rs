@@ -12,21 +12,24 @@
 //!     work-item t: s_t = cap(scale · q'·k_j)            (the dot product in e order)
 //!     m = max_t s_t, w_t = exp(s_t - m), l = Σ_t w_t     (trees in local memory)
 //!     o[e] = Σ_t w_t · v_j[e]                           (work-items along e, coalesced)
-//!     one chunk: out = o / l; else the partial (o, m, l) into scratch
-//! combine (a second kernel, one work-item per output): M = max_c m_c,
+//!     one chunk: out = o / l; else the partial (o, m, l) into scratch, and the last
+//!     work-group of the query point to count itself in combines them: M = max_c m_c,
 //!     out[e] = Σ_c o_c[e]·exp(m_c - M) / Σ_c l_c·exp(m_c - M)
 //! ```
 //!
-//! A chunk outside `lo .. hi` stores `m = -inf`, which the combine skips: a decode step at
-//! position `pos` reads `pos + 1` keys, not the whole cache. Every sum runs in a fixed order, so
-//! results are the same run to run; they differ from the reference executor's three steps
-//! (`attention_parts`) by the order of the sums and the rescaling only.
+//! The combine is part of the same launch, as the skinny kernel's split-K sum is (one launch a
+//! layer less in a decode step; the partials are a buffer of the launch, the counts the
+//! function's split-K counts, and the last group leaves its count zero). A chunk outside `lo .. hi` stores
+//! `m = -inf`, which the combine skips: a decode step at position `pos` reads `pos + 1` keys,
+//! not the whole cache. Every sum runs in a fixed order, so results are the same run to run;
+//! they differ from the reference executor's three steps (`attention_parts`) by the order of
+//! the sums and the rescaling only.
 
 use std::fmt::Write as _;
 
 use fbc_dialects::memory::attention::{COS, K, Q, SIN, V};
 
-use super::{affine, floor_pow2, item_grid, unflatten, Cx, Emitted, KernelOptions, Then};
+use super::{affine, floor_pow2, unflatten, Cx, Emitted, KernelOptions};
 
 /// Work-items of an attention work-group.
 const GROUP: u64 = 128;
@@ -49,11 +52,7 @@ fn key_block(hd: u64) -> u64 {
 }
 
 impl Cx<'_> {
-    pub(super) fn attention(
-        &self,
-        comment: &str,
-        opts: &KernelOptions,
-    ) -> Result<(Emitted, Option<Then>), String> {
+    pub(super) fn attention(&self, comment: &str, opts: &KernelOptions) -> Result<Emitted, String> {
         let k = self.k;
         let (a, n) = k.attention_dims().ok_or("not an attention launch")?;
         let (hd, keys) = (k.domain[n], k.domain[n + 1]);
@@ -73,7 +72,7 @@ impl Cx<'_> {
         s.push_str(comment);
         let mut params = self.params();
         if chunks > 1 {
-            let part = "__global float* fbc_part";
+            let part = "__global float* fbc_part, __global int* fbc_count";
             params = match params.find(", __global int* fbc_err") {
                 Some(at) => format!("{}, {part}{}", &params[..at], &params[at..]),
                 None => format!("{params}, {part}"),
@@ -82,10 +81,15 @@ impl Cx<'_> {
         let _ = writeln!(s, "__kernel void {}({params}) {{", k.name);
         let _ = writeln!(
             s,
-            "  // Attention, flash-decoding: a work-group of {g} per query point and chunk of {ck} keys ({chunks} chunk(s)), a key per work-item, its values staged {eb} at a time; {}.\n  __local float fbc_q[{hd}];\n  __local float fbc_k[{ck}][{}];\n  __local float fbc_p[{ck}];\n  __local float fbc_red[{g}];\n  __local float fbc_o[{}];\n  const {ix} gid = get_group_id(0) / {chunks};\n  const {ix} fbc_c = get_group_id(0) % {chunks};\n  const int lid = (int)get_local_id(0);",
-            if chunks > 1 { "partials combined by the next kernel" } else { "the output written here" },
+            "  // Attention, flash-decoding: a work-group of {g} per query point and chunk of {ck} keys ({chunks} chunk(s)), a key per work-item, its values staged {eb} at a time; {}.\n  __local float fbc_q[{hd}];\n  __local float fbc_k[{ck}][{}];\n  __local float fbc_p[{ck}];\n  __local float fbc_red[{g}];\n  __local float fbc_o[{}];\n{}  const {ix} gid = get_group_id(0) / {chunks};\n  const {ix} fbc_c = get_group_id(0) % {chunks};\n  const int lid = (int)get_local_id(0);",
+            if chunks > 1 {
+                "the last group of a query point to finish combines the partials"
+            } else {
+                "the output written here"
+            },
             eb + 1,
-            subsets * hd
+            subsets * hd,
+            if chunks > 1 { "  __local int fbc_done;\n" } else { "" }
         );
         // Barriers follow: a symbol out of range makes the group read and write nothing.
         s.push_str(&self.symbol_checks(false));
@@ -172,83 +176,40 @@ impl Cx<'_> {
             rd = subsets * hd
         );
         let sum_o = (0..subsets).map(|r| format!("fbc_o[{} + e]", r * hd)).collect::<Vec<_>>();
-        let combine = if chunks > 1 {
-            // Partials: [points, chunks, D + 2] = o, then m and l.
-            let stride = hd + 2;
+        let stride = hd + 2;
+        let d = at("e", &w.lit(0));
+        let off = self.coord(out, 0, &d)?;
+        if chunks > 1 {
+            // Partials: [points, chunks, D + 2] = o, then m and l. The last group of the point
+            // to count itself in adds them in chunk order (the same bits every run).
+            let combined = self.buffer_store(&off, "fbc_oc / fbc_lc", &d);
             let _ = writeln!(
                 s,
-                "  __global float* fbc_at = fbc_part + ((long)gid * {chunks} + fbc_c) * {stride};\n  if (!fbc_ok) return;\n  for ({ix} e = lid; e < {}; e += {g}) fbc_at[e] = fbc_j0 < fbc_j1 ? {} : 0.0f;\n  if (lid == 0) {{\n    fbc_at[{hd}] = fbc_j0 < fbc_j1 ? fbc_m : -INFINITY;\n    fbc_at[{}] = fbc_j0 < fbc_j1 ? fbc_l : 0.0f;\n  }}\n}}",
-                w.lit(hd),
+                "  __global float* fbc_at = fbc_part + ((long)gid * {chunks} + fbc_c) * {stride};\n  if (!fbc_ok) return;\n  for ({ix} e = lid; e < {hdl}; e += {g}) fbc_at[e] = fbc_j0 < fbc_j1 ? {} : 0.0f;\n  if (lid == 0) {{\n    fbc_at[{hd}] = fbc_j0 < fbc_j1 ? fbc_m : -INFINITY;\n    fbc_at[{}] = fbc_j0 < fbc_j1 ? fbc_l : 0.0f;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (lid == 0) fbc_done = atomic_inc(fbc_count + gid) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_done) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's partial.\n  const volatile __global float* fbc_all = fbc_part + (long)gid * {};\n  float fbc_mc = -INFINITY;\n  for (int c = 0; c < {chunks}; ++c) fbc_mc = fmax(fbc_mc, fbc_all[c * {stride} + {hd}]);\n  for ({ix} e = lid; e < {hdl}; e += {g}) {{\n    float fbc_lc = 0.0f, fbc_oc = 0.0f;\n    for (int c = 0; c < {chunks}; ++c) {{\n      const float mc = fbc_all[c * {stride} + {hd}];\n      if (mc == -INFINITY) continue;\n      const float f = exp(mc - fbc_mc);\n      fbc_lc += fbc_all[c * {stride} + {}] * f;\n      fbc_oc += fbc_all[c * {stride} + e] * f;\n    }}\n    {combined}\n  }}\n  if (lid == 0) fbc_count[gid] = 0;\n}}",
                 sum_o.join(" + "),
-                hd + 1
+                hd + 1,
+                chunks - 1,
+                chunks * stride,
+                hd + 1,
+                hdl = w.lit(hd),
             );
-            Some(self.attention_combine(&k.name, points, hd, chunks, opts)?)
         } else {
-            let d = at("e", &w.lit(0));
-            let off = self.coord(out, 0, &d)?;
             let store = self.buffer_store(&off, &format!("({}) / fbc_l", sum_o.join(" + ")), &d);
             let _ = writeln!(
                 s,
                 "  if (!fbc_ok) return;\n  for ({ix} e = lid; e < {}; e += {g}) {{\n    {store}\n  }}\n}}",
                 w.lit(hd)
             );
-            None
-        };
-        Ok((self.flat(s, (points.max(1) * chunks * g, g)), combine))
-    }
-
-    /// The kernel combining the partials of a split attention launch: one work-item per output.
-    fn attention_combine(
-        &self,
-        name: &str,
-        points: u64,
-        hd: u64,
-        chunks: u64,
-        opts: &KernelOptions,
-    ) -> Result<Then, String> {
-        let k = self.k;
-        let n = k.domain.len() - 2;
-        let (w, ix) = (self.w, self.w.ty());
-        let out = self.out();
-        let stride = hd + 2;
-        // The symbols' buffers again: where one is out of range the first kernel wrote no
-        // partials (and recorded the fault), and nothing is written here either.
-        let inputs: Vec<usize> = k.symbols.iter().map(|sym| sym.operand).collect();
-        let params: String = inputs.iter().map(|i| format!(", __global const int* x{i}")).collect();
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "// The partials of {name} ({chunks} chunks of keys) combined: one work-item per output.\n__kernel void {name}_combine(__global const float* fbc_part{params}, __global float* x{out}) {{\n  const {ix} fbc_i = get_global_id(0);\n  if (fbc_i >= {}) return;",
-            w.lit(points * hd)
-        );
-        for (j, sym) in k.symbols.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "  const {ix} fbc_sym{j} = ({ix})x{}[0];\n  if (fbc_sym{j} < {} || fbc_sym{j} > {}) return;",
-                sym.operand, sym.lo, sym.hi
-            );
         }
-        let _ = writeln!(s, "  const {ix} gid = fbc_i / {hd};\n  const {ix} e = fbc_i % {hd};");
-        let mut dims: Vec<String> = unflatten("gid", &k.domain[..n], w);
-        for (i, d) in dims.iter_mut().enumerate() {
-            let _ = writeln!(s, "  const {ix} d{i} = {d};");
-            *d = format!("d{i}");
+        let mut e = self.flat(s, (points.max(1) * chunks * g, g));
+        if chunks > 1 {
+            let part = points
+                .checked_mul(chunks)
+                .and_then(|n| n.checked_mul(stride))
+                .ok_or("the attention's partials have more elements than fit in 64 bits")?;
+            e.split = Some((part, points));
         }
-        dims.push("e".into());
-        dims.push(w.lit(0));
-        let off = self.coord(out, 0, &dims)?;
-        let _ = writeln!(
-            s,
-            "  __global const float* fbc_at = fbc_part + (long)gid * {};\n  float fbc_m = -INFINITY;\n  for (int c = 0; c < {chunks}; ++c) fbc_m = fmax(fbc_m, fbc_at[c * {stride} + {hd}]);\n  float fbc_l = 0.0f, fbc_o = 0.0f;\n  for (int c = 0; c < {chunks}; ++c) {{\n    const float mc = fbc_at[c * {stride} + {hd}];\n    if (mc == -INFINITY) continue;\n    const float f = exp(mc - fbc_m);\n    fbc_l += fbc_at[c * {stride} + {}] * f;\n    fbc_o += fbc_at[c * {stride} + e] * f;\n  }}\n  x{out}[{off}] = fbc_o / fbc_l;\n}}",
-            chunks * stride,
-            hd + 1
-        );
-        let (global, local) = item_grid(points * hd, opts);
-        let scratch = points
-            .checked_mul(chunks)
-            .and_then(|n| n.checked_mul(stride))
-            .ok_or("the attention's partials have more elements than fit in 64 bits")?;
-        Ok(Then { source: s, global, local, scratch, inputs })
+        Ok(e)
     }
 }
 
