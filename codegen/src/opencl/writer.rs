@@ -549,25 +549,14 @@ impl FuncWriter<'_> {
         let mut args = ids;
         // A split attention launch's partials live for the launch alone (a buffer of their
         // own, released after it, which the weight-streaming plan's budget leaves room for);
-        // its counts are the function's split-K counts.
+        // the skinny kernel's are the function's split-K partials. Both count on its counts.
         let mut own_partials = None;
         if let Some((part, count)) = e.split {
-            let (mut p, c) = self.split_scratch(0, count);
-            if k.attention.is_some() {
-                p = self.storage.len();
-                self.storage.push(StorageDesc {
-                    id: p,
-                    name: format!("{name}_partials"),
-                    kind: StorageKind::Buffer,
-                    dtype: Dtype::F32,
-                    elems: part,
-                    bytes: part * 4,
-                    slot: None,
-                });
-                self.steps.push(Step::Alloc { storage: p });
+            let own = k.attention.is_some();
+            let (mut p, c) = self.split_scratch(if own { 0 } else { part }, count);
+            if own {
+                p = self.new_buffer(&format!("{name}_partials"), Dtype::F32, part);
                 own_partials = Some(p);
-            } else {
-                self.split_scratch(part, count);
             }
             args.extend([p, c]);
         }
@@ -592,27 +581,32 @@ impl FuncWriter<'_> {
         Ok(())
     }
 
+    /// A new buffer storage of `elems` elements, allocated here: its id.
+    fn new_buffer(&mut self, name: &str, dtype: Dtype, elems: u64) -> usize {
+        let id = self.storage.len();
+        self.storage.push(StorageDesc {
+            id,
+            name: name.into(),
+            kind: StorageKind::Buffer,
+            dtype,
+            elems,
+            bytes: elems * 4,
+            slot: None,
+        });
+        self.steps.push(Step::Alloc { storage: id });
+        id
+    }
+
     /// The function's split-K scratch (see `split_scratch`), at least `part` floats and `count`
     /// ints: created (and the counts zero-filled) at the first launch that needs it.
     fn split_scratch(&mut self, part: u64, count: u64) -> (usize, usize) {
         let ids = match self.split_scratch {
             Some(ids) => ids,
             None => {
-                let mut new = |name: &str, dtype| {
-                    let id = self.storage.len();
-                    self.storage.push(StorageDesc {
-                        id,
-                        name: name.into(),
-                        kind: StorageKind::Buffer,
-                        dtype,
-                        elems: 0,
-                        bytes: 0,
-                        slot: None,
-                    });
-                    self.steps.push(Step::Alloc { storage: id });
-                    id
-                };
-                let ids = (new("split_k_partials", Dtype::F32), new("split_k_counts", Dtype::I32));
+                let ids = (
+                    self.new_buffer("split_k_partials", Dtype::F32, 0),
+                    self.new_buffer("split_k_counts", Dtype::I32, 0),
+                );
                 self.steps.push(Step::Fill { storage: ids.1 });
                 self.split_scratch = Some(ids);
                 ids

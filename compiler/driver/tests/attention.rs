@@ -191,13 +191,15 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
             if keys > 64 {
                 // A second attention launch of the function (its output as the queries) shares
                 // the counts: the last group of every point of the first left its count zero.
+                let line = text
+                    .lines()
+                    .find(|l| l.contains("%r = tensor.attention %q,"))
+                    .expect("the attention op");
+                let second =
+                    line.replacen("%r = tensor.attention %q,", "%r2 = tensor.attention %r,", 1);
                 let chained = text
-                    .replace("func.return %r :", "func.return %r2 :")
-                    .replace("  %r = tensor.attention %q,", "  %r = tensor.attention %q,\u{0}");
-                let (head, tail) = chained.split_once('\u{0}').expect("the attention op");
-                let line = tail.lines().next().expect("its line");
-                let second = format!("\n  %r2 = tensor.attention %r,{line}");
-                let chained = format!("{head}{}{second}{}", line, &tail[line.len()..]);
+                    .replacen(line, &format!("{line}\n{second}"), 1)
+                    .replace("func.return %r :", "func.return %r2 :");
                 let m2 = lowered(&chained, o3);
                 let reference =
                     Interpreter::new(&m2).run("main", inputs.clone()).expect("executor");

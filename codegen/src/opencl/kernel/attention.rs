@@ -19,9 +19,9 @@
 //!
 //! The combine is part of the same launch, as the skinny kernel's split-K sum is (one launch a
 //! layer less in a decode step; the partials are a buffer of the launch, the counts the
-//! function's split-K counts, and the last group leaves its count zero). A chunk outside `lo .. hi` stores
-//! `m = -inf`, which the combine skips: a decode step at position `pos` reads `pos + 1` keys,
-//! not the whole cache. Every sum runs in a fixed order, so results are the same run to run;
+//! function's split-K counts, and the last group leaves its count zero). A chunk outside
+//! `lo .. hi` stores `m = -inf`, which the combine skips: a decode step at position `pos` reads
+//! `pos + 1` keys, not the whole cache. Every sum runs in a fixed order, so results are the same run to run;
 //! they differ from the reference executor's three steps (`attention_parts`) by the order of
 //! the sums and the rescaling only.
 
