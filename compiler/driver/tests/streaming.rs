@@ -287,19 +287,29 @@ fn streamed_weights_are_read_from_their_file_during_the_run() {
     assert_eq!(whole, streamed);
     assert!(log.contains("streamed weight(s) from"), "{log}");
     assert!(figure(&log, "bytes; streamed") <= 196_608, "{log}");
+    // Several runs: each weight is read from the file once, into pinned host memory, and
+    // every run's transfers read it there.
+    let (code, repeated, log) = run("repeated.st", &["--memory-budget", "196608", "--runs", "3"]);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(whole, repeated);
+    let streamed = figure(&log, "bytes in");
+    assert!(streamed >= 4 * (width * width * 4) as u64, "{log}");
+    assert_eq!(figure(&log, "bytes from pinned host memory"), streamed, "{log}");
     // A damaged tile of a streamed weight fails the run at that weight, and writes nothing.
     let mut bytes = std::fs::read(fbw).unwrap();
     let w = fbc_runtime::weights::Weights::new(&bytes[..]).unwrap();
     let last = w.tensor("w11").unwrap().tiles[0].offset as usize;
     bytes[last + 5] ^= 0x40;
     std::fs::write(fbw, &bytes).unwrap();
-    let (code, out, log) = run("damaged.st", &["--memory-budget", "196608"]);
-    assert_eq!(code, 1, "{log}");
-    assert!(out.is_empty(), "{log}");
-    assert!(
-        log.contains("tensor `w11`, tile 0: checksum mismatch (the file is corrupted)"),
-        "{log}"
-    );
+    for runs in ["1", "3"] {
+        let (code, out, log) = run("damaged.st", &["--memory-budget", "196608", "--runs", runs]);
+        assert_eq!(code, 1, "{log}");
+        assert!(out.is_empty(), "{log}");
+        assert!(
+            log.contains("tensor `w11`, tile 0: checksum mismatch (the file is corrupted)"),
+            "{log}"
+        );
+    }
 }
 
 /// The largest minimum budget an infeasible-budget error states (one per function).

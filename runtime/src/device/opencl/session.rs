@@ -558,18 +558,18 @@ impl Session {
         let mut host_ns = Vec::with_capacity(runs);
         // Every run of the call streams the same host values: with more than one run, they
         // are copied once into pinned memory, which transfers read at the bus's speed.
-        if runs > 1 && self.budget.is_some() {
-            st.pinned.stage(&self.transfer, &st.f, &sources);
-        }
         let mut result = Ok(());
+        if runs > 1 && self.budget.is_some() {
+            result = st.pinned.stage(&self.transfer, &st.f, &sources);
+        }
         for run in 0..runs {
-            let timed = time_all || run > 0;
-            out.uploaded_bytes += uploaded;
-            result = run_once(&env, st, &sources, want, timed, &mut out, &mut host_ns);
             if result.is_err() {
                 break;
             }
-            if let Some(p) = progress {
+            let timed = time_all || run > 0;
+            out.uploaded_bytes += uploaded;
+            result = run_once(&env, st, &sources, want, timed, &mut out, &mut host_ns);
+            if let (Ok(()), Some(p)) = (&result, progress) {
                 (p.0)(run + 1);
             }
         }
@@ -655,8 +655,12 @@ fn run_once(
     let mut order: Vec<(usize, usize, usize, &LazySource<'_>)> = Vec::new();
     for (k, step) in st.f.steps.iter().enumerate() {
         if let Step::Upload { storage, stream_from: Some(n), .. } = step {
-            if let Some(Source::Lazy(l)) = sources.get(storage) {
-                order.push((*n, k, *storage, l));
+            // A lazy upload with a pinned copy is not made again.
+            match sources.get(storage) {
+                Some(Source::Lazy(l)) if st.pinned.get(*storage).is_none() => {
+                    order.push((*n, k, *storage, l))
+                }
+                _ => {}
             }
         }
     }
@@ -1108,14 +1112,21 @@ impl Streams {
                         write_async(&m, host, env.transfer, &marker, desc)?
                     }
                 },
-                Some(Source::Lazy(_)) => {
-                    let data = self.take_prefetched(id)?;
-                    let host = host_slice(is_half(desc), &data, &mut self.half_bits);
-                    let ev = write_async(&m, host, env.transfer, &marker, desc)?;
-                    // Moving the vector keeps its buffer where the transfer reads it.
-                    self.owned.push((ev.clone(), data));
-                    ev
-                }
+                Some(Source::Lazy(_)) => match self.pinned.get(id) {
+                    // Made before the call's first run (see `Pinned::stage`).
+                    Some(p) => {
+                        self.pinned_bytes = self.pinned_bytes.saturating_add(desc.bytes);
+                        write_async(&m, p, env.transfer, &marker, desc)?
+                    }
+                    None => {
+                        let data = self.take_prefetched(id)?;
+                        let host = host_slice(is_half(desc), &data, &mut self.half_bits);
+                        let ev = write_async(&m, host, env.transfer, &marker, desc)?;
+                        // Moving the vector keeps its buffer where the transfer reads it.
+                        self.owned.push((ev.clone(), data));
+                        ev
+                    }
+                },
                 _ => {
                     return Err(OpenClError::Manifest(format!("streamed storage {id} has no data")))
                 }
@@ -1329,24 +1340,41 @@ impl Staged {
 
 impl Pinned {
     /// Copies every streamed upload of `f` that `sources` writes from host values into pinned
-    /// memory (those whose buffer cannot be made stay pageable).
-    fn stage(&mut self, queue: &Queue, f: &FunctionManifest, sources: &HashMap<usize, Source<'_>>) {
+    /// memory (those whose buffer cannot be made stay pageable). A lazy upload
+    /// ([`Input::Lazy`]: a weight read from its file) is made here once, one at a time, its
+    /// contents dropped once copied: the call's runs then neither read the file nor decode
+    /// again. An error of its producer (a damaged tile) ends the call.
+    fn stage(
+        &mut self,
+        queue: &Queue,
+        f: &FunctionManifest,
+        sources: &HashMap<usize, Source<'_>>,
+    ) -> Result<(), OpenClError> {
         for s in &f.steps {
             let Step::Upload { storage, stream_from: Some(_), .. } = s else { continue };
-            let (Some(Source::Write(data)), Some(desc)) =
-                (sources.get(storage), f.storage.get(*storage))
-            else {
+            let Some(desc) = f.storage.get(*storage) else { continue };
+            if self.staged.contains_key(storage) {
                 continue;
+            }
+            let made;
+            let data = match sources.get(storage) {
+                Some(Source::Write(data)) => &**data,
+                Some(Source::Lazy(l)) => {
+                    made = l.make()?;
+                    &made
+                }
+                _ => continue,
             };
             let mut bits = Vec::new();
             let host = host_slice(is_half(desc), data, &mut bits);
-            if host.is_empty() || self.staged.contains_key(storage) {
+            if host.is_empty() {
                 continue;
             }
             if let Ok(p) = make_staged(queue, host) {
                 self.staged.insert(*storage, p);
             }
         }
+        Ok(())
     }
 
     /// The pinned copy of upload `id`.
