@@ -39,12 +39,16 @@
 //!   names, on a second queue, and the device never holds more than the budget (a run that
 //!   would is an error). A line on stderr gives the peak, the bytes streamed and the transfer
 //!   time hidden behind launches.
+//! - `--f32-weights W.safetensors` (any target) also runs this interpreter on the f32 weights
+//!   that the run's quantised ones were made from and reports each result's distance from it
+//!   (`run_cmd/f32_weights.rs`).
 //! - `--half-images` (with `--target opencl|cpu-jit`) lowers with `f16` image2d textures
 //!   (`lower-to-memory{half-images=true}`); `--check` then uses the `f16` bound of
 //!   `run_cmd/check.rs`. A kernel error while running (an id out of
 //!   range, say) is reported at the op, `FILE:LINE:COL: error: ...` (exit 1).
 
 mod check;
+mod f32_weights;
 pub(crate) mod io;
 mod jit;
 pub(crate) mod mapped;
@@ -109,6 +113,8 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let interp = Interpreter::with_options(&module, Options { mode, ..Options::default() });
     let results = interp.run_id(func, inputs).map_err(|e| located(&file, &e))?;
     let elapsed = start.elapsed();
+    let mut text = String::new();
+    against_f32(a, &file, &module, func, &results, &mut text)?;
 
     let result_types = &module.func(func).result_types;
     if let Some(path) = &a.outputs {
@@ -124,13 +130,32 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         );
     }
     if a.verbose || a.outputs.is_none() {
-        let mut text = String::new();
+        let mut summaries = String::new();
         for (i, (v, ty)) in results.iter().zip(result_types).enumerate() {
-            text.push_str(&summary(&format!("result{i}"), ty, v));
+            summaries.push_str(&summary(&format!("result{i}"), ty, v));
         }
+        text.insert_str(0, &summaries);
+    }
+    if !text.is_empty() {
         crate::output::write_text(None, &text)?;
     }
     Ok(())
+}
+
+/// With `--f32-weights`: the lines comparing `results` with the f32 twin of `func` on those
+/// weights (see `run_cmd/f32_weights.rs`), appended to `text`.
+pub(crate) fn against_f32(
+    a: &RunArgs,
+    file: &SourceFile,
+    module: &Module,
+    func: FuncId,
+    results: &[Value],
+    text: &mut String,
+) -> Result<(), Failure> {
+    match &a.f32_weights {
+        Some(path) => f32_weights::compare(path, a.sources(), file, module, func, results, text),
+        None => Ok(()),
+    }
 }
 
 /// The function to run: `--entry`, else the only function, else `main`.

@@ -109,6 +109,35 @@ fn packed_weights_run_on_every_target_and_match_host_dequantisation() {
         let err = want.iter().zip(&p).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / amax;
         eprintln!("{scheme} group {group}: logits move by {err:.3e} of the largest");
         assert!(err > 0.0 && err < if scheme == "int4" { 0.2 } else { 1e-2 }, "{err}");
+        // `--f32-weights` reports that error itself, for the packed module (its f32 twin reads
+        // `wg` where it decoded `wg.q`) and for the f32 module given the dequantised weights.
+        for (file, target) in [(&fbir, "cpu"), (&fbir, "cpu-jit"), (&f32_fbir, "cpu")] {
+            let o = fbc(&[
+                "run",
+                file,
+                "--inputs",
+                &xs,
+                "--weights",
+                fbw,
+                "--f32-weights",
+                &ws,
+                "--target",
+                target,
+            ]);
+            assert_eq!(o.code, 0, "{scheme} {group} {target}: {}", o.stderr);
+            let line = o
+                .stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("against the f32 weights of {ws}: result0: ")))
+                .unwrap_or_else(|| panic!("no comparison in {}", o.stdout));
+            let share: f32 = line
+                .split(", ")
+                .nth(1)
+                .and_then(|p| p.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no share in {line}"));
+            assert!((share - err).abs() <= 1e-3 * err, "{target}: {share} against {err}: {line}");
+        }
         // The kernels against the reference executor on the same packed weights.
         let mut targets = vec!["cpu-jit"];
         #[cfg(feature = "llvm")]
@@ -132,6 +161,38 @@ fn packed_weights_run_on_every_target_and_match_host_dequantisation() {
             assert!(o.stdout.contains("check passed"), "{target}: {}", o.stdout);
         }
     }
+}
+
+#[test]
+fn f32_weights_must_give_every_weight_read_quantised() {
+    let dir = scratch("quant-f32-missing");
+    let fbir = common::write(&dir, "q.fbir", mlp(&packed_weight("int8", 64)).as_bytes());
+    let some = safetensors_file(
+        &dir,
+        "some.safetensors",
+        &[("wg", Dtype::F32, vec![256, 64], pseudo(64 * 256, 3, 0.125))],
+    );
+    let none = safetensors_file(
+        &dir,
+        "none.safetensors",
+        &[("v", Dtype::F32, vec![2], pseudo(2, 9, 1.0))],
+    );
+    let run = |f32: &str| fbc(&["run", &fbir, "--random-inputs", "1", "--f32-weights", f32]);
+    let o = run(&some);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let missing = |w: &str| {
+        format!(
+            "{some}: error: no tensor `{w}`: @mlp reads it quantised (`{w}.q`, `{w}.scales`), \
+             so the f32 reference needs it\n"
+        )
+    };
+    let want = ["wu", "wd", "wout"].map(missing).concat();
+    assert_eq!(o.stderr, want);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    let fbir32 = common::write(&dir, "f.fbir", mlp(&f32_weight).as_bytes());
+    let o = fbc(&["run", &fbir32, "--random-inputs", "1", "--f32-weights", &none]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert_eq!(o.stderr, format!("{none}: error: no tensor names an argument of @mlp\n"));
 }
 
 #[test]

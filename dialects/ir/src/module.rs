@@ -242,6 +242,15 @@ impl Module {
         id
     }
 
+    /// Appends an argument of type `ty` to function `func` (callers' `func.call`s are not
+    /// changed: the caller adds the operand).
+    pub fn add_arg(&mut self, func: FuncId, ty: Type) -> Value {
+        let index = self.funcs[func.index()].args.len() as u32;
+        let v = self.new_value(ty, ValueDef::Arg { func, index });
+        self.funcs[func.index()].args.push(v);
+        v
+    }
+
     fn new_value(&mut self, ty: Type, def: ValueDef) -> Value {
         let v = Value(self.values.len() as u32);
         self.values.push(ValueData { ty, def, name: None, uses: Vec::new() });

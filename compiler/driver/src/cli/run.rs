@@ -36,6 +36,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "W.fbw")]
     pub weights: Option<PathBuf>,
 
+    /// Also run the reference interpreter on the f32 weights that quantised ones (from
+    /// `--weights`, or read packed through `tensor.dequantize`) were made from, and report how
+    /// far each result is from it: the quantisation error.
+    #[arg(long, value_name = "W.safetensors")]
+    pub f32_weights: Option<PathBuf>,
+
     /// Deterministic random values for every argument not given in --inputs.
     #[arg(long, value_name = "SEED")]
     pub random_inputs: Option<u64>,

@@ -463,12 +463,13 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         let half = super::check::HalfModel::of(&c.lowered, &fname, file, true)?;
         super::check::check(file, module, func, inputs, &device_values, "OpenCL", half, &mut text)?;
     }
+    super::against_f32(a, file, module, func, &device_values, &mut text)?;
     // Written only once the run (and its check) succeeded: a failure leaves no outputs file.
     if let Some(path) = &a.outputs {
         let bytes = super::io::encode_outputs(module, func, &device_values)?;
         crate::output::write_atomic(path, &bytes)?;
     }
-    if a.outputs.is_none() || a.verbose || a.check {
+    if a.outputs.is_none() || a.verbose || a.check || a.f32_weights.is_some() {
         crate::output::write_text(None, &text)?;
     }
     Ok(())
