@@ -257,3 +257,62 @@ fn index_arithmetic_is_32_bit_only_where_it_is_proven_to_fit() {
         assert!(src.contains("  const long d0 = "), "{domain} {map}: {src}");
     }
 }
+
+/// `C = A · B` (`A` 64×K, `B` K×N, row-major buffers) into a buffer of `elems` elements at
+/// offset `out` (a map over `d0` row, `d1` column).
+fn product_module(k: u64, n: u64, out: &str, elems: u64) -> String {
+    format!(
+        r#"func.func @mm(%a: tensor<64x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<64x{n}xf32> {{
+  %ma = memory.upload %a {{layout = #layout.linear}}
+  %mb = memory.upload %b {{layout = #layout.linear}}
+  %mc = memory.alloc : () -> !memory.buffer<{elems}, f32>
+  memory.launch %ma, %mb, %mc {{kernel = "mm", source = "tensor.matmul", domain = [64, {n}, {k}], iterators = ["parallel", "parallel", "reduction"], maps = [(d0, d1, d2) -> (d0 * {k} + d2), (d0, d1, d2) -> (d2 * {n} + d1), (d0, d1, d2) -> ({out})], body = "x0 * x1", combine = "add", epilogue = "acc * 0.5"}} : (!memory.buffer<{ak}, f32>, !memory.buffer<{bk}, f32>, !memory.buffer<{elems}, f32>) -> ()
+  %c = memory.download %mc {{layout = #layout.linear}} : (!memory.buffer<{elems}, f32>) -> tensor<64x{n}xf32>
+  func.return %c : (tensor<64x{n}xf32>) -> ()
+}}
+"#,
+        ak = 64 * k,
+        bk = k * n
+    )
+}
+
+#[test]
+fn short_products_store_four_columns_at_once_where_the_output_allows() {
+    let nvidia = fbc_target::builtin("nvidia").expect("nvidia profile");
+    let opts = Options {
+        kernels: fbc_codegen::opencl::KernelOptions::for_target(&nvidia),
+        ..Options::default()
+    };
+    let kernel = |k: u64, n: u64, out: &str, elems: u64| {
+        let m = parse("mm.fbir", &product_module(k, n, out, elems));
+        let out = Writer::new(opts.clone()).write(&m).expect("writes");
+        assert!(out.manifest.functions[0].launches().next().is_some_and(|l| l.tiled));
+        out.kernels[0].1.clone()
+    };
+    let quad = "*(__global float4*)(x2 + ";
+    // Row-major, K = 40: four columns of a row are four consecutive elements from a multiple of
+    // 4, each computed by the epilogue.
+    let src = kernel(40, 128, "d0 * 128 + d1", 64 * 128);
+    assert!(
+        src.contains(&format!("{{ const int col = colb; {quad}(((row * 128) + col))) = v; }}")),
+        "{src}"
+    );
+    assert!(src.contains("v.w = (acc * 0.5f);"), "{src}");
+    assert!(!src.contains("acc_ij"), "{src}");
+    // Tiles of 32 columns in a buffer: the offset of four columns from a multiple of 4 still
+    // steps by one, the other terms are multiples of 4.
+    assert!(
+        kernel(40, 128, "d1 mod 32 + (d1 floordiv 32) * 2048 + d0 * 32", 64 * 128).contains(quad)
+    );
+    // Not where the reduction is long (the stores are a small part of the kernel), where four
+    // columns are not four consecutive elements, or not from a multiple of 4.
+    for (k, n, out, elems) in [
+        (fbc_target::VECTOR_STORE_MAX_K * 2, 128, "d0 * 128 + d1", 64 * 128),
+        (40, 128, "d1 * 64 + d0", 64 * 128),
+        (40, 128, "d0 * 128 + (d1 + 2) mod 128", 64 * 128),
+        (40, 126, "d0 * 126 + d1", 64 * 126),
+    ] {
+        let src = kernel(k, n, out, elems);
+        assert!(!src.contains(quad) && src.contains("acc_ij"), "{k} {n} {out}: {src}");
+    }
+}

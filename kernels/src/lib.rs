@@ -84,6 +84,13 @@ pub struct Contraction<'a> {
     /// Each work-item owns 4 consecutive columns (`per_item[0]` is 4) and stores them together:
     /// an image output, written one RGBA texel at a time.
     pub texel_store: bool,
+    /// A buffer output whose four consecutive columns from a multiple of 4 are four consecutive
+    /// elements from a multiple of 4: `(value, at)`, the `float` value of output `(row, col)`
+    /// (reading `acc`) and the `__global float*` of output `(row, col)` (`col` a multiple of 4).
+    /// Where the columns are read as `float4` (each work-item owns runs of 4 consecutive ones)
+    /// the four are stored as one `float4` (a 16-byte store: a quarter of the store
+    /// instructions, each lane writing a whole 16 bytes instead of one element in four).
+    pub vector_store: Option<(&'a str, &'a str)>,
     /// Work-group shape `[x, y]` in work-items (x runs along columns).
     pub group: [u64; 2],
     /// Outputs per work-item `[along columns, along rows]` (register blocking).
@@ -410,7 +417,28 @@ pub fn contraction(c: &Contraction<'_>) -> String {
         }
     };
     let mut store = String::new();
-    if c.texel_store {
+    if let (Some((value, at)), true, false) = (c.vector_store, c.vec(1), c.texel_store) {
+        // Written out per run of four (no loop): the accumulators stay registers indexed by
+        // constants.
+        for j in 0..px / 4 {
+            let _ = writeln!(store, "    {{");
+            let _ = writeln!(store, "      const {ix} colb = col0 + {} + lx * 4;", j * 4 * gx);
+            let _ = writeln!(store, "      if (colb >= {n}) continue;");
+            store.push_str("      float4 v;\n");
+            for (q, comp) in ["x", "y", "z", "w"].into_iter().enumerate() {
+                let _ = writeln!(
+                    store,
+                    "      {{ const {ix} col = colb + {q}; const float acc_q = acc[i][{}]; {{ const float acc = acc_q; v.{comp} = {value}; }} }}",
+                    4 * j + q as u64
+                );
+            }
+            let _ = writeln!(
+                store,
+                "      {{ const {ix} col = colb; *(__global float4*)({at}) = v; }}"
+            );
+            store.push_str("    }\n");
+        }
+    } else if c.texel_store {
         let _ = writeln!(store, "    const {ix} col = col0 + lx * {px};");
         let _ = writeln!(store, "    if (col >= {n}) break;");
         store.push_str(
@@ -508,6 +536,7 @@ mod tests {
             per_item: [2, 4],
             tile_k: 8,
             texel_store: false,
+            vector_store: None,
             k_fastest: [false, false],
             local_vector: 1,
             index: "long",

@@ -1322,6 +1322,28 @@ impl Cx<'_> {
         (!s.rows.is_empty() && !s.cols.is_empty()).then_some(s)
     }
 
+    /// Whether output `i` is an `f32` buffer whose offset moves by `0, 1, 2, 3` over four
+    /// consecutive columns `cols` (flattened in domain order) from a multiple of 4, and is a
+    /// multiple of 4 there for every point: the innermost column dimension `d` of extent > 1 has
+    /// an extent that 4 divides, and the offset is `4·Q + d mod 4` with `Q` constant over each
+    /// aligned run of four values of `d` ([`quad`]: `d`, or `d mod 32`, plus multiples of 4 such
+    /// as an R-Tile's `(d floordiv 32) * 2048`).
+    fn quad_offsets(&self, i: usize, cols: &[usize]) -> bool {
+        let domain = &self.k.domain;
+        let Some(&inner) = cols.iter().rev().find(|&&d| domain[d] > 1) else { return false };
+        let m = &self.k.maps[i];
+        if self.is_image(i)
+            || self.types[i].elem != ElemType::F32
+            || self.map_checked(i)
+            || !m.symbols.is_empty()
+            || m.results.len() != 1
+            || domain[inner] % 4 != 0
+        {
+            return false;
+        }
+        m.dims.get(inner).is_some_and(|v| quad(&m.results[0], v))
+    }
+
     /// An expression side's values at `n` (4, 8 or 16) consecutive indices `o .. o + n - 1`
     /// of its own rows or columns `wide` (flattened in domain order, `o` a multiple of `n`:
     /// `dims` are the domain indices there), as a `floatN`, where every operand it reads is a
@@ -2129,6 +2151,15 @@ impl Cx<'_> {
             let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
             format!("x{out}[{}] = {v};", self.coord(out, 0, &s_dims)?)
         };
+        let vector_store = if !texel
+            && kk <= fbc_target::VECTOR_STORE_MAX_K
+            && self.quad_offsets(out, &split.cols)
+        {
+            let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
+            Some((v, format!("x{out} + ({})", self.coord(out, 0, &s_dims)?)))
+        } else {
+            None
+        };
         // The skinny kernel: wide rows where the columns are narrow, else wide columns. A guard
         // may read the narrow side (padding rows or columns: their narrow values read as 0, their
         // outputs stored as 0), not the wide one; an image output takes wide columns (a texel of
@@ -2241,6 +2272,7 @@ impl Cx<'_> {
             a_texel: None,
             b_texel: None,
             store: &store,
+            vector_store: vector_store.as_ref().map(|(v, at)| (v.as_str(), at.as_str())),
             group,
             per_item: [
                 if texel { 4 } else { per(n, group[0], most[0]) },

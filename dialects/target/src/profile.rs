@@ -61,6 +61,16 @@ fn default_resident_work_items() -> u32 {
 /// kernel.
 pub const SKINNY_SIDE: u64 = 16;
 
+/// The longest reduction (per launch: a split-K chunk's) of a tiled contraction whose buffer
+/// output is stored four columns at a time (`fbc_kernels::Contraction::vector_store`). Below it
+/// the stores are a large share of the kernel. Measured on an H100 (two alternated rounds of
+/// `fbc bench`, this rule's binary against one storing scalars): float4 stores took the SD 1.5
+/// attention scores (K = 40, 1 GB written) from 1.241 to 0.677 ms and its GEGLU projection
+/// (K = 320) from 0.406 to 0.299 ms; with chunks of K = 512, split-K partials of the Llama
+/// step and matmul-fb ran 5-12% slower with them (one, matmul-fb's `reuse` output product,
+/// 28% faster).
+pub const VECTOR_STORE_MAX_K: u64 = 384;
+
 /// The shortest reduction the skinny kernel takes with its lanes along the wide side (8 rows of
 /// lanes striding the reduction, their partials added at the end): a shorter one, a split-K
 /// chunk, runs in the tiled kernel. On the H200 (`tests/bench/h200.sh`, part lora, one call,
