@@ -3,10 +3,10 @@
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
 # skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant), so that a
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -390,6 +390,23 @@ if want clblast && [ -x devbin/clblast/clblast_bench ]; then
     mha_c1_qk:512:512:64:0:1:32 mha_c1_pv:512:64:512:0:0:32 \
     xa_q:512:8:2048:0:0 xa_down:512:8:8192:0:0 dxa_q:512:8:2048:0:1 dxa_up:512:8:8192:0:1 \
     db_q:8:2048:512:1:0 da_q:2048:8:512:1:0 da_down:8192:8:512:1:0 > $O/clblast.txt 2>&1
+fi
+# A side-by-side of $B and $OLD (part ab): two alternated rounds of `fbc bench --compare
+# fblayout,reuse` on matmul-fb, the Llama training step at sequence 512, MHA C1 and C3 and the
+# SD 1.5 down block, so that a kernel change is measured against the same call's noise (how
+# the four-wide stores of the tiled contraction were measured). Results: $O/ab.txt.
+if want ab && [ -n "$OLD" ]; then
+  [ -f $T/l512.fbir ] || $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
+  [ -f $T/sdblock.fbir ] || $B gen sd1.5-down-block --training -o $T/sdblock.fbir
+  for round in 1 2; do
+    for b in $B $OLD; do
+      for g in mfb l512 mha_c1 mha_c3 sdblock; do
+        e=""; case $g in l512|sdblock) e="--entry loss_grad" ;; esac
+        echo "=== $g round $round $b" >> $O/ab.txt
+        timeout 150 $b bench $T/$g.fbir $e --device $D --profile $P --compare fblayout,reuse --repeat 10 >> $O/ab.txt 2>&1
+      done
+    done
+  done
 fi
 echo done >> $C
 # FBLayout must never lose to a baseline (issue 11): `fbc bench --compare` warns, and this
