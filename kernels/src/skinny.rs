@@ -63,6 +63,11 @@ pub struct Skinny<'a> {
     /// The store writes a whole texel, four wide indices from a multiple of 4 ([`Lanes::Wide`]
     /// only; the wide extent is a multiple of 4).
     pub texel_store: bool,
+    /// The store writes a whole texel of four narrow indices from a multiple of 4 (the narrow
+    /// extent a multiple of 4; any lanes; not with [`Skinny::split`], which splits no such
+    /// launch): `store` stores `acc0..acc3`, the outputs at `narrow + 0..3` (an image output
+    /// whose channel is the narrow side: a LoRA `x · A` whose rank-8 result is a texture).
+    pub narrow_texel: bool,
     /// Split-K in one launch (the launch's `split_k` hint): the reduction cut into chunks that
     /// work-groups of their own sum, the last group of a block to finish adding the chunks'
     /// partial sums in chunk order (see [`Skinny::chunks`]). The kernel then takes two more
@@ -377,6 +382,43 @@ fn finish(s: &Skinny<'_>) -> String {
         Lanes::K => (format!("({ix}){blk} * {bw} + o / {j}"), format!("o % {j}")),
         Lanes::Wide => (format!("w0 + o % {bw}"), format!("o / {bw}")),
     };
+    // Four narrow indices a store: block outputs `o + 0..3` (lanes along k: wide-major) or
+    // `o + 0..3 × bw` (lanes along the wide side: narrow-major) with `o` the first of the texel.
+    let texel_o = match s.lanes {
+        Lanes::K => "t * 4".to_string(),
+        Lanes::Wide => format!("(t / {bw}) * 4 * {bw} + t % {bw}"),
+    };
+    if s.narrow_texel {
+        let (from, step, acc) = match s.lanes {
+            Lanes::K => ("lx", gx, format!("for (int l = 0; l < {gx}; ++l) acc{{c}} += red[ly][o + {{c}}][l];")),
+            Lanes::Wide => (
+                lid.as_str(),
+                group,
+                format!("for (int y = 0; y < {gy}; ++y) acc{{c}} += red[{narrow} + {{c}}][y][o % {bw}];"),
+            ),
+        };
+        let texels = match s.lanes {
+            Lanes::K => outs / 4,
+            Lanes::Wide => j / 4 * bw,
+        };
+        let sums: String = (0..4)
+            .map(|c| {
+                format!("    float acc{c} = 0.0f;\n    {}\n", acc.replace("{c}", &c.to_string()))
+            })
+            .collect();
+        let wide_now = match s.lanes {
+            Lanes::K => format!("w0 + o / {j}"),
+            Lanes::Wide => format!("w0 + o % {bw}"),
+        };
+        let narrow_now = match s.lanes {
+            Lanes::K => format!("o % {j}"),
+            Lanes::Wide => format!("o / {bw}"),
+        };
+        return format!(
+            "  // A texel of four {narrow} indices per store.\n  for (int t = {from}; t < {texels}; t += {step}) {{\n    const int o = {texel_o};\n    const {ix} {wide} = {wide_now}, {narrow} = {narrow_now};\n    if ({wide} >= {w}) continue;\n{sums}    {}\n  }}\n",
+            s.store
+        );
+    }
     let Some((n, _)) = s.chunks() else {
         return match (s.lanes, s.texel_store) {
             // Lanes along k: row of lanes ly stores its own outputs (lane order within).
@@ -462,6 +504,7 @@ mod tests {
             narrow_k_fastest: false,
             store: "x2[row * 8 + col] = acc;",
             texel_store: false,
+            narrow_texel: false,
             split: None,
             lanes,
             texel_values: 4,

@@ -394,13 +394,14 @@ fi
 # A side-by-side of $B and $OLD (part ab): two alternated rounds of `fbc bench --compare
 # fblayout,reuse` on matmul-fb, the Llama training step at sequence 512, MHA C1 and C3 and the
 # SD 1.5 down block, so that a kernel change is measured against the same call's noise (how
-# the four-wide stores of the tiled contraction were measured). Results: $O/ab.txt.
+# the four-wide stores of the tiled contraction were measured); AB_GRAPHS narrows the graphs.
+# Results: $O/ab.txt.
 if want ab && [ -n "$OLD" ]; then
   [ -f $T/l512.fbir ] || $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
   [ -f $T/sdblock.fbir ] || $B gen sd1.5-down-block --training -o $T/sdblock.fbir
   for round in 1 2; do
     for b in $B $OLD; do
-      for g in mfb l512 mha_c1 mha_c3 sdblock; do
+      for g in ${AB_GRAPHS:-mfb l512 mha_c1 mha_c3 sdblock}; do
         e=""; case $g in l512|sdblock) e="--entry loss_grad" ;; esac
         echo "=== $g round $round $b" >> $O/ab.txt
         timeout 150 $b bench $T/$g.fbir $e --device $D --profile $P --compare fblayout,reuse --repeat 10 >> $O/ab.txt 2>&1

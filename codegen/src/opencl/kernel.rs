@@ -2166,7 +2166,8 @@ impl Cx<'_> {
         // four a store).
         let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
         let wide_side = usize::from(!rows_wide);
-        if m.min(n) <= fbc_target::SKINNY_SIDE && !guard_reads(wide_side) && (!texel || !rows_wide)
+        // An image output with the rows wide stores texels of four columns (the narrow side).
+        if m.min(n) <= fbc_target::SKINNY_SIDE && !guard_reads(wide_side) && (!texel || n % 4 == 0)
         {
             let (a_tex, b_tex) = (a_read(!guard_reads(0))?, b_read(!guard_reads(1))?);
             // An expression side's values along its own rows (columns), `packed_values` at a
@@ -2334,10 +2335,17 @@ impl Cx<'_> {
         opts: &KernelOptions,
     ) -> Option<Emitted> {
         use fbc_kernels::{Along, Lanes};
-        let Shape { split, m, n, k, batches, batch_decl, texel_store } = *shape;
+        let Shape { split, m, n, k, batches, batch_decl, texel_store: texel } = *shape;
         let nd = self.k.domain.len();
         // The wide side: rows (operand `a`) where the columns are narrow, else columns (`b`).
         let rows_wide = n <= fbc_target::SKINNY_SIDE && m >= n;
+        // An image output's texels hold four columns: four wide indices a store, or with the
+        // rows wide four narrow ones.
+        let (texel_store, narrow_texel) = (texel && !rows_wide, texel && rows_wide);
+        // Split-K never splits a launch into such an image in one launch (`split_k.rs`).
+        if narrow_texel && self.k.split.is_some() {
+            return None;
+        }
         let (op, at, tex, dims, narrow_at, (w, j)) = if rows_wide {
             (sides.a, sides.a_at, sides.a_tex, sides.a_dims, sides.b_at, (m, n))
         } else {
@@ -2419,6 +2427,7 @@ impl Cx<'_> {
             narrow_k_fastest: sides.along_k[narrow_i],
             store,
             texel_store,
+            narrow_texel,
             split: self.k.split,
             lanes,
             group,

@@ -2242,3 +2242,34 @@ fn short_products_store_four_columns_at_once_and_match_the_interpreter() {
         assert!(stores >= 1, "-O{level}: no four-wide store in {}", dump.display());
     }
 }
+
+/// Rank-8 products into textures whose channel is the rank (a LoRA `x · A` stored as an
+/// image): `y` with the lanes along the reduction (`x` contiguous along it), `z` along the rows
+/// (`xᵀ` read transposed, a reduction long enough for them).
+const NARROW_TEXELS: &str = r#"func.func @main(%x: tensor<256x320xf32>, %xt: tensor<1024x256xf32>, %w: tensor<320x8xf32>, %wl: tensor<1024x8xf32>) -> (tensor<256x8xf32>, tensor<256x8xf32>, tensor<256x8xf32>) {
+  %y = tensor.matmul %x, %w {fbc.layout = #layout.rtile<tile = [64, 4], horizontal = 1, pad = [0, 0]>} : (tensor<256x320xf32>, tensor<320x8xf32>) -> tensor<256x8xf32>
+  %z = tensor.matmul %xt, %wl {transpose_a = true, fbc.layout = #layout.rtile<tile = [64, 4], horizontal = 1, pad = [0, 0]>} : (tensor<1024x256xf32>, tensor<1024x8xf32>) -> tensor<256x8xf32>
+  %t = tensor.tanh %z : (tensor<256x8xf32>) -> tensor<256x8xf32>
+  func.return %y, %z, %t : (tensor<256x8xf32>, tensor<256x8xf32>, tensor<256x8xf32>) -> ()
+}
+"#;
+
+#[test]
+fn skinny_products_into_textures_store_a_texel_of_four_narrow_outputs() {
+    if !have_device() {
+        return;
+    }
+    let p = write_tmp("narrow_texels.fbir", NARROW_TEXELS);
+    let dump = p.with_extension("dump");
+    let d = dump.to_str().unwrap_or_default();
+    check(&p, 1, &["--split-k", "off", "--dump-kernels", d]).unwrap_or_else(|e| panic!("{e}"));
+    for (k, lanes) in [("main_matmul_y", "work-items along k"), ("main_matmul_z", "along row")] {
+        let body = dumped_kernel(&dump, k);
+        assert!(body.contains(lanes), "{body}");
+        assert!(
+            body.contains("// A texel of four col indices per store.")
+                && body.contains("(float4)(acc0, acc1, acc2, acc3)"),
+            "{body}"
+        );
+    }
+}
