@@ -382,40 +382,36 @@ fn finish(s: &Skinny<'_>) -> String {
         Lanes::K => (format!("({ix}){blk} * {bw} + o / {j}"), format!("o % {j}")),
         Lanes::Wide => (format!("w0 + o % {bw}"), format!("o / {bw}")),
     };
-    // Four narrow indices a store: block outputs `o + 0..3` (lanes along k: wide-major) or
-    // `o + 0..3 × bw` (lanes along the wide side: narrow-major) with `o` the first of the texel.
-    let texel_o = match s.lanes {
-        Lanes::K => "t * 4".to_string(),
-        Lanes::Wide => format!("(t / {bw}) * 4 * {bw} + t % {bw}"),
-    };
     if s.narrow_texel {
-        let (from, step, acc) = match s.lanes {
-            Lanes::K => ("lx", gx, format!("for (int l = 0; l < {gx}; ++l) acc{{c}} += red[ly][o + {{c}}][l];")),
+        // A texel of four narrow indices: the block outputs `o + 0..3` of a row of lanes along
+        // k (wide-major), or `o + 0..3 × bw` of lanes along the wide side (narrow-major).
+        let (from, step, texels, first, wide_now, narrow_now, add) = match s.lanes {
+            Lanes::K => (
+                "lx".to_string(),
+                gx,
+                outs / 4,
+                "t * 4".to_string(),
+                format!("w0 + o / {j}"),
+                format!("o % {j}"),
+                format!("for (int l = 0; l < {gx}; ++l) acc{{c}} += red[ly][o + {{c}}][l];"),
+            ),
             Lanes::Wide => (
-                lid.as_str(),
+                lid.clone(),
                 group,
+                j / 4 * bw,
+                format!("(t / {bw}) * 4 * {bw} + t % {bw}"),
+                format!("w0 + o % {bw}"),
+                format!("o / {bw}"),
                 format!("for (int y = 0; y < {gy}; ++y) acc{{c}} += red[{narrow} + {{c}}][y][o % {bw}];"),
             ),
         };
-        let texels = match s.lanes {
-            Lanes::K => outs / 4,
-            Lanes::Wide => j / 4 * bw,
-        };
         let sums: String = (0..4)
             .map(|c| {
-                format!("    float acc{c} = 0.0f;\n    {}\n", acc.replace("{c}", &c.to_string()))
+                format!("    float acc{c} = 0.0f;\n    {}\n", add.replace("{c}", &c.to_string()))
             })
             .collect();
-        let wide_now = match s.lanes {
-            Lanes::K => format!("w0 + o / {j}"),
-            Lanes::Wide => format!("w0 + o % {bw}"),
-        };
-        let narrow_now = match s.lanes {
-            Lanes::K => format!("o % {j}"),
-            Lanes::Wide => format!("o / {bw}"),
-        };
         return format!(
-            "  // A texel of four {narrow} indices per store.\n  for (int t = {from}; t < {texels}; t += {step}) {{\n    const int o = {texel_o};\n    const {ix} {wide} = {wide_now}, {narrow} = {narrow_now};\n    if ({wide} >= {w}) continue;\n{sums}    {}\n  }}\n",
+            "  // A texel of four {narrow} indices per store.\n  for (int t = {from}; t < {texels}; t += {step}) {{\n    const int o = {first};\n    const {ix} {wide} = {wide_now}, {narrow} = {narrow_now};\n    if ({wide} >= {w}) continue;\n{sums}    {}\n  }}\n",
             s.store
         );
     }
