@@ -114,7 +114,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let results = interp.run_id(func, inputs).map_err(|e| located(&file, &e))?;
     let elapsed = start.elapsed();
     let mut text = String::new();
-    against_f32(a, &file, &module, func, &results, &mut text)?;
+    f32_weights::compare(a, &file, &module, func, &results, &mut text)?;
 
     let result_types = &module.func(func).result_types;
     if let Some(path) = &a.outputs {
@@ -140,22 +140,6 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         crate::output::write_text(None, &text)?;
     }
     Ok(())
-}
-
-/// With `--f32-weights`: the lines comparing `results` with the f32 twin of `func` on those
-/// weights (see `run_cmd/f32_weights.rs`), appended to `text`.
-pub(crate) fn against_f32(
-    a: &RunArgs,
-    file: &SourceFile,
-    module: &Module,
-    func: FuncId,
-    results: &[Value],
-    text: &mut String,
-) -> Result<(), Failure> {
-    match &a.f32_weights {
-        Some(path) => f32_weights::compare(path, a.sources(), file, module, func, results, text),
-        None => Ok(()),
-    }
 }
 
 /// The function to run: `--entry`, else the only function, else `main`.

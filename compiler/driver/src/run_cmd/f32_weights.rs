@@ -14,7 +14,6 @@
 //! differ.
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use fbc_dialects::kind::TensorOp;
 use fbc_ir::{FuncId, Module, SourceFile};
@@ -22,6 +21,7 @@ use fbc_runtime::interp::{arg_name, Interpreter, Mode, Value};
 use safetensors::SafeTensors;
 
 use super::io::{read_inputs, Sources};
+use crate::cli::RunArgs;
 use crate::Failure;
 
 /// Function `func` of `module` with each `tensor.dequantize` of arguments `W.q` and `W.scales`
@@ -59,17 +59,18 @@ pub(crate) fn f32_twin(module: &Module, func: FuncId) -> (Module, Vec<String>) {
     (twin, added)
 }
 
-/// The comparison lines of a run of `func` whose results are `results` against its f32 twin on
-/// the weights of `path` (see the module documentation), appended to `text`.
+/// With `--f32-weights`: the lines comparing a run of `func` whose results are `results` with
+/// its f32 twin on those weights (see the module documentation), appended to `text`.
 pub(crate) fn compare(
-    path: &Path,
-    src: Sources<'_>,
+    a: &RunArgs,
     file: &SourceFile,
     module: &Module,
     func: FuncId,
     results: &[Value],
     text: &mut String,
 ) -> Result<(), Failure> {
+    let Some(path) = a.f32_weights.as_deref() else { return Ok(()) };
+    let src = a.sources();
     let origin = path.display().to_string();
     let map = super::mapped::map_file(path)
         .map_err(|e| Failure::Input(format!("{origin}: error: cannot read: {e}\n")))?;

@@ -79,7 +79,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         let half = super::check::HalfModel::of(&lowered, &fname, &file, false)?;
         super::check::check(&file, &module, func, inputs, &results, name, half, &mut text)?;
     }
-    super::against_f32(a, &file, &module, func, &results, &mut text)?;
+    super::f32_weights::compare(a, &file, &module, func, &results, &mut text)?;
     // Written only once the run (and its check) succeeded: a failure leaves no outputs file.
     if let Some(path) = &a.outputs {
         let bytes = super::io::encode_outputs(&module, func, &results)?;

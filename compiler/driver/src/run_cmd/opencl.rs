@@ -463,7 +463,7 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
         let half = super::check::HalfModel::of(&c.lowered, &fname, file, true)?;
         super::check::check(file, module, func, inputs, &device_values, "OpenCL", half, &mut text)?;
     }
-    super::against_f32(a, file, module, func, &device_values, &mut text)?;
+    super::f32_weights::compare(a, file, module, func, &device_values, &mut text)?;
     // Written only once the run (and its check) succeeded: a failure leaves no outputs file.
     if let Some(path) = &a.outputs {
         let bytes = super::io::encode_outputs(module, func, &device_values)?;
