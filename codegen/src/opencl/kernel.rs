@@ -2135,6 +2135,7 @@ impl Cx<'_> {
                 None => acc.to_string(),
             })
         };
+        let mut vector_store = None;
         let store = if texel {
             let mut vs = Vec::new();
             for c in 0..4 {
@@ -2149,16 +2150,13 @@ impl Cx<'_> {
             )
         } else {
             let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
-            format!("x{out}[{}] = {v};", self.coord(out, 0, &s_dims)?)
-        };
-        let vector_store = if !texel
-            && kk <= fbc_target::VECTOR_STORE_MAX_K
-            && self.quad_offsets(out, &split.cols)
-        {
-            let v = when(&self.guard(&s_dims)?, value(&s_dims, "acc")?, "0.0f");
-            Some((v, format!("x{out} + ({})", self.coord(out, 0, &s_dims)?)))
-        } else {
-            None
+            let off = self.coord(out, 0, &s_dims)?;
+            let store = format!("x{out}[{off}] = {v};");
+            // Four columns at once where the reduction is short and the offset allows it.
+            if kk <= fbc_target::VECTOR_STORE_MAX_K && self.quad_offsets(out, &split.cols) {
+                vector_store = Some((v, format!("x{out} + ({off})")));
+            }
+            store
         };
         // The skinny kernel: wide rows where the columns are narrow, else wide columns. A guard
         // may read the narrow side (padding rows or columns: their narrow values read as 0, their

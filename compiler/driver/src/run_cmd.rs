@@ -114,9 +114,14 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
     let results = interp.run_id(func, inputs).map_err(|e| located(&file, &e))?;
     let elapsed = start.elapsed();
     let mut text = String::new();
+    if a.verbose || a.outputs.is_none() {
+        let result_types = &module.func(func).result_types;
+        for (i, (v, ty)) in results.iter().zip(result_types).enumerate() {
+            text.push_str(&summary(&format!("result{i}"), ty, v));
+        }
+    }
     f32_weights::compare(a, &file, &module, func, &results, &mut text)?;
 
-    let result_types = &module.func(func).result_types;
     if let Some(path) = &a.outputs {
         let bytes = io::encode_outputs(&module, func, &results)?;
         crate::output::write_atomic(path, &bytes)?;
@@ -128,13 +133,6 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             elapsed.as_secs_f64(),
             if a.f64 { "f64" } else { "f32" }
         );
-    }
-    if a.verbose || a.outputs.is_none() {
-        let mut summaries = String::new();
-        for (i, (v, ty)) in results.iter().zip(result_types).enumerate() {
-            summaries.push_str(&summary(&format!("result{i}"), ty, v));
-        }
-        text.insert_str(0, &summaries);
     }
     if !text.is_empty() {
         crate::output::write_text(None, &text)?;

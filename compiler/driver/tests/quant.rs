@@ -91,17 +91,14 @@ fn packed_weights_run_on_every_target_and_match_host_dequantisation() {
         // The interpreter: exactly the f32 module's logits with host-dequantised weights.
         let host = dir.join(format!("host.{scheme}.{group}.safetensors"));
         let packed = dir.join(format!("packed.{scheme}.{group}.safetensors"));
+        // `fbc run FILE --inputs x --weights W.fbw EXTRA...`.
+        let run = |file: &str, extra: &[&str]| {
+            let mut args = vec!["run", file, "--inputs", &xs, "--weights", fbw];
+            args.extend_from_slice(extra);
+            fbc(&args)
+        };
         for (file, out) in [(&f32_fbir, &host), (&fbir, &packed)] {
-            let o = fbc(&[
-                "run",
-                file,
-                "--inputs",
-                &xs,
-                "--weights",
-                fbw,
-                "--outputs",
-                out.to_str().unwrap(),
-            ]);
+            let o = run(file, &["--outputs", out.to_str().unwrap()]);
             assert_eq!(o.code, 0, "{scheme} {group}: {}", o.stderr);
         }
         let (h, p) = (logits(&host), logits(&packed));
@@ -112,18 +109,7 @@ fn packed_weights_run_on_every_target_and_match_host_dequantisation() {
         // `--f32-weights` reports that error itself, for the packed module (its f32 twin reads
         // `wg` where it decoded `wg.q`) and for the f32 module given the dequantised weights.
         for (file, target) in [(&fbir, "cpu"), (&fbir, "cpu-jit"), (&f32_fbir, "cpu")] {
-            let o = fbc(&[
-                "run",
-                file,
-                "--inputs",
-                &xs,
-                "--weights",
-                fbw,
-                "--f32-weights",
-                &ws,
-                "--target",
-                target,
-            ]);
+            let o = run(file, &["--f32-weights", &ws, "--target", target]);
             assert_eq!(o.code, 0, "{scheme} {group} {target}: {}", o.stderr);
             let line = o
                 .stdout
@@ -146,17 +132,7 @@ fn packed_weights_run_on_every_target_and_match_host_dequantisation() {
             targets.push("opencl");
         }
         for target in targets {
-            let o = fbc(&[
-                "run",
-                &fbir,
-                "--inputs",
-                &xs,
-                "--weights",
-                fbw,
-                "--target",
-                target,
-                "--check",
-            ]);
+            let o = run(&fbir, &["--target", target, "--check"]);
             assert_eq!(o.code, 0, "{scheme} {group} on {target}: {}", o.stderr);
             assert!(o.stdout.contains("check passed"), "{target}: {}", o.stdout);
         }

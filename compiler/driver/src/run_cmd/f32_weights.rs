@@ -26,7 +26,7 @@ use crate::Failure;
 
 /// Function `func` of `module` with each `tensor.dequantize` of arguments `W.q` and `W.scales`
 /// replaced by a new, last argument named `W`; and those names, in order.
-pub(crate) fn f32_twin(module: &Module, func: FuncId) -> (Module, Vec<String>) {
+fn f32_twin(module: &Module, func: FuncId) -> (Module, Vec<String>) {
     let mut twin = module.clone();
     let mut added = Vec::new();
     let arg_named = |m: &Module, v| match m.value(v).def {

@@ -1100,33 +1100,25 @@ impl Streams {
         for &id in due {
             let desc = f.storage.get(id).ok_or_else(|| bad_id(id))?;
             let m = objects.take(env.queue, desc)?;
-            let ev = match sources.get(&id) {
-                Some(Source::Write(data)) => match self.pinned.get(id) {
-                    // From the call's pinned copy where it has one.
-                    Some(p) => {
-                        self.pinned_bytes = self.pinned_bytes.saturating_add(desc.bytes);
-                        write_async(&m, p, env.transfer, &marker, desc)?
-                    }
-                    None => {
-                        let host = host_slice(is_half(desc), data, &mut self.half_bits);
-                        write_async(&m, host, env.transfer, &marker, desc)?
-                    }
-                },
-                Some(Source::Lazy(_)) => match self.pinned.get(id) {
-                    // Made before the call's first run (see `Pinned::stage`).
-                    Some(p) => {
-                        self.pinned_bytes = self.pinned_bytes.saturating_add(desc.bytes);
-                        write_async(&m, p, env.transfer, &marker, desc)?
-                    }
-                    None => {
-                        let data = self.take_prefetched(id)?;
-                        let host = host_slice(is_half(desc), &data, &mut self.half_bits);
-                        let ev = write_async(&m, host, env.transfer, &marker, desc)?;
-                        // Moving the vector keeps its buffer where the transfer reads it.
-                        self.owned.push((ev.clone(), data));
-                        ev
-                    }
-                },
+            let ev = match (self.pinned.get(id), sources.get(&id)) {
+                // From the call's pinned copy where it has one (made before its first run,
+                // `Pinned::stage`).
+                (Some(p), Some(Source::Write(_) | Source::Lazy(_))) => {
+                    self.pinned_bytes = self.pinned_bytes.saturating_add(desc.bytes);
+                    write_async(&m, p, env.transfer, &marker, desc)?
+                }
+                (None, Some(Source::Write(data))) => {
+                    let host = host_slice(is_half(desc), data, &mut self.half_bits);
+                    write_async(&m, host, env.transfer, &marker, desc)?
+                }
+                (None, Some(Source::Lazy(_))) => {
+                    let data = self.take_prefetched(id)?;
+                    let host = host_slice(is_half(desc), &data, &mut self.half_bits);
+                    let ev = write_async(&m, host, env.transfer, &marker, desc)?;
+                    // Moving the vector keeps its buffer where the transfer reads it.
+                    self.owned.push((ev.clone(), data));
+                    ev
+                }
                 _ => {
                     return Err(OpenClError::Manifest(format!("streamed storage {id} has no data")))
                 }
