@@ -1,10 +1,7 @@
-{{comment}}__kernel __attribute__((reqd_work_group_size({{lanes}}, {{gy}}, 1)))
-void {{name}}({{params}}) {
-  // skinny [{{w}} x {{k}}] x [{{k}} x {{j}}] ({{wide}} wide, {{narrow}} narrow), {{batches}} batch(es): {{lanes}} work-items along {{wide}} ({{v}} each), {{gy}} along k per group{{notes}}
+{{head}}  // skinny [{{w}} x {{k}}] x [{{k}} x {{j}}] ({{wide}} wide, {{narrow}} narrow), {{batches}} batch(es): {{lanes}} work-items along {{wide}} ({{v}} each), {{gy}} along k per group{{notes}}
   const int lx = get_local_id(0), ly = get_local_id(1);
-  const {{ix}} w0 = ({{ix}})get_group_id(0) * {{bw}};
-{{bz_decl}}{{batch_decl}}  __local float red[{{j}}][{{gy}}][{{bw}}];
-{{split_decl}}  float part[{{v}}][{{j}}];
+  const {{ix}} w0 = ({{ix}}){{block_id}} * {{bw}};
+{{bz_decl}}{{batch_decl}}{{red_decl}}{{split_decl}}  float part[{{v}}][{{j}}];
   for (int c = 0; c < {{v}}; ++c)
     for (int j = 0; j < {{j}}; ++j) part[c][j] = 0.0f;
   const {{ix}} wl = w0 + lx * {{v}};
@@ -19,4 +16,4 @@ void {{name}}({{params}}) {
   for (int c = 0; c < {{v}}; ++c)
     for (int j = 0; j < {{j}}; ++j) red[j][ly][lx * {{v}} + c] = part[c][j];
   barrier(CLK_LOCAL_MEM_FENCE);
-{{finish}}}
+{{finish}}{{end}}

@@ -12,7 +12,10 @@
 use std::fmt::Write as _;
 
 mod skinny;
-pub use skinny::{skinny, Lanes, Skinny, SKINNY_K, SKINNY_W};
+pub use skinny::{
+    merge, skinny, skinny_part, Lanes, Merged, Skinny, SkinnyPart, PART_BLOCKS, PART_FIRST,
+    SKINNY_K, SKINNY_W,
+};
 
 /// The helpers every generated source starts with: MLIR floor division and modulo for index
 /// arithmetic that may see negative operands, NaN-propagating `max`/`min` (OpenCL's `fmax`

@@ -79,6 +79,10 @@ pub struct Skinny<'a> {
     /// Work-group shape `[x, y]`, from [`Skinny::group_for`].
     pub group: [u64; 2],
     pub index: &'a str,
+    /// Write the kernel's body alone, as one part of a merged launch ([`skinny_part`]): no
+    /// signature and no `__local` declarations (the merged kernel's), the group's block
+    /// counted from [`PART_FIRST`] and the split's blocks numbered over [`PART_BLOCKS`].
+    pub part: bool,
 }
 
 impl Skinny<'_> {
@@ -304,9 +308,29 @@ pub fn skinny(s: &Skinny<'_>) -> String {
     };
     let finish = finish(s);
     let num = |x: u64| x.to_string();
-    fill(
+    let (head, block_id, red_decl, split_decl, end) = if s.part {
+        (String::new(), format!("(get_group_id(0) - {PART_FIRST})"), String::new(), "", "")
+    } else {
+        (
+            format!(
+                "{}__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {}({}) {{\n",
+                s.comment,
+                s.name,
+                params(s)
+            ),
+            "get_group_id(0)".to_string(),
+            format!("  __local float red[{j}][{gy}][{}];\n", s.block()),
+            split_decl,
+            "}",
+        )
+    };
+    let text = fill(
         template,
         &[
+            ("head", &head),
+            ("block_id", &block_id),
+            ("red_decl", &red_decl),
+            ("end", end),
             ("comment", s.comment),
             ("lanes", &num(gx)),
             ("gy", &num(gy)),
@@ -341,7 +365,13 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             ("accumulate", &acc),
             ("finish", &finish),
         ],
-    )
+    );
+    // A part's body ends at its last statement (the template's `{{end}}` line is empty).
+    if s.part {
+        format!("{}\n", text.trim_end())
+    } else {
+        text
+    }
 }
 
 /// The parameter list: the launch's, then the split's scratch buffers.
@@ -439,13 +469,13 @@ fn finish(s: &Skinny<'_>) -> String {
         };
     };
     let size = j * bw;
+    let blocks = if s.part { PART_BLOCKS.to_string() } else { s.blocks().to_string() };
     let mut f = String::new();
     let _ = write!(
         f,
-        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {} + {blk};\n  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
-        s.blocks(),
+        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {blocks} + {blk};\n  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
         group_sum("o"),
-        n - 1
+        n - 1,
     );
     let sum = |acc: &str, o: &str| {
         format!(
@@ -470,6 +500,136 @@ fn finish(s: &Skinny<'_>) -> String {
     }
     f.push_str("  if (fbc_lid == 0) fbc_count[fbc_block] = 0;\n");
     f
+}
+
+/// Where a part's body ([`Skinny::part`]) counts its work-groups from: the first group of the
+/// merged launch that runs it ([`merge`] writes the number in).
+pub const PART_FIRST: &str = "FBC_PART_FIRST";
+
+/// The work-groups of a merged launch along the wide side, which number a split's blocks
+/// ([`merge`] writes the number in).
+pub const PART_BLOCKS: &str = "FBC_PART_BLOCKS";
+
+/// One launch of the skinny kernel ([`Lanes::Wide`]) written so that it can run as a part of one
+/// launch with others ([`merge`]): launches of the same work-group, narrow side, block and split
+/// that neither reads what another writes (a decode step's Q, K and V projections of one
+/// normalised row) then cost one launch instead of several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkinnyPart {
+    pub name: String,
+    /// The launch's own kernel comment.
+    pub comment: String,
+    /// Its parameters, `x0`, `x1`, ... in order (the split's scratch not among them).
+    pub params: Vec<String>,
+    /// The body ([`Skinny::part`]).
+    pub body: String,
+    /// Work-groups along the wide side (per batch and chunk).
+    pub blocks: u64,
+    /// What parts of one launch must share: the work-group, the narrow side, the wide indices
+    /// a group covers, the batches and the split `(chunks, chunk length)`.
+    pub key: (u64, u64, u64, u64, u64, Option<(u64, u64)>),
+}
+
+/// `s` as a part of a merged launch, where its form allows one: lanes along the wide side
+/// (`s.part` is ignored: the body is written with it on).
+pub fn skinny_part(s: &Skinny<'_>) -> Option<SkinnyPart> {
+    if s.lanes != Lanes::Wide || s.narrow_texel {
+        return None;
+    }
+    let part = Skinny { part: true, ..s.clone() };
+    Some(SkinnyPart {
+        name: s.name.to_string(),
+        comment: s.comment.to_string(),
+        params: s.params.split(", ").map(str::to_string).collect(),
+        body: skinny(&part),
+        blocks: s.blocks(),
+        key: (s.group[0], s.group[1], s.j, s.block(), s.batches.max(1), s.chunks()),
+    })
+}
+
+/// A merged launch of skinny parts: its kernel, global work size and split scratch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    pub source: String,
+    pub global: [u64; 3],
+    /// Elements of the split's scratch (partial sums, counts), as [`Skinny::scratch`].
+    pub scratch: Option<(u64, u64)>,
+}
+
+/// One kernel `name` that runs `parts` (at least one, all of one [`SkinnyPart::key`]) as one
+/// launch: the work-groups along the wide side are the parts' in order, and each group runs
+/// the body of the part its index falls in (a branch the whole group takes, so the bodies'
+/// barriers stay uniform). The parameters are every part's in order (a later part's `xN`
+/// renamed `pP_xN`, which its body reads through `#define`), then the split's scratch, whose
+/// blocks are numbered over the whole launch.
+pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
+    let (gx, gy, j, bw, batches, chunks) = parts[0].key;
+    let total: u64 = parts.iter().map(|p| p.blocks).sum();
+    let mut params = Vec::new();
+    let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
+    let mut comment = format!(
+        "// {} in one launch\n// (skinny products; a work-group runs the part its index along the wide side falls in):\n",
+        names.join(", ")
+    );
+    let mut bodies = String::new();
+    let mut first = 0;
+    for (i, p) in parts.iter().enumerate() {
+        let _ = writeln!(comment, "//   groups [{first}, {}): {}", first + p.blocks, p.name);
+        let renamed = |param: &str| match param.rsplit_once(' ') {
+            Some((ty, x)) if i > 0 => format!("{ty} p{i}_{x}"),
+            _ => param.to_string(),
+        };
+        params.extend(p.params.iter().map(|q| renamed(q)));
+        let names: Vec<&str> = if i > 0 {
+            p.params.iter().filter_map(|q| q.rsplit(' ').next()).collect()
+        } else {
+            Vec::new()
+        };
+        let cond = if i == 0 {
+            format!("  if (get_group_id(0) < {}) {{\n", first + p.blocks)
+        } else if i + 1 == parts.len() {
+            " else {\n".to_string()
+        } else {
+            format!(" else if (get_group_id(0) < {}) {{\n", first + p.blocks)
+        };
+        bodies.push_str(&cond);
+        for x in &names {
+            let _ = writeln!(bodies, "#define {x} p{i}_{x}");
+        }
+        let body =
+            p.body.replace(PART_FIRST, &first.to_string()).replace(PART_BLOCKS, &total.to_string());
+        for line in body.lines() {
+            if line.is_empty() {
+                bodies.push('\n');
+            } else {
+                let _ = writeln!(bodies, "  {line}");
+            }
+        }
+        for x in &names {
+            let _ = writeln!(bodies, "#undef {x}");
+        }
+        bodies.push_str("  }");
+        first += p.blocks;
+    }
+    for p in parts {
+        comment.push_str(&p.comment);
+    }
+    let split = chunks.is_some();
+    if split {
+        params.push("__global float* fbc_part".into());
+        params.push("__global int* fbc_count".into());
+    }
+    let source = format!(
+        "{comment}__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))\nvoid {name}({}) {{\n  __local float red[{j}][{gy}][{bw}];\n{}{bodies}\n}}\n",
+        params.join(", "),
+        if split { "  __local int fbc_last;\n" } else { "" },
+    );
+    let n = chunks.map_or(1, |(n, _)| n);
+    Merged {
+        source,
+        global: [total * gx, gy, batches * n],
+        scratch: chunks.map(|(n, _)| (batches * total * n * bw * j, batches * total)),
+    }
 }
 
 /// The skinny kernel whose lanes run along the reduction ([`Lanes::K`]), with named holes.
@@ -506,6 +666,7 @@ mod tests {
             texel_values: 4,
             group: Skinny::group_for(lanes, j, if texel { 4 } else { 1 }, [32, 8], 256, 48 * 1024),
             index: "int",
+            part: false,
         }
     }
 
@@ -578,5 +739,52 @@ mod tests {
         assert_eq!(Skinny::group_for(Lanes::Wide, 1, 4, [32, 32], 1024, 48 * 1024), [32, 32]);
         assert_eq!(Skinny::group_for(Lanes::Wide, 1, 4, [32, 32], 256, 48 * 1024), [32, 8]);
         assert_eq!(Skinny::group_for(Lanes::Wide, 1, 4, [8, 128], 1024, 48 * 1024), [8, 128]);
+    }
+
+    #[test]
+    fn parts_of_one_shape_run_as_one_launch_each_group_in_its_own_part() {
+        let wide = |name: &'static str, w: u64, split: Option<u64>| Skinny {
+            name,
+            wide: "col",
+            narrow: "row",
+            w,
+            k: 256,
+            split,
+            ..base(Lanes::Wide, true, 8)
+        };
+        // Blocks of 128 columns: 2 and 1 groups.
+        let (a, b) = (wide("qa", 256, Some(2)), wide("qb", 128, Some(2)));
+        let (pa, pb) = (skinny_part(&a).expect("a part"), skinny_part(&b).expect("a part"));
+        assert_eq!((pa.blocks, pb.blocks, pa.key == pb.key), (2, 1, true));
+        let m = merge("q_ab", &[pa, pb.clone()]);
+        // Three groups along the wide side, the batches times the chunks along z.
+        assert_eq!(m.global, [3 * 32, 8, 3 * 2]);
+        // Partial sums of every batch, block and chunk; a count per batch and block.
+        assert_eq!(m.scratch, Some((3 * 3 * 2 * 128 * 8, 3 * 3)));
+        let src = &m.source;
+        assert!(src.contains("void q_ab(__global const float* x0, __global const float* x1, __global float* x2, __global const float* p1_x0, __global const float* p1_x1, __global float* p1_x2, __global float* fbc_part, __global int* fbc_count) {\n  __local float red[8][8][128];\n  __local int fbc_last;\n  if (get_group_id(0) < 2) {\n"), "{src}");
+        // The second part counts its groups from 2, its blocks over all three, and reads its
+        // own parameters.
+        assert!(
+            src.contains("  } else {\n#define x0 p1_x0\n#define x1 p1_x1\n#define x2 p1_x2\n"),
+            "{src}"
+        );
+        assert!(src.contains("const int w0 = (int)(get_group_id(0) - 2) * 128;"), "{src}");
+        assert!(src.contains("const int fbc_block = bz * 3 + get_group_id(0);"), "{src}");
+        assert!(src.ends_with("#undef x0\n#undef x1\n#undef x2\n  }\n}\n"), "{src}");
+        assert!(!src.contains(PART_FIRST) && !src.contains(PART_BLOCKS), "{src}");
+        // A part's body is the kernel's own, less its signature and local declarations.
+        let own = skinny(&a);
+        let body = skinny(&Skinny { part: true, ..a.clone() })
+            .replace(&format!("({PART_FIRST})"), "0")
+            .replace(PART_FIRST, "0")
+            .replace("(get_group_id(0) - 0)", "get_group_id(0)")
+            .replace(PART_BLOCKS, "2");
+        let decls = "  __local float red[8][8][128];\n  __local int fbc_last;\n";
+        let (_, own_body) = own.split_once(") {\n").expect("a signature");
+        assert_eq!(own_body.replacen(decls, "", 1), format!("{body}}}\n"));
+        // Lanes along k, and parts of another split, are not parts of this shape.
+        assert!(skinny_part(&base(Lanes::K, false, 8)).is_none());
+        assert_ne!(skinny_part(&wide("qc", 128, Some(4))).map(|p| p.key), Some(pb.key));
     }
 }

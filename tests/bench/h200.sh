@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, generate.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
+# skinny.txt, generate.txt, merge.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -279,6 +279,29 @@ if want generate; then
     timeout 300 $OLD generate $T/llama_gen_old.fbir --random-weights 1 --prompt $PROMPT --max-new ${GEN_OLD_NEW:-3} --target opencl --device $D --profile $P >> $G 2>&1
     echo "rc=$?" >> $G
   fi
+fi
+# Merged launches (part merge, issue 14): the 16-layer Llama 3.2-1B decode step at position
+# 2047 and `fbc generate` (GEN_NEW new tokens, default 32) with the shipped nvidia profile and
+# with `[skinny] merge_launches = true` (a decode step's Q, K and V projections as one launch),
+# alternated twice in one call, after a 2-layer decode checked against the interpreter with it
+# (three runs). Results: $O/merge.txt.
+if want merge; then
+  M=$O/merge.txt
+  sed 's/^\[skinny\]$/[skinny]\nmerge_launches = true/' dialects/target/profiles/nvidia.toml > $T/merge.toml
+  [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  [ -e $T/llama_gen.fbir ] || $B gen llama3.2-1b --inference --seq 16 --max-seq 2048 -o $T/llama_gen.fbir
+  $B gen llama3.2-1b --inference --layers 2 --seq 16 --max-seq 256 --vocab 512 -o $T/inf2m.fbir
+  echo "== check decode, 2 layers, 256 positions, merged" >> $M
+  timeout 200 $B run $T/inf2m.fbir --entry decode --target opencl --device $D --profile $T/merge.toml --random-inputs 1 --runs 3 --check >> $M 2>&1; echo "rc=$?" >> $M
+  python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
+  for round in 1 2; do
+    for prof in nvidia $T/merge.toml; do
+      echo "=== merge decode pos=2047 round $round profile $prof" >> $M
+      timeout 200 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $prof --inputs $T/pos.safetensors --repeat 10 >> $M 2>&1
+      echo "=== merge generate round $round profile $prof" >> $M
+      timeout 300 $B generate $T/llama_gen.fbir --random-weights 1 --prompt $(seq -s, 1 16) --max-new ${GEN_NEW:-32} --target opencl --device $D --profile $prof >> $M 2>&1
+    done
+  done
 fi
 want torch && timeout 120 python3 tests/bench/torch_ref.py > $O/torch.json 2>&1
 # The SD 1.5 UNet (part unet, issue 17): its first down block (a ResNet and a transformer block

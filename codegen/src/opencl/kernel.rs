@@ -122,6 +122,9 @@ pub struct Emitted {
     /// zero before the first launch (each launch leaves them zero), which it takes after its
     /// operands.
     pub split: Option<(u64, u64)>,
+    /// The skinny kernel written as a part of a merged launch (`fbc_kernels::merge`), where its
+    /// form allows one: the writer runs neighbouring independent launches of one shape as one.
+    pub part: Option<fbc_kernels::SkinnyPart>,
 }
 
 /// Ints of the error buffer: see the prelude's `fbc_fault` for the layout.
@@ -1914,6 +1917,7 @@ impl Cx<'_> {
             checked: self.checked,
             shape: None,
             split: None,
+            part: None,
         }
     }
 
@@ -2316,6 +2320,7 @@ impl Cx<'_> {
             checked: false,
             shape: Some(shape),
             split: None,
+            part: None,
         }))
     }
 
@@ -2430,6 +2435,7 @@ impl Cx<'_> {
             lanes,
             group,
             index: self.w.ty(),
+            part: false,
         };
         if s.local_bytes() > opts.local_mem_bytes {
             return None;
@@ -2443,6 +2449,7 @@ impl Cx<'_> {
             checked: false,
             shape: None,
             split: s.scratch(),
+            part: fbc_kernels::skinny_part(&s),
         })
     }
 }

@@ -100,6 +100,7 @@ impl Writer {
                 kernels: &mut kernels,
                 names: &mut names,
                 split_scratch: None,
+                parts: Vec::new(),
             };
             functions.push(fw.write()?);
         }
@@ -165,6 +166,9 @@ struct FuncWriter<'a> {
     /// launches run one after another, and each leaves the counts zero), allocated at the first
     /// and sized for the largest.
     split_scratch: Option<(usize, usize)>,
+    /// Per manifest launch, in order: the kernel as a part of a merged launch (where the
+    /// skinny kernel allows one), with the storage ids it reads and the one it writes.
+    parts: Vec<Option<(fbc_kernels::SkinnyPart, Vec<usize>, usize)>>,
 }
 
 fn dtype(e: ElemType) -> Option<Dtype> {
@@ -445,7 +449,6 @@ impl FuncWriter<'_> {
             self.steps.push(Step::Dealloc { storage: part });
             self.steps.push(Step::Dealloc { storage: count });
         }
-        self.order_downloads();
         // `stream_from` counts the function's `memory.launch` ops; the runtime counts the
         // manifest's launches, of which an op may take two (split attention, a skinny split
         // combined by a second kernel): the manifest launch where that op's first kernel is.
@@ -456,6 +459,14 @@ impl FuncWriter<'_> {
                 }
             }
         }
+        // A weight-streaming plan counts launches and budgets the bytes each holds: merging
+        // would hold a later part's weights early.
+        let streamed =
+            self.steps.iter().any(|s| matches!(s, Step::Upload { stream_from: Some(_), .. }));
+        if self.opts.skinny.merge_launches && !streamed {
+            self.merge_launches();
+        }
+        self.order_downloads();
         let peak_bytes = self.peak();
         Ok(FunctionManifest {
             name: fname,
@@ -560,6 +571,12 @@ impl FuncWriter<'_> {
             }
             args.extend([p, c]);
         }
+        let part = e.part.map(|p| {
+            let out = k.output();
+            let reads = args[..out].to_vec();
+            (p, reads, args[out])
+        });
+        self.parts.push(part);
         self.steps.push(Step::Launch(Launch {
             kernel: name.clone(),
             source: k.source.clone(),
@@ -579,6 +596,144 @@ impl FuncWriter<'_> {
         }
         self.kernels.push((name.clone(), e.source));
         Ok(())
+    }
+
+    /// Runs neighbouring launches of the skinny kernel as one launch (`fbc_kernels::merge`)
+    /// where they have one shape (work-group, narrow side, block, split) and none reads or
+    /// writes what another writes: a decode step's Q, K and V projections, which
+    /// `lower-to-memory` schedules next to each other. Only deallocations may come between two
+    /// of them; they move after the merged launch. Fewer launches save the host's enqueue and
+    /// the device's start of each, which a decode step of small products is bound by.
+    fn merge_launches(&mut self) {
+        let steps = std::mem::take(&mut self.steps);
+        let parts = std::mem::take(&mut self.parts);
+        let mut out = Vec::with_capacity(steps.len());
+        // Launch ordinals of the steps.
+        let mut ordinal = Vec::with_capacity(steps.len());
+        let mut n = 0usize;
+        for s in &steps {
+            ordinal.push(n);
+            n += usize::from(matches!(s, Step::Launch(_)));
+        }
+        let part_at = |i: usize| match &steps[i] {
+            Step::Launch(_) => parts.get(ordinal[i]).and_then(Option::as_ref),
+            _ => None,
+        };
+        let mut i = 0;
+        while i < steps.len() {
+            let Some(first) = part_at(i) else {
+                out.push(steps[i].clone());
+                i += 1;
+                continue;
+            };
+            // The group: launch steps, and the deallocations between them.
+            let mut group = vec![i];
+            let (mut reads, mut writes): (HashSet<usize>, HashSet<usize>) =
+                (first.1.iter().copied().collect(), std::iter::once(first.2).collect());
+            let mut j = i + 1;
+            while j < steps.len() {
+                match &steps[j] {
+                    Step::Dealloc { .. } => {}
+                    Step::Launch(_) => match part_at(j) {
+                        Some((p, r, w))
+                            if p.key == first.0.key
+                                && !reads.contains(w)
+                                && !writes.contains(w)
+                                && !r.iter().any(|x| writes.contains(x)) =>
+                        {
+                            reads.extend(r.iter().copied());
+                            writes.insert(*w);
+                            group.push(j);
+                        }
+                        _ => break,
+                    },
+                    _ => break,
+                }
+                j += 1;
+            }
+            let last = *group.last().unwrap_or(&i);
+            if group.len() < 2 {
+                out.push(steps[i].clone());
+                i += 1;
+                continue;
+            }
+            let members: Vec<&(fbc_kernels::SkinnyPart, Vec<usize>, usize)> =
+                group.iter().filter_map(|&g| part_at(g)).collect();
+            let launches: Vec<&Launch> = group
+                .iter()
+                .filter_map(|&g| match &steps[g] {
+                    Step::Launch(l) => Some(l),
+                    _ => None,
+                })
+                .collect();
+            let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
+            let name = self.merged_name(&names);
+            let pieces: Vec<fbc_kernels::SkinnyPart> =
+                members.iter().map(|m| m.0.clone()).collect();
+            let merged = fbc_kernels::merge(&name, &pieces);
+            let mut args: Vec<usize> = Vec::new();
+            for (m, l) in members.iter().zip(&launches) {
+                args.extend(l.args.iter().take(m.0.params.len()));
+            }
+            if let Some((part, count)) = merged.scratch {
+                let (p, c) = self.split_scratch(part, count);
+                args.extend([p, c]);
+            }
+            let mut distinct = args.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let mut sources: Vec<&str> = Vec::new();
+            for l in &launches {
+                if !sources.contains(&l.source.as_str()) {
+                    sources.push(&l.source);
+                }
+            }
+            out.push(Step::Launch(Launch {
+                kernel: name.clone(),
+                source: sources.join(" | "),
+                location: launches[0].location.clone(),
+                args,
+                global: merged.global.to_vec(),
+                local: launches[0].local.clone(),
+                flops: launches.iter().map(|l| l.flops).sum(),
+                bytes: distinct.iter().map(|&s| self.storage[s].bytes).sum(),
+                tiled: false,
+                skinny: true,
+                shape: None,
+                fault_id: None,
+            }));
+            out.extend(
+                steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
+            );
+            // The parts' own kernels give way to the merged one, at the first's place.
+            let at = self.kernels.iter().position(|(n, _)| n == names[0]);
+            self.kernels.retain(|(n, _)| !names.contains(&n.as_str()));
+            let at = at.unwrap_or(self.kernels.len()).min(self.kernels.len());
+            self.kernels.insert(at, (name, merged.source));
+            i = last + 1;
+        }
+        self.steps = out;
+    }
+
+    /// The name of a merged launch of kernels `names`: their common prefix (to an `_`) followed
+    /// by the rest of each (`decode_matmul_l0_q`, `..._k`, `..._v` give `decode_matmul_l0_q_k_v`),
+    /// made unique in the module.
+    fn merged_name(&mut self, names: &[&str]) -> String {
+        let mut prefix = names[0].len();
+        for n in &names[1..] {
+            prefix =
+                prefix.min(names[0].bytes().zip(n.bytes()).take_while(|(a, b)| a == b).count());
+        }
+        let prefix = names[0][..prefix].rfind('_').map_or(0, |p| p + 1);
+        let rests: Vec<&str> = names.iter().map(|n| &n[prefix..]).collect();
+        let base = format!("{}{}", &names[0][..prefix], rests.join("_"));
+        let mut name = base.clone();
+        let mut k = 1;
+        while !self.names.insert(name.clone()) {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        name
     }
 
     /// A new buffer storage of `elems` elements, allocated here: its id.

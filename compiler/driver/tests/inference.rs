@@ -628,3 +628,102 @@ fn generate_decodes_a_batch_of_sequences_side_by_side() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("`x` is not a token id (an integer)"), "{}", o.stderr);
 }
+
+/// A decode step's Q, K and V projections read one normalised row: `lower-to-memory` allocates
+/// their outputs before the first, so they stay next to each other, and with `[skinny]
+/// merge_launches` the OpenCL writer runs them as one launch of the skinny kernel (-O3, the
+/// nvidia profile with it on; the shipped one has it off). Gate and up, where gate's epilogue
+/// reads up, stay two launches. On the device the merged launch gives the interpreter's
+/// numbers, on the first run and on a third (the split-K counts each run leaves at zero).
+#[test]
+fn a_decode_steps_q_k_and_v_projections_are_one_launch() {
+    let dir = common::scratch("qkv-one-launch");
+    let text = common::inference_module("llama3.2-1b", 4, 48, 12);
+    let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
+    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
+    let on = shipped.replace("\n[skinny]\n", "\n[skinny]\nmerge_launches = true\n");
+    assert_ne!(on, shipped);
+    let merging = common::write(&dir, "merging.toml", on.as_bytes());
+    let launches = |profile: &str| {
+        let out = dir.join("out");
+        let _ = std::fs::remove_dir_all(&out);
+        let o = common::fbc(&[&fbir, "-O3", "--target", profile, "-o", out.to_str().unwrap()]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let manifest = std::fs::read_dir(&out)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(".manifest.json"))
+            .expect("a manifest");
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+        let decode = m["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "decode")
+            .expect("@decode")
+            .clone();
+        decode["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["op"] == "launch")
+            .cloned()
+            .collect::<Vec<serde_json::Value>>()
+    };
+    let profile = fbc_target::builtin("nvidia").expect("nvidia");
+    let lowered = common::lower_o3_with(&text, &profile, "auto").expect("lowers");
+    let f = lowered.find_func("decode").expect("@decode");
+    let ops = lowered.func(f).body.iter().filter(|&&o| lowered.op(o).name() == "memory.launch");
+    let ops = ops.count();
+    // The shipped profile: a launch per op.
+    assert_eq!(launches("nvidia").len(), ops);
+    let merged = launches(&merging);
+    let names: Vec<&str> = merged.iter().map(|l| l["kernel"].as_str().unwrap()).collect();
+    for gone in ["decode_matmul_l0_q", "decode_matmul_l0_k", "decode_matmul_l0_v"] {
+        assert!(!names.contains(&gone), "{gone}: {names:?}");
+    }
+    for kept in ["decode_matmul_l0_up", "decode_matmul_l0_gated"] {
+        assert!(names.contains(&kept), "{kept}: {names:?}");
+    }
+    assert_eq!(merged.len() + 2, ops);
+    let qkv = merged.iter().find(|l| l["kernel"] == "decode_matmul_l0_q_k_v").expect("merged");
+    assert_eq!(qkv["skinny"], true);
+    // Each part's row, weight and output, then the split's partial sums and counts; all three
+    // parts read the same row.
+    let args: Vec<u64> =
+        qkv["args"].as_array().unwrap().iter().map(|a| a.as_u64().unwrap()).collect();
+    assert_eq!(args.len(), 11, "{args:?}");
+    assert_eq!((args[3], args[6]), (args[0], args[0]));
+    if !common::opencl_device() {
+        return;
+    }
+    // `--check` of the decode step with the merging profile and `extra` options.
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            &fbir,
+            "--target",
+            "opencl",
+            "--profile",
+            &merging,
+            "--entry",
+            "decode",
+            "--random-inputs",
+            "1",
+            "--check",
+        ];
+        args.extend_from_slice(extra);
+        let o = common::fbc(&args);
+        assert!(o.code == 0 && o.stdout.contains("check passed"), "{}\n{}", o.stdout, o.stderr);
+    };
+    check(&["--runs", "1"]);
+    check(&["--runs", "3"]);
+    // Under a memory budget the weights stream in during earlier launches, one launch's at a
+    // time: the launches stay apart.
+    let dump = dir.join("dump");
+    check(&["--memory-budget", "150MB", "--dump-kernels", dump.to_str().unwrap()]);
+    assert!(dump.join("decode_matmul_l0_q.cl").exists());
+    assert!(!dump.join("decode_matmul_l0_q_k_v.cl").exists());
+}

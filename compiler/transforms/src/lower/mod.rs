@@ -921,6 +921,30 @@ pub(crate) fn domain_of(shape: &[u64]) -> (Vec<u64>, Map) {
     }
 }
 
+/// Whether launch `b` may run beside launch `a` scheduled before it, as one launch of a back
+/// end that merges them (the OpenCL writer's merged skinny products): both are contractions (no
+/// attention) of one reduction and split over the same first operand, a *thin* one (at most
+/// [`fbc_target::SKINNY_SIDE`] rows of the reduction: a decode step's normalised row), and
+/// neither reads or writes what the other writes. A decode step's Q, K and V projections are
+/// such a run; `emit` allocates their outputs before the first, so they stay next to each other.
+fn siblings(plan: &Plan, a: &(Kernel, Vec<Sid>, Span), b: &(Kernel, Vec<Sid>, Span)) -> bool {
+    let (ka, kb) = (&a.0, &b.0);
+    let contraction = |k: &Kernel| k.combine.is_some() && k.attention.is_none();
+    let red = |k: &Kernel| k.domain[k.parallel_dims()..].to_vec();
+    let (Some(&xa), Some(&xb)) = (a.1.first(), b.1.first()) else { return false };
+    let (Some(&out_a), Some(&out_b)) = (a.1.last(), b.1.last()) else { return false };
+    let points: u64 = red(ka).iter().product();
+    let thin = plan.storages[xa].ty.elems() <= fbc_target::SKINNY_SIDE * points;
+    contraction(ka)
+        && contraction(kb)
+        && xa == xb
+        && red(ka) == red(kb)
+        && ka.split == kb.split
+        && thin
+        && !a.1.contains(&out_b)
+        && !b.1[..b.1.len() - 1].contains(&out_a)
+}
+
 /// Writes the plan back as the body of `f`.
 fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
     let old = m.func(f).body.clone();
@@ -984,7 +1008,16 @@ fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
         mem[s] = Some(v);
         body.push(op);
     }
-    for (kernel, sids, kspan) in &plan.launches {
+    // A run of sibling launches (`siblings`): where the run's first launch sits in `body`,
+    // and the run's launches.
+    let mut run: Option<(usize, Vec<usize>)> = None;
+    for (li, (kernel, sids, kspan)) in plan.launches.iter().enumerate() {
+        let sibling = run.as_ref().is_some_and(|(_, members)| {
+            members.iter().all(|&a| siblings(plan, &plan.launches[a], &plan.launches[li]))
+        });
+        if !sibling {
+            run = None;
+        }
         let mut operands = Vec::with_capacity(sids.len());
         for &s in sids {
             let v = match mem[s] {
@@ -995,7 +1028,16 @@ fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
                         m.create_op(f, defs.alloc, &[], Vec::new(), vec![o.ty.to_type()], *kspan);
                     let v = m.op(op).results[0];
                     m.set_value_name(v, format!("{}_m", o.name));
-                    body.push(op);
+                    // A sibling's output is allocated before the run's first launch, so no
+                    // storage of the run dies between its launches (and none of them shares
+                    // a `plan-memory` slot with another).
+                    match &mut run {
+                        Some((at, _)) => {
+                            body.insert(*at, op);
+                            *at += 1;
+                        }
+                        None => body.push(op),
+                    }
                     mem[s] = Some(v);
                     v
                 }
@@ -1004,6 +1046,10 @@ fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
         }
         let op = m.create_op(f, defs.launch, &operands, kernel.to_attrs(), Vec::new(), *kspan);
         body.push(op);
+        match &mut run {
+            Some((_, members)) => members.push(li),
+            None => run = Some((body.len() - 1, vec![li])),
+        }
     }
     let mut returned = Vec::new();
     for ((s, layout), ty) in plan.results.iter().zip(&result_types) {
