@@ -469,11 +469,16 @@ fn finish(s: &Skinny<'_>) -> String {
         };
     };
     let size = j * bw;
-    let blocks = if s.part { PART_BLOCKS.to_string() } else { s.blocks().to_string() };
+    // A part's body marks where its pieces start (`merge` runs a pair's pieces in turn).
+    let (blocks, slot, [ids, mine, count, combine]) = if s.part {
+        (PART_BLOCKS.to_string(), PART_SLOT, [MARK_IDS, MARK_SLOT, MARK_COUNT, MARK_COMBINE])
+    } else {
+        (s.blocks().to_string(), "", [""; 4])
+    };
     let mut f = String::new();
     let _ = write!(
         f,
-        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {blocks} + {blk};\n  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
+        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n{ids}  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {blocks} + {blk}{slot};\n{mine}  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n{count}  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n{combine}  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
         group_sum("o"),
         n - 1,
     );
@@ -498,6 +503,9 @@ fn finish(s: &Skinny<'_>) -> String {
             s.store
         );
     }
+    if s.part {
+        f.push_str(MARK_RESET);
+    }
     f.push_str("  if (fbc_lid == 0) fbc_count[fbc_block] = 0;\n");
     f
 }
@@ -506,14 +514,28 @@ fn finish(s: &Skinny<'_>) -> String {
 /// merged launch that runs it ([`merge`] writes the number in).
 pub const PART_FIRST: &str = "FBC_PART_FIRST";
 
-/// The work-groups of a merged launch along the wide side, which number a split's blocks
+/// A split's blocks per batch in a merged launch's scratch, which number a part's blocks
 /// ([`merge`] writes the number in).
 pub const PART_BLOCKS: &str = "FBC_PART_BLOCKS";
+
+/// Added to a split part's block number in the scratch (` + N`, or nothing): the second part of
+/// a pair keeps its partial sums apart from the first's ([`merge`] writes it in).
+pub const PART_SLOT: &str = "FBC_PART_SLOT";
+
+/// Where a split part's pieces start in its body: the group's ids, its partial sums, the count,
+/// the combine and the count's reset ([`merge`] runs a pair's pieces in turn).
+const MARK_IDS: &str = "//FBC_IDS\n";
+const MARK_SLOT: &str = "//FBC_SLOT\n";
+const MARK_COUNT: &str = "//FBC_COUNT\n";
+const MARK_COMBINE: &str = "//FBC_COMBINE\n";
+const MARK_RESET: &str = "//FBC_RESET\n";
 
 /// One launch of the skinny kernel ([`Lanes::Wide`]) written so that it can run as a part of one
 /// launch with others ([`merge`]): launches of the same work-group, narrow side, block and split
 /// that neither reads what another writes (a decode step's Q, K and V projections of one
-/// normalised row) then cost one launch instead of several.
+/// normalised row) then cost one launch instead of several; and a part whose epilogue reads the
+/// previous part's output at its own output point (a decode step's gate projection, whose
+/// `SiLU(gate) · up` reads up) runs in the same work-groups as that part, after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkinnyPart {
     pub name: String,
@@ -525,9 +547,15 @@ pub struct SkinnyPart {
     pub body: String,
     /// Work-groups along the wide side (per batch and chunk).
     pub blocks: u64,
+    /// The wide extent.
+    pub wide: u64,
     /// What parts of one launch must share: the work-group, the narrow side, the wide indices
     /// a group covers, the batches and the split `(chunks, chunk length)`.
     pub key: (u64, u64, u64, u64, u64, Option<(u64, u64)>),
+    /// This part reads the previous part's output, at its own output point and in its epilogue
+    /// only, over the same domain: [`merge`] runs both in the same work-groups, the previous
+    /// first (set by the caller, which knows the launches' maps; `false` from [`skinny_part`]).
+    pub after_previous: bool,
 }
 
 /// `s` as a part of a merged launch, where its form allows one: lanes along the wide side
@@ -543,7 +571,9 @@ pub fn skinny_part(s: &Skinny<'_>) -> Option<SkinnyPart> {
         params: s.params.split(", ").map(str::to_string).collect(),
         body: skinny(&part),
         blocks: s.blocks(),
+        wide: s.w,
         key: (s.group[0], s.group[1], s.j, s.block(), s.batches.max(1), s.chunks()),
+        after_previous: false,
     })
 }
 
@@ -556,60 +586,159 @@ pub struct Merged {
     pub scratch: Option<(u64, u64)>,
 }
 
+/// `text`'s lines indented by two spaces, the piece marks dropped.
+fn indent(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines().filter(|l| !l.starts_with("//FBC_")) {
+        if !line.is_empty() {
+            out.push_str("  ");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `text` between marks `from` and `to` (the start and the end where `None`).
+fn piece<'t>(text: &'t str, from: Option<&str>, to: Option<&str>) -> &'t str {
+    let start = from.and_then(|m| text.find(m)).unwrap_or(0);
+    let end = to.and_then(|m| text.find(m)).unwrap_or(text.len());
+    &text[start..end.max(start)]
+}
+
 /// One kernel `name` that runs `parts` (at least one, all of one [`SkinnyPart::key`]) as one
 /// launch: the work-groups along the wide side are the parts' in order, and each group runs
 /// the body of the part its index falls in (a branch the whole group takes, so the bodies'
-/// barriers stay uniform). The parameters are every part's in order (a later part's `xN`
-/// renamed `pP_xN`, which its body reads through `#define`), then the split's scratch, whose
-/// blocks are numbered over the whole launch.
+/// barriers stay uniform); a part [`SkinnyPart::after_previous`] runs in the previous part's
+/// groups, after it (split: both parts' partial sums, one count, then the previous part's
+/// combine and store, a barrier, and this part's, whose epilogue reads what the group just
+/// stored). The parameters are every part's in order (a later part's `xN` renamed `pP_xN`, which
+/// its body reads through `#define`), then the split's scratch, whose blocks are numbered over
+/// the whole launch.
 pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
     let (gx, gy, j, bw, batches, chunks) = parts[0].key;
-    let total: u64 = parts.iter().map(|p| p.blocks).sum();
-    let mut params = Vec::new();
+    // Units of work-groups: a part, or a part and the one after it.
+    let mut units: Vec<(usize, Option<usize>)> = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        match units.last_mut() {
+            Some((a, b @ None)) if p.after_previous && *a + 1 == i => *b = Some(i),
+            _ => units.push((i, None)),
+        }
+    }
+    let groups: u64 = units.iter().map(|&(a, _)| parts[a].blocks).sum();
+    // Scratch blocks per batch: every group's, then the second parts' of pairs.
+    let stride =
+        groups + units.iter().filter_map(|&(_, b)| b.map(|b| parts[b].blocks)).sum::<u64>();
     let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
     let mut comment = format!(
         "// {} in one launch\n// (skinny products; a work-group runs the part its index along the wide side falls in):\n",
         names.join(", ")
     );
-    let mut bodies = String::new();
-    let mut first = 0;
+    let mut params = Vec::new();
     for (i, p) in parts.iter().enumerate() {
-        let _ = writeln!(comment, "//   groups [{first}, {}): {}", first + p.blocks, p.name);
-        let renamed = |param: &str| match param.rsplit_once(' ') {
+        params.extend(p.params.iter().map(|q| match q.rsplit_once(' ') {
             Some((ty, x)) if i > 0 => format!("{ty} p{i}_{x}"),
-            _ => param.to_string(),
-        };
-        params.extend(p.params.iter().map(|q| renamed(q)));
+            _ => q.clone(),
+        }));
+    }
+    // Part `i`'s text in a block of its own, its parameters renamed.
+    let scoped = |i: usize, text: &str| {
         let names: Vec<&str> = if i > 0 {
-            p.params.iter().filter_map(|q| q.rsplit(' ').next()).collect()
+            parts[i].params.iter().filter_map(|q| q.rsplit(' ').next()).collect()
         } else {
             Vec::new()
         };
-        let cond = if i == 0 {
-            format!("  if (get_group_id(0) < {}) {{\n", first + p.blocks)
-        } else if i + 1 == parts.len() {
+        let mut out = String::from("{\n");
+        for x in &names {
+            out.push_str(&format!("#define {x} p{i}_{x}\n"));
+        }
+        out.push_str(&indent(text));
+        for x in &names {
+            out.push_str(&format!("#undef {x}\n"));
+        }
+        out.push_str("}\n");
+        out
+    };
+    let mut bodies = String::new();
+    let (mut first, mut extra) = (0, groups);
+    for (u, &(a, b)) in units.iter().enumerate() {
+        let blocks = parts[a].blocks;
+        let _ = writeln!(comment, "//   groups [{first}, {}): {}", first + blocks, parts[a].name);
+        let fill = |i: usize, slot: &str| {
+            parts[i]
+                .body
+                .replace(PART_FIRST, &first.to_string())
+                .replace(PART_BLOCKS, &stride.to_string())
+                .replace(PART_SLOT, slot)
+        };
+        let mut text = match b {
+            None => {
+                let body = fill(a, "");
+                if a == 0 {
+                    indent(&body)
+                } else {
+                    // A single part's body needs no block of its own: the branch is one.
+                    let s = scoped(a, &body);
+                    s[2..s.len() - 2].to_string()
+                }
+            }
+            Some(b) => {
+                let _ = writeln!(
+                    comment,
+                    "//   the same groups, after it: {} (its epilogue reads {}'s output)",
+                    parts[b].name, parts[a].name
+                );
+                let (ta, tb) = (fill(a, ""), fill(b, &format!(" + {}", extra - first)));
+                extra += parts[b].blocks;
+                if chunks.is_none() {
+                    format!(
+                        "{}barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n{}",
+                        scoped(a, &ta),
+                        scoped(b, &tb)
+                    )
+                } else {
+                    // The declarations a later piece needs again: the body's before its
+                    // partial sums (less comments), then the group's ids.
+                    let pre = |t: &str| -> String {
+                        let head = &t[..t.find("  float part[").unwrap_or(0)];
+                        let head: String = head
+                            .lines()
+                            .filter(|l| !l.trim_start().starts_with("//"))
+                            .map(|l| format!("{l}\n"))
+                            .collect();
+                        format!("{head}{}", piece(t, Some(MARK_IDS), Some(MARK_SLOT)))
+                    };
+                    let with = |t: &str, from: &str, to: Option<&str>| {
+                        format!("{}{}", pre(t), piece(t, Some(from), to))
+                    };
+                    [
+                        scoped(a, piece(&ta, None, Some(MARK_COUNT))),
+                        "barrier(CLK_LOCAL_MEM_FENCE);\n".to_string(),
+                        scoped(b, piece(&tb, None, Some(MARK_COUNT))),
+                        scoped(a, &with(&ta, MARK_COUNT, Some(MARK_COMBINE))),
+                        scoped(a, &with(&ta, MARK_COMBINE, Some(MARK_RESET))),
+                        "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n".to_string(),
+                        scoped(b, &with(&tb, MARK_COMBINE, Some(MARK_RESET))),
+                        scoped(a, &with(&ta, MARK_RESET, None)),
+                    ]
+                    .concat()
+                }
+            }
+        };
+        if b.is_some() {
+            text = indent(&indent(&text));
+        }
+        let cond = if u == 0 {
+            format!("  if (get_group_id(0) < {}) {{\n", first + blocks)
+        } else if u + 1 == units.len() {
             " else {\n".to_string()
         } else {
-            format!(" else if (get_group_id(0) < {}) {{\n", first + p.blocks)
+            format!(" else if (get_group_id(0) < {}) {{\n", first + blocks)
         };
         bodies.push_str(&cond);
-        for x in &names {
-            let _ = writeln!(bodies, "#define {x} p{i}_{x}");
-        }
-        let body =
-            p.body.replace(PART_FIRST, &first.to_string()).replace(PART_BLOCKS, &total.to_string());
-        for line in body.lines() {
-            if line.is_empty() {
-                bodies.push('\n');
-            } else {
-                let _ = writeln!(bodies, "  {line}");
-            }
-        }
-        for x in &names {
-            let _ = writeln!(bodies, "#undef {x}");
-        }
+        bodies.push_str(&text);
         bodies.push_str("  }");
-        first += p.blocks;
+        first += blocks;
     }
     for p in parts {
         comment.push_str(&p.comment);
@@ -627,8 +756,8 @@ pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
     let n = chunks.map_or(1, |(n, _)| n);
     Merged {
         source,
-        global: [total * gx, gy, batches * n],
-        scratch: chunks.map(|(n, _)| (batches * total * n * bw * j, batches * total)),
+        global: [groups * gx, gy, batches * n],
+        scratch: chunks.map(|(n, _)| (batches * stride * n * bw * j, batches * stride)),
     }
 }
 
@@ -779,12 +908,70 @@ mod tests {
             .replace(&format!("({PART_FIRST})"), "0")
             .replace(PART_FIRST, "0")
             .replace("(get_group_id(0) - 0)", "get_group_id(0)")
-            .replace(PART_BLOCKS, "2");
+            .replace(PART_BLOCKS, "2")
+            .replace(PART_SLOT, "")
+            .lines()
+            .filter(|l| !l.starts_with("//FBC_"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
         let decls = "  __local float red[8][8][128];\n  __local int fbc_last;\n";
         let (_, own_body) = own.split_once(") {\n").expect("a signature");
         assert_eq!(own_body.replacen(decls, "", 1), format!("{body}}}\n"));
         // Lanes along k, and parts of another split, are not parts of this shape.
         assert!(skinny_part(&base(Lanes::K, false, 8)).is_none());
         assert_ne!(skinny_part(&wide("qc", 128, Some(4))).map(|p| p.key), Some(pb.key));
+    }
+
+    #[test]
+    fn a_part_after_the_previous_runs_in_its_groups_and_reads_what_they_stored() {
+        let wide = |name: &'static str, store: &'static str, split: Option<u64>| Skinny {
+            name,
+            wide: "col",
+            narrow: "row",
+            w: 256,
+            k: 256,
+            split,
+            store,
+            ..base(Lanes::Wide, true, 8)
+        };
+        let up = wide("up", "x2[row * 256 + col] = acc;", Some(2));
+        let gate = wide("gate", "x3[row * 256 + col] = acc * x2[row * 256 + col];", Some(2));
+        let (pu, mut pg) = (skinny_part(&up).unwrap(), skinny_part(&gate).unwrap());
+        pg.params.push("__global float* x3".into());
+        pg.after_previous = true;
+        let m = merge("up_gate", &[pu.clone(), pg.clone()]);
+        // Two groups along the wide side run both; the scratch holds four blocks per batch.
+        assert_eq!(m.global, [2 * 32, 8, 3 * 2]);
+        assert_eq!(m.scratch, Some((3 * 4 * 2 * 128 * 8, 3 * 4)));
+        let src = &m.source;
+        // One branch: both parts' partial sums (the second's blocks after the first's), one
+        // count, the first part's store, a barrier, then the second's.
+        assert!(src.contains("  if (get_group_id(0) < 2) {\n    {\n"), "{src}");
+        assert!(!src.contains(" else "), "{src}");
+        assert!(src.contains("const int fbc_block = bz * 4 + get_group_id(0);"), "{src}");
+        assert!(src.contains("const int fbc_block = bz * 4 + get_group_id(0) + 2;"), "{src}");
+        assert_eq!(src.matches("atomic_inc").count(), 1, "{src}");
+        let first_store = src.find("    x2[row * 256 + col] = acc;").expect("up's store");
+        let barrier = src[first_store..]
+            .find("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
+            .expect("a barrier")
+            + first_store;
+        let gate_store = src.find("x3[row * 256 + col] = acc * x2").expect("gate's store");
+        assert!(first_store < barrier && barrier < gate_store, "{src}");
+        assert!(src.contains("#define x3 p1_x3"), "{src}");
+        assert!(!src.contains("FBC_"), "{src}");
+        // Unsplit: the first part's whole body, a barrier, the second's.
+        let (u1, mut g1) = (skinny_part(&wide("up", "x2[col] = acc;", None)).unwrap(), pg.clone());
+        g1.body = skinny_part(&wide("gate", "x3[col] = acc * x2[col];", None)).unwrap().body;
+        g1.key = u1.key;
+        let m = merge("up_gate", &[u1, g1]);
+        assert_eq!(m.scratch, None);
+        assert!(
+            m.source.contains(
+                "    }\n    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n    {\n"
+            ),
+            "{}",
+            m.source
+        );
     }
 }

@@ -282,7 +282,8 @@ if want generate; then
 fi
 # Merged launches (part merge, issue 14): the 16-layer Llama 3.2-1B decode step at position
 # 2047 and `fbc generate` (GEN_NEW new tokens, default 32) with the shipped nvidia profile and
-# with `[skinny] merge_launches = true` (a decode step's Q, K and V projections as one launch),
+# with `[skinny] merge_launches = true` (a decode step's Q, K and V projections as one launch,
+# and its up and gate projections as another),
 # alternated twice in one call, after a 2-layer decode checked against the interpreter with it
 # (three runs). Results: $O/merge.txt.
 if want merge; then

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind, TensorOp};
 use fbc_dialects::layout::Layout;
-use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
+use fbc_dialects::memory::{init, Kernel, MemType, Scalar, StorageKind as MemStorage};
 use fbc_ir::{Attr, ElemType, FuncId, Module, OpData, Type, Value};
 
 use super::kernel::{self, KernelOptions};
@@ -166,9 +166,22 @@ struct FuncWriter<'a> {
     /// launches run one after another, and each leaves the counts zero), allocated at the first
     /// and sized for the largest.
     split_scratch: Option<(usize, usize)>,
-    /// Per manifest launch, in order: the kernel as a part of a merged launch (where the
-    /// skinny kernel allows one), with the storage ids it reads and the one it writes.
-    parts: Vec<Option<(fbc_kernels::SkinnyPart, Vec<usize>, usize)>>,
+    /// Per manifest launch, in order: the kernel as a part of a merged launch, where the
+    /// skinny kernel allows one.
+    parts: Vec<Option<PartInfo>>,
+}
+
+/// A launch that may run as a part of a merged launch (`FuncWriter::merge_launches`).
+struct PartInfo {
+    part: fbc_kernels::SkinnyPart,
+    /// The storage it reads (in operand order) and the one it writes.
+    reads: Vec<usize>,
+    write: usize,
+    /// Its domain and output map (printed): a part run after another must have both alike.
+    domain: Vec<u64>,
+    out_map: String,
+    /// Per operand it reads: whether only in its epilogue, at its output map.
+    at_point: Vec<bool>,
 }
 
 fn dtype(e: ElemType) -> Option<Dtype> {
@@ -571,10 +584,25 @@ impl FuncWriter<'_> {
             }
             args.extend([p, c]);
         }
-        let part = e.part.map(|p| {
+        let part = e.part.map(|part| {
             let out = k.output();
-            let reads = args[..out].to_vec();
-            (p, reads, args[out])
+            let mut in_body = vec![false; out];
+            k.body.visit(&mut |e| {
+                if let Scalar::In(i) | Scalar::Load(i, _) = e {
+                    if let Some(b) = in_body.get_mut(*i) {
+                        *b = true;
+                    }
+                }
+            });
+            let at_point = (0..out).map(|i| !in_body[i] && k.maps[i] == k.maps[out]).collect();
+            PartInfo {
+                part,
+                reads: args[..out].to_vec(),
+                write: args[out],
+                domain: k.domain.clone(),
+                out_map: k.maps[out].to_string(),
+                at_point,
+            }
         });
         self.parts.push(part);
         self.steps.push(Step::Launch(Launch {
@@ -626,27 +654,46 @@ impl FuncWriter<'_> {
                 i += 1;
                 continue;
             };
-            // The group: launch steps, and the deallocations between them.
+            // The group: launch steps, and the deallocations between them; per member whether
+            // it runs after the one before it (its epilogue reads that one's output).
             let mut group = vec![i];
+            let mut after = vec![false];
             let (mut reads, mut writes): (HashSet<usize>, HashSet<usize>) =
-                (first.1.iter().copied().collect(), std::iter::once(first.2).collect());
+                (first.reads.iter().copied().collect(), std::iter::once(first.write).collect());
             let mut j = i + 1;
             while j < steps.len() {
                 match &steps[j] {
                     Step::Dealloc { .. } => {}
-                    Step::Launch(_) => match part_at(j) {
-                        Some((p, r, w))
-                            if p.key == first.0.key
-                                && !reads.contains(w)
-                                && !writes.contains(w)
-                                && !r.iter().any(|x| writes.contains(x)) =>
-                        {
-                            reads.extend(r.iter().copied());
-                            writes.insert(*w);
-                            group.push(j);
+                    Step::Launch(_) => {
+                        let Some(p) = part_at(j).filter(|p| p.part.key == first.part.key) else {
+                            break;
+                        };
+                        let prev = group.last().and_then(|&g| part_at(g));
+                        // Reads the previous member's output at its own output point only, over
+                        // the same domain, where that member does not itself run after another.
+                        let pairs = prev.is_some_and(|q| {
+                            !after[after.len() - 1]
+                                && q.domain == p.domain
+                                && q.out_map == p.out_map
+                                && q.part.wide == p.part.wide
+                                && p.reads.contains(&q.write)
+                                && p.reads
+                                    .iter()
+                                    .zip(&p.at_point)
+                                    .all(|(&r, &at)| r != q.write || at)
+                        });
+                        let prev_out = prev.map(|q| q.write).filter(|_| pairs);
+                        let independent = !reads.contains(&p.write)
+                            && !writes.contains(&p.write)
+                            && !p.reads.iter().any(|x| writes.contains(x) && Some(*x) != prev_out);
+                        if !independent {
+                            break;
                         }
-                        _ => break,
-                    },
+                        reads.extend(p.reads.iter().copied());
+                        writes.insert(p.write);
+                        group.push(j);
+                        after.push(pairs);
+                    }
                     _ => break,
                 }
                 j += 1;
@@ -657,8 +704,7 @@ impl FuncWriter<'_> {
                 i += 1;
                 continue;
             }
-            let members: Vec<&(fbc_kernels::SkinnyPart, Vec<usize>, usize)> =
-                group.iter().filter_map(|&g| part_at(g)).collect();
+            let members: Vec<&PartInfo> = group.iter().filter_map(|&g| part_at(g)).collect();
             let launches: Vec<&Launch> = group
                 .iter()
                 .filter_map(|&g| match &steps[g] {
@@ -668,12 +714,18 @@ impl FuncWriter<'_> {
                 .collect();
             let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
             let name = self.merged_name(&names);
-            let pieces: Vec<fbc_kernels::SkinnyPart> =
-                members.iter().map(|m| m.0.clone()).collect();
+            let pieces: Vec<fbc_kernels::SkinnyPart> = members
+                .iter()
+                .zip(&after)
+                .map(|(m, &after_previous)| fbc_kernels::SkinnyPart {
+                    after_previous,
+                    ..m.part.clone()
+                })
+                .collect();
             let merged = fbc_kernels::merge(&name, &pieces);
             let mut args: Vec<usize> = Vec::new();
             for (m, l) in members.iter().zip(&launches) {
-                args.extend(l.args.iter().take(m.0.params.len()));
+                args.extend(l.args.iter().take(m.part.params.len()));
             }
             if let Some((part, count)) = merged.scratch {
                 let (p, c) = self.split_scratch(part, count);

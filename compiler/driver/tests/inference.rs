@@ -632,11 +632,12 @@ fn generate_decodes_a_batch_of_sequences_side_by_side() {
 /// A decode step's Q, K and V projections read one normalised row: `lower-to-memory` allocates
 /// their outputs before the first, so they stay next to each other, and with `[skinny]
 /// merge_launches` the OpenCL writer runs them as one launch of the skinny kernel (-O3, the
-/// nvidia profile with it on; the shipped one has it off). Gate and up, where gate's epilogue
-/// reads up, stay two launches. On the device the merged launch gives the interpreter's
-/// numbers, on the first run and on a third (the split-K counts each run leaves at zero).
+/// nvidia profile with it on; the shipped one has it off). Up and gate, whose epilogue
+/// `SiLU(gate) · up` reads up at its own output point, run as one launch too, gate after up in
+/// the same work-groups. On the device the merged launches give the interpreter's numbers, on
+/// the first run and on a third (the split-K counts each run leaves at zero).
 #[test]
-fn a_decode_steps_q_k_and_v_projections_are_one_launch() {
+fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let dir = common::scratch("qkv-one-launch");
     let text = common::inference_module("llama3.2-1b", 4, 48, 12);
     let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
@@ -681,13 +682,19 @@ fn a_decode_steps_q_k_and_v_projections_are_one_launch() {
     assert_eq!(launches("nvidia").len(), ops);
     let merged = launches(&merging);
     let names: Vec<&str> = merged.iter().map(|l| l["kernel"].as_str().unwrap()).collect();
-    for gone in ["decode_matmul_l0_q", "decode_matmul_l0_k", "decode_matmul_l0_v"] {
+    for gone in [
+        "decode_matmul_l0_q",
+        "decode_matmul_l0_k",
+        "decode_matmul_l0_v",
+        "decode_matmul_l0_up",
+        "decode_matmul_l0_gated",
+    ] {
         assert!(!names.contains(&gone), "{gone}: {names:?}");
     }
-    for kept in ["decode_matmul_l0_up", "decode_matmul_l0_gated"] {
-        assert!(names.contains(&kept), "{kept}: {names:?}");
-    }
-    assert_eq!(merged.len() + 2, ops);
+    assert!(names.contains(&"decode_matmul_l0_up_gated"), "{names:?}");
+    // The output projection reads the attention's result: a launch of its own.
+    assert!(names.contains(&"decode_matmul_l0_resid_attn"), "{names:?}");
+    assert_eq!(merged.len() + 3, ops);
     let qkv = merged.iter().find(|l| l["kernel"] == "decode_matmul_l0_q_k_v").expect("merged");
     assert_eq!(qkv["skinny"], true);
     // Each part's row, weight and output, then the split's partial sums and counts; all three

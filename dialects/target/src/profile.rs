@@ -152,13 +152,14 @@ pub struct SkinnyParams {
     /// its work-groups with it. Optional: 4.
     #[serde(default = "four")]
     pub packed_values: u32,
-    /// Neighbouring launches of the kernel whose lanes run along the wide side, of one shape,
-    /// none reading what another writes (a decode step's Q, K and V projections of one row),
-    /// run as one launch whose work-groups each take one of them (`fbc_kernels::merge`): a
-    /// launch fewer each, for a device where a decode step of small products is bound by the
-    /// host's enqueue and the start of every launch. Off where it was not measured to help: on
-    /// PoCL (2 cores) a layer's merged Q/K/V launch took 3.38-3.56 ms against 3.08-3.22 ms for
-    /// its three launches (`docs/backends.md`). Optional: false.
+    /// Neighbouring launches of the kernel whose lanes run along the wide side, of one shape, run
+    /// as one launch (`fbc_kernels::merge`): independent ones (a decode step's Q, K and V
+    /// projections of one row) in work-groups of their own, one whose epilogue reads the
+    /// previous one's output at its own point (gate after up) in the same work-groups, after
+    /// it. A launch fewer each, for a device where a decode step of small products is bound by
+    /// the host's enqueue and the start of every launch. Off where it was not measured to help:
+    /// on PoCL (2 cores) a layer's merged launches were up to 10% slower than their parts
+    /// (`docs/backends.md`). Optional: false.
     #[serde(default)]
     pub merge_launches: bool,
 }

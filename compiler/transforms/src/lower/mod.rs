@@ -924,9 +924,11 @@ pub(crate) fn domain_of(shape: &[u64]) -> (Vec<u64>, Map) {
 /// Whether launch `b` may run beside launch `a` scheduled before it, as one launch of a back
 /// end that merges them (the OpenCL writer's merged skinny products): both are contractions (no
 /// attention) of one reduction and split over the same first operand, a *thin* one (at most
-/// [`fbc_target::SKINNY_SIDE`] rows of the reduction: a decode step's normalised row), and
-/// neither reads or writes what the other writes. A decode step's Q, K and V projections are
-/// such a run; `emit` allocates their outputs before the first, so they stay next to each other.
+/// [`fbc_target::SKINNY_SIDE`] rows of the reduction: a decode step's normalised row), `a`
+/// reads and writes nothing `b` writes, and `b` reads `a`'s output nowhere or only in its
+/// epilogue at its own output point (`reads_at_point`). A decode step's Q, K and V projections
+/// are such a run, and so are its up and gate projections (gate's `SiLU(acc) · up` reads up);
+/// `emit` allocates their outputs before the first, so they stay next to each other.
 fn siblings(plan: &Plan, a: &(Kernel, Vec<Sid>, Span), b: &(Kernel, Vec<Sid>, Span)) -> bool {
     let (ka, kb) = (&a.0, &b.0);
     let contraction = |k: &Kernel| k.combine.is_some() && k.attention.is_none();
@@ -942,7 +944,30 @@ fn siblings(plan: &Plan, a: &(Kernel, Vec<Sid>, Span), b: &(Kernel, Vec<Sid>, Sp
         && ka.split == kb.split
         && thin
         && !a.1.contains(&out_b)
-        && !b.1[..b.1.len() - 1].contains(&out_a)
+        && reads_at_point(b, out_a, ka)
+}
+
+/// Whether launch `b` reads storage `s` (the output of launch `a`, of kernel `ka`) nowhere, or
+/// only in its epilogue at its own output point over `a`'s domain and output map: a back end may
+/// then run `b` in the same work-groups as `a`, after it.
+fn reads_at_point(b: &(Kernel, Vec<Sid>, Span), s: Sid, ka: &Kernel) -> bool {
+    let kb = &b.0;
+    let out = kb.output();
+    let mut in_body = vec![false; out];
+    kb.body.visit(&mut |e| {
+        if let Scalar::In(i) | Scalar::Load(i, _) = e {
+            if let Some(r) = in_body.get_mut(*i) {
+                *r = true;
+            }
+        }
+    });
+    (0..out).all(|i| {
+        b.1[i] != s
+            || (!in_body[i]
+                && kb.maps[i] == kb.maps[out]
+                && kb.domain == ka.domain
+                && ka.maps.last() == kb.maps.last())
+    })
 }
 
 /// Writes the plan back as the body of `f`.
