@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, generate.txt, merge.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
+# skinny.txt, generate.txt, merge.txt, flat.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -219,6 +219,25 @@ if want attention; then
     for d in "" "--disable-pass fuse-attention"; do
       echo "=== attention llama $e pos=$p ${d:-fused} $B" >> $R
       timeout 200 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 $d >> $R 2>&1
+    done
+  done
+fi
+# Prefill attention in query blocks (issue 14, part flat): a one-layer Llama 3.2-1B prefill of
+# 512 tokens (the MHA C1 shape: 32 heads of 64 over 512 positions, GQA 8) with its attention
+# fused (`fuse-attention{max-queries=1024}`, the query-block kernel) and unfused (the tiled
+# products and the softmax), checked against the interpreter first, then alternated twice.
+# Results: $O/flat.txt.
+if want flat; then
+  F2=$O/flat.txt
+  $B gen llama3.2-1b --inference --layers 1 --seq 512 --max-seq 512 --vocab 512 -o $T/flat.fbir
+  $B opt $T/flat.fbir --passes 'fuse-attention{max-queries=1024}' -o $T/flat_fused.fbir
+  python3 tests/bench/scalar_i32.py pos 0 > $T/pos0.safetensors
+  echo "== check prefill, fused in query blocks" >> $F2
+  timeout 200 $B run $T/flat_fused.fbir --entry prefill --target opencl --device $D --profile $P --random-inputs 1 --check >> $F2 2>&1; echo "rc=$?" >> $F2
+  for round in 1 2; do
+    for f in flat_fused flat; do
+      echo "=== flat $f round $round" >> $F2
+      timeout 200 $B bench $T/$f.fbir --entry prefill --device $D --profile $P --inputs $T/pos0.safetensors --repeat 10 >> $F2 2>&1
     done
   done
 fi

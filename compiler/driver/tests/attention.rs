@@ -216,6 +216,48 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
     assert!(e.contains("-1"), "{e}");
 }
 
+/// Attention of many queries per head (a prompt) takes the query-block form on OpenCL (16
+/// queries a work-group, keys in tiles of 32, online softmax): within `--check`'s bound of the
+/// reference executor at -O0 and -O3, over grouped heads, RoPE, causal masks with a window, soft
+/// caps, batches, query counts that are not a multiple of the block and key counts that are not
+/// a multiple of the tile. A head size that is not a multiple of 8 keeps flash-decoding.
+#[cfg(feature = "opencl")]
+#[test]
+fn many_queries_run_in_query_blocks_on_opencl() {
+    if !common::have_device() {
+        return;
+    }
+    let cases = [
+        (
+            "grouped heads, RoPE, causal",
+            case(1, 4, 70, 32, 2, 70, "scale = 0.2, rope = true, causal = true"),
+            true,
+        ),
+        (
+            "window, soft cap",
+            case(1, 2, 64, 16, 1, 100, "scale = 0.3, causal = true, window = 20, softcap = 2.0"),
+            true,
+        ),
+        ("no mask, fewer keys than a tile", case(1, 1, 65, 8, 1, 19, "scale = 0.5"), true),
+        ("batch 2", case(2, 2, 64, 40, 1, 64, "scale = 0.15, causal = true"), true),
+        ("head size 12", case(1, 2, 64, 12, 1, 40, "scale = 0.3, causal = true"), false),
+    ];
+    for (name, text, blocks) in cases {
+        let original = common::parse(&text);
+        let inputs = random_inputs(&original, "main", 5).expect("inputs");
+        for o3 in [false, true] {
+            let m = lowered(&text, o3);
+            let what = format!("{name} at -O{}", if o3 { 3 } else { 0 });
+            let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
+            let (source, run) = on_device(&m, &inputs);
+            assert_eq!(source.contains("// Attention, query blocks (FLAT)"), blocks, "{what}");
+            assert_eq!(source.contains("// Attention, flash-decoding"), !blocks, "{what}");
+            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+            close(f32s(&reference[0]), f32s(&run[0]), &what);
+        }
+    }
+}
+
 /// A random attention case: `(heads of k and v, query heads per k head, head dimension, keys,
 /// queries, rope, causal, window, soft cap)`.
 fn random_case() -> impl Strategy<Value = String> {

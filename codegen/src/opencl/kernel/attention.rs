@@ -68,6 +68,9 @@ impl Cx<'_> {
         if (0..k.maps.len()).any(|i| self.map_checked(i)) {
             return Err("an attention launch whose accesses the bounds prover leaves open".into());
         }
+        if let Some(e) = self.attention_blocks(comment, opts)? {
+            return Ok(e);
+        }
         let mut s = String::new();
         s.push_str(comment);
         let mut params = self.params();
@@ -93,48 +96,15 @@ impl Cx<'_> {
         );
         // Barriers follow: a symbol out of range makes the group read and write nothing.
         s.push_str(&self.symbol_checks(false));
-        let mut dims: Vec<String> = unflatten("gid", &k.domain[..n], w);
-        for (i, e) in dims.iter_mut().enumerate() {
-            let _ = writeln!(s, "  const {ix} d{i} = {e};");
-            *e = format!("d{i}");
-        }
-        let at = |e: &str, j: &str| {
-            let mut d = dims.clone();
-            d.push(e.to_string());
-            d.push(j.to_string());
-            d
-        };
         // The keys this query sees, and this chunk's share of them.
-        let (lo, hi) = match &a.last {
-            Some(last) => {
-                let mut texts = at(&w.lit(0), &w.lit(0));
-                texts.extend((0..k.symbols.len()).map(|j| format!("fbc_sym{j}")));
-                let e = affine(&last.results[0], &last.vars(), &texts, w)?;
-                let _ = writeln!(s, "  const {ix} fbc_last = {e};");
-                let hi = format!("min(({ix}){}, fbc_last + 1)", w.lit(keys));
-                let lo = if a.window > 0 {
-                    format!("max(({ix})0, fbc_last + 1 - {})", w.lit(a.window))
-                } else {
-                    w.lit(0)
-                };
-                (lo, hi)
-            }
-            None => (w.lit(0), w.lit(keys)),
-        };
+        let (dims, lo, hi) = self.query_point(&mut s, &unflatten("gid", &k.domain[..n], w))?;
+        let at = |e: &str, j: &str| at(&dims, e, j);
         let _ = writeln!(
             s,
             "  const {ix} fbc_j0 = max({lo}, fbc_c * {ck});\n  const {ix} fbc_j1 = fbc_ok ? min({hi}, (fbc_c + 1) * {ck}) : fbc_j0;"
         );
         // The query, rotated as it is loaded.
-        let e_dims = at("e", &w.lit(0));
-        let mut qv = self.read(Q, &e_dims)?.0;
-        if a.rope {
-            let half = hd / 2;
-            let partner = format!("(e < {h} ? e + {h} : e - {h})", h = w.lit(half));
-            let rot = self.read(Q, &at(&partner, &w.lit(0)))?.0;
-            let (c, sn) = (self.read(COS, &e_dims)?.0, self.read(SIN, &e_dims)?.0);
-            qv = format!("{qv} * {c} + (e < {} ? -({rot}) : {rot}) * {sn}", w.lit(half));
-        }
+        let qv = self.rotated_query(&dims)?;
         let _ = writeln!(
             s,
             "  for ({ix} e = lid; e < {}; e += {g}) {{\n    fbc_q[e] = {qv};\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);",
@@ -210,6 +180,185 @@ impl Cx<'_> {
             e.split = Some((part, points));
         }
         Ok(e)
+    }
+}
+
+/// A query point's indices `dims` followed by `e` and `j` (the head dimension and the key).
+fn at(dims: &[String], e: &str, j: &str) -> Vec<String> {
+    let mut d = dims.to_vec();
+    d.push(e.to_string());
+    d.push(j.to_string());
+    d
+}
+
+impl Cx<'_> {
+    /// Declares the query point's indices `d0, d1, ..` as `exprs` into `s` and, where the
+    /// launch is causal, `fbc_last` (the last key the query sees); returns the indices' names
+    /// and the first and past-the-last key the query sees.
+    fn query_point(
+        &self,
+        s: &mut String,
+        exprs: &[String],
+    ) -> Result<(Vec<String>, String, String), String> {
+        let k = self.k;
+        let (a, n) = k.attention_dims().ok_or("not an attention launch")?;
+        let keys = k.domain[n + 1];
+        let (w, ix) = (self.w, self.w.ty());
+        let mut dims = Vec::with_capacity(exprs.len());
+        for (i, e) in exprs.iter().enumerate() {
+            let _ = writeln!(s, "  const {ix} d{i} = {e};");
+            dims.push(format!("d{i}"));
+        }
+        let Some(last) = &a.last else { return Ok((dims, w.lit(0), w.lit(keys))) };
+        let mut texts = at(&dims, &w.lit(0), &w.lit(0));
+        texts.extend((0..k.symbols.len()).map(|j| format!("fbc_sym{j}")));
+        let e = affine(&last.results[0], &last.vars(), &texts, w)?;
+        let _ = writeln!(s, "  const {ix} fbc_last = {e};");
+        let hi = format!("min(({ix}){}, fbc_last + 1)", w.lit(keys));
+        let lo = if a.window > 0 {
+            format!("max(({ix})0, fbc_last + 1 - {})", w.lit(a.window))
+        } else {
+            w.lit(0)
+        };
+        Ok((dims, lo, hi))
+    }
+
+    /// The query at point `dims` and head index `e`, rotated (RoPE) where the launch says so.
+    fn rotated_query(&self, dims: &[String]) -> Result<String, String> {
+        let k = self.k;
+        let (a, n) = k.attention_dims().ok_or("not an attention launch")?;
+        let (hd, w) = (k.domain[n], self.w);
+        let e_dims = at(dims, "e", &w.lit(0));
+        let qv = self.read(Q, &e_dims)?.0;
+        if !a.rope {
+            return Ok(qv);
+        }
+        let half = hd / 2;
+        let partner = format!("(e < {h} ? e + {h} : e - {h})", h = w.lit(half));
+        let rot = self.read(Q, &at(dims, &partner, &w.lit(0)))?.0;
+        let (c, sn) = (self.read(COS, &e_dims)?.0, self.read(SIN, &e_dims)?.0);
+        Ok(format!("{qv} * {c} + (e < {} ? -({rot}) : {rot}) * {sn}", w.lit(half)))
+    }
+}
+
+/// Queries of a work-group of the query-block form.
+const BLOCK_QUERIES: u64 = 16;
+
+/// Keys of a tile of the query-block form.
+const BLOCK_KEYS: u64 = 32;
+
+/// Work-items per query of the query-block form: each holds `D / 8` of its query's output
+/// values and scores four keys of a tile.
+const BLOCK_LANES: u64 = 8;
+
+/// The fewest queries per head that take the query-block form (a prompt): a shorter attention
+/// (a decode step's one query) takes flash-decoding, whose chunks give it work-groups.
+pub(crate) const BLOCK_MIN_QUERIES: u64 = 64;
+
+impl Cx<'_> {
+    /// The query-block form (FLAT, the flash-attention dataflow) of an attention launch with
+    /// many queries per head, or `None` where it does not apply (fewer than
+    /// [`BLOCK_MIN_QUERIES`] queries along the innermost query dimension, keys or values that
+    /// move with the query, a head size not a multiple of [`BLOCK_LANES`], or local memory too
+    /// small):
+    ///
+    /// ```text
+    /// work-group: 16 queries of one head (8 work-items each), keys of all 16 in tiles of 32:
+    ///   q block (RoPE applied as it is loaded) into local memory
+    ///   per tile: keys and values staged into local memory (coalesced along e)
+    ///     work-item (q, l): scores of keys l, l + 8, l + 16, l + 24 (the dot product in e order)
+    ///     m' = max(m, max of the tile's scores)           (the query's 32, in key order)
+    ///     p_j = exp(s_j - m'), l = l·exp(m - m') + Σ p_j  (in key order)
+    ///     o[e] = o[e]·exp(m - m') + Σ_j p_j · v_j[e]      (its D / 8 values of e, in key order)
+    ///   out = o / l
+    /// ```
+    ///
+    /// Each key and value is read from memory once per 16 queries instead of once per query;
+    /// the scores never leave local memory. Masked keys (after `last`, before the window) score
+    /// `-inf`; a tile a query sees none of leaves its sums alone. Every sum runs in a fixed
+    /// order: the same bits every run.
+    fn attention_blocks(
+        &self,
+        comment: &str,
+        opts: &KernelOptions,
+    ) -> Result<Option<Emitted>, String> {
+        let k = self.k;
+        let (a, n) = k.attention_dims().ok_or("not an attention launch")?;
+        let hd = k.domain[n];
+        let (w, ix) = (self.w, self.w.ty());
+        let (bq, bk, lanes) = (BLOCK_QUERIES, BLOCK_KEYS, BLOCK_LANES);
+        let g = bq * lanes;
+        let Some(qd) = n.checked_sub(1) else { return Ok(None) };
+        let queries = k.domain[qd];
+        let local = 4 * (bq * hd + bk * (hd + 1) + bk * hd + bq * bk + 2 * bq);
+        let moves = |i: usize| super::map_uses(&k.maps[i], qd);
+        if queries < BLOCK_MIN_QUERIES
+            || hd % lanes != 0
+            || moves(K)
+            || moves(V)
+            || g > opts.max_group
+            || local > opts.local_mem_bytes
+        {
+            return Ok(None);
+        }
+        let per = hd / lanes;
+        let blocks_q = queries.div_ceil(bq);
+        let outer: u64 = k.domain[..qd].iter().product();
+        let out = self.out();
+        let mut s = String::new();
+        s.push_str(comment);
+        let params = self.params();
+        let _ = writeln!(
+            s,
+            "__kernel __attribute__((reqd_work_group_size({g}, 1, 1)))\nvoid {}({params}) {{",
+            k.name
+        );
+        let _ = writeln!(
+            s,
+            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head ({lanes} work-items a query, {per} output values each), the keys in tiles of {bk} staged in local memory, online softmax.\n  __local float fbc_q[{bq}][{hd}];\n  __local float fbc_k[{bk}][{}];\n  __local float fbc_v[{bk}][{hd}];\n  __local float fbc_p[{bq}][{bk}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {lanes}, fbc_ln = lid % {lanes};\n  const {ix} fbc_outer = get_group_id(0) / {blocks_q};\n  const {ix} fbc_qv = (get_group_id(0) % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
+            hd + 1,
+            w.lit(queries)
+        );
+        s.push_str(&self.symbol_checks(false));
+        // The query point's indices: the outer ones from the group, the query from the block;
+        // a work-item past the last query reads query 0's row and stores nothing.
+        let mut exprs: Vec<String> = unflatten("fbc_outer", &k.domain[..qd], w);
+        exprs.push(format!("(fbc_have ? fbc_qv : ({ix})0)"));
+        // This query's keys, and the block's: every query's range, the least start and the
+        // greatest end (an empty range where a symbol is out of range).
+        let (dims, lo, hi) = self.query_point(&mut s, &exprs)?;
+        let at = |e: &str, j: &str| at(&dims, e, j);
+        let _ = writeln!(
+            s,
+            "  const {ix} fbc_j0 = {lo};\n  const {ix} fbc_j1 = (fbc_ok && fbc_have) ? {hi} : fbc_j0;\n  if (fbc_ln == 0) {{\n    fbc_lo[fbc_qi] = fbc_j0;\n    fbc_hi[fbc_qi] = fbc_j1;\n  }}"
+        );
+        let qv = self.rotated_query(&dims)?;
+        let _ = writeln!(
+            s,
+            "  for ({ix} e = fbc_ln; e < {}; e += {lanes}) fbc_q[fbc_qi][e] = {qv};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  {ix} fbc_blo = fbc_lo[0], fbc_bhi = fbc_hi[0];\n  for (int i = 1; i < {bq}; ++i) {{\n    if (fbc_hi[i] > fbc_lo[i]) {{\n      fbc_blo = fbc_bhi > fbc_blo ? min(fbc_blo, fbc_lo[i]) : fbc_lo[i];\n      fbc_bhi = max(fbc_bhi, fbc_hi[i]);\n    }}\n  }}\n  float fbc_m = -INFINITY, fbc_l = 0.0f;\n  float fbc_o[{per}];\n  for (int i = 0; i < {per}; ++i) fbc_o[i] = 0.0f;",
+            w.lit(hd)
+        );
+        let (kv, vv) =
+            (self.read(K, &at("fbc_e", "fbc_jt"))?.0, self.read(V, &at("fbc_e", "fbc_jt"))?.0);
+        let mut score = format!("fbc_dot * {}", f32_lit(a.scale));
+        if a.softcap > 0.0 {
+            let (c, r) = (f32_lit(a.softcap), f32_lit(1.0 / a.softcap));
+            score = format!("{c} * tanh(({score}) * {r})");
+        }
+        let each = bk / lanes;
+        let _ = writeln!(
+            s,
+            "  for ({ix} fbc_t0 = fbc_blo; fbc_t0 < fbc_bhi; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores of keys fbc_ln + {lanes}·c of the tile; masked ones -inf.\n    float fbc_s[{each}];\n    float fbc_mt = -INFINITY;\n    for (int c = 0; c < {each}; ++c) {{\n      const int kj = fbc_ln + {lanes} * c;\n      const {ix} fbc_j = fbc_t0 + kj;\n      float fbc_dot = 0.0f;\n      for (int e = 0; e < {hd}; ++e) fbc_dot += fbc_q[fbc_qi][e] * fbc_k[kj][e];\n      fbc_s[c] = (fbc_j >= fbc_j0 && fbc_j < fbc_j1) ? {score} : -INFINITY;\n      fbc_p[fbc_qi][kj] = fbc_s[c];\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int t = 0; t < {bk}; ++t) fbc_mt = fmax(fbc_mt, fbc_p[fbc_qi][t]);\n    const float fbc_mn = fmax(fbc_m, fbc_mt);\n    // A tile this query sees none of (and none before it) leaves the sums as they are.\n    const float fbc_al = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m - fbc_mn);\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int c = 0; c < {each}; ++c)\n      fbc_p[fbc_qi][fbc_ln + {lanes} * c] = fbc_s[c] == -INFINITY ? 0.0f : exp(fbc_s[c] - fbc_mn);\n    barrier(CLK_LOCAL_MEM_FENCE);\n    float fbc_ps = 0.0f;\n    for (int t = 0; t < {bk}; ++t) fbc_ps += fbc_p[fbc_qi][t];\n    fbc_l = fbc_l * fbc_al + fbc_ps;\n    for (int i = 0; i < {per}; ++i) {{\n      const int e = fbc_ln + {lanes} * i;\n      float fbc_a = fbc_o[i] * fbc_al;\n      for (int t = 0; t < {bk}; ++t) fbc_a += fbc_p[fbc_qi][t] * fbc_v[t][e];\n      fbc_o[i] = fbc_a;\n    }}\n    fbc_m = fbc_mn;\n  }}",
+            bk * hd
+        );
+        let d = at("e", &w.lit(0));
+        let off = self.coord(out, 0, &d)?;
+        let store = self.buffer_store(&off, "fbc_o[i] / fbc_l", &d);
+        let _ = writeln!(
+            s,
+            "  if (!fbc_ok || !fbc_have) return;\n  for (int i = 0; i < {per}; ++i) {{\n    const {ix} e = fbc_ln + {lanes} * i;\n    {store}\n  }}\n}}"
+        );
+        Ok(Some(self.flat(s, (outer.max(1) * blocks_q * g, g))))
     }
 }
 
