@@ -734,3 +734,65 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     assert!(dump.join("decode_matmul_l0_q.cl").exists());
     assert!(!dump.join("decode_matmul_l0_q_k_v.cl").exists());
 }
+
+/// Four matrix-vector products of one row with `[skinny] merge_launches` (the nvidia profile
+/// with it on): `a`, `b` and `u` independent, `g`'s epilogue `SiLU(g) · u` reading `u` at its
+/// own point. They run as one launch, `u` and `g` in the same work-groups, with split-K in the
+/// launch and without it (`--split-k off`), and give the interpreter's numbers, again on a
+/// second run.
+#[test]
+fn merged_launches_match_the_interpreter_split_or_not() {
+    let dir = common::scratch("merged-launches");
+    let text = "func.func @main(%x: tensor<1x512xf32>, %wa: tensor<512x256xf32>, %wb: tensor<512x256xf32>, %wu: tensor<512x256xf32>, %wg: tensor<512x256xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>) {
+  %a = tensor.matmul %x, %wa : (tensor<1x512xf32>, tensor<512x256xf32>) -> tensor<1x256xf32>
+  %b = tensor.matmul %x, %wb : (tensor<1x512xf32>, tensor<512x256xf32>) -> tensor<1x256xf32>
+  %u = tensor.matmul %x, %wu : (tensor<1x512xf32>, tensor<512x256xf32>) -> tensor<1x256xf32>
+  %g = tensor.matmul %x, %wg : (tensor<1x512xf32>, tensor<512x256xf32>) -> tensor<1x256xf32>
+  %s = tensor.silu %g : (tensor<1x256xf32>) -> tensor<1x256xf32>
+  %h = tensor.mul %s, %u : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  func.return %a, %b, %h : tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>
+}
+";
+    let fbir = common::write(&dir, "m.fbir", text.as_bytes());
+    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
+    let on = shipped.replace("\n[skinny]\n", "\n[skinny]\nmerge_launches = true\n");
+    let merging = common::write(&dir, "merging.toml", on.as_bytes());
+    if !common::opencl_device() {
+        return;
+    }
+    for split in ["auto", "off"] {
+        let dump = dir.join(format!("dump-{split}"));
+        let o = common::fbc(&[
+            "run",
+            &fbir,
+            "--target",
+            "opencl",
+            "--profile",
+            &merging,
+            "--split-k",
+            split,
+            "--random-inputs",
+            "1",
+            "--runs",
+            "2",
+            "--check",
+            "--dump-kernels",
+            dump.to_str().unwrap(),
+        ]);
+        assert!(o.code == 0 && o.stdout.contains("check passed"), "{}\n{}", o.stdout, o.stderr);
+        let kernel = std::fs::read_to_string(dump.join("main_matmul_a_b_u_h.cl"))
+            .unwrap_or_else(|e| panic!("split-k {split}: one merged kernel: {e}"));
+        assert!(
+            kernel.contains("//   the same groups, after it: main_matmul_h (its epilogue reads main_matmul_u's output)"),
+            "{kernel}"
+        );
+        assert_eq!(kernel.contains("atomic_inc"), split == "auto", "{kernel}");
+        let left: Vec<String> = std::fs::read_dir(&dump)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("main_"))
+            .collect();
+        assert_eq!(left, ["main_matmul_a_b_u_h.cl"], "split-k {split}");
+    }
+}
