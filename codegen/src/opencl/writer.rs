@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind, TensorOp};
 use fbc_dialects::layout::Layout;
-use fbc_dialects::memory::{init, Kernel, MemType, Scalar, StorageKind as MemStorage};
+use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
 use fbc_ir::{Attr, ElemType, FuncId, Module, OpData, Type, Value};
 
 use super::kernel::{self, KernelOptions};
@@ -586,15 +586,7 @@ impl FuncWriter<'_> {
         }
         let part = e.part.map(|part| {
             let out = k.output();
-            let mut in_body = vec![false; out];
-            k.body.visit(&mut |e| {
-                if let Scalar::In(i) | Scalar::Load(i, _) = e {
-                    if let Some(b) = in_body.get_mut(*i) {
-                        *b = true;
-                    }
-                }
-            });
-            let at_point = (0..out).map(|i| !in_body[i] && k.maps[i] == k.maps[out]).collect();
+            let at_point = k.read_at_output();
             PartInfo {
                 part,
                 reads: args[..out].to_vec(),
@@ -628,10 +620,13 @@ impl FuncWriter<'_> {
 
     /// Runs neighbouring launches of the skinny kernel as one launch (`fbc_kernels::merge`)
     /// where they have one shape (work-group, narrow side, block, split) and none reads or
-    /// writes what another writes: a decode step's Q, K and V projections, which
-    /// `lower-to-memory` schedules next to each other. Only deallocations may come between two
-    /// of them; they move after the merged launch. Fewer launches save the host's enqueue and
-    /// the device's start of each, which a decode step of small products is bound by.
+    /// writes what another writes (a decode step's Q, K and V projections), except that a
+    /// launch may read the previous one's output where its own output is written, over the same
+    /// domain (gate after up), which then runs in that one's work-groups after it.
+    /// `lower-to-memory` schedules such launches next to each other; only deallocations may
+    /// come between two of them, and they move after the merged launch. Fewer launches save
+    /// the host's enqueue and the device's start of each, which a decode step of small products
+    /// is bound by.
     fn merge_launches(&mut self) {
         let steps = std::mem::take(&mut self.steps);
         let parts = std::mem::take(&mut self.parts);

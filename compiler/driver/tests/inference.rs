@@ -629,6 +629,24 @@ fn generate_decodes_a_batch_of_sequences_side_by_side() {
     assert!(o.stderr.contains("`x` is not a token id (an integer)"), "{}", o.stderr);
 }
 
+/// The shipped nvidia profile with `[skinny] merge_launches` on, written into `dir`.
+fn merging_profile(dir: &std::path::Path) -> String {
+    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
+    let on = shipped.replace("\n[skinny]\n", "\n[skinny]\nmerge_launches = true\n");
+    assert_ne!(on, shipped);
+    common::write(dir, "merging.toml", on.as_bytes())
+}
+
+/// `fbc run FBIR --target opencl --profile PROFILE --random-inputs 1 --check EXTRA..` passes.
+fn check_with(fbir: &str, profile: &str, extra: &[&str]) {
+    let mut args =
+        vec!["run", fbir, "--target", "opencl", "--profile", profile, "--random-inputs", "1"];
+    args.extend_from_slice(extra);
+    args.push("--check");
+    let o = common::fbc(&args);
+    assert!(o.code == 0 && o.stdout.contains("check passed"), "{}\n{}", o.stdout, o.stderr);
+}
+
 /// A decode step's Q, K and V projections read one normalised row: `lower-to-memory` allocates
 /// their outputs before the first, so they stay next to each other, and with `[skinny]
 /// merge_launches` the OpenCL writer runs them as one launch of the skinny kernel (-O3, the
@@ -641,10 +659,7 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let dir = common::scratch("qkv-one-launch");
     let text = common::inference_module("llama3.2-1b", 4, 48, 12);
     let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
-    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let on = shipped.replace("\n[skinny]\n", "\n[skinny]\nmerge_launches = true\n");
-    assert_ne!(on, shipped);
-    let merging = common::write(&dir, "merging.toml", on.as_bytes());
+    let merging = merging_profile(&dir);
     let launches = |profile: &str| {
         let out = dir.join("out");
         let _ = std::fs::remove_dir_all(&out);
@@ -706,24 +721,10 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     if !common::opencl_device() {
         return;
     }
-    // `--check` of the decode step with the merging profile and `extra` options.
     let check = |extra: &[&str]| {
-        let mut args = vec![
-            "run",
-            &fbir,
-            "--target",
-            "opencl",
-            "--profile",
-            &merging,
-            "--entry",
-            "decode",
-            "--random-inputs",
-            "1",
-            "--check",
-        ];
+        let mut args = vec!["--entry", "decode"];
         args.extend_from_slice(extra);
-        let o = common::fbc(&args);
-        assert!(o.code == 0 && o.stdout.contains("check passed"), "{}\n{}", o.stdout, o.stderr);
+        check_with(&fbir, &merging, &args);
     };
     check(&["--runs", "1"]);
     check(&["--runs", "3"]);
@@ -754,32 +755,14 @@ fn merged_launches_match_the_interpreter_split_or_not() {
 }
 ";
     let fbir = common::write(&dir, "m.fbir", text.as_bytes());
-    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let on = shipped.replace("\n[skinny]\n", "\n[skinny]\nmerge_launches = true\n");
-    let merging = common::write(&dir, "merging.toml", on.as_bytes());
+    let merging = merging_profile(&dir);
     if !common::opencl_device() {
         return;
     }
     for split in ["auto", "off"] {
         let dump = dir.join(format!("dump-{split}"));
-        let o = common::fbc(&[
-            "run",
-            &fbir,
-            "--target",
-            "opencl",
-            "--profile",
-            &merging,
-            "--split-k",
-            split,
-            "--random-inputs",
-            "1",
-            "--runs",
-            "2",
-            "--check",
-            "--dump-kernels",
-            dump.to_str().unwrap(),
-        ]);
-        assert!(o.code == 0 && o.stdout.contains("check passed"), "{}\n{}", o.stdout, o.stderr);
+        let dumped = dump.to_str().unwrap();
+        check_with(&fbir, &merging, &["--split-k", split, "--runs", "2", "--dump-kernels", dumped]);
         let kernel = std::fs::read_to_string(dump.join("main_matmul_a_b_u_h.cl"))
             .unwrap_or_else(|e| panic!("split-k {split}: one merged kernel: {e}"));
         assert!(

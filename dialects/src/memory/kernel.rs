@@ -320,6 +320,22 @@ impl Kernel {
         self.maps.len() - 1
     }
 
+    /// Per input operand: whether it is read only where the output is written, at the output's
+    /// map and never in the body (an epilogue's `x2` in `acc * sigmoid(acc) * x2`), so that it
+    /// may be the output of a launch run just before in the same work-groups.
+    pub fn read_at_output(&self) -> Vec<bool> {
+        let out = self.output();
+        let mut in_body = vec![false; out];
+        self.body.visit(&mut |e| {
+            if let Scalar::In(i) | Scalar::Load(i, _) = e {
+                if let Some(b) = in_body.get_mut(*i) {
+                    *b = true;
+                }
+            }
+        });
+        (0..out).map(|i| !in_body[i] && self.maps[i] == self.maps[out]).collect()
+    }
+
     /// Floating-point (and integer) operations of one run: the body and the combine at every
     /// domain point, the epilogue at every parallel point (a row kernel: also each statistic's
     /// body and combine at every point, its epilogue at every parallel point; an attention

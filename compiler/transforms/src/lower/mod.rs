@@ -952,22 +952,8 @@ fn siblings(plan: &Plan, a: &(Kernel, Vec<Sid>, Span), b: &(Kernel, Vec<Sid>, Sp
 /// then run `b` in the same work-groups as `a`, after it.
 fn reads_at_point(b: &(Kernel, Vec<Sid>, Span), s: Sid, ka: &Kernel) -> bool {
     let kb = &b.0;
-    let out = kb.output();
-    let mut in_body = vec![false; out];
-    kb.body.visit(&mut |e| {
-        if let Scalar::In(i) | Scalar::Load(i, _) = e {
-            if let Some(r) = in_body.get_mut(*i) {
-                *r = true;
-            }
-        }
-    });
-    (0..out).all(|i| {
-        b.1[i] != s
-            || (!in_body[i]
-                && kb.maps[i] == kb.maps[out]
-                && kb.domain == ka.domain
-                && ka.maps.last() == kb.maps.last())
-    })
+    let same = kb.domain == ka.domain && ka.maps.last() == kb.maps.last();
+    kb.read_at_output().iter().enumerate().all(|(i, &at)| b.1[i] != s || (at && same))
 }
 
 /// Writes the plan back as the body of `f`.
