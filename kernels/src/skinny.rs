@@ -641,14 +641,14 @@ pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
             _ => q.clone(),
         }));
     }
-    // Part `i`'s text in a block of its own, its parameters renamed.
-    let scoped = |i: usize, text: &str| {
+    // Part `i`'s text indented, its parameters renamed around it (none for the first part).
+    let renamed = |i: usize, text: &str| {
         let names: Vec<&str> = if i > 0 {
             parts[i].params.iter().filter_map(|q| q.rsplit(' ').next()).collect()
         } else {
             Vec::new()
         };
-        let mut out = String::from("{\n");
+        let mut out = String::new();
         for x in &names {
             out.push_str(&format!("#define {x} p{i}_{x}\n"));
         }
@@ -656,9 +656,10 @@ pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
         for x in &names {
             out.push_str(&format!("#undef {x}\n"));
         }
-        out.push_str("}\n");
         out
     };
+    // The same in a block of its own (a pair's pieces declare the same names).
+    let scoped = |i: usize, text: &str| format!("{{\n{}}}\n", renamed(i, text));
     let mut bodies = String::new();
     let (mut first, mut extra) = (0, groups);
     for (u, &(a, b)) in units.iter().enumerate() {
@@ -672,16 +673,8 @@ pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
                 .replace(PART_SLOT, slot)
         };
         let mut text = match b {
-            None => {
-                let body = fill(a, "");
-                if a == 0 {
-                    indent(&body)
-                } else {
-                    // A single part's body needs no block of its own: the branch is one.
-                    let s = scoped(a, &body);
-                    s[2..s.len() - 2].to_string()
-                }
-            }
+            // A single part's body needs no block of its own: the branch is one.
+            None => renamed(a, &fill(a, "")),
             Some(b) => {
                 let _ = writeln!(
                     comment,

@@ -123,7 +123,8 @@ pub struct Emitted {
     /// operands.
     pub split: Option<(u64, u64)>,
     /// The skinny kernel written as a part of a merged launch (`fbc_kernels::merge`), where its
-    /// form allows one: the writer runs neighbouring independent launches of one shape as one.
+    /// form allows one and the profile's `[skinny] merge_launches` is on: the writer runs
+    /// neighbouring launches of one shape as one.
     pub part: Option<fbc_kernels::SkinnyPart>,
 }
 
@@ -2449,7 +2450,8 @@ impl Cx<'_> {
             checked: false,
             shape: None,
             split: s.scratch(),
-            part: fbc_kernels::skinny_part(&s),
+            // Written twice only where the writer may merge it.
+            part: if opts.skinny.merge_launches { fbc_kernels::skinny_part(&s) } else { None },
         })
     }
 }
