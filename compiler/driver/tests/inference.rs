@@ -629,12 +629,12 @@ fn generate_decodes_a_batch_of_sequences_side_by_side() {
     assert!(o.stderr.contains("`x` is not a token id (an integer)"), "{}", o.stderr);
 }
 
-/// The shipped nvidia profile with `[skinny] merge_launches` on, written into `dir`.
-fn merging_profile(dir: &std::path::Path) -> String {
+/// The shipped nvidia profile with `[skinny] merge_launches` off, written into `dir`.
+fn separate_launches_profile(dir: &std::path::Path) -> String {
     let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let on = shipped.replace("\n[skinny]\n", "\n[skinny]\nmerge_launches = true\n");
-    assert_ne!(on, shipped);
-    common::write(dir, "merging.toml", on.as_bytes())
+    let off = shipped.replace("\nmerge_launches = true\n", "\nmerge_launches = false\n");
+    assert_ne!(off, shipped);
+    common::write(dir, "separate.toml", off.as_bytes())
 }
 
 /// `fbc run FBIR --target opencl --profile PROFILE --random-inputs 1 --check EXTRA..` passes.
@@ -649,8 +649,8 @@ fn check_with(fbir: &str, profile: &str, extra: &[&str]) {
 
 /// A decode step's Q, K and V projections read one normalised row: `lower-to-memory` allocates
 /// their outputs before the first, so they stay next to each other, and with `[skinny]
-/// merge_launches` the OpenCL writer runs them as one launch of the skinny kernel (-O3, the
-/// nvidia profile with it on; the shipped one has it off). Up and gate, whose epilogue
+/// merge_launches` (on in the shipped nvidia profile) the OpenCL writer runs them as one launch
+/// of the skinny kernel (-O3); with it off, a launch each. Up and gate, whose epilogue
 /// `SiLU(gate) · up` reads up at its own output point, run as one launch too, gate after up in
 /// the same work-groups. On the device the merged launches give the interpreter's numbers, on
 /// the first run and on a third (the split-K counts each run leaves at zero).
@@ -659,7 +659,7 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let dir = common::scratch("qkv-one-launch");
     let text = common::inference_module("llama3.2-1b", 4, 48, 12);
     let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
-    let merging = merging_profile(&dir);
+    let separate = separate_launches_profile(&dir);
     let launches = |profile: &str| {
         let out = dir.join("out");
         let _ = std::fs::remove_dir_all(&out);
@@ -693,9 +693,9 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let f = lowered.find_func("decode").expect("@decode");
     let ops = lowered.func(f).body.iter().filter(|&&o| lowered.op(o).name() == "memory.launch");
     let ops = ops.count();
-    // The shipped profile: a launch per op.
-    assert_eq!(launches("nvidia").len(), ops);
-    let merged = launches(&merging);
+    // Merging off: a launch per op.
+    assert_eq!(launches(&separate).len(), ops);
+    let merged = launches("nvidia");
     let names: Vec<&str> = merged.iter().map(|l| l["kernel"].as_str().unwrap()).collect();
     for gone in [
         "decode_matmul_l0_q",
@@ -724,7 +724,7 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let check = |extra: &[&str]| {
         let mut args = vec!["--entry", "decode"];
         args.extend_from_slice(extra);
-        check_with(&fbir, &merging, &args);
+        check_with(&fbir, "nvidia", &args);
     };
     check(&["--runs", "1"]);
     check(&["--runs", "3"]);
@@ -736,8 +736,8 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     assert!(!dump.join("decode_matmul_l0_q_k_v.cl").exists());
 }
 
-/// Four matrix-vector products of one row with `[skinny] merge_launches` (the nvidia profile
-/// with it on): `a`, `b` and `u` independent, `g`'s epilogue `SiLU(g) · u` reading `u` at its
+/// Four matrix-vector products of one row with `[skinny] merge_launches` (the shipped nvidia
+/// profile): `a`, `b` and `u` independent, `g`'s epilogue `SiLU(g) · u` reading `u` at its
 /// own point. They run as one launch, `u` and `g` in the same work-groups, with split-K in the
 /// launch and without it (`--split-k off`), and give the interpreter's numbers, again on a
 /// second run.
@@ -755,14 +755,13 @@ fn merged_launches_match_the_interpreter_split_or_not() {
 }
 ";
     let fbir = common::write(&dir, "m.fbir", text.as_bytes());
-    let merging = merging_profile(&dir);
     if !common::opencl_device() {
         return;
     }
     for split in ["auto", "off"] {
         let dump = dir.join(format!("dump-{split}"));
         let dumped = dump.to_str().unwrap();
-        check_with(&fbir, &merging, &["--split-k", split, "--runs", "2", "--dump-kernels", dumped]);
+        check_with(&fbir, "nvidia", &["--split-k", split, "--runs", "2", "--dump-kernels", dumped]);
         let kernel = std::fs::read_to_string(dump.join("main_matmul_a_b_u_h.cl"))
             .unwrap_or_else(|e| panic!("split-k {split}: one merged kernel: {e}"));
         assert!(
