@@ -151,17 +151,25 @@ impl Cx<'_> {
         let off = self.coord(out, 0, &d)?;
         if chunks > 1 {
             // Partials: [points, chunks, D + 2] = o, then m and l. The last group of the point
-            // to count itself in adds them in chunk order (the same bits every run).
-            let combined = self.buffer_store(&off, "fbc_oc / fbc_lc", &d);
+            // to count itself in combines them, every sum in a fixed order (the same bits every
+            // run) and no load waiting on another: the greatest m by a tree over the group, then
+            // per block of G chunks each work-item one chunk's factor f_c = exp(m_c - M) into
+            // local memory (and its l_c·f_c into its own sum), and work-item (r, e) the chunks
+            // ≡ r (mod R) of the block's o_c[e]·f_c; out[e] = Σ_r o_r[e] / Σ l_c·f_c.
+            let combined =
+                self.buffer_store(&off, &format!("({}) / fbc_lc", sum_o.join(" + ")), &d);
             let _ = writeln!(
                 s,
-                "  __global float* fbc_at = fbc_part + ((long)gid * {chunks} + fbc_c) * {stride};\n  if (!fbc_ok) return;\n  for ({ix} e = lid; e < {hdl}; e += {g}) fbc_at[e] = fbc_j0 < fbc_j1 ? {} : 0.0f;\n  if (lid == 0) {{\n    fbc_at[{hd}] = fbc_j0 < fbc_j1 ? fbc_m : -INFINITY;\n    fbc_at[{}] = fbc_j0 < fbc_j1 ? fbc_l : 0.0f;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (lid == 0) fbc_done = atomic_inc(fbc_count + gid) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_done) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's partial.\n  const volatile __global float* fbc_all = fbc_part + (long)gid * {};\n  float fbc_mc = -INFINITY;\n  for (int c = 0; c < {chunks}; ++c) fbc_mc = fmax(fbc_mc, fbc_all[c * {stride} + {hd}]);\n  for ({ix} e = lid; e < {hdl}; e += {g}) {{\n    float fbc_lc = 0.0f, fbc_oc = 0.0f;\n    for (int c = 0; c < {chunks}; ++c) {{\n      const float mc = fbc_all[c * {stride} + {hd}];\n      if (mc == -INFINITY) continue;\n      const float f = exp(mc - fbc_mc);\n      fbc_lc += fbc_all[c * {stride} + {}] * f;\n      fbc_oc += fbc_all[c * {stride} + e] * f;\n    }}\n    {combined}\n  }}\n  if (lid == 0) fbc_count[gid] = 0;\n}}",
+                "  __global float* fbc_at = fbc_part + ((long)gid * {chunks} + fbc_c) * {stride};\n  if (!fbc_ok) return;\n  for ({ix} e = lid; e < {hdl}; e += {g}) fbc_at[e] = fbc_j0 < fbc_j1 ? {} : 0.0f;\n  if (lid == 0) {{\n    fbc_at[{hd}] = fbc_j0 < fbc_j1 ? fbc_m : -INFINITY;\n    fbc_at[{}] = fbc_j0 < fbc_j1 ? fbc_l : 0.0f;\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (lid == 0) fbc_done = atomic_inc(fbc_count + gid) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_done) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's partial.\n  const volatile __global float* fbc_all = fbc_part + (long)gid * {};\n  float fbc_mc = -INFINITY;\n  for (int c = lid; c < {chunks}; c += {g}) fbc_mc = fmax(fbc_mc, fbc_all[c * {stride} + {hd}]);\n  fbc_red[lid] = fbc_mc;\n{}  fbc_mc = fbc_red[0];\n  float fbc_lc = 0.0f;\n  for (int fbc_i = lid; fbc_i < {rd}; fbc_i += {g}) fbc_o[fbc_i] = 0.0f;\n  for (int c0 = 0; c0 < {chunks}; c0 += {g}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    if (c0 + lid < {chunks}) {{\n      const int c = c0 + lid;\n      const float mc = fbc_all[c * {stride} + {hd}];\n      const float f = mc == -INFINITY ? 0.0f : exp(mc - fbc_mc);\n      fbc_lc += fbc_all[c * {stride} + {}] * f;\n      fbc_red[lid] = f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_i = lid; fbc_i < {rd}; fbc_i += {g}) {{\n      const int e = fbc_i % {hd};\n      float fbc_a = fbc_o[fbc_i];\n      for (int c = fbc_i / {hd}; c < {g} && c0 + c < {chunks}; c += {subsets}) fbc_a += fbc_all[(c0 + c) * {stride} + e] * fbc_red[c];\n      fbc_o[fbc_i] = fbc_a;\n    }}\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  fbc_red[lid] = fbc_lc;\n{}  fbc_lc = fbc_red[0];\n  for ({ix} e = lid; e < {hdl}; e += {g}) {{\n    {combined}\n  }}\n  if (lid == 0) fbc_count[gid] = 0;\n}}",
                 sum_o.join(" + "),
                 hd + 1,
                 chunks - 1,
                 chunks * stride,
+                tree("fmax(fbc_red[lid], fbc_red[lid + h])"),
                 hd + 1,
+                tree("fbc_red[lid] + fbc_red[lid + h]"),
                 hdl = w.lit(hd),
+                rd = subsets * hd,
             );
         } else {
             let store = self.buffer_store(&off, &format!("({}) / fbc_l", sum_o.join(" + ")), &d);
@@ -241,41 +249,59 @@ impl Cx<'_> {
     }
 }
 
-/// Queries of a work-group of the query-block form.
-const BLOCK_QUERIES: u64 = 16;
+/// The query-block form's tiles, `(queries of a work-group, keys of a tile)`, the largest
+/// first: the first whose local memory fits the device is taken (64 × 32 for a head of 64 in
+/// 48 KiB, 32 × 32 in 32 KiB).
+const BLOCK_SHAPES: [(u64, u64); 4] = [(64, 32), (32, 32), (32, 16), (16, 16)];
 
-/// Keys of a tile of the query-block form.
-const BLOCK_KEYS: u64 = 32;
+/// Query rows of a work-item of the query-block form: each holds the scores and output values
+/// of rows `r, r + Q/4, r + Q/2, r + 3Q/4` of its work-group's `Q` queries.
+const BLOCK_ROWS: u64 = 4;
 
-/// Work-items per query of the query-block form: each holds `D / 8` of its query's output
-/// values and scores four keys of a tile.
+/// Work-items along the keys of a tile (and along the head's values) per row group: each
+/// scores keys `c, c + 8, ..` of a tile and holds values `c, c + 8, ..` (or float4s of them) of
+/// its rows' outputs.
 const BLOCK_LANES: u64 = 8;
 
 /// The fewest queries per head that take the query-block form (a prompt): a shorter attention
 /// (a decode step's one query) takes flash-decoding, whose chunks give it work-groups.
 pub(crate) const BLOCK_MIN_QUERIES: u64 = 64;
 
+/// Local memory of the query-block form for `bq` queries, tiles of `bk` keys and head size
+/// `hd`, with `ixb`-byte indices: the query block (its rows padded by four floats, so the
+/// float4 reads of neighbouring rows fall in different banks; the outputs reuse it), the key
+/// tile (padded alike), the value tile, the scores (padded by four), the rows' key ranges, their
+/// rescale factors and their sums.
+fn block_local_bytes(bq: u64, bk: u64, hd: u64, ixb: u64) -> u64 {
+    4 * (bq * (hd + 4) + bk * (hd + 4) + bk * hd + bq * (bk + 4) + 2 * bq) + 2 * bq * ixb
+}
+
 impl Cx<'_> {
     /// The query-block form (FLAT, the flash-attention dataflow) of an attention launch with
     /// many queries per head, or `None` where it does not apply (fewer than
     /// [`BLOCK_MIN_QUERIES`] queries along the innermost query dimension, keys or values that
-    /// move with the query, a head size not a multiple of [`BLOCK_LANES`], or local memory too
-    /// small):
+    /// move with the query, a head size not a multiple of [`BLOCK_LANES`], or no shape of
+    /// [`BLOCK_SHAPES`] that fits the device's local memory and work-group):
     ///
     /// ```text
-    /// work-group: 16 queries of one head (8 work-items each), keys of all 16 in tiles of 32:
-    ///   q block (RoPE applied as it is loaded) into local memory
+    /// work-group: Q queries of one head (2·Q work-items), keys of all Q in tiles of K:
+    ///   q block (RoPE applied as it is loaded) into local memory, two work-items a query
     ///   per tile: keys and values staged into local memory (coalesced along e)
-    ///     work-item (q, l): scores of keys l, l + 8, l + 16, l + 24 (the dot product in e order)
-    ///     m' = max(m, max of the tile's scores)           (the query's 32, in key order)
-    ///     p_j = exp(s_j - m'), l = l·exp(m - m') + Σ p_j  (in key order)
-    ///     o[e] = o[e]·exp(m - m') + Σ_j p_j · v_j[e]      (its D / 8 values of e, in key order)
-    ///   out = o / l
+    ///     work-item (r, c): the scores of its 4 rows × K/8 keys, register-blocked: per four
+    ///       values of e, 4 float4 reads of q and K/8 of k for 16·K/8 products
+    ///     work-item r < Q:  m' = max(m, the row's K scores) (in key order),
+    ///                       p_j = exp(s_j - m'), l = l·exp(m - m') + Σ p_j (in key order)
+    ///     work-item (r, c): o = o·exp(m - m') + p · v over its 4 rows × D/8 values
+    ///                       (float4s of v where D is a multiple of 32), in key order
+    ///   out = o / l, through local memory, stored two work-items a query
     /// ```
     ///
-    /// Each key and value is read from memory once per 16 queries instead of once per query;
-    /// the scores never leave local memory. Masked keys (after `last`, before the window) score
-    /// `-inf`; a tile a query sees none of leaves its sums alone. Every sum runs in a fixed
+    /// Each key and value is read from memory once per Q queries; the scores never leave
+    /// local memory, and both products read four values from local memory per four to eight
+    /// multiply-adds (the 16-queries form before it, one query per 8 work-items, read two per
+    /// one: 0.237 ms for the attention of a 512-token Llama 3.2-1B prefill on an H100, slower
+    /// than the unfused products and softmax). Masked keys (after `last`, before the window)
+    /// score `-inf`; a tile a row sees none of leaves its sums alone. Every sum runs in a fixed
     /// order: the same bits every run.
     fn attention_blocks(
         &self,
@@ -286,22 +312,28 @@ impl Cx<'_> {
         let (a, n) = k.attention_dims().ok_or("not an attention launch")?;
         let hd = k.domain[n];
         let (w, ix) = (self.w, self.w.ty());
-        let (bq, bk, lanes) = (BLOCK_QUERIES, BLOCK_KEYS, BLOCK_LANES);
-        let g = bq * lanes;
         let Some(qd) = n.checked_sub(1) else { return Ok(None) };
         let queries = k.domain[qd];
-        let local = 4 * (bq * hd + bk * (hd + 1) + bk * hd + bq * bk + 2 * bq);
         let moves = |i: usize| super::map_uses(&k.maps[i], qd);
-        if queries < BLOCK_MIN_QUERIES
-            || hd % lanes != 0
-            || moves(K)
-            || moves(V)
-            || g > opts.max_group
-            || local > opts.local_mem_bytes
-        {
+        if queries < BLOCK_MIN_QUERIES || hd % BLOCK_LANES != 0 || moves(K) || moves(V) {
             return Ok(None);
         }
-        let per = hd / lanes;
+        let ixb = if ix == "int" { 4 } else { 8 };
+        let lanes = BLOCK_LANES;
+        let Some((bq, bk)) = BLOCK_SHAPES.into_iter().find(|&(bq, bk)| {
+            bq / BLOCK_ROWS * lanes <= opts.max_group
+                && block_local_bytes(bq, bk, hd, ixb) <= opts.local_mem_bytes
+        }) else {
+            return Ok(None);
+        };
+        let g = bq / BLOCK_ROWS * lanes;
+        // Work-items per query when loading the queries and storing the outputs.
+        let ql = g / bq;
+        let stride = bq / BLOCK_ROWS;
+        // The values of a row a work-item holds: float4s where the head allows.
+        let vw = if hd % (4 * lanes) == 0 { 4 } else { 1 };
+        let (vt, vc) = if vw == 4 { ("float4", hd / (4 * lanes)) } else { ("float", hd / lanes) };
+        let kc = bk / lanes;
         let blocks_q = queries.div_ceil(bq);
         let outer: u64 = k.domain[..qd].iter().product();
         let out = self.out();
@@ -315,8 +347,10 @@ impl Cx<'_> {
         );
         let _ = writeln!(
             s,
-            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head ({lanes} work-items a query, {per} output values each), the keys in tiles of {bk} staged in local memory, online softmax.\n  __local float fbc_q[{bq}][{hd}];\n  __local float fbc_k[{bk}][{}];\n  __local float fbc_v[{bk}][{hd}];\n  __local float fbc_p[{bq}][{bk}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {lanes}, fbc_ln = lid % {lanes};\n  const {ix} fbc_outer = get_group_id(0) / {blocks_q};\n  const {ix} fbc_qv = (get_group_id(0) % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
-            hd + 1,
+            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head, keys in tiles of {bk} staged in local memory, online softmax; work-item (r, c) holds rows r + {stride}·i (i < {BLOCK_ROWS}), scores keys c + {lanes}·j (j < {kc}) and holds {vc} {vt} of each row's outputs.\n  __local float fbc_q[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_k[{bk}][{}] __attribute__((aligned(16)));\n  __local float fbc_v[{bk}][{hd}] __attribute__((aligned(16)));\n  __local float fbc_p[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_al[{bq}], fbc_ls[{bq}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {ql}, fbc_ln = lid % {ql};\n  const {ix} fbc_outer = get_group_id(0) / {blocks_q};\n  const {ix} fbc_qv = (get_group_id(0) % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
+            hd + 4,
+            hd + 4,
+            bk + 4,
             w.lit(queries)
         );
         s.push_str(&self.symbol_checks(false));
@@ -335,28 +369,51 @@ impl Cx<'_> {
         let qv = self.rotated_query(&dims)?;
         let _ = writeln!(
             s,
-            "  for ({ix} e = fbc_ln; e < {}; e += {lanes}) fbc_q[fbc_qi][e] = {qv};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  {ix} fbc_blo = fbc_lo[0], fbc_bhi = fbc_hi[0];\n  for (int i = 1; i < {bq}; ++i) {{\n    if (fbc_hi[i] > fbc_lo[i]) {{\n      fbc_blo = fbc_bhi > fbc_blo ? min(fbc_blo, fbc_lo[i]) : fbc_lo[i];\n      fbc_bhi = max(fbc_bhi, fbc_hi[i]);\n    }}\n  }}\n  float fbc_m = -INFINITY, fbc_l = 0.0f;\n  float fbc_o[{per}];\n  for (int i = 0; i < {per}; ++i) fbc_o[i] = 0.0f;",
+            "  for ({ix} e = fbc_ln; e < {}; e += {ql}) fbc_q[fbc_qi][e] = {qv};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  {ix} fbc_blo = fbc_lo[0], fbc_bhi = fbc_hi[0];\n  for (int i = 1; i < {bq}; ++i) {{\n    if (fbc_hi[i] > fbc_lo[i]) {{\n      fbc_blo = fbc_bhi > fbc_blo ? min(fbc_blo, fbc_lo[i]) : fbc_lo[i];\n      fbc_bhi = max(fbc_bhi, fbc_hi[i]);\n    }}\n  }}\n  const int fbc_r = lid / {lanes}, fbc_c = lid % {lanes};\n  {ix} fbc_rlo[{BLOCK_ROWS}], fbc_rhi[{BLOCK_ROWS}];\n  {vt} fbc_o[{BLOCK_ROWS}][{vc}];\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    fbc_rlo[i] = fbc_lo[fbc_r + {stride} * i];\n    fbc_rhi[i] = fbc_hi[fbc_r + {stride} * i];\n    for (int h = 0; h < {vc}; ++h) fbc_o[i][h] = 0.0f;\n  }}\n  // Row lid's running maximum and sum (work-items lid < {bq}).\n  float fbc_m = -INFINITY, fbc_l = 0.0f;",
             w.lit(hd)
         );
         let (kv, vv) =
             (self.read(K, &at("fbc_e", "fbc_jt"))?.0, self.read(V, &at("fbc_e", "fbc_jt"))?.0);
-        let mut score = format!("fbc_dot * {}", f32_lit(a.scale));
+        let mut score = format!("fbc_s[i][j] * {}", f32_lit(a.scale));
         if a.softcap > 0.0 {
             let (c, r) = (f32_lit(a.softcap), f32_lit(1.0 / a.softcap));
             score = format!("{c} * tanh(({score}) * {r})");
         }
-        let each = bk / lanes;
+        let lv =
+            |arr: &str, row: &str, col: &str| format!("*(__local float4*)&{arr}[{row}][{col}]");
+        let (q4, k4) = (
+            lv("fbc_q", &format!("fbc_r + {stride} * i"), "e"),
+            lv("fbc_k", &format!("fbc_c + {lanes} * j"), "e"),
+        );
+        let p4 = lv("fbc_p", &format!("fbc_r + {stride} * i"), "t");
+        let v_at = format!("fbc_c * {vw} + {} * h", lanes * vw);
+        let vread =
+            if vw == 4 { lv("fbc_v", "t + u", &v_at) } else { format!("fbc_v[t + u][{v_at}]") };
+        // The value step, four keys at a time: key t + u of the tile, the rows' scores p.s{u}.
+        let mut pv = String::new();
+        for u in 0..4 {
+            let _ = write!(
+                pv,
+                "\n      {{\n        const int u = {u};\n        {vt} fbc_vv[{vc}];\n        for (int h = 0; h < {vc}; ++h) fbc_vv[h] = {vread};\n        for (int i = 0; i < {BLOCK_ROWS}; ++i)\n          for (int h = 0; h < {vc}; ++h) fbc_o[i][h] = fma(({vt})(fbc_pt[i].s{u}), fbc_vv[h], fbc_o[i][h]);\n      }}"
+            );
+        }
         let _ = writeln!(
             s,
-            "  for ({ix} fbc_t0 = fbc_blo; fbc_t0 < fbc_bhi; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores of keys fbc_ln + {lanes}·c of the tile; masked ones -inf.\n    float fbc_s[{each}];\n    float fbc_mt = -INFINITY;\n    for (int c = 0; c < {each}; ++c) {{\n      const int kj = fbc_ln + {lanes} * c;\n      const {ix} fbc_j = fbc_t0 + kj;\n      float fbc_dot = 0.0f;\n      for (int e = 0; e < {hd}; ++e) fbc_dot += fbc_q[fbc_qi][e] * fbc_k[kj][e];\n      fbc_s[c] = (fbc_j >= fbc_j0 && fbc_j < fbc_j1) ? {score} : -INFINITY;\n      fbc_p[fbc_qi][kj] = fbc_s[c];\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int t = 0; t < {bk}; ++t) fbc_mt = fmax(fbc_mt, fbc_p[fbc_qi][t]);\n    const float fbc_mn = fmax(fbc_m, fbc_mt);\n    // A tile this query sees none of (and none before it) leaves the sums as they are.\n    const float fbc_al = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m - fbc_mn);\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int c = 0; c < {each}; ++c)\n      fbc_p[fbc_qi][fbc_ln + {lanes} * c] = fbc_s[c] == -INFINITY ? 0.0f : exp(fbc_s[c] - fbc_mn);\n    barrier(CLK_LOCAL_MEM_FENCE);\n    float fbc_ps = 0.0f;\n    for (int t = 0; t < {bk}; ++t) fbc_ps += fbc_p[fbc_qi][t];\n    fbc_l = fbc_l * fbc_al + fbc_ps;\n    for (int i = 0; i < {per}; ++i) {{\n      const int e = fbc_ln + {lanes} * i;\n      float fbc_a = fbc_o[i] * fbc_al;\n      for (int t = 0; t < {bk}; ++t) fbc_a += fbc_p[fbc_qi][t] * fbc_v[t][e];\n      fbc_o[i] = fbc_a;\n    }}\n    fbc_m = fbc_mn;\n  }}",
+            "  for ({ix} fbc_t0 = fbc_blo; fbc_t0 < fbc_bhi; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores: rows fbc_r + {stride}·i against keys fbc_c + {lanes}·j, four values of e at a time.\n    float fbc_s[{BLOCK_ROWS}][{kc}];\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) fbc_s[i][j] = 0.0f;\n    for (int e = 0; e < {hd}; e += 4) {{\n      float4 fbc_qe[{BLOCK_ROWS}], fbc_ke[{kc}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_qe[i] = {q4};\n      for (int j = 0; j < {kc}; ++j) fbc_ke[j] = {k4};\n      for (int i = 0; i < {BLOCK_ROWS}; ++i)\n        for (int j = 0; j < {kc}; ++j)\n          fbc_s[i][j] = fma(fbc_qe[i].w, fbc_ke[j].w, fma(fbc_qe[i].z, fbc_ke[j].z, fma(fbc_qe[i].y, fbc_ke[j].y, fma(fbc_qe[i].x, fbc_ke[j].x, fbc_s[i][j]))));\n    }}\n    // Masked keys score -inf.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) {{\n        const {ix} fbc_j = fbc_t0 + fbc_c + {lanes} * j;\n        fbc_p[fbc_r + {stride} * i][fbc_c + {lanes} * j] = (fbc_j >= fbc_rlo[i] && fbc_j < fbc_rhi[i]) ? {score} : -INFINITY;\n      }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    if (lid < {bq}) {{\n      float fbc_mn = fbc_m;\n      for (int t = 0; t < {bk}; ++t) fbc_mn = fmax(fbc_mn, fbc_p[lid][t]);\n      // A tile this row sees none of (and none before it) leaves the sums as they are.\n      const float fbc_a = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m - fbc_mn);\n      float fbc_ps = 0.0f;\n      for (int t = 0; t < {bk}; ++t) {{\n        const float x = fbc_p[lid][t];\n        const float fbc_pe = x == -INFINITY ? 0.0f : exp(x - fbc_mn);\n        fbc_p[lid][t] = fbc_pe;\n        fbc_ps += fbc_pe;\n      }}\n      fbc_l = fbc_l * fbc_a + fbc_ps;\n      fbc_m = fbc_mn;\n      fbc_al[lid] = fbc_a;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      const float fbc_a = fbc_al[fbc_r + {stride} * i];\n      for (int h = 0; h < {vc}; ++h) fbc_o[i][h] *= fbc_a;\n    }}\n    for (int t = 0; t < {bk}; t += 4) {{\n      float4 fbc_pt[{BLOCK_ROWS}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_pt[i] = {p4};{pv}\n    }}\n  }}",
             bk * hd
         );
         let d = at("e", &w.lit(0));
         let off = self.coord(out, 0, &d)?;
-        let store = self.buffer_store(&off, "fbc_o[i] / fbc_l", &d);
+        let store = self.buffer_store(&off, "fbc_q[fbc_qi][e]", &d);
+        let o_at = if vw == 4 {
+            lv("fbc_q", &format!("fbc_r + {stride} * i"), &v_at)
+        } else {
+            format!("fbc_q[fbc_r + {stride} * i][{v_at}]")
+        };
         let _ = writeln!(
             s,
-            "  if (!fbc_ok || !fbc_have) return;\n  for (int i = 0; i < {per}; ++i) {{\n    const {ix} e = fbc_ln + {lanes} * i;\n    {store}\n  }}\n}}"
+            "  // out = o / l, through the query block's local memory.\n  if (lid < {bq}) fbc_ls[lid] = fbc_l;\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const float fbc_d = fbc_ls[fbc_r + {stride} * i];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
+            w.lit(hd)
         );
         Ok(Some(self.flat(s, (outer.max(1) * blocks_q * g, g))))
     }
