@@ -191,7 +191,9 @@ pub fn physical_mapping(
         && w <= u64::from(p.image.max_width)
         && h <= u64::from(p.image.max_height);
     if !fits {
-        t.storage = Storage::Buffer;
+        // In a buffer the tile's rows stay rows: blocks stacked for a texture's 2-D cache
+        // serve no cache there.
+        t = RTile::for_shape(shape, tile, Intra::Rows, horizontal, Storage::Buffer).ok()?;
     } else {
         let desc = TensorDesc { shape: shape.to_vec(), elem_bytes };
         t.storage = perf_model::measured_storage(p, &desc, consumers);
@@ -267,12 +269,14 @@ mod tests {
 
     #[test]
     fn too_large_for_an_image_goes_to_a_buffer() {
-        let p = fbc_target::builtin("generic").unwrap(); // 8192 x 8192 images
-                                                         // 32 x 32 tiles are 8 texels wide > C_w = 4: blocks of 16 elements, 64 x 4 texels;
-                                                         // 4096 tiles across make 16384 texels.
+        // 8192 x 8192 images. 32 x 32 tiles are 8 texels wide > C_w = 4: in an image, blocks
+        // of 16 elements, 64 x 4 texels a tile; 4096 tiles across make 16384 texels, too wide.
+        let p = fbc_target::builtin("generic").unwrap();
         let t = physical_mapping(&p, &[64, 131072], 4, [32, 32], &[]).unwrap();
-        assert_eq!(t.intra, Intra::Block { bh: 4, bw: 16 });
-        assert_eq!(t.image, Some([16384, 128]));
+        // In a buffer the tile's rows stay rows.
+        assert_eq!(t.intra, Intra::Rows);
         assert_eq!(t.storage, Storage::Buffer);
+        // Its extent as rows: 4096 tiles of 8 texels across, 2 tiles of 32 rows down.
+        assert_eq!(t.image, Some([32768, 64]));
     }
 }
