@@ -224,8 +224,9 @@ if want attention; then
 fi
 # Prefill attention in query blocks (issue 14, part flat): a one-layer Llama 3.2-1B prefill of
 # 512 tokens (the MHA C1 shape: 32 heads of 64 over 512 positions, GQA 8) with its attention
-# fused (`fuse-attention{max-queries=1024}`, the query-block kernel) and unfused (the tiled
-# products and the softmax), checked against the interpreter first, then alternated twice.
+# fused (`fuse-attention{max-queries=1024}` ahead of -O3: the query-block kernel) and unfused
+# (the tiled products and the softmax), the fused one checked against the interpreter first,
+# then alternated twice, with $OLD's kernel for the same fused module where OLD is set.
 # Results: $O/flat.txt.
 if want flat; then
   F2=$O/flat.txt
@@ -235,9 +236,10 @@ if want flat; then
   echo "== check prefill, fused in query blocks" >> $F2
   timeout 200 $B run $T/flat_fused.fbir --entry prefill --target opencl --device $D --profile $P --random-inputs 1 --check >> $F2 2>&1; echo "rc=$?" >> $F2
   for round in 1 2; do
-    for f in flat_fused flat; do
-      echo "=== flat $f round $round" >> $F2
-      timeout 200 $B bench $T/$f.fbir --entry prefill --device $D --profile $P --inputs $T/pos0.safetensors --repeat 10 >> $F2 2>&1
+    for run in "$B flat_fused" "$B flat" ${OLD:+"$OLD flat_fused"}; do
+      read -r bin mod <<< "$run"
+      echo "=== flat $mod round $round $bin" >> $F2
+      timeout 200 $bin bench $T/$mod.fbir --entry prefill --device $D --profile $P --inputs $T/pos0.safetensors --repeat 10 >> $F2 2>&1
     done
   done
 fi
