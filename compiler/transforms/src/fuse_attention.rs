@@ -21,27 +21,29 @@
 //! something else reads (a backward pass) is left alone, as is a mask read from an argument:
 //! the fused op computes its mask from indices, so only `tensor.causal_mask` can be folded in.
 //!
-//! Only attention of at most `max-queries` queries per head (default 16) is fused: the token
-//! phase, where one query reads the whole cache. The fused kernel reads the keys once per
-//! query; a prompt of 512 queries keeps `QKᵀ` and `PV` as tiled contractions, which share each
-//! key among a tile of queries (on the H200 the first fused kernel, one work-group per query, took
-//! 1.23 ms for the MHA C1 block's attention, where the tiled products and softmax take 0.12 ms).
+//! Attention of at most `max-queries` queries per head is fused. Without the option: at most
+//! 16 (the token phase, where one query reads the whole cache), and where the profile's
+//! `[attention] fuse_prompts` is on, causal attention of any length too (a decoder's prompt:
+//! the OpenCL query-block kernel reads each key once per 64 queries and skips the tiles past
+//! the diagonal; on a lent H100 it took 0.122 ms for a 512-token Llama 3.2-1B prefill's
+//! attention, against about 0.19 ms for the unfused mask, RoPE, products and softmax; the
+//! nvidia profile turns it on). Other long attention (an encoder's, cross-attention, one
+//! without a causal mask) keeps `QKᵀ` and `PV` as tiled contractions, where the FBLayout stages
+//! see its reshapes and transposes: the fused kernel has no tile to skip there and has not
+//! been measured against them.
 
 use fbc_dialects::kind::TensorOp as T;
 use fbc_ir::{Attr, Diagnostic, Module, Op, Pass, PassContext, Value};
 
-/// The pass: fuses attention of at most `max_queries` queries per head (the token phase's
-/// decode steps: one query). Longer attention (a prompt, a whole sequence) keeps its products,
-/// which run the tiled contraction kernels; the fused kernel reads the keys once per query.
-#[derive(Debug, Clone, Copy)]
-pub struct FuseAttention {
-    pub max_queries: u64,
-}
+/// The most queries per head of the attention fused by default (a decode step's few).
+pub const DECODE_QUERIES: u64 = 16;
 
-impl Default for FuseAttention {
-    fn default() -> FuseAttention {
-        FuseAttention { max_queries: 16 }
-    }
+/// The pass: fuses attention of at most `max_queries` queries per head (`None`: at most
+/// [`DECODE_QUERIES`], or any causal attention where the profile's `[attention] fuse_prompts`
+/// is on).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FuseAttention {
+    pub max_queries: Option<u64>,
 }
 
 impl Pass for FuseAttention {
@@ -51,6 +53,7 @@ impl Pass for FuseAttention {
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext<'_>) -> Result<(), Vec<Diagnostic>> {
         let def = cx.registry.expect(T::Attention.name());
+        let prompts = cx.target.attention.fuse_prompts;
         let mut fused = 0;
         for f in m.func_ids().collect::<Vec<_>>() {
             let body = m.func(f).body.clone();
@@ -59,7 +62,11 @@ impl Pass for FuseAttention {
                     continue;
                 }
                 let Some(mt) = matched(m, op) else { continue };
-                if mt.queries > self.max_queries {
+                let fuses = match self.max_queries {
+                    Some(n) => mt.queries <= n,
+                    None => mt.queries <= DECODE_QUERIES || (prompts && mt.mask.is_some()),
+                };
+                if !fuses {
                     continue;
                 }
                 let pv = m.op(op);

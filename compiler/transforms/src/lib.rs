@@ -37,12 +37,18 @@ pub fn register_passes(r: &mut PassRegistry) {
         vec![fbc_ir::pass::OptionSpec::new(
             "max-queries",
             fbc_ir::pass::OptionKind::Int,
-            Some("16"),
-            "fuse attention of at most this many queries per head (decode steps; longer ones keep the tiled products)",
+            Some("0"),
+            "fuse attention of at most this many queries per head (0: at most 16, and causal attention of any length where the profile's [attention] fuse_prompts is on)",
         )],
         |o| {
-            let max = o.int("max-queries").unwrap_or(16);
-            Ok(Box::new(fuse_attention::FuseAttention { max_queries: u64::try_from(max).unwrap_or(0) }))
+            let max_queries = match o.int("max-queries").unwrap_or(0) {
+                0 => None,
+                n => Some(
+                    u64::try_from(n)
+                        .map_err(|_| format!("max-queries must not be negative, got {n}"))?,
+                ),
+            };
+            Ok(Box::new(fuse_attention::FuseAttention { max_queries }))
         },
     ));
     autodiff::register(r);

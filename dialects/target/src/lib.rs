@@ -23,8 +23,9 @@ use std::path::Path;
 pub use error::{TargetError, ValidationProblem};
 pub use measured::{BlockTime, Date, Measured, Positive};
 pub use profile::{
-    Compute, ContractionParams, HardwareProfile, ImageLimits, Memory, SkinnyParams,
-    StreamingParams, TextureCache, SKINNY_SIDE, SKINNY_WIDE_MIN_K, VECTOR_STORE_MAX_K,
+    AttentionParams, Compute, ContractionParams, HardwareProfile, ImageLimits, Memory,
+    SkinnyParams, StreamingParams, TextureCache, SKINNY_SIDE, SKINNY_WIDE_MIN_K,
+    VECTOR_STORE_MAX_K,
 };
 pub use table::summary_table;
 pub use write::{write_over, Note, NOT_IN_BASE};

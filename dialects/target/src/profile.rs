@@ -45,6 +45,11 @@ pub struct HardwareProfile {
     /// defaults of [`StreamingParams`] apply).
     #[serde(default, skip_serializing_if = "StreamingParams::is_default")]
     pub streaming: StreamingParams,
+    /// Which attention `fuse-attention` fuses where its `max-queries` is not given (optional in
+    /// a profile file, and left out when written while at its defaults: the defaults of
+    /// [`AttentionParams`] apply).
+    #[serde(default, skip_serializing_if = "AttentionParams::is_default")]
+    pub attention: AttentionParams,
     /// What `fbc calibrate` measured on a device beyond the numbers above (optional; the
     /// builtin profiles have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,6 +270,24 @@ impl StreamingParams {
     /// Whether every field has its default (the table is then left out of a written profile).
     pub fn is_default(&self) -> bool {
         *self == StreamingParams::default()
+    }
+}
+
+/// The `[attention]` table: how far `fuse-attention` fuses by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionParams {
+    /// Fuse causal attention of any length (a decoder's prompt, not only a decode step's few
+    /// queries) into the OpenCL query-block kernel where `fuse-attention` is not given
+    /// `max-queries`. Optional: false.
+    #[serde(default)]
+    pub fuse_prompts: bool,
+}
+
+impl AttentionParams {
+    /// Whether every field has its default (the table is then left out of a written profile).
+    pub fn is_default(&self) -> bool {
+        *self == AttentionParams::default()
     }
 }
 
