@@ -125,6 +125,12 @@ fn usage_errors_exit_2() {
         "{}",
         o.stderr
     );
+    let o = fbc(&["opt", &input, "--passes", "fuse-attention{max-queries=-3}"]);
+    assert_eq!(o.code, 2);
+    assert_eq!(
+        o.stderr,
+        "fbc: error: invalid pipeline `fuse-attention{max-queries=-3}`: pass `fuse-attention`: max-queries must not be negative, got -3\n"
+    );
     let o = fbc(&["opt", &input, "--passes", "cse{x=1}"]);
     assert_eq!(o.code, 2);
     assert!(
