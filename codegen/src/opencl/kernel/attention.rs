@@ -379,16 +379,22 @@ impl Cx<'_> {
             let (c, r) = (f32_lit(a.softcap), f32_lit(1.0 / a.softcap));
             score = format!("{c} * tanh(({score}) * {r})");
         }
+        // Four floats of a local row as one float4, and a work-item's `vt` of a row's values.
         let lv =
             |arr: &str, row: &str, col: &str| format!("*(__local float4*)&{arr}[{row}][{col}]");
-        let (q4, k4) = (
-            lv("fbc_q", &format!("fbc_r + {stride} * i"), "e"),
-            lv("fbc_k", &format!("fbc_c + {lanes} * j"), "e"),
-        );
-        let p4 = lv("fbc_p", &format!("fbc_r + {stride} * i"), "t");
         let v_at = format!("fbc_c * {vw} + {} * h", lanes * vw);
-        let vread =
-            if vw == 4 { lv("fbc_v", "t + u", &v_at) } else { format!("fbc_v[t + u][{v_at}]") };
+        let values = |arr: &str, row: &str| {
+            if vw == 4 {
+                lv(arr, row, &v_at)
+            } else {
+                format!("{arr}[{row}][{v_at}]")
+            }
+        };
+        // The local row of this work-item's row i.
+        let row = format!("fbc_r + {stride} * i");
+        let (q4, k4) = (lv("fbc_q", &row, "e"), lv("fbc_k", &format!("fbc_c + {lanes} * j"), "e"));
+        let p4 = lv("fbc_p", &row, "t");
+        let vread = values("fbc_v", "t + u");
         // The value step, four keys at a time: key t + u of the tile, the rows' scores p.s{u}.
         let mut pv = String::new();
         for u in 0..4 {
@@ -405,11 +411,7 @@ impl Cx<'_> {
         let d = at("e", &w.lit(0));
         let off = self.coord(out, 0, &d)?;
         let store = self.buffer_store(&off, "fbc_q[fbc_qi][e]", &d);
-        let o_at = if vw == 4 {
-            lv("fbc_q", &format!("fbc_r + {stride} * i"), &v_at)
-        } else {
-            format!("fbc_q[fbc_r + {stride} * i][{v_at}]")
-        };
+        let o_at = values("fbc_q", &row);
         let _ = writeln!(
             s,
             "  // out = o / l, through the query block's local memory.\n  if (lid < {bq}) fbc_ls[lid] = fbc_l;\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const float fbc_d = fbc_ls[fbc_r + {stride} * i];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
