@@ -8,7 +8,7 @@ void {{name}}({{params}}) {
   // The narrow operand's values of one trip: value c of lane l at nvs[c][l][j] (lanes one
   // row of j + 1 apart: distinct banks).
   __local float nvs[{{v}}][{{lanes}}][{{j}} + 1];
-{{split_decl}}  float part[{{rb}}][{{j}}];
+{{split_decl}}{{prologue}}  float part[{{rb}}][{{j}}];
   for (int r = 0; r < {{rb}}; ++r)
     for (int j = 0; j < {{j}}; ++j) part[r][j] = 0.0f;
   for (int t = 0; t < {{trips}}; ++t) {

@@ -1,7 +1,7 @@
 {{head}}  // skinny [{{w}} x {{k}}] x [{{k}} x {{j}}] ({{wide}} wide, {{narrow}} narrow), {{batches}} batch(es): {{lanes}} work-items along {{wide}} ({{v}} each), {{gy}} along k per group{{notes}}
   const int lx = get_local_id(0), ly = get_local_id(1);
   const {{ix}} w0 = ({{ix}}){{block_id}} * {{bw}};
-{{bz_decl}}{{batch_decl}}{{red_decl}}{{split_decl}}  float part[{{v}}][{{j}}];
+{{bz_decl}}{{batch_decl}}{{red_decl}}{{split_decl}}{{prologue}}  float part[{{v}}][{{j}}];
   for (int c = 0; c < {{v}}; ++c)
     for (int j = 0; j < {{j}}; ++j) part[c][j] = 0.0f;
   const {{ix}} wl = w0 + lx * {{v}};

@@ -447,7 +447,7 @@ fn launch_verifier_rules() {
         ),
         (
             "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0\", stats = [\"max: x0\"]",
-            "`stats` is only allowed when the domain has row dimensions — `stats` of memory.launch",
+            "`stats` is only allowed when the domain has row or reduction dimensions — `stats` of memory.launch",
             "stats",
         ),
         (
@@ -472,7 +472,7 @@ fn launch_verifier_rules() {
         ),
         (
             "kernel = \"k\", domain = [4], iterators = [\"parallel\"], maps = [(d0) -> (d0), (d0) -> (d0)], body = \"x0 - s0\"",
-            "`s0` reads a row statistic, but the launch is not a row kernel (it has no `stats`) — `body` of memory.launch",
+            "`s0` reads a statistic, but the launch has no `stats` — `body` of memory.launch",
             "body",
         ),
         (
@@ -484,6 +484,22 @@ fn launch_verifier_rules() {
             "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"row\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0 * 2 + d1)], body = \"x0\", stats = [\"add: x0; acc * x0\"]",
             "statistic 0: the epilogue reads `x0`, whose map uses the reduction dimension `d1`; it runs once per parallel point — `stats` of memory.launch",
             "stats",
+        ),
+        // A reduction's statistics: combined beside the body, read by epilogues only.
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"reduction\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0)], body = \"x0 * s0\", combine = \"add\", stats = [\"add: x0 * x0\"]",
+            "`s0`: the body of a reduction is combined before its statistics are known; only the epilogue reads them — `body` of memory.launch",
+            "body",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"reduction\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0)], body = \"x0\", combine = \"add\", stats = [\"add: x0 * x0\", \"max: x0 - s0\"]",
+            "statistic 1: `s0`: a statistic of a reduction is combined beside the others; only statistic epilogues read earlier statistics — `stats` of memory.launch",
+            "stats",
+        ),
+        (
+            "kernel = \"k\", domain = [2, 2], iterators = [\"parallel\", \"reduction\"], maps = [(d0, d1) -> (d0 * 2 + d1), (d0, d1) -> (d0)], body = \"x0\", combine = \"add\", stats = [\"add: x0 * x0\"], epilogue = \"acc * s1\"",
+            "`s1` refers to statistic 1, but the launch has 1 — `epilogue` of memory.launch",
+            "epilogue",
         ),
         // Symbols: [operand, lo, hi] each, an i32 input, as many in every map that has any.
         (

@@ -83,6 +83,12 @@ pub struct Skinny<'a> {
     /// signature and no `__local` declarations (the merged kernel's), the group's block
     /// counted from [`PART_FIRST`] and the split's blocks numbered over [`PART_BLOCKS`].
     pub part: bool,
+    /// Statements that compute the statistics `store` reads (a normalisation fused in front of
+    /// the product: `float fbc_svK[j]`), using `red` as scratch, every work-item of the group
+    /// taking part (they contain barriers) and ending with a barrier; empty without. They run
+    /// before the partial sums, or in a split, in the group that adds the chunks, before it
+    /// stores (the other groups never need them).
+    pub prologue: &'a str,
 }
 
 impl Skinny<'_> {
@@ -364,6 +370,7 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             ("split_decl", split_decl),
             ("accumulate", &acc),
             ("finish", &finish),
+            ("prologue", if chunks.is_some() { "" } else { s.prologue }),
         ],
     );
     // A part's body ends at its last statement (the template's `{{end}}` line is empty).
@@ -478,9 +485,10 @@ fn finish(s: &Skinny<'_>) -> String {
     let mut f = String::new();
     let _ = write!(
         f,
-        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n{ids}  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {blocks} + {blk}{slot};\n{mine}  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n{count}  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n{combine}  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
+        "  // Split-K: the group's sums of chunk sk into its slot; the last of the {n} groups of this\n  // block to count itself in adds the {n} slots in chunk order (the same bits every run).\n{ids}  const int fbc_lid = {lid};\n  const {ix} fbc_block = bz * {blocks} + {blk}{slot};\n{mine}  __global float* fbc_mine = fbc_part + (fbc_block * {n} + sk) * {size};\n  for (int o = fbc_lid; o < {size}; o += {group}) {{\n    {}\n    fbc_mine[o] = acc;\n  }}\n{count}  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  if (fbc_lid == 0) fbc_last = atomic_inc(fbc_count + fbc_block) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_last) return;\n{combine}{}  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's slot.\n  const volatile __global float* fbc_all = fbc_part + fbc_block * {n} * {size};\n",
         group_sum("o"),
         n - 1,
+        s.prologue,
     );
     let sum = |acc: &str, o: &str| {
         format!(
@@ -789,6 +797,7 @@ mod tests {
             group: Skinny::group_for(lanes, j, if texel { 4 } else { 1 }, [32, 8], 256, 48 * 1024),
             index: "int",
             part: false,
+            prologue: "",
         }
     }
 

@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, generate.txt, merge.txt, flat.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
+# skinny.txt, generate.txt, merge.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -300,6 +300,32 @@ if want generate; then
     timeout 300 $OLD generate $T/llama_gen_old.fbir --random-weights 1 --prompt $PROMPT --max-new ${GEN_OLD_NEW:-3} --target opencl --device $D --profile $P >> $G 2>&1
     echo "rc=$?" >> $G
   fi
+fi
+# Flash-decoding chunks (part chunks, issue 14): the 16-layer Llama 3.2-1B decode step at
+# POSITIONS (default 2047 127) with the profile P (a .toml, or the builtin nvidia's file) and its
+# `[attention] decode_chunk` at each of CHUNKS (default 32 64 128), alternated twice in one call,
+# after the 2-layer decode over 256 positions checked against the interpreter with each.
+# Results: $O/chunks.txt.
+if want chunks; then
+  F3=$O/chunks.txt
+  base=dialects/target/profiles/nvidia.toml; [ -f "$P" ] && base=$P
+  [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  [ -e $T/inf2.fbir ] || $B gen llama3.2-1b --inference --layers 2 --seq 16 --max-seq 256 --vocab 512 -o $T/inf2.fbir
+  for c in ${CHUNKS:-32 64 128}; do
+    # The base's `[attention]` table (the nvidia profile's has `fuse_prompts`) gets the chunk.
+    sed "s/^fuse_prompts = \(.*\)\$/fuse_prompts = \1\ndecode_chunk = $c/" $base > $T/chunk$c.toml
+    echo "=== check chunk $c" >> $F3
+    timeout 120 $B run $T/inf2.fbir --entry decode --target opencl --device $D --profile $T/chunk$c.toml --random-inputs 1 --check >> $F3 2>&1; echo "rc=$?" >> $F3
+  done
+  for round in 1 2; do
+    for p in ${POSITIONS:-2047 127}; do
+      python3 tests/bench/scalar_i32.py pos $p > $T/pos.safetensors
+      for c in ${CHUNKS:-32 64 128}; do
+        echo "=== chunks round $round pos=$p decode_chunk=$c" >> $F3
+        timeout 120 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/chunk$c.toml --inputs $T/pos.safetensors --repeat 10 >> $F3 2>&1
+      done
+    done
+  done
 fi
 # Merged launches (part merge, issue 14): the 16-layer Llama 3.2-1B decode step at position
 # 2047 and `fbc generate` (GEN_NEW new tokens, default 32) with the shipped nvidia profile and

@@ -1,8 +1,8 @@
 //! The memory-dialect fuzz harness (`fbc_testing::fuzz`) on stable Rust: generated `memory.launch`
 //! modules — random domains (zero extents included), maps with `floordiv`/`mod`, offsets that
 //! may leave the storage at the corners or only inside, payloads with gathers, integer
-//! division, `int()` and comparisons, guards, reductions with epilogues, row kernels with two
-//! statistics, outputs that are also inputs — and the seed corpus of `tests/fuzz/corpus/memory/`. Every module must either be
+//! division, `int()` and comparisons, guards, reductions with epilogues (and with two
+//! statistics), row kernels with two statistics, outputs that are also inputs — and the seed corpus of `tests/fuzz/corpus/memory/`. Every module must either be
 //! refused with diagnostics or run on the reference executor and the CPU JIT with the same
 //! outcome, under a 16 MiB memory limit. (Its own test binary: the limit is process-wide.)
 
@@ -64,9 +64,10 @@ fn module() -> impl Strategy<Value = String> {
                 any::<bool>(),
                 any::<bool>(),
                 (any::<bool>(), payload(), payload()),
+                any::<bool>(),
             )
         })
-        .prop_map(|((np, nr, extents, n), m0, m1, mo, body, in_place, guarded, (row, s0, s1))| {
+        .prop_map(|((np, nr, extents, n), m0, m1, mo, body, in_place, guarded, (row, s0, s1), side)| {
             let dims = np + nr;
             let row = row && nr > 0;
             let ds: Vec<String> = (0..dims).map(|d| format!("d{d}")).collect();
@@ -87,6 +88,12 @@ fn module() -> impl Strategy<Value = String> {
                     ", stats = [\"max: float({s0})\", \"add: exp(float({s1}) - s0); acc + 1.0\"]"
                 );
                 (format!("float({body}) - s0 * s1"), stats)
+            } else if nr > 0 && side {
+                // A reduction with statistics: combined beside the body, read by epilogues.
+                let stats = format!(
+                    ", combine = \"add\", epilogue = \"acc * 2.0 + s1 - s0\", stats = [\"max: float({s0})\", \"add: float({s1}); acc + s0\"]"
+                );
+                (body, stats)
             } else if nr > 0 {
                 (body, ", combine = \"add\", epilogue = \"acc * 2.0\"".to_string())
             } else {

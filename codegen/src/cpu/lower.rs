@@ -767,23 +767,7 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         let np = k.parallel_dims();
         let rank = k.domain.len();
         let out_ty = self.out_ty();
-        self.stats.clear();
-        for st in &k.stats {
-            let acc = self.reduce(&st.body, st.combine, np, rank)?;
-            self.zero_dims(np)?;
-            let v = match &st.epilogue {
-                Some(e) => {
-                    self.reads.clear();
-                    self.acc = Some(V::F(acc));
-                    let v = self.scalar(e);
-                    self.acc = None;
-                    let v = v?;
-                    self.as_f(v)?
-                }
-                None => acc,
-            };
-            self.stats.push(v);
-        }
+        self.statistics(false)?;
         self.nest(np, rank, &mut |l| {
             let value = l.guarded(&mut |l| {
                 l.reads.clear();
@@ -1339,9 +1323,11 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
                 self.scalar(&self.k.body)?
             }
             Some(combine) if self.k.domain[np..].contains(&0) => {
+                self.statistics(true)?;
                 V::F(self.e.fconst(combine.identity())?)
             }
             Some(combine) => {
+                self.statistics(false)?;
                 let r = self.reduce(&self.k.body, combine, np, rank)?;
                 self.zero_dims(np)?;
                 V::F(r)
@@ -1349,6 +1335,37 @@ impl<'a, 'e, E: Emit> Lower<'a, 'e, E> {
         };
         let out_ty = self.out_ty();
         self.finish(acc, out_ty)
+    }
+
+    /// A reduction's statistics at the current parallel point into `self.stats`, in order:
+    /// each combined over the reduction in row-major order (`empty`: the reduction has no
+    /// point, each at its identity), then its epilogue.
+    fn statistics(&mut self, empty: bool) -> R<()> {
+        let k = self.k;
+        let np = k.parallel_dims();
+        self.stats.clear();
+        for st in &k.stats {
+            let acc = if empty {
+                self.e.fconst(st.combine.identity())?
+            } else {
+                let acc = self.reduce(&st.body, st.combine, np, k.domain.len())?;
+                self.zero_dims(np)?;
+                acc
+            };
+            let v = match &st.epilogue {
+                Some(e) => {
+                    self.reads.clear();
+                    self.acc = Some(V::F(acc));
+                    let v = self.scalar(e);
+                    self.acc = None;
+                    let v = v?;
+                    self.as_f(v)?
+                }
+                None => acc,
+            };
+            self.stats.push(v);
+        }
+        Ok(())
     }
 
     /// The epilogue applied to `acc`, converted to the output's storage type `out_ty`.

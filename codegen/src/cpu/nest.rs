@@ -260,7 +260,7 @@ pub(crate) fn gemm(k: &Kernel, types: &[MemType], shape: GemmShape) -> Option<Ge
         || rank > 64
         || k.guard.is_some()
         || !k.symbols.is_empty()
-        || k.is_row()
+        || !k.stats.is_empty()
         || k.attention.is_some()
         || points(&mut (np..rank)) < 8
         || k.domain.contains(&0)
@@ -349,7 +349,14 @@ pub(crate) fn interchange(k: &Kernel, types: &[MemType]) -> Option<(usize, u64)>
     let np = k.parallel_dims();
     let rank = k.domain.len();
     // An empty reduction has no loop to interchange.
-    if k.combine.is_none() || np == 0 || np == rank || k.guard.is_some() || k.domain.contains(&0) {
+    // A reduction with statistics computes them per point before its own sum (`Lower::compute`).
+    if k.combine.is_none()
+        || !k.stats.is_empty()
+        || np == 0
+        || np == rank
+        || k.guard.is_some()
+        || k.domain.contains(&0)
+    {
         return None;
     }
     let r = rank - 1;

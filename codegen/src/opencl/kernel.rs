@@ -47,6 +47,8 @@ pub struct KernelOptions {
     /// The skinny contraction's rows of lanes and the matrix-vector products' shortest
     /// reduction (see [`fbc_target::SkinnyParams`]).
     pub skinny: fbc_target::SkinnyParams,
+    /// Keys of a flash-decoding chunk (the profile's `[attention] decode_chunk`).
+    pub decode_chunk: u64,
     /// Work-items the whole device keeps in flight (`compute_units × resident_work_items`): a
     /// reduction with at most a quarter as many outputs runs a work-group per output (see
     /// [`group_reduction`]).
@@ -67,6 +69,7 @@ impl Default for KernelOptions {
             tiled: true,
             contraction: fbc_target::ContractionParams::default(),
             skinny: fbc_target::SkinnyParams::default(),
+            decode_chunk: u64::from(fbc_target::AttentionParams::default().decode_chunk),
             resident: 4 * 2048,
             tuned: Default::default(),
         }
@@ -93,6 +96,7 @@ impl KernelOptions {
             tiled: true,
             contraction: t.contraction,
             skinny: t.skinny,
+            decode_chunk: u64::from(t.attention.decode_chunk),
             resident: u64::from(t.compute.compute_units.max(1))
                 * u64::from(t.compute.resident_work_items.max(1)),
             tuned: Default::default(),
@@ -1608,7 +1612,10 @@ impl Cx<'_> {
         };
         let items: u64 = k.domain[..wi].iter().product();
         let reduced: u64 = k.domain[p..].iter().product();
-        let group = if k.combine.is_some() && n > p && self.reads_along(n - 1) {
+        // A reduction with statistics takes the simple form: a work-item per output point,
+        // each statistic then the sum in loops of its own (the skinny kernel is the fast one).
+        let side_stats = !k.stats.is_empty();
+        let group = if k.combine.is_some() && !side_stats && n > p && self.reads_along(n - 1) {
             group_reduction(items, reduced, opts)
         } else {
             None
@@ -1629,6 +1636,7 @@ impl Cx<'_> {
             g => g,
         };
         let columns = if group.is_none()
+            && !side_stats
             && k.combine.is_some()
             && n > p
             && !image_out
@@ -1644,6 +1652,7 @@ impl Cx<'_> {
         // each step reads whole texels and takes their four values, for every output channel.
         let texel_steps = group.is_none()
             && columns.is_none()
+            && !side_stats
             && k.combine.is_some()
             && n > p + 1
             && k.domain[n - 1] == 4
@@ -1717,6 +1726,9 @@ impl Cx<'_> {
             };
             for &c in &channels {
                 let _ = writeln!(s, "  float acc{} = {init};", suffix(c));
+            }
+            if side_stats {
+                s.push_str(&self.side_statistics(&channels, &guards)?);
             }
             let mut indent = String::from("  ");
             match strided {
@@ -1837,6 +1849,28 @@ impl Cx<'_> {
                 }
                 let a = format!("acc{}", suffix(c));
                 let v = match &k.epilogue {
+                    // The epilogue reads this point's statistics as `fbc_sK`.
+                    Some(e) if side_stats => {
+                        let sfx = suffix(c);
+                        // Read where it is written (no texel of the loop's declarations).
+                        *self.texels.borrow_mut() = None;
+                        let (v, ty) = self.scalar(e, &Env { dims: &dims, acc: &a })?;
+                        let ctype = if ty == Ty::F { "float" } else { "long" };
+                        let _ = writeln!(
+                            s,
+                            "  {ctype} v{sfx};
+  {{"
+                        );
+                        for si in 0..k.stats.len() {
+                            let _ = writeln!(s, "    const float fbc_s{si} = fbc_sv{si}_{sfx};");
+                        }
+                        let _ = writeln!(
+                            s,
+                            "    v{sfx} = {v};
+  }}"
+                        );
+                        (format!("v{sfx}"), ty)
+                    }
                     Some(e) => self.scalar(e, &Env { dims: &dims, acc: &a })?,
                     None => (a, Ty::F),
                 };
@@ -1906,6 +1940,85 @@ impl Cx<'_> {
         Ok(self.flat(s, grid))
     }
 
+    /// The statements computing a reduction's statistics at the work-item's output point, for
+    /// each channel `c` of `channels` (`fbc_svK_c`, or `fbc_svK` without channels): statistic K
+    /// combined over the reduction dimensions in domain order where the channel's guard
+    /// (`guards`) holds, then its epilogue, which reads the earlier ones as `fbc_sJ`.
+    fn side_statistics(
+        &self,
+        channels: &[Option<u64>],
+        guards: &[Option<String>],
+    ) -> Result<String, String> {
+        let k = self.k;
+        let (p, n) = (k.parallel_dims(), k.domain.len());
+        let (w, ix) = (self.w, self.w.ty());
+        let mut s = String::new();
+        for (&c, g) in channels.iter().zip(guards) {
+            let sfx = c.map_or(String::new(), |c| c.to_string());
+            let mut dims: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
+            if let Some(c) = c {
+                dims[p - 1] = w.lit(c);
+            }
+            let mut at_zero = dims.clone();
+            for d in at_zero.iter_mut().skip(p) {
+                *d = w.lit(0);
+            }
+            for (si, st) in k.stats.iter().enumerate() {
+                let init = match st.combine {
+                    Combine::Add => "0.0f",
+                    Combine::Max => "(-INFINITY)",
+                };
+                let _ = writeln!(
+                    s,
+                    "  // s{si}: {st}
+  float fbc_sa{si}_{sfx} = {init};"
+                );
+                let mut indent = String::from("  ");
+                if let Some(g) = g {
+                    let _ = writeln!(s, "{indent}if ({g}) {{");
+                    indent.push_str("  ");
+                }
+                for (i, ext) in k.domain.iter().enumerate().skip(p) {
+                    let _ = writeln!(
+                        s,
+                        "{indent}for ({ix} d{i} = 0; d{i} < {}; ++d{i}) {{",
+                        w.lit(*ext)
+                    );
+                    indent.push_str("  ");
+                }
+                let v = as_f(self.scalar(&st.body, &Env { dims: &dims, acc: "0.0f" })?);
+                let _ = writeln!(
+                    s,
+                    "{indent}{}",
+                    combine_into(st.combine, &format!("fbc_sa{si}_{sfx}"), &v)
+                );
+                while indent.len() > 2 {
+                    indent.truncate(indent.len() - 2);
+                    let _ = writeln!(s, "{indent}}}");
+                }
+                let acc = format!("fbc_sa{si}_{sfx}");
+                let v = match &st.epilogue {
+                    Some(e) => as_f(self.scalar(e, &Env { dims: &at_zero, acc: &acc })?),
+                    None => acc,
+                };
+                let _ = writeln!(
+                    s,
+                    "  float fbc_sv{si}_{sfx};
+  {{"
+                );
+                for sj in 0..si {
+                    let _ = writeln!(s, "    const float fbc_s{sj} = fbc_sv{sj}_{sfx};");
+                }
+                let _ = writeln!(
+                    s,
+                    "    fbc_sv{si}_{sfx} = {v};
+  }}"
+                );
+            }
+        }
+        Ok(s)
+    }
+
     /// A one-dimensional launch of `source`, of `(global, local)` work-items (not a
     /// contraction).
     fn flat(&self, source: String, (global, local): (u64, u64)) -> Emitted {
@@ -1951,6 +2064,12 @@ impl Cx<'_> {
             body => (body, None),
         };
         let Scalar::Bin(ScalarBin::Mul, l, r) = product else { return Ok(None) };
+        // Statistics (a normalisation fused in front) only in the skinny kernel, without a
+        // guard or a select.
+        let side_stats = !k.stats.is_empty();
+        if side_stats && (k.guard.is_some() || select.is_some()) {
+            return Ok(None);
+        }
         let (Some(l), Some(r)) = (self.side(l), self.side(r)) else { return Ok(None) };
         let texel = self.is_image(out);
         // The last parallel dimension is best a column: it is usually the output's contiguous
@@ -2158,7 +2277,10 @@ impl Cx<'_> {
             let off = self.coord(out, 0, &s_dims)?;
             let store = format!("x{out}[{off}] = {v};");
             // Four columns at once where the reduction is short and the offset allows it.
-            if kk <= fbc_target::VECTOR_STORE_MAX_K && self.quad_offsets(out, &split.cols) {
+            if !side_stats
+                && kk <= fbc_target::VECTOR_STORE_MAX_K
+                && self.quad_offsets(out, &split.cols)
+            {
                 vector_store = Some((v, format!("x{out} + ({off})")));
             }
             store
@@ -2217,9 +2339,12 @@ impl Cx<'_> {
                 batch_decl: &batch_decl,
                 texel_store: texel,
             };
-            if let Some(e) = self.skinny(comment, &sides, &shape, &store, opts) {
+            if let Some(e) = self.skinny(comment, &sides, &shape, &store, opts)? {
                 return Ok(Some(e));
             }
+        }
+        if side_stats {
+            return Ok(None);
         }
         let mut group = group0;
         while group[0] * group[1] > opts.max_group && (group[0] > 1 || group[1] > 1) {
@@ -2337,7 +2462,7 @@ impl Cx<'_> {
         shape: &Shape<'_>,
         store: &str,
         opts: &KernelOptions,
-    ) -> Option<Emitted> {
+    ) -> Result<Option<Emitted>, String> {
         use fbc_kernels::{Along, Lanes};
         let Shape { split, m, n, k, batches, batch_decl, texel_store: texel } = *shape;
         let nd = self.k.domain.len();
@@ -2347,8 +2472,8 @@ impl Cx<'_> {
         // rows wide four narrow ones.
         let (texel_store, narrow_texel) = (texel && !rows_wide, texel && rows_wide);
         // Split-K never splits a launch into such an image in one launch (`split_k.rs`).
-        if narrow_texel && self.k.split.is_some() {
-            return None;
+        if narrow_texel && (self.k.split.is_some() || !self.k.stats.is_empty()) {
+            return Ok(None);
         }
         let (op, at, tex, dims, narrow_at, (w, j)) = if rows_wide {
             (sides.a, sides.a_at, sides.a_tex, sides.a_dims, sides.b_at, (m, n))
@@ -2389,14 +2514,14 @@ impl Cx<'_> {
             // are not coalesced, but every wide index has its lanes, where the tiled kernel,
             // with one row, gives the whole product to a few work-groups.
             None if !sides.plain[wide_i] && texel_store => (Lanes::Wide, None),
-            None => return None,
+            None => return Ok(None),
         };
         if lanes == Lanes::Wide && k < opts.skinny.wide_min_k(j) {
-            return None;
+            return Ok(None);
         }
         // A texel store needs the lanes along the wide side (a block of whole texels).
         if texel_store && lanes != Lanes::Wide {
-            return None;
+            return Ok(None);
         }
         let texel = texel.as_deref();
         let texel_values = match (&tex, &sides.expr_tex[wide_i]) {
@@ -2413,6 +2538,23 @@ impl Cx<'_> {
         );
         let params = self.params();
         let (wide, narrow) = if rows_wide { ("row", "col") } else { ("col", "row") };
+        let wide_dims = if rows_wide { &split.rows } else { &split.cols };
+        let narrow_dims = if rows_wide { sides.b_dims } else { sides.a_dims };
+        let Some(prologue) = self.skinny_statistics(narrow, narrow_dims, wide_dims, j, k, group)?
+        else {
+            return Ok(None);
+        };
+        // The store reads its point's statistics.
+        let with_stats;
+        let store = if self.k.stats.is_empty() {
+            store
+        } else {
+            let reads: String = (0..self.k.stats.len())
+                .map(|si| format!("const float fbc_s{si} = fbc_sv{si}[{narrow}]; "))
+                .collect();
+            with_stats = format!("{{ {reads}{store} }}");
+            &with_stats
+        };
         let s = fbc_kernels::Skinny {
             name: &self.k.name,
             params: &params,
@@ -2437,11 +2579,12 @@ impl Cx<'_> {
             group,
             index: self.w.ty(),
             part: false,
+            prologue: &prologue,
         };
         if s.local_bytes() > opts.local_mem_bytes {
-            return None;
+            return Ok(None);
         }
-        Some(Emitted {
+        Ok(Some(Emitted {
             source: fbc_kernels::skinny(&s),
             global: s.global().to_vec(),
             local: Some(vec![group[0], group[1], 1]),
@@ -2452,7 +2595,100 @@ impl Cx<'_> {
             split: s.scratch(),
             // Written twice only where the writer may merge it.
             part: if opts.skinny.merge_launches { fbc_kernels::skinny_part(&s) } else { None },
-        })
+        }))
+    }
+
+    /// The skinny kernel's statements computing a reduction's statistics (see
+    /// [`fbc_kernels::Skinny::prologue`]): `float fbc_svK[j]`, statistic K at each narrow index
+    /// (`narrow`, whose domain indices with `kk` are `dims`), the work-group of `group` taking
+    /// every G-th point of the reduction of `k` points and adding theirs by a tree in `red`.
+    /// Empty without statistics; `None` where a statistic reads the wide side (`wide`
+    /// dimensions): it would differ along the block.
+    fn skinny_statistics(
+        &self,
+        narrow: &str,
+        dims: &[String],
+        wide: &[usize],
+        j: u64,
+        k: u64,
+        group: [u64; 2],
+    ) -> Result<Option<String>, String> {
+        let kn = self.k;
+        if kn.stats.is_empty() {
+            return Ok(Some(String::new()));
+        }
+        let mut reads_wide = false;
+        for st in &kn.stats {
+            st.body.visit(&mut |e| match e {
+                Scalar::In(i) | Scalar::Load(i, _) => {
+                    let m = &kn.maps[*i];
+                    reads_wide |=
+                        wide.iter().any(|&d| m.results.iter().any(|r| uses(r, &m.dims[d])));
+                }
+                Scalar::Dim(d) => reads_wide |= wide.contains(d),
+                _ => {}
+            });
+        }
+        if reads_wide {
+            return Ok(None);
+        }
+        let (w, ix) = (self.w, self.w.ty());
+        let g = group[0] * group[1];
+        let half = g.next_power_of_two() / 2;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "  // The statistics over the whole reduction (a normalisation fused in front): every
+  // work-item takes every {g}th point, a tree in `red` adds the group's partials.
+  float {};
+  {{
+    __local float* fbc_t = (__local float*)red;
+    const int fbc_l = (int)(get_local_id(1) * {} + get_local_id(0));
+    for (int j = 0; j < {j}; ++j) {{
+      const {ix} {narrow} = j;",
+            (0..kn.stats.len()).map(|si| format!("fbc_sv{si}[{j}]")).collect::<Vec<_>>().join(", "),
+            group[0]
+        );
+        for (si, st) in kn.stats.iter().enumerate() {
+            let init = match st.combine {
+                Combine::Add => "0.0f",
+                Combine::Max => "(-INFINITY)",
+            };
+            let v = as_f(self.scalar(&st.body, &Env { dims, acc: "0.0f" })?);
+            let acc = format!("fbc_a{si}");
+            let _ = writeln!(
+                s,
+                "      // s{si}: {st}
+      float {acc} = {init};
+      for ({ix} kk = fbc_l; kk < {}; kk += {g}) {}
+      fbc_t[fbc_l] = {acc};
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (int h = {half}; h > 0; h >>= 1) {{
+        if (fbc_l < h && fbc_l + h < {g}) {{ {} fbc_t[fbc_l] = {acc}; }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+      }}",
+                w.lit(k),
+                combine_into(st.combine, &acc, &v),
+                combine_into(st.combine, &acc, "fbc_t[fbc_l + h]"),
+            );
+            let result = match &st.epilogue {
+                Some(e) => as_f(self.scalar(e, &Env { dims, acc: "fbc_t[0]" })?),
+                None => "fbc_t[0]".to_string(),
+            };
+            // Every work-item has read the sum before the next one overwrites `red`.
+            let _ = writeln!(
+                s,
+                "      const float fbc_s{si} = {result};
+      fbc_sv{si}[j] = fbc_s{si};
+      barrier(CLK_LOCAL_MEM_FENCE);"
+            );
+        }
+        s.push_str(
+            "    }
+  }
+",
+        );
+        Ok(Some(s))
     }
 }
 

@@ -216,6 +216,39 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
     assert!(e.contains("-1"), "{e}");
 }
 
+/// The profile's `[attention] decode_chunk` cuts the keys into chunks of that many: every size
+/// from 8 to 128 gives the reference executor's numbers on every case (one chunk, several, a
+/// window across chunks), and the kernel says its chunk.
+#[cfg(feature = "opencl")]
+#[test]
+fn every_decode_chunk_size_matches_the_reference_executor() {
+    if !common::have_device() {
+        return;
+    }
+    for chunk in [8u32, 32, 128] {
+        let mut profile = fbc_target::builtin("generic").expect("generic");
+        profile.attention.decode_chunk = chunk;
+        assert!(profile.validate().is_ok(), "{chunk}");
+        for (name, text) in cases() {
+            let original = common::parse(&text);
+            let inputs = random_inputs(&original, "main", 5).expect("inputs");
+            let m = lowered(&text, true);
+            let what = format!("{name}, chunks of {chunk}");
+            let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
+            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+            let (out, run) = common::run_main_on_device(&m, kernels, &inputs);
+            assert!(out.source.contains(&format!("chunk of {chunk} keys")), "{what}");
+            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
+        }
+    }
+    let mut bad = fbc_target::builtin("generic").expect("generic");
+    bad.attention.decode_chunk = 96;
+    let problems = bad.validate().unwrap_err();
+    assert_eq!(problems[0].field, "attention.decode_chunk");
+    assert_eq!(problems[0].message, "96 must be a power of two from 8 to 128");
+}
+
 /// Attention of many queries per head (a prompt) takes the query-block form on OpenCL (16
 /// queries a work-group, keys in tiles of 32, online softmax): within `--check`'s bound of the
 /// reference executor at -O0 and -O3, over grouped heads, RoPE, causal masks with a window, soft

@@ -499,7 +499,9 @@ fn a_decode_step_copies_no_cache_bytes() {
 #[test]
 fn decode_rmsnorms_are_one_launch_each_and_nothing_is_filled() {
     let text = common::inference_module("llama3.2-1b", 4, 48, 12);
-    let nvidia = fbc_target::builtin("nvidia").expect("nvidia");
+    let mut nvidia = fbc_target::builtin("nvidia").expect("nvidia");
+    // The norms stay launches of their own (not moved into the projections).
+    nvidia.skinny.norm_prologue = false;
     // Without its measured rates the profile keeps the activations in padded R-Tile images;
     // with them (the shipped profile), in buffers of the same texels.
     let unmeasured = fbc_target::HardwareProfile { measured: None, ..nvidia.clone() };
@@ -637,6 +639,31 @@ fn separate_launches_profile(dir: &std::path::Path) -> String {
     common::write(dir, "separate.toml", off.as_bytes())
 }
 
+/// The launches of `@decode` in the manifest of `fbc FBIR -O3 --target PROFILE` (written under
+/// `dir`).
+fn decode_launches(dir: &std::path::Path, fbir: &str, profile: &str) -> Vec<serde_json::Value> {
+    let out = dir.join("out");
+    let _ = std::fs::remove_dir_all(&out);
+    let o = common::fbc(&[fbir, "-O3", "--target", profile, "-o", out.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let manifest = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".manifest.json"))
+        .expect("a manifest");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+    let decode = m["functions"].as_array().unwrap().iter().find(|f| f["name"] == "decode");
+    decode.expect("@decode")["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["op"] == "launch")
+        .cloned()
+        .collect()
+}
+
 /// `fbc run FBIR --target opencl --profile PROFILE --random-inputs 1 --check EXTRA..` passes.
 fn check_with(fbir: &str, profile: &str, extra: &[&str]) {
     let mut args =
@@ -660,34 +687,7 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let text = common::inference_module("llama3.2-1b", 4, 48, 12);
     let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
     let separate = separate_launches_profile(&dir);
-    let launches = |profile: &str| {
-        let out = dir.join("out");
-        let _ = std::fs::remove_dir_all(&out);
-        let o = common::fbc(&[&fbir, "-O3", "--target", profile, "-o", out.to_str().unwrap()]);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let manifest = std::fs::read_dir(&out)
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.to_string_lossy().ends_with(".manifest.json"))
-            .expect("a manifest");
-        let m: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
-        let decode = m["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["name"] == "decode")
-            .expect("@decode")
-            .clone();
-        decode["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["op"] == "launch")
-            .cloned()
-            .collect::<Vec<serde_json::Value>>()
-    };
+    let launches = |profile: &str| decode_launches(&dir, &fbir, profile);
     let profile = fbc_target::builtin("nvidia").expect("nvidia");
     let lowered = common::lower_o3_with(&text, &profile, "auto").expect("lowers");
     let f = lowered.find_func("decode").expect("@decode");
@@ -712,12 +712,14 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     assert_eq!(merged.len() + 3, ops);
     let qkv = merged.iter().find(|l| l["kernel"] == "decode_matmul_l0_q_k_v").expect("merged");
     assert_eq!(qkv["skinny"], true);
-    // Each part's row, weight and output, then the split's partial sums and counts; all three
-    // parts read the same row.
+    // Each part's row, weight, norm weight (the RMSNorm moved into it: `[skinny]
+    // norm_prologue`) and output, then the split's partial sums and counts; all three parts
+    // read the same row.
     let args: Vec<u64> =
         qkv["args"].as_array().unwrap().iter().map(|a| a.as_u64().unwrap()).collect();
-    assert_eq!(args.len(), 11, "{args:?}");
-    assert_eq!((args[3], args[6]), (args[0], args[0]));
+    assert_eq!(args.len(), 14, "{args:?}");
+    assert_eq!((args[4], args[8]), (args[0], args[0]));
+    assert_eq!((args[6], args[10]), (args[2], args[2]));
     if !common::opencl_device() {
         return;
     }
@@ -776,5 +778,56 @@ fn merged_launches_match_the_interpreter_split_or_not() {
             .filter(|n| n.starts_with("main_"))
             .collect();
         assert_eq!(left, ["main_matmul_a_b_u_h.cl"], "split-k {split}");
+    }
+}
+
+/// The shipped nvidia profile with `[skinny] norm_prologue` off, written into `dir`.
+fn norms_apart_profile(dir: &std::path::Path) -> String {
+    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
+    let off = shipped.replace("\nnorm_prologue = true\n", "\nnorm_prologue = false\n");
+    assert_ne!(off, shipped);
+    common::write(dir, "apart.toml", off.as_bytes())
+}
+
+/// With `[skinny] norm_prologue` (on in the shipped nvidia profile), a decode step's RMSNorms
+/// before attention and before the logits move into the products that read them: two
+/// launches fewer, the Q, K and V projections still one merged launch; the norm before the MLP
+/// stays a launch, as up and gate run in the same work-groups one after the other (-O3). On
+/// the device the prefill (16 rows: thin enough) and the decode step give the interpreter's
+/// numbers, split in the launch or not, again on a second run.
+#[test]
+fn a_decode_steps_normalisations_run_inside_its_projections() {
+    let dir = common::scratch("norm-prologue");
+    let text = common::inference_module("llama3.2-1b", 4, 48, 12);
+    let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
+    let apart = norms_apart_profile(&dir);
+    let launches = |profile: &str| -> Vec<String> {
+        let steps = decode_launches(&dir, &fbir, profile);
+        let text = |s: &serde_json::Value, k: &str| s[k].as_str().unwrap_or_default().to_string();
+        steps.iter().map(|s| format!("{} {}", text(s, "kernel"), text(s, "source"))).collect()
+    };
+    let norms = |ls: &[String]| -> Vec<String> {
+        ls.iter().filter(|l| l.ends_with(" tensor.rmsnorm")).cloned().collect()
+    };
+    let separate = launches(&apart);
+    let fused = launches("nvidia");
+    assert_eq!(norms(&separate).len(), 3, "{separate:#?}");
+    assert_eq!(norms(&fused), ["decode_rmsnorm_l0_mlp_in tensor.rmsnorm"], "{fused:#?}");
+    assert_eq!(fused.len() + 2, separate.len(), "{fused:#?}");
+    for (name, moved) in [
+        ("decode_matmul_l0_q_k_v ", true),
+        ("decode_matmul_logits ", true),
+        ("decode_matmul_l0_up_gated ", false),
+    ] {
+        let l = fused.iter().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(l.contains("+tensor.rmsnorm"), moved, "{l}");
+    }
+    if !common::opencl_device() {
+        return;
+    }
+    for entry in ["decode", "prefill"] {
+        for split in ["auto", "off"] {
+            check_with(&fbir, "nvidia", &["--entry", entry, "--split-k", split, "--runs", "2"]);
+        }
     }
 }

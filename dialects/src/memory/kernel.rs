@@ -32,6 +32,20 @@
 //! every statistic. Text form: `stats = ["max: x0", "add: exp(x0 - s0)"]`, an entry
 //! `COMBINE: BODY` or `COMBINE: BODY; EPILOGUE`.
 //!
+//! A **reduction with statistics** has reduction dimensions and `stats` too: side reductions over
+//! the same points as the body, which only epilogues read. At every parallel point `p`
+//!
+//! ```text
+//! s_k = epilogue_k(combine_k over the reduction sub-domain of body_k(p, r))   for k = 0, 1, ...
+//! acc = combine over the reduction sub-domain of body(p, r)
+//! out[map_out(p)] = epilogue(acc)          (the epilogue reads s0, s1, ...)
+//! ```
+//!
+//! Neither `body` nor `body_k` reads a statistic; `epilogue_k` reads `s0..s(k-1)`. A
+//! normalisation fused in front of a contraction is one: `rmsnorm(x) · W` is
+//! `rsqrt(mean(x²) + eps) · Σ_k x·γ·W`, the statistic `add: x0 * x0; rsqrt(acc / D + eps)` and
+//! the epilogue `acc * s0` (`lower`'s prologue fusion).
+//!
 //! An image output can only be written a whole texel at a time, so a launch whose output is an
 //! image has the channel as its last parallel dimension (a row kernel: its last dimension), of extent 4, and the output map's third
 //! result is exactly that dimension: back ends compute the four channels of a texel in one
@@ -366,9 +380,9 @@ impl Kernel {
         )
     }
 
-    /// Whether it is a row kernel (it has statistics and row dimensions).
+    /// Whether it is a row kernel (it has row dimensions, and then statistics).
     pub fn is_row(&self) -> bool {
-        !self.stats.is_empty()
+        self.iterators.contains(&Iter::Row)
     }
 
     /// Number of the leading dimensions that index an output point: every dimension of a row
@@ -892,8 +906,11 @@ impl Kernel {
                 "stats",
                 "the domain has row dimensions, so `stats` (at least one statistic) is required",
             ),
-            (false, false) => {
-                return kerr("stats", "`stats` is only allowed when the domain has row dimensions")
+            (false, false) if !has_reduction => {
+                return kerr(
+                    "stats",
+                    "`stats` is only allowed when the domain has row or reduction dimensions",
+                )
             }
             _ => {}
         }
@@ -1077,6 +1094,7 @@ impl Kernel {
         let rank = self.domain.len();
         let np = self.parallel_dims();
         let kind = |k: usize| types.get(k).map(|t| ScalarKind::of_elem(t.elem));
+        let row = self.is_row();
         // Operand and dimension references, loads.
         // `visible`: how many statistics `e` may read (`s0..`); `epilogue`: it runs once per
         // parallel point.
@@ -1102,7 +1120,9 @@ impl Kernel {
                     }
                     Scalar::Stat(k) if *k >= visible => {
                         err = Some(match (self.stats.len(), key) {
-                            (0, _) => format!("`s{k}` reads a row statistic, but the launch is not a row kernel (it has no `stats`)"),
+                            (0, _) => format!("`s{k}` reads a statistic, but the launch has no `stats`"),
+                            (_, "body") if !row => format!("`s{k}`: the body of a reduction is combined before its statistics are known; only the epilogue reads them"),
+                            (_, "stats") if !row && visible == 0 => format!("`s{k}`: a statistic of a reduction is combined beside the others; only statistic epilogues read earlier statistics"),
                             (_, "stats") if visible == 0 => format!("`s{k}`: the first statistic reads no statistic"),
                             (_, "stats") => format!("`s{k}` is not computed before statistic {visible} (it may read s0 to s{})", visible - 1),
                             (n, _) => format!("`s{k}` refers to statistic {k}, but the launch has {n}"),
@@ -1128,14 +1148,16 @@ impl Kernel {
                 None => Ok(()),
             }
         };
+        // A row kernel's body and later statistics read the statistics; a reduction's
+        // statistics are combined over the same points as the body, so only epilogues read them.
         let nstats = self.stats.len();
-        refs(&self.body, "body", false, nstats)?;
+        refs(&self.body, "body", false, if row { nstats } else { 0 })?;
         for (i, st) in self.stats.iter().enumerate() {
             let at = |e: KernelError| KernelError {
                 attr: "stats",
                 message: format!("statistic {i}: {}", e.message),
             };
-            refs(&st.body, "stats", false, i).map_err(at)?;
+            refs(&st.body, "stats", false, if row { i } else { 0 }).map_err(at)?;
             let bk = st.body.kind(&kind, None).or_else(|m| kerr("stats", m)).map_err(at)?;
             if st.combine == Combine::Max && bk == ScalarKind::Int {
                 return kerr("stats", format!("statistic {i}: a statistic combines f32 values; its body is an integer expression (use float(..))"));
@@ -1154,7 +1176,7 @@ impl Kernel {
         let body_kind = self.body.kind(&kind, None).or_else(|m| kerr("body", m))?;
         let mut out_kind = body_kind;
         if let Some(e) = &self.epilogue {
-            refs(e, "epilogue", true, 0)?;
+            refs(e, "epilogue", true, if row { 0 } else { nstats })?;
             out_kind = e.kind(&kind, Some(body_kind)).or_else(|m| kerr("epilogue", m))?;
         }
         if self.combine == Some(Combine::Max) && body_kind == ScalarKind::Int {

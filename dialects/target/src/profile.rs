@@ -167,6 +167,16 @@ pub struct SkinnyParams {
     /// (`docs/backends.md`). Optional: false.
     #[serde(default)]
     pub merge_launches: bool,
+    /// A normalisation whose every reader is a product with at most
+    /// [`SKINNY_SIDE`](crate::SKINNY_SIDE) rows over its normalised axis (a decode step's RMSNorm
+    /// before the Q, K and V projections) is computed in those products: each work-group of the
+    /// skinny kernel sums the squares of the row itself, and the product's epilogue scales by
+    /// the statistic (`lower`'s prologue fusion). A launch fewer per normalisation, for a
+    /// device where a small launch costs more than re-reading a row from the cache (on in the
+    /// shipped `nvidia` profile, measured there); the CPU back ends would compute the
+    /// statistic at every output. Optional: false.
+    #[serde(default)]
+    pub norm_prologue: bool,
 }
 
 fn eight() -> u32 {
@@ -195,6 +205,7 @@ impl Default for SkinnyParams {
             one_launch_split: false,
             packed_values: four(),
             merge_launches: false,
+            norm_prologue: false,
         }
     }
 }
@@ -273,8 +284,9 @@ impl StreamingParams {
     }
 }
 
-/// The `[attention]` table: how far `fuse-attention` fuses by default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// The `[attention]` table: how far `fuse-attention` fuses by default, and how the OpenCL
+/// flash-decoding kernel cuts a few queries' keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionParams {
     /// Fuse causal attention of any length (a decoder's prompt, not only a decode step's few
@@ -282,6 +294,23 @@ pub struct AttentionParams {
     /// `max-queries`. Optional: false.
     #[serde(default)]
     pub fuse_prompts: bool,
+    /// Keys of a chunk of the flash-decoding kernel (a decode step's attention): one
+    /// work-group per query point and chunk, so shorter chunks give a decode step more
+    /// work-groups and each fewer keys, and the last group of a query point more partials to
+    /// combine. A power of two from 8 to 128. Optional: 64 (on the H200, chunks of 128 took
+    /// 25 µs a launch where only one chunk per head had keys).
+    #[serde(default = "sixty_four")]
+    pub decode_chunk: u32,
+}
+
+fn sixty_four() -> u32 {
+    64
+}
+
+impl Default for AttentionParams {
+    fn default() -> AttentionParams {
+        AttentionParams { fuse_prompts: false, decode_chunk: sixty_four() }
+    }
 }
 
 impl AttentionParams {

@@ -28,6 +28,7 @@ impl HardwareProfile {
     /// - `skinny`: `wide_lanes` is a power of two from 4 to 32, `wide_rows` a power of two with
     ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu` and `matvec_min_k` are positive;
     ///   `packed_values` is 4, 8 or 16;
+    /// - `attention`: `decode_chunk` is a power of two from 8 to 128;
     /// - `streaming`: `transfer_gbps` (when present) is finite and positive; `compute_bound`,
     ///   `memory_bound` and `mixed` are finite and in `[0, 1]`;
     /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
@@ -215,6 +216,10 @@ impl HardwareProfile {
         }
         if ![4, 8, 16].contains(&sk.packed_values) {
             bad("skinny.packed_values", format!("{} must be 4, 8 or 16", sk.packed_values));
+        }
+        let chunk = self.attention.decode_chunk;
+        if !(chunk.is_power_of_two() && (8..=128).contains(&chunk)) {
+            bad("attention.decode_chunk", format!("{chunk} must be a power of two from 8 to 128"));
         }
 
         let st = &self.streaming;

@@ -421,6 +421,16 @@ pub fn run_kernel(
     };
     let body = Program::new(&k.body);
     let epilogue = k.epilogue.as_ref().map(Program::new);
+    // A reduction's statistics (a row kernel's are `Rows::run`'s).
+    let side: Vec<(Combine, Program, Option<Program>)> = if k.is_row() {
+        Vec::new()
+    } else {
+        k.stats
+            .iter()
+            .map(|s| (s.combine, Program::new(&s.body), s.epilogue.as_ref().map(Program::new)))
+            .collect()
+    };
+    let mut side_values = vec![0f32; side.len()];
     let out = n - 1;
     let np = k.parallel_dims();
     let rank = k.domain.len();
@@ -516,37 +526,66 @@ pub fn run_kernel(
                     body.run(&cx, &mut stack).map_err(fail)?
                 }
                 Some(c) => {
+                    // The statistics first, then the body, each folded over the reduction in
+                    // row-major order.
                     let mut acc = c.identity();
-                    ridx[..np].copy_from_slice(&idx[..np]);
-                    ridx[np..].fill(0);
-                    rcur.copy_from_slice(&cur);
-                    let mut more = !empty_reduction;
-                    while more {
-                        let cx = Ctx {
-                            maps: &maps,
-                            data: &shared,
-                            idx: &ridx,
-                            acc: zero,
-                            stats: &[],
-                            fast: &fast,
-                            cur: &rcur,
+                    for i in 0..=side.len() {
+                        let (comb, prog, product) = match side.get(i) {
+                            Some((sc, sbody, _)) => (*sc, sbody, None),
+                            None => (c, &body, product),
                         };
-                        // The product of two f32 buffers (a matmul) skips the stack machine;
-                        // an out-of-range offset takes the general path, which reports it.
-                        let product = product.and_then(|(a, b, da, db)| {
-                            let x = usize::try_from(rcur[a]).ok().and_then(|o| da.get(o))?;
-                            let y = usize::try_from(rcur[b]).ok().and_then(|o| db.get(o))?;
-                            Some(x * y)
-                        });
-                        let v = match product {
-                            Some(v) => v,
-                            None => body.run(&cx, &mut stack).map_err(fail)?.as_f32(),
+                        let mut folded = comb.identity();
+                        ridx[..np].copy_from_slice(&idx[..np]);
+                        ridx[np..].fill(0);
+                        rcur.copy_from_slice(&cur);
+                        let mut more = !empty_reduction;
+                        while more {
+                            let cx = Ctx {
+                                maps: &maps,
+                                data: &shared,
+                                idx: &ridx,
+                                acc: zero,
+                                stats: &[],
+                                fast: &fast,
+                                cur: &rcur,
+                            };
+                            // The product of two f32 buffers (a matmul) skips the stack
+                            // machine; an out-of-range offset takes the general path, which
+                            // reports it.
+                            let product = product.and_then(|(a, b, da, db)| {
+                                let x = usize::try_from(rcur[a]).ok().and_then(|o| da.get(o))?;
+                                let y = usize::try_from(rcur[b]).ok().and_then(|o| db.get(o))?;
+                                Some(x * y)
+                            });
+                            let v = match product {
+                                Some(v) => v,
+                                None => prog.run(&cx, &mut stack).map_err(fail)?.as_f32(),
+                            };
+                            folded = match comb {
+                                Combine::Add => folded + v,
+                                Combine::Max => fmax_nan(folded, v),
+                            };
+                            more = step_tracked(&mut ridx, np, &domain, &lin, &mut rcur);
+                        }
+                        let Some((_, _, epi)) = side.get(i) else {
+                            acc = folded;
+                            break;
                         };
-                        acc = match c {
-                            Combine::Add => acc + v,
-                            Combine::Max => fmax_nan(acc, v),
+                        side_values[i] = match epi {
+                            Some(e) => {
+                                let cx = Ctx {
+                                    maps: &maps,
+                                    data: &shared,
+                                    idx: &idx,
+                                    acc: ScalarValue::F32(folded),
+                                    stats: &side_values[..i],
+                                    fast: &fast,
+                                    cur: &cur,
+                                };
+                                e.run(&cx, &mut stack).map_err(fail)?.as_f32()
+                            }
+                            None => folded,
                         };
-                        more = step_tracked(&mut ridx, np, &domain, &lin, &mut rcur);
                     }
                     ScalarValue::F32(acc)
                 }
@@ -558,7 +597,7 @@ pub fn run_kernel(
                         data: &shared,
                         idx: &idx,
                         acc,
-                        stats: &[],
+                        stats: &side_values,
                         fast: &fast,
                         cur: &cur,
                     };

@@ -34,12 +34,6 @@ use super::{affine, floor_pow2, unflatten, Cx, Emitted, KernelOptions};
 /// Work-items of an attention work-group.
 const GROUP: u64 = 128;
 
-/// Keys of a chunk (at most the work-group): short chunks give a decode step's few queries
-/// many work-groups, and each work-item of the value step few keys (latency, not bandwidth,
-/// bounds one work-group: measured on the H200, chunks of 128 keys took 25 µs a launch where
-/// only one chunk per head had keys).
-const CHUNK: u64 = 64;
-
 /// Values of each key a work-group stages at a time: the largest power of two up to 32 that
 /// divides the head dimension `hd`, so the key block (`C × E`, padded to `E + 1` a key against
 /// bank conflicts) takes a few KiB of local memory whatever the head size, and 32 neighbouring
@@ -59,7 +53,10 @@ impl Cx<'_> {
         let points: u64 = k.domain[..n].iter().product();
         let (w, ix) = (self.w, self.w.ty());
         let g = floor_pow2(GROUP.min(opts.max_group.max(1)));
-        let ck = CHUNK.min(g);
+        // Keys of a chunk (at most the work-group; the profile's `[attention] decode_chunk`):
+        // short chunks give a decode step's few queries many work-groups, and each work-item of
+        // the value step few keys (latency, not bandwidth, bounds one work-group).
+        let ck = opts.decode_chunk.clamp(1, g);
         let eb = key_block(hd);
         let chunks = keys.div_ceil(ck).max(1);
         // Key subsets of the output step: work-items (r, e) for e < D, r < R.

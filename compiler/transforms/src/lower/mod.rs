@@ -462,7 +462,9 @@ pub(crate) struct LKernel {
     pub combine: Option<Combine>,
     pub epilogue: Option<Scalar>,
     /// A row kernel's statistics (see `fbc_dialects::memory::kernel`): then the dimensions after
-    /// `n_par` are row dimensions, not reductions, and `combine` and `epilogue` are `None`.
+    /// `n_par` are row dimensions, not reductions, and `combine` and `epilogue` are `None`. With
+    /// a `combine`, a reduction's statistics, which its epilogue reads (a normalisation fused
+    /// in front of a product: `fusion::fuse_prologues`).
     pub stats: Vec<Stat>,
     /// The symbols of the maps (`Expr::Var("s0")`, ...): element 0 of input `operand`, in its
     /// range (see `fbc_dialects::memory::Symbol`).
@@ -481,6 +483,13 @@ pub(crate) struct LKernel {
     pub decode: bool,
     /// Span of the op it came from.
     pub span: Span,
+}
+
+impl LKernel {
+    /// Whether it is a row kernel: statistics, and row dimensions after the parallel ones.
+    pub(crate) fn is_row(&self) -> bool {
+        !self.stats.is_empty() && self.combine.is_none()
+    }
 }
 
 /// The name of map symbol `j` in a logical kernel's maps (`s0`, `s1`, ...).
@@ -867,6 +876,7 @@ impl<'m> Lower<'m> {
         self.prune_dead();
         if self.fuse {
             stats.fused += fusion::fuse(&mut self);
+            stats.fused += fusion::fuse_prologues(&mut self);
         }
         let profile = self.profile;
         stats.split_k += split_k::split(&mut self, split_k, profile)?;

@@ -330,11 +330,13 @@ pub(crate) fn split(
                 });
                 count += 1;
             }
-            Some(s) => {
+            // Launches of partial sums would each need the statistics (a normalisation fused
+            // in front): such a product stays whole.
+            Some(s) if k.stats.is_empty() => {
                 out.extend(split_one(l, &k, s)?);
                 count += 1;
             }
-            None => out.push(k),
+            _ => out.push(k),
         }
     }
     l.kernels = out;

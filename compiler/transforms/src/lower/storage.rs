@@ -490,7 +490,7 @@ impl<'m> Mapper<'m> {
             }
             // The channel of an image output stays one dimension (back ends write whole texels):
             // the last parallel dimension, or a row kernel's last dimension.
-            let channel = if k.stats.is_empty() { k.n_par } else { k.domain.len() };
+            let channel = if k.is_row() { k.domain.len() } else { k.n_par };
             cands.retain(|&(d, _)| !(image_out && d + 1 == channel));
             cands.sort_unstable();
             cands.dedup();
@@ -609,7 +609,7 @@ impl<'m> Mapper<'m> {
         let out_s = &l.storages[out_t.storage];
         let mut k = k.clone();
         let mut guard = None;
-        let row = !k.stats.is_empty();
+        let row = k.is_row();
         let image_out = out_s.ty.is_image();
         if row && image_out {
             // A row kernel writes whole texels: its last (row) dimension becomes (texel, channel),
