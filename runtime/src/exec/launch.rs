@@ -431,6 +431,29 @@ pub fn run_kernel(
             .collect()
     };
     let mut side_values = vec![0f32; side.len()];
+    // A statistic's value depends only on the parallel indices its payloads read (through an
+    // operand's map, or `dN`): it is computed once per distinct value of those and reused (a
+    // normalisation moved into a product reads the row, not the output column).
+    let stat_dims: Vec<usize> = (0..k.parallel_dims())
+        .filter(|&d| {
+            let mut reads = false;
+            for st in &k.stats {
+                for e in std::iter::once(&st.body).chain(st.epilogue.as_ref()) {
+                    e.visit(&mut |x| match x {
+                        Scalar::In(i) | Scalar::Load(i, _) => {
+                            let m = &k.maps[*i];
+                            let v = &m.dims[d];
+                            reads |= m.results.iter().any(|r| r.vars().iter().any(|n| n == v));
+                        }
+                        Scalar::Dim(j) => reads |= *j == d,
+                        _ => {}
+                    });
+                }
+            }
+            reads
+        })
+        .collect();
+    let mut known: std::collections::HashMap<Vec<i64>, Vec<f32>> = Default::default();
     let out = n - 1;
     let np = k.parallel_dims();
     let rank = k.domain.len();
@@ -529,7 +552,20 @@ pub fn run_kernel(
                     // The statistics first, then the body, each folded over the reduction in
                     // row-major order.
                     let mut acc = c.identity();
-                    for i in 0..=side.len() {
+                    let key: Vec<i64> = if side.is_empty() {
+                        Vec::new()
+                    } else {
+                        stat_dims.iter().map(|&d| idx[d]).collect()
+                    };
+                    let hit = if side.is_empty() { None } else { known.get(&key) };
+                    let first = match hit {
+                        Some(v) => {
+                            side_values.copy_from_slice(v);
+                            side.len()
+                        }
+                        None => 0,
+                    };
+                    for i in first..=side.len() {
                         let (comb, prog, product) = match side.get(i) {
                             Some((sc, sbody, _)) => (*sc, sbody, None),
                             None => (c, &body, product),
@@ -569,6 +605,9 @@ pub fn run_kernel(
                         }
                         let Some((_, _, epi)) = side.get(i) else {
                             acc = folded;
+                            if first == 0 && !side.is_empty() {
+                                known.insert(key.clone(), side_values.clone());
+                            }
                             break;
                         };
                         side_values[i] = match epi {
