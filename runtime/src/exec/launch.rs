@@ -552,13 +552,9 @@ pub fn run_kernel(
                     // The statistics first, then the body, each folded over the reduction in
                     // row-major order.
                     let mut acc = c.identity();
-                    let key: Vec<i64> = if side.is_empty() {
-                        Vec::new()
-                    } else {
-                        stat_dims.iter().map(|&d| idx[d]).collect()
-                    };
-                    let hit = if side.is_empty() { None } else { known.get(&key) };
-                    let first = match hit {
+                    let key: Option<Vec<i64>> =
+                        (!side.is_empty()).then(|| stat_dims.iter().map(|&d| idx[d]).collect());
+                    let first = match key.as_ref().and_then(|key| known.get(key)) {
                         Some(v) => {
                             side_values.copy_from_slice(v);
                             side.len()
@@ -605,8 +601,8 @@ pub fn run_kernel(
                         }
                         let Some((_, _, epi)) = side.get(i) else {
                             acc = folded;
-                            if first == 0 && !side.is_empty() {
-                                known.insert(key.clone(), side_values.clone());
+                            if let (0, Some(key)) = (first, key) {
+                                known.insert(key, side_values.clone());
                             }
                             break;
                         };
