@@ -95,6 +95,64 @@ impl Placement {
         let o = t.y.checked_mul(self.width)?.checked_add(t.x)?.checked_mul(4)?.checked_add(t.c)?;
         usize::try_from(o).ok()
     }
+
+    /// Calls `f(flat, idx, offset)` for each of the first `n` elements of a tensor of `shape`
+    /// (every element), in row-major order, stopping at its first error.
+    ///
+    /// Seen as rows (every index but the last) of `w` columns, the offset of element
+    /// `(row, j)` is the offset of `(row, 0)` plus that of `(0, j)` less that of `(0, 0)`: a
+    /// linear image places the row and the column's texel apart, and an R-Tile
+    /// (`RTile::texel_of`) takes the tile's origin and the texel's place in it from the row's
+    /// indices and from the column's as two sums (the batch slice, the packed channel and the
+    /// tile row from the first; the tile column, the block and the channel from the second).
+    /// So one texel computation a row and a table of the columns give every offset; a row
+    /// whose last element is not where that sum says (or whose first has no place) is placed
+    /// element by element, as [`Placement::offset`] does for each.
+    fn each(
+        &self,
+        layout: &Layout,
+        shape: &[u64],
+        n: usize,
+        mut f: impl FnMut(usize, &[u64], Option<usize>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut idx = vec![0u64; shape.len()];
+        let w = shape.last().map_or(1, |&d| usize::try_from(d).unwrap_or(usize::MAX));
+        if self.linear || shape.is_empty() || w == 0 {
+            for flat in 0..n {
+                f(flat, &idx, self.offset(layout, shape, flat, &idx))?;
+                next_index(&mut idx, shape);
+            }
+            return Ok(());
+        }
+        let last = shape.len() - 1;
+        // Offsets of row 0's columns, relative to its first.
+        let mut cols = Vec::with_capacity(w);
+        let origin = self.offset(layout, shape, 0, &idx);
+        for j in 0..w {
+            idx[last] = j as u64;
+            let o = self.offset(layout, shape, j, &idx);
+            cols.push(origin.zip(o).and_then(|(a, b)| b.checked_sub(a)));
+        }
+        idx[last] = 0;
+        let mut flat = 0;
+        while flat < n {
+            let base = self.offset(layout, shape, flat, &idx);
+            let end = flat + w - 1;
+            idx[last] = (w - 1) as u64;
+            let at = |j: usize| base.zip(cols[j]).and_then(|(b, c)| b.checked_add(c));
+            let by_sum = at(w - 1).is_some() && at(w - 1) == self.offset(layout, shape, end, &idx);
+            idx[last] = 0;
+            for j in 0..w {
+                let o = if by_sum { at(j) } else { self.offset(layout, shape, flat, &idx) };
+                f(flat, &idx, o)?;
+                idx[last] = j as u64 + 1;
+                flat += 1;
+            }
+            idx[last] = w as u64 - 1;
+            next_index(&mut idx, shape);
+        }
+        Ok(())
+    }
 }
 
 /// Steps a row-major multi-index over `shape`; false after the last one.
@@ -130,32 +188,48 @@ pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<Me
     }
     let mut out = MemData::zeroed(ty)?;
     let place = Placement::new(layout, shape, ty)?;
-    let mut idx = vec![0u64; shape.len()];
     let n = t.numel();
     let half = ty.is_half();
-    let put = |flat: usize, idx: &[u64], out: &mut MemData, v: ScalarValue| {
-        let o = place.offset(layout, shape, flat, idx);
-        let ok = match (out, o, v) {
-            (MemData::F32(d), Some(o), ScalarValue::F32(v)) => {
-                d.get_mut(o).map(|e| *e = if half { round_f16(v) } else { v })
-            }
-            (MemData::I32(d), Some(o), ScalarValue::Int(v)) => d.get_mut(o).map(|e| *e = v as i32),
-            // The interpreter holds an i8 tensor's bytes as i32 values in range (`coerce`).
-            (MemData::I8(d), Some(o), ScalarValue::Int(v)) => {
-                d.get_mut(o).and_then(|e| i8::try_from(v).ok().map(|v| *e = v))
-            }
-            _ => None,
-        };
-        ok.ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))
-    };
-    for flat in 0..n {
-        let v = match t {
-            Value::F32(x) => ScalarValue::F32(x.data()[flat]),
-            Value::F64(x) => ScalarValue::F32(x.data()[flat] as f32),
-            Value::I32(x) => ScalarValue::Int(i64::from(x.data()[flat])),
-        };
-        put(flat, &idx, &mut out, v)?;
-        next_index(&mut idx, shape);
+    let misplaced = |idx: &[u64]| format!("element {idx:?} has no place in {ty} under {layout}");
+    // The element of `d` at offset `o`, or the error naming `idx`.
+    fn at<'d, T>(d: &'d mut [T], o: Option<usize>) -> Option<&'d mut T> {
+        o.and_then(|o| d.get_mut(o))
+    }
+    match (t, &mut out) {
+        (Value::F32(x), MemData::F32(d)) => {
+            let x = x.data();
+            place.each(layout, shape, n, |flat, idx, o| {
+                let e = at(d, o).ok_or_else(|| misplaced(idx))?;
+                *e = if half { round_f16(x[flat]) } else { x[flat] };
+                Ok(())
+            })?;
+        }
+        (Value::F64(x), MemData::F32(d)) => {
+            let x = x.data();
+            place.each(layout, shape, n, |flat, idx, o| {
+                let v = x[flat] as f32;
+                *at(d, o).ok_or_else(|| misplaced(idx))? = if half { round_f16(v) } else { v };
+                Ok(())
+            })?;
+        }
+        (Value::I32(x), MemData::I32(d)) => {
+            let x = x.data();
+            place.each(layout, shape, n, |flat, idx, o| {
+                *at(d, o).ok_or_else(|| misplaced(idx))? = x[flat];
+                Ok(())
+            })?;
+        }
+        // The interpreter holds an i8 tensor's bytes as i32 values in range (`coerce`).
+        (Value::I32(x), MemData::I8(d)) => {
+            let x = x.data();
+            place.each(layout, shape, n, |flat, idx, o| {
+                let v = i8::try_from(x[flat]).map_err(|_| misplaced(idx))?;
+                *at(d, o).ok_or_else(|| misplaced(idx))? = v;
+                Ok(())
+            })?;
+        }
+        _ if n > 0 => return Err(misplaced(&vec![0; shape.len()])),
+        _ => {}
     }
     Ok(out)
 }
@@ -181,16 +255,14 @@ pub fn unpack(layout: &Layout, shape: &[u64], m: &MemData, ty: MemType) -> Resul
         numel,
         12,
     )?;
-    let mut idx = vec![0u64; shape.len()];
     let mut offsets = Vec::with_capacity(n);
-    for flat in 0..n {
-        let o = place
-            .offset(layout, shape, flat, &idx)
+    place.each(layout, shape, n, |_, idx, o| {
+        let o = o
             .filter(|&o| o < m.len())
             .ok_or_else(|| format!("element {idx:?} has no place in {ty} under {layout}"))?;
         offsets.push(o);
-        next_index(&mut idx, shape);
-    }
+        Ok(())
+    })?;
     let err = |e: crate::reference::KernelError| e.to_string();
     Ok(match m {
         MemData::F32(d) => {

@@ -148,6 +148,75 @@ fn rtile_image_round_trip_with_padding() {
     assert!(unpack(&l, &[6, 6], &MemData::F32(vec![0.0; 63]), ty).is_err());
 }
 
+/// `pack` and `unpack` place each element where `Layout::texel_of` says (texel `(x, y)`,
+/// channel `c` at `(y · width + x) · 4 + c`; padding 0), for linear and R-Tile layouts of every
+/// kind (rows and blocks, either axis horizontal, packed channels, padding, batches, buffers),
+/// against a placement element by element written here.
+#[test]
+fn pack_places_every_element_where_its_texel_is() {
+    use fbc_dialects::layout::Pack;
+    let shapes: [&[u64]; 5] = [&[7, 10], &[3, 5, 12], &[2, 6, 9, 8], &[13], &[1, 1]];
+    let mut cases: Vec<(Vec<u64>, Layout)> = Vec::new();
+    for shape in shapes {
+        cases.push((shape.to_vec(), Layout::Linear));
+        if shape.len() < 2 {
+            continue;
+        }
+        let r = shape.len() as u64;
+        for tile in [[4, 4], [2, 8], [3, 4], [8, 16]] {
+            let intras =
+                [Intra::Rows, Intra::Block { bh: 1, bw: 4 }, Intra::Block { bh: 2, bw: 4 }];
+            for intra in intras {
+                for horizontal in [r - 2, r - 1] {
+                    for pack in [Pack::W, Pack::C] {
+                        let Ok(t) = RTile::packed_for_shape(
+                            shape,
+                            tile,
+                            intra,
+                            horizontal,
+                            pack,
+                            Storage::Image2d,
+                        ) else {
+                            continue;
+                        };
+                        cases.push((shape.to_vec(), Layout::RTile(t)));
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases.len() > 100, "{}", cases.len());
+    for (shape, layout) in &cases {
+        let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        let n: usize = dims.iter().product();
+        let x = f32_tensor(&dims, (1..=n).map(|v| v as f32).collect());
+        let [width, height] = layout.image_extent(shape).unwrap();
+        for ty in
+            [MemType::image(width, height), MemType::buffer(width * height * 4, ElemType::F32)]
+        {
+            if matches!(layout, Layout::Linear) && !ty.is_image() {
+                continue;
+            }
+            let mut want = vec![0.0f32; (width * height * 4) as usize];
+            let mut idx = vec![0u64; shape.len()];
+            for v in 1..=n {
+                let t = layout.texel_of(shape, &idx).unwrap();
+                want[((t.y * width + t.x) * 4 + t.c) as usize] = v as f32;
+                for k in (0..idx.len()).rev() {
+                    idx[k] += 1;
+                    if idx[k] < shape[k] {
+                        break;
+                    }
+                    idx[k] = 0;
+                }
+            }
+            let got = pack(layout, shape, &x, ty).unwrap_or_else(|e| panic!("{layout} {ty}: {e}"));
+            assert_eq!(got, MemData::F32(want), "{shape:?} {layout} {ty}");
+            assert_eq!(unpack(layout, shape, &got, ty).unwrap(), x, "{shape:?} {layout} {ty}");
+        }
+    }
+}
+
 #[test]
 fn guarded_image_launch_matches_relu() {
     // ReLU on the R-Tile image; the guard zeroes the padding (here the input padding is 0
