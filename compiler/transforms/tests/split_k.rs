@@ -150,21 +150,46 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
 /// of 128) on nvidia: split by 4 (the shipped profile's chunks of at least 128); a profile
 /// asking for chunks of 256 gets 2, one allowing chunks of 128 and eight groups per compute
 /// unit 4 (the chunk length bounds it), one allowing chunks of 32 and four groups per compute
-/// unit 16 (the groups bound it: 256 of at most 528); the same numbers each time.
+/// unit 16 (the groups bound it: 256 of at most 528); `matvec_groups_per_cu`, where set, bounds
+/// it instead of `groups_per_cu` (16 groups per compute unit and 1 for matrix-vector products:
+/// 8, 128 of at most 132); the same numbers each time. A product with 8 rows (1×4096 · 4096×2048
+/// per row) splits by `groups_per_cu` alone.
 #[test]
 fn the_profile_sets_how_far_a_matrix_vector_product_splits() {
     let m = parse(&product(1, 512, 2048));
     let (after, _) = lowered_for(&m, "lower-to-memory", &nvidia_launches());
     assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 4]");
     let mut p = nvidia_launches();
-    for (groups, min_k, want) in [(2, 256, 2), (8, 128, 4), (4, 32, 16)] {
+    let cases = [
+        (2, None, 256, 2),
+        (8, None, 128, 4),
+        (4, None, 32, 16),
+        (16, None, 32, 16),
+        (16, Some(1), 32, 8),
+        (1, None, 32, 8),
+        (1, Some(4), 32, 16),
+    ];
+    for (groups, matvec_groups, min_k, want) in cases {
         p.skinny.groups_per_cu = groups;
+        p.skinny.matvec_groups_per_cu = matvec_groups;
         p.skinny.matvec_min_k = min_k;
         let mut split = m.clone();
         run_for(&mut split, "lower-to-memory", &p);
         assert_eq!(kernels(&split)[0].source, format!("tensor.matmul[split-k {want}]"));
         same_numbers(&m, &split, &format!("x·W split by {want}"));
     }
+    let rows = parse(&product(8, 4096, 2048));
+    let split_with = |groups, matvec_groups| {
+        let mut p = nvidia_launches();
+        p.skinny.groups_per_cu = groups;
+        p.skinny.matvec_groups_per_cu = matvec_groups;
+        let mut split = rows.clone();
+        run_for(&mut split, "lower-to-memory", &p);
+        kernels(&split)[0].source.clone()
+    };
+    assert_eq!(split_with(1, None), "tensor.matmul[split-k 8]");
+    assert_eq!(split_with(1, Some(16)), "tensor.matmul[split-k 8]");
+    assert_eq!(split_with(16, None), "tensor.matmul[split-k 128]");
 }
 
 /// With the shipped nvidia profile (`skinny.one_launch_split`), a split the skinny kernel runs is

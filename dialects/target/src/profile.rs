@@ -136,6 +136,11 @@ pub struct SkinnyParams {
     /// `groups_per_cu × compute_units` work-groups. Optional: 2.
     #[serde(default = "two")]
     pub groups_per_cu: u32,
+    /// [`SkinnyParams::groups_per_cu`] for a matrix-vector product (one output along its
+    /// narrow side: a decode step's projections), where a device reading one long weight
+    /// wants more work-groups in flight than a LoRA product's few. Optional: `groups_per_cu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matvec_groups_per_cu: Option<u32>,
     /// The shortest reduction (or split-K chunk) a matrix-vector product (one output along its
     /// narrow side: a decode step's projections) runs in the skinny kernel with its lanes along
     /// the wide side; a shorter one takes the tiled kernel, and split-K cuts no shorter chunks.
@@ -201,6 +206,7 @@ impl Default for SkinnyParams {
             wide_lanes: thirty_two(),
             wide_rows: eight(),
             groups_per_cu: two(),
+            matvec_groups_per_cu: None,
             matvec_min_k: wide_min_k(),
             one_launch_split: false,
             packed_values: four(),
@@ -211,6 +217,15 @@ impl Default for SkinnyParams {
 }
 
 impl SkinnyParams {
+    /// The work-groups per compute unit split-K aims at for a product whose narrow side has
+    /// `narrow` outputs.
+    pub fn groups_per_cu(&self, narrow: u64) -> u64 {
+        match self.matvec_groups_per_cu {
+            Some(g) if narrow == 1 => u64::from(g),
+            _ => u64::from(self.groups_per_cu),
+        }
+    }
+
     /// The shortest reduction the lanes-along-the-wide-side kernel takes for a product whose
     /// narrow side has `narrow` outputs.
     pub fn wide_min_k(&self, narrow: u64) -> u64 {

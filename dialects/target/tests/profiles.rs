@@ -172,6 +172,7 @@ fn skinny_parameters_default_and_are_validated() {
             wide_lanes: 32,
             wide_rows: 8,
             groups_per_cu: 2,
+            matvec_groups_per_cu: None,
             matvec_min_k: SKINNY_WIDE_MIN_K as u32,
             one_launch_split: false,
             packed_values: 4,
@@ -182,7 +183,7 @@ fn skinny_parameters_default_and_are_validated() {
     assert_eq!((p.skinny.wide_min_k(1), p.skinny.wide_min_k(8)), (256, SKINNY_WIDE_MIN_K));
     // One field set, the others default; the matrix-vector bound applies to a narrow side of 1.
     let set = format!(
-        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_min_k = 64\none_launch_split = true\npacked_values = 16\nmerge_launches = true\nnorm_prologue = true\n"
+        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_groups_per_cu = 16\nmatvec_min_k = 64\none_launch_split = true\npacked_values = 16\nmerge_launches = true\nnorm_prologue = true\n"
     );
     let s = from_toml(&set).unwrap().skinny;
     assert_eq!(
@@ -191,6 +192,7 @@ fn skinny_parameters_default_and_are_validated() {
             wide_lanes: 32,
             wide_rows: 32,
             groups_per_cu: 2,
+            matvec_groups_per_cu: Some(16),
             matvec_min_k: 64,
             one_launch_split: true,
             packed_values: 16,
@@ -199,8 +201,11 @@ fn skinny_parameters_default_and_are_validated() {
         }
     );
     assert_eq!((s.wide_min_k(1), s.wide_min_k(2)), (64, SKINNY_WIDE_MIN_K));
+    // Matrix-vector products aim at their own work-groups per compute unit, the others at
+    // `groups_per_cu`; unset, every product at `groups_per_cu`.
+    assert_eq!((s.groups_per_cu(1), s.groups_per_cu(2), p.skinny.groups_per_cu(1)), (16, 2, 2));
     let bad =
-        format!("{MEASURED}\n[skinny]\nwide_lanes = 2\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_min_k = 0\npacked_values = 2\n");
+        format!("{MEASURED}\n[skinny]\nwide_lanes = 2\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_groups_per_cu = 0\nmatvec_min_k = 0\npacked_values = 2\n");
     let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
     let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
     assert_eq!(
@@ -209,11 +214,13 @@ fn skinny_parameters_default_and_are_validated() {
             "skinny.wide_lanes",
             "skinny.wide_rows",
             "skinny.groups_per_cu",
+            "skinny.matvec_groups_per_cu",
             "skinny.matvec_min_k",
             "skinny.packed_values"
         ]
     );
-    assert_eq!(problems[4].message, "2 must be 4, 8 or 16");
+    assert_eq!(problems[5].message, "2 must be 4, 8 or 16");
+    assert_eq!(problems[3].message, "must be at least 1");
     assert_eq!(problems[0].message, "2 must be a power of two from 4 to 32");
     assert_eq!(
         problems[1].message,

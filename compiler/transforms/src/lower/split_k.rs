@@ -134,7 +134,7 @@ pub enum ProductShape {
 
 /// Split-K for the skinny kernel: the largest power of two `S ≥ 2` that gives the device at
 /// most `skinny.groups_per_cu` work-groups per compute unit (2 unless the profile says
-/// otherwise), with chunks no shorter than one trip of the lanes (128 values along k: 32 lanes
+/// otherwise; `skinny.matvec_groups_per_cu` for a matrix-vector product where it is set), with chunks no shorter than one trip of the lanes (128 values along k: 32 lanes
 /// reading a texel of four; 32 along the wide side, `skinny.matvec_min_k` for a matrix-vector
 /// product). A
 /// work-group covers `16 · narrow` outputs with its lanes along k (8 rows of lanes, up to 16
@@ -163,7 +163,7 @@ fn skinny_chunks(
     let wide_block = values * u64::from(sk.wide_lanes.max(1));
     let (per_group, min_chunk) = if lanes_along_k { (16, 128) } else { (wide_block, wide_min) };
     let groups = outputs.div_ceil(per_group * narrow.max(1)).max(1);
-    let most = u64::from(sk.groups_per_cu.max(1)) * u64::from(profile.compute.compute_units.max(1));
+    let most = sk.groups_per_cu(narrow).max(1) * u64::from(profile.compute.compute_units.max(1));
     let mut s = 1u64;
     while groups.saturating_mul(s * 2) <= most && s * 2 <= k / min_chunk {
         s *= 2;
@@ -522,11 +522,17 @@ mod tests {
         assert_eq!(nv.skinny.matvec_min_k, 128);
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q (16 by the groups)
         assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(16)); // K of GQA (64)
-        assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4)); // gate
+                                                                         // The gate: 64 work-groups, 16 per compute unit (`matvec_groups_per_cu`) allow 2112,
+                                                                         // so the 128-long chunks bound it; with `groups_per_cu`'s 2, 264 allow 4.
+        assert_eq!(nv.skinny.matvec_groups_per_cu, Some(16));
+        assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(16));
+        let mut nv = nv.clone();
+        nv.skinny.matvec_groups_per_cu = None;
+        assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4));
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), Some(2)); // chunks of 255 and 256
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 255, &nv), None); // one chunk of 128 only
-                                                                     // A packed weight's matrix-vector product: `packed_values` wide values a lane, so
-                                                                     // fewer work-groups along the wide side and more chunks (16: 2048 / 128).
+                                                                     // A packed weight's matrix-vector product: `packed_values` wide values a lane, so fewer
+                                                                     // work-groups along the wide side and more chunks (16: 2048 / 128).
         let packed = ProductShape::Skinny { narrow: 1, lanes_along_k: false, decoded: true };
         let mut nv16 = nv.clone();
         nv16.skinny.packed_values = 16;
