@@ -116,10 +116,16 @@ impl Cx<'_> {
             let (c, r) = (f32_lit(a.softcap), f32_lit(1.0 / a.softcap));
             score = format!("{c} * tanh(({score}) * {r})");
         }
+        // A work-item's values of a staging round are all read before any is stored: the reads
+        // (a few of them, from global memory) are in flight together instead of one after
+        // another.
+        let staged = ck * eb;
+        let trips = staged.div_ceil(g);
+        let within = if staged % g == 0 { String::new() } else { format!("fbc_t < {staged} && ") };
         let _ = writeln!(
             s,
-            "  const {ix} fbc_j = fbc_j0 + lid;\n  float fbc_dot = 0.0f;\n  for ({ix} e0 = 0; e0 < {hdl}; e0 += {ebl}) {{\n    if (e0 > 0) barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_j0 + fbc_t / {ebl};\n      fbc_k[fbc_t / {eb}][fbc_t % {eb}] = fbc_jt < fbc_j1 ? {kv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    if (lid < {ck}) {{\n      #pragma unroll\n      for (int e = 0; e < {eb}; ++e) fbc_dot += fbc_q[e0 + e] * fbc_k[lid][e];\n    }}\n  }}\n  float fbc_s = -INFINITY;\n  if (fbc_j < fbc_j1) fbc_s = {score};\n  fbc_red[lid] = fbc_s;",
-            ck * eb,
+            "  const {ix} fbc_j = fbc_j0 + lid;\n  float fbc_dot = 0.0f;\n  for ({ix} e0 = 0; e0 < {hdl}; e0 += {ebl}) {{\n    float fbc_kr[{trips}];\n    #pragma unroll\n    for (int fbc_i = 0; fbc_i < {trips}; ++fbc_i) {{\n      const int fbc_t = lid + fbc_i * {g};\n      const {ix} fbc_jt = fbc_j0 + fbc_t / {ebl};\n      fbc_kr[fbc_i] = {within}fbc_jt < fbc_j1 ? {kv} : 0.0f;\n    }}\n    if (e0 > 0) barrier(CLK_LOCAL_MEM_FENCE);\n    #pragma unroll\n    for (int fbc_i = 0; fbc_i < {trips}; ++fbc_i) {{\n      const int fbc_t = lid + fbc_i * {g};\n      {}fbc_k[fbc_t / {eb}][fbc_t % {eb}] = fbc_kr[fbc_i];\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    if (lid < {ck}) {{\n      #pragma unroll\n      for (int e = 0; e < {eb}; ++e) fbc_dot += fbc_q[e0 + e] * fbc_k[lid][e];\n    }}\n  }}\n  float fbc_s = -INFINITY;\n  if (fbc_j < fbc_j1) fbc_s = {score};\n  fbc_red[lid] = fbc_s;",
+            if within.is_empty() { String::new() } else { format!("if (fbc_t < {staged}) ") },
             hdl = w.lit(hd),
             ebl = w.lit(eb),
         );
