@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, generate.txt, merge.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
+# skinny.txt, generate.txt, merge.txt, matvec.txt, bins.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -348,6 +348,50 @@ if want merge; then
       timeout 200 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $prof --inputs $T/pos.safetensors --repeat 10 >> $M 2>&1
       echo "=== merge generate round $round profile $prof" >> $M
       timeout 300 $B generate $T/llama_gen.fbir --random-weights 1 --prompt $(seq -s, 1 16) --max-new ${GEN_NEW:-32} --target opencl --device $D --profile $prof >> $M 2>&1
+    done
+  done
+fi
+# Split-K's work-groups per compute unit for matrix-vector products (part matvec, issue 14): the
+# nvidia profile with `[skinny] matvec_groups_per_cu` at each of GPCS (default 2 4 8 16; the
+# shipped profile says 16, 2 was `groups_per_cu`'s and so the value before) on
+# tests/bench/decode_products.fbir, then the 16-layer Llama 3.2-1B decode step at position 2047
+# with each, ROUNDS rounds (default 2). Results: $O/matvec.txt.
+if want matvec; then
+  V=$O/matvec.txt
+  [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
+  for g in ${GPCS:-2 4 8 16}; do
+    sed -e '/^matvec_groups_per_cu = /d' -e "s/^\[skinny\]\$/[skinny]\nmatvec_groups_per_cu = $g/" \
+      dialects/target/profiles/nvidia.toml > $T/gpc$g.toml
+    echo "=== matvec products matvec_groups_per_cu $g" >> $V
+    timeout 60 $B bench tests/bench/decode_products.fbir --device $D --profile $T/gpc$g.toml --repeat 10 >> $V 2>&1
+  done
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for g in ${GPCS:-2 4 8 16}; do
+      echo "=== matvec decode pos=2047 round $round matvec_groups_per_cu $g" >> $V
+      timeout 100 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/gpc$g.toml --inputs $T/pos.safetensors --repeat 10 >> $V 2>&1
+    done
+  done
+fi
+# Several binaries side by side (part bins): the 16-layer Llama 3.2-1B decode step at the
+# positions POSITIONS (default 2047) with each fbc of BINS (paths, in order), ROUNDS rounds
+# (default 2), after a 2-layer decode checked against the interpreter with the first; skipped
+# without BINS.
+# Results: $O/bins.txt.
+if want bins && [ -n "${BINS:-}" ]; then
+  N=$O/bins.txt
+  first=${BINS%% *}
+  $first gen llama3.2-1b --inference --layers 2 --seq 16 --max-seq 256 --vocab 512 -o $T/inf2b.fbir
+  echo "== check decode, 2 layers, 256 positions, $first" >> $N
+  timeout 60 $first run $T/inf2b.fbir --entry decode --target opencl --device $D --profile $P --random-inputs 1 --runs 2 --check >> $N 2>&1; echo "rc=$?" >> $N
+  $first gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_bins.fbir
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for p in ${POSITIONS:-2047}; do
+      python3 tests/bench/scalar_i32.py pos $p > $T/pos.safetensors
+      for bin in $BINS; do
+        echo "=== bins decode pos=$p round $round $bin" >> $N
+        timeout 90 $bin bench $T/llama_bins.fbir --entry decode --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $N 2>&1
+      done
     done
   done
 fi

@@ -191,7 +191,7 @@ pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<Me
     let n = t.numel();
     let half = ty.is_half();
     let misplaced = |idx: &[u64]| format!("element {idx:?} has no place in {ty} under {layout}");
-    // The element of `d` at offset `o`, or the error naming `idx`.
+    // The element of `d` at offset `o`, where there is one.
     fn at<'d, T>(d: &'d mut [T], o: Option<usize>) -> Option<&'d mut T> {
         o.and_then(|o| d.get_mut(o))
     }
