@@ -192,7 +192,7 @@ pub fn pack(layout: &Layout, shape: &[u64], t: &Value, ty: MemType) -> Result<Me
     let half = ty.is_half();
     let misplaced = |idx: &[u64]| format!("element {idx:?} has no place in {ty} under {layout}");
     // The element of `d` at offset `o`, where there is one.
-    fn at<'d, T>(d: &'d mut [T], o: Option<usize>) -> Option<&'d mut T> {
+    fn at<T>(d: &mut [T], o: Option<usize>) -> Option<&mut T> {
         o.and_then(|o| d.get_mut(o))
     }
     match (t, &mut out) {
