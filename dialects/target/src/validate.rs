@@ -26,8 +26,8 @@ impl HardwareProfile {
     /// - `contraction`: `per_item` extents are 1, 2, 4 or 8; `tile_k` is a power of two from 1
     ///   to 64; `local_vector` is 1 or 4;
     /// - `skinny`: `wide_lanes` is a power of two from 4 to 32, `wide_rows` a power of two with
-    ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu`, `matvec_groups_per_cu` and `matvec_min_k` are positive;
-    ///   `packed_values` is 4, 8 or 16;
+    ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu`, `matvec_groups_per_cu` and
+    ///   `matvec_min_k` are positive; `packed_values` is 4, 8 or 16;
     /// - `attention`: `decode_chunk` is a power of two from 8 to 128;
     /// - `streaming`: `transfer_gbps` (when present) is finite and positive; `compute_bound`,
     ///   `memory_bound` and `mixed` are finite and in `[0, 1]`;

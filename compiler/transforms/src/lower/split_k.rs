@@ -134,10 +134,10 @@ pub enum ProductShape {
 
 /// Split-K for the skinny kernel: the largest power of two `S ≥ 2` that gives the device at
 /// most `skinny.groups_per_cu` work-groups per compute unit (2 unless the profile says
-/// otherwise; `skinny.matvec_groups_per_cu` for a matrix-vector product where it is set), with chunks no shorter than one trip of the lanes (128 values along k: 32 lanes
-/// reading a texel of four; 32 along the wide side, `skinny.matvec_min_k` for a matrix-vector
-/// product). A
-/// work-group covers `16 · narrow` outputs with its lanes along k (8 rows of lanes, up to 16
+/// otherwise; `skinny.matvec_groups_per_cu` for a matrix-vector product where it is set),
+/// with chunks no shorter than one trip of the lanes (128 values along k: 32 lanes reading a
+/// texel of four; 32 along the wide side, `skinny.matvec_min_k` for a matrix-vector product).
+/// A work-group covers `16 · narrow` outputs with its lanes along k (8 rows of lanes, up to 16
 /// outputs each) and `4 · wide_lanes · narrow` along the wide side (a texel of four wide
 /// indices a lane; 32 lanes unless the profile says otherwise). On the H200 (`tests/bench/h200.sh`, part lora, one call) the weight gradients
 /// 2048×512 · 512×8 took 0.011 ms split by 16 (256 groups) against 0.0185 by 4, and
@@ -520,10 +520,11 @@ mod tests {
         // `matvec_min_k`, 128, along the wide side.
         let gemv = ProductShape::Skinny { narrow: 1, lanes_along_k: false, decoded: false };
         assert_eq!(nv.skinny.matvec_min_k, 128);
-        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q (16 by the groups)
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q (the chunks bound it)
         assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(16)); // K of GQA (64)
-                                                                         // The gate: 64 work-groups, 16 per compute unit (`matvec_groups_per_cu`) allow 2112,
-                                                                         // so the 128-long chunks bound it; with `groups_per_cu`'s 2, 264 allow 4.
+
+        // The gate: 64 work-groups; 16 per compute unit (`matvec_groups_per_cu`) allow 2112,
+        // so the 128-long chunks bound it; `groups_per_cu`'s 2 allow 264, so 4.
         assert_eq!(nv.skinny.matvec_groups_per_cu, Some(16));
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(16));
         let mut nv = nv.clone();
@@ -531,8 +532,9 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4));
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), Some(2)); // chunks of 255 and 256
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 255, &nv), None); // one chunk of 128 only
-                                                                     // A packed weight's matrix-vector product: `packed_values` wide values a lane, so fewer
-                                                                     // work-groups along the wide side and more chunks (16: 2048 / 128).
+
+        // A packed weight's matrix-vector product: `packed_values` wide values a lane, so fewer
+        // work-groups along the wide side and more chunks (16: 2048 / 128).
         let packed = ProductShape::Skinny { narrow: 1, lanes_along_k: false, decoded: true };
         let mut nv16 = nv.clone();
         nv16.skinny.packed_values = 16;
