@@ -66,8 +66,8 @@ struct Func {
     len: usize,
     /// Argument index by name, for the host's arguments.
     args: Vec<(String, usize)>,
-    /// Every argument's name, in order (the OpenCL session keeps arguments by name).
-    #[cfg_attr(not(feature = "opencl"), allow(dead_code))]
+    /// Every argument's name, in order (the OpenCL session keeps arguments by name; the JIT
+    /// keeps the weights' uploads).
     names: Vec<String>,
     /// The caches' argument indices, in order (the results after the logits, in the same order).
     caches: Vec<usize>,
@@ -196,10 +196,13 @@ fn arg_max(logits: &Value, row: usize, vocab: usize) -> Option<i32> {
 /// How a call runs: the interpreter on the module, the JIT or a device on the lowered one.
 enum Runner<'a> {
     Interp(Interpreter<'a>),
-    /// The launcher keeps its compiled kernels from call to call.
+    /// The launcher keeps its compiled kernels from call to call, and `uploads` each
+    /// function's weights as they were packed for its first call (every argument but the
+    /// caches and the host's: the same values at every call).
     Jit {
         lowered: Module,
         launcher: Box<dyn fbc_runtime::exec::Launcher>,
+        uploads: std::collections::HashMap<String, fbc_runtime::interp::Uploads>,
     },
     /// The session keeps the weights on the device from the first call on, and the caches
     /// that the functions update in place (see [`Runner::call`]).
@@ -290,11 +293,16 @@ impl Runner<'_> {
                 i.run_id(f.id, inputs.into_owned())
                     .map_err(|e| crate::run_cmd::located(file, &e))?,
             ),
-            Runner::Jit { lowered, launcher } => {
+            Runner::Jit { lowered, launcher, uploads } => {
                 let id = crate::run_cmd::lowered_func(lowered, &f.name, file)?;
+                let kept = uploads.entry(f.name.clone()).or_insert_with(|| {
+                    let weight =
+                        |i: usize| !f.caches.contains(&i) && !HOST.contains(&f.names[i].as_str());
+                    fbc_runtime::interp::Uploads::new((0..f.names.len()).map(weight).collect())
+                });
                 split(
                     Interpreter::new(lowered)
-                        .run_id_with_launcher(id, inputs.into_owned(), launcher.as_mut())
+                        .run_id_with_uploads(id, inputs.into_owned(), launcher.as_mut(), Some(kept))
                         .map_err(|e| crate::run_cmd::located(file, &e))?,
                 )
             }
@@ -540,7 +548,7 @@ pub(crate) fn run(driver: &Driver, a: &GenerateArgs, quiet: bool) -> Result<(), 
                 #[cfg(feature = "llvm")]
                 Backend::Llvm(cpu) => Box::new(JitLauncher::llvm(cpu).map_err(setup)?),
             };
-            Runner::Jit { lowered, launcher }
+            Runner::Jit { lowered, launcher, uploads: Default::default() }
         }
         #[cfg(feature = "opencl")]
         "opencl" => {

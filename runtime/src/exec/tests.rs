@@ -50,6 +50,36 @@ func.func @f(%a: tensor<5x7xf32>, %b: tensor<7x3xf32>) -> tensor<5x3xf32> {
   func.return %c : (tensor<5x3xf32>) -> ()
 }"#;
 
+/// Kept uploads ([`crate::interp::Uploads`]): a second call copies the storage the first
+/// packed for a kept argument (the product is the first call's, whatever the second passes for
+/// it) and packs the others again; the reference executor's numbers either way.
+#[test]
+fn kept_uploads_are_packed_once() {
+    use crate::interp::Uploads;
+    let m = parse(MATMUL);
+    let id = m.find_func("f").unwrap();
+    let a1 = random_inputs(&m, "f", 1).unwrap();
+    let a2 = random_inputs(&m, "f", 2).unwrap();
+    let run = |inputs: &[Value], uploads: Option<&mut Uploads>| {
+        Interpreter::new(&m)
+            .run_id_with_uploads(id, inputs.to_vec(), &mut ReferenceLauncher, uploads)
+            .unwrap()
+    };
+    let plain = |a: &Value, b: &Value| run(&[a.clone(), b.clone()], None);
+    // `b` kept: the second call's `a` is its own, its `b` the first call's.
+    let mut kept = Uploads::new(vec![false, true]);
+    assert_eq!(run(&a1, Some(&mut kept)), plain(&a1[0], &a1[1]));
+    assert_eq!(kept.reused(), 0);
+    assert_eq!(run(&[a2[0].clone(), a2[1].clone()], Some(&mut kept)), plain(&a2[0], &a1[1]));
+    assert_eq!(kept.reused(), 1);
+    assert_ne!(plain(&a2[0], &a1[1]), plain(&a2[0], &a2[1]));
+    // Nothing kept: every call packs its own.
+    let mut none = Uploads::new(vec![false, false]);
+    run(&a1, Some(&mut none));
+    assert_eq!(run(&a2, Some(&mut none)), plain(&a2[0], &a2[1]));
+    assert_eq!(none.reused(), 0);
+}
+
 #[test]
 fn matmul_matches_the_tensor_interpreter() {
     let tensor = r#"

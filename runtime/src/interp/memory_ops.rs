@@ -8,7 +8,7 @@
 //! dialect has no `f64` storage). `plan-memory`'s slots are ignored: every `memory.alloc` gets its
 //! own zeroed storage, every `memory.upload` its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use fbc_dialects::kind::MemoryOp;
@@ -22,6 +22,35 @@ use crate::exec::{pack, unpack, Launcher, MemData};
 
 /// Storage of one frame.
 pub(crate) type MemEnv = HashMap<fbc_ir::Value, MemData>;
+
+/// The storage that `memory.upload` packs from some arguments of a function, kept from one call
+/// to the next ([`Interpreter::run_id_with_uploads`](super::Interpreter::run_id_with_uploads)):
+/// a later call's upload of such an argument copies the storage packed at the first instead of
+/// placing every element by its layout again. For arguments that hold the same value at every
+/// call (a model's weights, where `fbc generate` calls `@decode` once a token): a kept argument
+/// given another value is not packed again, and the call computes with the first one. One
+/// `Uploads` serves one function of one module (uploads are told apart by their results).
+#[derive(Debug, Clone, Default)]
+pub struct Uploads {
+    /// Per argument of the function: whether its uploads are kept.
+    pub(crate) keep: Vec<bool>,
+    /// The storage each upload (by its result) packed.
+    packed: HashMap<fbc_ir::Value, MemData>,
+    /// Uploads that copied kept storage.
+    reused: u64,
+}
+
+impl Uploads {
+    /// Keeps the uploads of the arguments `keep` marks (one flag per argument, in order).
+    pub fn new(keep: Vec<bool>) -> Uploads {
+        Uploads { keep, packed: HashMap::new(), reused: 0 }
+    }
+
+    /// How many uploads have copied kept storage instead of packing their tensor.
+    pub fn reused(&self) -> u64 {
+        self.reused
+    }
+}
 
 fn op_err(d: &OpData, message: impl Into<String>) -> InterpError {
     InterpError::Op { op: d.name().to_string(), message: message.into(), span: d.span }
@@ -45,6 +74,7 @@ pub(crate) fn execute(
     mem: &mut MemEnv,
     launcher: &mut dyn Launcher,
     mode: Mode,
+    kept: Option<(&HashSet<fbc_ir::Value>, &mut Uploads)>,
 ) -> Result<(), InterpError> {
     let result = |i: usize| d.results.get(i).copied().ok_or_else(|| op_err(d, "missing result"));
     let operand = |i: usize| d.operands.get(i).copied().ok_or_else(|| op_err(d, "missing operand"));
@@ -67,8 +97,19 @@ pub(crate) fn execute(
             let Type::Tensor(t) = module.value_type(x) else {
                 return Err(op_err(d, "operand 0 is not a tensor"));
             };
+            let kept = kept.filter(|(args, _)| args.contains(&x)).map(|(_, u)| u);
+            if let Some(data) = kept.as_ref().and_then(|u| u.packed.get(&r)) {
+                mem.insert(r, data.clone());
+                if let Some(u) = kept {
+                    u.reused += 1;
+                }
+                return Ok(());
+            }
             let v = env.get(&x).ok_or_else(|| op_err(d, "internal: operand 0 has no value"))?;
             let data = pack(&layout(d)?, &t.shape, v, ty).map_err(|e| op_err(d, e))?;
+            if let Some(u) = kept {
+                u.packed.insert(r, data.clone());
+            }
             mem.insert(r, data);
         }
         MemoryOp::Download => {

@@ -36,7 +36,7 @@ mod ops;
 mod random;
 mod value;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use fbc_dialects::kind::{FuncOp, MemoryOp, OpKind};
@@ -49,6 +49,7 @@ pub use random::{index_bound, random_input, random_inputs, DEFAULT_INDEX_BOUND};
 pub use value::{Mode, Value};
 
 pub use crate::exec::{Launcher, ReferenceLauncher};
+pub use memory_ops::Uploads;
 
 /// How the interpreter runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +131,18 @@ impl<'m> Interpreter<'m> {
         inputs: Vec<Value>,
         launcher: &mut dyn Launcher,
     ) -> Result<Vec<Value>, InterpError> {
+        self.run_id_with_uploads(func, inputs, launcher, None)
+    }
+
+    /// [`Interpreter::run_id_with_launcher`] keeping the storage `memory.upload` packs from the
+    /// arguments `uploads` names, from one call to the next (see [`Uploads`]).
+    pub fn run_id_with_uploads(
+        &self,
+        func: FuncId,
+        inputs: Vec<Value>,
+        launcher: &mut dyn Launcher,
+        uploads: Option<&mut Uploads>,
+    ) -> Result<Vec<Value>, InterpError> {
         let f = self.module.func(func);
         if inputs.len() != f.args.len() {
             return Err(InterpError::ArgumentCount {
@@ -164,7 +177,12 @@ impl<'m> Interpreter<'m> {
                 .map_err(|v| argument_error(v.to_string()))?;
             args.push(Rc::new(v));
         }
-        let results = self.call(func, args, 0, launcher)?;
+        // The kept arguments of this function, by their values in its body.
+        let kept = uploads.map(|u| {
+            let values = f.args.iter().zip(&u.keep).filter(|(_, &k)| k).map(|(&a, _)| a).collect();
+            (values, u)
+        });
+        let results = self.call(func, args, 0, launcher, kept)?;
         // Results shared with the caller's frame only; unwrap without copying when possible.
         Ok(results
             .into_iter()
@@ -173,12 +191,14 @@ impl<'m> Interpreter<'m> {
     }
 
     /// Runs `func`'s body on `args` in a fresh frame.
+    /// `kept`: the arguments whose uploads are kept ([`Uploads`]), for the outermost call only.
     fn call(
         &self,
         func: FuncId,
         args: Vec<Rc<Value>>,
         depth: usize,
         launcher: &mut dyn Launcher,
+        mut kept: Option<(HashSet<fbc_ir::Value>, &mut Uploads)>,
     ) -> Result<Vec<Rc<Value>>, InterpError> {
         let module = self.module;
         let f = module.func(func);
@@ -198,7 +218,16 @@ impl<'m> Interpreter<'m> {
         for (pos, &op) in f.body.iter().enumerate() {
             let d = module.op(op);
             if MemoryOp::of(d.def).is_some() {
-                memory_ops::execute(module, d, &mut env, &mut mem, launcher, self.options.mode)?;
+                let kept = kept.as_mut().map(|(values, u)| (&*values, &mut **u));
+                memory_ops::execute(
+                    module,
+                    d,
+                    &mut env,
+                    &mut mem,
+                    launcher,
+                    self.options.mode,
+                    kept,
+                )?;
                 for &r in &d.results {
                     if !last_use.contains_key(&r) {
                         env.remove(&r);
@@ -243,7 +272,7 @@ impl<'m> Interpreter<'m> {
                             span: d.span,
                         });
                     }
-                    self.call(target, operands, depth + 1, launcher)?
+                    self.call(target, operands, depth + 1, launcher, None)?
                 }
                 None => {
                     let refs: Vec<&Value> = operands.iter().map(|v| v.as_ref()).collect();
