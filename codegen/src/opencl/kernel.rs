@@ -2617,19 +2617,7 @@ impl Cx<'_> {
         if kn.stats.is_empty() {
             return Ok(Some(String::new()));
         }
-        let mut reads_wide = false;
-        for st in &kn.stats {
-            st.body.visit(&mut |e| match e {
-                Scalar::In(i) | Scalar::Load(i, _) => {
-                    let m = &kn.maps[*i];
-                    reads_wide |=
-                        wide.iter().any(|&d| m.results.iter().any(|r| uses(r, &m.dims[d])));
-                }
-                Scalar::Dim(d) => reads_wide |= wide.contains(d),
-                _ => {}
-            });
-        }
-        if reads_wide {
+        if wide.iter().any(|&d| kn.stats_read_dim(d)) {
             return Ok(None);
         }
         let (w, ix) = (self.w, self.w.ty());

@@ -380,6 +380,29 @@ impl Kernel {
         )
     }
 
+    /// Whether a statistic (its body or its epilogue) reads domain dimension `d`: through an
+    /// operand's map, an explicit offset or as `dN`. A statistic that reads none of a set of
+    /// dimensions has one value along them.
+    pub fn stats_read_dim(&self, d: usize) -> bool {
+        let mut reads = false;
+        for st in &self.stats {
+            for e in std::iter::once(&st.body).chain(st.epilogue.as_ref()) {
+                e.visit(&mut |x| match x {
+                    Scalar::In(i) | Scalar::Load(i, _) => {
+                        if let Some((m, v)) =
+                            self.maps.get(*i).and_then(|m| Some((m, m.dims.get(d)?)))
+                        {
+                            reads |= m.results.iter().any(|r| uses_var(r, v));
+                        }
+                    }
+                    Scalar::Dim(j) => reads |= *j == d,
+                    _ => {}
+                });
+            }
+        }
+        reads
+    }
+
     /// Whether it is a row kernel (it has row dimensions, and then statistics).
     pub fn is_row(&self) -> bool {
         self.iterators.contains(&Iter::Row)

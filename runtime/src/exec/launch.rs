@@ -434,25 +434,7 @@ pub fn run_kernel(
     // A statistic's value depends only on the parallel indices its payloads read (through an
     // operand's map, or `dN`): it is computed once per distinct value of those and reused (a
     // normalisation moved into a product reads the row, not the output column).
-    let stat_dims: Vec<usize> = (0..k.parallel_dims())
-        .filter(|&d| {
-            let mut reads = false;
-            for st in &k.stats {
-                for e in std::iter::once(&st.body).chain(st.epilogue.as_ref()) {
-                    e.visit(&mut |x| match x {
-                        Scalar::In(i) | Scalar::Load(i, _) => {
-                            let m = &k.maps[*i];
-                            let v = &m.dims[d];
-                            reads |= m.results.iter().any(|r| r.vars().iter().any(|n| n == v));
-                        }
-                        Scalar::Dim(j) => reads |= *j == d,
-                        _ => {}
-                    });
-                }
-            }
-            reads
-        })
-        .collect();
+    let stat_dims: Vec<usize> = (0..k.parallel_dims()).filter(|&d| k.stats_read_dim(d)).collect();
     let mut known: std::collections::HashMap<Vec<i64>, Vec<f32>> = Default::default();
     let out = n - 1;
     let np = k.parallel_dims();
