@@ -18,6 +18,11 @@
 //!   may *strengthen* them (intersect intervals, lcm divisors). Contradictory
 //!   facts can only come from classes that are never defined; they are kept
 //!   as they are (no panic).
+//! * `merge` strengthens a class's interval or divisor at most
+//!   [`MAX_REFINEMENTS`] times; later refinements are dropped (a weaker fact
+//!   is still true). Without the bound, a cycle of classes that are never
+//!   defined (where anything can be proven, `u = u + 1` included) narrows an
+//!   interval by one per round, 2⁶⁴ rounds: egg's rebuild would not return.
 //! * `modify` adds the literal for every constant class (constant folding,
 //!   including constants proven by intervals) and prunes the class to its
 //!   leaves, which keeps the e-graph small.
@@ -42,11 +47,33 @@ pub struct Facts {
     pub divisor: u64,
     /// Bloom signature of mentioned variables (heuristic only).
     pub vars: u64,
+    /// How many times `merge` has strengthened `range` or `divisor`.
+    refinements: u8,
 }
+
+/// The most times `merge` strengthens one class's interval or divisor (see the module docs).
+pub(crate) const MAX_REFINEMENTS: u8 = 32;
 
 impl Facts {
     fn of_constant(c: i64) -> Facts {
-        Facts { constant: Some(c), range: Interval::point(c), divisor: c.unsigned_abs(), vars: 0 }
+        Facts {
+            constant: Some(c),
+            range: Interval::point(c),
+            divisor: c.unsigned_abs(),
+            vars: 0,
+            refinements: 0,
+        }
+    }
+
+    /// Facts derived by `make`: nothing refined yet.
+    fn derived(constant: Option<i64>, range: Interval, divisor: u64, vars: u64) -> Facts {
+        Facts { constant, range, divisor, vars, refinements: 0 }
+    }
+
+    /// The same claims, whatever the refinement counts.
+    fn same_claims(&self, other: &Facts) -> bool {
+        (self.constant, self.range, self.divisor, self.vars)
+            == (other.constant, other.range, other.divisor, other.vars)
     }
 
     /// Makes the facts consistent with each other: a singleton interval is a
@@ -184,36 +211,31 @@ impl Analysis<IndexLang> for IndexAnalysis {
         let f = |id: &Id| egraph[*id].data;
         let facts = match enode {
             IndexLang::Num(c) => Facts::of_constant(*c),
-            IndexLang::Symbol(s) => Facts {
-                constant: None,
-                range: egraph.analysis.ranges.get(s).copied().unwrap_or(Interval::FULL),
-                divisor: 1,
-                vars: var_bit(s.as_str()),
-            },
+            IndexLang::Symbol(s) => Facts::derived(
+                None,
+                egraph.analysis.ranges.get(s).copied().unwrap_or(Interval::FULL),
+                1,
+                var_bit(s.as_str()),
+            ),
             IndexLang::Neg(a) => {
                 let a = f(a);
-                Facts {
-                    constant: a.constant.and_then(expr::neg),
-                    range: -a.range,
-                    divisor: a.divisor,
-                    vars: a.vars,
-                }
+                Facts::derived(a.constant.and_then(expr::neg), -a.range, a.divisor, a.vars)
             }
             other => {
                 let (Some(op), [a, b]) = (binop_of(other), other.children()) else {
-                    return Facts { constant: None, range: Interval::FULL, divisor: 1, vars: 0 };
+                    return Facts::derived(None, Interval::FULL, 1, 0);
                 };
                 let (a, b) = (f(a), f(b));
                 let constant = match (a.constant, b.constant) {
                     (Some(x), Some(y)) => op.apply(x, y),
                     _ => None,
                 };
-                Facts {
+                Facts::derived(
                     constant,
-                    range: interval_of(op, a.range, b.range),
-                    divisor: divisor_of(op, &a, &b),
-                    vars: a.vars | b.vars,
-                }
+                    interval_of(op, a.range, b.range),
+                    divisor_of(op, &a, &b),
+                    a.vars | b.vars,
+                )
             }
         };
         facts.normalized()
@@ -225,14 +247,19 @@ impl Analysis<IndexLang> for IndexAnalysis {
         if merged.constant.is_none() {
             merged.constant = from.constant;
         }
-        if let Some(r) = merged.range.intersect(from.range) {
-            merged.range = r;
+        merged.refinements = to.refinements.max(from.refinements);
+        if merged.refinements < MAX_REFINEMENTS {
+            let range = merged.range.intersect(from.range).unwrap_or(merged.range);
+            let divisor = lcm_or_max(merged.divisor, from.divisor);
+            if (range, divisor) != (merged.range, merged.divisor) {
+                (merged.range, merged.divisor) = (range, divisor);
+                merged.refinements += 1;
+            }
         }
-        merged.divisor = lcm_or_max(merged.divisor, from.divisor);
         merged.vars &= from.vars;
         let merged = merged.normalized();
         *to = merged;
-        DidMerge(merged != before, merged != from)
+        DidMerge(!merged.same_claims(&before), !merged.same_claims(&from))
     }
 
     fn modify(egraph: &mut IndexEGraph, id: Id) {

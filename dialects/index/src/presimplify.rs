@@ -137,22 +137,12 @@ fn pow2(k: i64) -> Option<i64> {
 }
 
 impl Norm<'_> {
-    fn interval(&self, e: &Expr) -> Interval {
-        match e {
-            Expr::Const(c) => Interval::point(*c),
-            Expr::Var(v) => match self.ranges.get(v) {
-                // Ranges are half-open and never empty.
-                Some((lo, hi)) => Interval { lo, hi: hi - 1 },
-                None => Interval::FULL,
-            },
-            Expr::Neg(a) => self.interval(a).checked_neg().unwrap_or(Interval::FULL),
-            Expr::Bin(op, a, b) => interval_of(*op, self.interval(a), self.interval(b)),
-        }
-    }
-
     /// The interval of `e` when every intermediate value fits `i64` for all points of the box;
-    /// `None` for an unranged variable, a possible overflow, or an operator this pass does not
-    /// produce from ranged operands.
+    /// `None` for an unranged variable, a possible overflow or division by a non-positive
+    /// number. Only such an interval may decide a quotient: the pass builds terms that are not
+    /// in the input (a remainder `r` of `(Σ kᵢ·aᵢ + r) floordiv c`), which may overflow where
+    /// the input is defined, and the clamped intervals of [`interval_of`] describe only the
+    /// values a term takes where it is defined.
     fn exact_interval(&self, e: &Expr) -> Option<Interval> {
         match e {
             Expr::Const(c) => Some(Interval::point(*c)),
@@ -164,7 +154,14 @@ impl Norm<'_> {
                     BinOp::Add => a.checked_add(b),
                     BinOp::Sub => a.checked_sub(b),
                     BinOp::Mul => a.checked_mul(b),
-                    BinOp::FloorDiv | BinOp::Mod if b.lo > 0 => Some(interval_of(*op, a, b)),
+                    BinOp::FloorDiv | BinOp::CeilDiv | BinOp::Mod if b.lo > 0 => {
+                        Some(interval_of(*op, a, b))
+                    }
+                    BinOp::Shl if b.lo >= 0 && b.hi < 63 => {
+                        a.checked_mul(Interval { lo: 1 << b.lo, hi: 1 << b.hi })
+                    }
+                    BinOp::Shr if b.lo >= 0 && b.hi < 64 => Some(interval_of(*op, a, b)),
+                    BinOp::And | BinOp::Min | BinOp::Max => Some(interval_of(*op, a, b)),
                     _ => None,
                 }
             }
@@ -320,9 +317,10 @@ impl Norm<'_> {
                 }
             }
         }
-        let iv = self.interval(&x);
-        if iv.lo.div_euclid(c) == iv.hi.div_euclid(c) && iv != Interval::FULL {
-            return Expr::Const(iv.lo.div_euclid(c));
+        if let Some(iv) = self.exact_interval(&x) {
+            if iv.lo.div_euclid(c) == iv.hi.div_euclid(c) {
+                return Expr::Const(iv.lo.div_euclid(c));
+            }
         }
         Expr::binary(BinOp::FloorDiv, x, Expr::Const(c))
     }
@@ -357,8 +355,9 @@ impl Norm<'_> {
                 }
             }
         }
-        let iv = self.interval(&x);
-        if iv != Interval::FULL && iv.lo.div_euclid(c) == iv.hi.div_euclid(c) {
+        if let Some(iv) =
+            self.exact_interval(&x).filter(|iv| iv.lo.div_euclid(c) == iv.hi.div_euclid(c))
+        {
             let k = iv.lo.div_euclid(c);
             if k == 0 {
                 return x;
@@ -421,6 +420,19 @@ mod tests {
     fn shifts_and_masks_become_affine() {
         assert_eq!(norm("(x << 3) >> 3", &["x=0:100"]), "x");
         assert_eq!(norm("(x * 8 + y) & 7", &["x=0:100", "y=0:8"]), "y");
+    }
+
+    #[test]
+    fn terms_that_may_overflow_decide_no_quotient() {
+        // Defined at x = 0 only (1 floordiv 4 = 0). The remainder split of `(A − (2⁶³ − 2))
+        // floordiv 4` builds `A + 2`, which overflows there; its clamped interval once made
+        // the quotient -1.
+        assert_eq!(
+            norm("(9223372036854775807 << x) mod 2 floordiv 4", &["x=0:8"]),
+            "(9223372036854775807 << x) mod 2 floordiv 4"
+        );
+        assert_eq!(norm("((x << 3) + 7) floordiv 8", &["x=0:8"]), "x");
+        assert_eq!(norm("min(x, 3) floordiv 4", &["x=0:8"]), "0");
     }
 
     #[test]
