@@ -27,8 +27,9 @@
 //! the reference executor before it is reported, so a violation is never a false alarm.
 //!
 //! [`LaunchBounds`] asks these questions for every access of a [`Kernel`]: each operand's map
-//! (inputs where the body or the epilogue reads them, under the guard, and where a row kernel's
-//! statistics read them, everywhere; the output where it is written, everywhere), the guard map itself (defined everywhere), and every `xK[e]` load whose
+//! (inputs where the body or the epilogue reads them, under the guard, where a reduction's
+//! statistics read them, under the guard too, and where a row kernel's statistics read them,
+//! everywhere; the output where it is written, everywhere), the guard map itself (defined everywhere), and every `xK[e]` load whose
 //! offset depends only on domain indices. Loads whose offset depends on data (an embedding id,
 //! a cross-entropy label) cannot be decided here: back ends check them when they run. Reads
 //! under a `select` branch happen only where the branch is taken, so a violation there is not
@@ -581,8 +582,9 @@ impl fmt::Display for Violation {
 }
 
 /// Where a payload runs: the body (over the whole domain, under the guard), the epilogue
-/// (once per parallel point, under the guard), a row statistic's body (over the whole domain)
-/// or its epilogue (once per parallel point); statistics ignore the guard.
+/// (once per parallel point, under the guard), a statistic's body (over the whole domain) or
+/// its epilogue (once per parallel point); a row kernel's statistics ignore the guard (every
+/// row point takes part), a reduction's run under it, at the output points it computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Site {
     Body,
@@ -599,8 +601,8 @@ impl Site {
         matches!(self, Site::Body | Site::StatBody)
     }
 
-    fn guarded(self) -> bool {
-        matches!(self, Site::Body | Site::Epilogue)
+    fn guarded(self, row: bool) -> bool {
+        matches!(self, Site::Body | Site::Epilogue) || !row
     }
 }
 
@@ -853,7 +855,7 @@ impl Kernel {
             scan(e, Site::StatEpilogue, &mut uses);
         }
         let site_box = |site: Site| if site.everywhere() { full } else { par };
-        let site_cond = |site: Site| if site.guarded() { cond.as_ref() } else { None };
+        let site_cond = |site: Site| if site.guarded(row) { cond.as_ref() } else { None };
         let out_k = self.output();
         for (k, (m, ty)) in self.maps.iter().zip(types).enumerate() {
             let u = &uses[k];
@@ -1110,6 +1112,48 @@ mod tests {
             // Conditional reads are never reported as certain violations.
             assert!(lb.violation.is_none(), "{body}");
         }
+    }
+
+    /// A reduction's statistics run at the output points the guard keeps (as the back ends
+    /// compute them); a row kernel's over every row point.
+    #[test]
+    fn a_reductions_statistics_are_under_its_guard() {
+        use super::super::{Combine, Guard, Iter, Stat};
+        // Six rows of 8 read over a domain of 8 (a padded tile), the guard d0 < 6.
+        let k = Kernel {
+            name: "k".into(),
+            source: String::new(),
+            domain: vec![8, 8],
+            iterators: vec![Iter::Parallel, Iter::Reduction],
+            maps: vec![map("(d0, d1) -> (d0 * 8 + d1)"), map("(d0, d1) -> (d0)")],
+            body: Scalar::parse("x0").unwrap(),
+            combine: Some(Combine::Add),
+            epilogue: Some(Scalar::parse("acc * s0").unwrap()),
+            guard: Some(Guard { map: map("(d0, d1) -> (d0)"), bounds: vec![6] }),
+            stats: vec![Stat::parse("add: x0 * x0").unwrap()],
+            symbols: Vec::new(),
+            attention: None,
+            split: None,
+        };
+        let t = [MemType::buffer(48, ElemType::F32), MemType::buffer(8, ElemType::F32)];
+        let lb = k.bounds(&t);
+        assert!(lb.violation.is_none(), "{:?}", lb.violation);
+        assert!(lb.maps[0].is_proven(), "{:?}", lb.maps[0]);
+        // A row kernel's statistic reads every row point, guard or not.
+        let row = Kernel {
+            iterators: vec![Iter::Parallel, Iter::Row],
+            combine: None,
+            epilogue: None,
+            body: Scalar::parse("x0 * s0").unwrap(),
+            maps: vec![map("(d0, d1) -> (d0 * 8 + d1)"), map("(d0, d1) -> (d0 * 8 + d1)")],
+            guard: Some(Guard { map: map("(d0, d1) -> (d0)"), bounds: vec![6] }),
+            ..k
+        };
+        let lb = row.bounds(&[t[0], MemType::buffer(64, ElemType::F32)]);
+        assert_eq!(
+            lb.violation.map(|v| v.to_string()).as_deref(),
+            Some("operand 0 (!memory.buffer<48, f32>) is read at offset 48 at d0=6, d1=0, outside its 48 elements")
+        );
     }
 
     #[test]
