@@ -157,6 +157,37 @@ fn the_normalisation_stays_where_the_fusion_does_not_apply() {
     }
 }
 
+/// With `[skinny] norm_prologue_pairs` the normalisation read by up and gate moves into both,
+/// and the merged launch that runs them in the same work-groups (each summing the statistic:
+/// every group, or in a split the group that adds a block's chunks) gives the reference
+/// executor's numbers on the OpenCL device, which give the tensor module's.
+#[test]
+fn a_normalisation_read_by_up_and_gate_moves_into_both_where_the_profile_says() {
+    let mut p = profile(true);
+    p.skinny.norm_prologue_pairs = true;
+    for (k, n, mode) in [(256, 256, "off"), (2048, 256, "auto")] {
+        let case = format!("k {k}, n {n}, split-k {mode}");
+        let (m, ks, inputs, before, after) = lowered(&norm_then_gated(k, n), &p, mode);
+        assert!(ks.iter().all(|k| k.source != "tensor.rmsnorm"), "{case}: {ks:#?}");
+        assert_eq!(ks.iter().filter(|k| !k.stats.is_empty()).count(), 2, "{case}: {ks:#?}");
+        for (a, b) in after.iter().zip(&before) {
+            close(&case, &data(a), &data(b));
+        }
+        if !common::have_device() {
+            continue;
+        }
+        let opts = fbc_codegen::opencl::KernelOptions::for_target(&p);
+        let (out, run) = common::run_main_on_device(&m, opts, &inputs);
+        assert!(out.source.contains("in one launch"), "{case}: not merged:\n{}", out.source);
+        let stats = out.source.matches("The statistics over the whole reduction").count();
+        assert_eq!(stats, 2, "{case}:\n{}", out.source);
+        let run = run.unwrap_or_else(|e| panic!("{case}: {e}"));
+        for (a, b) in run.results.iter().zip(&after) {
+            close(&case, &data(a), &data(b));
+        }
+    }
+}
+
 /// The fused launches on the OpenCL device against the reference executor: in the skinny
 /// kernel (the statistic summed by every work-group, or in a split by the group that adds the
 /// chunks), with lanes along the wide side and along k, and where the product is too short or

@@ -182,6 +182,13 @@ pub struct SkinnyParams {
     /// statistic at every output. Optional: false.
     #[serde(default)]
     pub norm_prologue: bool,
+    /// With `norm_prologue`, a normalisation read by a pair of products of which one reads the
+    /// other's output (a decode step's up and gate, `SiLU(gate) · up`) moves into both too:
+    /// the merged launch runs them in the same work-groups one after the other, each summing
+    /// the statistic (split in one launch: in the group that adds a block's chunks). Off, the
+    /// normalisation stays a launch of its own. Optional: false.
+    #[serde(default)]
+    pub norm_prologue_pairs: bool,
 }
 
 fn eight() -> u32 {
@@ -212,6 +219,7 @@ impl Default for SkinnyParams {
             packed_values: four(),
             merge_launches: false,
             norm_prologue: false,
+            norm_prologue_pairs: false,
         }
     }
 }

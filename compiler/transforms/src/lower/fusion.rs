@@ -848,13 +848,16 @@ fn prologue_readers(l: &Lower<'_>, p: usize) -> Option<Vec<(usize, LKernel)>> {
     if u.pinned[t] || u.shared[t] || u.gathered[t] || u.writers[t] != 1 || u.readers[t] == 0 {
         return None;
     }
-    // Not where a reader reads another reader's output (gate's `SiLU(acc) · up`): the OpenCL
-    // writer runs such a pair in the same work-groups one after the other, and each would sum
-    // the statistic in turn. On an H100 the 16-layer decode step's up-gate launch took 77 µs
-    // with it against 65 µs without, more than the 7.5 µs launch of the normalisation.
+    // Where a reader reads another reader's output (gate's `SiLU(acc) · up`) only when the
+    // profile says so (`norm_prologue_pairs`): the OpenCL writer runs such a pair in the same
+    // work-groups one after the other, and each sums the statistic in turn. On an H100 the
+    // 16-layer decode step's up-gate launch took 77 µs with it against 65 µs without, more
+    // than the 7.5 µs launch of the normalisation (split-K at 2 work-groups per compute unit).
     let readers: Vec<&LKernel> =
         l.kernels.iter().filter(|k| k.inputs.iter().any(|o| o.t == t)).collect();
-    if readers.iter().any(|r| readers.iter().any(|o| r.inputs.iter().any(|i| i.t == o.out.t))) {
+    if !l.profile.skinny.norm_prologue_pairs
+        && readers.iter().any(|r| readers.iter().any(|o| r.inputs.iter().any(|i| i.t == o.out.t)))
+    {
         return None;
     }
     let mut out = Vec::new();
