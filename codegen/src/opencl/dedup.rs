@@ -13,18 +13,16 @@ use std::fmt::Write as _;
 
 use super::manifest::{FunctionManifest, Step};
 
-/// The code of a kernel text (what follows its `//` comment block) with its name masked.
+/// The code of a kernel text (its lines that are not `//` comments: a merged launch's part
+/// functions carry their kernels' comments, whose locations differ from layer to layer) with
+/// its name masked.
 fn masked_code(name: &str, text: &str) -> String {
-    let code_start = text
-        .lines()
-        .take_while(|l| l.starts_with("//") || l.trim().is_empty())
-        .map(|l| l.len() + 1)
-        .sum::<usize>()
-        .min(text.len());
-    mask_ident(&text[code_start..], name)
+    let code: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+    mask_ident(&code.join("\n"), name)
 }
 
-/// `text` with every whole-word occurrence of identifier `name` replaced by `@`.
+/// `text` with every whole-word occurrence of identifier `name` (and of `name` as the prefix
+/// of a part function, `name__partN`) replaced by `@`.
 fn mask_ident(text: &str, name: &str) -> String {
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut out = String::with_capacity(text.len());
@@ -32,7 +30,14 @@ fn mask_ident(text: &str, name: &str) -> String {
     while let Some(at) = rest.find(name) {
         let before_ok = !rest[..at].chars().next_back().is_some_and(is_ident);
         let after = &rest[at + name.len()..];
-        let after_ok = !after.chars().next().is_some_and(is_ident);
+        // A merged launch's part functions are `NAME__partN` (`flat_merge`).
+        let part = after
+            .strip_prefix("__part")
+            .map(|p| p.trim_start_matches(|c: char| c.is_ascii_digit()));
+        let after_ok = !after.chars().next().is_some_and(is_ident)
+            || part.is_some_and(|p| {
+                p.len() + 6 < after.len() && !p.chars().next().is_some_and(is_ident)
+            });
         out.push_str(&rest[..at]);
         out.push_str(if before_ok && after_ok { "@" } else { name });
         rest = after;
@@ -118,5 +123,17 @@ mod tests {
         let c = "// tensor.add at f.fbir:9:9\n__kernel void f_add_c(__global float* x0) {\n  x0[0] = 2;\n}\n";
         assert_eq!(masked_code("f_add_a", a), masked_code("f_add_b", b));
         assert_ne!(masked_code("f_add_a", a), masked_code("f_add_c", c));
+        // A merged launch's part functions are named after it; their comments may differ.
+        assert_eq!(
+            mask_ident("m__part0(x); m__part12(y); m__partx; m__part", "m"),
+            "@__part0(x); @__part12(y); m__partx; m__part"
+        );
+        let m = |n: &str, at: &str| {
+            format!("// {n}: x at {at}\nvoid {n}__part0(float* x0) {{\n  // at {at}\n  x0[0] = 1;\n}}\n__kernel void {n}(float* p0_x0) {{ {n}__part0(p0_x0); }}\n")
+        };
+        assert_eq!(
+            masked_code("m_l0", &m("m_l0", "f:1:1")),
+            masked_code("m_l1", &m("m_l1", "f:9:9"))
+        );
     }
 }

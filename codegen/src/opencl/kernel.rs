@@ -130,6 +130,9 @@ pub struct Emitted {
     /// form allows one and the profile's `[skinny] merge_launches` is on: the writer runs
     /// neighbouring launches of one shape as one.
     pub part: Option<fbc_kernels::SkinnyPart>,
+    /// The kernel is the simple form (one work-item per output point, no work-group
+    /// cooperation): the writer may run it as a part of a merged launch.
+    pub simple: bool,
 }
 
 /// Ints of the error buffer: see the prelude's `fbc_fault` for the layout.
@@ -1937,7 +1940,7 @@ impl Cx<'_> {
             (None, Some([c, l])) => (items.div_ceil(c) * c * l, c * l),
             (None, None) => item_grid(items, opts),
         };
-        Ok(self.flat(s, grid))
+        Ok(Emitted { simple: group.is_none() && columns.is_none(), ..self.flat(s, grid) })
     }
 
     /// The statements computing a reduction's statistics at the work-item's output point, for
@@ -2032,6 +2035,7 @@ impl Cx<'_> {
             shape: None,
             split: None,
             part: None,
+            simple: false,
         }
     }
 
@@ -2447,6 +2451,7 @@ impl Cx<'_> {
             shape: Some(shape),
             split: None,
             part: None,
+            simple: false,
         }))
     }
 
@@ -2595,6 +2600,7 @@ impl Cx<'_> {
             split: s.scratch(),
             // Written twice only where the writer may merge it.
             part: if opts.skinny.merge_launches { fbc_kernels::skinny_part(&s) } else { None },
+            simple: false,
         }))
     }
 

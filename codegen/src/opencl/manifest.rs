@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 /// Version of the manifest format; the runtime refuses other versions. Version 1 was the
 /// tensor-level manifest (one buffer per tensor value); version 2 had no `fault_id` on launches
 /// (kernels did not check accesses when they ran); version 3 had no `fill` and `copy` steps;
-/// version 4 had no `constants` (uploads read arguments only).
-pub const MANIFEST_VERSION: u32 = 5;
+/// version 4 had no `constants` (uploads read arguments only); version 5 had no `parts` on
+/// launches (a launch recorded at most one fault id).
+pub const MANIFEST_VERSION: u32 = 6;
 
 /// Element type of storage and tensors: `f32`, `i32` or `i8` (packed weights, one byte an
 /// element); storage may also be `f16` (an image of `CL_HALF_FLOAT` texels holding an `f32`
@@ -217,6 +218,41 @@ pub struct Launch {
     /// check records this id (non-zero, unique in the module) there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_id: Option<u32>,
+    /// The simple kernels merged into this launch (`[skinny] merge_launches`), in order; empty
+    /// for a launch of one kernel. A part's failed check records its own fault id (the launch's
+    /// `fault_id` is then the first checked part's, and says the launch takes the error
+    /// buffer), and its operands are `args[first_arg..]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<LaunchPart>,
+}
+
+impl Launch {
+    /// The storage the launch writes as its output: its last operand, or the last of each
+    /// merged part's.
+    pub fn outputs(&self) -> Vec<usize> {
+        if self.parts.is_empty() {
+            return self.args.last().copied().into_iter().collect();
+        }
+        let ends = self.parts.iter().skip(1).map(|p| p.first_arg).chain([self.args.len()]);
+        self.parts
+            .iter()
+            .zip(ends)
+            .filter(|(p, end)| *end > p.first_arg)
+            .filter_map(|(_, end)| self.args.get(end - 1).copied())
+            .collect()
+    }
+}
+
+/// One kernel of a merged launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchPart {
+    /// The kernel it was (its name before the merge).
+    pub kernel: String,
+    /// The fault id its checks record, where it checks accesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_id: Option<u32>,
+    /// Where its operands start in the launch's `args`.
+    pub first_arg: usize,
 }
 
 /// A tensor argument or result of a function.

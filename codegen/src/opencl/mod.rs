@@ -7,6 +7,7 @@
 //! integer arithmetic; images are read through one nearest, unnormalised sampler.
 
 mod dedup;
+mod flat_merge;
 pub mod kernel;
 pub mod manifest;
 pub mod tuning;
@@ -14,8 +15,8 @@ mod writer;
 
 pub use kernel::{Emitted, KernelOptions, FAULT_DIMS, FAULT_INTS};
 pub use manifest::{
-    ArgUpload, ConstantDesc, Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step,
-    StorageDesc, StorageKind, TensorDesc, MANIFEST_VERSION,
+    ArgUpload, ConstantDesc, Dtype, FunctionManifest, Launch, LaunchPart, LayoutDesc, Manifest,
+    Step, StorageDesc, StorageKind, TensorDesc, MANIFEST_VERSION,
 };
 pub use tuning::{shape_key, DeviceTuning, Tuned, TuningDb, TUNING_VERSION};
 pub use writer::{substitute_kernel, Error, Options, Output, Writer};

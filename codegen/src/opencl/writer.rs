@@ -16,10 +16,11 @@ use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
 use fbc_ir::{Attr, ElemType, FuncId, Module, OpData, Type, Value};
 
+use super::flat_merge;
 use super::kernel::{self, KernelOptions};
 use super::manifest::{
-    ConstantDesc, Dtype, FunctionManifest, Launch, LayoutDesc, Manifest, Step, StorageDesc,
-    StorageKind, TensorDesc, MANIFEST_VERSION,
+    ConstantDesc, Dtype, FunctionManifest, Launch, LaunchPart, LayoutDesc, Manifest, Step,
+    StorageDesc, StorageKind, TensorDesc, MANIFEST_VERSION,
 };
 
 /// How the writer is configured.
@@ -101,6 +102,7 @@ impl Writer {
                 names: &mut names,
                 split_scratch: None,
                 parts: Vec::new(),
+                simple: HashSet::default(),
             };
             functions.push(fw.write()?);
         }
@@ -169,6 +171,9 @@ struct FuncWriter<'a> {
     /// Per manifest launch, in order: the kernel as a part of a merged launch, where the
     /// skinny kernel allows one.
     parts: Vec<Option<PartInfo>>,
+    /// The kernels in the simple form (one work-item per output point), which may run as
+    /// parts of a merged launch (`FuncWriter::merge_simple`).
+    simple: HashSet<String>,
 }
 
 /// A launch that may run as a part of a merged launch (`FuncWriter::merge_launches`).
@@ -478,6 +483,7 @@ impl FuncWriter<'_> {
             self.steps.iter().any(|s| matches!(s, Step::Upload { stream_from: Some(_), .. }));
         if self.opts.skinny.merge_launches && !streamed {
             self.merge_launches();
+            self.merge_simple();
         }
         self.order_downloads();
         let peak_bytes = self.peak();
@@ -610,7 +616,11 @@ impl FuncWriter<'_> {
             skinny: e.skinny,
             shape: e.shape,
             fault_id: e.checked.then_some(fault_id),
+            parts: Vec::new(),
         }));
+        if e.simple {
+            self.simple.insert(name.clone());
+        }
         for id in snapshot.into_iter().chain(own_partials) {
             self.steps.push(Step::Dealloc { storage: id });
         }
@@ -748,6 +758,7 @@ impl FuncWriter<'_> {
                 skinny: true,
                 shape: None,
                 fault_id: None,
+                parts: Vec::new(),
             }));
             out.extend(
                 steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
@@ -757,6 +768,126 @@ impl FuncWriter<'_> {
             self.kernels.retain(|(n, _)| !names.contains(&n.as_str()));
             let at = at.unwrap_or(self.kernels.len()).min(self.kernels.len());
             self.kernels.insert(at, (name, merged.source));
+            i = last + 1;
+        }
+        self.steps = out;
+    }
+
+    /// Runs neighbouring launches of the simple kernel (one work-item per output point) as one
+    /// launch (`flat_merge`) where none reads or writes what another writes (a decode step's
+    /// K and V cache updates) and each kernel serves that launch alone; only deallocations may
+    /// come between two of them, and they move after the merged launch.
+    fn merge_simple(&mut self) {
+        let steps = std::mem::take(&mut self.steps);
+        let mut uses: HashMap<&str, usize> = HashMap::default();
+        for s in &steps {
+            if let Step::Launch(l) = s {
+                *uses.entry(l.kernel.as_str()).or_default() += 1;
+            }
+        }
+        // Per step, its kernel as a function where the launch may be a part.
+        let candidates: Vec<Option<flat_merge::FlatPart>> = steps
+            .iter()
+            .map(|s| {
+                let Step::Launch(l) = s else { return None };
+                if !self.simple.contains(&l.kernel) || uses.get(l.kernel.as_str()) != Some(&1) {
+                    return None;
+                }
+                let [global] = l.global.as_slice() else { return None };
+                let (_, src) = self.kernels.iter().find(|(n, _)| *n == l.kernel)?;
+                flat_merge::part(&l.kernel, src, *global)
+            })
+            .collect();
+        let part_at = |i: usize| match (&steps[i], &candidates[i]) {
+            (Step::Launch(l), Some(p)) => Some((l, p.clone())),
+            _ => None,
+        };
+        let mut out = Vec::with_capacity(steps.len());
+        let mut i = 0;
+        while i < steps.len() {
+            let Some(first) = part_at(i) else {
+                out.push(steps[i].clone());
+                i += 1;
+                continue;
+            };
+            // Inputs first, the output last (`Launch::args`).
+            let split =
+                |l: &Launch| (l.args[..l.args.len() - 1].to_vec(), l.args[l.args.len() - 1]);
+            let (r0, w0) = split(first.0);
+            let (mut reads, mut writes): (HashSet<usize>, HashSet<usize>) =
+                (r0.into_iter().collect(), std::iter::once(w0).collect());
+            let mut group = vec![first];
+            let mut last = i;
+            let mut j = i + 1;
+            while j < steps.len() {
+                match &steps[j] {
+                    Step::Dealloc { .. } => {}
+                    Step::Launch(_) => {
+                        let Some(p) = part_at(j).filter(|p| p.0.local == group[0].0.local) else {
+                            break;
+                        };
+                        let (r, w) = split(p.0);
+                        if reads.contains(&w)
+                            || writes.contains(&w)
+                            || r.iter().any(|x| writes.contains(x))
+                        {
+                            break;
+                        }
+                        reads.extend(r);
+                        writes.insert(w);
+                        group.push(p);
+                        last = j;
+                    }
+                    _ => break,
+                }
+                j += 1;
+            }
+            if group.len() < 2 {
+                out.push(steps[i].clone());
+                i += 1;
+                continue;
+            }
+            let names: Vec<&str> = group.iter().map(|(l, _)| l.kernel.as_str()).collect();
+            let name = self.merged_name(&names);
+            let parts: Vec<flat_merge::FlatPart> = group.iter().map(|(_, p)| p.clone()).collect();
+            let (source, global) = flat_merge::merge(&name, &names, &parts);
+            let mut args = Vec::new();
+            let mut launch_parts = Vec::new();
+            for (l, _) in &group {
+                launch_parts.push(LaunchPart {
+                    kernel: l.kernel.clone(),
+                    fault_id: l.fault_id,
+                    first_arg: args.len(),
+                });
+                args.extend(l.args.iter().copied());
+            }
+            let mut distinct = args.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let launches: Vec<&Launch> = group.iter().map(|(l, _)| *l).collect();
+            out.push(Step::Launch(Launch {
+                kernel: name.clone(),
+                source: launches.iter().map(|l| l.source.as_str()).collect::<Vec<_>>().join(" | "),
+                location: launches[0].location.clone(),
+                args,
+                global: vec![global],
+                local: launches[0].local.clone(),
+                flops: launches.iter().map(|l| l.flops).sum(),
+                bytes: distinct.iter().map(|&s| self.storage[s].bytes).sum(),
+                tiled: false,
+                skinny: false,
+                shape: None,
+                fault_id: launches.iter().find_map(|l| l.fault_id),
+                parts: launch_parts,
+            }));
+            out.extend(
+                steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
+            );
+            let at = self.kernels.iter().position(|(n, _)| n == names[0]);
+            let gone: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            self.kernels.retain(|(n, _)| !gone.contains(n));
+            let at = at.unwrap_or(self.kernels.len()).min(self.kernels.len());
+            self.kernels.insert(at, (name, source));
             i = last + 1;
         }
         self.steps = out;

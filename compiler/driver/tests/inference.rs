@@ -679,8 +679,9 @@ fn check_with(fbir: &str, profile: &str, extra: &[&str]) {
 /// merge_launches` (on in the shipped nvidia profile) the OpenCL writer runs them as one launch
 /// of the skinny kernel (-O3); with it off, a launch each. Up and gate, whose epilogue
 /// `SiLU(gate) · up` reads up at its own output point, run as one launch too, gate after up in
-/// the same work-groups. On the device the merged launches give the interpreter's numbers, on
-/// the first run and on a third (the split-K counts each run leaves at zero).
+/// the same work-groups. The K and V cache updates run as one launch too (the writer's merge of
+/// simple kernels). On the device the merged launches give the interpreter's numbers, on the
+/// first run and on a third (the split-K counts each run leaves at zero).
 #[test]
 fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let dir = common::scratch("qkv-one-launch");
@@ -709,7 +710,25 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     assert!(names.contains(&"decode_matmul_l0_up_gated"), "{names:?}");
     // The output projection reads the attention's result: a launch of its own.
     assert!(names.contains(&"decode_matmul_l0_resid_attn"), "{names:?}");
-    assert_eq!(merged.len() + 3, ops);
+    // The K and V cache updates (the simple kernel, one work-item per point) run as one launch,
+    // each part's operands after the other's, each with its own fault id (a position outside
+    // the cache is checked by both).
+    let kv = merged
+        .iter()
+        .find(|l| l["kernel"] == "decode_update_slice_l0_k_cache_out_v_cache_out")
+        .unwrap_or_else(|| panic!("{names:?}"));
+    let parts = kv["parts"].as_array().expect("parts");
+    let part_names: Vec<&str> = parts.iter().map(|p| p["kernel"].as_str().unwrap()).collect();
+    assert_eq!(
+        part_names,
+        ["decode_update_slice_l0_k_cache_out", "decode_update_slice_l0_v_cache_out"]
+    );
+    assert_eq!(parts[0]["first_arg"], 0);
+    assert_eq!(parts[1]["first_arg"], 6, "{kv}");
+    assert_eq!(kv["args"].as_array().unwrap().len(), 9, "{kv}");
+    assert_ne!(parts[0]["fault_id"], parts[1]["fault_id"]);
+    assert_eq!(kv["fault_id"], parts[0]["fault_id"]);
+    assert_eq!(merged.len() + 4, ops);
     let qkv = merged.iter().find(|l| l["kernel"] == "decode_matmul_l0_q_k_v").expect("merged");
     assert_eq!(qkv["skinny"], true);
     // Each part's row, weight, norm weight (the RMSNorm moved into it: `[skinny]

@@ -1950,6 +1950,11 @@ fn generate_on_the_device_gives_the_interpreters_tokens() {
     // position and two RoPE rows of 64, and reads back 48 logits.
     let moved = "; the last decode step uploaded 520 bytes and read back 192\n";
     assert!(device.stderr.ends_with(moved), "{}", device.stderr);
+    // With the nvidia profile's merged launches (the K and V cache updates one launch), the
+    // same: the merged launch writes both caches in place.
+    let merged = run(&["--target", "opencl", "--profile", "nvidia"]);
+    assert_eq!(merged.stdout, reference.stdout);
+    assert!(merged.stderr.ends_with(moved), "{}", merged.stderr);
     // The same tokens without the fused attention kernel (its caches too are updated in place).
     let unfused = run(&["--target", "opencl", "--disable-pass", "fuse-attention"]);
     assert_eq!(unfused.stdout, reference.stdout);

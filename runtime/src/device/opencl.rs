@@ -1109,7 +1109,17 @@ pub fn run_inputs(
 fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     let long = |at: usize| i64::from(e[at] as u32) | (i64::from(e[at + 1]) << 32);
     let id = u32::try_from(e[0]).ok();
-    let Some(l) = f.launches().find(|l| l.fault_id.is_some() && l.fault_id == id) else {
+    // The launch, and where the recording kernel's operands start in its arguments (a part of
+    // a merged launch records its own id).
+    let found = f.launches().find_map(|l| {
+        if l.parts.is_empty() {
+            (l.fault_id.is_some() && l.fault_id == id).then_some((l, 0, l.kernel.as_str()))
+        } else {
+            let p = l.parts.iter().find(|p| p.fault_id.is_some() && p.fault_id == id)?;
+            Some((l, p.first_arg, p.kernel.as_str()))
+        }
+    });
+    let Some((l, first, kernel)) = found else {
         return OpenClError::Manifest(format!(
             "a kernel recorded fault id {}, no launch has it",
             e[0]
@@ -1123,7 +1133,7 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
         point.push("..".into());
     }
     let idx = format!("[{}]", point.join(", "));
-    let desc = l.args.get(k).and_then(|&a| f.storage.get(a));
+    let desc = l.args.get(first.saturating_add(k)).and_then(|&a| f.storage.get(a));
     let (v0, v1, v2) = (long(3), long(5), long(7));
     let what = match (e[1], desc) {
         (4, _) => format!("integer division by zero in {v0} / 0"),
@@ -1154,7 +1164,7 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     };
     OpenClError::Fault {
         location: l.location.clone(),
-        message: format!("kernel `{}`: {what}", l.kernel),
+        message: format!("kernel `{kernel}`: {what}"),
     }
 }
 
@@ -1280,6 +1290,69 @@ fn cited_line(l: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fault recorded by a part of a merged launch names that part's kernel and reads its
+    /// operand from the part's own arguments; each part's output is one the launch writes.
+    #[test]
+    fn a_part_of_a_merged_launch_reports_its_own_fault() {
+        let buffer = |id: usize, elems: u64| fbc_codegen::opencl::StorageDesc {
+            id,
+            name: format!("s{id}"),
+            kind: StorageKind::Buffer,
+            dtype: fbc_codegen::opencl::Dtype::I32,
+            elems,
+            bytes: 4 * elems,
+            slot: None,
+        };
+        let part = |kernel: &str, fault_id, first_arg| fbc_codegen::opencl::LaunchPart {
+            kernel: kernel.into(),
+            fault_id: Some(fault_id),
+            first_arg,
+        };
+        let launch = fbc_codegen::opencl::Launch {
+            kernel: "k_v".into(),
+            source: "tensor.update_slice | tensor.update_slice".into(),
+            location: "m.fbir:3:5".into(),
+            args: vec![0, 1, 2, 3],
+            global: vec![128],
+            local: Some(vec![64]),
+            flops: 0,
+            bytes: 0,
+            tiled: false,
+            skinny: false,
+            shape: None,
+            fault_id: Some(7),
+            parts: vec![part("k", 7, 0), part("v", 8, 2)],
+        };
+        let f = FunctionManifest {
+            name: "main".into(),
+            args: Vec::new(),
+            constants: Vec::new(),
+            results: Vec::new(),
+            storage: vec![buffer(0, 1), buffer(1, 4), buffer(2, 16), buffer(3, 1)],
+            steps: vec![Step::Launch(launch)],
+            peak_bytes: 0,
+        };
+        // Each part writes its last operand (what a session keeps in place).
+        let Some(Step::Launch(l)) = f.steps.first() else { panic!() };
+        assert_eq!(l.outputs(), [1, 3]);
+        // Part `v`'s operand 0 (launch argument 2, 16 elements) read at element 20.
+        let mut e = [0i32; FAULT_INTS];
+        (e[0], e[1], e[2], e[3]) = (8, 2, 0, 20);
+        let OpenClError::Fault { location, message } = fault(&f, &e) else { panic!() };
+        assert_eq!(location, "m.fbir:3:5");
+        assert_eq!(
+            message,
+            "kernel `v`: x0[20] is outside operand 0 (16 elements) at domain index []"
+        );
+        // Part `k`'s operand 1 (launch argument 1, 4 elements).
+        (e[0], e[2]) = (7, 1);
+        let OpenClError::Fault { message, .. } = fault(&f, &e) else { panic!() };
+        assert_eq!(
+            message,
+            "kernel `k`: x1[20] is outside operand 1 (4 elements) at domain index []"
+        );
+    }
 
     #[test]
     fn a_device_without_half_images_is_refused_clearly() {

@@ -305,7 +305,7 @@ impl Session {
         let mut downloaded = HashSet::new();
         for s in &f.steps {
             match s {
-                Step::Launch(l) => written.extend(l.args.last().copied()),
+                Step::Launch(l) => written.extend(l.outputs()),
                 Step::Fill { storage } | Step::Copy { to: storage, .. } => {
                     written.insert(*storage);
                 }
