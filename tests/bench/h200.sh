@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, generate.txt, merge.txt, matvec.txt, bins.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
+# skinny.txt, generate.txt, merge.txt, matvec.txt, variants.txt, bins.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec variants bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec variants bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -353,23 +353,60 @@ if want merge; then
 fi
 # Split-K's work-groups per compute unit for matrix-vector products (part matvec, issue 14): the
 # nvidia profile with `[skinny] matvec_groups_per_cu` at each of GPCS (default 2 4 8 16; the
-# shipped profile says 16, 2 was `groups_per_cu`'s and so the value before) on
-# tests/bench/decode_products.fbir, then the 16-layer Llama 3.2-1B decode step at position 2047
-# with each, ROUNDS rounds (default 2). Results: $O/matvec.txt.
+# shipped profile says 16, 2 was `groups_per_cu`'s and so the value before) and
+# `[skinny] matvec_min_k` (the shortest chunk of a split reduction) at each of MINKS (default
+# 128, the shipped value) on tests/bench/decode_products.fbir, then the 16-layer Llama 3.2-1B
+# decode step at position 2047 with each, ROUNDS rounds (default 2). Results: $O/matvec.txt.
 if want matvec; then
   V=$O/matvec.txt
   [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
   python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
   for g in ${GPCS:-2 4 8 16}; do
-    sed -e '/^matvec_groups_per_cu = /d' -e "s/^\[skinny\]\$/[skinny]\nmatvec_groups_per_cu = $g/" \
-      dialects/target/profiles/nvidia.toml > $T/gpc$g.toml
-    echo "=== matvec products matvec_groups_per_cu $g" >> $V
-    timeout 60 $B bench tests/bench/decode_products.fbir --device $D --profile $T/gpc$g.toml --repeat 10 >> $V 2>&1
+    for m in ${MINKS:-128}; do
+      sed -e '/^matvec_groups_per_cu = /d' -e '/^matvec_min_k = /d' \
+        -e "s/^\[skinny\]\$/[skinny]\nmatvec_groups_per_cu = $g\nmatvec_min_k = $m/" \
+        dialects/target/profiles/nvidia.toml > $T/gpc${g}_$m.toml
+      echo "=== matvec products matvec_groups_per_cu $g matvec_min_k $m" >> $V
+      timeout 60 $B bench tests/bench/decode_products.fbir --device $D --profile $T/gpc${g}_$m.toml --repeat 10 >> $V 2>&1
+    done
   done
   for round in $(seq 1 ${ROUNDS:-2}); do
     for g in ${GPCS:-2 4 8 16}; do
-      echo "=== matvec decode pos=2047 round $round matvec_groups_per_cu $g" >> $V
-      timeout 100 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/gpc$g.toml --inputs $T/pos.safetensors --repeat 10 >> $V 2>&1
+      for m in ${MINKS:-128}; do
+        echo "=== matvec decode pos=2047 round $round matvec_groups_per_cu $g matvec_min_k $m" >> $V
+        timeout 100 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/gpc${g}_$m.toml --inputs $T/pos.safetensors --repeat 10 >> $V 2>&1
+      done
+    done
+  done
+fi
+# Variants of the nvidia profile's [skinny] table side by side (part variants, issue 14): each
+# line of VARIANTS is `name|key = value;key = value` (the keys replace the shipped ones; an
+# empty list is the shipped profile). Each set's 2-layer decode over 256 positions checked
+# against the interpreter, then the 16-layer Llama 3.2-1B decode step at position 2047 with
+# each, alternated ROUNDS rounds (default 2). Results: $O/variants.txt.
+if want variants; then
+  VR=$O/variants.txt
+  [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
+  [ -e $T/inf2.fbir ] || $B gen llama3.2-1b --inference --layers 2 --seq 16 --max-seq 256 --vocab 512 -o $T/inf2.fbir
+  python3 tests/bench/scalar_i32.py pos 2047 > $T/pos.safetensors
+  names=()
+  while IFS='|' read -r n sets; do
+    [ -n "$n" ] || continue
+    names+=("$n")
+    cp dialects/target/profiles/nvidia.toml $T/var_$n.toml
+    IFS=';' read -ra kvs <<< "$sets"
+    for kv in "${kvs[@]}"; do
+      key=$(echo "${kv%%=*}" | tr -d ' ')
+      [ -n "$key" ] || continue
+      sed -i -e "/^$key = /d" -e "s/^\[skinny\]\$/[skinny]\n$kv/" $T/var_$n.toml
+    done
+    echo "== check decode, 2 layers, 256 positions, variant $n: $sets" >> $VR
+    timeout 100 $B run $T/inf2.fbir --entry decode --target opencl --device $D --profile $T/var_$n.toml --random-inputs 1 --check >> $VR 2>&1; echo "rc=$?" >> $VR
+  done <<< "${VARIANTS:-shipped|}"
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for n in "${names[@]}"; do
+      echo "=== variants decode pos=2047 round $round variant $n" >> $VR
+      timeout 100 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/var_$n.toml --inputs $T/pos.safetensors --repeat 10 >> $VR 2>&1
     done
   done
 fi
