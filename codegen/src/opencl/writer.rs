@@ -763,11 +763,7 @@ impl FuncWriter<'_> {
             out.extend(
                 steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
             );
-            // The parts' own kernels give way to the merged one, at the first's place.
-            let at = self.kernels.iter().position(|(n, _)| n == names[0]);
-            self.kernels.retain(|(n, _)| !names.contains(&n.as_str()));
-            let at = at.unwrap_or(self.kernels.len()).min(self.kernels.len());
-            self.kernels.insert(at, (name, merged.source));
+            self.replace_kernels(&names, name, merged.source);
             i = last + 1;
         }
         self.steps = out;
@@ -883,14 +879,19 @@ impl FuncWriter<'_> {
             out.extend(
                 steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
             );
-            let at = self.kernels.iter().position(|(n, _)| n == names[0]);
-            let gone: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-            self.kernels.retain(|(n, _)| !gone.contains(n));
-            let at = at.unwrap_or(self.kernels.len()).min(self.kernels.len());
-            self.kernels.insert(at, (name, source));
+            self.replace_kernels(&names, name, source);
             i = last + 1;
         }
         self.steps = out;
+    }
+
+    /// The kernels `names` of a merged launch give way to its kernel `name`, at the first's
+    /// place.
+    fn replace_kernels(&mut self, names: &[&str], name: String, source: String) {
+        let at = self.kernels.iter().position(|(n, _)| n == names[0]);
+        self.kernels.retain(|(n, _)| !names.contains(&n.as_str()));
+        let at = at.unwrap_or(self.kernels.len()).min(self.kernels.len());
+        self.kernels.insert(at, (name, source));
     }
 
     /// The name of a merged launch of kernels `names`: their common prefix (to an `_`) followed
