@@ -167,8 +167,8 @@ mod opencl {
         ]);
         assert_eq!(o.code, 0, "{}", o.stderr);
         let cl = std::fs::read_to_string(emitted.join("llama3_2_1b.cl")).expect("the .cl");
-        assert!(cl.contains("// tensor.matmul[split-k 16 in one launch]"), "the Q projection");
-        assert!(cl.contains("atomic_inc(fbc_count + fbc_block) == 15"), "16 chunks");
+        assert!(cl.contains("// tensor.matmul[split-k 32 in one launch]"), "the Q projection");
+        assert!(cl.contains("atomic_inc(fbc_count + fbc_block) == 31"), "32 chunks");
         assert!(!cl.contains("decode_matmul_l0_q_partial"), "no second launch");
         let out = run(&p, "opencl", &["--entry", "decode", "-O3", "--profile", nv, "--check"], &[]);
         assert!(out.contains("check passed"), "{out}");

@@ -147,7 +147,7 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
 }
 
 /// A matrix-vector product x·W (1×512 · 512×2048, lanes along the 2048 columns: 16 work-groups
-/// of 128) on nvidia: split by 4 (the shipped profile's chunks of at least 128); a profile
+/// of 128) on nvidia: split by 8 (the shipped profile's chunks of at least 64); a profile
 /// asking for chunks of 256 gets 2, one allowing chunks of 128 and eight groups per compute
 /// unit 4 (the chunk length bounds it), one allowing chunks of 32 and four groups per compute
 /// unit 16 (the groups bound it: 256 of at most 528); `matvec_groups_per_cu`, where set, bounds
@@ -158,7 +158,7 @@ fn auto_splits_skinny_products_and_leaves_square_ones() {
 fn the_profile_sets_how_far_a_matrix_vector_product_splits() {
     let m = parse(&product(1, 512, 2048));
     let (after, _) = lowered_for(&m, "lower-to-memory", &nvidia_launches());
-    assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 4]");
+    assert_eq!(kernels(&after)[0].source, "tensor.matmul[split-k 8]");
     let mut p = nvidia_launches();
     let cases = [
         (2, None, 256, 2),
@@ -201,8 +201,8 @@ fn skinny_splits_are_one_launch_with_a_hint() {
     let nv = fbc_target::builtin("nvidia").expect("nvidia");
     assert!(nv.skinny.one_launch_split);
     // x·A (lanes along k: 4 groups of 16 × 8 outputs, chunks of 128) and x·W (1 × 2048
-    // outputs, lanes along the 2048, chunks of 128).
-    for (text, s, k) in [(product(64, 1024, 8), 8, 1024), (product(1, 512, 2048), 4, 512)] {
+    // outputs, lanes along the 2048, chunks of 64).
+    for (text, s, k) in [(product(64, 1024, 8), 8, 1024), (product(1, 512, 2048), 8, 512)] {
         let m = parse(&text);
         let (after, st) = lowered_for(&m, "lower-to-memory", &nv);
         assert_eq!(st.get("lower-to-memory", "split-k"), 1);

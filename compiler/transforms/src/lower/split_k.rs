@@ -517,19 +517,23 @@ mod tests {
         let w16 = ProductShape::Skinny { narrow: 16, lanes_along_k: false, decoded: false };
         assert_eq!(SplitK::Auto.chunks(8192 * 16, w16, 512, &nv), Some(4));
         // Matrix-vector products (a decode step): chunks of at least the nvidia profile's
-        // `matvec_min_k`, 128, along the wide side.
+        // `matvec_min_k`, 64, along the wide side, and at most `matvec_groups_per_cu` = 8
+        // work-groups per compute unit (1056).
         let gemv = ProductShape::Skinny { narrow: 1, lanes_along_k: false, decoded: false };
-        assert_eq!(nv.skinny.matvec_min_k, 128);
-        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(16)); // Q (the chunks bound it)
-        assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(16)); // K of GQA (64)
-
-        // The gate: 64 work-groups; 16 per compute unit (`matvec_groups_per_cu`) allow 2112,
-        // so the 128-long chunks bound it; `groups_per_cu`'s 2 allow 264, so 4.
-        assert_eq!(nv.skinny.matvec_groups_per_cu, Some(16));
+        assert_eq!((nv.skinny.matvec_min_k, nv.skinny.matvec_groups_per_cu), (64, Some(8)));
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(32)); // Q (the chunks bound it)
+        assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(32)); // K of GQA (64)
+                                                                         // The gate (64 work-groups) and the down projection (16, 8192 long): the work-groups
+                                                                         // bound them, 16 and 64 chunks.
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(16));
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 8192, &nv), Some(64));
+        // `groups_per_cu`'s 2 allow 264 work-groups: the gate in 4.
         let mut nv = nv.clone();
         nv.skinny.matvec_groups_per_cu = None;
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(4));
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), Some(4)); // chunks of 127 and 128
+        assert_eq!(SplitK::Auto.chunks(2048, gemv, 127, &nv), None); // one chunk of 64 only
+        nv.skinny.matvec_min_k = 128;
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 511, &nv), Some(2)); // chunks of 255 and 256
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 255, &nv), None); // one chunk of 128 only
 
