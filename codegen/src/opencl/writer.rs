@@ -640,7 +640,6 @@ impl FuncWriter<'_> {
     fn merge_launches(&mut self) {
         let steps = std::mem::take(&mut self.steps);
         let parts = std::mem::take(&mut self.parts);
-        let mut out = Vec::with_capacity(steps.len());
         // Launch ordinals of the steps.
         let mut ordinal = Vec::with_capacity(steps.len());
         let mut n = 0usize;
@@ -652,121 +651,95 @@ impl FuncWriter<'_> {
             Step::Launch(_) => parts.get(ordinal[i]).and_then(Option::as_ref),
             _ => None,
         };
-        let mut i = 0;
-        while i < steps.len() {
-            let Some(first) = part_at(i) else {
-                out.push(steps[i].clone());
-                i += 1;
-                continue;
-            };
-            // The group: launch steps, and the deallocations between them; per member whether
-            // it runs after the one before it (its epilogue reads that one's output).
-            let mut group = vec![i];
-            let mut after = vec![false];
-            let (mut reads, mut writes): (HashSet<usize>, HashSet<usize>) =
-                (first.reads.iter().copied().collect(), std::iter::once(first.write).collect());
-            let mut j = i + 1;
-            while j < steps.len() {
-                match &steps[j] {
-                    Step::Dealloc { .. } => {}
-                    Step::Launch(_) => {
-                        let Some(p) = part_at(j).filter(|p| p.part.key == first.part.key) else {
-                            break;
-                        };
-                        let prev = group.last().and_then(|&g| part_at(g));
-                        // Reads the previous member's output at its own output point only, over
-                        // the same domain, where that member does not itself run after another.
-                        let pairs = prev.is_some_and(|q| {
-                            !after[after.len() - 1]
-                                && q.domain == p.domain
-                                && q.out_map == p.out_map
-                                && q.part.wide == p.part.wide
-                                && p.reads.contains(&q.write)
-                                && p.reads
-                                    .iter()
-                                    .zip(&p.at_point)
-                                    .all(|(&r, &at)| r != q.write || at)
-                        });
-                        let prev_out = prev.map(|q| q.write).filter(|_| pairs);
-                        let independent = !reads.contains(&p.write)
-                            && !writes.contains(&p.write)
-                            && !p.reads.iter().any(|x| writes.contains(x) && Some(*x) != prev_out);
-                        if !independent {
-                            break;
-                        }
-                        reads.extend(p.reads.iter().copied());
-                        writes.insert(p.write);
-                        group.push(j);
-                        after.push(pairs);
-                    }
-                    _ => break,
-                }
-                j += 1;
+        // The group being gathered: what its members read and write, its last member, and per
+        // group (by its first step) whether each member runs after the one before it (its
+        // epilogue reads that one's output).
+        let (mut reads, mut writes) = (HashSet::default(), HashSet::default());
+        let (mut first, mut prev) = (0usize, 0usize);
+        let mut after: HashMap<usize, Vec<bool>> = HashMap::default();
+        let groups = neighbour_groups(&steps, |j, opens| {
+            let Some(p) = part_at(j) else { return false };
+            if opens {
+                (reads, writes) = (p.reads.iter().copied().collect(), HashSet::default());
+                writes.insert(p.write);
+                (first, prev) = (j, j);
+                after.insert(j, vec![false]);
+                return true;
             }
-            let last = *group.last().unwrap_or(&i);
-            if group.len() < 2 {
-                out.push(steps[i].clone());
-                i += 1;
-                continue;
+            if part_at(first).is_none_or(|h| h.part.key != p.part.key) {
+                return false;
             }
+            let q = part_at(prev);
+            let flags = after.entry(first).or_default();
+            // Reads the previous member's output at its own output point only, over the same
+            // domain, where that member does not itself run after another.
+            let pairs = q.is_some_and(|q| {
+                !flags.last().copied().unwrap_or(false)
+                    && q.domain == p.domain
+                    && q.out_map == p.out_map
+                    && q.part.wide == p.part.wide
+                    && p.reads.contains(&q.write)
+                    && p.reads.iter().zip(&p.at_point).all(|(&r, &at)| r != q.write || at)
+            });
+            let prev_out = q.map(|q| q.write).filter(|_| pairs);
+            let independent = !reads.contains(&p.write)
+                && !writes.contains(&p.write)
+                && !p.reads.iter().any(|x| writes.contains(x) && Some(*x) != prev_out);
+            if independent {
+                reads.extend(p.reads.iter().copied());
+                writes.insert(p.write);
+                flags.push(pairs);
+                prev = j;
+            }
+            independent
+        });
+        let mut merged = Vec::with_capacity(groups.len());
+        for group in &groups {
             let members: Vec<&PartInfo> = group.iter().filter_map(|&g| part_at(g)).collect();
-            let launches: Vec<&Launch> = group
-                .iter()
-                .filter_map(|&g| match &steps[g] {
-                    Step::Launch(l) => Some(l),
-                    _ => None,
-                })
-                .collect();
+            let launches = launches_of(&steps, group);
             let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
             let name = self.merged_name(&names);
             let pieces: Vec<fbc_kernels::SkinnyPart> = members
                 .iter()
-                .zip(&after)
+                .zip(&after[&group[0]])
                 .map(|(m, &after_previous)| fbc_kernels::SkinnyPart {
                     after_previous,
                     ..m.part.clone()
                 })
                 .collect();
-            let merged = fbc_kernels::merge(&name, &pieces);
+            let kernel = fbc_kernels::merge(&name, &pieces);
             let mut args: Vec<usize> = Vec::new();
             for (m, l) in members.iter().zip(&launches) {
                 args.extend(l.args.iter().take(m.part.params.len()));
             }
-            if let Some((part, count)) = merged.scratch {
+            if let Some((part, count)) = kernel.scratch {
                 let (p, c) = self.split_scratch(part, count);
                 args.extend([p, c]);
             }
-            let mut distinct = args.clone();
-            distinct.sort_unstable();
-            distinct.dedup();
             let mut sources: Vec<&str> = Vec::new();
             for l in &launches {
                 if !sources.contains(&l.source.as_str()) {
                     sources.push(&l.source);
                 }
             }
-            out.push(Step::Launch(Launch {
+            merged.push(Step::Launch(Launch {
                 kernel: name.clone(),
                 source: sources.join(" | "),
                 location: launches[0].location.clone(),
+                bytes: self.args_bytes(&args),
                 args,
-                global: merged.global.to_vec(),
+                global: kernel.global.to_vec(),
                 local: launches[0].local.clone(),
                 flops: launches.iter().map(|l| l.flops).sum(),
-                bytes: distinct.iter().map(|&s| self.storage[s].bytes).sum(),
                 tiled: false,
                 skinny: true,
                 shape: None,
                 fault_id: None,
                 parts: Vec::new(),
             }));
-            out.extend(
-                steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
-            );
-            self.replace_kernels(&names, name, merged.source);
-            i = last + 1;
+            self.replace_kernels(&names, name, kernel.source);
         }
-        self.steps = out;
+        self.steps = splice(&steps, &groups, merged);
     }
 
     /// Runs neighbouring launches of the simple kernel (one work-item per output point) as one
@@ -794,62 +767,40 @@ impl FuncWriter<'_> {
                 flat_merge::part(&l.kernel, src, *global)
             })
             .collect();
-        let part_at = |i: usize| match (&steps[i], &candidates[i]) {
-            (Step::Launch(l), Some(p)) => Some((l, p.clone())),
-            _ => None,
-        };
-        let mut out = Vec::with_capacity(steps.len());
-        let mut i = 0;
-        while i < steps.len() {
-            let Some(first) = part_at(i) else {
-                out.push(steps[i].clone());
-                i += 1;
-                continue;
-            };
-            // Inputs first, the output last (`Launch::args`).
-            let split =
-                |l: &Launch| (l.args[..l.args.len() - 1].to_vec(), l.args[l.args.len() - 1]);
-            let (r0, w0) = split(first.0);
-            let (mut reads, mut writes): (HashSet<usize>, HashSet<usize>) =
-                (r0.into_iter().collect(), std::iter::once(w0).collect());
-            let mut group = vec![first];
-            let mut last = i;
-            let mut j = i + 1;
-            while j < steps.len() {
-                match &steps[j] {
-                    Step::Dealloc { .. } => {}
-                    Step::Launch(_) => {
-                        let Some(p) = part_at(j).filter(|p| p.0.local == group[0].0.local) else {
-                            break;
-                        };
-                        let (r, w) = split(p.0);
-                        if reads.contains(&w)
-                            || writes.contains(&w)
-                            || r.iter().any(|x| writes.contains(x))
-                        {
-                            break;
-                        }
-                        reads.extend(r);
-                        writes.insert(w);
-                        group.push(p);
-                        last = j;
-                    }
-                    _ => break,
-                }
-                j += 1;
+        // Inputs first, the output last (`Launch::args`).
+        let split = |l: &Launch| (l.args[..l.args.len() - 1].to_vec(), l.args[l.args.len() - 1]);
+        let (mut reads, mut writes) = (HashSet::default(), HashSet::default());
+        let mut local = None;
+        let groups = neighbour_groups(&steps, |j, opens| {
+            let (Step::Launch(l), Some(_)) = (&steps[j], &candidates[j]) else { return false };
+            let (r, w) = split(l);
+            if opens {
+                (reads, writes) = (r.into_iter().collect(), HashSet::default());
+                writes.insert(w);
+                local = Some(l.local.clone());
+                return true;
             }
-            if group.len() < 2 {
-                out.push(steps[i].clone());
-                i += 1;
-                continue;
+            let admits = local.as_ref() == Some(&l.local)
+                && !reads.contains(&w)
+                && !writes.contains(&w)
+                && !r.iter().any(|x| writes.contains(x));
+            if admits {
+                reads.extend(r);
+                writes.insert(w);
             }
-            let names: Vec<&str> = group.iter().map(|(l, _)| l.kernel.as_str()).collect();
+            admits
+        });
+        let mut merged = Vec::with_capacity(groups.len());
+        for group in &groups {
+            let launches = launches_of(&steps, group);
+            let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
             let name = self.merged_name(&names);
-            let parts: Vec<flat_merge::FlatPart> = group.iter().map(|(_, p)| p.clone()).collect();
+            let parts: Vec<flat_merge::FlatPart> =
+                group.iter().filter_map(|&g| candidates[g].clone()).collect();
             let (source, global) = flat_merge::merge(&name, &names, &parts);
             let mut args = Vec::new();
             let mut launch_parts = Vec::new();
-            for (l, _) in &group {
+            for l in &launches {
                 launch_parts.push(LaunchPart {
                     kernel: l.kernel.clone(),
                     fault_id: l.fault_id,
@@ -857,32 +808,32 @@ impl FuncWriter<'_> {
                 });
                 args.extend(l.args.iter().copied());
             }
-            let mut distinct = args.clone();
-            distinct.sort_unstable();
-            distinct.dedup();
-            let launches: Vec<&Launch> = group.iter().map(|(l, _)| *l).collect();
-            out.push(Step::Launch(Launch {
+            merged.push(Step::Launch(Launch {
                 kernel: name.clone(),
                 source: launches.iter().map(|l| l.source.as_str()).collect::<Vec<_>>().join(" | "),
                 location: launches[0].location.clone(),
+                bytes: self.args_bytes(&args),
                 args,
                 global: vec![global],
                 local: launches[0].local.clone(),
                 flops: launches.iter().map(|l| l.flops).sum(),
-                bytes: distinct.iter().map(|&s| self.storage[s].bytes).sum(),
                 tiled: false,
                 skinny: false,
                 shape: None,
                 fault_id: launches.iter().find_map(|l| l.fault_id),
                 parts: launch_parts,
             }));
-            out.extend(
-                steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned(),
-            );
             self.replace_kernels(&names, name, source);
-            i = last + 1;
         }
-        self.steps = out;
+        self.steps = splice(&steps, &groups, merged);
+    }
+
+    /// The bytes of the distinct storages among `args`.
+    fn args_bytes(&self, args: &[usize]) -> u64 {
+        let mut distinct = args.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.iter().map(|&s| self.storage[s].bytes).sum()
     }
 
     /// The kernels `names` of a merged launch give way to its kernel `name`, at the first's
@@ -991,4 +942,63 @@ impl FuncWriter<'_> {
         }
         (k, types, ids, Some(id))
     }
+}
+
+/// The groups of neighbouring launches to merge, each a list of step indices: from a launch
+/// that `grow(i, true)` opens a group with, the launches after it that `grow(j, false)` admits
+/// to it (only deallocations may come between two), a group kept where it has two or more.
+/// `grow` keeps the state of the group being gathered.
+fn neighbour_groups(steps: &[Step], mut grow: impl FnMut(usize, bool) -> bool) -> Vec<Vec<usize>> {
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < steps.len() {
+        if !matches!(steps[i], Step::Launch(_)) || !grow(i, true) {
+            i += 1;
+            continue;
+        }
+        let mut group = vec![i];
+        for (j, s) in steps.iter().enumerate().skip(i + 1) {
+            match s {
+                Step::Dealloc { .. } => {}
+                Step::Launch(_) if grow(j, false) => group.push(j),
+                _ => break,
+            }
+        }
+        i = group[group.len() - 1] + 1;
+        if group.len() > 1 {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+/// The launches of a group's steps.
+fn launches_of<'s>(steps: &'s [Step], group: &[usize]) -> Vec<&'s Launch> {
+    group
+        .iter()
+        .filter_map(|&g| match &steps[g] {
+            Step::Launch(l) => Some(l),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `steps` with each group of `groups` (in order) replaced by its launch of `merged`, then the
+/// deallocations that came between the group's members.
+fn splice(steps: &[Step], groups: &[Vec<usize>], merged: Vec<Step>) -> Vec<Step> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut next = groups.iter().zip(merged).peekable();
+    let mut i = 0;
+    while i < steps.len() {
+        let Some((group, launch)) = next.next_if(|(g, _)| g[0] == i) else {
+            out.push(steps[i].clone());
+            i += 1;
+            continue;
+        };
+        let last = group[group.len() - 1];
+        out.push(launch);
+        out.extend(steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned());
+        i = last + 1;
+    }
+    out
 }
