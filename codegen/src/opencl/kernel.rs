@@ -15,6 +15,7 @@
 //! the error buffer like a failed bounds check.
 
 mod attention;
+mod decode;
 mod row;
 
 use std::borrow::Cow;

@@ -67,6 +67,12 @@ fn cases() -> Vec<(&'static str, String)> {
             "decode over 300 positions in 3 chunks",
             case(1, 4, 1, 64, 2, 300, "scale = 0.125, rope = true, causal = true"),
         ),
+        // At chunks of 8: 138 chunks, more partials than a combining work-item holds at once
+        // (it reads them in batches of 32, the last one short).
+        (
+            "decode over 1100 positions",
+            case(1, 4, 1, 64, 2, 1100, "scale = 0.125, rope = true, causal = true"),
+        ),
         (
             "a window across chunks",
             case(1, 2, 2, 32, 1, 400, "scale = 0.2, causal = true, window = 150"),
@@ -82,6 +88,37 @@ fn lowered(text: &str, o3: bool) -> fbc_ir::Module {
         common::lower_o0_with(text, &profile, "auto")
     };
     r.unwrap_or_else(|e| panic!("lowers: {e}"))
+}
+
+/// The flash-decoding kernel's chunking as its comment states it: `(keys a chunk, chunks, query
+/// heads a work-group)`.
+fn chunking(source: &str) -> (u64, u64, u64) {
+    let line = source
+        .lines()
+        .find(|l| l.contains("// Attention, flash-decoding"))
+        .unwrap_or_else(|| panic!("no flash-decoding kernel\n{source}"));
+    let after = |key: &str| -> u64 {
+        let at = line.find(key).unwrap_or_else(|| panic!("`{key}` in {line}")) + key.len();
+        let digits: String = line[at..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().unwrap_or_else(|_| panic!("a number after `{key}` in {line}"))
+    };
+    (after("chunk of "), after("keys ("), after(" per "))
+}
+
+/// The most keys of a flash-decoding chunk for a head of `hd` (a work-item of the 128 holds 32
+/// of the chunk's values): 64 for a head of 64, 32 for 100, 16 for 256.
+fn most_keys(hd: u64) -> u64 {
+    1 << (4096 / hd).ilog2()
+}
+
+/// The head dimension and the keys of the module's attention launch (the last two of its domain).
+fn head_and_keys(m: &fbc_ir::Module) -> (u64, u64) {
+    let domain = m
+        .all_ops()
+        .filter(|&o| m.op(o).attr("attention").is_some())
+        .find_map(|o| m.op(o).attr("domain").and_then(fbc_ir::Attr::as_ints))
+        .expect("the attention launch's domain");
+    (domain[domain.len() - 2] as u64, domain[domain.len() - 1] as u64)
 }
 
 fn f32s(v: &Value) -> &[f32] {
@@ -177,18 +214,30 @@ fn the_fused_opencl_kernel_matches_the_reference_executor() {
                 1,
                 "{what}: one fused kernel\n{source}"
             );
-            // Keys beyond one chunk of 64 are split into chunks, combined in the same launch by
-            // the last work-group of the query point (its count left zero for the next run).
-            let keys = m
-                .all_ops()
-                .find_map(|o| m.op(o).attr("domain").and_then(fbc_ir::Attr::as_ints))
-                .and_then(|d| d.last().copied())
-                .unwrap_or(0);
-            assert_eq!(source.contains("atomic_inc(fbc_count + gid)"), keys > 64, "{what}");
+            // Keys beyond one chunk (64, fewer for a wide head: a work-item holds 32 of the
+            // chunk's keys' values, so a chunk has at most 4096 / D keys, rounded down to a power
+            // of two) are split into chunks, combined in the same launch by the last work-group
+            // of the query group (its count left zero for the next run).
+            let (hd, keys) = head_and_keys(&m);
+            let (chunk, chunks, heads) = chunking(&source);
+            assert_eq!(chunk, most_keys(hd).min(64), "{what}");
+            assert_eq!(chunks, keys.div_ceil(chunk), "{what}");
+            assert_eq!(source.contains("atomic_inc(fbc_count + gid)"), chunks > 1, "{what}");
+            // Query heads that read one key head are one work-group's (8 heads over 2 key heads,
+            // 2 over 1, 4 over 2); the others take one head a work-group.
+            let want = match name {
+                "decode: grouped heads, RoPE, causal" => 4,
+                "tiny"
+                | "decode over 300 positions in 3 chunks"
+                | "decode over 1100 positions"
+                | "a window across chunks" => 2,
+                _ => 1,
+            };
+            assert_eq!(heads, want, "{what}");
             assert!(!source.contains("_combine("), "{what}: no second kernel");
             let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
             close(f32s(&reference[0]), f32s(&run[0]), &what);
-            if keys > 64 {
+            if chunks > 1 {
                 // A second attention launch of the function (its output as the queries) shares
                 // the counts: the last group of every point of the first left its count zero.
                 let line = text
@@ -237,7 +286,8 @@ fn every_decode_chunk_size_matches_the_reference_executor() {
             let reference = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
             let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
             let (out, run) = common::run_main_on_device(&m, kernels, &inputs);
-            assert!(out.source.contains(&format!("chunk of {chunk} keys")), "{what}");
+            let hd = head_and_keys(&m).0;
+            assert_eq!(chunking(&out.source).0, most_keys(hd).min(u64::from(chunk)), "{what}");
             let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
             close(f32s(&reference[0]), f32s(&run.results[0]), &what);
         }
