@@ -572,10 +572,7 @@ impl FuncWriter<'_> {
         let fault_id = u32::try_from(self.kernels.len() + 1).unwrap_or(u32::MAX);
         let e = kernel::emit(&k, &types, &comment, self.opts, fault_id)
             .map_err(|e| self.unsupported(d, e))?;
-        let mut distinct: Vec<usize> = ids.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let bytes = distinct.iter().map(|&i| self.storage[i].bytes).sum();
+        let bytes = self.args_bytes(&ids);
         let mut args = ids;
         // A split attention launch's partials live for the launch alone (a buffer of their
         // own, released after it, which the weight-streaming plan's budget leaves room for);

@@ -278,20 +278,6 @@ impl Cx<'_> {
         } else {
             let ne = hd.div_ceil(team);
             let preload = chunks * ne <= COMBINE_REGS;
-            let batch = chunks.min((COMBINE_REGS / 2 / ne).max(1));
-            let in_chunks = |c: &str| {
-                if chunks % batch == 0 {
-                    String::new()
-                } else {
-                    format!("{c} < {chunks} && ")
-                }
-            };
-            let xin = in_chunks("c0 + u");
-            let factor = if xin.is_empty() {
-                "fbc_f[fbc_h][c0 + u]".to_string()
-            } else {
-                format!("(c0 + u < {chunks} ? fbc_f[fbc_h][c0 + u] : 0.0f)")
-            };
             let store = self.buffer_store(&off, "fbc_acc[v] / fbc_lc", &d);
             // Lane t's values t, t + T, .. of chunks c0 + u (u < n) into fbc_x.
             // (`i`: the lines' indentation.)
@@ -311,6 +297,16 @@ impl Cx<'_> {
                     format!("  // Lane t: values t, t + T, .. (read above).\n  float fbc_acc[{ne}];\n  for (int v = 0; v < {ne}; ++v) fbc_acc[v] = 0.0f;\n{}", fold_x(chunks, "fbc_f[fbc_h][u]", "  ")),
                 )
             } else {
+                // Batches of chunks; the last one short where they do not divide the chunks.
+                let batch = chunks.min((COMBINE_REGS / 2 / ne).max(1));
+                let (xin, factor) = if chunks % batch == 0 {
+                    (String::new(), "fbc_f[fbc_h][c0 + u]".to_string())
+                } else {
+                    (
+                        format!("c0 + u < {chunks} && "),
+                        format!("(c0 + u < {chunks} ? fbc_f[fbc_h][c0 + u] : 0.0f)"),
+                    )
+                };
                 (
                     String::new(),
                     format!("  // Lane t: values t, t + T, ..; {batch} chunks' partials read at a time.\n  float fbc_acc[{ne}];\n  for (int v = 0; v < {ne}; ++v) fbc_acc[v] = 0.0f;\n  for (int c0 = 0; c0 < {chunks}; c0 += {batch}) {{\n{}\n{}\n  }}", load_x("c0", batch, &xin, "    "), fold_x(batch, &factor, "    ")),

@@ -523,8 +523,9 @@ mod tests {
         assert_eq!((nv.skinny.matvec_min_k, nv.skinny.matvec_groups_per_cu), (64, Some(8)));
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 2048, &nv), Some(32)); // Q (the chunks bound it)
         assert_eq!(SplitK::Auto.chunks(512, gemv, 2048, &nv), Some(32)); // K of GQA (64)
-                                                                         // The gate (64 work-groups) and the down projection (16, 8192 long): the work-groups
-                                                                         // bound them, 16 and 64 chunks.
+
+        // The gate (64 work-groups) and the down projection (16, 8192 long): the work-groups
+        // bound them, 16 and 64 chunks.
         assert_eq!(SplitK::Auto.chunks(8192, gemv, 2048, &nv), Some(16));
         assert_eq!(SplitK::Auto.chunks(2048, gemv, 8192, &nv), Some(64));
         // `groups_per_cu`'s 2 allow 264 work-groups: the gate in 4.
