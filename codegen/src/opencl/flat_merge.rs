@@ -21,25 +21,25 @@
 use std::fmt::Write as _;
 
 /// The error buffer's parameter, last in a kernel that checks accesses.
-const ERR_PARAM: &str = "__global int* fbc_err";
+pub(super) const ERR_PARAM: &str = "__global int* fbc_err";
 
 /// A simple kernel as a part of a merged launch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FlatPart {
     /// The kernel's comment block (kept above its function).
-    comment: String,
+    pub(super) comment: String,
     /// The parameters, without the error buffer.
-    params: Vec<String>,
+    pub(super) params: Vec<String>,
     /// Whether it takes the error buffer (last).
-    checked: bool,
+    pub(super) checked: bool,
     /// The body, from `{` to the end, with `get_global_id(0)` read from `fbc_g`.
-    body: String,
+    pub(super) body: String,
     /// Its work-items (the launch's global size).
     pub(crate) global: u64,
 }
 
 /// The name a parameter declares (its last word).
-fn param_name(p: &str) -> &str {
+pub(super) fn param_name(p: &str) -> &str {
     p.rsplit(|c: char| c.is_whitespace() || c == '*').next().unwrap_or(p)
 }
 
@@ -62,6 +62,32 @@ pub(crate) fn part(name: &str, source: &str, global: u64) -> Option<FlatPart> {
     {
         return None;
     }
+    let k = signature(name, source)?;
+    let body = k.body.replace("get_global_id(0)", "fbc_g");
+    Some(FlatPart {
+        comment: k.comment.to_string(),
+        params: k.params,
+        checked: k.checked,
+        body,
+        global,
+    })
+}
+
+/// A `__kernel void NAME(...)` of a kernel source, taken apart.
+pub(super) struct Signature<'a> {
+    /// What comes before it (the kernel's comment block).
+    pub(super) comment: &'a str,
+    /// The parameters, without the error buffer.
+    pub(super) params: Vec<String>,
+    /// Whether it takes the error buffer (last).
+    pub(super) checked: bool,
+    /// The body, from `{` to the end.
+    pub(super) body: &'a str,
+}
+
+/// Kernel `name`'s signature in `source`, where it is `__kernel void NAME(` (no attribute) and
+/// each parameter one declaration.
+pub(super) fn signature<'a>(name: &str, source: &'a str) -> Option<Signature<'a>> {
     let head = format!("__kernel void {name}(");
     let at = source.find(&head)?;
     let rest = &source[at + head.len()..];
@@ -74,8 +100,7 @@ pub(crate) fn part(name: &str, source: &str, global: u64) -> Option<FlatPart> {
     if params.iter().any(|p| p.contains(',') || p.contains('(')) {
         return None;
     }
-    let body = rest[close + 2..].replace("get_global_id(0)", "fbc_g");
-    Some(FlatPart { comment: source[..at].to_string(), params, checked, body, global })
+    Some(Signature { comment: &source[..at], params, checked, body: &rest[close + 2..] })
 }
 
 /// The source of kernel `name` running `parts` in turn over the global index, and its global

@@ -218,7 +218,7 @@ pub struct Launch {
     /// check records this id (non-zero, unique in the module) there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_id: Option<u32>,
-    /// The simple kernels merged into this launch (`[skinny] merge_launches`), in order; empty
+    /// The kernels merged into this launch (`[skinny] merge_launches`, `tail_launches`), in order; empty
     /// for a launch of one kernel. A part's failed check records its own fault id (the launch's
     /// `fault_id` is then the first checked part's, and says the launch takes the error
     /// buffer), and its operands are `args[first_arg..]`.
@@ -253,6 +253,10 @@ pub struct LaunchPart {
     pub fault_id: Option<u32>,
     /// Where its operands start in the launch's `args`.
     pub first_arg: usize,
+    /// The op it runs (`FILE:LINE:COL`), where that is not the launch's `location` (a tail
+    /// run after a product: `[skinny] tail_launches`); a fault it records is reported there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 /// A tensor argument or result of a function.

@@ -10,6 +10,7 @@ mod dedup;
 mod flat_merge;
 pub mod kernel;
 pub mod manifest;
+mod tail;
 pub mod tuning;
 mod writer;
 

@@ -22,6 +22,7 @@ use super::manifest::{
     ConstantDesc, Dtype, FunctionManifest, Launch, LaunchPart, LayoutDesc, Manifest, Step,
     StorageDesc, StorageKind, TensorDesc, MANIFEST_VERSION,
 };
+use super::tail;
 
 /// How the writer is configured.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +104,7 @@ impl Writer {
                 split_scratch: None,
                 parts: Vec::new(),
                 simple: HashSet::default(),
+                heads: HashMap::default(),
             };
             functions.push(fw.write()?);
         }
@@ -174,6 +176,10 @@ struct FuncWriter<'a> {
     /// The kernels in the simple form (one work-item per output point), which may run as
     /// parts of a merged launch (`FuncWriter::merge_simple`).
     simple: HashSet<String>,
+    /// The skinny kernels that split their reduction in one launch, which a tail may follow
+    /// (`FuncWriter::merge_tails`): their work-groups that store a block (and reach the
+    /// kernel's end), and the counts their blocks use (the tail counts at the next).
+    heads: HashMap<String, (u64, u64)>,
 }
 
 /// A launch that may run as a part of a merged launch (`FuncWriter::merge_launches`).
@@ -481,9 +487,18 @@ impl FuncWriter<'_> {
         // would hold a later part's weights early.
         let streamed =
             self.steps.iter().any(|s| matches!(s, Step::Upload { stream_from: Some(_), .. }));
-        if self.opts.skinny.merge_launches && !streamed {
-            self.merge_launches();
-            self.merge_simple();
+        if !streamed {
+            let skinny = &self.opts.skinny;
+            let (merge, tails) = (skinny.merge_launches, skinny.tail_launches);
+            if merge {
+                self.merge_launches();
+            }
+            if tails {
+                self.merge_tails();
+            }
+            if merge {
+                self.merge_simple();
+            }
         }
         self.order_downloads();
         let peak_bytes = self.peak();
@@ -580,6 +595,10 @@ impl FuncWriter<'_> {
         let mut own_partials = None;
         if let Some((part, count)) = e.split {
             let own = k.attention.is_some();
+            if e.skinny && !own {
+                // One count per block, counted by its chunks' groups: the last stores it.
+                self.heads.insert(name.clone(), (count, count));
+            }
             let (mut p, c) = self.split_scratch(if own { 0 } else { part }, count);
             if own {
                 p = self.new_buffer(&format!("{name}_partials"), Dtype::F32, part);
@@ -654,7 +673,7 @@ impl FuncWriter<'_> {
         let (mut reads, mut writes) = (HashSet::default(), HashSet::default());
         let (mut first, mut prev) = (0usize, 0usize);
         let mut after: HashMap<usize, Vec<bool>> = HashMap::default();
-        let groups = neighbour_groups(&steps, |j, opens| {
+        let groups = neighbour_groups(&steps, false, |j, opens| {
             let Some(p) = part_at(j) else { return false };
             if opens {
                 (reads, writes) = (p.reads.iter().copied().collect(), HashSet::default());
@@ -712,6 +731,14 @@ impl FuncWriter<'_> {
             if let Some((part, count)) = kernel.scratch {
                 let (p, c) = self.split_scratch(part, count);
                 args.extend([p, c]);
+                // A group per block of each unit (a part, or a pair run in the same groups)
+                // stores it, of every chunk's.
+                let local = launches[0].local.clone().unwrap_or_default();
+                let groups: u64 = (0..3)
+                    .map(|d| kernel.global[d] / local.get(d).copied().unwrap_or(1).max(1))
+                    .product();
+                let chunks = pieces[0].key.5.map_or(1, |(n, _)| n.max(1));
+                self.heads.insert(name.clone(), (groups / chunks, count));
             }
             let mut sources: Vec<&str> = Vec::new();
             for l in &launches {
@@ -737,6 +764,89 @@ impl FuncWriter<'_> {
             self.replace_kernels(&names, name, kernel.source);
         }
         self.steps = splice(&steps, &groups, merged);
+    }
+
+    /// Runs small launches right after a skinny product that splits its reduction in one launch
+    /// at the end of that launch, in the work-group that stores the product's last block
+    /// (`tail`, `[skinny] tail_launches`): a decode step's K and V cache updates after its Q, K
+    /// and V projections, its MLP's RMSNorm after the attention's output projection. A part
+    /// reads what the product (or an earlier part) stored through `volatile` pointers; one that
+    /// reads an image stored in the launch stays a launch of its own (a kernel does not read
+    /// back its own image writes). Only deallocations may come between two members, and they
+    /// move after the merged launch.
+    fn merge_tails(&mut self) {
+        let steps = std::mem::take(&mut self.steps);
+        let mut uses: HashMap<&str, usize> = HashMap::default();
+        for s in &steps {
+            if let Step::Launch(l) = s {
+                *uses.entry(l.kernel.as_str()).or_default() += 1;
+            }
+        }
+        let source = |k: &str| self.kernels.iter().find(|(n, _)| n == k).map(|(_, s)| s.as_str());
+        // The group being gathered: its work-group size and the storage its members write;
+        // per member, its tail part and which of its parameters read stored values.
+        let mut group = 0u64;
+        let mut written: HashSet<usize> = HashSet::default();
+        let mut members: HashMap<usize, (tail::TailPart, Vec<bool>)> = HashMap::default();
+        let groups = neighbour_groups(&steps, true, |j, opens| {
+            let Step::Launch(l) = &steps[j] else { return false };
+            let Some(src) = source(&l.kernel) else { return false };
+            if opens {
+                let Some(params) = kernel_params(&l.kernel, src) else { return false };
+                if !self.heads.contains_key(&l.kernel) {
+                    return false;
+                }
+                group = l.local.iter().flatten().product();
+                written = writes(&params, &l.args).collect();
+                return true;
+            }
+            let local = match l.local.as_deref() {
+                Some([x]) => Some(*x),
+                _ => None,
+            };
+            let small = l.flops <= fbc_target::TAIL_MAX_FLOPS;
+            let part = match l.global.as_slice() {
+                [global] if small && uses.get(l.kernel.as_str()) == Some(&1) => {
+                    tail::part(&l.kernel, src, *global, local, group)
+                }
+                _ => None,
+            };
+            let Some(part) = part else { return false };
+            let pairs = || part.params.iter().zip(&l.args);
+            if pairs().any(|(q, a)| q.contains("image2d_t") && written.contains(a)) {
+                return false;
+            }
+            let stale =
+                pairs().map(|(q, a)| q.contains("__global") && written.contains(a)).collect();
+            written.extend(writes(&part.params, &l.args));
+            members.insert(j, (part, stale));
+            true
+        });
+        let mut done = Vec::with_capacity(groups.len());
+        let mut merged = Vec::with_capacity(groups.len());
+        for group in groups {
+            let launches = launches_of(&steps, &group);
+            let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
+            let (finishers, counts) = self.heads[names[0]];
+            let (parts, stale): (Vec<_>, Vec<_>) =
+                group[1..].iter().map(|g| members[g].clone()).unzip();
+            let text = self.kernels.iter().find(|(n, _)| n == names[0]).map(|(_, s)| s.clone());
+            let head = tail::Head {
+                name: names[0],
+                source: text.as_deref().unwrap_or_default(),
+                checked: launches[0].fault_id.is_some(),
+                finishers,
+            };
+            let name = self.merged_name(&names);
+            let Some(text) = tail::merge(&name, &head, &names[1..], &parts, &stale, counts) else {
+                continue;
+            };
+            self.split_scratch(0, counts + 1);
+            merged.push(Step::Launch(self.launch_of_parts(&name, &launches)));
+            self.replace_kernels(&names, name, text);
+            done.push(group);
+        }
+        self.steps = splice(&steps, &done, merged);
     }
 
     /// Runs neighbouring launches of the simple kernel (one work-item per output point) as one
@@ -768,7 +878,7 @@ impl FuncWriter<'_> {
         let split = |l: &Launch| (l.args[..l.args.len() - 1].to_vec(), l.args[l.args.len() - 1]);
         let (mut reads, mut writes) = (HashSet::default(), HashSet::default());
         let mut local = None;
-        let groups = neighbour_groups(&steps, |j, opens| {
+        let groups = neighbour_groups(&steps, false, |j, opens| {
             let (Step::Launch(l), Some(_)) = (&steps[j], &candidates[j]) else { return false };
             let (r, w) = split(l);
             if opens {
@@ -795,34 +905,44 @@ impl FuncWriter<'_> {
             let parts: Vec<flat_merge::FlatPart> =
                 group.iter().filter_map(|&g| candidates[g].clone()).collect();
             let (source, global) = flat_merge::merge(&name, &names, &parts);
-            let mut args = Vec::new();
-            let mut launch_parts = Vec::new();
-            for l in &launches {
-                launch_parts.push(LaunchPart {
-                    kernel: l.kernel.clone(),
-                    fault_id: l.fault_id,
-                    first_arg: args.len(),
-                });
-                args.extend(l.args.iter().copied());
-            }
             merged.push(Step::Launch(Launch {
-                kernel: name.clone(),
-                source: launches.iter().map(|l| l.source.as_str()).collect::<Vec<_>>().join(" | "),
-                location: launches[0].location.clone(),
-                bytes: self.args_bytes(&args),
-                args,
                 global: vec![global],
-                local: launches[0].local.clone(),
-                flops: launches.iter().map(|l| l.flops).sum(),
                 tiled: false,
                 skinny: false,
                 shape: None,
-                fault_id: launches.iter().find_map(|l| l.fault_id),
-                parts: launch_parts,
+                ..self.launch_of_parts(&name, &launches)
             }));
             self.replace_kernels(&names, name, source);
         }
         self.steps = splice(&steps, &groups, merged);
+    }
+
+    /// The launch of kernel `name` that runs `launches` as its parts, each one's arguments after
+    /// the one before's (the manifest's `parts`, with a part's own location where it is not the
+    /// first's), otherwise the first's.
+    fn launch_of_parts(&self, name: &str, launches: &[&Launch]) -> Launch {
+        let mut args = Vec::new();
+        let mut parts = Vec::new();
+        for l in launches {
+            let location = (l.location != launches[0].location).then(|| l.location.clone());
+            parts.push(LaunchPart {
+                kernel: l.kernel.clone(),
+                fault_id: l.fault_id,
+                first_arg: args.len(),
+                location,
+            });
+            args.extend(l.args.iter().copied());
+        }
+        Launch {
+            kernel: name.to_string(),
+            source: launches.iter().map(|l| l.source.as_str()).collect::<Vec<_>>().join(" | "),
+            bytes: self.args_bytes(&args),
+            args,
+            flops: launches.iter().map(|l| l.flops).sum(),
+            fault_id: launches.iter().find_map(|l| l.fault_id),
+            parts,
+            ..launches[0].clone()
+        }
     }
 
     /// The bytes of the distinct storages among `args`.
@@ -941,11 +1061,31 @@ impl FuncWriter<'_> {
     }
 }
 
+/// The parameters of kernel `name` in `source`, as declared.
+fn kernel_params(name: &str, source: &str) -> Option<Vec<String>> {
+    let sig = format!("void {name}(");
+    let rest = &source[source.find(&sig)? + sig.len()..];
+    Some(rest[..rest.find(") {")?].split(", ").map(str::to_string).collect())
+}
+
+/// The storage a launch writes, from its kernel's parameters (a buffer that is not `const`, an
+/// image written to) and its arguments, in order.
+fn writes<'a>(params: &'a [String], args: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    params.iter().zip(args).filter_map(|(q, &a)| {
+        let buffer = q.contains("__global") && !q.contains("const");
+        (buffer || q.contains("__write_only")).then_some(a)
+    })
+}
+
 /// The groups of neighbouring launches to merge, each a list of step indices: from a launch
 /// that `grow(i, true)` opens a group with, the launches after it that `grow(j, false)` admits
-/// to it (only deallocations may come between two), a group kept where it has two or more.
-/// `grow` keeps the state of the group being gathered.
-fn neighbour_groups(steps: &[Step], mut grow: impl FnMut(usize, bool) -> bool) -> Vec<Vec<usize>> {
+/// to it (only deallocations may come between two, and allocations where `allocs`), a group
+/// kept where it has two or more. `grow` keeps the state of the group being gathered.
+fn neighbour_groups(
+    steps: &[Step],
+    allocs: bool,
+    mut grow: impl FnMut(usize, bool) -> bool,
+) -> Vec<Vec<usize>> {
     let mut groups = Vec::new();
     let mut i = 0;
     while i < steps.len() {
@@ -957,6 +1097,7 @@ fn neighbour_groups(steps: &[Step], mut grow: impl FnMut(usize, bool) -> bool) -
         for (j, s) in steps.iter().enumerate().skip(i + 1) {
             match s {
                 Step::Dealloc { .. } => {}
+                Step::Alloc { .. } if allocs => {}
                 Step::Launch(_) if grow(j, false) => group.push(j),
                 _ => break,
             }
@@ -980,8 +1121,8 @@ fn launches_of<'s>(steps: &'s [Step], group: &[usize]) -> Vec<&'s Launch> {
         .collect()
 }
 
-/// `steps` with each group of `groups` (in order) replaced by its launch of `merged`, then the
-/// deallocations that came between the group's members.
+/// `steps` with each group of `groups` (in order) replaced by the allocations that came between
+/// the group's members, its launch of `merged`, then the deallocations that came between them.
 fn splice(steps: &[Step], groups: &[Vec<usize>], merged: Vec<Step>) -> Vec<Step> {
     let mut out = Vec::with_capacity(steps.len());
     let mut next = groups.iter().zip(merged).peekable();
@@ -993,8 +1134,10 @@ fn splice(steps: &[Step], groups: &[Vec<usize>], merged: Vec<Step>) -> Vec<Step>
             continue;
         };
         let last = group[group.len() - 1];
+        let between = &steps[i..=last];
+        out.extend(between.iter().filter(|s| matches!(s, Step::Alloc { .. })).cloned());
         out.push(launch);
-        out.extend(steps[i..=last].iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned());
+        out.extend(between.iter().filter(|s| matches!(s, Step::Dealloc { .. })).cloned());
         i = last + 1;
     }
     out

@@ -850,3 +850,128 @@ fn a_decode_steps_normalisations_run_inside_its_projections() {
         }
     }
 }
+
+/// The shipped nvidia profile with `[skinny] tail_launches` set to `on`, written into `dir`.
+fn tails_profile(dir: &std::path::Path, on: bool) -> String {
+    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
+    let rest: Vec<&str> = shipped.lines().filter(|l| !l.starts_with("tail_launches = ")).collect();
+    let set = format!("{}\n", rest.join("\n")).replacen(
+        "\n[skinny]\n",
+        &format!("\n[skinny]\ntail_launches = {on}\n"),
+        1,
+    );
+    assert!(set.contains(&format!("tail_launches = {on}")));
+    common::write(dir, &format!("tails-{on}.toml"), set.as_bytes())
+}
+
+/// A safetensors file in `dir` holding the rank-0 i32 `pos`.
+fn position_file(dir: &std::path::Path, pos: i32) -> String {
+    let bytes = pos.to_le_bytes();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::I32, vec![], &bytes)
+        .expect("view");
+    let data = safetensors::tensor::serialize([("pos", view)], None).expect("serialize");
+    common::write(dir, &format!("pos{pos}.safetensors"), &data)
+}
+
+/// With `[skinny] tail_launches`, a decode step's K and V cache updates run at the end of the
+/// merged Q, K and V projections, and its MLP's RMSNorm at the end of the attention's output
+/// projection, in the work-group that stores the product's last block: two launches fewer a
+/// layer, each part's operands after the product's, the updates keeping their own fault ids.
+/// On the device the step gives the interpreter's numbers on three runs (the tail's count
+/// left at zero) at a random position and at the cache's last, split in the launch or not (no
+/// tail without the split's counts); a position past the cache is the update's error at the
+/// update's op, as without tails.
+#[test]
+fn small_launches_run_at_the_end_of_the_product_before_them() {
+    let dir = common::scratch("tail-launches");
+    let text = common::inference_module("llama3.2-1b", 4, 48, 12);
+    let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
+    let (apart, tails) = (tails_profile(&dir, false), tails_profile(&dir, true));
+    let names = |ls: &[serde_json::Value]| -> Vec<String> {
+        ls.iter().map(|l| l["kernel"].as_str().unwrap_or_default().to_string()).collect()
+    };
+    let before = decode_launches(&dir, &fbir, &apart);
+    let after = decode_launches(&dir, &fbir, &tails);
+    assert_eq!(after.len() + 2, before.len(), "{:#?}", names(&after));
+    let (was, now) = (names(&before), names(&after));
+    for gone in [
+        "decode_matmul_l0_q_k_v",
+        "decode_update_slice_l0_k_cache_out_v_cache_out",
+        "decode_matmul_l0_resid_attn",
+        "decode_rmsnorm_l0_mlp_in",
+    ] {
+        assert!(was.iter().any(|n| n == gone) && !now.iter().any(|n| n == gone), "{gone}: {now:?}");
+    }
+    let parts_of = |name: &str| -> (Vec<String>, Vec<u64>, Vec<Option<u64>>, serde_json::Value) {
+        let l = after.iter().find(|l| l["kernel"] == name).unwrap_or_else(|| panic!("{now:?}"));
+        let parts = l["parts"].as_array().expect("parts");
+        (
+            parts.iter().map(|p| p["kernel"].as_str().unwrap().to_string()).collect(),
+            parts.iter().map(|p| p["first_arg"].as_u64().unwrap()).collect(),
+            parts.iter().map(|p| p["fault_id"].as_u64()).collect(),
+            l.clone(),
+        )
+    };
+    let (kernels, first, faults, qkv) =
+        parts_of("decode_matmul_l0_q_k_v_update_slice_l0_k_cache_out_update_slice_l0_v_cache_out");
+    assert_eq!(
+        kernels,
+        [
+            "decode_matmul_l0_q_k_v",
+            "decode_update_slice_l0_k_cache_out",
+            "decode_update_slice_l0_v_cache_out"
+        ]
+    );
+    // The product's 14 arguments (three parts' row, weight, norm weight and output, the
+    // split's partial sums and counts), then each update's.
+    assert_eq!(first, [0, 14, 20]);
+    assert_eq!(qkv["args"].as_array().unwrap().len(), 23, "{qkv}");
+    assert!(faults[0].is_none() && faults[1].is_some() && faults[1] != faults[2], "{faults:?}");
+    assert_eq!(qkv["fault_id"].as_u64(), faults[1]);
+    let (kernels, first, _, norm) = parts_of("decode_matmul_l0_resid_attn_rmsnorm_l0_mlp_in");
+    assert_eq!(kernels, ["decode_matmul_l0_resid_attn", "decode_rmsnorm_l0_mlp_in"]);
+    assert_eq!(first, [0, 6]);
+    assert_eq!(norm["args"].as_array().unwrap().len(), 9, "{norm}");
+    if !common::opencl_device() {
+        return;
+    }
+    for split in ["auto", "off"] {
+        check_with(&fbir, &tails, &["--entry", "decode", "--split-k", split, "--runs", "3"]);
+    }
+    let last = position_file(&dir, 11);
+    check_with(&fbir, &tails, &["--entry", "decode", "--inputs", &last, "--runs", "2"]);
+    // Past the cache: the update's check, the same words with tails or without.
+    let past = position_file(&dir, 12);
+    let error = |profile: &str| {
+        let o = common::fbc(&[
+            "run",
+            &fbir,
+            "--entry",
+            "decode",
+            "--target",
+            "opencl",
+            "--profile",
+            profile,
+            "--inputs",
+            &past,
+            "--random-inputs",
+            "1",
+        ]);
+        assert_eq!(o.code, 1, "{}", o.stderr);
+        o.stderr.lines().next().unwrap_or_default().to_string()
+    };
+    // Each update checks the position (K's operand 0, V's operand 1), at its own op: in the
+    // tail K's points run first; in a launch of their own, either may record first.
+    let update = |kv: &str, operand: u32, at: &str| {
+        format!("{at}: error: `memory.launch`: kernel `decode_update_slice_l0_{kv}_cache_out`: the symbol read from operand {operand} is 12, outside 0..=11 (nothing was written)")
+    };
+    let at = |i: usize| {
+        let loc = qkv["parts"][i]["location"].as_str().unwrap_or_else(|| panic!("{qkv}"));
+        assert!(loc.starts_with(&fbir), "{loc}");
+        loc.to_string()
+    };
+    let (k, v) = (update("k", 0, &at(1)), update("v", 1, &at(2)));
+    assert_eq!(error(&tails), k);
+    let e = error(&apart);
+    assert!(e == k || e == v, "{e}");
+}

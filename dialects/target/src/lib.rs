@@ -24,8 +24,8 @@ pub use error::{TargetError, ValidationProblem};
 pub use measured::{BlockTime, Date, Measured, Positive};
 pub use profile::{
     AttentionParams, Compute, ContractionParams, HardwareProfile, ImageLimits, Memory,
-    SkinnyParams, StreamingParams, TextureCache, SKINNY_SIDE, SKINNY_WIDE_MIN_K,
-    VECTOR_STORE_MAX_K,
+    SkinnyParams, StreamingParams, TextureCache, SKINNY_SIDE, SKINNY_WIDE_MIN_K, TAIL_MAX_FLOPS,
+    TAIL_MAX_ITEMS, VECTOR_STORE_MAX_K,
 };
 pub use table::summary_table;
 pub use write::{write_over, Note, NOT_IN_BASE};

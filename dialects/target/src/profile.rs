@@ -66,6 +66,15 @@ fn default_resident_work_items() -> u32 {
 /// kernel.
 pub const SKINNY_SIDE: u64 = 16;
 
+/// The most work-items of a one-work-item-per-point launch that `[skinny] tail_launches` runs
+/// at the end of the product before it: sixteen points a work-item in a group of 256.
+pub const TAIL_MAX_ITEMS: u64 = 4096;
+
+/// The most floating-point operations of a launch that `[skinny] tail_launches` runs at the
+/// end of the product before it, in one work-group (256 work-items of 256 operations): a row's
+/// normalisation or a cache update, not a product of its own.
+pub const TAIL_MAX_FLOPS: u64 = 1 << 16;
+
 /// The longest reduction (per launch: a split-K chunk's) of a tiled contraction whose buffer
 /// output is stored four columns at a time (`fbc_kernels::Contraction::vector_store`). Below it
 /// the stores are a large share of the kernel. Measured on an H100 (two alternated rounds of
@@ -189,6 +198,18 @@ pub struct SkinnyParams {
     /// normalisation stays a launch of its own. Optional: false.
     #[serde(default)]
     pub norm_prologue_pairs: bool,
+    /// A small launch right after a skinny product that splits its reduction in one launch
+    /// (`one_launch_split`) runs at that launch's end, in the work-group that finishes it
+    /// last (an `atomic_inc` on one more count): one work-group's kernel of the product's
+    /// work-group size (a decode step's RMSNorm of the row after the attention's output
+    /// projection), or a kernel of one work-item per point of at most
+    /// [`TAIL_MAX_ITEMS`](crate::TAIL_MAX_ITEMS) items (the K and V cache updates after the
+    /// Q, K and V projections), the group's work-items striding its points; either of at most
+    /// [`TAIL_MAX_FLOPS`](crate::TAIL_MAX_FLOPS) operations. A launch fewer each, for the cost
+    /// of running it in one work-group after the product's slowest block.
+    /// Optional: false.
+    #[serde(default)]
+    pub tail_launches: bool,
 }
 
 fn eight() -> u32 {
@@ -220,6 +241,7 @@ impl Default for SkinnyParams {
             merge_launches: false,
             norm_prologue: false,
             norm_prologue_pairs: false,
+            tail_launches: false,
         }
     }
 }

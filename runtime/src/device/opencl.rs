@@ -1113,13 +1113,13 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
     // a merged launch records its own id).
     let found = f.launches().find_map(|l| {
         if l.parts.is_empty() {
-            (l.fault_id.is_some() && l.fault_id == id).then_some((l, 0, l.kernel.as_str()))
+            (l.fault_id.is_some() && l.fault_id == id).then_some((l, 0, l.kernel.as_str(), None))
         } else {
             let p = l.parts.iter().find(|p| p.fault_id.is_some() && p.fault_id == id)?;
-            Some((l, p.first_arg, p.kernel.as_str()))
+            Some((l, p.first_arg, p.kernel.as_str(), p.location.as_ref()))
         }
     });
-    let Some((l, first, kernel)) = found else {
+    let Some((l, first, kernel, at)) = found else {
         return OpenClError::Manifest(format!(
             "a kernel recorded fault id {}, no launch has it",
             e[0]
@@ -1163,7 +1163,7 @@ fn fault(f: &FunctionManifest, e: &[i32; FAULT_INTS]) -> OpenClError {
         (_, None) => format!("operand {k} accessed out of bounds at domain index {idx}"),
     };
     OpenClError::Fault {
-        location: l.location.clone(),
+        location: at.unwrap_or(&l.location).clone(),
         message: format!("kernel `{kernel}`: {what}"),
     }
 }
@@ -1292,7 +1292,8 @@ mod tests {
     use super::*;
 
     /// A fault recorded by a part of a merged launch names that part's kernel and reads its
-    /// operand from the part's own arguments; each part's output is one the launch writes.
+    /// operand from the part's own arguments, at the part's location where it has one (a
+    /// tail's); each part's output is one the launch writes.
     #[test]
     fn a_part_of_a_merged_launch_reports_its_own_fault() {
         let buffer = |id: usize, elems: u64| fbc_codegen::opencl::StorageDesc {
@@ -1308,6 +1309,12 @@ mod tests {
             kernel: kernel.into(),
             fault_id: Some(fault_id),
             first_arg,
+            location: None,
+        };
+        // Part `v` runs an op of its own line (a tail's).
+        let v = fbc_codegen::opencl::LaunchPart {
+            location: Some("m.fbir:4:5".into()),
+            ..part("v", 8, 2)
         };
         let launch = fbc_codegen::opencl::Launch {
             kernel: "k_v".into(),
@@ -1322,7 +1329,7 @@ mod tests {
             skinny: false,
             shape: None,
             fault_id: Some(7),
-            parts: vec![part("k", 7, 0), part("v", 8, 2)],
+            parts: vec![part("k", 7, 0), v],
         };
         let f = FunctionManifest {
             name: "main".into(),
@@ -1340,14 +1347,15 @@ mod tests {
         let mut e = [0i32; FAULT_INTS];
         (e[0], e[1], e[2], e[3]) = (8, 2, 0, 20);
         let OpenClError::Fault { location, message } = fault(&f, &e) else { panic!() };
-        assert_eq!(location, "m.fbir:3:5");
+        assert_eq!(location, "m.fbir:4:5");
         assert_eq!(
             message,
             "kernel `v`: x0[20] is outside operand 0 (16 elements) at domain index []"
         );
-        // Part `k`'s operand 1 (launch argument 1, 4 elements).
+        // Part `k`'s operand 1 (launch argument 1, 4 elements), at the launch's location.
         (e[0], e[2]) = (7, 1);
-        let OpenClError::Fault { message, .. } = fault(&f, &e) else { panic!() };
+        let OpenClError::Fault { location, message } = fault(&f, &e) else { panic!() };
+        assert_eq!(location, "m.fbir:3:5");
         assert_eq!(
             message,
             "kernel `k`: x1[20] is outside operand 1 (4 elements) at domain index []"
