@@ -631,10 +631,13 @@ fn generate_decodes_a_batch_of_sequences_side_by_side() {
     assert!(o.stderr.contains("`x` is not a token id (an integer)"), "{}", o.stderr);
 }
 
-/// The shipped nvidia profile with `[skinny] merge_launches` off, written into `dir`.
+/// The shipped nvidia profile with `[skinny] merge_launches` and `tail_launches` off, written
+/// into `dir`.
 fn separate_launches_profile(dir: &std::path::Path) -> String {
     let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let off = shipped.replace("\nmerge_launches = true\n", "\nmerge_launches = false\n");
+    let off = shipped
+        .replace("\nmerge_launches = true\n", "\nmerge_launches = false\n")
+        .replace("\ntail_launches = true\n", "\ntail_launches = false\n");
     assert_ne!(off, shipped);
     common::write(dir, "separate.toml", off.as_bytes())
 }
@@ -680,8 +683,10 @@ fn check_with(fbir: &str, profile: &str, extra: &[&str]) {
 /// of the skinny kernel (-O3); with it off, a launch each. Up and gate, whose epilogue
 /// `SiLU(gate) · up` reads up at its own output point, run as one launch too, gate after up in
 /// the same work-groups. The K and V cache updates run as one launch too (the writer's merge of
-/// simple kernels). On the device the merged launches give the interpreter's numbers, on the
-/// first run and on a third (the split-K counts each run leaves at zero).
+/// simple kernels), with `[skinny] tail_launches` off (on, they run at the end of the Q, K and
+/// V launch: [`small_launches_run_at_the_end_of_the_product_before_them`]). On the device the
+/// shipped profile's launches give the interpreter's numbers, on the first run and on a third
+/// (the split-K counts each run leaves at zero).
 #[test]
 fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let dir = common::scratch("qkv-one-launch");
@@ -696,7 +701,10 @@ fn a_decode_steps_q_k_v_and_up_gate_projections_are_one_launch_each() {
     let ops = ops.count();
     // Merging off: a launch per op.
     assert_eq!(launches(&separate).len(), ops);
-    let merged = launches("nvidia");
+    // The K and V cache updates as a launch of their own (`[skinny] tail_launches` off: the
+    // tails have a test of their own).
+    let no_tails = tails_profile(&dir, false);
+    let merged = launches(&no_tails);
     let names: Vec<&str> = merged.iter().map(|l| l["kernel"].as_str().unwrap()).collect();
     for gone in [
         "decode_matmul_l0_q",
@@ -800,10 +808,13 @@ fn merged_launches_match_the_interpreter_split_or_not() {
     }
 }
 
-/// The shipped nvidia profile with `[skinny] norm_prologue` off, written into `dir`.
+/// The shipped nvidia profile with `[skinny] norm_prologue` and `tail_launches` off, written
+/// into `dir`.
 fn norms_apart_profile(dir: &std::path::Path) -> String {
     let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let off = shipped.replace("\nnorm_prologue = true\n", "\nnorm_prologue = false\n");
+    let off = shipped
+        .replace("\nnorm_prologue = true\n", "\nnorm_prologue = false\n")
+        .replace("\ntail_launches = true\n", "\ntail_launches = false\n");
     assert_ne!(off, shipped);
     common::write(dir, "apart.toml", off.as_bytes())
 }
@@ -811,7 +822,8 @@ fn norms_apart_profile(dir: &std::path::Path) -> String {
 /// With `[skinny] norm_prologue` (on in the shipped nvidia profile), a decode step's RMSNorms
 /// before attention and before the logits move into the products that read them: two
 /// launches fewer, the Q, K and V projections still one merged launch; the norm before the MLP
-/// stays a launch, as up and gate run in the same work-groups one after the other (-O3). On
+/// stays a launch, as up and gate run in the same work-groups one after the other (-O3, with
+/// `[skinny] tail_launches` off: on, that norm runs at the end of the output projection). On
 /// the device the prefill (16 rows: thin enough) and the decode step give the interpreter's
 /// numbers, split in the launch or not, again on a second run.
 #[test]
@@ -829,7 +841,7 @@ fn a_decode_steps_normalisations_run_inside_its_projections() {
         ls.iter().filter(|l| l.ends_with(" tensor.rmsnorm")).cloned().collect()
     };
     let separate = launches(&apart);
-    let fused = launches("nvidia");
+    let fused = launches(&tails_profile(&dir, false));
     assert_eq!(norms(&separate).len(), 3, "{separate:#?}");
     assert_eq!(norms(&fused), ["decode_rmsnorm_l0_mlp_in tensor.rmsnorm"], "{fused:#?}");
     assert_eq!(fused.len() + 2, separate.len(), "{fused:#?}");
