@@ -987,3 +987,40 @@ fn small_launches_run_at_the_end_of_the_product_before_them() {
     let e = error(&apart);
     assert!(e == k || e == v, "{e}");
 }
+
+/// A LayerNorm (two statistics, a barrier between their trees) after a matrix-vector product
+/// with a residual: with the shipped nvidia profile (`[skinny] tail_launches`) it runs at the
+/// end of the product's launch (one kernel, both results the interpreter's, split in the
+/// launch; a second run finds the tail's count at zero), and without the split's counts
+/// (`--split-k off`) as a launch of its own.
+#[test]
+fn a_layer_norm_runs_at_the_end_of_the_product_before_it() {
+    let dir = common::scratch("tail-layernorm");
+    let text = "func.func @main(%x: tensor<1x1024xf32>, %w: tensor<1024x512xf32>, %r: tensor<1x512xf32>, %g: tensor<512xf32>, %b: tensor<512xf32>) -> (tensor<1x512xf32>, tensor<1x512xf32>) {
+  %p = tensor.matmul %x, %w : (tensor<1x1024xf32>, tensor<1024x512xf32>) -> tensor<1x512xf32>
+  %s = tensor.add %r, %p : (tensor<1x512xf32>, tensor<1x512xf32>) -> tensor<1x512xf32>
+  %n = tensor.layernorm %s, %g, %b {axis = -1, eps = 1.0e-5} : (tensor<1x512xf32>, tensor<512xf32>, tensor<512xf32>) -> tensor<1x512xf32>
+  func.return %s, %n : tensor<1x512xf32>, tensor<1x512xf32>
+}
+";
+    let fbir = common::write(&dir, "ln.fbir", text.as_bytes());
+    if !common::opencl_device() {
+        return;
+    }
+    for (split, kernels) in [
+        ("auto", vec!["main_matmul_s_layernorm_n.cl"]),
+        ("off", vec!["main_layernorm_n.cl", "main_matmul_s.cl"]),
+    ] {
+        let dump = dir.join(format!("dump-{split}"));
+        let dumped = dump.to_str().unwrap();
+        check_with(&fbir, "nvidia", &["--split-k", split, "--runs", "2", "--dump-kernels", dumped]);
+        let mut left: Vec<String> = std::fs::read_dir(&dump)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("main_"))
+            .collect();
+        left.sort();
+        assert_eq!(left, kernels, "split-k {split}");
+    }
+}
