@@ -772,8 +772,8 @@ impl FuncWriter<'_> {
     /// and V projections, its MLP's RMSNorm after the attention's output projection. A part
     /// reads what the product (or an earlier part) stored through `volatile` pointers; one that
     /// reads an image stored in the launch stays a launch of its own (a kernel does not read
-    /// back its own image writes). Only deallocations may come between two members, and they
-    /// move after the merged launch.
+    /// back its own image writes). Only allocations and deallocations may come between two
+    /// members: the allocations move before the merged launch, the deallocations after it.
     fn merge_tails(&mut self) {
         let steps = std::mem::take(&mut self.steps);
         let mut uses: HashMap<&str, usize> = HashMap::default();
