@@ -1142,3 +1142,57 @@ fn splice(steps: &[Step], groups: &[Vec<usize>], merged: Vec<Step>) -> Vec<Step>
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(kernel: &str) -> Step {
+        Step::Launch(Launch {
+            kernel: kernel.into(),
+            source: String::new(),
+            location: String::new(),
+            args: Vec::new(),
+            global: vec![1],
+            local: None,
+            flops: 0,
+            bytes: 0,
+            tiled: false,
+            skinny: false,
+            shape: None,
+            fault_id: None,
+            parts: Vec::new(),
+        })
+    }
+
+    /// A group spans deallocations, and allocations where asked; a fill (or any other step)
+    /// ends it. Spliced, the group's allocations come before its launch and its deallocations
+    /// after.
+    #[test]
+    fn groups_span_allocations_where_asked_and_splice_moves_them_before() {
+        let steps = vec![
+            launch("a"),
+            Step::Alloc { storage: 5 },
+            Step::Dealloc { storage: 1 },
+            launch("b"),
+            Step::Fill { storage: 6 },
+            launch("c"),
+        ];
+        let all = |_: usize, _: bool| true;
+        assert_eq!(neighbour_groups(&steps, true, all), [vec![0, 3]]);
+        assert!(neighbour_groups(&steps, false, all).is_empty());
+        let kernels = |s: &[Step]| -> Vec<String> {
+            s.iter()
+                .map(|s| match s {
+                    Step::Launch(l) => l.kernel.clone(),
+                    Step::Alloc { storage } => format!("alloc {storage}"),
+                    Step::Dealloc { storage } => format!("dealloc {storage}"),
+                    Step::Fill { storage } => format!("fill {storage}"),
+                    _ => "other".into(),
+                })
+                .collect()
+        };
+        let out = splice(&steps, &[vec![0, 3]], vec![launch("a_b")]);
+        assert_eq!(kernels(&out), ["alloc 5", "a_b", "dealloc 1", "fill 6", "c"]);
+    }
+}
