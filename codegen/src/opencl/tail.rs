@@ -136,6 +136,23 @@ pub(crate) struct Head<'a> {
     pub(crate) finishers: u64,
 }
 
+/// Where kernel `name`'s `void NAME(` starts in `source`, its parameter list as written, and
+/// what follows its `) {` line (the body, to the closing brace).
+fn head_signature<'a>(name: &str, source: &'a str) -> Option<(usize, &'a str, &'a str)> {
+    let sig = format!("void {name}(");
+    let at = source.find(&sig)?;
+    let rest = &source[at + sig.len()..];
+    let close = rest.find(") {\n")?;
+    Some((at, &rest[..close], &rest[close + 4..]))
+}
+
+/// The parameters of a product's kernel `name` in `source`, as declared (the error buffer
+/// last where it takes one).
+pub(crate) fn head_params(name: &str, source: &str) -> Option<Vec<String>> {
+    let (_, params, _) = head_signature(name, source)?;
+    Some(params.split(", ").map(str::to_string).collect())
+}
+
 /// The source of kernel `name`: `head`'s kernel with `parts` (kernels `names`) run at its end
 /// by its last finisher, counted at `fbc_count[slot]`. `stale[i][j]`: part `i`'s parameter `j`
 /// (a buffer) may hold what the product or an earlier part stored, and is read `volatile`.
@@ -150,18 +167,14 @@ pub(crate) fn merge(
     stale: &[Vec<bool>],
     slot: u64,
 ) -> Option<String> {
-    let sig = format!("void {}(", head.name);
-    let at = head.source.find(&sig)?;
-    let rest = &head.source[at + sig.len()..];
-    let close = rest.find(") {\n")?;
-    let mut own = &rest[..close];
+    let (at, mut own, body) = head_signature(head.name, head.source)?;
     if head.checked {
         own = own.strip_suffix(&format!(", {ERR_PARAM}"))?;
     }
     if !own.ends_with("__global int* fbc_count") {
         return None;
     }
-    let inner = &rest[close + 4..rest.rfind('}')?];
+    let inner = &body[..body.rfind('}')?];
     let mut s = String::new();
     let mut params = vec![own.to_string()];
     let mut locals = String::new();

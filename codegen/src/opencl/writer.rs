@@ -776,12 +776,7 @@ impl FuncWriter<'_> {
     /// members: the allocations move before the merged launch, the deallocations after it.
     fn merge_tails(&mut self) {
         let steps = std::mem::take(&mut self.steps);
-        let mut uses: HashMap<&str, usize> = HashMap::default();
-        for s in &steps {
-            if let Step::Launch(l) = s {
-                *uses.entry(l.kernel.as_str()).or_default() += 1;
-            }
-        }
+        let uses = launch_counts(&steps);
         let source = |k: &str| self.kernels.iter().find(|(n, _)| n == k).map(|(_, s)| s.as_str());
         // The group being gathered: its work-group size and the storage its members write;
         // per member, its tail part and which of its parameters read stored values.
@@ -792,10 +787,10 @@ impl FuncWriter<'_> {
             let Step::Launch(l) = &steps[j] else { return false };
             let Some(src) = source(&l.kernel) else { return false };
             if opens {
-                let Some(params) = kernel_params(&l.kernel, src) else { return false };
                 if !self.heads.contains_key(&l.kernel) {
                     return false;
                 }
+                let Some(params) = tail::head_params(&l.kernel, src) else { return false };
                 group = l.local.iter().flatten().product();
                 written = writes(&params, &l.args).collect();
                 return true;
@@ -855,12 +850,7 @@ impl FuncWriter<'_> {
     /// come between two of them, and they move after the merged launch.
     fn merge_simple(&mut self) {
         let steps = std::mem::take(&mut self.steps);
-        let mut uses: HashMap<&str, usize> = HashMap::default();
-        for s in &steps {
-            if let Step::Launch(l) = s {
-                *uses.entry(l.kernel.as_str()).or_default() += 1;
-            }
-        }
+        let uses = launch_counts(&steps);
         // Per step, its kernel as a function where the launch may be a part.
         let candidates: Vec<Option<flat_merge::FlatPart>> = steps
             .iter()
@@ -1061,11 +1051,15 @@ impl FuncWriter<'_> {
     }
 }
 
-/// The parameters of kernel `name` in `source`, as declared.
-fn kernel_params(name: &str, source: &str) -> Option<Vec<String>> {
-    let sig = format!("void {name}(");
-    let rest = &source[source.find(&sig)? + sig.len()..];
-    Some(rest[..rest.find(") {")?].split(", ").map(str::to_string).collect())
+/// How many launches of `steps` run each kernel.
+fn launch_counts(steps: &[Step]) -> HashMap<&str, usize> {
+    let mut uses: HashMap<&str, usize> = HashMap::default();
+    for s in steps {
+        if let Step::Launch(l) = s {
+            *uses.entry(l.kernel.as_str()).or_default() += 1;
+        }
+    }
+    uses
 }
 
 /// The storage a launch writes, from its kernel's parameters (a buffer that is not `const`, an
