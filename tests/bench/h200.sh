@@ -411,23 +411,27 @@ if want variants; then
   done
 fi
 # Several binaries side by side (part bins): the 16-layer Llama 3.2-1B decode step at the
-# positions POSITIONS (default 2047) with each fbc of BINS (paths, in order), ROUNDS rounds
-# (default 2), after a 2-layer decode checked against the interpreter with the first; skipped
-# without BINS.
+# positions POSITIONS (default 2047) with each entry of BINS (in order: an fbc path, or
+# PATH@PROFILE to run it with that profile instead of P), ROUNDS rounds (default 2), after the
+# 2-layer decode checked against the interpreter with each; skipped without BINS.
 # Results: $O/bins.txt.
 if want bins && [ -n "${BINS:-}" ]; then
   N=$O/bins.txt
-  first=${BINS%% *}
+  first=${BINS%% *}; first=${first%%@*}
   $first gen llama3.2-1b --inference --layers 2 --seq 16 --max-seq 256 --vocab 512 -o $T/inf2b.fbir
-  echo "== check decode, 2 layers, 256 positions, $first" >> $N
-  timeout 60 $first run $T/inf2b.fbir --entry decode --target opencl --device $D --profile $P --random-inputs 1 --runs 2 --check >> $N 2>&1; echo "rc=$?" >> $N
   $first gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_bins.fbir
+  for entry in $BINS; do
+    bin=${entry%%@*}; prof=$P; [ "$entry" = "$bin" ] || prof=${entry#*@}
+    echo "== check decode, 2 layers, 256 positions, $bin, profile $prof" >> $N
+    timeout 60 $bin run $T/inf2b.fbir --entry decode --target opencl --device $D --profile $prof --random-inputs 1 --runs 2 --check >> $N 2>&1; echo "rc=$?" >> $N
+  done
   for round in $(seq 1 ${ROUNDS:-2}); do
     for p in ${POSITIONS:-2047}; do
       python3 tests/bench/scalar_i32.py pos $p > $T/pos.safetensors
-      for bin in $BINS; do
-        echo "=== bins decode pos=$p round $round $bin" >> $N
-        timeout 90 $bin bench $T/llama_bins.fbir --entry decode --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $N 2>&1
+      for entry in $BINS; do
+        bin=${entry%%@*}; prof=$P; [ "$entry" = "$bin" ] || prof=${entry#*@}
+        echo "=== bins decode pos=$p round $round $bin profile $prof" >> $N
+        timeout 90 $bin bench $T/llama_bins.fbir --entry decode --device $D --profile $prof --inputs $T/pos.safetensors --repeat 10 >> $N 2>&1
       done
     done
   done

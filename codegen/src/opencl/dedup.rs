@@ -30,10 +30,14 @@ fn mask_ident(text: &str, name: &str) -> String {
     while let Some(at) = rest.find(name) {
         let before_ok = !rest[..at].chars().next_back().is_some_and(is_ident);
         let after = &rest[at + name.len()..];
-        // A merged launch's part functions are `NAME__partN` (`flat_merge`).
-        let part = after
-            .strip_prefix("__part")
-            .map(|p| p.trim_start_matches(|c: char| c.is_ascii_digit()));
+        // A merged launch's part functions are `NAME__partN` (`flat_merge`), a chained one's
+        // part's own `NAME__partN__partM` (`chain`).
+        let mut part = None;
+        let mut tail = after;
+        while let Some(p) = tail.strip_prefix("__part") {
+            tail = p.trim_start_matches(|c: char| c.is_ascii_digit());
+            part = Some(tail);
+        }
         let after_ok = !after.chars().next().is_some_and(is_ident)
             || part.is_some_and(|p| {
                 p.len() + 6 < after.len() && !p.chars().next().is_some_and(is_ident)
@@ -127,6 +131,11 @@ mod tests {
         assert_eq!(
             mask_ident("m__part0(x); m__part12(y); m__partx; m__part", "m"),
             "@__part0(x); @__part12(y); m__partx; m__part"
+        );
+        // A chained launch's part's own helpers.
+        assert_eq!(
+            mask_ident("m__part1__part0(x); m__part1__partx", "m"),
+            "@__part1__part0(x); m__part1__partx"
         );
         let m = |n: &str, at: &str| {
             format!("// {n}: x at {at}\nvoid {n}__part0(float* x0) {{\n  // at {at}\n  x0[0] = 1;\n}}\n__kernel void {n}(float* p0_x0) {{ {n}__part0(p0_x0); }}\n")

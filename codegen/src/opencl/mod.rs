@@ -6,6 +6,7 @@
 //! (buffers and `image2d` textures), uploads with their layout, launches, downloads. Maps are C
 //! integer arithmetic; images are read through one nearest, unnormalised sampler.
 
+mod chain;
 mod dedup;
 mod flat_merge;
 pub mod kernel;

@@ -138,7 +138,7 @@ pub(crate) struct Head<'a> {
 
 /// Where kernel `name`'s `void NAME(` starts in `source`, its parameter list as written, and
 /// what follows its `) {` line (the body, to the closing brace).
-fn head_signature<'a>(name: &str, source: &'a str) -> Option<(usize, &'a str, &'a str)> {
+pub(super) fn head_signature<'a>(name: &str, source: &'a str) -> Option<(usize, &'a str, &'a str)> {
     let sig = format!("void {name}(");
     let at = source.find(&sig)?;
     let rest = &source[at + sig.len()..];

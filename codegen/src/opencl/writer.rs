@@ -16,6 +16,7 @@ use fbc_dialects::layout::Layout;
 use fbc_dialects::memory::{init, Kernel, MemType, StorageKind as MemStorage};
 use fbc_ir::{Attr, ElemType, FuncId, Module, OpData, Type, Value};
 
+use super::chain;
 use super::flat_merge;
 use super::kernel::{self, KernelOptions};
 use super::manifest::{
@@ -499,6 +500,9 @@ impl FuncWriter<'_> {
             if merge {
                 self.merge_simple();
             }
+            if skinny.chain_launches {
+                self.merge_chains();
+            }
         }
         self.order_downloads();
         let peak_bytes = self.peak();
@@ -844,6 +848,117 @@ impl FuncWriter<'_> {
         self.steps = splice(&steps, &done, merged);
     }
 
+    /// Runs neighbouring launches of the skinny kernel with one work-group shape as one launch,
+    /// in turn (`chain`, `[skinny] chain_launches`): a decode step's attention output
+    /// projection, up-gate, down and the next layer's Q, K and V projections. A launch joins
+    /// where it writes no storage that an earlier member reads (a compute unit's cache could
+    /// hold an older line of it), and reads no image that an earlier member writes (a kernel
+    /// does not read back its own image writes); only allocations and deallocations may come
+    /// between two members: the allocations move before the chained launch, the deallocations
+    /// after it. The chain's tickets and counts live in the split reduction's counts, after
+    /// every slot another launch uses, so only a function whose launches split a reduction in
+    /// one launch has chains, after the counts are zeroed.
+    fn merge_chains(&mut self) {
+        let Some((_, counts)) = self.split_scratch else { return };
+        let steps = std::mem::take(&mut self.steps);
+        let uses = launch_counts(&steps);
+        let zeroed =
+            steps.iter().position(|s| matches!(s, Step::Fill { storage } if *storage == counts));
+        let base = self.storage[counts].elems;
+        let source = |k: &str| self.kernels.iter().find(|(n, _)| n == k).map(|(_, s)| s.as_str());
+        // The group being gathered: its work-group shape and what its members read and write.
+        let mut shape: Option<Vec<u64>> = None;
+        let (mut read, mut written) = (HashSet::default(), HashSet::default());
+        let groups = neighbour_groups(&steps, true, |j, opens| {
+            let Step::Launch(l) = &steps[j] else { return false };
+            if !l.skinny
+                || uses.get(l.kernel.as_str()) != Some(&1)
+                || zeroed.is_none_or(|z| j < z)
+                || l.local.is_none()
+            {
+                return false;
+            }
+            let Some(params) = source(&l.kernel).and_then(|s| tail::head_params(&l.kernel, s))
+            else {
+                return false;
+            };
+            let reads: Vec<(usize, bool)> = params
+                .iter()
+                .zip(&l.args)
+                .filter(|(q, _)| q.contains("const") || q.contains("__read_only"))
+                .map(|(q, &a)| (a, q.contains("image2d_t")))
+                .collect();
+            let writes: Vec<usize> = writes(&params, &l.args).collect();
+            if opens {
+                shape = l.local.clone();
+                read = reads.iter().map(|&(a, _)| a).collect();
+                written = writes.into_iter().collect();
+                return true;
+            }
+            if l.local != shape
+                || writes.iter().any(|a| read.contains(a))
+                || reads.iter().any(|&(a, image)| image && written.contains(&a))
+            {
+                return false;
+            }
+            read.extend(reads.iter().map(|&(a, _)| a));
+            written.extend(writes);
+            true
+        });
+        let mut done = Vec::with_capacity(groups.len());
+        let mut merged = Vec::with_capacity(groups.len());
+        let mut slots = 0u64;
+        for group in groups {
+            let launches = launches_of(&steps, &group);
+            let local: Vec<u64> = launches[0].local.clone().unwrap_or_default();
+            let dim = |v: &[u64], d: usize| v.get(d).copied().unwrap_or(1).max(1);
+            let local3 = [dim(&local, 0), dim(&local, 1), dim(&local, 2)];
+            let texts: Vec<String> = launches
+                .iter()
+                .map(|l| {
+                    let text = self.kernels.iter().find(|(n, _)| *n == l.kernel);
+                    text.map(|(_, s)| s.clone()).unwrap_or_default()
+                })
+                .collect();
+            let phases: Option<Vec<chain::Phase<'_>>> = launches
+                .iter()
+                .zip(&texts)
+                .map(|(l, source)| {
+                    let groups = [0, 1, 2].map(|d| dim(&l.global, d) / local3[d]);
+                    let whole = (0..3).all(|d| dim(&l.global, d) % local3[d] == 0);
+                    whole.then_some(chain::Phase { name: &l.kernel, source, groups })
+                })
+                .collect();
+            let Some(phases) = phases else { continue };
+            let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
+            let mut name = format!("{}_chain{}", names[0], names.len());
+            while !self.names.insert(name.clone()) {
+                name.push('_');
+            }
+            let Some(c) = chain::merge(&name, &phases, local3, base, self.opts.local_mem_bytes)
+            else {
+                continue;
+            };
+            slots = slots.max(c.slots);
+            // The counts first, so that each part's operands still end with its output.
+            let mut launch = self.launch_of_parts(&name, &launches);
+            launch.args.insert(0, counts);
+            for p in &mut launch.parts {
+                p.first_arg += 1;
+            }
+            launch.bytes = self.args_bytes(&launch.args);
+            launch.global = vec![local3[0] * c.groups, local3[1], local3[2]];
+            launch.local = Some(local3.to_vec());
+            merged.push(Step::Launch(launch));
+            self.replace_kernels(&names, name, c.source);
+            done.push(group);
+        }
+        if slots > 0 {
+            self.split_scratch(0, base + slots);
+        }
+        self.steps = splice(&steps, &done, merged);
+    }
+
     /// Runs neighbouring launches of the simple kernel (one work-item per output point) as one
     /// launch (`flat_merge`) where none reads or writes what another writes (a decode step's
     /// K and V cache updates) and each kernel serves that launch alone; only deallocations may
@@ -915,12 +1030,23 @@ impl FuncWriter<'_> {
         let mut parts = Vec::new();
         for l in launches {
             let location = (l.location != launches[0].location).then(|| l.location.clone());
-            parts.push(LaunchPart {
-                kernel: l.kernel.clone(),
-                fault_id: l.fault_id,
-                first_arg: args.len(),
-                location,
-            });
+            if l.parts.is_empty() {
+                parts.push(LaunchPart {
+                    kernel: l.kernel.clone(),
+                    fault_id: l.fault_id,
+                    first_arg: args.len(),
+                    location,
+                });
+            } else {
+                // A merged launch's own parts (a chain's member that runs tails).
+                for p in &l.parts {
+                    parts.push(LaunchPart {
+                        first_arg: args.len() + p.first_arg,
+                        location: p.location.clone().or_else(|| location.clone()),
+                        ..p.clone()
+                    });
+                }
+            }
             args.extend(l.args.iter().copied());
         }
         Launch {

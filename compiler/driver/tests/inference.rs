@@ -631,15 +631,30 @@ fn generate_decodes_a_batch_of_sequences_side_by_side() {
     assert!(o.stderr.contains("`x` is not a token id (an integer)"), "{}", o.stderr);
 }
 
-/// The shipped nvidia profile with `[skinny] merge_launches` and `tail_launches` off, written
-/// into `dir`.
+/// The shipped nvidia profile with `[skinny] merge_launches`, `tail_launches` and
+/// `chain_launches` off, written into `dir`.
 fn separate_launches_profile(dir: &std::path::Path) -> String {
+    skinny_profile(
+        dir,
+        &[("merge_launches", false), ("tail_launches", false), ("chain_launches", false)],
+    )
+}
+
+/// The shipped nvidia profile with the `[skinny]` keys of `sets` set as given (the others as
+/// shipped), written into `dir`.
+fn skinny_profile(dir: &std::path::Path, sets: &[(&str, bool)]) -> String {
     let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let off = shipped
-        .replace("\nmerge_launches = true\n", "\nmerge_launches = false\n")
-        .replace("\ntail_launches = true\n", "\ntail_launches = false\n");
-    assert_ne!(off, shipped);
-    common::write(dir, "separate.toml", off.as_bytes())
+    let set_here = |l: &&str| sets.iter().any(|(k, _)| l.starts_with(&format!("{k} = ")));
+    let rest: Vec<&str> = shipped.lines().filter(|l| !set_here(l)).collect();
+    let keys: String = sets.iter().map(|(k, on)| format!("{k} = {on}\n")).collect();
+    let text = format!("{}\n", rest.join("\n")).replacen(
+        "\n[skinny]\n",
+        &format!("\n[skinny]\n{keys}"),
+        1,
+    );
+    assert!(text.contains(&keys), "{text}");
+    let name: Vec<String> = sets.iter().map(|(k, on)| format!("{k}-{on}")).collect();
+    common::write(dir, &format!("{}.toml", name.join("_")), text.as_bytes())
 }
 
 /// The launches of `@decode` in the manifest of `fbc FBIR -O3 --target PROFILE` (written under
@@ -808,15 +823,13 @@ fn merged_launches_match_the_interpreter_split_or_not() {
     }
 }
 
-/// The shipped nvidia profile with `[skinny] norm_prologue` and `tail_launches` off, written
-/// into `dir`.
+/// The shipped nvidia profile with `[skinny] norm_prologue`, `tail_launches` and
+/// `chain_launches` off, written into `dir`.
 fn norms_apart_profile(dir: &std::path::Path) -> String {
-    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let off = shipped
-        .replace("\nnorm_prologue = true\n", "\nnorm_prologue = false\n")
-        .replace("\ntail_launches = true\n", "\ntail_launches = false\n");
-    assert_ne!(off, shipped);
-    common::write(dir, "apart.toml", off.as_bytes())
+    skinny_profile(
+        dir,
+        &[("norm_prologue", false), ("tail_launches", false), ("chain_launches", false)],
+    )
 }
 
 /// With `[skinny] norm_prologue` (on in the shipped nvidia profile), a decode step's RMSNorms
@@ -863,17 +876,30 @@ fn a_decode_steps_normalisations_run_inside_its_projections() {
     }
 }
 
-/// The shipped nvidia profile with `[skinny] tail_launches` set to `on`, written into `dir`.
+/// The shipped nvidia profile with `[skinny] tail_launches` set to `on` and `chain_launches`
+/// off, written into `dir`.
 fn tails_profile(dir: &std::path::Path, on: bool) -> String {
-    let shipped = include_str!("../../../dialects/target/profiles/nvidia.toml");
-    let rest: Vec<&str> = shipped.lines().filter(|l| !l.starts_with("tail_launches = ")).collect();
-    let set = format!("{}\n", rest.join("\n")).replacen(
-        "\n[skinny]\n",
-        &format!("\n[skinny]\ntail_launches = {on}\n"),
-        1,
-    );
-    assert!(set.contains(&format!("tail_launches = {on}")));
-    common::write(dir, &format!("tails-{on}.toml"), set.as_bytes())
+    skinny_profile(dir, &[("tail_launches", on), ("chain_launches", false)])
+}
+
+/// The 4-prompt, 12-position decode step of `fbir` (written under `dir`) on the device with
+/// `profile` gives the interpreter's numbers on three runs, split in the launch or not, and at
+/// the cache's last position.
+fn check_decode_to_the_last_position(dir: &std::path::Path, fbir: &str, profile: &str) {
+    for split in ["auto", "off"] {
+        check_with(fbir, profile, &["--entry", "decode", "--split-k", split, "--runs", "3"]);
+    }
+    let last = position_file(dir, 11);
+    check_with(fbir, profile, &["--entry", "decode", "--inputs", &last, "--runs", "2"]);
+}
+
+/// The error of that decode step at position 12, past its cache: the run's stderr.
+fn past_the_cache(dir: &std::path::Path, fbir: &str, profile: &str) -> String {
+    let past = position_file(dir, 12);
+    let args = ["run", fbir, "--entry", "decode", "--target", "opencl", "--profile", profile];
+    let o = common::fbc(&[&args[..], &["--inputs", &past, "--random-inputs", "1"]].concat());
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    o.stderr
 }
 
 /// A safetensors file in `dir` holding the rank-0 i32 `pos`.
@@ -947,30 +973,11 @@ fn small_launches_run_at_the_end_of_the_product_before_them() {
     if !common::opencl_device() {
         return;
     }
-    for split in ["auto", "off"] {
-        check_with(&fbir, &tails, &["--entry", "decode", "--split-k", split, "--runs", "3"]);
-    }
-    let last = position_file(&dir, 11);
-    check_with(&fbir, &tails, &["--entry", "decode", "--inputs", &last, "--runs", "2"]);
+    check_decode_to_the_last_position(&dir, &fbir, &tails);
     // Past the cache: the update's check, the same words with tails or without.
-    let past = position_file(&dir, 12);
     let error = |profile: &str| {
-        let o = common::fbc(&[
-            "run",
-            &fbir,
-            "--entry",
-            "decode",
-            "--target",
-            "opencl",
-            "--profile",
-            profile,
-            "--inputs",
-            &past,
-            "--random-inputs",
-            "1",
-        ]);
-        assert_eq!(o.code, 1, "{}", o.stderr);
-        o.stderr.lines().next().unwrap_or_default().to_string()
+        let e = past_the_cache(&dir, &fbir, profile);
+        e.lines().next().unwrap_or_default().to_string()
     };
     // Each update checks the position (K's operand 0, V's operand 1), at its own op: in the
     // tail K's points run first; in a launch of their own, either may record first.
@@ -1023,4 +1030,153 @@ fn a_layer_norm_runs_at_the_end_of_the_product_before_it() {
         left.sort();
         assert_eq!(left, kernels, "split-k {split}");
     }
+}
+
+/// With `[skinny] chain_launches`, a decode step's launches of the skinny kernel between two
+/// attentions run as one launch: the output projection (with the MLP's RMSNorm at its end),
+/// up-gate, down and the next layer's Q, K and V projections (with the cache updates at their
+/// end), after the last layer its output projection, up-gate and down (the logits over a
+/// vocabulary of 48 are a plain kernel's launch). A work-group's ticket picks its member, each
+/// member's groups after the one before's: the launch has every member's work-groups, its
+/// operands are the split's counts (where the tickets live) and then the members' in order,
+/// and its parts are the members' own (a tail keeps its fault id and location), so every
+/// part's output is still the last of its operands (the runtime keeps the caches on the
+/// device: `fbc generate` uploads as many bytes a step as without chains, and gives the same
+/// tokens). On the device
+/// the 2-layer step gives the interpreter's numbers on three runs (the tickets and counts left
+/// at zero), at the cache's last position, and with the split left to a second kernel (no
+/// counts: no chain); a position past the cache is the same error as without chains.
+#[test]
+fn a_layers_products_between_two_attentions_run_as_one_launch() {
+    let dir = common::scratch("chain-launches");
+    let text = common::inference_module_layers("llama3.2-1b", 2, 4, 48, 12);
+    let fbir = common::write(&dir, "inf.fbir", text.as_bytes());
+    let apart = skinny_profile(&dir, &[("chain_launches", false)]);
+    let chained = skinny_profile(&dir, &[("chain_launches", true)]);
+    let before = decode_launches(&dir, &fbir, &apart);
+    let after = decode_launches(&dir, &fbir, &chained);
+    let names = |ls: &[serde_json::Value]| -> Vec<String> {
+        ls.iter().map(|l| l["kernel"].as_str().unwrap_or_default().to_string()).collect()
+    };
+    let (was, now) = (names(&before), names(&after));
+    // The parts of each chain: the members' own where they have some (a tail's), the
+    // members otherwise.
+    let first_chain = [
+        "decode_matmul_l0_resid_attn",
+        "decode_rmsnorm_l0_mlp_in",
+        "decode_matmul_l0_up_gated",
+        "decode_matmul_l0_resid_mlp",
+        "decode_matmul_l1_q_k_v",
+        "decode_update_slice_l1_k_cache_out",
+        "decode_update_slice_l1_v_cache_out",
+    ];
+    let second_chain = [
+        "decode_matmul_l1_resid_attn",
+        "decode_rmsnorm_l1_mlp_in",
+        "decode_matmul_l1_up_gated",
+        "decode_matmul_l1_resid_mlp",
+    ];
+    // Embedding, layer 0's Q/K/V, then attention and a chain per layer, then the logits.
+    assert_eq!(
+        now,
+        [
+            "decode_embedding_embeds",
+            "decode_matmul_l0_q_k_v_update_slice_l0_k_cache_out_update_slice_l0_v_cache_out",
+            "decode_attention_l0_ctx",
+            "decode_matmul_l0_resid_attn_rmsnorm_l0_mlp_in_chain4",
+            "decode_attention_l1_ctx",
+            "decode_matmul_l1_resid_attn_rmsnorm_l1_mlp_in_chain3",
+            "decode_matmul_logits",
+        ]
+    );
+    assert_eq!(was.len(), now.len() + 5, "{was:?}");
+    // Unchained, layer 1's launches run layer 0's kernels (the same code).
+    for (chain, of, members) in [
+        (&after[3], &before[3..7], &first_chain[..]),
+        (&after[5], &before[8..11], &second_chain[..]),
+    ] {
+        let groups: u64 = of
+            .iter()
+            .map(|l| {
+                let (g, w) = (l["global"].as_array().unwrap(), l["local"].as_array().unwrap());
+                g.iter()
+                    .zip(w)
+                    .map(|(g, w)| g.as_u64().unwrap() / w.as_u64().unwrap())
+                    .product::<u64>()
+            })
+            .sum();
+        assert_eq!(chain["global"], serde_json::json!([32 * groups, 8, 1]), "{chain}");
+        assert_eq!(chain["local"], serde_json::json!([32, 8, 1]));
+        // The counts (the split's, which the members pass too: down's last, as it runs no
+        // tail), then the members' operands in order.
+        let counts = of[2]["args"].as_array().unwrap().last().unwrap().clone();
+        let args: Vec<serde_json::Value> = std::iter::once(counts)
+            .chain(of.iter().flat_map(|l| l["args"].as_array().unwrap().clone()))
+            .collect();
+        assert_eq!(chain["args"].as_array().unwrap(), &args);
+        // Each member's parts (its own where it has some), where its operands start.
+        let mut parts = Vec::new();
+        let mut at = 1u64;
+        for l in of {
+            match l["parts"].as_array() {
+                Some(ps) if !ps.is_empty() => {
+                    for p in ps {
+                        let first = p["first_arg"].as_u64().unwrap();
+                        parts.push((at + first, p["fault_id"].is_u64()));
+                    }
+                }
+                _ => parts.push((at, l["fault_id"].is_u64())),
+            }
+            at += l["args"].as_array().unwrap().len() as u64;
+        }
+        // (Fault ids count a module's kernels: the prefill's own chains change them.)
+        let got: Vec<(u64, bool)> = chain["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["first_arg"].as_u64().unwrap(), p["fault_id"].is_u64()))
+            .collect();
+        assert_eq!(got, parts);
+        assert_eq!(names(chain["parts"].as_array().unwrap()), members);
+    }
+    // The next layer's cache updates keep their fault ids (and the launch checks accesses).
+    let updates: Vec<&serde_json::Value> = after[3]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kernel"].as_str().unwrap().starts_with("decode_update_slice_l1"))
+        .collect();
+    assert_eq!(updates.len(), 2);
+    assert!(updates.iter().all(|p| p["fault_id"].is_u64() && p["location"].is_string()));
+    assert_ne!(updates[0]["fault_id"], updates[1]["fault_id"]);
+    assert_eq!(after[3]["fault_id"], updates[0]["fault_id"]);
+    if !common::opencl_device() {
+        return;
+    }
+    check_decode_to_the_last_position(&dir, &fbir, &chained);
+    let error = |profile: &str| past_the_cache(&dir, &fbir, profile);
+    assert_eq!(error(&chained), error(&apart));
+    // Tokens, and the bytes a decode step moves (the caches stay on the device).
+    let generate = |profile: &str| {
+        let o = common::fbc(&[
+            "generate",
+            &fbir,
+            "--random-weights",
+            "2",
+            "--prompt",
+            "3,17,8",
+            "--max-new",
+            "3",
+            "--target",
+            "opencl",
+            "--profile",
+            profile,
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let moved = o.stderr.split("; the last decode step").nth(1).unwrap_or_default();
+        (o.stdout, moved.trim().to_string())
+    };
+    let (tokens, moved) = generate(&chained);
+    assert!(moved.starts_with("uploaded 520 bytes"), "{moved}");
+    assert_eq!((tokens, moved), generate(&apart));
 }

@@ -179,13 +179,14 @@ fn skinny_parameters_default_and_are_validated() {
             merge_launches: false,
             norm_prologue: false,
             norm_prologue_pairs: false,
-            tail_launches: false
+            tail_launches: false,
+            chain_launches: false
         }
     );
     assert_eq!((p.skinny.wide_min_k(1), p.skinny.wide_min_k(8)), (256, SKINNY_WIDE_MIN_K));
     // One field set, the others default; the matrix-vector bound applies to a narrow side of 1.
     let set = format!(
-        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_groups_per_cu = 16\nmatvec_min_k = 64\none_launch_split = true\npacked_values = 16\nmerge_launches = true\nnorm_prologue = true\nnorm_prologue_pairs = true\ntail_launches = true\n"
+        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_groups_per_cu = 16\nmatvec_min_k = 64\none_launch_split = true\npacked_values = 16\nmerge_launches = true\nnorm_prologue = true\nnorm_prologue_pairs = true\ntail_launches = true\nchain_launches = true\n"
     );
     let s = from_toml(&set).unwrap().skinny;
     assert_eq!(
@@ -201,7 +202,8 @@ fn skinny_parameters_default_and_are_validated() {
             merge_launches: true,
             norm_prologue: true,
             norm_prologue_pairs: true,
-            tail_launches: true
+            tail_launches: true,
+            chain_launches: true
         }
     );
     assert_eq!((s.wide_min_k(1), s.wide_min_k(2)), (64, SKINNY_WIDE_MIN_K));

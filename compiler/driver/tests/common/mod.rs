@@ -241,8 +241,19 @@ pub fn have_device() -> bool {
 /// The printed inference module (`fbc gen MODEL --inference`) of `model` with one layer,
 /// `seq` prompt tokens, a vocabulary of `vocab` and `max_seq` cache positions.
 pub fn inference_module(model: &str, seq: u64, vocab: u64, max_seq: u64) -> String {
+    inference_module_layers(model, 1, seq, vocab, max_seq)
+}
+
+/// [`inference_module`] with `layers` layers.
+pub fn inference_module_layers(
+    model: &str,
+    layers: u64,
+    seq: u64,
+    vocab: u64,
+    max_seq: u64,
+) -> String {
     let opts = fbc_models::Options {
-        layers: Some(1),
+        layers: Some(layers),
         seq: Some(seq),
         vocab: Some(vocab),
         inference: true,
