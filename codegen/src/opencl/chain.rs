@@ -36,7 +36,7 @@
 
 use std::fmt::Write as _;
 
-use super::flat_merge::{param_name, ERR_PARAM};
+use super::flat_merge::{param_name, prefixed, ERR_PARAM};
 use super::tail::head_signature;
 
 /// A launch to chain: its kernel's name and source, and its work-groups along each dimension.
@@ -269,10 +269,7 @@ pub(crate) fn merge(
     // The counts first: a launch's parts are its operands after it, each part's output last.
     let mut params: Vec<String> = vec!["__global int* fbc_chain_counts".to_string()];
     for (i, p) in parts.iter().enumerate() {
-        for q in &p.params {
-            let n = param_name(q);
-            params.push(format!("{}c{i}_{n}", &q[..q.len() - n.len()]));
-        }
+        params.extend(p.params.iter().map(|q| prefixed(q, &format!("c{i}_"))));
     }
     let checked = parts.iter().any(|p| p.checked);
     if checked {

@@ -43,6 +43,13 @@ pub(super) fn param_name(p: &str) -> &str {
     p.rsplit(|c: char| c.is_whitespace() || c == '*').next().unwrap_or(p)
 }
 
+/// Parameter declaration `p` with its name prefixed by `prefix` (`__global float* x0` →
+/// `__global float* p1_x0`): a part's parameter as the merged kernel declares it.
+pub(super) fn prefixed(p: &str, prefix: &str) -> String {
+    let n = param_name(p);
+    format!("{}{prefix}{n}", &p[..p.len() - n.len()])
+}
+
 /// Kernel `name`'s `source` as a part, where it is one `__kernel` that reads its index from
 /// `get_global_id(0)` only (no work-group, local memory or barrier) over `global` work-items.
 pub(crate) fn part(name: &str, source: &str, global: u64) -> Option<FlatPart> {
@@ -129,11 +136,7 @@ pub(crate) fn merge(name: &str, names: &[&str], parts: &[FlatPart]) -> (String, 
     }
     let mut params: Vec<String> = Vec::new();
     for (i, p) in parts.iter().enumerate() {
-        for q in &p.params {
-            let n = param_name(q);
-            let ty = &q[..q.len() - n.len()];
-            params.push(format!("{ty}p{i}_{n}"));
-        }
+        params.extend(p.params.iter().map(|q| prefixed(q, &format!("p{i}_"))));
     }
     if parts.iter().any(|p| p.checked) {
         params.push(ERR_PARAM.to_string());

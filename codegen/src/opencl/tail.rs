@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 
 use fbc_target::TAIL_MAX_ITEMS;
 
-use super::flat_merge::{self, param_name, ERR_PARAM};
+use super::flat_merge::{self, param_name, prefixed, ERR_PARAM};
 
 /// How a tail part runs in the work-group that runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,10 +191,7 @@ pub(crate) fn merge(
         let mut decl = declared.clone();
         let mut args: Vec<String> =
             p.params.iter().map(|q| format!("t{i}_{}", param_name(q))).collect();
-        for q in &declared {
-            let n = param_name(q);
-            params.push(format!("{}t{i}_{n}", &q[..q.len() - n.len()]));
-        }
+        params.extend(declared.iter().map(|q| prefixed(q, &format!("t{i}_"))));
         if p.checked {
             decl.push(ERR_PARAM.to_string());
             args.push("fbc_err".to_string());
