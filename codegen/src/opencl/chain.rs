@@ -36,7 +36,7 @@
 
 use std::fmt::Write as _;
 
-use super::flat_merge::{param_name, prefixed, ERR_PARAM};
+use super::flat_merge::{local_decl, param_name, prefixed, Local, ERR_PARAM};
 use super::tail::head_signature;
 
 /// A launch to chain: its kernel's name and source, and its work-groups along each dimension.
@@ -65,73 +65,6 @@ const PLACE: [&str; 6] = [
     "get_global_offset",
     "get_work_dim",
 ];
-
-/// A `__local` declaration of a kernel: its type, name and array lengths (none: a scalar).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Local {
-    ty: String,
-    name: String,
-    dims: Vec<u64>,
-}
-
-impl Local {
-    fn bytes(&self) -> Option<u64> {
-        let elem = match self.ty.as_str() {
-            "char" | "uchar" => 1,
-            "short" | "ushort" | "half" => 2,
-            "int" | "uint" | "float" => 4,
-            "long" | "ulong" | "float2" | "int2" => 8,
-            "float4" | "int4" => 16,
-            _ => return None,
-        };
-        Some(self.dims.iter().product::<u64>() * elem)
-    }
-
-    /// The parameter a part's function takes it as: a pointer to its first element.
-    fn param(&self) -> String {
-        match self.dims.split_first() {
-            Some((_, rest)) if !rest.is_empty() => {
-                let rest: String = rest.iter().map(|d| format!("[{d}]")).collect();
-                format!("__local {} (*{}){rest}", self.ty, self.name)
-            }
-            _ => format!("__local {}* {}", self.ty, self.name),
-        }
-    }
-
-    /// The pointer a part's function is given for it: `at` bytes into the chained kernel's
-    /// local memory `fbc_lm`.
-    fn pointer(&self, at: u64) -> String {
-        let ty = match self.dims.split_first() {
-            Some((_, rest)) if !rest.is_empty() => {
-                let rest: String = rest.iter().map(|d| format!("[{d}]")).collect();
-                format!("__local {} (*){rest}", self.ty)
-            }
-            _ => format!("__local {}*", self.ty),
-        };
-        format!("({ty})((__local char*)fbc_lm + {at})")
-    }
-}
-
-/// `line` as a `__local` declaration (`__local float red[1][8][32 + 1];`, `__local int fbc_last;`).
-fn local_decl(line: &str) -> Option<Local> {
-    let decl = line.trim().strip_prefix("__local ")?.strip_suffix(';')?;
-    if decl.contains(',') || decl.contains('=') {
-        return None;
-    }
-    let (head, mut rest) = decl.find('[').map_or((decl, ""), |i| (&decl[..i], &decl[i..]));
-    let (ty, name) = head.trim().rsplit_once(' ')?;
-    let mut dims = Vec::new();
-    while !rest.is_empty() {
-        let r = rest.strip_prefix('[')?;
-        let close = r.find(']')?;
-        // A length is a constant or a sum of constants (`32 + 1`).
-        let terms: Option<Vec<u64>> =
-            r[..close].split('+').map(|t| t.trim().parse().ok()).collect();
-        dims.push(terms?.iter().sum());
-        rest = &r[close + 1..];
-    }
-    Some(Local { ty: ty.trim().to_string(), name: name.to_string(), dims })
-}
 
 /// `text` with every whole-word occurrence of identifier `name` replaced by `with`.
 fn replace_ident(text: &str, name: &str, with: &str) -> String {

@@ -28,16 +28,16 @@ use std::fmt::Write as _;
 
 use fbc_target::TAIL_MAX_ITEMS;
 
-use super::flat_merge::{self, param_name, prefixed, ERR_PARAM};
+use super::flat_merge::{self, local_decl, param_name, prefixed, Local, ERR_PARAM};
 
 /// How a tail part runs in the work-group that runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Form {
     /// One work-item per point, over this many points: the group's work-items stride them.
     Items(u64),
-    /// One work-group's kernel, of the product's work-group size: its `__local` arrays (type,
-    /// name, length), declared in the merged kernel and passed to its function.
-    Group(Vec<(String, String, String)>),
+    /// One work-group's kernel, of the product's work-group size: its `__local` arrays,
+    /// declared in the merged kernel and passed to its function.
+    Group(Vec<Local>),
 }
 
 /// A kernel as a part of a launch's tail.
@@ -98,7 +98,7 @@ pub(crate) fn part(
     let mut locals = Vec::new();
     let mut body = String::from("{\n");
     for line in k.body.strip_prefix("{\n")?.lines() {
-        match local_array(line) {
+        match local_decl(line).filter(|l| !l.dims.is_empty()) {
             Some(l) => locals.push(l),
             None => {
                 body.push_str(line);
@@ -114,15 +114,6 @@ pub(crate) fn part(
         body,
         form: Form::Group(locals),
     })
-}
-
-/// A line declaring a `__local` array (`__local float fbc_red[256];`): its type, name and
-/// length.
-fn local_array(line: &str) -> Option<(String, String, String)> {
-    let decl = line.trim().strip_prefix("__local ")?.strip_suffix("];")?;
-    let (ty_name, len) = decl.split_once('[')?;
-    let (ty, name) = ty_name.rsplit_once(' ')?;
-    Some((ty.to_string(), name.to_string(), len.to_string()))
 }
 
 /// The product a tail runs after: its kernel's name and source (a skinny kernel whose
@@ -206,10 +197,10 @@ pub(crate) fn merge(
                 )
             }
             Form::Group(arrays) => {
-                for (ty, n, len) in arrays {
-                    decl.push(format!("__local {ty}* {n}"));
-                    args.push(format!("t{i}_{n}"));
-                    let _ = writeln!(locals, "  __local {ty} t{i}_{n}[{len}];");
+                for l in arrays {
+                    decl.push(l.param());
+                    args.push(format!("t{i}_{}", l.name));
+                    let _ = writeln!(locals, "  {}", l.declaration(&format!("t{i}_")));
                 }
                 decl.push("const int fbc_tl".to_string());
                 args.push("fbc_tl".to_string());
