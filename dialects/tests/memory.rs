@@ -633,6 +633,45 @@ fn upload_and_download_rules() {
     );
 }
 
+/// `rows = [start, count]`: the storage holds that row tile of the operand, whose type the
+/// layout and the result type describe; a range outside axis 0 is the attribute's error.
+#[test]
+fn upload_of_a_row_tile() {
+    let t = "tensor<6x5xf32>";
+    let up = |rows: &str| format!("memory.upload %a0 {{layout = #layout.linear, rows = {rows}}}");
+    assert_eq!(common::infer(&[t], &up("[2, 3]")), "!memory.buffer<15, f32>");
+    assert_eq!(common::infer(&[t], &up("[0, 6]")), "!memory.buffer<30, f32>");
+    let rt = "#layout.rtile<tile = [4, 4], horizontal = 1, pad = [0, 3]>";
+    assert_eq!(
+        common::infer(&[t], &format!("memory.upload %a0 {{layout = {rt}, rows = [2, 4]}}")),
+        "!memory.image2d<[2, 4], f32>"
+    );
+    // The whole operand's storage is not the tile's.
+    let e = err(&[t], &format!("%m = {} : ({t}) -> !memory.buffer<30, f32>", up("[2, 3]")));
+    assert_eq!(e.0, "tensor<3x5xf32> in #layout.linear needs a buffer of 15 elements, found !memory.buffer<30, f32> — `layout` of memory.upload");
+    for (rows, msg) in [
+        (
+            "[4, 3]",
+            "rows 4..7 are not a non-empty range of the operand's 6 — `rows` of memory.upload",
+        ),
+        (
+            "[1, 0]",
+            "rows 1..1 are not a non-empty range of the operand's 6 — `rows` of memory.upload",
+        ),
+        ("[-1, 2]", "start and count must be ≥ 0, found [-1, 2] — `rows` of memory.upload"),
+        ("[1, 2, 3]", "expected [start, count], found [1, 2, 3] — `rows` of memory.upload"),
+    ] {
+        let e = err(&[t], &format!("%m = {} : ({t}) -> !memory.buffer<15, f32>", up(rows)));
+        assert_eq!(e.0, msg, "{rows}");
+        assert_eq!(e.1.as_deref(), Some("attribute `rows` of memory.upload"), "{rows}");
+    }
+    let e = err(
+        &["tensor<f32>"],
+        &format!("%m = {} : (tensor<f32>) -> !memory.buffer<1, f32>", up("[0, 1]")),
+    );
+    assert_eq!(e.0, "the operand tensor<f32> has no rows — `rows` of memory.upload");
+}
+
 fn rtile_attr(text: &str) -> fbc_ir::Attr {
     let m = parse(&module_text(
         &["tensor<6x6xf32>"],

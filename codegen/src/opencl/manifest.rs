@@ -168,6 +168,9 @@ pub enum Step {
     /// `stream_from`: the weight-streaming plan (`plan-weight-streaming`'s `stream_from` on the
     /// `memory.upload`): the upload is made while launch `stream_from` (counting the function's
     /// launches from 0) runs, on a second queue, rather than here; absent, it is made here.
+    ///
+    /// `rows = [start, count]` (the `memory.upload`'s `rows`): only rows `start..start+count`
+    /// of the argument (axis 0) are packed; `shape` is then that row tile's.
     Upload {
         arg: usize,
         storage: usize,
@@ -176,6 +179,8 @@ pub enum Step {
         layout: LayoutDesc,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream_from: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rows: Option<[u64; 2]>,
     },
     /// Run kernel `kernel` on the storage `args` (inputs, then the output).
     Launch(Launch),
@@ -304,6 +309,8 @@ pub struct ArgUpload<'a> {
     pub layout: &'a LayoutDesc,
     /// The launch the weight-streaming plan starts it at (`None`: before the first launch).
     pub stream_from: Option<usize>,
+    /// The row tile it holds (`[start, count]` of axis 0; `None`: the whole argument).
+    pub rows: Option<[u64; 2]>,
 }
 
 impl FunctionManifest {
@@ -311,8 +318,14 @@ impl FunctionManifest {
     /// in).
     pub fn uploads_of(&self, arg: usize) -> impl Iterator<Item = ArgUpload<'_>> {
         self.steps.iter().filter_map(move |s| match s {
-            Step::Upload { arg: a, storage, shape, layout, stream_from, .. } if *a == arg => {
-                Some(ArgUpload { storage: *storage, shape, layout, stream_from: *stream_from })
+            Step::Upload { arg: a, storage, shape, layout, stream_from, rows, .. } if *a == arg => {
+                Some(ArgUpload {
+                    storage: *storage,
+                    shape,
+                    layout,
+                    stream_from: *stream_from,
+                    rows: *rows,
+                })
             }
             _ => None,
         })

@@ -410,7 +410,16 @@ impl FuncWriter<'_> {
                             args.len() + constants.len() - 1
                         }
                     };
-                    let (shape, dt) = self.tensor(d, src)?;
+                    let (mut shape, dt) = self.tensor(d, src)?;
+                    let mut rows = None;
+                    if let Some(t) = self.module.value_type(src).as_tensor() {
+                        let tile = fbc_dialects::memory::ops::upload_rows(&d.attrs, t)
+                            .map_err(|e| self.unsupported(d, e.message))?;
+                        if let Some((start, tile)) = tile {
+                            rows = Some([start, tile.shape[0]]);
+                            shape = tile.shape.to_vec();
+                        }
+                    }
                     let layout = self.layout(d)?;
                     let id = self.new_storage(d, d.results[0], slot(d))?;
                     let stream_from = d
@@ -424,6 +433,7 @@ impl FuncWriter<'_> {
                         dtype: dt,
                         layout,
                         stream_from,
+                        rows,
                     });
                 }
                 Some(OpKind::Memory(MemoryOp::Download)) => {

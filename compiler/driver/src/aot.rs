@@ -205,6 +205,13 @@ fn entry(
                 let t = mem_type(d, d.results[0])?;
                 let x = d.operands[0];
                 let step = if let Some(arg) = func.args.iter().position(|&a| a == x) {
+                    if d.attr("rows").is_some() {
+                        return Err(located(
+                            file,
+                            d,
+                            "ahead-of-time code uploads whole arguments; a row tile (`rows`) comes from `split-weight-rows`, which only a memory budget runs".into(),
+                        ));
+                    }
                     if !is_linear(d) {
                         return Err(located(
                             file,

@@ -241,7 +241,11 @@ fn pack_weights(
             continue;
         }
         let uploads: Vec<_> = m.uploads_of(i).collect();
+        // A row tile (`rows`) is cut from the value when uploaded: not packed here.
         let [u] = uploads[..] else { continue };
+        if u.rows.is_some() {
+            continue;
+        }
         let Some(desc) = m.storage.get(u.storage) else { continue };
         let layout = u.layout.layout()?;
         let ty = fbc_runtime::device::opencl::mem_type(desc);

@@ -103,8 +103,12 @@ fn storage_forms(
             let image = MemType::from_type(module.value_type(res))
                 .filter(|t| t.elem == ElemType::F32 && t.coords() == 3);
             let layout = d.attr("layout").and_then(|a| Layout::from_attr(a).ok());
+            // A row tile (`rows`) reads the weight row-major, as stored without `--for`.
+            let whole = d.attr("rows").is_none();
             let form = match (shape, image, layout) {
-                (Some(shape), Some(_), Some(Layout::RTile(r))) if r.storage == Storage::Image2d => {
+                (Some(shape), Some(_), Some(Layout::RTile(r)))
+                    if whole && r.storage == Storage::Image2d =>
+                {
                     RTile::for_shape(&shape, r.tile, r.intra, r.horizontal, Storage::Image2d)
                         .ok()
                         .map(|r| (shape, r))

@@ -50,7 +50,8 @@ pub struct Session<'d> {
     /// Passes left out of the `-O` pipeline (`--disable-pass`).
     pub disabled: Vec<String>,
     /// A device memory budget in bytes (`--memory-budget`): [`Session::lower`] then ends with
-    /// `plan-weight-streaming` for it.
+    /// `plan-weight-streaming` for it, and [`Session::compile`] cuts weights into row tiles
+    /// where the plan needs it.
     pub memory_budget: Option<u64>,
     /// With a budget: `plan-weight-streaming{kv-tiling=true}` (`--kv-tiling`).
     pub kv_tiling: bool,
@@ -102,7 +103,22 @@ impl<'d> Session<'d> {
         file: &SourceFile,
         module: &mut Module,
     ) -> Result<(Timings, Statistics), Failure> {
-        let base = fbc_transforms::pipeline(self.level, self.strategy);
+        self.optimize_with(file, module, None)
+    }
+
+    /// [`Session::optimize`], first running `split-weight-rows{max-bytes=TILE}` where `tile`
+    /// says so.
+    fn optimize_with(
+        &self,
+        file: &SourceFile,
+        module: &mut Module,
+        tile: Option<u64>,
+    ) -> Result<(Timings, Statistics), Failure> {
+        let mut base = fbc_transforms::pipeline(self.level, self.strategy);
+        if let Some(tile) = tile {
+            let split = format!("{}{{max-bytes={tile}}}", fbc_transforms::split_weight_rows::NAME);
+            base = if base.is_empty() { split } else { format!("{split},{base}") };
+        }
         let base = fbc_transforms::without_passes(&base, &self.disabled);
         let pipeline = self.driver.passes.extended_pipeline(&base);
         self.run(file, module, &pipeline)
@@ -135,7 +151,35 @@ impl<'d> Session<'d> {
             // An input that is already lowered was verified when it was loaded.
             return Ok(Statistics::default());
         }
-        self.optimize(file, module)?;
+        let Some(budget) = self.memory_budget else {
+            return self.compile_with(file, module, None);
+        };
+        // Under a budget the plan of whole weights is tried first; where it finds the budget
+        // too small (a weight read transposed, such as a tied LM head's table, that the budget
+        // cannot hold with what is live beside it), weights read so stream in row tiles of an
+        // eighth of the budget (`split-weight-rows`), which costs the table's bytes a second
+        // time where other ops read it whole, so it is not the first choice.
+        let mut whole = module.clone();
+        match self.compile_with(file, &mut whole, None) {
+            Ok(stats) => {
+                *module = whole;
+                Ok(stats)
+            }
+            Err(Failure::Input(e)) if e.contains(fbc_transforms::weight_streaming::TOO_SMALL) => {
+                self.compile_with(file, module, Some((budget / 8).max(1)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Session::compile`] with `split-weight-rows` first where `tile` says so.
+    fn compile_with(
+        &self,
+        file: &SourceFile,
+        module: &mut Module,
+        tile: Option<u64>,
+    ) -> Result<Statistics, Failure> {
+        self.optimize_with(file, module, tile)?;
         let stats = self.lower(file, module)?;
         let errors = fbc_ir::verify::verify_module(module);
         if !errors.is_empty() {

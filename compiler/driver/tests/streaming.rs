@@ -392,3 +392,93 @@ fn kv_tiling_keeps_the_caches_of_other_layers_off_the_device() {
         "{log}"
     );
 }
+
+/// A tied LM head whose table (`[1024, 64]`, 256 KiB) and logits (64 KiB) do not fit a 300 KiB
+/// budget together: `split-weight-rows` (first under a budget, tiles of an eighth of it) reads
+/// the table in row tiles of 128 rows, each streamed on its own, while the embedding reads it
+/// whole at the start. Without the pass the plan's minimum is above the budget.
+#[test]
+fn a_table_the_budget_cannot_hold_with_its_logits_streams_in_row_tiles() {
+    let dir = scratch("streaming-row-tiles");
+    let text = "func.func @lm(%tokens: tensor<1x16xi32>, %table: tensor<1024x64xf32>, %w: tensor<64x64xf32>) -> tensor<1x16x1024xf32> {
+  %e = tensor.embedding %table, %tokens : (tensor<1024x64xf32>, tensor<1x16xi32>) -> tensor<1x16x64xf32>
+  %m = tensor.matmul %e, %w : (tensor<1x16x64xf32>, tensor<64x64xf32>) -> tensor<1x16x64xf32>
+  %h = tensor.tanh %m : (tensor<1x16x64xf32>) -> tensor<1x16x64xf32>
+  %logits = tensor.matmul %h, %table {transpose_b = true} : (tensor<1x16x64xf32>, tensor<1024x64xf32>) -> tensor<1x16x1024xf32>
+  func.return %logits : tensor<1x16x1024xf32>
+}
+";
+    let path = common::write(&dir, "lm.fbir", text.as_bytes());
+    let run = |extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            &path,
+            "--target",
+            "opencl",
+            "-O3",
+            "--random-inputs",
+            "5",
+            "--check",
+            "--memory-budget",
+            "300KiB",
+        ];
+        a.extend_from_slice(extra);
+        fbc(&a)
+    };
+    let out = run(&["--disable-pass", "split-weight-rows"]);
+    if !cfg!(feature = "opencl") {
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        return;
+    }
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("lm.fbir:1:11: error: plan-weight-streaming: a budget of 307200 bytes (300.00 KiB) is below the"),
+        "{}",
+        out.stderr
+    );
+    if !opencl_device() {
+        return;
+    }
+    let out = run(&[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("check passed"), "{}", out.stdout);
+    assert!(figure(&out.stderr, "bytes; streamed") <= 307_200, "{}", out.stderr);
+    // The eight tiles (32 KiB each) and `w` stream; the whole table is there from the start.
+    assert_eq!(figure(&out.stderr, "uploads"), 9, "{}", out.stderr);
+    assert_eq!(figure(&out.stderr, "bytes in"), 8 * 32_768 + 16_384, "{}", out.stderr);
+    // Weights read from a `.fbw` during the run (each tile cut from the table as it is
+    // made), in one run and in three from pinned host copies: the numbers of the whole run.
+    use safetensors::tensor::TensorView;
+    let values = |n: usize, k: usize| -> Vec<u8> {
+        (0..n).flat_map(|i| ((((i * 7 + k) % 23) as f32 - 11.0) / 32.0).to_le_bytes()).collect()
+    };
+    let (table, w) = (values(1024 * 64, 1), values(64 * 64, 2));
+    let views = std::collections::HashMap::from([
+        (
+            "table".to_string(),
+            TensorView::new(safetensors::Dtype::F32, vec![1024, 64], &table).unwrap(),
+        ),
+        ("w".to_string(), TensorView::new(safetensors::Dtype::F32, vec![64, 64], &w).unwrap()),
+    ]);
+    let st = common::write(&dir, "w.safetensors", &safetensors::serialize(&views, None).unwrap());
+    let fbw = dir.join("w.fbw");
+    let fbw = fbw.to_str().unwrap();
+    let o = fbc(&["pack", &st, "-o", fbw]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let from_file = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut a = vec!["run", &path, "--target", "opencl", "-O3", "--weights", fbw];
+        a.extend_from_slice(&["--random-inputs", "5", "--outputs", out.to_str().unwrap(), "-v"]);
+        a.extend_from_slice(extra);
+        let o = fbc(&a);
+        assert_eq!(o.code, 0, "{name}: {}", o.stderr);
+        (std::fs::read(out).unwrap(), o.stderr)
+    };
+    let (whole, _) = from_file("whole.st", &[]);
+    let (tiled, log) = from_file("tiled.st", &["--memory-budget", "300KiB"]);
+    assert_eq!(whole, tiled, "{log}");
+    assert!(log.contains("streamed weight(s) from"), "{log}");
+    let (repeated, log) = from_file("repeated.st", &["--memory-budget", "300KiB", "--runs", "3"]);
+    assert_eq!(whole, repeated, "{log}");
+    assert_eq!(figure(&log, "bytes from pinned host memory"), figure(&log, "bytes in"), "{log}");
+}

@@ -12,6 +12,7 @@ pub mod index_elim;
 pub mod layout;
 pub mod lower;
 pub mod plan_memory;
+pub mod split_weight_rows;
 pub mod target;
 pub mod weight_streaming;
 
@@ -57,6 +58,7 @@ pub fn register_passes(r: &mut PassRegistry) {
     global_layout::register(r);
     lower::register(r);
     plan_memory::register(r);
+    split_weight_rows::register(r);
     weight_streaming::register(r);
 }
 

@@ -30,10 +30,17 @@ const FREES: OpTraits = OpTraits { consumes: true, ..EFFECTS };
 const LAYOUT_ATTRS: &[AttrDef] =
     &[AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>")];
 
-/// The attributes of `memory.upload`: the required `layout`, the `slot` of `plan-memory`, and
-/// the weight-streaming plan of `plan-weight-streaming` (`stream_from`, `stream_bytes`).
+/// The attributes of `memory.upload`: the required `layout`, the `rows` of the operand it
+/// stores, the `slot` of `plan-memory`, and the weight-streaming plan of
+/// `plan-weight-streaming` (`stream_from`, `stream_bytes`).
 const UPLOAD_ATTRS: &[AttrDef] = &[
     AttrDef::required("layout", AttrKind::Any, "#layout.linear or #layout.rtile<...>"),
+    AttrDef::optional(
+        "rows",
+        AttrKind::IntArray,
+        "none (all of the operand)",
+        "[start, count]: the storage holds rows start..start+count (axis 0) of the operand",
+    ),
     AttrDef::optional("slot", AttrKind::Int, "none", "storage slot assigned by plan-memory"),
     AttrDef::optional(
         "stream_bytes",
@@ -121,7 +128,9 @@ pub static OPS: &[OpDef] = &[
               before the first launch). Back ends and the interpreter may ignore them: they change\n\
               when the bytes arrive, not what is stored.\n\
               \n\
-              **Verifier:** `layout` fits `t` (see `layout.assign`); the storage type has `t`'s\n\
+              **Verifier:** `rows` has two entries, `t` has rank ≥ 1, `start` ≥ 0, `count` ≥ 1\n\
+              and `start + count` ≤ `t.shape[0]`; `layout` fits `t` (with `rows`: the row\n\
+              tile) (see `layout.assign`); the storage type has `t`'s\n\
               element type (an `f16` image holds an `f32` tensor) and the size the layout needs (an R-Tile in an image: extent equal to\n\
               its image extent; in a buffer: `4·W·H` elements; linear: the element count); `slot` ≥ 0;\n\
               `stream_from` and `stream_bytes` come together, `stream_from` ≥ 0, `stream_bytes` is\n\
@@ -392,10 +401,14 @@ fn infer_upload(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
     check_slot(v)?;
     let l = layout_of(v, NAME)?;
     let stream = check_stream(v)?;
-    let fail = |e: String| {
-        OpError::attr("layout", format!("{e} — `layout` of {NAME}"))
-            .note(format!("operand 0 (`t`) is {t}"))
+    let tile = upload_rows(v.attrs, t)?.map(|(_, rows)| rows);
+    let note = match &tile {
+        None => format!("operand 0 (`t`) is {t}"),
+        Some(rows) => format!("the row tile {rows} of operand 0 (`t`, {t}) is stored"),
     };
+    let t = tile.as_ref().unwrap_or(t);
+    let fail =
+        |e: String| OpError::attr("layout", format!("{e} — `layout` of {NAME}")).note(note.clone());
     let default = default_storage(&l, t).map_err(fail)?;
     let mut result = default;
     let mut types = vec![default.to_type()];
@@ -420,6 +433,38 @@ fn infer_upload(v: &OpView<'_>) -> Result<Vec<Type>, OpError> {
         }
     }
     Ok(types)
+}
+
+/// The `rows = [start, count]` of a `memory.upload` with attributes `attrs` whose operand is
+/// `t`: the first row and the row tile's type (`t` with axis 0 `count` long), checked
+/// (`None` without `rows`).
+pub fn upload_rows(
+    attrs: &[(String, Attr)],
+    t: &TensorType,
+) -> Result<Option<(u64, TensorType)>, OpError> {
+    let Some(a) = attrs.iter().find(|(k, _)| k == "rows").map(|(_, a)| a) else {
+        return Ok(None);
+    };
+    let bad = |m: String| OpError::attr("rows", format!("{m} — `rows` of memory.upload"));
+    let Some([start, count]) = a.as_ints().and_then(|v| <[i64; 2]>::try_from(v).ok()) else {
+        return Err(bad(format!("expected [start, count], found {a}")));
+    };
+    let Some(&n) = t.shape.first() else {
+        return Err(bad(format!("the operand {t} has no rows")));
+    };
+    let (Ok(start), Ok(count)) = (u64::try_from(start), u64::try_from(count)) else {
+        return Err(bad(format!("start and count must be ≥ 0, found [{start}, {count}]")));
+    };
+    if count == 0 || start.checked_add(count).is_none_or(|end| end > n) {
+        return Err(bad(format!(
+            "rows {start}..{} are not a non-empty range of the operand's {n}",
+            start.saturating_add(count)
+        ))
+        .note(format!("operand 0 (`t`) is {t}")));
+    }
+    let mut shape = t.shape.to_vec();
+    shape[0] = count;
+    Ok(Some((start, TensorType::new(shape, t.elem))))
 }
 
 /// `stream_from` and `stream_bytes` come together, `stream_from` ≥ 0, `stream_bytes` non-empty

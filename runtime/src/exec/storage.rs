@@ -47,6 +47,23 @@ impl MemData {
         self.len() == 0
     }
 
+    /// Elements `start..start + len`: the row tile of row-major (linear) contents; an error
+    /// where the range is not inside them.
+    pub fn range(&self, start: usize, len: usize) -> Result<MemData, String> {
+        let end = start.checked_add(len).filter(|&e| e <= self.len()).ok_or_else(|| {
+            format!(
+                "elements {start}..{} are past the {} stored",
+                start.saturating_add(len),
+                self.len()
+            )
+        })?;
+        Ok(match self {
+            MemData::F32(v) => MemData::F32(v[start..end].to_vec()),
+            MemData::I32(v) => MemData::I32(v[start..end].to_vec()),
+            MemData::I8(v) => MemData::I8(v[start..end].to_vec()),
+        })
+    }
+
     /// Whether the contents can be storage of type `ty` (element type and count).
     pub fn fits(&self, ty: MemType) -> bool {
         let kind_ok = matches!(

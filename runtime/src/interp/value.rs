@@ -59,6 +59,32 @@ impl Value {
         }
     }
 
+    /// Rows `start..start + count` of axis 0 (the other axes whole): what a `memory.upload`
+    /// with `rows = [start, count]` stores. An error where the range is not inside axis 0.
+    pub fn rows(&self, start: u64, count: u64) -> Result<Value, String> {
+        fn cut<T: Copy>(t: &Tensor<T>, start: u64, count: u64) -> Result<Tensor<T>, String> {
+            let shape = t.shape();
+            let n = shape.first().copied().unwrap_or(0) as u64;
+            let end = start.checked_add(count).filter(|&e| e <= n && count > 0);
+            let Some(end) = end else {
+                return Err(format!(
+                    "rows {start}..{} are not a non-empty range of a tensor of shape {shape:?}",
+                    start.saturating_add(count)
+                ));
+            };
+            let row: usize = shape[1..].iter().product();
+            let (a, b) = (start as usize * row, end as usize * row);
+            let mut s = shape.to_vec();
+            s[0] = count as usize;
+            Tensor::new(s, t.data()[a..b].to_vec()).map_err(|e| e.to_string())
+        }
+        Ok(match self {
+            Value::F32(t) => Value::F32(cut(t, start, count)?),
+            Value::F64(t) => Value::F64(cut(t, start, count)?),
+            Value::I32(t) => Value::I32(cut(t, start, count)?),
+        })
+    }
+
     /// Whether the storage is a float type.
     pub fn is_float(&self) -> bool {
         !matches!(self, Value::I32(_))

@@ -395,6 +395,8 @@ pub(crate) struct StorageObj {
     pub name: String,
     /// Argument index when the storage is an uploaded argument.
     pub arg: Option<usize>,
+    /// The argument's rows it holds (`[start, count]`, axis 0), when only those.
+    pub rows: Option<[u64; 2]>,
     /// The dense `tensor.constant` whose elements the storage is uploaded with.
     pub constant: Option<Op>,
 }
@@ -657,7 +659,15 @@ impl<'m> Lower<'m> {
         let ty = if self.half_images { ty.to_half_image() } else { ty };
         let s = self.storages.len();
         let shape = t.shape.to_vec();
-        self.storages.push(StorageObj { layout, shape, ty, name, arg: None, constant: None });
+        self.storages.push(StorageObj {
+            layout,
+            shape,
+            ty,
+            name,
+            arg: None,
+            rows: None,
+            constant: None,
+        });
         let id = self.tensors.len();
         self.tensors.push(Tensor { shape: t.shape.to_vec(), elem: t.elem, storage: s });
         Ok(id)
@@ -996,14 +1006,12 @@ fn emit(m: &mut Module, f: FuncId, defs: &Defs, plan: &Plan) {
             continue;
         }
         let o = &plan.storages[s];
-        let op = m.create_op(
-            f,
-            defs.upload,
-            &[args[a]],
-            layout_kv(&o.layout),
-            vec![o.ty.to_type()],
-            span,
-        );
+        let mut attrs = layout_kv(&o.layout);
+        if let Some([start, count]) = o.rows {
+            let ints = [start, count].map(|n| Attr::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+            attrs.push(("rows".to_string(), Attr::Array(ints.to_vec())));
+        }
+        let op = m.create_op(f, defs.upload, &[args[a]], attrs, vec![o.ty.to_type()], span);
         let v = m.op(op).results[0];
         m.set_value_name(v, format!("{}_m", o.name));
         mem[s] = Some(v);

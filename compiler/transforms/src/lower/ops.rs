@@ -589,6 +589,30 @@ impl Lower<'_> {
         self.read(v, broadcast_results(&shape, out_shape), span)
     }
 
+    /// The row tile `[start, count]` that `tensor.slice` `op` uploads on its own: one marked
+    /// [`crate::split_weight_rows::ROW_TILE`] that cuts rows (axis 0, the other axes whole)
+    /// of a function argument, stored as the target stores it (under `linear-io`, linear
+    /// only). `None`: a view, as every other slice.
+    fn row_tile(&self, op: Op) -> Result<Option<[u64; 2]>, Diagnostic> {
+        let d = self.m.op(op);
+        if d.attr(crate::split_weight_rows::ROW_TILE).is_none() {
+            return Ok(None);
+        }
+        let x = d.operands[0];
+        let is_arg = matches!(self.m.value(x).def, fbc_ir::ValueDef::Arg { .. });
+        let (shape, out) = (self.shape(x), self.shape(d.results[0]));
+        let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
+        let rows_only =
+            !shape.is_empty() && start.iter().skip(1).all(|&s| s == 0) && shape[1..] == out[1..];
+        let layout =
+            d.attr("fbc.layout").and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear);
+        if !is_arg || !rows_only || (self.linear_io && !matches!(layout, Layout::Linear)) {
+            return Ok(None);
+        }
+        let first = start.first().copied().and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
+        Ok(Some([first, out[0]]))
+    }
+
     /// A view: `v` reads its operand through `map` (result index → operand index).
     fn view(&mut self, op: Op, v: Value, src: Value, map: Map) -> Result<(), Diagnostic> {
         let d = self.m.op(op);
@@ -705,6 +729,15 @@ impl Lower<'_> {
             }
             K::Tensor(T::Slice) => {
                 let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
+                if let Some(rows) = self.row_tile(op)? {
+                    // Its own upload of the argument's rows (`split-weight-rows`).
+                    let arg = self.m.func(self.f).args.iter().position(|&a| a == ops[0]);
+                    let t = self.output(op, 0)?;
+                    let s = self.tensors[t].storage;
+                    self.storages[s].arg = arg;
+                    self.storages[s].rows = Some(rows);
+                    return Ok(());
+                }
                 let map = start
                     .iter()
                     .enumerate()

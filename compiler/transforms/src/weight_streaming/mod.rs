@@ -63,6 +63,10 @@ pub const STREAM_BYTES: &str = "stream_bytes";
 /// Function attribute: the tier that produced the plan.
 pub const STREAM_TIER: &str = "fbc.stream_tier";
 
+/// How the error of a budget below a function's minimum starts (the driver then tries row
+/// tiles, `split-weight-rows`).
+pub const TOO_SMALL: &str = "plan-weight-streaming: a budget of ";
+
 /// Default solver time limit over all solver tiers, in milliseconds.
 pub const DEFAULT_TIME_LIMIT_MS: i64 = 10_000;
 /// Default load window: launches before its first use a weight may start loading in.
@@ -121,8 +125,13 @@ pub fn register(r: &mut PassRegistry) {
 
 /// A byte count: digits with an optional fraction, then an optional unit `B`, `KiB`, `MiB`,
 /// `GiB`, `TiB` (powers of 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000); case-insensitive,
-/// spaces allowed between.
+/// spaces allowed between. Errors name `plan-weight-streaming`'s `budget`.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    parse_bytes_option(NAME, "budget", text)
+}
+
+/// [`parse_bytes`] for option `option` of pass `pass`, which the errors name.
+pub fn parse_bytes_option(pass: &str, option: &str, text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
@@ -136,10 +145,10 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        _ => return Err(format!("{NAME}: `budget` has an unknown unit in `{text}` (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+        _ => return Err(format!("{pass}: `{option}` has an unknown unit in `{text}` (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
     };
     let bad = || {
-        format!("{NAME}: `budget` must be a number of bytes with an optional unit (512MiB), found `{text}`")
+        format!("{pass}: `{option}` must be a number of bytes with an optional unit (512MiB), found `{text}`")
     };
     if num.is_empty() {
         return Err(bad());
@@ -521,7 +530,7 @@ impl Pass for PlanWeightStreaming {
                     .map_or_else(String::new, |k| format!(" (launch {at}, `{k}`)"));
                 errors.push(
                     Diagnostic::error(format!(
-                        "{NAME}: a budget of {} bytes ({}) is below the {} bytes ({}) that @{} needs at least{what}",
+                        "{TOO_SMALL}{} bytes ({}) is below the {} bytes ({}) that @{} needs at least{what}",
                         self.budget,
                         human_bytes(self.budget),
                         min,

@@ -102,6 +102,8 @@ struct Form {
     elems: u64,
     layout: String,
     shape: Vec<u64>,
+    /// The row tile of the value it holds (`None`: all of it).
+    rows: Option<[u64; 2]>,
 }
 
 /// A value kept on the device.
@@ -131,7 +133,10 @@ enum Source<'i> {
 struct LazySource<'i> {
     produce: Producer<'i>,
     layout: Layout,
+    /// The stored tensor's shape (a row tile's where `rows` is set).
     shape: Vec<u64>,
+    /// The upload's row tile of the argument ([`Step::Upload`]'s `rows`).
+    rows: Option<[u64; 2]>,
     ty: MemType,
     /// `argument K (NAME)`, for errors.
     what: String,
@@ -142,13 +147,50 @@ impl LazySource<'_> {
     fn make(&self) -> Result<MemData, OpenClError> {
         let bad = |e: String| OpenClError::Manifest(format!("{}: {e}", self.what));
         match (self.produce)().map_err(bad)? {
-            Produced::Value(v) => pack(&self.layout, &self.shape, &v, self.ty).map_err(bad),
-            Produced::Stored(d) if d.fits(self.ty) => Ok(d),
+            Produced::Value(v) => {
+                let v = row_tile(&v, self.rows).map_err(bad)?;
+                pack(&self.layout, &self.shape, &v, self.ty).map_err(bad)
+            }
             Produced::Stored(d) => {
-                Err(bad(format!("{} stored values do not fit {}", d.len(), self.ty)))
+                let d = stored_rows(d, self.rows, &self.layout, &self.shape).map_err(bad)?;
+                if !d.fits(self.ty) {
+                    return Err(bad(format!("{} stored values do not fit {}", d.len(), self.ty)));
+                }
+                Ok(d)
             }
         }
     }
+}
+
+/// Value `v`, or its row tile `rows = [start, count]` (a [`Step::Upload`]'s).
+fn row_tile(v: &Value, rows: Option<[u64; 2]>) -> Result<std::borrow::Cow<'_, Value>, String> {
+    match rows {
+        None => Ok(std::borrow::Cow::Borrowed(v)),
+        Some([start, count]) => v.rows(start, count).map(std::borrow::Cow::Owned),
+    }
+}
+
+/// Stored contents (the whole argument's, [`Input::Stored`] or [`Produced::Stored`]), or their
+/// row tile `rows`, whose shape is `tile`: a tile is cut from row-major (linear) contents only.
+fn stored_rows(
+    d: MemData,
+    rows: Option<[u64; 2]>,
+    layout: &Layout,
+    tile: &[u64],
+) -> Result<MemData, String> {
+    let Some([start, _]) = rows else { return Ok(d) };
+    if !matches!(layout, Layout::Linear) {
+        return Err(format!(
+            "a row tile in {} cannot be cut from stored contents (store the weight row-major)",
+            layout.to_attr()
+        ));
+    }
+    let row: u64 = tile.get(1..).unwrap_or_default().iter().product();
+    let (a, n) = (start.saturating_mul(row), tile.iter().product::<u64>());
+    let (Ok(a), Ok(n)) = (usize::try_from(a), usize::try_from(n)) else {
+        return Err(format!("rows from {start} are past the {} stored values", d.len()));
+    };
+    d.range(a, n)
 }
 
 /// A function's state across calls.
@@ -321,7 +363,7 @@ impl Session {
             .steps
             .iter()
             .filter_map(|s| match s {
-                Step::Upload { arg, storage, .. } => Some((*storage, *arg)),
+                Step::Upload { arg, storage, rows: None, .. } => Some((*storage, *arg)),
                 _ => None,
             })
             .collect();
@@ -400,15 +442,17 @@ impl Session {
         let mut sources = HashMap::new();
         let mut kept_here = Vec::new();
         for s in &f.steps {
-            let Step::Upload { arg, storage, shape, layout, .. } = s else { continue };
+            let Step::Upload { arg, storage, shape, layout, rows, .. } = s else { continue };
             let desc = f.storage.get(*storage).ok_or_else(|| bad_id(*storage))?;
             let input = inputs
                 .get(*arg)
                 .ok_or_else(|| OpenClError::Manifest(format!("no argument {arg}")))?;
             let packed = |v: &Value| {
-                pack(&layout_of(layout)?, shape, v, mem_type(desc)).map_err(|e| {
+                let fail = |e: String| {
                     OpenClError::Manifest(format!("argument {arg} ({}): {e}", layout.text))
-                })
+                };
+                let v = row_tile(v, *rows).map_err(fail)?;
+                pack(&layout_of(layout)?, shape, &v, mem_type(desc)).map_err(fail)
             };
             let (key, value, held) = match *input {
                 Input::Host(v) => {
@@ -427,7 +471,7 @@ impl Session {
                     );
                     let layout = layout_of(layout)?;
                     let (shape, ty) = (shape.clone(), mem_type(desc));
-                    let lazy = LazySource { produce, layout, shape, ty, what };
+                    let lazy = LazySource { produce, layout, shape, rows: *rows, ty, what };
                     sources.insert(*storage, Source::Lazy(lazy));
                     up += desc.bytes;
                     continue;
@@ -437,6 +481,14 @@ impl Session {
                     let Some(Input::Stored(data)) = given.get(*arg).copied() else {
                         return Err(OpenClError::Manifest(format!("argument {arg}: no contents")));
                     };
+                    let data = match rows {
+                        None => std::borrow::Cow::Borrowed(data),
+                        Some(_) => std::borrow::Cow::Owned(
+                            stored_rows(data.clone(), *rows, &layout_of(layout)?, shape).map_err(
+                                |e| OpenClError::Manifest(format!("argument {arg}: {e}")),
+                            )?,
+                        ),
+                    };
                     if !data.fits(mem_type(desc)) {
                         return Err(OpenClError::Manifest(format!(
                             "argument {arg} ({}): {} stored values do not fit {}",
@@ -445,7 +497,7 @@ impl Session {
                             mem_type(desc)
                         )));
                     }
-                    sources.insert(*storage, Source::Write(std::borrow::Cow::Borrowed(data)));
+                    sources.insert(*storage, Source::Write(data));
                     up += desc.bytes;
                     continue;
                 }
@@ -458,6 +510,7 @@ impl Session {
                 elems: desc.elems,
                 layout: layout.text.clone(),
                 shape: shape.clone(),
+                rows: *rows,
             };
             // A `plan-memory` slot's tenants share one object: a tenant cannot keep it.
             let slotted = desc.slot.is_some() && self.device_memory == DeviceMemory::Planned;
@@ -478,7 +531,9 @@ impl Session {
                     packed(v)?
                 }
                 None => {
-                    let k = self.kept.iter().find(|k| k.key == key).ok_or_else(|| {
+                    // A row tile holds part of the value: only a whole form is read back.
+                    let whole = |k: &&Kept| k.key == key && k.form.rows.is_none();
+                    let k = self.kept.iter().find(whole).ok_or_else(|| {
                         OpenClError::Manifest(format!(
                             "argument {arg} ({}) of @{}: nothing is kept under `{key}` and no value was given",
                             f.args.get(*arg).map_or("?", |a| a.name.as_str()),
