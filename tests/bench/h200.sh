@@ -379,9 +379,10 @@ if want matvec; then
     done
   done
 fi
-# Variants of the nvidia profile's [skinny] table side by side (part variants, issue 14): each
-# line of VARIANTS is `name|key = value;key = value` (the keys replace the shipped ones; an
-# empty list is the shipped profile). Each set's 2-layer decode over 256 positions checked
+# Variants of the nvidia profile side by side (part variants, issue 14): each line of VARIANTS
+# is `name|key = value;key = value` (the keys replace the shipped ones in [skinny], or in the
+# table a `table.key` names: `attention.decode_chunk = 32`; an empty list is the shipped
+# profile). Each set's 2-layer decode over 256 positions checked
 # against the interpreter, then the 16-layer Llama 3.2-1B decode step at position 2047 with
 # each, alternated ROUNDS rounds (default 2). Results: $O/variants.txt.
 if want variants; then
@@ -398,7 +399,10 @@ if want variants; then
     for kv in "${kvs[@]}"; do
       key=$(echo "${kv%%=*}" | tr -d ' ')
       [ -n "$key" ] || continue
-      sed -i -e "/^$key = /d" -e "s/^\[skinny\]\$/[skinny]\n$kv/" $T/var_$n.toml
+      sec=skinny
+      case $key in *.*) sec=${key%%.*}; key=${key#*.}; kv="$key =${kv#*=}";; esac
+      grep -q "^\[$sec\]\$" $T/var_$n.toml || printf '\n[%s]\n' $sec >> $T/var_$n.toml
+      sed -i -e "/^$key = /d" -e "s/^\[$sec\]\$/[$sec]\n$kv/" $T/var_$n.toml
     done
     echo "== check decode, 2 layers, 256 positions, variant $n: $sets" >> $VR
     timeout 100 $B run $T/inf2.fbir --entry decode --target opencl --device $D --profile $T/var_$n.toml --random-inputs 1 --check >> $VR 2>&1; echo "rc=$?" >> $VR
