@@ -14,7 +14,7 @@
 //! `max-bytes` = B / 8.
 //!
 //! Tiles hold a multiple of 64 rows where the weight has more than 64 (the last tile takes
-//! what is left), as many as `max-bytes` needs.
+//! what is left), as many as `max-bytes` needs, at most [`MAX_TILES`].
 //!
 //! Statistics: `weights` (arguments split), `products` (products replaced), `tiles`.
 
@@ -60,11 +60,16 @@ pub struct SplitWeightRows {
     pub max_bytes: u64,
 }
 
+/// The most tiles a weight is cut into: a budget too small for tiles of `rows / MAX_TILES`
+/// rows would not hold the rest of the function either, and thousands of one-row tiles only
+/// slow the passes after.
+pub const MAX_TILES: u64 = 64;
+
 /// The row ranges `(start, count)` that cut `rows` rows of `row_bytes` bytes each into tiles
-/// of at most `max_bytes` (at least one row a tile), a multiple of [`ROW_MULTIPLE`] rows each
-/// but the last where `rows` is larger than it.
+/// of at most `max_bytes` (at least one row a tile, at most [`MAX_TILES`] tiles), a multiple
+/// of [`ROW_MULTIPLE`] rows each but the last where `rows` is larger than it.
 pub fn row_tiles(rows: u64, row_bytes: u64, max_bytes: u64) -> Vec<(u64, u64)> {
-    let fit = (max_bytes / row_bytes.max(1)).max(1);
+    let fit = (max_bytes / row_bytes.max(1)).max(1).max(rows.div_ceil(MAX_TILES));
     let per = if rows > ROW_MULTIPLE && fit >= ROW_MULTIPLE {
         fit / ROW_MULTIPLE * ROW_MULTIPLE
     } else {
@@ -197,6 +202,10 @@ mod tests {
         assert_eq!(row_tiles(3, 100, 50), vec![(0, 1), (1, 1), (2, 1)]);
         // Fits whole.
         assert_eq!(row_tiles(100, 4, 1000), vec![(0, 100)]);
+        // At most 64 tiles: 8192 rows of 8 KiB under 125 bytes are 64 tiles of 128 rows.
+        let t = row_tiles(8192, 8192, 125);
+        assert_eq!(t.len(), 64);
+        assert!(t.iter().all(|&(_, n)| n == 128));
         // More than 64 rows but fewer than 64 fit: as many as fit.
         assert_eq!(row_tiles(100, 10, 250), vec![(0, 25), (25, 25), (50, 25), (75, 25)]);
     }
