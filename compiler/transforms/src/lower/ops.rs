@@ -604,13 +604,30 @@ impl Lower<'_> {
         let start = d.attr("start").and_then(Attr::as_ints).unwrap_or_default();
         let rows_only =
             !shape.is_empty() && start.iter().skip(1).all(|&s| s == 0) && shape[1..] == out[1..];
-        let layout =
-            d.attr("fbc.layout").and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear);
+        let layout = self.row_tile_layout(op);
         if !is_arg || !rows_only || (self.linear_io && !matches!(layout, Layout::Linear)) {
             return Ok(None);
         }
         let first = start.first().copied().and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
         Ok(Some([first, out[0]]))
+    }
+
+    /// The layout a row tile (`tensor.slice` `op`) is uploaded in: where its one reader is a
+    /// `layout.convert` (`global-layout` giving the product its R-Tile), that one, so the
+    /// host packs the tile as the product reads it and no conversion kernel runs; else the
+    /// slice's own (`fbc.layout`, linear without one).
+    fn row_tile_layout(&self, op: Op) -> Layout {
+        let d = self.m.op(op);
+        let uses = &self.m.value(d.results[0]).uses;
+        let convert = match uses.as_slice() {
+            [u] if K::of_op(self.m.op(u.op)) == Some(K::Layout(L::Convert)) => Some(u.op),
+            _ => None,
+        };
+        let attr = match convert {
+            Some(c) => self.m.op(c).attr("to"),
+            None => d.attr("fbc.layout"),
+        };
+        attr.and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear)
     }
 
     /// A view: `v` reads its operand through `map` (result index → operand index).
@@ -732,7 +749,8 @@ impl Lower<'_> {
                 if let Some(rows) = self.row_tile(op)? {
                     // Its own upload of the argument's rows (`split-weight-rows`).
                     let arg = self.m.func(self.f).args.iter().position(|&a| a == ops[0]);
-                    let t = self.output(op, 0)?;
+                    let t = self.new_tensor(res[0], &self.row_tile_layout(op), span)?;
+                    self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
                     let s = self.tensors[t].storage;
                     self.storages[s].arg = arg;
                     self.storages[s].rows = Some(rows);
@@ -785,6 +803,14 @@ impl Lower<'_> {
             K::Layout(L::Convert) => {
                 let to =
                     d.attr("to").and_then(|a| Layout::from_attr(a).ok()).unwrap_or(Layout::Linear);
+                // A row tile uploaded in this layout already (`row_tile_layout`) is read as it is.
+                let a = self.access_of(ops[0], span)?;
+                let tile = self.storages[self.tensors[a.t].storage].rows.is_some();
+                let fitted = self.tensor_type(res[0]).map(|t| self.fit(&to, t));
+                if tile && a.map.is_none() && fitted.as_ref() == Some(self.layout_of_tensor(a.t)) {
+                    self.access.insert(res[0], a);
+                    return Ok(());
+                }
                 let t = self.new_tensor(res[0], &to, span)?;
                 self.access.insert(res[0], Access { t, map: None, via: Vec::new() });
                 let input = self.read(ops[0], identity(self.shape(res[0]).len()), span)?;
