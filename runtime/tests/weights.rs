@@ -468,3 +468,37 @@ proptest! {
         }
     }
 }
+
+/// `dequantize_rows` gives the rows `dequantize` gives, for any range, reading only the tiles
+/// that hold them: a damaged tile elsewhere does not fail it; a range outside is an error.
+#[test]
+fn a_row_range_reads_only_its_tiles() {
+    for quant in [Quant::F32, Quant::Int8, Quant::Int4] {
+        let file = pack(small_tiles(quant));
+        let w = Weights::new(&file[..]).unwrap();
+        let all = w.dequantize("layers.1.w2").unwrap();
+        let t = w.tensor("layers.1.w2").unwrap().clone();
+        assert!(t.tiles.len() > 2, "{quant:?}");
+        for (first, n) in [(0, 96), (0, 1), (5, 30), (95, 1), (40, 56)] {
+            let rows = w.dequantize_rows("layers.1.w2", first, n).unwrap();
+            assert_eq!(
+                rows,
+                all[first as usize * 40..(first + n) as usize * 40],
+                "{quant:?} {first}+{n}"
+            );
+        }
+        // The last tile damaged: the rows of the first tile still read; all of them do not.
+        let mut bad = file.clone();
+        let last = t.tiles.last().unwrap();
+        bad[last.offset as usize + 3] ^= 0x10;
+        let w = Weights::new(&bad[..]).unwrap();
+        let head = t.tiles[0].rows[1];
+        assert!(w.dequantize_rows("layers.1.w2", 0, head).is_ok(), "{quant:?}");
+        let e = w.dequantize_rows("layers.1.w2", 0, 96).unwrap_err().to_string();
+        assert!(e.contains("checksum mismatch"), "{e}");
+        let e = w.dequantize_rows("layers.1.w2", 90, 7).unwrap_err().to_string();
+        assert!(e.contains("rows 90..97 are not rows of its 96"), "{e}");
+        let e = w.dequantize_rows("layers.1.w2", 3, 0).unwrap_err().to_string();
+        assert!(e.contains("rows 3..3 are not rows of its 96"), "{e}");
+    }
+}

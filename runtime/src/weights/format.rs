@@ -454,6 +454,54 @@ impl<B: AsRef<[u8]>> Weights<B> {
         Ok(out)
     }
 
+    /// Rows `first..first + n` of tensor `name`'s values in f32, counted as the tensor's rows
+    /// (every dimension but the last: [`TensorEntry::rows`]), read from only the tiles that
+    /// hold them (each checked). A tensor stored as texels is read whole and cut.
+    pub fn dequantize_rows(&self, name: &str, first: u64, n: u64) -> Result<Vec<f32>, WeightError> {
+        let t = self.tensor(name)?;
+        let (rows, len) = t.rows();
+        let end = first.checked_add(n).filter(|&e| e <= rows && n > 0).ok_or_else(|| {
+            tensor_err(
+                t,
+                format!("rows {first}..{} are not rows of its {rows}", first.saturating_add(n)),
+            )
+        })?;
+        if t.storage.is_some() {
+            let all = self.dequantize(name)?;
+            let (a, b) = ((first * len) as usize, (end * len) as usize);
+            return all
+                .get(a..b)
+                .map(<[f32]>::to_vec)
+                .ok_or_else(|| tensor_err(t, "rows past its values"));
+        }
+        let group = t.group.max(1) as usize;
+        let row_bytes = t.dtype.row_bytes(len) as usize;
+        let groups = t.dtype.groups(len, t.group) as usize;
+        let mut out = Vec::with_capacity((n * len) as usize);
+        for (k, tile) in t.tiles.iter().enumerate() {
+            let [lo, hi] = tile.rows;
+            if hi <= first || lo >= end {
+                continue;
+            }
+            let (values, scales) = self.tile_parts(t, k)?;
+            for (r, v) in values.chunks_exact(row_bytes.max(1)).enumerate() {
+                let row = lo + r as u64;
+                if row < first || row >= end {
+                    continue;
+                }
+                let s = &scales[r * groups..(r + 1) * groups];
+                decode_row(t.dtype, v, s, len as usize, group, &mut out);
+            }
+        }
+        if out.len() as u64 != n * len {
+            return Err(tensor_err(
+                t,
+                format!("its tiles hold {} of rows {first}..{end}", out.len()),
+            ));
+        }
+        Ok(out)
+    }
+
     /// A stored tensor's R-Tile and texel values (`4 · width · height`, row by row, as an image
     /// upload takes them), each tile's checksum checked; `None` for a tensor stored by rows.
     pub fn texels(&self, name: &str) -> Result<Option<(RTile, Vec<f32>)>, WeightError> {

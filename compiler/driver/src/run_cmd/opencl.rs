@@ -263,12 +263,14 @@ fn streamed_weights<B: AsRef<[u8]>>(
 }
 
 /// Weight `name` of `w` as a lazy upload gives it: its texels where it is stored in the
-/// upload's form (`as_stored`), else its values.
+/// upload's form (`as_stored`), else its values — for a row tile (`rows`, axis 0) only those
+/// rows, read from the file's tiles that hold them.
 #[cfg(feature = "opencl")]
 fn produce<B: AsRef<[u8]>>(
     w: &fbc_runtime::weights::Weights<B>,
     name: &str,
     as_stored: bool,
+    rows: Option<[u64; 2]>,
 ) -> Result<fbc_runtime::device::opencl::Produced, String> {
     use fbc_runtime::device::opencl::Produced;
     if as_stored {
@@ -277,8 +279,17 @@ fn produce<B: AsRef<[u8]>>(
         }
     }
     let t = w.tensor(name).map_err(|e| e.to_string())?;
-    let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
-    let v = w.dequantize(name).map_err(|e| e.to_string())?;
+    let mut shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+    let v = match (rows, shape.first().copied()) {
+        (Some([start, count]), Some(outer)) if outer > 0 => {
+            // Axis 0's rows of the file's rows (every axis but the last).
+            let per = t.rows().0 / outer as u64;
+            shape[0] = count as usize;
+            w.dequantize_rows(name, start * per, count * per)
+        }
+        _ => w.dequantize(name),
+    }
+    .map_err(|e| e.to_string())?;
     let t = fbc_runtime::reference::Tensor::new(shape, v).map_err(|e| e.to_string())?;
     Ok(Produced::Value(fbc_runtime::interp::Value::F32(t)))
 }
@@ -376,13 +387,13 @@ pub(crate) fn run(driver: &Driver, a: &RunArgs) -> Result<(), Failure> {
             }
         }
     }
-    type Boxed<'w> = Box<dyn Fn() -> Result<Produced, String> + Sync + 'w>;
+    type Boxed<'w> = Box<dyn Fn(Option<[u64; 2]>) -> Result<Produced, String> + Sync + 'w>;
     let producers: Vec<(usize, Boxed<'_>)> = match &weights {
         Some(w) => lazy
             .iter()
             .map(|(arg, name)| {
                 let as_stored = forms.iter().any(|(k, _)| k == arg);
-                let p: Boxed<'_> = Box::new(move || produce(w, name, as_stored));
+                let p: Boxed<'_> = Box::new(move |rows| produce(w, name, as_stored, rows));
                 (*arg, p)
             })
             .collect(),

@@ -31,8 +31,11 @@ pub enum Produced {
     Stored(MemData),
 }
 
-/// The producer of an [`Input::Lazy`] argument.
-pub type Producer<'a> = &'a (dyn Fn() -> Result<Produced, String> + Sync);
+/// The producer of an [`Input::Lazy`] argument, called with the row tile the upload holds
+/// (`[start, count]` of axis 0; `None`: all of it). It may give only those rows (a value whose
+/// axis 0 is `count` long: a weight file reads only the tiles holding them) or the whole value
+/// (stored contents are always whole), which the upload then cuts.
+pub type Producer<'a> = &'a (dyn Fn(Option<[u64; 2]>) -> Result<Produced, String> + Sync);
 
 /// An argument of [`Session::call`].
 #[derive(Clone, Copy)]
@@ -146,7 +149,14 @@ impl LazySource<'_> {
     /// The storage contents: the producer's value packed, or its stored contents checked.
     fn make(&self) -> Result<MemData, OpenClError> {
         let bad = |e: String| OpenClError::Manifest(format!("{}: {e}", self.what));
-        match (self.produce)().map_err(bad)? {
+        match (self.produce)(self.rows).map_err(bad)? {
+            // Only the rows asked for (axis 0 `count` long: the whole value has more, or is
+            // those rows).
+            Produced::Value(v)
+                if self.rows.is_some_and(|[_, n]| v.shape().first() == Some(&(n as usize))) =>
+            {
+                pack(&self.layout, &self.shape, &v, self.ty).map_err(bad)
+            }
             Produced::Value(v) => {
                 let v = row_tile(&v, self.rows).map_err(bad)?;
                 pack(&self.layout, &self.shape, &v, self.ty).map_err(bad)
