@@ -108,14 +108,10 @@ pub(crate) fn execute(
             let v = env.get(&x).ok_or_else(|| op_err(d, "internal: operand 0 has no value"))?;
             let tile = fbc_dialects::memory::ops::upload_rows(&d.attrs, t)
                 .map_err(|e| op_err(d, e.message))?;
-            let data = match tile {
-                Some((start, rows)) => {
-                    let v = v.rows(start, rows.shape[0]).map_err(|e| op_err(d, e))?;
-                    pack(&layout(d)?, &rows.shape, &v, ty)
-                }
-                None => pack(&layout(d)?, &t.shape, v, ty),
-            }
-            .map_err(|e| op_err(d, e))?;
+            let rows = tile.as_ref().map(|(start, rows)| [*start, rows.shape[0]]);
+            let shape = tile.as_ref().map_or(&t.shape, |(_, rows)| &rows.shape);
+            let v = v.row_tile(rows).map_err(|e| op_err(d, e))?;
+            let data = pack(&layout(d)?, shape, &v, ty).map_err(|e| op_err(d, e))?;
             if let Some(u) = kept {
                 u.packed.insert(r, data.clone());
             }

@@ -85,6 +85,14 @@ impl Value {
         })
     }
 
+    /// The value, or its rows `rows = [start, count]` ([`Value::rows`]; `None`: all of it).
+    pub fn row_tile(&self, rows: Option<[u64; 2]>) -> Result<std::borrow::Cow<'_, Value>, String> {
+        match rows {
+            None => Ok(std::borrow::Cow::Borrowed(self)),
+            Some([start, count]) => self.rows(start, count).map(std::borrow::Cow::Owned),
+        }
+    }
+
     /// Whether the storage is a float type.
     pub fn is_float(&self) -> bool {
         !matches!(self, Value::I32(_))

@@ -150,19 +150,19 @@ impl LazySource<'_> {
     fn make(&self) -> Result<MemData, OpenClError> {
         let bad = |e: String| OpenClError::Manifest(format!("{}: {e}", self.what));
         match (self.produce)(self.rows).map_err(bad)? {
-            // Only the rows asked for (axis 0 `count` long: the whole value has more, or is
-            // those rows).
-            Produced::Value(v)
-                if self.rows.is_some_and(|[_, n]| v.shape().first() == Some(&(n as usize))) =>
-            {
-                pack(&self.layout, &self.shape, &v, self.ty).map_err(bad)
-            }
             Produced::Value(v) => {
-                let v = row_tile(&v, self.rows).map_err(bad)?;
+                // Given only the rows asked for (axis 0 `count` long: the whole value has
+                // more, or is those rows), or the whole value, which is cut.
+                let given =
+                    self.rows.is_some_and(|[_, n]| v.shape().first() == Some(&(n as usize)));
+                let v = v.row_tile(self.rows.filter(|_| !given)).map_err(bad)?;
                 pack(&self.layout, &self.shape, &v, self.ty).map_err(bad)
             }
             Produced::Stored(d) => {
-                let d = stored_rows(d, self.rows, &self.layout, &self.shape).map_err(bad)?;
+                let d = match self.rows {
+                    Some(rows) => stored_rows(&d, rows, &self.layout, &self.shape).map_err(bad)?,
+                    None => d,
+                };
                 if !d.fits(self.ty) {
                     return Err(bad(format!("{} stored values do not fit {}", d.len(), self.ty)));
                 }
@@ -172,23 +172,14 @@ impl LazySource<'_> {
     }
 }
 
-/// Value `v`, or its row tile `rows = [start, count]` (a [`Step::Upload`]'s).
-fn row_tile(v: &Value, rows: Option<[u64; 2]>) -> Result<std::borrow::Cow<'_, Value>, String> {
-    match rows {
-        None => Ok(std::borrow::Cow::Borrowed(v)),
-        Some([start, count]) => v.rows(start, count).map(std::borrow::Cow::Owned),
-    }
-}
-
-/// Stored contents (the whole argument's, [`Input::Stored`] or [`Produced::Stored`]), or their
-/// row tile `rows`, whose shape is `tile`: a tile is cut from row-major (linear) contents only.
+/// The row tile `[start, count]` of stored contents (the whole argument's, [`Input::Stored`] or
+/// [`Produced::Stored`]), whose shape is `tile`: cut from row-major (linear) contents only.
 fn stored_rows(
-    d: MemData,
-    rows: Option<[u64; 2]>,
+    d: &MemData,
+    [start, _]: [u64; 2],
     layout: &Layout,
     tile: &[u64],
 ) -> Result<MemData, String> {
-    let Some([start, _]) = rows else { return Ok(d) };
     if !matches!(layout, Layout::Linear) {
         return Err(format!(
             "a row tile in {} cannot be cut from stored contents (store the weight row-major)",
@@ -461,7 +452,7 @@ impl Session {
                 let fail = |e: String| {
                     OpenClError::Manifest(format!("argument {arg} ({}): {e}", layout.text))
                 };
-                let v = row_tile(v, *rows).map_err(fail)?;
+                let v = v.row_tile(*rows).map_err(fail)?;
                 pack(&layout_of(layout)?, shape, &v, mem_type(desc)).map_err(fail)
             };
             let (key, value, held) = match *input {
@@ -491,12 +482,12 @@ impl Session {
                     let Some(Input::Stored(data)) = given.get(*arg).copied() else {
                         return Err(OpenClError::Manifest(format!("argument {arg}: no contents")));
                     };
-                    let data = match rows {
+                    let data = match *rows {
                         None => std::borrow::Cow::Borrowed(data),
-                        Some(_) => std::borrow::Cow::Owned(
-                            stored_rows(data.clone(), *rows, &layout_of(layout)?, shape).map_err(
-                                |e| OpenClError::Manifest(format!("argument {arg}: {e}")),
-                            )?,
+                        Some(r) => std::borrow::Cow::Owned(
+                            stored_rows(data, r, &layout_of(layout)?, shape).map_err(|e| {
+                                OpenClError::Manifest(format!("argument {arg}: {e}"))
+                            })?,
                         ),
                     };
                     if !data.fits(mem_type(desc)) {
