@@ -7,7 +7,9 @@
 //! every row so that the strategies compare at a glance. Bars are coloured by what the launch
 //! computes ([`Kind`], from its `source`); conversion kernels (`layout.convert`, the cost FBLayout
 //! removes) are red and hatched. Each bar's SVG `<title>` (the browser's hover text) names the
-//! kernel, its source ops and its time. The output is a pure function of the figures, so it is
+//! kernel, its source ops and its time. Under `--memory-budget` a dark strip along the bottom of
+//! each row marks the streamed uploads (the transfer queue's profiling events), so gaps where
+//! neither computes nor transfers show. The output is a pure function of the figures, so it is
 //! deterministic and unit-tested here.
 
 use std::fmt::Write as _;
@@ -27,6 +29,8 @@ const ROW_H: f64 = 32.0;
 const BAR_H: f64 = 22.0;
 /// The narrowest bar: a launch far shorter than a pixel still shows (and keeps its hover text).
 const MIN_BAR_W: f64 = 1.0;
+/// Height of the strip of streamed uploads under a row's launches (`--memory-budget`).
+const TRANSFER_H: f64 = 4.0;
 const LEGEND_ROW_H: f64 = 20.0;
 
 /// What a launch computes, as the timeline colours it. In order of precedence: a fused launch
@@ -163,6 +167,7 @@ text.sub{fill:#777;font-size:11px}
 .k-movement{fill:#b07aa1}
 .k-other{fill:#bab0ac}
 .k-conversion{fill:url(#hatch);stroke:#b71c1c}
+.t{fill:#111}
 ";
 
 /// The spacing of the axis ticks, in µs: 1, 2 or 5 times a power of ten, at most ten steps over
@@ -183,10 +188,17 @@ fn tick_step(span_us: f64) -> (f64, usize) {
 /// The timeline of `runs` (the rows, in order) of `fbc bench FILE` on `device`, `repeat` timed
 /// runs: the HTML page described in the module documentation.
 pub fn html(file: &str, device: &str, repeat: usize, runs: &[StrategyFigures]) -> String {
+    // Transfers before a row's first launch move the origin back (the axis starts at them).
+    let transfers = |r: &StrategyFigures| -> Vec<(i64, u64)> {
+        r.streaming.as_ref().map(|st| st.transfers.clone()).unwrap_or_default()
+    };
+    let origin = runs.iter().flat_map(transfers).map(|(at, _)| at).min().unwrap_or(0).min(0);
+    let shift = origin.unsigned_abs();
     let span = runs
         .iter()
         .flat_map(|r| &r.kernels)
-        .map(|k| k.start_ns + k.last_ns)
+        .map(|k| shift + k.start_ns + k.last_ns)
+        .chain(runs.iter().flat_map(transfers).map(|(at, len)| (at - origin).unsigned_abs() + len))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -257,7 +269,7 @@ pub fn html(file: &str, device: &str, repeat: usize, runs: &[StrategyFigures]) -
             lx = LABEL_W - 8.0,
         );
         for k in &r.kernels {
-            let x = LABEL_W + k.start_ns as f64 * scale;
+            let x = LABEL_W + (shift + k.start_ns) as f64 * scale;
             let w = (k.last_ns as f64 * scale).max(MIN_BAR_W);
             let _ = writeln!(
                 s,
@@ -268,6 +280,19 @@ pub fn html(file: &str, device: &str, repeat: usize, runs: &[StrategyFigures]) -
                 escape(&k.source),
                 k.last_ns as f64 / 1e3,
                 k.start_ns as f64 / 1e3,
+            );
+        }
+        // Streamed uploads: a strip along the lane's bottom edge.
+        for (n, (at, len)) in transfers(r).into_iter().enumerate() {
+            let x = LABEL_W + (at - origin).unsigned_abs() as f64 * scale;
+            let w = (len as f64 * scale).max(MIN_BAR_W);
+            let _ = writeln!(
+                s,
+                "<rect class=\"t\" x=\"{x:.2}\" y=\"{:.2}\" width=\"{w:.2}\" \
+                 height=\"{TRANSFER_H:.2}\"><title>upload {n}\n{:.3} µs at {:.3} µs</title></rect>",
+                bar_y + BAR_H,
+                len as f64 / 1e3,
+                at as f64 / 1e3,
             );
         }
         s.push_str("</g>\n");
@@ -378,6 +403,33 @@ mod tests {
         // Ticks of 0.5 µs from 0 to 4 µs.
         assert!(html.contains(">0.0</text>") && html.contains(">4.0</text>"), "{html}");
         assert!(!html.contains(">4.5</text>"));
+    }
+
+    #[test]
+    fn streamed_uploads_are_drawn_under_their_row_and_may_start_before_it() {
+        // An upload 1000 ns before the first launch moves the axis back: 3000 ns end to end,
+        // 0.32 px per ns; the launch at 0 lies at x = 200 + 320.
+        let mut r = run("fblayout", vec![kernel("k0", "tensor.matmul", 0, 2000)]);
+        r.streaming = Some(crate::bench::StreamingFigures {
+            transfers: vec![(-1000, 500), (1500, 500)],
+            ..Default::default()
+        });
+        let html = html("a.fbir", "dev", 1, &[r]);
+        assert!(bars(&html)[0].starts_with(
+            "<rect class=\"k k-contraction\" x=\"520.00\" y=\"17.00\" width=\"640.00\""
+        ));
+        let strips: Vec<&str> =
+            html.lines().filter(|l| l.starts_with("<rect class=\"t\"")).collect();
+        assert_eq!(
+            strips,
+            [
+                "<rect class=\"t\" x=\"200.00\" y=\"39.00\" width=\"160.00\" height=\"4.00\">\
+                 <title>upload 0",
+                "<rect class=\"t\" x=\"1000.00\" y=\"39.00\" width=\"160.00\" height=\"4.00\">\
+                 <title>upload 1",
+            ]
+        );
+        assert!(html.contains("upload 0\n0.500 µs at -1.000 µs</title></rect>"));
     }
 
     #[test]

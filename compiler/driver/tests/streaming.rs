@@ -519,3 +519,52 @@ fn generate_streams_a_tied_table_in_row_tiles() {
     let peak: u64 = tiled.stderr[at..].split(' ').next().and_then(|w| w.parse().ok()).unwrap();
     assert!(peak <= budget.parse().unwrap(), "{budget}: {}", tiled.stderr);
 }
+
+/// `fbc bench --memory-budget` splits the streamed run's device time into transfers, launches
+/// alone and idle time (they add up to the whole), and `--timeline` draws one strip per upload.
+#[test]
+fn bench_shows_where_a_streamed_run_spent_its_time() {
+    if !opencl_device() {
+        return;
+    }
+    let dir = scratch("streaming-bench");
+    let (layers, width) = (12, 128u64);
+    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width).as_bytes());
+    let budget = (layers as u64 * width * width * 4 / 4).to_string();
+    let html = dir.join("t.html");
+    let out = fbc(&[
+        "bench",
+        &path,
+        "--memory-budget",
+        &budget,
+        "--repeat",
+        "2",
+        "--timeline",
+        html.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = format!("{}{}", out.stdout, out.stderr);
+    let line = text
+        .lines()
+        .find(|l| l.contains("from the first launch or transfer"))
+        .unwrap_or_else(|| panic!("no breakdown line: {text}"));
+    // "... : W ms = T ms with a transfer under way + A ms of launches alone + I ms idle; ..."
+    let ms: Vec<f64> = line
+        .split_whitespace()
+        .zip(line.split_whitespace().skip(1))
+        .filter(|(_, unit)| unit.trim_end_matches(';') == "ms")
+        .filter_map(|(v, _)| v.parse().ok())
+        .collect();
+    assert!(ms.len() >= 5, "{line}");
+    let (wall, parts) = (ms[0], ms[1] + ms[2] + ms[3]);
+    assert!((wall - parts).abs() <= 0.002, "{line}");
+    assert!(ms[1] > 0.0, "{line}");
+    let uploads = text
+        .lines()
+        .find(|l| l.contains("memory budget"))
+        .and_then(|l| l.split(" uploads").next()?.split_whitespace().last()?.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("no upload count: {text}"));
+    let page = std::fs::read_to_string(&html).expect("the timeline");
+    assert_eq!(page.matches("<rect class=\"t\"").count(), uploads, "{text}");
+    assert!(uploads >= 8, "{text}");
+}

@@ -390,7 +390,7 @@ pub struct RunOutput {
 }
 
 /// What a run's streamed uploads (those the weight-streaming plan places at a launch) did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Streaming {
     /// Uploads made on the transfer queue.
     pub uploads: u64,
@@ -400,6 +400,10 @@ pub struct Streaming {
     /// The part of `transfer_ns` during which a launch of the run was executing: transfer time
     /// hidden behind computation.
     pub hidden_ns: u64,
+    /// Each transfer on the device's timeline: its start in nanoseconds after the run's first
+    /// launch started (negative: before it; the clock of [`LaunchTime::start_ns`]) and its
+    /// device time, in the order the uploads were made (empty when the run is untimed).
+    pub transfers: Vec<(i64, u64)>,
     /// Bytes of the uploads transferred from pinned host memory (the call's pinned copies of
     /// its streamed host values).
     pub pinned_bytes: u64,

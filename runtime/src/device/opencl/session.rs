@@ -1067,6 +1067,14 @@ fn run_steps(
         let transfers = streams.transfers.iter().map(event_span).collect::<Result<Vec<_>, _>>()?;
         out.streaming.transfer_ns = transfers.iter().map(|&(a, b)| b.saturating_sub(a)).sum();
         out.streaming.hidden_ns = overlap(&spans, &transfers);
+        let origin = i128::from(first.unwrap_or(0));
+        out.streaming.transfers = transfers
+            .iter()
+            .map(|&(a, b)| {
+                let at = (i128::from(a) - origin).clamp(i64::MIN.into(), i64::MAX.into());
+                (at as i64, b.saturating_sub(a))
+            })
+            .collect();
     }
     Ok(())
 }
