@@ -45,11 +45,18 @@ pub enum Along {
 
 /// A staged operand read one RGBA texel at a time: `texel` is a `float4` expression over the same
 /// variables as the scalar form, whose channel `c` is the operand at index `i + c` along `along`
-/// for an index `i` that is a multiple of 4. The extent along `along` is a multiple of 4.
+/// for an index `i` that is a multiple of 4. The extent along `along` is a multiple of 4. An
+/// image's texel, or an aligned `float4` of a buffer.
 #[derive(Debug, Clone, Copy)]
 pub struct TexelRead<'a> {
     pub texel: &'a str,
     pub along: Along,
+    /// An aligned `float4` of a buffer rather than an image's texel. Along [`Along::K`] the
+    /// neighbouring work-items then read neighbouring `float4`s along the reduction (one row's
+    /// 16-byte reads are one coalesced segment), into a tile padded like
+    /// [`Contraction::k_fastest`]'s; an image's texels are read down a column of the tile's
+    /// rows or columns (they lie in the texture cache's 2-D block).
+    pub buffer: bool,
 }
 
 /// The holes of the [`contraction`] template: `out[row, col] = epilogue(Σ_k a(row, k) · b(k, col))`
@@ -137,8 +144,11 @@ impl Contraction<'_> {
     /// reduction fastest: one element, or four where the tile is read as `float4` (rows stay
     /// aligned); else none.
     fn pad(&self, i: usize) -> u64 {
-        let texel = if i == 0 { self.a_texel.is_some() } else { self.b_texel.is_some() };
-        if !self.k_fastest[i] || texel || (i == 1 && self.texel_store) {
+        let t = if i == 0 { self.a_texel } else { self.b_texel };
+        // A texel read staged along the reduction is padded whatever `k_fastest` says.
+        let texel_k = t.is_some_and(|t| t.along == Along::K && t.buffer);
+        let texel = t.is_some() && !texel_k;
+        if !(self.k_fastest[i] || texel_k) || texel || (i == 1 && self.texel_store) {
             0
         } else if self.vec(i) {
             4
@@ -196,7 +206,22 @@ fn staging(st: &Stage<'_>, p: Steps<'_>, kb: &str) -> Staging {
     let texel_value =
         |texel: &str| format!("({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f)");
     match texel {
-        Some(TexelRead { texel, along: Along::K }) => Staging {
+        Some(TexelRead { texel, along: Along::K, buffer: true }) => {
+            let q4 = tk / 4;
+            Staging {
+                items: q4 * bx,
+                ty: "float4",
+                decl: format!("const {ix} {outer} = {o0} + t / {q4}, kk = {kb} + 4 * (t % {q4});"),
+                value: texel_value(texel),
+                store: ["x", "y", "z", "w"]
+                    .iter()
+                    .enumerate()
+                    .map(|(q, ch)| format!("{tile}[4 * (t % {q4}) + {q}][t / {q4}] = v.{ch};"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            }
+        }
+        Some(TexelRead { texel, along: Along::K, buffer: false }) => Staging {
             items: tk / 4 * bx,
             ty: "float4",
             decl: format!("const {ix} {outer} = {o0} + t % {bx}, kk = {kb} + 4 * (t / {bx});"),
@@ -208,7 +233,7 @@ fn staging(st: &Stage<'_>, p: Steps<'_>, kb: &str) -> Staging {
                 .collect::<Vec<_>>()
                 .join(" "),
         },
-        Some(TexelRead { texel, along: Along::Outer }) => {
+        Some(TexelRead { texel, along: Along::Outer, .. }) => {
             let q4 = bx / 4;
             Staging {
                 items: tk * q4,
@@ -327,9 +352,10 @@ pub fn contraction(c: &Contraction<'_>) -> String {
             format!("; {} {what}", v.join(", "))
         }
     };
-    let texel = |i: usize| if i == 0 { c.a_texel.is_some() } else { c.b_texel.is_some() };
+    let texel = |i: usize| if i == 0 { c.a_texel } else { c.b_texel };
     let mut notes = sides(&|i| c.pad(i) > 0, "staged along k")
-        + &sides(&texel, "staged a texel at a time")
+        + &sides(&|i| texel(i).is_some_and(|t| !t.buffer), "staged a texel at a time")
+        + &sides(&|i| texel(i).is_some_and(|t| t.buffer), "loaded as float4")
         + &sides(&|i| c.vec(i), "read as float4");
     if c.prefetch {
         notes.push_str("; the next step prefetched into registers");

@@ -2,11 +2,11 @@
 # H200 measurements for the issue notes; run on the lent device from the repo root.
 # B: the fbc to measure (default devbin/fbc); OLD: optionally another fbc (say, the previous
 # commit's) benchmarked side by side in the same run. Results: $OUT/{check,bench,sweep,tune}.txt,
-# skinny.txt, generate.txt, merge.txt, matvec.txt, variants.txt, bins.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
-# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec variants bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
+# skinny.txt, generate.txt, merge.txt, matvec.txt, variants.txt, gemm.txt, bins.txt, flat.txt, chunks.txt, torch.json, torch_decode.json, clblast.txt, timeline_*.html, nvidia-calibrated.toml. PARTS: the sections to run (default all:
+# calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec variants gemm bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab), so that a
 # measurement can be split over device calls of at most 10 minutes.
 set -u
-PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec variants bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
+PARTS=${PARTS:-calibrate infcheck check bench lora mfbsplit splitk timeline memory reduce decode attention generate tune sweep skinny chunks merge matvec variants gemm bins flat torch torchdecode clblast onnx unet nc4hw4 stream quant ab}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=${B:-devbin/fbc}; OLD=${OLD:-}; O=${OUT:-/tmp/out}; T=/tmp/w; mkdir -p $T $O
 ldd $B | grep -q "not found" && export LD_LIBRARY_PATH=$PWD/devbin
@@ -385,6 +385,20 @@ fi
 # profile). Each set's 2-layer decode over 256 positions checked
 # against the interpreter, then the 16-layer Llama 3.2-1B decode step at position 2047 with
 # each, alternated ROUNDS rounds (default 2). Results: $O/variants.txt.
+# variant_profile NAME SETS: $T/var_NAME.toml, the nvidia profile with SETS (`key = value;...`)
+# in place of its own keys.
+variant_profile() {
+  cp dialects/target/profiles/nvidia.toml $T/var_$1.toml
+  IFS=';' read -ra kvs <<< "$2"
+  for kv in "${kvs[@]}"; do
+    key=$(echo "${kv%%=*}" | tr -d ' ')
+    [ -n "$key" ] || continue
+    sec=skinny
+    case $key in *.*) sec=${key%%.*}; key=${key#*.}; kv="$key =${kv#*=}";; esac
+    grep -q "^\[$sec\]\$" $T/var_$1.toml || printf '\n[%s]\n' $sec >> $T/var_$1.toml
+    sed -i -e "/^$key = /d" -e "s/^\[$sec\]\$/[$sec]\n$kv/" $T/var_$1.toml
+  done
+}
 if want variants; then
   VR=$O/variants.txt
   [ -e $T/llama_inf.fbir ] || $B gen llama3.2-1b --inference --seq 512 --max-seq 2048 -o $T/llama_inf.fbir
@@ -394,16 +408,7 @@ if want variants; then
   while IFS='|' read -r n sets; do
     [ -n "$n" ] || continue
     names+=("$n")
-    cp dialects/target/profiles/nvidia.toml $T/var_$n.toml
-    IFS=';' read -ra kvs <<< "$sets"
-    for kv in "${kvs[@]}"; do
-      key=$(echo "${kv%%=*}" | tr -d ' ')
-      [ -n "$key" ] || continue
-      sec=skinny
-      case $key in *.*) sec=${key%%.*}; key=${key#*.}; kv="$key =${kv#*=}";; esac
-      grep -q "^\[$sec\]\$" $T/var_$n.toml || printf '\n[%s]\n' $sec >> $T/var_$n.toml
-      sed -i -e "/^$key = /d" -e "s/^\[$sec\]\$/[$sec]\n$kv/" $T/var_$n.toml
-    done
+    variant_profile "$n" "$sets"
     echo "== check decode, 2 layers, 256 positions, variant $n: $sets" >> $VR
     timeout 100 $B run $T/inf2.fbir --entry decode --target opencl --device $D --profile $T/var_$n.toml --random-inputs 1 --check >> $VR 2>&1; echo "rc=$?" >> $VR
   done <<< "${VARIANTS:-shipped|}"
@@ -411,6 +416,36 @@ if want variants; then
     for n in "${names[@]}"; do
       echo "=== variants decode pos=2047 round $round variant $n" >> $VR
       timeout 100 $B bench $T/llama_inf.fbir --entry decode --device $D --profile $T/var_$n.toml --inputs $T/pos.safetensors --repeat 10 >> $VR 2>&1
+    done
+  done
+fi
+# The same kind of variants on contractions (part gemm, issue 10): GVARIANTS as VARIANTS above
+# (default: the shipped profile, and buffer loads one value at a time), each checked on the
+# one-layer Llama step (seq 64) against the interpreter at -O2 and -O3, then GRAPHS (default
+# matmul-fb at -O2, whose operands are buffers, and -O3, R-Tile images; the one-layer Llama
+# LoRA step at seq 512, -O3) benchmarked with each, alternated ROUNDS rounds (default 2).
+# Results: $O/gemm.txt.
+if want gemm; then
+  G=$O/gemm.txt
+  [ -f $T/l512.fbir ] || $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
+  [ -f $T/l64.fbir ] || $B gen llama3.2-1b --layers 1 --seq 64 --vocab 128 --lora-rank 8 --training -o $T/l64.fbir
+  names=()
+  while IFS='|' read -r n sets; do
+    [ -n "$n" ] || continue
+    names+=("$n")
+    variant_profile "$n" "$sets"
+    for lv in -O2 -O3; do
+      echo "== check l64 $lv variant $n: $sets" >> $G
+      timeout 100 $B run $T/l64.fbir --entry loss_grad $lv --target opencl --device $D --profile $T/var_$n.toml --random-inputs 1 --check >> $G 2>&1; echo "rc=$?" >> $G
+    done
+  done <<< "${GVARIANTS:-$'shipped|\nscalar|contraction.vector_loads = false'}"
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for g in ${GRAPHS:-mfb:-O2 mfb:-O3 l512:-O3}; do
+      f=${g%%:*}; lv=${g#*:}; e=""; [ $f = l512 ] && e="--entry loss_grad"
+      for n in "${names[@]}"; do
+        echo "=== gemm $f $lv round $round variant $n" >> $G
+        timeout 100 $B bench $T/$f.fbir $e $lv --device $D --profile $T/var_$n.toml --repeat 10 >> $G 2>&1
+      done
     done
   done
 fi

@@ -1334,9 +1334,10 @@ impl Cx<'_> {
         (!s.rows.is_empty() && !s.cols.is_empty()).then_some(s)
     }
 
-    /// Whether output `i` is an `f32` buffer whose offset moves by `0, 1, 2, 3` over four
-    /// consecutive columns `cols` (flattened in domain order) from a multiple of 4, and is a
-    /// multiple of 4 there for every point: the innermost column dimension `d` of extent > 1 has
+    /// Whether operand `i` (an output's columns, or an input's reduction, rows or columns) is an
+    /// `f32` buffer whose offset moves by `0, 1, 2, 3` over four consecutive values of `cols`
+    /// (domain dimensions flattened in domain order) from a multiple of 4, and is a multiple of
+    /// 4 there for every point: the innermost column dimension `d` of extent > 1 has
     /// an extent that 4 divides, and the offset is `4·Q + d mod 4` with `Q` constant over each
     /// aligned run of four values of `d` ([`quad`]: `d`, or `d mod 32`, plus multiples of 4 such
     /// as an R-Tile's `(d floordiv 32) * 2048`).
@@ -2425,19 +2426,59 @@ impl Cx<'_> {
         // Texel staging needs whole texels per step: `tile_k` (along `kk`) or the block (along
         // rows or columns) a multiple of 4.
         let [bn, bm] = c.block();
-        let fits = |t: &Option<(String, fbc_kernels::Along)>, block: u64| match t {
-            Some((_, fbc_kernels::Along::K)) => c.tile_k % 4 == 0,
-            Some((_, fbc_kernels::Along::Outer)) => block % 4 == 0,
-            None => false,
+        let fits = |along: Along, block: u64| match along {
+            Along::K => c.tile_k % 4 == 0,
+            Along::Outer => block % 4 == 0,
         };
-        if fits(&a_tex, bm) {
-            c.a_texel =
-                a_tex.as_ref().map(|(t, al)| fbc_kernels::TexelRead { texel: t, along: *al });
+        // A buffer operand four values a load where its offset runs over aligned quads along
+        // the reduction (first for `a`) or its rows or columns (not under a guard, which is
+        // checked once per quad).
+        let quad_read = |i: usize,
+                         side: usize,
+                         ds: &[String],
+                         ok: &Option<String>,
+                         along: [(&[usize], Along); 2]|
+         -> Result<Option<(String, Along)>, String> {
+            if !params.vector_loads || select_side == Some(side) || !plain[side] {
+                return Ok(None);
+            }
+            let Some((_, al)) = along
+                .into_iter()
+                .find(|&(axis, al)| !(guarded && al == Along::Outer) && self.quad_offsets(i, axis))
+            else {
+                return Ok(None);
+            };
+            let off = self.coord(i, 0, ds)?;
+            let quad = format!("(*(__global const float4*)(x{i} + ({off})))");
+            Ok(Some((when(ok, quad, zero4), al)))
+        };
+        let a_quad = match a_tex {
+            None => {
+                quad_read(a, 0, &a_dims, &a_ok, [(&red, Along::K), (&split.rows, Along::Outer)])?
+            }
+            Some(_) => None,
+        };
+        let b_quad = match b_tex {
+            None => {
+                quad_read(b, 1, &b_dims, &b_ok, [(&split.cols, Along::Outer), (&red, Along::K)])?
+            }
+            Some(_) => None,
+        };
+        // An image's texels, else a buffer's quads, where the tile holds whole ones.
+        fn staged<'s>(
+            image: &'s Option<(String, Along)>,
+            quad: &'s Option<(String, Along)>,
+            fits: impl Fn(Along) -> bool,
+        ) -> Option<fbc_kernels::TexelRead<'s>> {
+            let ((texel, along), buffer) = match (image, quad) {
+                (Some(t), _) => (t, false),
+                (None, Some(q)) => (q, true),
+                (None, None) => return None,
+            };
+            fits(*along).then_some(fbc_kernels::TexelRead { texel, along: *along, buffer })
         }
-        if fits(&b_tex, bn) {
-            c.b_texel =
-                b_tex.as_ref().map(|(t, al)| fbc_kernels::TexelRead { texel: t, along: *al });
-        }
+        c.a_texel = staged(&a_tex, &a_quad, |al| fits(al, bm));
+        c.b_texel = staged(&b_tex, &b_quad, |al| fits(al, bn));
         if c.local_bytes() > opts.local_mem_bytes {
             return Ok(None);
         }

@@ -32,6 +32,10 @@ pub struct Tuned {
     /// they were measured).
     #[serde(default)]
     pub prefetch: bool,
+    /// Four-wide global loads of buffer operands (absent in files written before the kernel
+    /// had them: `false`, as they were measured).
+    #[serde(default)]
+    pub vector_loads: bool,
     /// Device time of the shape's launches in one run with these parameters, in nanoseconds
     /// (median of the tuning runs).
     pub ns: u64,
@@ -48,6 +52,7 @@ impl Tuned {
             local_vector: self.local_vector,
             stage_along_k: self.stage_along_k,
             prefetch: self.prefetch,
+            vector_loads: self.vector_loads,
         }
     }
 }
@@ -147,6 +152,7 @@ mod tests {
             local_vector: 4,
             stage_along_k: true,
             prefetch: true,
+            vector_loads: true,
             ns,
             default_ns: 2 * ns,
         }

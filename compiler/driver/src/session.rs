@@ -166,7 +166,21 @@ impl<'d> Session<'d> {
                 Ok(stats)
             }
             Err(Failure::Input(e)) if e.contains(fbc_transforms::weight_streaming::TOO_SMALL) => {
-                self.compile_with(file, module, Some((budget / 8).max(1)))
+                // Only where the split runs and finds a weight to cut (on a copy, the pass
+                // alone): else the second compile would end in the same error.
+                let tile = (budget / 8).max(1);
+                let split =
+                    format!("{}{{max-bytes={tile}}}", fbc_transforms::split_weight_rows::NAME);
+                let split = fbc_transforms::without_passes(&split, &self.disabled);
+                if split.is_empty() {
+                    return Err(Failure::Input(e));
+                }
+                let (_, stats) = self.run(file, &mut module.clone(), &split)?;
+                let key = (fbc_transforms::split_weight_rows::NAME.to_string(), "weights".into());
+                if stats.counters.get(&key).copied().unwrap_or(0) == 0 {
+                    return Err(Failure::Input(e));
+                }
+                self.compile_with(file, module, Some(tile))
             }
             Err(e) => Err(e),
         }

@@ -135,6 +135,8 @@ pub fn with_candidate(
         local_vector: c.3,
         stage_along_k: c.4,
         prefetch: c.5,
+        // Not a tuned choice: the profile's.
+        vector_loads: profile.contraction.vector_loads,
     };
     k
 }
@@ -266,6 +268,7 @@ pub(crate) fn tune(
                 local_vector,
                 stage_along_k,
                 prefetch,
+                vector_loads: profile.contraction.vector_loads,
                 ns,
                 default_ns,
             },

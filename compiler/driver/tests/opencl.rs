@@ -616,9 +616,15 @@ fn a_contraction_into_a_padded_image_is_tiled_under_its_guard() {
     check(&p, 1, &["--dump-kernels", dump.to_str().unwrap_or_default()])
         .unwrap_or_else(|e| panic!("{e}"));
     let mm = std::fs::read_to_string(dump.join("main_matmul_y.cl")).expect("dumped");
-    // Tiled; padded rows of x and padded columns of w are not read; padding is stored as 0.
+    // Tiled; padded rows of x and padded columns of w are not read (x four values a load along
+    // the reduction, under the guard of its rows); padding is stored as 0.
     assert!(mm.contains("reqd_work_group_size"), "{mm}");
-    assert!(mm.contains("((row < 30) ? x0[((row * 40) + kk)] : 0.0f)"), "{mm}");
+    assert!(
+        mm.contains(
+            "((row < 30) ? (*(__global const float4*)(x0 + (((row * 40) + kk)))) : (float4)(0.0f))"
+        ),
+        "{mm}"
+    );
     assert!(mm.contains("((row < 30 && (((col / 4) * 4) + 3) < 30) ? acc3 : 0.0f)"), "{mm}");
 }
 

@@ -119,6 +119,12 @@ pub struct ContractionParams {
     /// current step computes (see `fbc_kernels::Contraction::prefetch`). Optional: `false`.
     #[serde(default)]
     pub prefetch: bool,
+    /// Global loads of a buffer operand four values at a time (one aligned `float4`, as an
+    /// image operand reads one RGBA texel) where its offset steps by one along the reduction or
+    /// along its rows (columns) over aligned runs of four: a quarter of the load instructions
+    /// and their index arithmetic. Optional: `true`.
+    #[serde(default = "yes")]
+    pub vector_loads: bool,
 }
 
 fn four() -> u32 {
@@ -388,6 +394,7 @@ impl Default for ContractionParams {
             stage_along_k: true,
             local_vector: 4,
             prefetch: false,
+            vector_loads: true,
         }
     }
 }

@@ -135,12 +135,13 @@ fn contraction_parameters_default_and_are_validated() {
             tile_k: 16,
             stage_along_k: true,
             local_vector: 4,
-            prefetch: false
+            prefetch: false,
+            vector_loads: true
         }
     );
     let set = format!(
         "{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n\
-         local_vector = 1\nprefetch = true\n"
+         local_vector = 1\nprefetch = true\nvector_loads = false\n"
     );
     assert_eq!(
         from_toml(&set).unwrap().contraction,
@@ -149,7 +150,8 @@ fn contraction_parameters_default_and_are_validated() {
             tile_k: 32,
             stage_along_k: false,
             local_vector: 1,
-            prefetch: true
+            prefetch: true,
+            vector_loads: false
         }
     );
     let bad =
