@@ -540,10 +540,18 @@ PY
   timeout 250 $B bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 >> $S 2>&1; echo "rc=$?" >> $S
   # The quarter, then STREAM_BUDGETS (default: the plan's minimum for this graph, measured in
   # session 10, and 2 GiB), by $B and, where set, $OLD in turn.
+  # STREAM_JSON=1: $B's runs also write `fbc bench --json` (every launch's and upload's place
+  # on the device's timeline) to $O/stream_BUDGET.json.
   for q in $Q ${STREAM_BUDGETS:-1351090176 2147483648}; do
     for b in $B $OLD; do
       echo "=== prefill --memory-budget $q $b" >> $S
-      timeout 250 $b bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 --memory-budget $q >> $S 2>&1; echo "rc=$?" >> $S
+      json=""; [ -n "${STREAM_JSON:-}" ] && [ $b = $B ] && json="--json"
+      if [ -n "$json" ]; then
+        timeout 250 $b bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 --memory-budget $q --json > $O/stream_$q.json 2>> $S; echo "rc=$?" >> $S
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['runs'][0] if 'runs' in d else d; print(json.dumps(r.get('streaming', {}).get('overlap')))" $O/stream_$q.json >> $S 2>&1
+      else
+        timeout 250 $b bench $T/pre16.fbir --entry prefill --device $D --profile $P --repeat 3 --memory-budget $q >> $S 2>&1; echo "rc=$?" >> $S
+      fi
     done
   done
 fi
