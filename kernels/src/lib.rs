@@ -206,33 +206,27 @@ fn staging(st: &Stage<'_>, p: Steps<'_>, kb: &str) -> Staging {
     let texel_value =
         |texel: &str| format!("({outer} < {extent} && kk < {k}) ? {texel} : (float4)(0.0f)");
     match texel {
-        Some(TexelRead { texel, along: Along::K, buffer: true }) => {
+        Some(TexelRead { texel, along: Along::K, buffer }) => {
+            // `t` counts along `kk` (a texel at a time) fastest for a buffer, else along `outer`.
             let q4 = tk / 4;
+            let (o, q) = if buffer {
+                (format!("t / {q4}"), format!("t % {q4}"))
+            } else {
+                (format!("t % {bx}"), format!("t / {bx}"))
+            };
             Staging {
                 items: q4 * bx,
                 ty: "float4",
-                decl: format!("const {ix} {outer} = {o0} + t / {q4}, kk = {kb} + 4 * (t % {q4});"),
+                decl: format!("const {ix} {outer} = {o0} + {o}, kk = {kb} + 4 * ({q});"),
                 value: texel_value(texel),
                 store: ["x", "y", "z", "w"]
                     .iter()
                     .enumerate()
-                    .map(|(q, ch)| format!("{tile}[4 * (t % {q4}) + {q}][t / {q4}] = v.{ch};"))
+                    .map(|(c, ch)| format!("{tile}[4 * ({q}) + {c}][{o}] = v.{ch};"))
                     .collect::<Vec<_>>()
                     .join(" "),
             }
         }
-        Some(TexelRead { texel, along: Along::K, buffer: false }) => Staging {
-            items: tk / 4 * bx,
-            ty: "float4",
-            decl: format!("const {ix} {outer} = {o0} + t % {bx}, kk = {kb} + 4 * (t / {bx});"),
-            value: texel_value(texel),
-            store: ["x", "y", "z", "w"]
-                .iter()
-                .enumerate()
-                .map(|(q, ch)| format!("{tile}[4 * (t / {bx}) + {q}][t % {bx}] = v.{ch};"))
-                .collect::<Vec<_>>()
-                .join(" "),
-        },
         Some(TexelRead { texel, along: Along::Outer, .. }) => {
             let q4 = bx / 4;
             Staging {
