@@ -423,7 +423,8 @@ fi
 # (default: the shipped profile, and buffer loads one value at a time), each checked on the
 # one-layer Llama step (seq 64) against the interpreter at -O2 and -O3, then GRAPHS (default
 # matmul-fb at -O2, whose operands are buffers, and -O3, R-Tile images; the one-layer Llama
-# LoRA step at seq 512, -O3) benchmarked with each, alternated ROUNDS rounds (default 2).
+# LoRA step at seq 512, -O3) benchmarked with each, alternated ROUNDS rounds (default 2);
+# GCHECK=0 skips the checks.
 # Results: $O/gemm.txt.
 if want gemm; then
   G=$O/gemm.txt
@@ -434,6 +435,7 @@ if want gemm; then
     [ -n "$n" ] || continue
     names+=("$n")
     variant_profile "$n" "$sets"
+    [ "${GCHECK:-1}" = 0 ] && continue
     for lv in -O2 -O3; do
       echo "== check l64 $lv variant $n: $sets" >> $G
       timeout 100 $B run $T/l64.fbir --entry loss_grad $lv --target opencl --device $D --profile $T/var_$n.toml --random-inputs 1 --check >> $G 2>&1; echo "rc=$?" >> $G
