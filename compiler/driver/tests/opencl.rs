@@ -1133,7 +1133,8 @@ fn a_missing_device_is_an_error() {
 
 /// Every register block and staging depth a profile may set (edge tiles included: M, N, K not
 /// multiples of the block or of the step, K shorter than one step, two-column and rank-8 sides),
-/// for buffer operands (-O0) and R-Tile image operands (-O3), gives the reference executor's
+/// for buffer operands (-O0: loaded one value or, where 4 divides, four values at a time, row-major
+/// or transposed) and R-Tile image operands (-O3), gives the reference executor's
 /// results within `--check`'s bound (each output sums in the reference's order; the device may
 /// fuse a multiply-add). Two tests, so that the test runner runs the levels side by side.
 #[test]
@@ -1151,7 +1152,18 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
         return;
     }
     // Sides of at most 16 outputs take the skinny kernel instead: see the next test.
-    let shapes: [(u64, u64, u64); 4] = [(37, 29, 9), (70, 130, 67), (300, 17, 33), (64, 64, 64)];
+    // (M, N, K, transpose_a, transpose_b): odd extents (scalar loads only); extents that 4
+    // divides but no block or k step does, the operands row-major or transposed, so that buffer
+    // operands load four values at a time along the reduction or along their rows/columns.
+    let shapes: [(u64, u64, u64, bool, bool); 7] = [
+        (37, 29, 9, false, false),
+        (70, 130, 67, false, false),
+        (300, 17, 33, false, false),
+        (64, 64, 64, false, false),
+        (36, 44, 20, false, false),
+        (36, 44, 20, true, false),
+        (52, 28, 12, false, true),
+    ];
     // Edge register blocks and k steps, with and without register prefetch (a tile smaller
     // than the work-group, a share that is not a whole number of items per work-item), then
     // every parameter set `fbc tune` may pick.
@@ -1165,15 +1177,36 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
     ];
     let params: Vec<fbc::tuning::Candidate> =
         edges.iter().chain(fbc::tuning::CANDIDATES).copied().collect();
-    for (m, n, k) in shapes {
+    for (m, n, k, ta, tb) in shapes {
+        // Four-wide buffer loads are on by default; the shapes that 4 divides run with and
+        // without them on buffers (-O0; at -O3 the operands are images), over a few edge and
+        // tuner sets (each set is a kernel that PoCL compiles, for minutes in all when cold).
+        let quad_shape = k % 4 == 0 && m % 4 == 0 && n % 4 == 0 && m != 64;
+        if quad_shape && o3 {
+            continue;
+        }
+        let quad_sets = [edges[1], edges[3], params[edges.len()], params[edges.len() + 6]];
+        let (sets, widths): (&[fbc::tuning::Candidate], &[bool]) =
+            if quad_shape { (&quad_sets, &[true, false]) } else { (&params, &[true]) };
+        let (ash, bsh) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
+        let attrs = match (ta, tb) {
+            (true, _) => " {transpose_a = true}",
+            (_, true) => " {transpose_b = true}",
+            _ => "",
+        };
+        let (at, bt) = (
+            format!("tensor<{}x{}xf32>", ash[0], ash[1]),
+            format!("tensor<{}x{}xf32>", bsh[0], bsh[1]),
+        );
         let text = common::main_module(
-            &format!("%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>"),
-            &format!("  %r = tensor.matmul %a, %b : (tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>"),
+            &format!("%a: {at}, %b: {bt}"),
+            &format!("  %r = tensor.matmul %a, %b{attrs} : ({at}, {bt}) -> tensor<{m}x{n}xf32>"),
             &format!("tensor<{m}x{n}xf32>"),
         );
         let original = common::parse(&text);
         let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
-        for &cand in &params {
+        let mut quads = 0;
+        for (&cand, &vector_loads) in sets.iter().flat_map(|c| widths.iter().map(move |w| (c, w))) {
             let prefetch = cand.5;
             let profile = fbc_target::builtin("generic").expect("generic");
             let lowered = if o3 {
@@ -1185,13 +1218,22 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
             let want = fbc_runtime::interp::Interpreter::new(&lowered)
                 .run_id(f, inputs.clone())
                 .expect("reference executor");
-            let case = format!("{m}x{n}x{k} -O{} {cand:?}", if o3 { 3 } else { 0 });
-            let kernels = fbc::tuning::with_candidate(&profile, cand);
+            let case = format!(
+                "{m}x{n}x{k} ta={ta} tb={tb} -O{} {cand:?} vector_loads={vector_loads}",
+                if o3 { 3 } else { 0 }
+            );
+            let mut kernels = fbc::tuning::with_candidate(&profile, cand);
+            kernels.contraction.vector_loads = vector_loads;
             let (out, got) = write_and_run_main(&lowered, kernels, &inputs, &case);
             assert!(out.manifest.functions[0].launches().any(|l| l.tiled), "{case}: not tiled");
             assert_eq!(out.source.contains("Bs_next[u] = "), prefetch, "{case}: prefetch");
+            let loaded = out.source.contains("loaded as float4");
+            assert!(vector_loads || !loaded, "{case}: four-wide loads where they are off");
+            quads += usize::from(loaded);
             within_check_bound(&want[0], &got.results[0], &case);
         }
+        // Buffer operands (all of them at -O0) load four values at a time where 4 divides.
+        assert!(!quad_shape || quads > 0, "{m}x{n}x{k}: no four-wide loads");
     }
 }
 
