@@ -145,10 +145,11 @@ impl Contraction<'_> {
     /// aligned); else none.
     fn pad(&self, i: usize) -> u64 {
         let t = if i == 0 { self.a_texel } else { self.b_texel };
-        // A texel read staged along the reduction is padded whatever `k_fastest` says.
-        let texel_k = t.is_some_and(|t| t.along == Along::K && t.buffer);
-        let texel = t.is_some() && !texel_k;
-        if !(self.k_fastest[i] || texel_k) || texel || (i == 1 && self.texel_store) {
+        // A buffer's quads along the reduction are staged with it fastest, whatever
+        // `k_fastest` says; an image's texels never are.
+        let quads_k = t.is_some_and(|t| t.along == Along::K && t.buffer);
+        let texel = t.is_some() && !quads_k;
+        if !(self.k_fastest[i] || quads_k) || texel || (i == 1 && self.texel_store) {
             0
         } else if self.vec(i) {
             4
