@@ -212,62 +212,8 @@ pub struct StreamingFigures {
     /// Each transfer's start after the run's first launch started (negative: before it) and its
     /// device time (`--timeline` draws these).
     pub transfers: Vec<(i64, u64)>,
-    /// Where the time went: see [`Overlap`].
-    pub overlap: Overlap,
-}
-
-/// The device timeline of a streamed run split by what was running: from the first launch or
-/// transfer to the end of the last, `transfer_ns` with a transfer under way (hidden or not),
-/// `alone_ns` with launches and no transfer, `idle_ns` with neither. Their sum is `wall_ns`,
-/// and `wall_ns / max(compute, transfers)` is what the overlap goal bounds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Overlap {
-    pub wall_ns: u64,
-    pub transfer_ns: u64,
-    pub alone_ns: u64,
-    pub idle_ns: u64,
-    /// Time with at least one launch executing.
-    pub compute_ns: u64,
-}
-
-/// `spans` (start, length) merged into disjoint sorted intervals `[start, end)`.
-fn merged(spans: impl IntoIterator<Item = (i64, u64)>) -> Vec<(i64, i64)> {
-    let mut v: Vec<(i64, i64)> = spans
-        .into_iter()
-        .filter(|&(_, len)| len > 0)
-        .map(|(s, len)| (s, s.saturating_add(i64::try_from(len).unwrap_or(i64::MAX))))
-        .collect();
-    v.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
-    for (s, e) in v {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
-    out
-}
-
-fn length(v: &[(i64, i64)]) -> u64 {
-    v.iter().map(|&(s, e)| (e - s).unsigned_abs()).sum()
-}
-
-/// [`Overlap`] of launches and transfers, each `(start, length)` on one clock.
-pub fn overlap(launches: &[(i64, u64)], transfers: &[(i64, u64)]) -> Overlap {
-    let (l, t) = (merged(launches.iter().copied()), merged(transfers.iter().copied()));
-    let both = merged(launches.iter().chain(transfers).copied());
-    let (Some(first), Some(last)) = (both.first(), both.last()) else {
-        return Overlap::default();
-    };
-    let wall_ns = (last.1 - first.0).unsigned_abs();
-    let (compute_ns, transfer_ns, busy) = (length(&l), length(&t), length(&both));
-    Overlap {
-        wall_ns,
-        transfer_ns,
-        alone_ns: busy - transfer_ns,
-        idle_ns: wall_ns - busy,
-        compute_ns,
-    }
+    /// Where the time went (the runtime's split of the last run's timeline).
+    pub overlap: fbc_runtime::device::TimeSplit,
 }
 
 /// The `fblayout` run among `runs` and the runs that took less device time than it: what
@@ -658,13 +604,7 @@ fn opencl(driver: &crate::Driver, a: &BenchArgs, quiet: bool) -> Result<(), crat
             hidden_ns: res.streaming.hidden_ns,
             span_ns: times.iter().map(|t| t.start_ns + t.last_ns).max().unwrap_or(0),
             transfers: res.streaming.transfers.clone(),
-            overlap: overlap(
-                &times
-                    .iter()
-                    .map(|t| (i64::try_from(t.start_ns).unwrap_or(i64::MAX), t.last_ns))
-                    .collect::<Vec<_>>(),
-                &res.streaming.transfers,
-            ),
+            overlap: res.streaming.split,
         });
         runs.push(fig);
     }
@@ -741,25 +681,6 @@ mod tests {
 
     fn run(strategy: &str, total_ns: u64) -> StrategyFigures {
         StrategyFigures { strategy: strategy.into(), level: 3, total_ns, ..Default::default() }
-    }
-
-    #[test]
-    fn a_streamed_timeline_splits_into_transfers_launches_alone_and_idle() {
-        // Transfers [-10, 30) and [50, 70); launches [0, 20), [15, 40) and [80, 90): from -10
-        // to 90, 60 ns with a transfer, [30, 40) and [80, 90) launches alone, [40, 50) and
-        // [70, 80) idle; launches cover [0, 40) and [80, 90).
-        let o = overlap(&[(0, 20), (15, 25), (80, 10)], &[(-10, 40), (50, 20)]);
-        assert_eq!(
-            o,
-            Overlap { wall_ns: 100, transfer_ns: 60, alone_ns: 20, idle_ns: 20, compute_ns: 50 }
-        );
-        // Nothing ran: all zero; no transfer: every launch alone.
-        assert_eq!(overlap(&[], &[]), Overlap::default());
-        let o = overlap(&[(5, 10), (30, 0)], &[]);
-        assert_eq!(
-            o,
-            Overlap { wall_ns: 10, transfer_ns: 0, alone_ns: 10, idle_ns: 0, compute_ns: 10 }
-        );
     }
 
     #[test]

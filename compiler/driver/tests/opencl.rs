@@ -1131,6 +1131,26 @@ fn a_missing_device_is_an_error() {
 
 // ----- contraction parameters -----
 
+/// `@main(a, b) = a · b` for an `m × n` product over `k`, `a` stored `[k, m]` where `ta` and `b`
+/// stored `[n, k]` where `tb` (one of them transposed at most).
+fn matmul_module(m: u64, n: u64, k: u64, ta: bool, tb: bool) -> String {
+    let (ash, bsh) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
+    let attrs = match (ta, tb) {
+        (true, _) => " {transpose_a = true}",
+        (_, true) => " {transpose_b = true}",
+        _ => "",
+    };
+    let (at, bt) = (
+        format!("tensor<{}x{}xf32>", ash[0], ash[1]),
+        format!("tensor<{}x{}xf32>", bsh[0], bsh[1]),
+    );
+    common::main_module(
+        &format!("%a: {at}, %b: {bt}"),
+        &format!("  %r = tensor.matmul %a, %b{attrs} : ({at}, {bt}) -> tensor<{m}x{n}xf32>"),
+        &format!("tensor<{m}x{n}xf32>"),
+    )
+}
+
 /// Every register block and staging depth a profile may set (edge tiles included: M, N, K not
 /// multiples of the block or of the step, K shorter than one step, two-column and rank-8 sides),
 /// for buffer operands (-O0: loaded one value or, where 4 divides, four values at a time, row-major
@@ -1188,21 +1208,7 @@ fn every_contraction_parameter_set_matches_the_reference_executor(o3: bool) {
         let quad_sets = [edges[1], edges[3], params[edges.len()], params[edges.len() + 6]];
         let (sets, widths): (&[fbc::tuning::Candidate], &[bool]) =
             if quad_shape { (&quad_sets, &[true, false]) } else { (&params, &[true]) };
-        let (ash, bsh) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
-        let attrs = match (ta, tb) {
-            (true, _) => " {transpose_a = true}",
-            (_, true) => " {transpose_b = true}",
-            _ => "",
-        };
-        let (at, bt) = (
-            format!("tensor<{}x{}xf32>", ash[0], ash[1]),
-            format!("tensor<{}x{}xf32>", bsh[0], bsh[1]),
-        );
-        let text = common::main_module(
-            &format!("%a: {at}, %b: {bt}"),
-            &format!("  %r = tensor.matmul %a, %b{attrs} : ({at}, {bt}) -> tensor<{m}x{n}xf32>"),
-            &format!("tensor<{m}x{n}xf32>"),
-        );
+        let text = matmul_module(m, n, k, ta, tb);
         let original = common::parse(&text);
         let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
         let mut quads = 0;
@@ -1269,21 +1275,7 @@ fn skinny_contractions_match_the_reference_executor() {
     let mut forms = std::collections::BTreeSet::new();
     let profile = fbc_target::builtin("generic").expect("generic");
     for (m, k, n, ta, tb) in shapes {
-        let (ash, bsh) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
-        let attrs = match (ta, tb) {
-            (true, _) => " {transpose_a = true}",
-            (_, true) => " {transpose_b = true}",
-            _ => "",
-        };
-        let (at, bt) = (
-            format!("tensor<{}x{}xf32>", ash[0], ash[1]),
-            format!("tensor<{}x{}xf32>", bsh[0], bsh[1]),
-        );
-        let text = common::main_module(
-            &format!("%a: {at}, %b: {bt}"),
-            &format!("  %r = tensor.matmul %a, %b{attrs} : ({at}, {bt}) -> tensor<{m}x{n}xf32>"),
-            &format!("tensor<{m}x{n}xf32>"),
-        );
+        let text = matmul_module(m, n, k, ta, tb);
         let original = common::parse(&text);
         let inputs = fbc_runtime::interp::random_inputs(&original, "main", 5).expect("inputs");
         for (o3, split) in [(false, "off"), (false, "2"), (true, "off"), (true, "2")] {

@@ -27,6 +27,17 @@ fn deep_mlp(layers: usize, rows: u64, width: u64) -> String {
     )
 }
 
+/// The width of [`quarter_mlp`]'s layers.
+const WIDTH: u64 = 128;
+
+/// `deep_mlp(layers, 16, WIDTH)` written to `deep.fbir` in the scratch folder `name`: the
+/// folder, the file's path, and a budget of a quarter of its weights' bytes (each 64 KiB).
+fn quarter_mlp(name: &str, layers: usize) -> (std::path::PathBuf, String, u64) {
+    let dir = scratch(name);
+    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, WIDTH).as_bytes());
+    (dir, path, layers as u64 * WIDTH * WIDTH * 4 / 4)
+}
+
 /// The number before `what` in the budget line `fbc run` prints.
 fn figure(report: &str, what: &str) -> u64 {
     let line = report.lines().find(|l| l.starts_with("memory budget")).expect("the budget line");
@@ -43,12 +54,8 @@ fn a_quarter_of_the_weights_is_enough_and_never_exceeded() {
     if !opencl_device() {
         return;
     }
-    let dir = scratch("streaming-quarter");
     // 12 weights of 64 KiB (768 KiB); activations of 8 KiB.
-    let (layers, width) = (12, 128u64);
-    let weights = layers as u64 * width * width * 4;
-    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width).as_bytes());
-    let budget = weights / 4;
+    let (_, path, budget) = quarter_mlp("streaming-quarter", 12);
     for level in ["-O1", "-O3"] {
         let out = fbc(&[
             "run",
@@ -69,7 +76,7 @@ fn a_quarter_of_the_weights_is_enough_and_never_exceeded() {
         assert!(peak <= budget, "{level}: peak {peak} over the budget {budget}: {}", out.stderr);
         // Most weights arrive during earlier launches; the device never holds them all.
         assert!(uploads >= 8, "{level}: {}", out.stderr);
-        assert!(streamed >= uploads * width * width * 4, "{level}: {}", out.stderr);
+        assert!(streamed >= uploads * WIDTH * WIDTH * 4, "{level}: {}", out.stderr);
         assert!(out.stdout.contains("result0"), "{level}: {}", out.stdout);
     }
 }
@@ -82,10 +89,8 @@ fn repeated_runs_stream_from_pinned_host_copies() {
     if !opencl_device() {
         return;
     }
-    let dir = scratch("streaming-pinned");
-    let (layers, width) = (8, 128u64);
-    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width).as_bytes());
-    let budget = (layers as u64 * width * width * 4 / 4).to_string();
+    let (_, path, budget) = quarter_mlp("streaming-pinned", 8);
+    let budget = budget.to_string();
     let run = |runs: &str| {
         fbc(&[
             "run",
@@ -106,7 +111,7 @@ fn repeated_runs_stream_from_pinned_host_copies() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.contains("check passed"), "{}", out.stdout);
     let streamed = figure(&out.stderr, "bytes in");
-    assert!(streamed >= 4 * width * width * 4, "{}", out.stderr);
+    assert!(streamed >= 4 * WIDTH * WIDTH * 4, "{}", out.stderr);
     assert_eq!(figure(&out.stderr, "bytes from pinned host memory"), streamed, "{}", out.stderr);
     // One run makes no pinned copies.
     let out = run("1");
@@ -527,10 +532,8 @@ fn bench_shows_where_a_streamed_run_spent_its_time() {
     if !opencl_device() {
         return;
     }
-    let dir = scratch("streaming-bench");
-    let (layers, width) = (12, 128u64);
-    let path = common::write(&dir, "deep.fbir", deep_mlp(layers, 16, width).as_bytes());
-    let budget = (layers as u64 * width * width * 4 / 4).to_string();
+    let (dir, path, budget) = quarter_mlp("streaming-bench", 12);
+    let budget = budget.to_string();
     let html = dir.join("t.html");
     let out = fbc(&[
         "bench",

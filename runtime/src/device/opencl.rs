@@ -404,6 +404,8 @@ pub struct Streaming {
     /// launch started (negative: before it; the clock of [`LaunchTime::start_ns`]) and its
     /// device time, in the order the uploads were made (empty when the run is untimed).
     pub transfers: Vec<(i64, u64)>,
+    /// Where the run's device time went (zero when the run is untimed).
+    pub split: TimeSplit,
     /// Bytes of the uploads transferred from pinned host memory (the call's pinned copies of
     /// its streamed host values).
     pub pinned_bytes: u64,
@@ -412,6 +414,7 @@ pub struct Streaming {
     pub written_back: u64,
 }
 
+pub use super::TimeSplit;
 pub use crate::cache_dir;
 
 /// FNV-1a, 64 bits: a stable hash for cache keys and entry checksums.

@@ -1067,6 +1067,7 @@ fn run_steps(
         let transfers = streams.transfers.iter().map(event_span).collect::<Result<Vec<_>, _>>()?;
         out.streaming.transfer_ns = transfers.iter().map(|&(a, b)| b.saturating_sub(a)).sum();
         out.streaming.hidden_ns = overlap(&spans, &transfers);
+        out.streaming.split = time_split(&spans, &transfers);
         let origin = i128::from(first.unwrap_or(0));
         out.streaming.transfers = transfers
             .iter()
@@ -1079,23 +1080,51 @@ fn run_steps(
     Ok(())
 }
 
-/// The time of the spans `b` during which some span of `a` runs: `a` merged into disjoint
-/// intervals, then each span of `b` intersected with them.
-fn overlap(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    let mut sorted = a.to_vec();
+/// Spans `[start, end)` merged into disjoint intervals, in order (empty ones left out).
+fn merged(spans: impl IntoIterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut sorted: Vec<(u64, u64)> = spans.into_iter().filter(|&(s, e)| e > s).collect();
     sorted.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
     for (s, e) in sorted {
         match merged.last_mut() {
             Some(last) if s <= last.1 => last.1 = last.1.max(e),
             _ => merged.push((s, e)),
         }
     }
+    merged
+}
+
+/// The total length of spans `[start, end)`.
+fn length(v: &[(u64, u64)]) -> u64 {
+    v.iter().map(|&(s, e)| e.saturating_sub(s)).sum()
+}
+
+/// The time of the spans `b` during which some span of `a` runs: `a` merged into disjoint
+/// intervals, then each span of `b` intersected with them.
+fn overlap(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {
+    let merged = merged(a.iter().copied());
     b.iter()
         .map(|&(s, e)| {
             merged.iter().map(|&(ms, me)| me.min(e).saturating_sub(ms.max(s))).sum::<u64>()
         })
         .sum()
+}
+
+/// [`TimeSplit`] of launches `a` and transfers `b`, spans `[start, end)` on one clock.
+fn time_split(a: &[(u64, u64)], b: &[(u64, u64)]) -> TimeSplit {
+    let all = merged(a.iter().chain(b).copied());
+    let (Some(first), Some(last)) = (all.first(), all.last()) else {
+        return TimeSplit::default();
+    };
+    let wall_ns = last.1 - first.0;
+    let (busy, transfer_ns) = (length(&all), length(&merged(b.iter().copied())));
+    TimeSplit {
+        wall_ns,
+        transfer_ns,
+        alone_ns: busy - transfer_ns,
+        idle_ns: wall_ns - busy,
+        compute_ns: length(&merged(a.iter().copied())),
+    }
 }
 
 /// Waits for a queue on drop.
@@ -1526,7 +1555,7 @@ fn constant_value(c: &ConstantDesc) -> Result<Value, OpenClError> {
 
 #[cfg(test)]
 mod tests {
-    use super::overlap;
+    use super::{overlap, time_split, TimeSplit};
 
     #[test]
     fn overlap_counts_each_transfer_against_the_merged_launches() {
@@ -1536,5 +1565,23 @@ mod tests {
         assert_eq!(overlap(&launches, &[(20, 30)]), 0);
         assert_eq!(overlap(&launches, &[(0, 100), (2, 3)]), 30 + 1);
         assert_eq!(overlap(&[], &[(0, 5)]), 0);
+    }
+
+    #[test]
+    fn a_streamed_timeline_splits_into_transfers_launches_alone_and_idle() {
+        // Transfers [0, 40) and [60, 80); launches [10, 30), [25, 50) and [90, 100): from 0
+        // to 100, 60 ns with a transfer, [40, 50) and [90, 100) launches alone, [50, 60) and
+        // [80, 90) idle; launches cover [10, 50) and [90, 100).
+        let s = time_split(&[(10, 30), (25, 50), (90, 100)], &[(0, 40), (60, 80)]);
+        assert_eq!(
+            s,
+            TimeSplit { wall_ns: 100, transfer_ns: 60, alone_ns: 20, idle_ns: 20, compute_ns: 50 }
+        );
+        // Nothing ran: all zero; no transfer: every launch alone (an empty one is no time).
+        assert_eq!(time_split(&[], &[]), TimeSplit::default());
+        assert_eq!(
+            time_split(&[(5, 15), (30, 30)], &[]),
+            TimeSplit { wall_ns: 10, transfer_ns: 0, alone_ns: 10, idle_ns: 0, compute_ns: 10 }
+        );
     }
 }
