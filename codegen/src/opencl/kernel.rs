@@ -265,8 +265,19 @@ pub fn emit(
         }
         return cx.row(comment, opts);
     }
-    // Generated contractions are always proven; a checked one takes the plain kernel.
-    if opts.tiled && !checked {
+    // Generated contractions are always proven; a checked one takes the plain kernel. So does
+    // the direct convolution over channel-packed texels (`rtile-select`'s convolution model
+    // chose it: `compiler/transforms/src/layout/conv_model.rs`): a `tensor.conv2d` launch whose
+    // innermost reduction dimension (`[KH, KW, C/4, 4]`, `lower/ops/conv.rs`) is an input
+    // texel's channel, which the plain kernel reads once for its four values. (A product over
+    // an R-Tile packed along its reduction also ends in such a dimension and stays a template:
+    // it stages whole texels.)
+    let n = k.domain.len();
+    let texel_steps = k.source.starts_with("tensor.conv2d")
+        && n > k.parallel_dims() + 1
+        && k.domain[n - 1] == 4
+        && (0..k.maps.len()).any(|i| i != cx.out() && cx.texel_holds(i, n - 1));
+    if opts.tiled && !checked && !texel_steps {
         if let Some(e) = cx.contraction(comment, opts)? {
             return Ok(e);
         }

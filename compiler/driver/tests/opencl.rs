@@ -728,6 +728,39 @@ fn channel_packed_textures_give_the_interpreters_numbers() {
     Driver::default().run(&cli).unwrap_or_else(|e| panic!("{e:?}"));
 }
 
+/// `-O3` for mali chooses channel-packed texels for the inputs of two grouped convolutions
+/// (`rtile-select`'s convolution model; `compiler/transforms/tests/global_layout.rs` has the
+/// figures): their launches are the direct kernel, a work-item per output texel stepping through
+/// the input's texels, not a contraction template; the numbers are the interpreter's.
+#[test]
+fn convolutions_chosen_channel_packed_at_o3_run_the_direct_kernel() {
+    if !have_device() {
+        return;
+    }
+    let src = "func.func @main(%x: tensor<2x32x16x16xf32>, %w: tensor<32x4x3x3xf32>, %b: tensor<32xf32>, %g: tensor<32xf32>, %w2: tensor<32x4x3x3xf32>) -> tensor<2x32x16x16xf32> {
+  %n = tensor.group_norm %x, %g, %b {groups = 8} : (tensor<2x32x16x16xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<2x32x16x16xf32>
+  %s = tensor.silu %n : (tensor<2x32x16x16xf32>) -> tensor<2x32x16x16xf32>
+  %c = tensor.conv2d %s, %w, %b {groups = 8, padding = [1, 1]} : (tensor<2x32x16x16xf32>, tensor<32x4x3x3xf32>, tensor<32xf32>) -> tensor<2x32x16x16xf32>
+  %r = tensor.relu %c : (tensor<2x32x16x16xf32>) -> tensor<2x32x16x16xf32>
+  %e = tensor.conv2d %r, %w2 {groups = 8, padding = \"same\"} : (tensor<2x32x16x16xf32>, tensor<32x4x3x3xf32>) -> tensor<2x32x16x16xf32>
+  func.return %e : tensor<2x32x16x16xf32>
+}
+";
+    let p = write_tmp("grouped_conv.fbir", src);
+    let dump = common::scratch("ocl-grouped-conv").join("kernels");
+    check(&p, 3, &["--profile", "mali", "--dump-kernels", dump.to_str().unwrap_or_default()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    for name in ["main_conv2d_r", "main_conv2d_e"] {
+        let k = dumped_kernel(&dump, name);
+        assert!(!k.contains("reqd_work_group_size"), "{name}: a template\n{k}");
+        assert!(k.contains(").s3 * x1["), "{name}:\n{k}");
+    }
+    // The first writes the channel-packed texels the second reads, four output channels a
+    // work-item; the second, the linear result, one.
+    assert!(dumped_kernel(&dump, "main_conv2d_r").contains("float acc3"));
+    assert!(!dumped_kernel(&dump, "main_conv2d_e").contains("float acc3"));
+}
+
 /// A safetensors file with the F32 vectors `a` and `b`.
 fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
     let (na, nb) = (a.len() * 4, b.len() * 4);

@@ -87,7 +87,7 @@ mod plan;
 use std::collections::HashMap;
 
 use fbc_dialects::kind::{FuncOp, LayoutOp, OpKind, TensorOp as T};
-use fbc_dialects::layout::{Layout, RTile, Storage};
+use fbc_dialects::layout::{Layout, Pack, RTile, Storage};
 use fbc_index::IndexMap;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{Attr, FbClass, FuncId, Module, Op, OpData, PassContext, Type, Value};
@@ -95,9 +95,9 @@ use fbc_target::HardwareProfile;
 use serde_json::json;
 
 use crate::layout::analysis::{reduction_uses, value_name};
-use crate::layout::candidates;
 use crate::layout::perf_model::{self, Consumer, TensorDesc};
 use crate::layout::rtile::{select, CandidateReader};
+use crate::layout::{candidates, conv_model};
 use crate::target::{PassResult, TargetOption};
 use petgraph::unionfind::UnionFind;
 use plan::Planner;
@@ -339,21 +339,31 @@ fn fit_storage(p: &HardwareProfile, l: Layout) -> (Layout, bool) {
     }
 }
 
-/// Tile `tile` laid out for value `v`: `prefer` when it has that tile, else one of `cands` with
-/// it, else the physical mapping of Sec. 4.2.
+/// Tile `tile` packed as `pack` laid out for value `v`: `prefer` when it has that tile and
+/// packing, else for channel-packed texels the planes of `v`'s own shape
+/// ([`conv_model::channel_packed`]: a kernel reading NC4HW4 texels writes its result in them,
+/// whatever its spatial extent), else one of `cands` with the tile, else the physical mapping
+/// of Sec. 4.2.
+#[allow(clippy::too_many_arguments)]
 fn adapt(
     p: &HardwareProfile,
     m: &Module,
     v: Value,
     tile: [u64; 2],
+    pack: Pack,
     prefer: Option<&Layout>,
     cands: &[RTile],
     consumers: &[Consumer],
 ) -> Option<Layout> {
     if let Some(Layout::RTile(t)) = prefer {
-        if t.tile == tile {
+        if t.tile == tile && t.pack == pack {
             return Some(Layout::RTile(*t));
         }
+    }
+    if pack == Pack::C {
+        let Type::Tensor(ty) = m.value_type(v) else { return None };
+        let t = conv_model::channel_packed(p, &ty.shape)?;
+        return t.check_type(ty).is_ok().then_some(Layout::RTile(t));
     }
     if let Some(t) = cands.iter().find(|c| c.tile == tile) {
         return Some(Layout::RTile(*t));
@@ -515,7 +525,10 @@ impl<'a> Ctx<'a> {
                 self.by_assign.get(&op).copied()
             };
             let Some(k) = k else { continue };
-            if !matches!(plan.anchor_layout(k), Layout::RTile(_)) {
+            // Channel-packed anchors keep the layout the convolution model chose for them: the
+            // search's uniform tiles are `pack = "w"` tiles of the Sec. 4.2 mapping.
+            let packed_w = |l: &Layout| matches!(l, Layout::RTile(t) if t.pack == Pack::W);
+            if !packed_w(plan.anchor_layout(k)) {
                 continue;
             }
             // Walk back through flexible ops to the FTD-D kernel that wrote the tensor.
@@ -534,6 +547,9 @@ impl<'a> Ctx<'a> {
                 }
             }
             let Some(j) = producer.and_then(|o| self.primary_anchor(m, plan, o)) else { continue };
+            if !packed_w(plan.anchor_layout(j)) {
+                continue;
+            }
             sets.union(k, j);
             joined[k] = true;
             joined[j] = true;
@@ -710,7 +726,8 @@ impl GlobalLayout {
                         .filter_map(|&k| {
                             let a = &ctx.anchors[k];
                             let cons: Vec<Consumer> = a.consumers.iter().map(|c| c.0).collect();
-                            adapt(p, m, a.tensor, tile, Some(&a.pref), &a.candidates, &cons)
+                            let pref = Some(&a.pref);
+                            adapt(p, m, a.tensor, tile, Pack::W, pref, &a.candidates, &cons)
                                 .map(|l| (k, l))
                         })
                         .collect();

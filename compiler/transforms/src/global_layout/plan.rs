@@ -33,7 +33,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use fbc_dialects::kind::{FuncOp, LayoutOp};
-use fbc_dialects::layout::Layout;
+use fbc_dialects::layout::{Layout, Pack};
 use fbc_ir::{FbClass, Module, Op, Type, Value, ValueDef};
 
 use super::{
@@ -121,7 +121,7 @@ pub(super) struct Planner<'a> {
     /// Compute seconds of each anchor in its current layout.
     time: Vec<f64>,
     time_memo: Vec<Vec<(Lid, f64)>>,
-    adapt_memo: HashMap<(Value, [u64; 2], Lid), Lid>,
+    adapt_memo: HashMap<(Value, [u64; 2], Pack, Lid), Lid>,
     /// By retile: tile-propagate's (view, source) and the current one.
     retile_static: Vec<(Lid, Lid)>,
     retile_now: Vec<(Lid, Lid)>,
@@ -449,7 +449,7 @@ impl<'a> Planner<'a> {
         let Some(Layout::RTile(t)) = primary.map(|x| self.phys(x)) else {
             return if want == NONE { LINEAR } else { want };
         };
-        let key = (r, t.tile, want);
+        let key = (r, t.tile, t.pack, want);
         if let Some(&l) = self.adapt_memo.get(&key) {
             return l;
         }
@@ -461,7 +461,7 @@ impl<'a> Planner<'a> {
             None => (&[], Vec::new()),
         };
         let prefer = (want != NONE).then(|| &self.layouts[want as usize]);
-        let l = adapt(self.cx.p, m, r, t.tile, prefer, cands, &consumers);
+        let l = adapt(self.cx.p, m, r, t.tile, t.pack, prefer, cands, &consumers);
         let id = match l {
             Some(l) => self.intern(&l),
             None => LINEAR,
@@ -817,7 +817,7 @@ mod tests {
                 o.extend(a.candidates.iter().map(|&t| Layout::RTile(t)));
                 let cons: Vec<Consumer> = a.consumers.iter().map(|c| c.0).collect();
                 o.extend(tiles.iter().filter_map(|&t| {
-                    adapt(p, &m, a.tensor, t, Some(&a.pref), &a.candidates, &cons)
+                    adapt(p, &m, a.tensor, t, Pack::W, Some(&a.pref), &a.candidates, &cons)
                 }));
                 o
             })

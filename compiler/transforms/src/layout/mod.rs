@@ -29,6 +29,7 @@
 pub mod analysis;
 pub mod candidates;
 pub mod classify;
+pub mod conv_model;
 pub mod perf_model;
 pub mod rtile;
 

@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 
-use fbc_dialects::kind::LayoutOp;
+use fbc_dialects::kind::{LayoutOp, TensorOp};
 use fbc_dialects::layout::{Layout, RTile};
 use fbc_ir::{Attr, Diagnostic, FbClass, FuncId, Module, Op, PassContext, Type, Value, ValueDef};
 use fbc_target::HardwareProfile;
@@ -39,8 +39,9 @@ use fbc_target::HardwareProfile;
 use crate::target::{PassResult, TargetOption};
 use serde_json::json;
 
-use super::analysis::{reduction_uses, root, value_name};
+use super::analysis::{reduced_axes, reduction_uses, root, value_name};
 use super::candidates::{self, CandidateInput};
+use super::conv_model;
 use super::perf_model::{self, Axis2, Consumer, ConsumerKind, TensorDesc};
 
 pub const CANDIDATES: &str = "rtile-candidates";
@@ -446,15 +447,101 @@ impl RTileSelect {
             ];
             annotate(m, cx, v, attrs);
         }
+        let packed = channel_pack(m, cx, p);
         if self.print {
             eprint!("{report}");
         }
         cx.stats.records.insert(
             SELECT.into(),
-            json!({ "target": p.name, "selections": selection_records, "tensors": records }),
+            json!({
+                "target": p.name,
+                "selections": selection_records,
+                "tensors": records,
+                "channel_packed": packed,
+            }),
         );
         Ok(())
     }
+}
+
+/// The channel-packing step of `rtile-select`: the input `x` of forward convolutions, stored
+/// as [`conv_model::channel_packed`] texels where the model's direct kernel saves time over the
+/// implicit GEMM on the convolutions reading it, net of the other kernels that reduce `x` (the
+/// weight gradient, a norm) reading texels through their maps, charged as one conversion of
+/// `x` (`2·bytes / DRAM bandwidth`). Every convolution reading `x` must have whole texels per
+/// group. Skipped: a tensor already read through a `layout.assign`, one of rank ≠ 4 or integer
+/// elements, and the result of a reshape, transpose or broadcast (an index chain's sink, whose
+/// tile `tile-propagate` chooses for its view). Returns the record of every input considered;
+/// counter `channel-packed`.
+fn channel_pack(
+    m: &mut Module,
+    cx: &mut PassContext<'_>,
+    p: &HardwareProfile,
+) -> Vec<serde_json::Value> {
+    let mut seen = std::collections::HashSet::new();
+    let mut records = Vec::new();
+    let inputs: Vec<Value> = m
+        .all_ops()
+        .filter(|&o| TensorOp::Conv2d.is(m.op(o)))
+        .filter_map(|o| m.op(o).operands.first().copied())
+        .collect();
+    for x in inputs {
+        if !seen.insert(x) {
+            continue;
+        }
+        let Type::Tensor(t) = m.value_type(x) else { continue };
+        if t.rank() != 4 || !t.elem.is_float() {
+            continue;
+        }
+        let shape = t.shape.to_vec();
+        let bytes = shape.iter().product::<u64>() * t.elem.bytes();
+        let uses = m.value(x).uses.clone();
+        let skip = uses.iter().any(|u| LayoutOp::Assign.is(m.op(u.op)))
+            || m.defining_op(x).is_some_and(|o| {
+                matches!(
+                    TensorOp::of(m.op(o).def),
+                    Some(fbc_dialects::tensor_data_movement!() | TensorOp::Dequantize)
+                )
+            });
+        if skip {
+            continue;
+        }
+        let (mut saves, mut direct, mut convs, mut others) = (0.0, true, 0, false);
+        for u in &uses {
+            let conv = TensorOp::Conv2d.is(m.op(u.op)) && u.index == 0;
+            match conv.then(|| conv_model::ConvShape::of(m, u.op)).flatten() {
+                Some(s) => {
+                    convs += 1;
+                    match conv_model::estimate(p, &s).direct_saves() {
+                        Some(d) => saves += d,
+                        None => direct = false,
+                    }
+                }
+                None => others |= reduced_axes(m, u.op, u.index as usize).is_some(),
+            }
+        }
+        let penalty = if others {
+            2.0 * bytes as f64 / (p.memory.dram_bandwidth_gbps.max(1e-9) * 1e9)
+        } else {
+            0.0
+        };
+        let layout = conv_model::channel_packed(p, &shape).filter(|_| direct && saves > penalty);
+        records.push(json!({
+            "tensor": value_name(m, x),
+            "convolutions": convs,
+            "direct_saves_us": direct.then(|| round2(saves * 1e6)),
+            "other_readers_us": round2(penalty * 1e6),
+            "chosen": layout.map_or_else(|| "linear".to_string(), |l| l.to_string()),
+        }));
+        let Some(l) = layout else { continue };
+        cx.stats.add(SELECT, "channel-packed", 1);
+        let attrs = vec![
+            ("layout".to_string(), l.to_attr()),
+            ("fbc.direct_saves_us".to_string(), Attr::Float(round2((saves - penalty) * 1e6))),
+        ];
+        annotate(m, cx, x, attrs);
+    }
+    records
 }
 
 /// Inserts `layout.assign v {attrs}` right after `v`'s definition and makes every other user of
