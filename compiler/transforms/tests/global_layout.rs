@@ -284,6 +284,14 @@ fn convolution_inputs_go_channel_packed_where_the_model_says() {
     let mut m = before.clone();
     run_on(&mut m, fbc_transforms::pipeline_for_level(3), &p, &mut stats);
     assert_eq!(stats.get("rtile-select", "channel-packed"), 2);
+    // Their filters too: [32, 4, 3, 3] as one texel of 4 input channels per tap, 3 × 3 planes
+    // of 32 filters stacked.
+    assert_eq!(stats.get("rtile-select", "channel-packed-filters"), 2);
+    let filters = "#layout.rtile<tile = [3, 3], intra = \"rows\", inter = \"row-major\", horizontal = 3, pack = \"c\", pad = [0, 0], image = [3, 96], storage = \"image2d\">";
+    for name in ["w", "w2"] {
+        let a = assign_of(&m, name);
+        assert_eq!(m.op(a).attr("layout").map(ToString::to_string).as_deref(), Some(filters));
+    }
     for name in ["s", "r"] {
         let a = assign_of(&m, name);
         assert_eq!(m.op(a).attr("layout").map(ToString::to_string).as_deref(), Some(packed));

@@ -469,10 +469,9 @@ impl RTileSelect {
 /// implicit GEMM on the convolutions reading it, net of the other kernels that reduce `x` (the
 /// weight gradient, a norm) reading texels through their maps, charged as one conversion of
 /// `x` (`2·bytes / DRAM bandwidth`). Every convolution reading `x` must have whole texels per
-/// group. Skipped: a tensor already read through a `layout.assign`, one of rank ≠ 4 or integer
-/// elements, and the result of a reshape, transpose or broadcast (an index chain's sink, whose
-/// tile `tile-propagate` chooses for its view). Returns the record of every input considered;
-/// counter `channel-packed`.
+/// group, and `x` must be [`packable`]. The filters of those convolutions are channel-packed
+/// too where they are packable. Returns the record of every input considered; counters
+/// `channel-packed`, `channel-packed-filters`.
 fn channel_pack(
     m: &mut Module,
     cx: &mut PassContext<'_>,
@@ -489,23 +488,13 @@ fn channel_pack(
         if !seen.insert(x) {
             continue;
         }
-        let Type::Tensor(t) = m.value_type(x) else { continue };
-        if t.rank() != 4 || !t.elem.is_float() {
+        if !packable(m, x) {
             continue;
         }
+        let Type::Tensor(t) = m.value_type(x) else { continue };
         let shape = t.shape.to_vec();
         let bytes = shape.iter().product::<u64>() * t.elem.bytes();
         let uses = m.value(x).uses.clone();
-        let skip = uses.iter().any(|u| LayoutOp::Assign.is(m.op(u.op)))
-            || m.defining_op(x).is_some_and(|o| {
-                matches!(
-                    TensorOp::of(m.op(o).def),
-                    Some(fbc_dialects::tensor_data_movement!() | TensorOp::Dequantize)
-                )
-            });
-        if skip {
-            continue;
-        }
         let (mut saves, mut direct, mut convs, mut others) = (0.0, true, 0, false);
         for u in &uses {
             let conv = TensorOp::Conv2d.is(m.op(u.op)) && u.index == 0;
@@ -540,8 +529,35 @@ fn channel_pack(
             ("fbc.direct_saves_us".to_string(), Attr::Float(round2((saves - penalty) * 1e6))),
         ];
         annotate(m, cx, x, attrs);
+        // The direct kernel's filters in texels of four input channels too (MNN's layout for
+        // them): one read gives the four values a step of the input's texel multiplies.
+        for u in &uses {
+            let Some(&w) = m.op(u.op).operands.get(1).filter(|_| u.index == 0) else { continue };
+            if !TensorOp::Conv2d.is(m.op(u.op)) || !packable(m, w) {
+                continue;
+            }
+            let Type::Tensor(wt) = m.value_type(w) else { continue };
+            if let Some(l) = conv_model::channel_packed(p, &wt.shape.to_vec()) {
+                cx.stats.add(SELECT, "channel-packed-filters", 1);
+                annotate(m, cx, w, vec![("layout".to_string(), l.to_attr())]);
+            }
+        }
     }
     records
+}
+
+/// Whether `v` may be given a channel-packed layout: a rank-4 float tensor not read through a
+/// `layout.assign` already, nor the result of a reshape, transpose or broadcast (an index
+/// chain's sink, whose tile `tile-propagate` decides) or of a `tensor.dequantize`.
+fn packable(m: &Module, v: Value) -> bool {
+    let ok = matches!(m.value_type(v), Type::Tensor(t) if t.rank() == 4 && t.elem.is_float());
+    ok && !m.value(v).uses.iter().any(|u| LayoutOp::Assign.is(m.op(u.op)))
+        && !m.defining_op(v).is_some_and(|o| {
+            matches!(
+                TensorOp::of(m.op(o).def),
+                Some(fbc_dialects::tensor_data_movement!() | TensorOp::Dequantize)
+            )
+        })
 }
 
 /// Inserts `layout.assign v {attrs}` right after `v`'s definition and makes every other user of
