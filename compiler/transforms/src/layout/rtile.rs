@@ -537,7 +537,7 @@ fn channel_pack(
                 continue;
             }
             let Type::Tensor(wt) = m.value_type(w) else { continue };
-            if let Some(l) = conv_model::channel_packed(p, &wt.shape.to_vec()) {
+            if let Some(l) = conv_model::channel_packed(p, &wt.shape) {
                 cx.stats.add(SELECT, "channel-packed-filters", 1);
                 annotate(m, cx, w, vec![("layout".to_string(), l.to_attr())]);
             }
@@ -547,16 +547,19 @@ fn channel_pack(
 }
 
 /// Whether `v` may be given a channel-packed layout: a rank-4 float tensor not read through a
-/// `layout.assign` already, nor the result of a reshape, transpose or broadcast (an index
-/// chain's sink, whose tile `tile-propagate` decides) or of a `tensor.dequantize`.
+/// `layout.assign` already, nor the result of a layout op (an R-Tile the Eq. 2 selection
+/// chose, a view), a reshape, transpose or broadcast (an index chain's sink, whose tile
+/// `tile-propagate` decides) or a `tensor.dequantize`.
 fn packable(m: &Module, v: Value) -> bool {
     let ok = matches!(m.value_type(v), Type::Tensor(t) if t.rank() == 4 && t.elem.is_float());
     ok && !m.value(v).uses.iter().any(|u| LayoutOp::Assign.is(m.op(u.op)))
         && !m.defining_op(v).is_some_and(|o| {
-            matches!(
-                TensorOp::of(m.op(o).def),
-                Some(fbc_dialects::tensor_data_movement!() | TensorOp::Dequantize)
-            )
+            let d = m.op(o);
+            LayoutOp::of(d.def).is_some()
+                || matches!(
+                    TensorOp::of(d.def),
+                    Some(fbc_dialects::tensor_data_movement!() | TensorOp::Dequantize)
+                )
         })
 }
 
