@@ -422,7 +422,7 @@ pub fn score(
         }
         // The model's consumers reduce a tiled axis with one element per channel along W; a
         // texel of channel-packed layout holds four slices' values, which it does not model:
-        // it declines to score those.
+        // it declines to score those (`conv_model` weighs them for a convolution's input).
         Layout::RTile(rt) if rt.pack != fbc_dialects::layout::Pack::W => return None,
         Layout::RTile(rt) => {
             rtile_paths(m, tensor, rt, consumer.reduce, &mut walk)?;
