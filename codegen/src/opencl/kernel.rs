@@ -272,12 +272,8 @@ pub fn emit(
     // texel's channel, which the plain kernel reads once for its four values. (A product over
     // an R-Tile packed along its reduction also ends in such a dimension and stays a template:
     // it stages whole texels.)
-    let n = k.domain.len();
-    let texel_steps = k.source.starts_with("tensor.conv2d")
-        && n > k.parallel_dims() + 1
-        && k.domain[n - 1] == 4
-        && (0..k.maps.len()).any(|i| i != cx.out() && cx.texel_holds(i, n - 1));
-    if opts.tiled && !checked && !texel_steps {
+    let direct_conv = k.source.starts_with("tensor.conv2d") && cx.texel_innermost();
+    if opts.tiled && !checked && !direct_conv {
         if let Some(e) = cx.contraction(comment, opts)? {
             return Ok(e);
         }
@@ -822,6 +818,17 @@ impl Cx<'_> {
     /// `d`: an image whose channel is `d` (extent 4) or `d mod 4` (extent a multiple of 4),
     /// its x and y the same over each aligned run of four values of `d` (see
     /// [`texel_invariant`]).
+    /// Whether the innermost dimension, a reduction of extent 4, is the channel of an input
+    /// image's texel (x and y the same over it) read through a proven map: a step of it can
+    /// read that texel once for its four values.
+    fn texel_innermost(&self) -> bool {
+        let (k, n) = (self.k, self.k.domain.len());
+        n > k.parallel_dims() + 1
+            && k.domain[n - 1] == 4
+            && (0..k.maps.len())
+                .any(|i| i != self.out() && !self.map_checked(i) && self.texel_holds(i, n - 1))
+    }
+
     fn texel_holds(&self, i: usize, d: usize) -> bool {
         let (m, extent) = (&self.k.maps[i], self.k.domain[d]);
         let v = &m.dims[d];
@@ -1639,13 +1646,7 @@ impl Cx<'_> {
         // A group reduction whose innermost reduced dimension is the channel of an input image
         // (extent 4, x and y not depending on it) reads a texel per step: each work-item
         // combines the four values of every `g`th texel, in channel order.
-        let by_texel = group.is_some()
-            && !image_out
-            && n > p + 1
-            && k.domain[n - 1] == 4
-            && k.guard.is_none()
-            && (0..k.maps.len())
-                .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, n - 1));
+        let by_texel = group.is_some() && !image_out && k.guard.is_none() && self.texel_innermost();
         // Its work-items stride the texels: at most one per texel.
         let group = match group {
             Some(g) if by_texel => Some(g.min(floor_pow2(reduced / 4))),
@@ -1670,10 +1671,7 @@ impl Cx<'_> {
             && columns.is_none()
             && !side_stats
             && k.combine.is_some()
-            && n > p + 1
-            && k.domain[n - 1] == 4
-            && (0..k.maps.len())
-                .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, n - 1));
+            && self.texel_innermost();
         // The dimensions a work-item's own reduction loops over (texel steps unroll the last).
         let looped = if texel_steps { n - 1 } else { n };
         // Where the reduction is strided across a work-group: the first value and the stride

@@ -95,7 +95,7 @@ use fbc_target::HardwareProfile;
 use serde_json::json;
 
 use crate::layout::analysis::{reduction_uses, value_name};
-use crate::layout::perf_model::{self, Consumer, TensorDesc};
+use crate::layout::perf_model::{self, convert_time, Consumer, TensorDesc};
 use crate::layout::rtile::{select, CandidateReader};
 use crate::layout::{candidates, conv_model};
 use crate::target::{PassResult, TargetOption};
@@ -405,10 +405,6 @@ fn compute_time(p: &HardwareProfile, a: &Anchor, l: &Layout) -> f64 {
             perf.map_or(0.0, |g| f / (g * 1e9))
         })
         .sum()
-}
-
-fn convert_time(p: &HardwareProfile, bytes: u64) -> f64 {
-    2.0 * bytes as f64 / (p.memory.dram_bandwidth_gbps.max(1e-9) * 1e9)
 }
 
 impl<'a> Ctx<'a> {

@@ -57,6 +57,8 @@ use fbc_dialects::tensor::Conv2dAttrs;
 use fbc_ir::{Module, Op, Type};
 use fbc_target::HardwareProfile;
 
+use super::perf_model::{matmul_ai, work_group};
+
 /// Values per texel.
 const CH: u64 = 4;
 
@@ -130,7 +132,7 @@ impl ConvShape {
 pub struct KernelEstimate {
     /// `"tiled"`, `"skinny"` or `"direct"`.
     pub kernel: &'static str,
-    /// Operand bytes per FLOP's inverse for the work-group's output block.
+    /// FLOP per operand byte of the work-group's block of outputs.
     pub ai: f64,
     pub occupancy: f64,
     /// Real work / padded work.
@@ -157,11 +159,6 @@ fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to.max(1)) * to.max(1)
 }
 
-fn block_ai(a: u64, b: u64, elem_bytes: u64) -> f64 {
-    let (a, b) = (a as f64, b as f64);
-    2.0 * a * b / ((a + b) * elem_bytes.max(1) as f64)
-}
-
 fn kernel(
     p: &HardwareProfile,
     s: &ConvShape,
@@ -176,14 +173,6 @@ fn kernel(
     let gflops = roof * occupancy * util;
     let seconds = if gflops > 0.0 { s.flops() / (gflops * 1e9) } else { f64::INFINITY };
     KernelEstimate { kernel, ai, occupancy, util, gflops, seconds }
-}
-
-/// The profile's first preferred work-group `[x, y]`.
-fn work_group(p: &HardwareProfile) -> [u64; 2] {
-    p.compute
-        .preferred_work_groups
-        .first()
-        .map_or([16, 16], |w| [u64::from(w[0]).max(1), u64::from(w[1]).max(1)])
 }
 
 /// Both kernels' estimates for `s` on `p` (see the module docs).
@@ -203,7 +192,7 @@ pub fn estimate(p: &HardwareProfile, s: &ConvShape) -> ConvEstimate {
             p,
             s,
             "skinny",
-            block_ai(m, rows, e),
+            matmul_ai(m, rows, e),
             s.groups * n.div_ceil(rows),
             util([n, 1, 1], [round_up(n, rows), 1, 1]),
         )
@@ -212,7 +201,7 @@ pub fn estimate(p: &HardwareProfile, s: &ConvShape) -> ConvEstimate {
             p,
             s,
             "tiled",
-            block_ai(tm, tn, e),
+            matmul_ai(tm, tn, e),
             s.groups * m.div_ceil(tm) * n.div_ceil(tn),
             util([m, n, k], [round_up(m, tm), round_up(n, tn), round_up(k, tk)]),
         )
@@ -223,7 +212,7 @@ pub fn estimate(p: &HardwareProfile, s: &ConvShape) -> ConvEstimate {
             p,
             s,
             "direct",
-            block_ai(CH, positions, e),
+            matmul_ai(CH, positions, e),
             s.groups * m.div_ceil(CH) * n.div_ceil(positions),
             util([m, n, 1], [round_up(m, CH), round_up(n, positions), 1]),
         )

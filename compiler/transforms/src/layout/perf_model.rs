@@ -363,9 +363,25 @@ fn rtile_paths(
 }
 
 /// Arithmetic intensity (FLOP per byte) of a matmul kernel computing `a × b` output blocks.
-fn matmul_ai(a: u64, b: u64, elem_bytes: u64) -> f64 {
+pub(crate) fn matmul_ai(a: u64, b: u64, elem_bytes: u64) -> f64 {
     let (a, b) = (a as f64, b as f64);
     2.0 * a * b / ((a + b) * elem_bytes.max(1) as f64)
+}
+
+/// Seconds a layout conversion of a tensor of `bytes` takes: it reads and writes the tensor
+/// once at the DRAM bandwidth.
+pub fn convert_time(p: &HardwareProfile, bytes: u64) -> f64 {
+    2.0 * bytes as f64 / (p.memory.dram_bandwidth_gbps.max(1e-9) * 1e9)
+}
+
+/// The profile's first preferred work-group `[x, y]` (16 × 16 where it lists none): the shape
+/// the model gives the conventional kernels.
+pub(crate) fn work_group(profile: &HardwareProfile) -> [u64; 2] {
+    profile
+        .compute
+        .preferred_work_groups
+        .first()
+        .map_or([16, 16], |w| [u64::from(w[0]).max(1), u64::from(w[1]).max(1)])
 }
 
 /// The model's estimate for `layout` serving `consumer` on `tensor` (see the module docs).
@@ -381,11 +397,7 @@ pub fn score(
     }
     let m = Matrix::of(&tensor.shape)?;
     let e = tensor.elem_bytes.max(1);
-    let wg = profile
-        .compute
-        .preferred_work_groups
-        .first()
-        .map_or([16, 16], |w| [u64::from(w[0]).max(1), u64::from(w[1]).max(1)]);
+    let wg = work_group(profile);
     // Bound the work before walking anything; the tensor's bytes (the sum of the paths'
     // minimal bytes) must fit in u64.
     m.batch.checked_mul(m.h)?.checked_mul(m.w)?.checked_mul(e)?;

@@ -494,13 +494,13 @@ fn channel_pack(
         let Type::Tensor(t) = m.value_type(x) else { continue };
         let shape = t.shape.to_vec();
         let bytes = shape.iter().product::<u64>() * t.elem.bytes();
-        let uses = m.value(x).uses.clone();
-        let (mut saves, mut direct, mut convs, mut others) = (0.0, true, 0, false);
-        for u in &uses {
+        // The convolutions reading `x` as their input, and whether another kernel reduces it.
+        let (mut convs, mut saves, mut direct, mut others) = (Vec::new(), 0.0, true, false);
+        for u in m.value(x).uses.clone() {
             let conv = TensorOp::Conv2d.is(m.op(u.op)) && u.index == 0;
             match conv.then(|| conv_model::ConvShape::of(m, u.op)).flatten() {
                 Some(s) => {
-                    convs += 1;
+                    convs.push(u.op);
                     match conv_model::estimate(p, &s).direct_saves() {
                         Some(d) => saves += d,
                         None => direct = false,
@@ -509,15 +509,11 @@ fn channel_pack(
                 None => others |= reduced_axes(m, u.op, u.index as usize).is_some(),
             }
         }
-        let penalty = if others {
-            2.0 * bytes as f64 / (p.memory.dram_bandwidth_gbps.max(1e-9) * 1e9)
-        } else {
-            0.0
-        };
+        let penalty = if others { perf_model::convert_time(p, bytes) } else { 0.0 };
         let layout = conv_model::channel_packed(p, &shape).filter(|_| direct && saves > penalty);
         records.push(json!({
             "tensor": value_name(m, x),
-            "convolutions": convs,
+            "convolutions": convs.len(),
             "direct_saves_us": direct.then(|| round2(saves * 1e6)),
             "other_readers_us": round2(penalty * 1e6),
             "chosen": layout.map_or_else(|| "linear".to_string(), |l| l.to_string()),
@@ -531,9 +527,9 @@ fn channel_pack(
         annotate(m, cx, x, attrs);
         // The direct kernel's filters in texels of four input channels too (MNN's layout for
         // them): one read gives the four values a step of the input's texel multiplies.
-        for u in &uses {
-            let Some(&w) = m.op(u.op).operands.get(1).filter(|_| u.index == 0) else { continue };
-            if !TensorOp::Conv2d.is(m.op(u.op)) || !packable(m, w) {
+        for op in convs {
+            let w = m.op(op).operands[1];
+            if !packable(m, w) {
                 continue;
             }
             let Type::Tensor(wt) = m.value_type(w) else { continue };
