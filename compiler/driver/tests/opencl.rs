@@ -763,6 +763,42 @@ fn convolutions_chosen_channel_packed_at_o3_run_the_direct_kernel() {
     assert!(!dumped_kernel(&dump, "main_conv2d_e").contains("float acc3"));
 }
 
+/// Products concatenated along their columns store their parts directly (no copy kernel): the
+/// skinny kernel (6 and 8 columns) and the tiled one (50, split along k on the nvidia profile,
+/// whose sum stores), at offsets that are not whole texels.
+#[test]
+fn concatenated_products_store_their_own_columns() {
+    if !have_device() {
+        return;
+    }
+    let src = "func.func @main(%x: tensor<64x64xf32>, %a: tensor<64x6xf32>, %b: tensor<64x50xf32>, %c: tensor<64x8xf32>) -> tensor<64x64xf32> {
+  %p = tensor.matmul %x, %a : (tensor<64x64xf32>, tensor<64x6xf32>) -> tensor<64x6xf32>
+  %q = tensor.matmul %x, %b : (tensor<64x64xf32>, tensor<64x50xf32>) -> tensor<64x50xf32>
+  %t = tensor.matmul %x, %c : (tensor<64x64xf32>, tensor<64x8xf32>) -> tensor<64x8xf32>
+  %s = tensor.tanh %t : (tensor<64x8xf32>) -> tensor<64x8xf32>
+  %r = tensor.concat %p, %q, %s {axis = 1} : (tensor<64x6xf32>, tensor<64x50xf32>, tensor<64x8xf32>) -> tensor<64x64xf32>
+  func.return %r : tensor<64x64xf32>
+}
+";
+    let p = write_tmp("concatenated_products.fbir", src);
+    for (profile, tiled) in [("generic", "main_matmul_r_1"), ("nvidia", "main_matmul_r_1_partial")]
+    {
+        let dump = common::scratch(&format!("ocl-concat-{profile}")).join("kernels");
+        check(&p, 3, &["--profile", profile, "--dump-kernels", dump.to_str().unwrap_or_default()])
+            .unwrap_or_else(|e| panic!("{profile}: {e}"));
+        let mut names: Vec<String> = std::fs::read_dir(&dump)
+            .expect("dump")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("main_"))
+            .collect();
+        names.sort();
+        assert!(names.iter().all(|n| !n.contains("concat")), "{profile}: {names:?}");
+        for k in ["main_matmul_r_0", "main_matmul_r_2", tiled] {
+            assert!(dumped_kernel(&dump, k).contains("reqd_work_group_size"), "{profile} {k}");
+        }
+    }
+}
+
 /// A safetensors file with the F32 vectors `a` and `b`.
 fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
     let (na, nb) = (a.len() * 4, b.len() * 4);

@@ -670,6 +670,70 @@ fn image_outputs_of_every_kernel_kind() {
     }
 }
 
+/// Products concatenated (the row tiles of a tied LM head, heads written side by side): each
+/// product stores its part of the concatenation through the copy's map, so no copy is left;
+/// the offsets need not be whole texels (6 columns).
+#[test]
+fn products_write_their_part_of_a_concatenation() {
+    let src = |layout: &str| {
+        format!(
+            r#"func.func @f(%x: tensor<16x32xf32>, %a: tensor<32x6xf32>, %b: tensor<32x20xf32>, %c: tensor<32x6xf32>) -> tensor<16x32xf32> {{
+  %p = tensor.matmul %x, %a : (tensor<16x32xf32>, tensor<32x6xf32>) -> tensor<16x6xf32>
+  %q = tensor.matmul %x, %b : (tensor<16x32xf32>, tensor<32x20xf32>) -> tensor<16x20xf32>
+  %r = tensor.matmul %x, %c : (tensor<16x32xf32>, tensor<32x6xf32>) -> tensor<16x6xf32>
+  %s = tensor.exp %r : (tensor<16x6xf32>) -> tensor<16x6xf32>
+  %y = tensor.concat %p, %q, %s {{axis = 1{layout}}} : (tensor<16x6xf32>, tensor<16x20xf32>, tensor<16x6xf32>) -> tensor<16x32xf32>
+  func.return %y : tensor<16x32xf32>
+}}"#
+        )
+    };
+    let image = ", fbc.layout = #layout.rtile<tile = [4, 4], horizontal = 1>";
+    for (what, layout, target) in
+        [("buffer", "", "generic"), ("image", image, "mali"), ("unfused", "", "generic")]
+    {
+        let m = parse(&src(layout));
+        let pipeline = match what {
+            "unfused" => "lower-to-memory{fuse=false},plan-memory",
+            _ => "lower-to-memory,plan-memory",
+        };
+        let (after, st) = lowered(&m, pipeline, target);
+        let ks = kernels(&after);
+        let sources: Vec<&str> = ks.iter().map(|k| k.source.as_str()).collect();
+        let fused = match what {
+            "unfused" => vec![
+                "tensor.matmul",
+                "tensor.matmul",
+                "tensor.matmul",
+                "tensor.exp",
+                "tensor.concat",
+                "tensor.concat",
+                "tensor.concat",
+            ],
+            // Several kernels write the concatenation, so an image of it is written through a
+            // linear temporary and one conversion (as without fusion).
+            "image" => vec![
+                "tensor.matmul+tensor.concat",
+                "tensor.matmul+tensor.concat",
+                "tensor.matmul+tensor.exp+tensor.concat",
+                "layout.convert",
+            ],
+            _ => vec![
+                "tensor.matmul+tensor.concat",
+                "tensor.matmul+tensor.concat",
+                "tensor.matmul+tensor.exp+tensor.concat",
+            ],
+        };
+        assert_eq!(sources, fused, "{what}");
+        if what != "unfused" {
+            // The third product's columns start at 26: its store is shifted by the copy's map.
+            let out = ks[2].maps.last().expect("an output map").to_string();
+            assert!(out.contains("26"), "{what}: {out}");
+            assert_eq!(st.get("lower-to-memory", "images"), i64::from(what == "image"), "{what}");
+        }
+        same_numbers(&m, &after, what);
+    }
+}
+
 #[test]
 fn attention_remap_chain_reads_through_one_map() {
     let src = std::fs::read_to_string(format!(

@@ -14,6 +14,8 @@
 //! - **epilogue**: when `P` is a reduction (matmul, reductions, row statistics) whose result `T`
 //!   only a pointwise kernel `K` over `T`'s shape reads, at the identity map, `K` becomes `P`'s
 //!   epilogue (`acc` in place of `T`); `K`'s other operands are read at `P`'s output point.
+//!   `K` may store elsewhere than `T`'s index (a concatenation's copy, shifted along its axis):
+//!   `P` then stores through `K`'s output map composed with its own.
 //!   A row kernel `P` (a normalisation, softmax) takes `K` into its body the same way (`P`'s
 //!   body in place of `T`: group norm then SiLU is one launch), where `K`'s result is stored as
 //!   `T` would have been (same layout and storage type).
@@ -428,9 +430,13 @@ fn find(
             && reads_identity
             && kk.domain == *shape
             && !shape.is_empty()
-            && is_identity(&kk.out.map, shape.len())
             && !(shapes[k].body.dims || shapes[k].body.loads);
+        let identity_out = is_identity(&kk.out.map, shape.len());
+        // A reduction's epilogue may write elsewhere than `T`'s own index (a concatenation's
+        // copy into its columns): the fused kernel stores through `K`'s map composed with
+        // `P`'s, so the product writes its part of the concatenation directly.
         if pointwise_over_t
+            && (identity_out || over_dims(&kk.out.map))
             && pk.combine.is_some()
             && shapes[p].epilogue.is_none_or(|e| !(e.dims || e.loads))
         {
@@ -438,6 +444,7 @@ fn find(
         }
         // Row epilogue: the same for a row kernel P, whose body computes T's element.
         if pointwise_over_t
+            && identity_out
             && pk.is_row()
             && pk.attention.is_none()
             && kk.symbols.is_empty()
@@ -675,7 +682,7 @@ fn into_epilogue(p: &LKernel, k: &LKernel) -> LKernel {
         result: k.result.clone(),
         source,
         inputs,
-        out: Operand { t: k.out.t, map: p.out.map.clone(), gather: false },
+        out: Operand { t: k.out.t, map: compose(&k.out.map, &p.out.map), gather: false },
         epilogue: if epilogue == Scalar::Acc { None } else { Some(epilogue) },
         ..p.clone()
     }
