@@ -1860,7 +1860,8 @@ fn bench_json(file: &str, args: &[&str]) -> serde_json::Value {
 /// bytes, as planned) and more than the plan where they do not (`@pad`: the dead upload's 240
 /// bytes are not reused for %z's 144; `@grow`: a 16-byte object is not grown to 32;
 /// `@stranded`: 484 bytes, the 4-byte upload and both 40-byte buffers on their own, against
-/// the plan's 480 and 440 live at once).
+/// the plan's 480 and 440 live at once; `@nested`: every object on its own, 512 bytes, where
+/// the plan's slot of a [4, 2] image later holds a [2, 2] one, read and written in its corner).
 #[test]
 fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() {
     if !have_device() {
@@ -1874,6 +1875,7 @@ fn the_device_holds_what_is_live_at_once_and_bench_reports_it_beside_the_plan() 
         ("pad", 816, 816, 960, 3),
         ("stranded", 440, 480, 484, 3),
         ("grow", 48, 48, 64, 2),
+        ("nested", 256, 384, 512, 3),
     ] {
         let run = bench_json(&p, &["--entry", entry, "--repeat", "1"]);
         assert_eq!(run["peak_bytes"], live, "@{entry}: live at once");

@@ -7,11 +7,12 @@
 //! recomputes everything (old deallocs and slots are dropped first).
 //!
 //! Slots are planned offline, over the whole schedule, with every lifetime known up front. Storage
-//! shares a slot only within its class: an image with images of exactly the same type (`[W, H]`
-//! and texel format: an OpenCL image object cannot change its size or format, and the target
-//! drivers have no image-from-buffer), a buffer with buffers of the same element type (a buffer
-//! slot has the size of its largest tenant). Uploads are tenants too: a weight that is dead
-//! before the backward pass leaves its slot to later allocations. Within a class, the planner
+//! shares a slot only within its class: an image with images of its texel format that fit in the
+//! slot's first (largest) image, using its top-left corner (an OpenCL image object cannot change
+//! its size or format, and the target drivers have no image-from-buffer; [`assign_nested`]), a
+//! buffer with buffers of the same element type (a slot has the size of its largest tenant).
+//! Uploads are tenants too: a weight that is dead before the backward pass leaves its slot to
+//! later allocations. Within a class, the planner
 //! tries two orders and keeps the plan with fewer bytes (TFLite's GPU delegate does the same
 //! between its greedy strategies):
 //!
@@ -25,7 +26,9 @@
 //!   slot grown to its size, else a new slot; tried once with uploads as tenants and once with
 //!   each upload on its own (the old plan exactly), so the pass never plans more than it did.
 //!
-//! Slots are numbered by their first tenant in the schedule.
+//! Images are also planned per shape, each shape a class of its own with both orders above, and
+//! the nested plan is kept only where it needs fewer bytes. Slots are numbered by their first
+//! tenant in the schedule.
 //!
 //! Statistics: `allocations`, `slots`, `deallocs`, `peak-bytes` (every slot at its size, plus
 //! uploads without a slot), `peak-bytes-no-reuse` (every allocation and upload on its own),
@@ -196,21 +199,36 @@ impl Tenants {
 /// which leaves the longer free stretches to later tenants; then the lowest slot), else a new
 /// slot of its bytes. Slots never grow: every later tenant is no larger than the first.
 pub fn assign_by_size(ls: &[Lifetime]) -> Assignment {
+    by_size(ls, &|_, _| true)
+}
+
+/// [`assign_by_size`] over images of one texel format with extents `dims` (`[W, H]`): a slot's
+/// object is its first tenant's image, and a later tenant goes in only where it is no wider and
+/// no higher (it uses the object's top-left `W × H` texels: kernels address an image by
+/// coordinates within the extent of the storage they were written for, and transfers name
+/// that region). MNN's OpenCL image pool reuses a larger image the same way.
+pub fn assign_nested(ls: &[Lifetime], dims: &[[u64; 2]]) -> Assignment {
+    by_size(ls, &|first, i| dims[i][0] <= dims[first][0] && dims[i][1] <= dims[first][1])
+}
+
+/// Greedy by size where tenant `i` may join the slot whose first tenant is `first` only if
+/// `joins(first, i)`.
+fn by_size(ls: &[Lifetime], joins: &dyn Fn(usize, usize) -> bool) -> Assignment {
     let mut order: Vec<usize> = (0..ls.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(ls[i].bytes), ls[i].start, i));
-    let mut slots: Vec<Tenants> = Vec::new();
+    let mut slots: Vec<(Tenants, usize)> = Vec::new();
     let mut a = Assignment { slot_of: vec![0; ls.len()], sizes: Vec::new() };
     for i in order {
         let l = ls[i];
         let k = (0..slots.len())
-            .filter(|&k| slots[k].fits(&l))
-            .min_by_key(|&k| (a.sizes[k], slots[k].gap(&l), k))
+            .filter(|&k| joins(slots[k].1, i) && slots[k].0.fits(&l))
+            .min_by_key(|&k| (a.sizes[k], slots[k].0.gap(&l), k))
             .unwrap_or_else(|| {
-                slots.push(Tenants::default());
+                slots.push((Tenants::default(), i));
                 a.sizes.push(l.bytes);
                 slots.len() - 1
             });
-        slots[k].add(l);
+        slots[k].0.add(l);
         a.slot_of[i] = k;
     }
     a
@@ -277,18 +295,54 @@ pub fn live_peak(ls: &[Lifetime]) -> u64 {
     peak
 }
 
-/// Storage that may share a slot: an image type exactly, or a buffer element type.
+/// Storage that may share a slot: images of one texel format, or buffers of one element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Class {
-    Image(MemType),
+    Image(ElemType),
     Buffer(ElemType),
 }
 
 fn class_of(t: &MemType) -> Class {
     match t.storage {
-        StorageKind::Image { .. } => Class::Image(*t),
+        StorageKind::Image { .. } => Class::Image(t.elem),
         StorageKind::Buffer { .. } => Class::Buffer(t.elem),
     }
+}
+
+/// The plan of the images `members` of one texel format: each extent on its own
+/// ([`plan_class`] per image type), or smaller images in larger ones' objects
+/// ([`assign_nested`]), whichever needs fewer bytes.
+fn plan_images(storage: &[Storage], members: &[usize]) -> (Vec<Option<usize>>, Vec<u64>) {
+    let ls: Vec<Lifetime> = members.iter().map(|&i| storage[i].life).collect();
+    let dims: Vec<[u64; 2]> = members
+        .iter()
+        .map(|&i| match storage[i].ty.storage {
+            StorageKind::Image { width, height } => [width, height],
+            StorageKind::Buffer { elems } => [elems, 1],
+        })
+        .collect();
+    let mut slot_of = vec![None; members.len()];
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut extents = dims.clone();
+    extents.sort_unstable();
+    extents.dedup();
+    for extent in extents {
+        let of_type: Vec<usize> = (0..members.len()).filter(|&j| dims[j] == extent).collect();
+        let tls: Vec<Lifetime> = of_type.iter().map(|&j| ls[j]).collect();
+        let up: Vec<bool> = of_type.iter().map(|&j| storage[members[j]].upload).collect();
+        let (of, sz) = plan_class(&tls, &up, false);
+        for (x, &j) in of_type.iter().enumerate() {
+            slot_of[j] = of[x].map(|k| k + sizes.len());
+        }
+        sizes.extend(sz);
+    }
+    let own: u64 = sizes.iter().sum::<u64>()
+        + (0..members.len()).filter(|&j| slot_of[j].is_none()).map(|j| ls[j].bytes).sum::<u64>();
+    let nested = assign_nested(&ls, &dims);
+    if nested.bytes() < own {
+        return (nested.slot_of.into_iter().map(Some).collect(), nested.sizes);
+    }
+    (slot_of, sizes)
 }
 
 /// The plan of one class: tenant `i`'s slot (`None`: its own storage, outside any slot) and the
@@ -398,7 +452,10 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
     for (ci, (c, members)) in classes.iter().enumerate() {
         let ls: Vec<Lifetime> = members.iter().map(|&i| storage[i].life).collect();
         let up: Vec<bool> = members.iter().map(|&i| storage[i].upload).collect();
-        let (of, sz) = plan_class(&ls, &up, matches!(c, Class::Buffer(_)));
+        let (of, sz) = match c {
+            Class::Image(_) => plan_images(&storage, members),
+            Class::Buffer(_) => plan_class(&ls, &up, true),
+        };
         for (j, &i) in members.iter().enumerate() {
             slot_of[i] = of[j].map(|k| (ci, k));
         }
@@ -530,6 +587,20 @@ mod tests {
         valid(&ls, &a);
         assert_eq!(a.sizes.len(), 3);
         assert_eq!(a.bytes(), live_peak(&ls));
+    }
+
+    /// An image joins a dead image's slot only where that one contains it in both extents: the
+    /// [2, 1] after the [4, 2] does, the [1, 4] after it does not (taller) and gets its own slot
+    /// even though it has fewer texels.
+    #[test]
+    fn an_image_nests_only_in_one_that_contains_it() {
+        let ls = [l(0, 1, 128), l(2, 3, 32), l(4, 5, 64)];
+        let a = assign_nested(&ls, &[[4, 2], [2, 1], [1, 4]]);
+        valid(&ls, &a);
+        assert_eq!(a.slot_of, vec![0, 0, 1]);
+        assert_eq!(a.bytes(), 128 + 64);
+        // Without the extents (buffers), all three share one slot.
+        assert_eq!(assign_by_size(&ls).bytes(), 128);
     }
 
     /// An upload dead before an allocation of its class starts leaves it its slot.

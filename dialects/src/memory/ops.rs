@@ -69,8 +69,9 @@ pub static OPS: &[OpDef] = &[
               \n\
               **Attributes:** `slot` (optional): the storage slot `plan-memory` assigned; allocations\n\
               and uploads with the same slot share storage, their lifetimes are disjoint, and they\n\
-              are images of one type or buffers of one element type (a buffer slot is as large as\n\
-              its largest tenant).\n\
+              are images of one texel format, the largest containing every other in both extents\n\
+              (a smaller one uses its top-left corner), or buffers of one element type (a slot is\n\
+              as large as its largest tenant).\n\
               \n\
               **Verifier:** the result is a well-formed memory type; `slot` ≥ 0.\n\
               \n\

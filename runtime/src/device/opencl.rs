@@ -320,7 +320,8 @@ pub enum DeviceMemory {
     /// graphs on the H200).
     LivePeak,
     /// `plan-memory`'s plan: one object per slot, made at the slot's first tenant at the size
-    /// of its largest one (a buffer tenant uses its first elements) and kept across runs, and
+    /// of its largest one (a buffer tenant uses its first elements, an image tenant the
+    /// top-left texels of its extent) and kept across runs, and
     /// every storage outside a slot pooled as under [`DeviceMemory::Pooled`]. The device holds
     /// exactly the plan's peak ([`FunctionManifest::planned_bytes`]) once every slot has had a
     /// tenant, so the allocation tracker checks the plan; a slot asked for while a tenant still
@@ -602,7 +603,8 @@ impl Pool {
 /// 607 MB against 419 MB live at once (569 MB when it released what exceeded the plan's peak at
 /// the end of each run, and made those objects again in the next: slower, see
 /// [`DeviceMemory::Pooled`]); `plan-memory`'s slots, which also share storage of different
-/// sizes, plan 558 MB there, and [`DeviceMemory::Planned`] holds what they plan. The runtime
+/// sizes and nest smaller images in larger ones, plan 538.8 MB there (558 MB before nesting),
+/// and [`DeviceMemory::Planned`] holds what they plan. The runtime
 /// reports what it held next to the plan; [`DeviceMemory`] says how much it keeps.
 struct Objects {
     pool: Pool,
@@ -643,10 +645,11 @@ impl Objects {
                     free: None,
                     holder: None,
                 });
-                let same_kind = match (e.desc.kind, d.kind) {
-                    (StorageKind::Buffer, StorageKind::Buffer) => true,
-                    (a, b) => a == b,
-                };
+                let same_kind = matches!(
+                    (e.desc.kind, d.kind),
+                    (StorageKind::Buffer, StorageKind::Buffer)
+                        | (StorageKind::Image2d { .. }, StorageKind::Image2d { .. })
+                );
                 if !same_kind || e.desc.dtype != d.dtype {
                     return Err(OpenClError::Manifest(format!(
                         "slot {k} holds {} and {}, storage of different types",
@@ -655,6 +658,22 @@ impl Objects {
                 }
                 if d.bytes > e.desc.bytes {
                     e.desc = d.clone();
+                }
+            }
+            // An image slot's object holds each tenant in its top-left corner (`plan-memory`
+            // nests smaller images in larger ones): its largest tenant must contain them all.
+            for d in &f.storage {
+                let (Some(k), StorageKind::Image2d { width, height }) = (d.slot, d.kind) else {
+                    continue;
+                };
+                let Some(e) = slots.get(&k) else { continue };
+                if let StorageKind::Image2d { width: w, height: h } = e.desc.kind {
+                    if width > w || height > h {
+                        return Err(OpenClError::Manifest(format!(
+                            "slot {k}: image {} ({width} x {height}) does not fit in {} ({w} x {h})",
+                            d.name, e.desc.name
+                        )));
+                    }
                 }
             }
         }
@@ -984,8 +1003,19 @@ pub fn mem_type(s: &StorageDesc) -> MemType {
     }
 }
 
-fn write_mem(m: &Mem, data: &MemData, name: &str) -> Result<(), OpenClError> {
-    let bad = || OpenClError::Manifest(format!("storage {name}: element type mismatch"));
+/// The texels `[W, H, 1]` of image storage `s`, which every image transfer names: the object
+/// may be a `plan-memory` slot's, larger than `s`, whose top-left corner `s` uses.
+fn region(s: &StorageDesc) -> [usize; 3] {
+    match s.kind {
+        StorageKind::Image2d { width, height } => {
+            [usize::try_from(width).unwrap_or(0), usize::try_from(height).unwrap_or(0), 1]
+        }
+        StorageKind::Buffer => [usize::try_from(s.elems).unwrap_or(0), 1, 1],
+    }
+}
+
+fn write_mem(m: &Mem, data: &MemData, s: &StorageDesc) -> Result<(), OpenClError> {
+    let bad = || OpenClError::Manifest(format!("storage {}: element type mismatch", s.name));
     if data.is_empty() {
         return Ok(());
     }
@@ -993,11 +1023,13 @@ fn write_mem(m: &Mem, data: &MemData, name: &str) -> Result<(), OpenClError> {
         (Mem::F32(b), MemData::F32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::I32(b), MemData::I32(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
         (Mem::I8(b), MemData::I8(v)) => b.write(v.as_slice()).enq().map_err(ocl_err),
-        (Mem::Image(i), MemData::F32(v)) => i.write(v.as_slice()).enq().map_err(ocl_err),
+        (Mem::Image(i), MemData::F32(v)) => {
+            i.write(v.as_slice()).region(region(s)).enq().map_err(ocl_err)
+        }
         (Mem::HalfImage(i), MemData::F32(v)) => {
             // `pack` rounded every value to f16 already: the conversion to bits is exact.
             let bits: Vec<u16> = v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
-            i.write(bits.as_slice()).enq().map_err(ocl_err)
+            i.write(bits.as_slice()).region(region(s)).enq().map_err(ocl_err)
         }
         _ => Err(bad()),
     }
@@ -1030,12 +1062,12 @@ fn read_mem(m: &Mem, s: &StorageDesc) -> Result<MemData, OpenClError> {
         }
         Mem::Image(i) => {
             let mut v = vec![0.0f32; n];
-            i.read(&mut v).enq().map_err(ocl_err)?;
+            i.read(&mut v).region(region(s)).enq().map_err(ocl_err)?;
             MemData::F32(v)
         }
         Mem::HalfImage(i) => {
             let mut bits = vec![0u16; n];
-            i.read(&mut bits).enq().map_err(ocl_err)?;
+            i.read(&mut bits).region(region(s)).enq().map_err(ocl_err)?;
             MemData::F32(bits.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect())
         }
     })
@@ -1183,13 +1215,17 @@ fn fill_zero(m: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
     if n == 0 {
         return Ok(());
     }
-    // A buffer may be a slot's object, larger than `s`: fill only `s`'s elements.
+    // The object may be a slot's, larger than `s`: fill only `s`'s elements (texels).
     match m {
         Mem::F32(b) => b.cmd().fill(0.0, Some(n)).enq().map_err(ocl_err),
         Mem::I32(b) => b.cmd().fill(0, Some(n)).enq().map_err(ocl_err),
         Mem::I8(b) => b.cmd().fill(0, Some(n)).enq().map_err(ocl_err),
-        Mem::Image(i) => i.write(vec![0.0f32; n].as_slice()).enq().map_err(ocl_err),
-        Mem::HalfImage(i) => i.write(vec![0u16; n].as_slice()).enq().map_err(ocl_err),
+        Mem::Image(i) => {
+            i.write(vec![0.0f32; n].as_slice()).region(region(s)).enq().map_err(ocl_err)
+        }
+        Mem::HalfImage(i) => {
+            i.write(vec![0u16; n].as_slice()).region(region(s)).enq().map_err(ocl_err)
+        }
     }
 }
 
@@ -1204,8 +1240,12 @@ fn copy_mem(src: &Mem, dst: &Mem, s: &StorageDesc) -> Result<(), OpenClError> {
         (Mem::F32(a), Mem::F32(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
         (Mem::I32(a), Mem::I32(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
         (Mem::I8(a), Mem::I8(b)) => a.cmd().copy(b, None, Some(n)).enq().map_err(ocl_err),
-        (Mem::Image(a), Mem::Image(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
-        (Mem::HalfImage(a), Mem::HalfImage(b)) => a.cmd().copy(b, [0, 0, 0]).enq().map_err(ocl_err),
+        (Mem::Image(a), Mem::Image(b)) => {
+            a.cmd().copy(b, [0, 0, 0]).region(region(s)).enq().map_err(ocl_err)
+        }
+        (Mem::HalfImage(a), Mem::HalfImage(b)) => {
+            a.cmd().copy(b, [0, 0, 0]).region(region(s)).enq().map_err(ocl_err)
+        }
         _ => Err(OpenClError::Manifest("copy between storage of different types".into())),
     }
 }

@@ -554,7 +554,7 @@ impl Session {
                 continue;
             }
             let mem = create(&self.queue, desc)?;
-            write_mem(&mem, &data, &desc.name)?;
+            write_mem(&mem, &data, desc)?;
             self.kept.push(Kept {
                 key: key.to_string(),
                 call,
@@ -824,14 +824,14 @@ fn run_steps(
                     }
                     Some(Source::Write(p)) => {
                         let m = st.objects.take(queue, desc)?;
-                        write_mem(&m, p, &desc.name)?;
+                        write_mem(&m, p, desc)?;
                         m
                     }
                     // Made here and written before the next step (a blocking write).
                     Some(Source::Lazy(l)) => {
                         let data = l.make()?;
                         let m = st.objects.take(queue, desc)?;
-                        write_mem(&m, &data, &desc.name)?;
+                        write_mem(&m, &data, desc)?;
                         m
                     }
                     None => st.objects.take(queue, desc)?,
@@ -1379,12 +1379,22 @@ fn write_async(
             (Mem::I8(b), HostSlice::I8(v)) => {
                 b.write(v).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
             }
-            (Mem::Image(i), HostSlice::F32(v)) => {
-                i.write(v).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
-            }
-            (Mem::HalfImage(i), HostSlice::Half(v)) => {
-                i.write(v).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
-            }
+            (Mem::Image(i), HostSlice::F32(v)) => i
+                .write(v)
+                .region(region(desc))
+                .queue(queue)
+                .block(false)
+                .ewait(after)
+                .enew(&mut ev)
+                .enq(),
+            (Mem::HalfImage(i), HostSlice::Half(v)) => i
+                .write(v)
+                .region(region(desc))
+                .queue(queue)
+                .block(false)
+                .ewait(after)
+                .enew(&mut ev)
+                .enq(),
             _ => return Err(bad()),
         }
     }
@@ -1516,9 +1526,14 @@ fn read_async(
             (Mem::I8(b), MemData::I8(v)) => {
                 b.read(v.as_mut_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
             }
-            (Mem::Image(i), MemData::F32(v)) => {
-                i.read(v.as_mut_slice()).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
-            }
+            (Mem::Image(i), MemData::F32(v)) => i
+                .read(v.as_mut_slice())
+                .region(region(desc))
+                .queue(queue)
+                .block(false)
+                .ewait(after)
+                .enew(&mut ev)
+                .enq(),
             _ => {
                 return Err(OpenClError::Manifest(format!(
                     "storage {}: element type mismatch",
