@@ -116,11 +116,16 @@ fi
 if want memory; then
 $B gen llama3.2-1b --layers 1 --seq 512 --vocab 512 --lora-rank 8 --training -o $T/l512.fbir
 for rep in 1 2; do
-  for dm in pooled live-peak; do
+  for dm in pooled live-peak planned; do
     echo "=== memory $dm ($rep)" >> $R
     timeout 200 $B bench $T/l512.fbir --entry loss_grad --device $D --profile $P --device-memory $dm --repeat 10 2>&1 | grep strategy >> $R
     timeout 100 $B bench $T/mha_c1.fbir --device $D --profile $P --device-memory $dm --repeat 10 2>&1 | grep strategy >> $R
   done
+  # plan-memory's slots held as planned by $OLD, beside $B's above (nested images, session 27).
+  if [ -n "$OLD" ]; then
+    echo "=== memory planned, $OLD ($rep)" >> $R
+    timeout 200 $OLD bench $T/l512.fbir --entry loss_grad --device $D --profile $P --device-memory planned --repeat 10 2>&1 | grep strategy >> $R
+  fi
 done
 fi
 # Row reductions (softmax, norms, cross-entropy at a 32000-word vocabulary, a column sum): the
