@@ -734,6 +734,42 @@ fn products_write_their_part_of_a_concatenation() {
     }
 }
 
+/// A LoRA linear `x·W + s·(x·A)·B`: the rank-`r` product `(x·A)·B` sums `r` terms per element,
+/// so at rank 8 it is inlined, unrolled, into the add that the base product takes as its
+/// epilogue (two launches: `x·A`, then `x·W` adding the branch), and `(x·A)·B` is never stored;
+/// at rank 32 (more than `MAX_UNROLLED_TERMS`) it stays a launch of its own.
+#[test]
+fn a_lora_branch_of_low_rank_is_summed_in_the_base_products_epilogue() {
+    let src = |r: u64| {
+        format!(
+            r#"func.func @f(%x: tensor<16x32xf32>, %w: tensor<32x24xf32>, %a: tensor<32x{r}xf32>, %b: tensor<{r}x24xf32>) -> tensor<16x24xf32> {{
+  %base = tensor.matmul %x, %w : (tensor<16x32xf32>, tensor<32x24xf32>) -> tensor<16x24xf32>
+  %xa = tensor.matmul %x, %a : (tensor<16x32xf32>, tensor<32x{r}xf32>) -> tensor<16x{r}xf32>
+  %lora = tensor.matmul %xa, %b : (tensor<16x{r}xf32>, tensor<{r}x24xf32>) -> tensor<16x24xf32>
+  %scaled = tensor.scale %lora {{factor = 2.0}} : (tensor<16x24xf32>) -> tensor<16x24xf32>
+  %y = tensor.add %base, %scaled : (tensor<16x24xf32>, tensor<16x24xf32>) -> tensor<16x24xf32>
+  func.return %y : tensor<16x24xf32>
+}}"#
+        )
+    };
+    for (r, sources) in [
+        (8, vec!["tensor.matmul", "tensor.matmul+tensor.scale+tensor.matmul+tensor.add"]),
+        (32, vec!["tensor.matmul", "tensor.matmul+tensor.scale", "tensor.matmul+tensor.add"]),
+    ] {
+        let m = parse(&src(r));
+        let (after, _) = lowered(&m, "lower-to-memory{split-k=off},plan-memory", "generic");
+        let ks = kernels(&after);
+        let got: Vec<&str> = ks.iter().map(|k| k.source.as_str()).collect();
+        assert_eq!(got, sources, "rank {r}");
+        if r == 8 {
+            // Eight terms of `xa` (one row of it) and of `b` (one column) per output.
+            let fused = &ks[1];
+            assert_eq!(fused.maps.len(), 2 + 8 + 8 + 1, "rank {r}: {:?}", fused.maps);
+        }
+        same_numbers(&m, &after, &format!("rank {r}"));
+    }
+}
+
 #[test]
 fn attention_remap_chain_reads_through_one_map() {
     let src = std::fs::read_to_string(format!(

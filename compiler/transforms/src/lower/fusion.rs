@@ -1,6 +1,6 @@
 //! Fusion of logical kernels.
 //!
-//! Two rewrites, applied in launch order until nothing changes:
+//! Three rewrites, applied in launch order until nothing changes:
 //! - **inline**: a kernel `P` that computes tensor `T` pointwise (no reduction, identity output
 //!   map, a body without loads) and whose only reader is kernel `K` is substituted into `K`: each
 //!   read of `T` at map `m` becomes `P`'s body with `P`'s operand maps composed with `m`, and the
@@ -19,6 +19,11 @@
 //!   A row kernel `P` (a normalisation, softmax) takes `K` into its body the same way (`P`'s
 //!   body in place of `T`: group norm then SiLU is one launch), where `K`'s result is stored as
 //!   `T` would have been (same layout and storage type).
+//!
+//! - **unrolled sum**: a reduction `P` adding at most [`MAX_UNROLLED_TERMS`] terms per element
+//!   (LoRA's rank-8 `(x·A)·B`) is inlined like a pointwise producer, as its terms written out,
+//!   where `K` computes each element of `T` once (pointwise, or reading `T` only in its
+//!   epilogue): the base product's epilogue then adds the LoRA branch.
 //!
 //! A tensor is never fused away when it is returned, read by a gather, written by several
 //! kernels (concat, slice_grad) or shares its storage with another tensor (a linear reshape).
@@ -246,7 +251,10 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
             // A producer reading its indices is inserted with them substituted, a payload of
             // another shape at each read: the fused kernel is built and measured.
             let substituted = !epilogue && shapes[p].body.dims;
+            let small_sum = !epilogue && kernels[p].as_ref().is_some_and(|pk| pk.combine.is_some());
             let built = match (&kernels[p], substituted) {
+                // A small sum (`find` checked `unrollable`), inlined as its unrolled terms.
+                (Some(pk), _) if small_sum => unrolled(pk).map(|u| inline(u, kk.clone())),
                 (Some(pk), true) => Some(inline(pk.clone(), kk.clone())),
                 // A row kernel's body changes: built and measured.
                 (Some(pk), false) if epilogue && pk.is_row() => Some(into_epilogue(pk, kk)),
@@ -254,6 +262,7 @@ pub(crate) fn fuse(l: &mut Lower<'_>) -> usize {
             };
             let merged_shapes = match &built {
                 Some(m) => Some(Shapes::of(m)).filter(Shapes::fit),
+                None if small_sum => None,
                 None => fused_shapes(shapes[p], kk, t, epilogue),
             };
             let Some(merged_shapes) = merged_shapes else {
@@ -452,6 +461,22 @@ fn find(
         {
             return Some((p, t, true));
         }
+        // A sum over a few terms (LoRA's `(x·A)·B`, rank 8) is inlined as its unrolled sum where
+        // `K` computes each element of `T` once: a pointwise `K`, or one reading `T` only in its
+        // epilogue, once per output (the base product's epilogue adds the branch).
+        let reads_in_body = reads_of(&kk.body, &t_slots(kk, t));
+        // (A row kernel reads `T` in each of its passes: not once.)
+        let pointwise_reader = kk.combine.is_none() && kk.domain.iter().product::<u64>() == numel;
+        let epilogue_reader = kk.combine.is_some()
+            && reads_in_body == 0
+            && kk.domain[..kk.n_par].iter().product::<u64>() == numel;
+        let once = kk.stats.is_empty() && (pointwise_reader || epilogue_reader);
+        if once
+            && unrollable(pk, shapes[p], shape)
+            && kk.inputs.iter().filter(|i| i.t == t).all(|i| over_dims(&i.map))
+        {
+            return Some((p, t, false));
+        }
     }
     None
 }
@@ -532,6 +557,113 @@ fn composed(o: &Operand, with: &[fbc_index::Expr]) -> Operand {
         return o.clone();
     }
     Operand { t: o.t, map: compose(&o.map, with), gather: o.gather }
+}
+
+/// The most terms of a sum that fusion unrolls into its reader ([`unrolled`]).
+pub(crate) const MAX_UNROLLED_TERMS: u64 = 16;
+
+/// Operand slots of `k` reading tensor `t`.
+fn t_slots(k: &LKernel, t: Tid) -> Vec<bool> {
+    k.inputs.iter().map(|o| o.t == t).collect()
+}
+
+/// Whether `p` (of payload shapes `ps`) is a sum of at most [`MAX_UNROLLED_TERMS`] terms per
+/// element of its output `shape`, written at its own index, whose body reads only operands
+/// (no domain index, no explicit offset): [`unrolled`] then computes it pointwise.
+fn unrollable(p: &LKernel, ps: Shapes, shape: &[u64]) -> bool {
+    let terms: u64 = p.domain[p.n_par..].iter().product();
+    p.combine == Some(Combine::Add)
+        && p.stats.is_empty()
+        && p.attention.is_none()
+        && p.symbols.is_empty()
+        && p.split.is_none()
+        && !p.decode
+        && terms >= 1
+        && terms <= MAX_UNROLLED_TERMS
+        && p.domain[..p.n_par] == *shape
+        && is_identity(&p.out.map, shape.len())
+        && !(ps.body.dims || ps.body.loads)
+        && ps.epilogue.is_none_or(|e| !(e.dims || e.loads))
+}
+
+/// Sum `p` ([`unrollable`]) as a pointwise kernel over its parallel dimensions: its body once
+/// per point of the reduction (operands read at their maps with the reduction indices fixed),
+/// added in the reduction's row-major order, then its epilogue.
+fn unrolled(p: &LKernel) -> Option<LKernel> {
+    let red = &p.domain[p.n_par..];
+    let terms: u64 = red.iter().product();
+    let mut inputs: Vec<Operand> = Vec::new();
+    // Epilogue operands (read at the output point) first, as they are.
+    let at_point: Vec<usize> = p.inputs.iter().map(|o| merge_operand(&mut inputs, o)).collect();
+    let mut sum: Option<Scalar> = None;
+    for r in 0..terms {
+        let mut with: Vec<fbc_index::Expr> = (0..p.n_par).map(super::dim).collect();
+        let mut rest = r;
+        let mut point = vec![0i64; red.len()];
+        for (j, &n) in red.iter().enumerate().rev() {
+            point[j] = i64::try_from(rest % n).ok()?;
+            rest /= n;
+        }
+        with.extend(point.into_iter().map(fbc_index::Expr::Const));
+        let to: SmallVec<[usize; 8]> =
+            p.inputs.iter().map(|o| merge_composed(&mut inputs, o, &with)).collect();
+        let term = renumber(&p.body, &to);
+        sum = Some(match sum {
+            None => term,
+            Some(s) => Scalar::Bin(ScalarBin::Add, Box::new(s), Box::new(term)),
+        });
+    }
+    let sum = sum?;
+    // The epilogue's operands are read at the output point: their maps name no reduction index.
+    let reduction: Vec<String> = (p.n_par..p.domain.len()).map(fbc_index::dim_name).collect();
+    if let Some(e) = &p.epilogue {
+        let mut named = false;
+        e.visit(&mut |s| {
+            if let Scalar::In(i) = s {
+                named |=
+                    p.inputs[*i].map.iter().any(|x| reduction.iter().any(|d| x.vars().contains(d)));
+            }
+        });
+        if named {
+            return None;
+        }
+    }
+    let body = match &p.epilogue {
+        None => sum,
+        Some(e) => map_scalar(&renumber(e, &at_point), &mut |s| match s {
+            Scalar::Acc => Some(sum.clone()),
+            _ => None,
+        }),
+    };
+    // Operands only the reduction read at the output point are dropped by the reader's
+    // inlining (no read names them); their maps still name reduction dimensions, which the
+    // pointwise domain no longer has, so they are removed here.
+    let used = {
+        let mut u = vec![false; inputs.len()];
+        body.visit(&mut |s| {
+            if let Scalar::In(i) = s {
+                u[*i] = true;
+            }
+        });
+        u
+    };
+    let mut keep: Vec<usize> = vec![usize::MAX; inputs.len()];
+    let mut kept: Vec<Operand> = Vec::new();
+    for (i, o) in inputs.into_iter().enumerate() {
+        if used[i] {
+            keep[i] = kept.len();
+            kept.push(o);
+        }
+    }
+    let body = renumber(&body, &keep);
+    Some(LKernel {
+        domain: p.domain[..p.n_par].to_vec(),
+        inputs: kept,
+        body,
+        combine: None,
+        epilogue: None,
+        ..p.clone()
+    })
 }
 
 /// `P` substituted into `K` at every read of `P`'s output. Both are consumed: `P`'s body moves
