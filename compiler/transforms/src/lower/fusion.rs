@@ -578,8 +578,7 @@ fn unrollable(p: &LKernel, ps: Shapes, shape: &[u64]) -> bool {
         && p.symbols.is_empty()
         && p.split.is_none()
         && !p.decode
-        && terms >= 1
-        && terms <= MAX_UNROLLED_TERMS
+        && (1..=MAX_UNROLLED_TERMS).contains(&terms)
         && p.domain[..p.n_par] == *shape
         && is_identity(&p.out.map, shape.len())
         && !(ps.body.dims || ps.body.loads)

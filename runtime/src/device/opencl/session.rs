@@ -1379,27 +1379,33 @@ fn write_async(
             (Mem::I8(b), HostSlice::I8(v)) => {
                 b.write(v).queue(queue).block(false).ewait(after).enew(&mut ev).enq()
             }
-            (Mem::Image(i), HostSlice::F32(v)) => i
-                .write(v)
-                .region(region(desc))
-                .queue(queue)
-                .block(false)
-                .ewait(after)
-                .enew(&mut ev)
-                .enq(),
-            (Mem::HalfImage(i), HostSlice::Half(v)) => i
-                .write(v)
-                .region(region(desc))
-                .queue(queue)
-                .block(false)
-                .ewait(after)
-                .enew(&mut ev)
-                .enq(),
+            (Mem::Image(i), HostSlice::F32(v)) => image_write(i, v, queue, after, &mut ev, desc),
+            (Mem::HalfImage(i), HostSlice::Half(v)) => {
+                image_write(i, v, queue, after, &mut ev, desc)
+            }
             _ => return Err(bad()),
         }
     }
     .map_err(ocl_err)?;
     Ok(ev)
+}
+
+/// Enqueues the write of `v` into the region of image storage `desc` in `i` on `queue` after
+/// `after`, without blocking, its event in `ev`.
+///
+/// # Safety
+///
+/// `v` must stay alive until the write's event is complete (see [`write_async`]).
+#[allow(unsafe_code)]
+unsafe fn image_write<T: ocl::OclPrm>(
+    i: &Image<T>,
+    v: &[T],
+    queue: &Queue,
+    after: &Event,
+    ev: &mut Event,
+    desc: &StorageDesc,
+) -> ocl::Result<()> {
+    i.write(v).region(region(desc)).queue(queue).block(false).ewait(after).enew(ev).enq()
 }
 
 /// Host copies of a call's streamed uploads in pinned (page-locked) memory: buffers the
