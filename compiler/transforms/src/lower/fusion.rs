@@ -592,7 +592,7 @@ fn unrolled(p: &LKernel) -> Option<LKernel> {
     let red = &p.domain[p.n_par..];
     let terms: u64 = red.iter().product();
     let mut inputs: Vec<Operand> = Vec::new();
-    // Epilogue operands (read at the output point) first, as they are.
+    // `P`'s operands as they are, for the epilogue (read at the output point).
     let at_point: Vec<usize> = p.inputs.iter().map(|o| merge_operand(&mut inputs, o)).collect();
     let mut sum: Option<Scalar> = None;
     for r in 0..terms {
@@ -634,9 +634,9 @@ fn unrolled(p: &LKernel) -> Option<LKernel> {
             _ => None,
         }),
     };
-    // Operands only the reduction read at the output point are dropped by the reader's
-    // inlining (no read names them); their maps still name reduction dimensions, which the
-    // pointwise domain no longer has, so they are removed here.
+    // `P`'s operands as they were that neither a term nor the epilogue reads (the factors of
+    // the terms, read at fixed reduction indices instead) are dropped: their maps name
+    // reduction dimensions, which the pointwise domain does not have.
     let used = {
         let mut u = vec![false; inputs.len()];
         body.visit(&mut |s| {
