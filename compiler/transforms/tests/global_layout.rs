@@ -321,3 +321,51 @@ fn convolution_inputs_go_channel_packed_where_the_model_says() {
     let rec = &stats.records["rtile-select"]["channel_packed"];
     assert!(rec[0]["direct_saves_us"].as_f64().unwrap() < 0.0, "{rec}");
 }
+
+/// Tile invariance stops where the tile fits the result badly: in a LoRA training step the
+/// rank-8 products `x·A` run in `x`'s tile (32 × 32 on nvidia for most), where a `[64, 8]`
+/// result would be three quarters padding (an image the skinny kernel cannot split in one
+/// launch), so they keep their own preference, linear; no R-Tile anywhere has more padding
+/// columns than columns. The numbers are the interpreter's before and after.
+#[test]
+fn a_result_the_primary_tile_overpads_keeps_its_own_layout() {
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(64),
+        vocab: Some(64),
+        lora_rank: Some(8),
+        training: true,
+        ..Default::default()
+    };
+    let original = fbc_models::build("llama3.2-1b", &opts).expect("fbc gen");
+    let mut m = original.clone();
+    let p = fbc_target::builtin("nvidia").expect("nvidia");
+    let mut stats = Statistics::default();
+    run_on(&mut m, fbc_transforms::pipeline_for_level(3), &p, &mut stats);
+    let mut products = 0;
+    for o in m.all_ops() {
+        let d = m.op(o);
+        let Some(&r) = d.results.first() else { continue };
+        let name = m.value(r).name.clone().unwrap_or_default();
+        let layout = d.attr("fbc.layout").and_then(|a| Layout::from_attr(a).ok());
+        if d.name() == "tensor.matmul" && name.ends_with("_xa") {
+            products += 1;
+            // `x` in a 32-wide tile: the product keeps its own layout (a 4-wide tile like
+            // `down`'s input's fits it with no padding).
+            if let Some(Layout::RTile(t)) = &layout {
+                assert!(t.tile[1] <= 8, "%{name}: {t:?}");
+            }
+        }
+        if let (Some(Layout::RTile(t)), fbc_ir::Type::Tensor(ty)) = (layout, m.value_type(r)) {
+            let w = ty.shape.last().copied().unwrap_or(1);
+            let padded = w.div_ceil(t.tile[1]) * t.tile[1];
+            assert!(padded - w <= w, "%{name}: {ty} in {:?}", t.tile);
+        }
+    }
+    assert!(products >= 7, "{products} LoRA products `x·A`");
+    let tol = fbc_runtime::interp::Tolerance { rtol: 1e-4, atol: 1e-5 };
+    for f in ["loss", "loss_grad"] {
+        fbc_runtime::interp::check_equivalent(&original, &m, f, 3, tol)
+            .unwrap_or_else(|e| panic!("@{f}: {e}"));
+    }
+}

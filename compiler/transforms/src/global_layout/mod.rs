@@ -31,7 +31,9 @@
 //!   (the largest operand stored as an R-Tile) and writes its result in that tile (tile
 //!   invariance, Sec. 4.2), adapted to the result's shape (its preference when the tile agrees,
 //!   else [`candidates::physical_mapping`]); linear when its readers want linear (a returned
-//!   result: the kernel's last store writes linear) or no operand is tiled (then its preference).
+//!   result: the kernel's last store writes linear) or no operand is tiled (then its preference);
+//!   its preference (linear without one) where the tile would give it more padding columns than
+//!   columns (a rank-8 LoRA product in a 32-wide tile).
 //!   This is where two consecutive FTD-D ops can disagree (Table 2's yellow cell).
 //!
 //! A *requirement* is a (reader, layout) pair: an assign requires its `layout`, a remap requires

@@ -463,6 +463,17 @@ impl<'a> Planner<'a> {
         let prefer = (want != NONE).then(|| &self.layouts[want as usize]);
         let l = adapt(self.cx.p, m, r, t.tile, t.pack, prefer, cands, &consumers);
         let id = match l {
+            // Tile invariance stops where the tile is far wider than the result: a rank-8 LoRA
+            // product `x·A` in `x`'s 64 × 32 tile would be three quarters padding, written as
+            // an image the skinny kernel cannot split in one launch; it keeps its own
+            // preference, linear without one.
+            Some(Layout::RTile(a)) if overpadded(m, r, a.tile) => {
+                if want == NONE {
+                    LINEAR
+                } else {
+                    want
+                }
+            }
             Some(l) => self.intern(&l),
             None => LINEAR,
         };
@@ -749,6 +760,16 @@ struct Fingerprint {
     phys: Vec<Layout>,
     converts: Vec<(Op, usize, Layout)>,
     cost_bits: [u64; 2],
+}
+
+/// Whether value `v` in tile `tile` has more padding columns than columns: a narrow result (a
+/// rank-8 product in a 32-wide tile). Its rows are left alone: a decode step's one-row
+/// activations fill a texel's four rows with padding by design (the skinny kernel reads them
+/// either way).
+fn overpadded(m: &Module, v: Value, tile: [u64; 2]) -> bool {
+    let Type::Tensor(ty) = m.value_type(v) else { return false };
+    fbc_dialects::layout::Matrix::of(&ty.shape)
+        .is_some_and(|x| tile[1] > 0 && x.w.div_ceil(tile[1]) * tile[1] - x.w > x.w)
 }
 
 #[cfg(test)]
