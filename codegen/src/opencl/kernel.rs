@@ -814,10 +814,6 @@ impl Cx<'_> {
         format!(", fbc_err, {}, {})", self.fault_id, self.fault_args(dims))
     }
 
-    /// Whether each texel operand `i` reads holds four consecutive values of domain dimension
-    /// `d`: an image whose channel is `d` (extent 4) or `d mod 4` (extent a multiple of 4),
-    /// its x and y the same over each aligned run of four values of `d` (see
-    /// [`texel_invariant`]).
     /// Whether the innermost dimension, a reduction of extent 4, is the channel of an input
     /// image's texel (x and y the same over it) read through a proven map: a step of it can
     /// read that texel once for its four values.
@@ -829,6 +825,10 @@ impl Cx<'_> {
                 .any(|i| i != self.out() && !self.map_checked(i) && self.texel_holds(i, n - 1))
     }
 
+    /// Whether each texel operand `i` reads holds four consecutive values of domain dimension
+    /// `d`: an image whose channel is `d` (extent 4) or `d mod 4` (extent a multiple of 4),
+    /// its x and y the same over each aligned run of four values of `d` (see
+    /// [`texel_invariant`]).
     fn texel_holds(&self, i: usize, d: usize) -> bool {
         let (m, extent) = (&self.k.maps[i], self.k.domain[d]);
         let v = &m.dims[d];

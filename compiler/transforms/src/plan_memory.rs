@@ -311,9 +311,14 @@ fn class_of(t: &MemType) -> Class {
 
 /// The plan of the images `members` of one texel format: each extent on its own
 /// ([`plan_class`] per image type), or smaller images in larger ones' objects
-/// ([`assign_nested`]), whichever needs fewer bytes.
-fn plan_images(storage: &[Storage], members: &[usize]) -> (Vec<Option<usize>>, Vec<u64>) {
-    let ls: Vec<Lifetime> = members.iter().map(|&i| storage[i].life).collect();
+/// ([`assign_nested`]), whichever needs fewer bytes. `ls` and `upload` are the members'
+/// lifetimes and whether each is an upload.
+fn plan_images(
+    storage: &[Storage],
+    members: &[usize],
+    ls: &[Lifetime],
+    upload: &[bool],
+) -> (Vec<Option<usize>>, Vec<u64>) {
     let dims: Vec<[u64; 2]> = members
         .iter()
         .map(|&i| match storage[i].ty.storage {
@@ -329,7 +334,7 @@ fn plan_images(storage: &[Storage], members: &[usize]) -> (Vec<Option<usize>>, V
     for extent in extents {
         let of_type: Vec<usize> = (0..members.len()).filter(|&j| dims[j] == extent).collect();
         let tls: Vec<Lifetime> = of_type.iter().map(|&j| ls[j]).collect();
-        let up: Vec<bool> = of_type.iter().map(|&j| storage[members[j]].upload).collect();
+        let up: Vec<bool> = of_type.iter().map(|&j| upload[j]).collect();
         let (of, sz) = plan_class(&tls, &up, false);
         for (x, &j) in of_type.iter().enumerate() {
             slot_of[j] = of[x].map(|k| k + sizes.len());
@@ -338,7 +343,7 @@ fn plan_images(storage: &[Storage], members: &[usize]) -> (Vec<Option<usize>>, V
     }
     let own: u64 = sizes.iter().sum::<u64>()
         + (0..members.len()).filter(|&j| slot_of[j].is_none()).map(|j| ls[j].bytes).sum::<u64>();
-    let nested = assign_nested(&ls, &dims);
+    let nested = assign_nested(ls, &dims);
     if nested.bytes() < own {
         return (nested.slot_of.into_iter().map(Some).collect(), nested.sizes);
     }
@@ -453,7 +458,7 @@ pub fn plan_func(m: &mut Module, f: FuncId, dealloc: &'static fbc_ir::OpDef) -> 
         let ls: Vec<Lifetime> = members.iter().map(|&i| storage[i].life).collect();
         let up: Vec<bool> = members.iter().map(|&i| storage[i].upload).collect();
         let (of, sz) = match c {
-            Class::Image(_) => plan_images(&storage, members),
+            Class::Image(_) => plan_images(&storage, members, &ls, &up),
             Class::Buffer(_) => plan_class(&ls, &up, true),
         };
         for (j, &i) in members.iter().enumerate() {

@@ -634,27 +634,10 @@ fn unrolled(p: &LKernel) -> Option<LKernel> {
             _ => None,
         }),
     };
-    // `P`'s operands as they were that neither a term nor the epilogue reads (the factors of
-    // the terms, read at fixed reduction indices instead) are dropped: their maps name
-    // reduction dimensions, which the pointwise domain does not have.
-    let used = {
-        let mut u = vec![false; inputs.len()];
-        body.visit(&mut |s| {
-            if let Scalar::In(i) = s {
-                u[*i] = true;
-            }
-        });
-        u
-    };
-    let mut keep: Vec<usize> = vec![usize::MAX; inputs.len()];
-    let mut kept: Vec<Operand> = Vec::new();
-    for (i, o) in inputs.into_iter().enumerate() {
-        if used[i] {
-            keep[i] = kept.len();
-            kept.push(o);
-        }
-    }
-    let body = renumber(&body, &keep);
+    // Only the operands the body reads stay: `P`'s own that no term or epilogue reads at them
+    // (the factors, read at fixed reduction indices instead) name reduction dimensions, which
+    // the pointwise domain does not have.
+    let (kept, body) = super::split_k::only_read(&body, &inputs);
     Some(LKernel {
         domain: p.domain[..p.n_par].to_vec(),
         inputs: kept,
@@ -682,9 +665,9 @@ fn inline(p: LKernel, k: LKernel) -> LKernel {
     }
     // Each read of T at map m: P's body with P's operands read at (P map ∘ m).
     let mut subst: Vec<Option<Scalar>> = vec![None; k.inputs.len()];
-    let t_slots: Vec<bool> = k.inputs.iter().map(|o| o.t == t).collect();
-    let mut left = payloads(&k).map(|e| reads_of(e, &t_slots)).sum::<usize>();
-    let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| t_slots[i]).collect();
+    let slots = t_slots(&k, t);
+    let mut left = payloads(&k).map(|e| reads_of(e, &slots)).sum::<usize>();
+    let t_reads: Vec<usize> = (0..k.inputs.len()).filter(|&i| slots[i]).collect();
     let mut p_body = Some(p.body);
     let mut p_dims = false;
     if let Some(b) = &p_body {

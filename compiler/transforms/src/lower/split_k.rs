@@ -464,7 +464,7 @@ fn split_one(l: &mut Lower<'_>, k: &LKernel, s: u64) -> Result<Vec<LKernel>, Dia
 
 /// The operands of `inputs` that `e` reads, in order of first read, and `e` reading them by
 /// their position in that list.
-fn only_read(e: &Scalar, inputs: &[Operand]) -> (Vec<Operand>, Scalar) {
+pub(super) fn only_read(e: &Scalar, inputs: &[Operand]) -> (Vec<Operand>, Scalar) {
     let mut to: Vec<Option<usize>> = vec![None; inputs.len()];
     let mut used = Vec::new();
     e.visit(&mut |x| {
