@@ -339,8 +339,10 @@ fn uses(e: &Expr, d: &str) -> bool {
 
 /// Whether `e` has one value over each aligned run `4q .. 4q + 3` of dimension `d` (the other
 /// dimensions fixed): `d` is read only through a floor division by a multiple of 4 (or a shift
-/// by at least 2) of an expression that is `4·Q + d mod 4`, `Q` itself constant over the run.
-/// A texel whose channel is `d mod 4` then holds the four values of a run, read at once.
+/// by at least 2) of an expression that is `4·Q + d mod 4`, `Q` itself constant over the run,
+/// and any operation of such values (an R-Tile's `d floordiv 4 mod 8`, the texel's column in
+/// its tile, or `d floordiv 32 mod 2`, its row). A texel whose channel is `d mod 4` then holds
+/// the four values of a run, read at once.
 fn texel_invariant(e: &Expr, d: &str) -> bool {
     use fbc_index::BinOp as O;
     if !uses(e, d) {
@@ -348,7 +350,8 @@ fn texel_invariant(e: &Expr, d: &str) -> bool {
     }
     match e {
         Expr::Neg(a) => texel_invariant(a, d),
-        Expr::Bin(O::Add | O::Sub | O::Mul, a, b) => texel_invariant(a, d) && texel_invariant(b, d),
+        // An operation of values constant over the run is too.
+        Expr::Bin(_, a, b) if texel_invariant(a, d) && texel_invariant(b, d) => true,
         Expr::Bin(O::FloorDiv, a, c) => {
             matches!(**c, Expr::Const(c) if c > 0 && c % 4 == 0) && quad(a, d)
         }
@@ -2759,6 +2762,15 @@ mod tests {
             ("(d7 & 31) >> 2", true),
             ("(d7 - d1 * 4) floordiv 4 + d1", true),
             ("d1 + 3", true),
+            // An R-Tile image's texel coordinates along the reduction (the Llama step's
+            // attention probabilities under fblayout): operations of invariant values.
+            ("(d0 * 256 + d7) floordiv 64 * 8 + d7 floordiv 4 mod 8", true),
+            ("d7 floordiv 32 mod 2 * 4 + (d2 * 1024 + d1)", true),
+            ("d7 floordiv 4 mod 3", true),
+            ("min(d7 floordiv 4, d1) + max(d7 >> 3, 2)", true),
+            ("d7 mod 8 floordiv 2", false),
+            ("d7 mod 8 mod 3", false),
+            ("min(d7, d1)", false),
             ("d7 floordiv 2", false),
             ("(d7 + d1) floordiv 4", false),
             ("(d7 + 2) floordiv 4", false),

@@ -570,7 +570,7 @@ fn a_contraction_into_an_image_is_tiled_and_exact() {
 /// Two contractions on images whose channels the tiled kernel stages a texel at a time: in `mm1`
 /// `a`'s channel runs along the reduction and `b`'s along the columns, in `mm2` `a`'s along the
 /// rows and `b`'s along the reduction. `pack_*` copy the linear inputs into the images.
-const TEXEL_STAGING: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<1024xf32>) -> (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>) {
+const TEXEL_STAGING: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<1024xf32>) -> (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>) {
   %ma = memory.upload %a {layout = #layout.linear} : (tensor<1024xf32>) -> !memory.buffer<1024, f32>
   %mb = memory.upload %b {layout = #layout.linear} : (tensor<1024xf32>) -> !memory.buffer<1024, f32>
   %ia = memory.alloc : () -> !memory.image2d<[8, 32], f32>
@@ -589,11 +589,17 @@ const TEXEL_STAGING: &str = r#"func.func @main(%a: tensor<1024xf32>, %b: tensor<
   memory.launch %ia, %ib, %c3 {kernel = "mm3", source = "tensor.matmul", domain = [32, 8, 4, 32], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d3 mod 32 floordiv 4, d0, d3 mod 4), (d0, d1, d2, d3) -> (d1, d3, d2), (d0, d1, d2, d3) -> (d0 * 32 + d1 * 4 + d2)], body = "x0 * x1", combine = "add"} : (!memory.image2d<[8, 32], f32>, !memory.image2d<[8, 32], f32>, !memory.buffer<1024, f32>) -> ()
   %c4 = memory.alloc : () -> !memory.buffer<1024, f32>
   memory.launch %ja, %jb, %c4 {kernel = "mm4", source = "tensor.matmul", domain = [8, 4, 32, 32], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d3, d0, d1), (d0, d1, d2, d3) -> (d2, d3 floordiv 4, d3 mod 4), (d0, d1, d2, d3) -> ((d0 * 4 + d1) * 32 + d2)], body = "x0 * x1", combine = "add"} : (!memory.image2d<[32, 8], f32>, !memory.image2d<[32, 8], f32>, !memory.buffer<1024, f32>) -> ()
+  %c5 = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %ia, %ib, %c5 {kernel = "mm5", source = "tensor.matmul", domain = [32, 8, 4, 32], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d3 floordiv 4 mod 8, d0, d3 mod 4), (d0, d1, d2, d3) -> (d1, d3, d2), (d0, d1, d2, d3) -> (d0 * 32 + d1 * 4 + d2)], body = "x0 * x1", combine = "add"} : (!memory.image2d<[8, 32], f32>, !memory.image2d<[8, 32], f32>, !memory.buffer<1024, f32>) -> ()
+  %c6 = memory.alloc : () -> !memory.buffer<1024, f32>
+  memory.launch %ja, %jb, %c6 {kernel = "mm6", source = "tensor.matmul", domain = [8, 4, 32, 32], iterators = ["parallel", "parallel", "parallel", "reduction"], maps = [(d0, d1, d2, d3) -> (d3, d0, d1), (d0, d1, d2, d3) -> (d2, d3 floordiv 16 * 4 + d3 floordiv 4 mod 4, d3 mod 4), (d0, d1, d2, d3) -> ((d0 * 4 + d1) * 32 + d2)], body = "x0 * x1", combine = "add"} : (!memory.image2d<[32, 8], f32>, !memory.image2d<[32, 8], f32>, !memory.buffer<1024, f32>) -> ()
   %y1 = memory.download %c1 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
   %y2 = memory.download %c2 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
   %y3 = memory.download %c3 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
   %y4 = memory.download %c4 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
-  func.return %y1, %y2, %y3, %y4 : (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>) -> ()
+  %y5 = memory.download %c5 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  %y6 = memory.download %c6 {layout = #layout.linear} : (!memory.buffer<1024, f32>) -> tensor<1024xf32>
+  func.return %y1, %y2, %y3, %y4, %y5, %y6 : (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>) -> ()
 }
 "#;
 
@@ -835,7 +841,12 @@ fn contractions_stage_whole_texels_along_any_side() {
     let (mm3, mm4) = (src("mm3"), src("mm4"));
     assert!(mm3.contains("As[4 * (t / ") && mm3.contains("vstore4(v, 0, &Bs["), "{mm3}");
     assert!(mm4.contains("vstore4(v, 0, &As[") && mm4.contains("Bs[4 * (t / "), "{mm4}");
-    for k in [&mm1, &mm2, &mm3, &mm4] {
+    // mm5 and mm6: the texel's coordinates an R-Tile's operations of `d3 floordiv 4`
+    // (`d3 floordiv 4 mod 8`, `d3 floordiv 16 * 4 + d3 floordiv 4 mod 4`): whole texels too.
+    let (mm5, mm6) = (src("mm5"), src("mm6"));
+    assert!(mm5.contains("As[4 * (t / ") && mm5.contains("vstore4(v, 0, &Bs["), "{mm5}");
+    assert!(mm6.contains("vstore4(v, 0, &As[") && mm6.contains("Bs[4 * (t / "), "{mm6}");
+    for k in [&mm1, &mm2, &mm3, &mm4, &mm5, &mm6] {
         assert!(k.contains("a, b staged a texel at a time"), "{k}");
         assert!(!k.contains("fbc_ch(read"), "no single-channel reads: {k}");
     }
@@ -844,6 +855,8 @@ fn contractions_stage_whole_texels_along_any_side() {
         (read_safetensors_f32(&bytes, "result0"), read_safetensors_f32(&bytes, "result1"));
     assert_eq!(c1, read_safetensors_f32(&bytes, "result2"), "mm3 = mm1");
     assert_eq!(c2, read_safetensors_f32(&bytes, "result3"), "mm4 = mm2");
+    assert_eq!(c1, read_safetensors_f32(&bytes, "result4"), "mm5 = mm1");
+    assert_eq!(c2, read_safetensors_f32(&bytes, "result5"), "mm6 = mm2");
     // Image element (x, y, c) of a [W, H] image packed from v is v[(y·W + x)·4 + c].
     let a2 = |m: usize, k: usize| a[((m / 4) * 32 + k) * 4 + m % 4];
     let b2 = |k: usize, n: usize| b[((k / 4) * 32 + n) * 4 + k % 4];
