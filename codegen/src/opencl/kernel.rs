@@ -2140,7 +2140,7 @@ impl Cx<'_> {
             super::tuning::shape_key(batches, m, n, kk, [a, b, out].map(|i| self.is_image(i)));
         let tuned = opts.tuned.get(&shape);
         let (group0, params) = match tuned {
-            Some(t) => (t.group, t.params()),
+            Some(t) => (t.group, t.params(opts.contraction)),
             None => (opts.group, opts.contraction),
         };
         let tuned_comment;

@@ -44,8 +44,9 @@ pub struct Tuned {
 }
 
 impl Tuned {
-    /// The contraction parameters of the entry.
-    pub fn params(&self) -> ContractionParams {
+    /// The contraction parameters of the entry over `base` (the profile's: what tuning does
+    /// not choose).
+    pub fn params(&self, base: ContractionParams) -> ContractionParams {
         ContractionParams {
             per_item: self.per_item,
             tile_k: self.tile_k,
@@ -53,6 +54,7 @@ impl Tuned {
             stage_along_k: self.stage_along_k,
             prefetch: self.prefetch,
             vector_loads: self.vector_loads,
+            ..base
         }
     }
 }
@@ -181,7 +183,10 @@ mod tests {
             back.devices[0].shapes.keys().next().map(String::as_str),
             Some("b1_m512_n8192_k2048_iii")
         );
-        assert!(back.devices[0].shapes.values().all(|t| t.params().prefetch));
+        assert!(back.devices[0]
+            .shapes
+            .values()
+            .all(|t| t.params(ContractionParams::default()).prefetch));
         // An entry written before `fbc tune` varied prefetch was measured without it.
         let old = d.to_json().replace("\"prefetch\": true,", "");
         assert_ne!(old, d.to_json());

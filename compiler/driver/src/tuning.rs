@@ -135,8 +135,9 @@ pub fn with_candidate(
         local_vector: c.3,
         stage_along_k: c.4,
         prefetch: c.5,
-        // Not a tuned choice: the profile's.
+        // Not tuned choices: the profile's.
         vector_loads: profile.contraction.vector_loads,
+        resident_work_items: profile.contraction.resident_work_items,
     };
     k
 }

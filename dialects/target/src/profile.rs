@@ -125,6 +125,14 @@ pub struct ContractionParams {
     /// and their index arithmetic. Optional: `true`.
     #[serde(default = "yes")]
     pub vector_loads: bool,
+    /// Work-items of the tiled kernel one compute unit keeps in flight, where its register block
+    /// holds it below `compute.resident_work_items`: split-K (`lower-to-memory`) cuts a tiled
+    /// product's reduction into the most chunks that keep its work-items within
+    /// `compute_units ×` this (at least two, where it splits at all), so that the partial sums
+    /// the chunks write and their sum reads stay no more than the device can use. Optional:
+    /// `compute.resident_work_items`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_work_items: Option<u32>,
 }
 
 fn four() -> u32 {
@@ -395,6 +403,7 @@ impl Default for ContractionParams {
             local_vector: 4,
             prefetch: false,
             vector_loads: true,
+            resident_work_items: None,
         }
     }
 }

@@ -192,6 +192,17 @@ impl HardwareProfile {
         if !matches!(k.local_vector, 1 | 4) {
             bad("contraction.local_vector", format!("{} must be 1 or 4", k.local_vector));
         }
+        if let Some(r) = k.resident_work_items {
+            if r == 0 || r > self.compute.resident_work_items {
+                bad(
+                    "contraction.resident_work_items",
+                    format!(
+                        "{r} must be positive and at most compute.resident_work_items ({})",
+                        self.compute.resident_work_items
+                    ),
+                );
+            }
+        }
         let sk = &self.skinny;
         if !sk.wide_lanes.is_power_of_two() || !(4..=32).contains(&sk.wide_lanes) {
             bad(

@@ -136,12 +136,13 @@ fn contraction_parameters_default_and_are_validated() {
             stage_along_k: true,
             local_vector: 4,
             prefetch: false,
-            vector_loads: true
+            vector_loads: true,
+            resident_work_items: None
         }
     );
     let set = format!(
         "{MEASURED}\n[contraction]\nper_item = [8, 2]\ntile_k = 32\nstage_along_k = false\n\
-         local_vector = 1\nprefetch = true\nvector_loads = false\n"
+         local_vector = 1\nprefetch = true\nvector_loads = false\nresident_work_items = 512\n"
     );
     assert_eq!(
         from_toml(&set).unwrap().contraction,
@@ -151,15 +152,26 @@ fn contraction_parameters_default_and_are_validated() {
             stage_along_k: false,
             local_vector: 1,
             prefetch: true,
-            vector_loads: false
+            vector_loads: false,
+            resident_work_items: Some(512)
         }
     );
-    let bad =
-        format!("{MEASURED}\n[contraction]\nper_item = [3, 16]\ntile_k = 128\nlocal_vector = 2\n");
+    let bad = format!(
+        "{MEASURED}\n[contraction]\nper_item = [3, 16]\ntile_k = 128\nlocal_vector = 2\nresident_work_items = 4096\n"
+    );
     let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
     let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
-    assert_eq!(fields, ["contraction.per_item", "contraction.tile_k", "contraction.local_vector"]);
+    assert_eq!(
+        fields,
+        [
+            "contraction.per_item",
+            "contraction.tile_k",
+            "contraction.local_vector",
+            "contraction.resident_work_items"
+        ]
+    );
     assert_eq!(problems[0].message, "[3, 16] must have extents of 1, 2, 4 or 8");
+    assert!(problems[3].message.starts_with("4096 must be positive and at most"), "{problems:?}");
     let unknown =
         format!("{MEASURED}\n[contraction]\nper_item = [8, 8]\ntile_k = 16\nvector = 4\n");
     assert!(matches!(from_toml(&unknown).unwrap_err(), TargetError::Parse { .. }));

@@ -27,8 +27,10 @@
 //! few outputs per work-item, work-items sharing the reads of a chunk), splits into at most
 //! two of its work-groups per compute unit (see `skinny_chunks`). Any other contraction has `W = ⌈∏P / (px·py)⌉` work-items (the tiled kernel
 //! computes the profile's `px × py` register block per work-item), a contraction with
-//! `W ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `W·S ≤ fill` and `K / S ≥ 256`
-//! (each chunk long enough to amortise its launch share and the final sum), or `K / S ≥ 32`
+//! `W ≤ fill / 2` splits by the largest power of two `S ≥ 2` with `W·S ≤ tiled` and `K / S ≥ 256`
+//! (each chunk long enough to amortise its launch share and the final sum; `tiled =
+//! compute_units × contraction.resident_work_items`, the tiled kernel's own occupancy, `fill`
+//! unless the profile says otherwise; at least 2), or `K / S ≥ 32` with `W·S ≤ fill`
 //! for a skinny output, `W ≤ fill / 256` (LoRA's rank-8 side: there the device idles unless
 //! the reduction is cut finer).
 
@@ -102,6 +104,18 @@ impl SplitK {
                 if items == 0 || items.saturating_mul(2) > fill {
                     return None;
                 }
+                // The chunks fill the tiled kernel's own occupancy (`contraction.
+                // resident_work_items`, below the compute unit's where its register block
+                // limits it): on an H100 (`fbc bench --split-k auto,2,4,off`, one call, partial
+                // sums and their sum) MHA C1's 512×2048·2048×2048 projections took 0.126 ms in
+                // 8 chunks (the compute unit's occupancy) against 0.114 in 4, matmul-fb's dA
+                // (K = 8192) 0.428 in 16 against 0.403 in 4, its forward (512×8192 outputs) 0.467
+                // in 4 against 0.453 in 2 and 0.569 unsplit. At least two, where the product
+                // leaves half the compute units' occupancy idle (the test above).
+                let tiled_fill = profile
+                    .contraction
+                    .resident_work_items
+                    .map_or(fill, |r| u64::from(c.compute_units.max(1)) * u64::from(r.max(1)));
                 // A very small output (at most `fill / 256` work-items) leaves most of the
                 // device idle even split into 256-long chunks; it takes shorter ones. On the
                 // H200 (`tests/bench/h200.sh`, part lora) the seven LoRA products of a Llama
@@ -109,9 +123,14 @@ impl SplitK {
                 // against 0.170 ms with 256-long chunks, side by side.
                 let min_chunk =
                     if items.saturating_mul(TINY) <= fill { MIN_TINY_CHUNK } else { MIN_CHUNK };
+                let tiny = min_chunk == MIN_TINY_CHUNK;
+                let fill = if tiny { fill } else { tiled_fill };
                 let mut s = 1u64;
                 while s * 2 <= k / min_chunk && items.saturating_mul(s * 2) <= fill {
                     s *= 2;
+                }
+                if !tiny && s < 2 && k / min_chunk >= 2 {
+                    s = 2;
                 }
                 (s >= 2).then_some(s)
             }
@@ -555,14 +574,24 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 255, &nv), None); // K too short to chunk
         assert_eq!(SplitK::Auto.chunks(8192 * 8 * 8, k_lanes, 8192, &nv), None); // device full
 
-        // Not skinny: the tiled kernel's 8 × 8 outputs per work-item, chunks of at least 256, or
-        // 32 where at most 270336 / 256 = 1056 work-items.
+        // Not skinny: the tiled kernel's 8 × 8 outputs per work-item, chunks of at least 256
+        // within the tiled kernel's 132 × 512 = 67584 work-items (`contraction.
+        // resident_work_items`), at least 2 where the product splits (at most 270336 / 2
+        // work-items), or 32 long within 270336 where at most 270336 / 256 = 1056 work-items.
+        assert_eq!(nv.contraction.resident_work_items, Some(512));
         assert_eq!(SplitK::Auto.chunks(32 * 32, tiled, 8192, &nv), Some(256));
         assert_eq!(SplitK::Auto.chunks(1057 * 64, tiled, 2048, &nv), Some(8));
         assert_eq!(SplitK::Auto.chunks(512 * 512, tiled, 2048, &nv), Some(8)); // K projection (GQA)
-        assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 2048, &nv), Some(8)); // Q projection
-        assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 2048, &nv), Some(4)); // gate
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 2048, &nv), Some(4)); // Q projection
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 8192, &nv), Some(4)); // down
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 2048, &nv), Some(2)); // gate: at least 2
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 511, &nv), None); // one 256-long chunk
         assert_eq!(SplitK::Auto.chunks(2048 * 8192, tiled, 512, &nv), None); // dB of gate: full
+                                                                             // Without the tiled kernel's own occupancy, the compute unit's: 16 and 4 chunks.
+        let mut whole = nv.clone();
+        whole.contraction.resident_work_items = None;
+        assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 8192, &whole), Some(16));
+        assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 2048, &whole), Some(4));
         let generic = fbc_target::builtin("generic").unwrap();
         // 4 CUs: at most 8 work-groups.
         assert_eq!(SplitK::Auto.chunks(512 * 8, k_lanes, 8192, &generic), None);
