@@ -158,6 +158,10 @@ fn item_grid(items: u64, opts: &KernelOptions) -> (u64, u64) {
 /// and a row kernel's rows).
 const GROUP_MIN_REDUCED: u64 = 128;
 
+/// The first of the four consecutive values of its last parallel dimension that a work-item
+/// of a four-wide plain kernel computes (`Cx::quad_lane`).
+const QUAD_BASE: &str = "(4 * dq)";
+
 /// The work-group size of the group-reduction form of a reduction with `items` outputs, each
 /// combining `reduced` values, or `None` for the plain form (one work-item per output, looping
 /// over the reduction). A reduction with few outputs (at most a quarter of what the device keeps
@@ -249,6 +253,7 @@ pub fn emit(
         types,
         texels: RefCell::new(None),
         in_select: Cell::new(0),
+        quad_lane: Cell::new(None),
         bounds,
         checked,
         fault_id,
@@ -402,6 +407,13 @@ fn channel_of(e: &Expr, d: &str, extent: u64) -> bool {
         Expr::Bin(O::And, a, m) => **m == Expr::Const(3) && quad(a, d),
         _ => false,
     }
+}
+
+/// Whether payload `e` reads domain index `d` as a value (`Scalar::Dim`).
+fn reads_dim(e: &Scalar, d: usize) -> bool {
+    let mut found = false;
+    e.visit(&mut |s| found |= matches!(s, Scalar::Dim(x) if *x == d));
+    found
 }
 
 fn map_uses(m: &IndexMap, dim: usize) -> bool {
@@ -696,6 +708,11 @@ struct Cx<'a> {
     /// How many `select` branches the expression being written is inside: a read there may be
     /// out of range when the branch is not taken, so it is never hoisted.
     in_select: Cell<u32>,
+    /// While a four-wide plain kernel writes its value at lane `c` of four consecutive values
+    /// of dimension `d` (`(d, c)`; the lane's index `4·dq + c`): a buffer input whose offset
+    /// runs over aligned quads along `d` is read with one `vload4` at `4·dq`, hoisted with the
+    /// texels, and its lane `c` taken.
+    quad_lane: Cell<Option<(usize, u64)>>,
     /// What the bounds prover proved of every access.
     bounds: LaunchBounds,
     /// Some access is checked: the kernel takes `fbc_err`.
@@ -963,6 +980,24 @@ impl Cx<'_> {
                 _ => format!("fbc_ch({texel}, {c})"),
             };
             return Ok((v, Ty::F));
+        }
+        if let Some((d, c)) = self.quad_lane.get() {
+            if i != self.out() && self.quad_offsets(i, &[d]) && self.in_select.get() == 0 {
+                let mut at = dims.to_vec();
+                at[d] = QUAD_BASE.to_string();
+                let read = format!("vload4(0, x{i} + ({}))", self.coord(i, 0, &at)?);
+                if let Some(list) = self.texels.borrow_mut().as_mut() {
+                    let v = match list.iter().find(|(e, _)| *e == read) {
+                        Some((_, v)) => v.clone(),
+                        None => {
+                            let v = format!("t{}", list.len());
+                            list.push((read, v.clone()));
+                            v
+                        }
+                    };
+                    return Ok((format!("{v}.s{c}"), Ty::F));
+                }
+            }
         }
         let off = self.coord(i, 0, dims)?;
         if self.map_checked(i) {
@@ -1608,6 +1643,30 @@ impl Cx<'_> {
             && quad(&k.maps[out].results[0], &k.maps[out].dims[p - 1])
             && (0..k.maps.len())
                 .any(|i| i != out && !self.map_checked(i) && self.texel_holds(i, p - 1));
+        // A launch into an f32 buffer whose last parallel dimension (extent a multiple of 4,
+        // above 4) runs along aligned quads of the output and of every input that reads it (all
+        // buffers), which the payload does not read as an index: a work-item computes four
+        // consecutive values of it (`4·dq + 0..3`), reads each such input with one `vload4`
+        // a step, and stores the four with one `vstore4`. A split-K sum over few slots then
+        // keeps four times the bytes in flight per load.
+        let quad4 = !image_out
+            && !vec_out
+            && k.guard.is_none()
+            && k.stats.is_empty()
+            && p > 0
+            && k.domain[p - 1] > 4
+            && k.domain[p - 1] % 4 == 0
+            && self.types[out].elem == ElemType::F32
+            && !self.map_checked(out)
+            && quad(&k.maps[out].results[0], &k.maps[out].dims[p - 1])
+            && !reads_dim(&k.body, p - 1)
+            && !k.epilogue.as_ref().is_some_and(|e| reads_dim(e, p - 1))
+            && {
+                let readers: Vec<usize> = (0..k.maps.len())
+                    .filter(|&i| i != out && map_uses(&k.maps[i], p - 1))
+                    .collect();
+                !readers.is_empty() && readers.iter().all(|&i| self.quad_offsets(i, &[p - 1]))
+            };
         // The work-item dimensions: every parallel dim, except the channel of an image output
         // (or of a four-wide store).
         let wi = if vec_out {
@@ -1636,16 +1695,22 @@ impl Cx<'_> {
         } else {
             p
         };
-        let items: u64 = k.domain[..wi].iter().product();
+        // A four-wide kernel's work-items: a quarter of the points along its last dimension.
+        let mut item_dims = k.domain[..wi].to_vec();
+        if quad4 {
+            item_dims[p - 1] /= 4;
+        }
+        let items: u64 = item_dims.iter().product();
         let reduced: u64 = k.domain[p..].iter().product();
         // A reduction with statistics takes the simple form: a work-item per output point,
         // each statistic then the sum in loops of its own (the skinny kernel is the fast one).
         let side_stats = !k.stats.is_empty();
-        let group = if k.combine.is_some() && !side_stats && n > p && self.reads_along(n - 1) {
-            group_reduction(items, reduced, opts)
-        } else {
-            None
-        };
+        let group =
+            if k.combine.is_some() && !side_stats && !quad4 && n > p && self.reads_along(n - 1) {
+                group_reduction(items, reduced, opts)
+            } else {
+                None
+            };
         // A group reduction whose innermost reduced dimension is the channel of an input image
         // (extent 4, x and y not depending on it) reads a texel per step: each work-item
         // combines the four values of every `g`th texel, in channel order.
@@ -1657,6 +1722,7 @@ impl Cx<'_> {
         };
         let columns = if group.is_none()
             && !side_stats
+            && !quad4
             && k.combine.is_some()
             && n > p
             && !image_out
@@ -1673,6 +1739,7 @@ impl Cx<'_> {
         let texel_steps = group.is_none()
             && columns.is_none()
             && !side_stats
+            && !quad4
             && k.combine.is_some()
             && self.texel_innermost();
         // The dimensions a work-item's own reduction loops over (texel steps unroll the last).
@@ -1685,7 +1752,7 @@ impl Cx<'_> {
             (None, None) => None,
         };
         let channels: Vec<Option<u64>> =
-            if image_out || vec_out { (0..4).map(Some).collect() } else { vec![None] };
+            if image_out || vec_out || quad4 { (0..4).map(Some).collect() } else { vec![None] };
         let (w, ix) = (self.w, self.w.ty());
         let mut s = String::new();
         s.push_str(comment);
@@ -1714,18 +1781,24 @@ impl Cx<'_> {
                 w.lit(items)
             );
         }
-        for (i, e) in unflatten("gid", &k.domain[..wi], w).into_iter().enumerate() {
-            let _ = writeln!(s, "  const {ix} d{i} = {e};");
+        for (i, e) in unflatten("gid", &item_dims, w).into_iter().enumerate() {
+            if quad4 && i == p - 1 {
+                let _ = writeln!(s, "  const {ix} dq = {e};");
+            } else {
+                let _ = writeln!(s, "  const {ix} d{i} = {e};");
+            }
         }
         let names: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
         // dims per channel, and the epilogue's dims (reduction dims at 0).
         let dims_of = |c: Option<u64>| -> Vec<String> {
             let mut d = names.clone();
             if let Some(c) = c {
-                d[p - 1] = w.lit(c);
+                d[p - 1] = if quad4 { format!("({QUAD_BASE} + {})", w.lit(c)) } else { w.lit(c) };
             }
             d
         };
+        // A four-wide kernel's lane of a channel (see `Cx::quad_lane`).
+        let quad_lane = |c: Option<u64>| c.filter(|_| quad4).map(|c| (p - 1, c));
         let suffix = |c: Option<u64>| c.map_or(String::new(), |c| c.to_string());
         let mut guards = Vec::new();
         for &c in &channels {
@@ -1778,7 +1851,7 @@ impl Cx<'_> {
             }
             // The four channels of an image output share their input texels: each is read once
             // per step, into a `float4` (see the elementwise case below).
-            if image_out || by_texel || texel_steps {
+            if image_out || by_texel || texel_steps || quad4 {
                 *self.texels.borrow_mut() = Some(Vec::new());
             }
             let mut lines = String::new();
@@ -1801,7 +1874,10 @@ impl Cx<'_> {
                     if let Some(l) = lane {
                         dims[n - 1] = w.lit(l);
                     }
-                    let v = as_f(self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?);
+                    self.quad_lane.set(quad_lane(c));
+                    let v = self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" });
+                    self.quad_lane.set(None);
+                    let v = as_f(v?);
                     let update = combine_into(comb, &format!("acc{}", suffix(c)), &v);
                     match g {
                         Some(g) => {
@@ -1897,13 +1973,16 @@ impl Cx<'_> {
             // The channels of a texel usually read the same input texels: each is read once,
             // into a `float4`, when at least one channel's guard holds (a texel is in range
             // wherever a channel that reads it is computed).
-            if image_out || vec_out {
+            if image_out || vec_out || quad4 {
                 *self.texels.borrow_mut() = Some(Vec::new());
             }
             let mut lines = String::new();
             for (&c, g) in channels.iter().zip(&guards) {
                 let dims = dims_of(c);
-                let v = self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" })?;
+                self.quad_lane.set(quad_lane(c));
+                let v = self.scalar(&k.body, &Env { dims: &dims, acc: "0.0f" });
+                self.quad_lane.set(None);
+                let v = v?;
                 let v = match &k.epilogue {
                     Some(e) => {
                         let a = format!("v{}", suffix(c));
@@ -1927,8 +2006,15 @@ impl Cx<'_> {
                 *d = w.lit(0);
             }
             let _ = writeln!(s, "  {}", self.texel_store(values, &guards, &dims)?);
-        } else if vec_out {
-            let off = self.coord(out, 0, &dims_of(Some(0)))?;
+        } else if vec_out || quad4 {
+            let mut dims = dims_of(Some(0));
+            if quad4 {
+                dims[p - 1] = QUAD_BASE.to_string();
+            }
+            for d in dims.iter_mut().skip(p) {
+                *d = w.lit(0);
+            }
+            let off = self.coord(out, 0, &dims)?;
             let vs: Vec<String> = values.into_iter().map(as_f).collect();
             let _ = writeln!(s, "  vstore4((float4)({}), 0, x{out} + ({off}));", vs.join(", "));
         } else {

@@ -805,6 +805,46 @@ fn concatenated_products_store_their_own_columns() {
     }
 }
 
+/// A launch into a buffer whose last dimension runs along aligned quads of the output and of
+/// every input reading it computes four values a work-item, each input read with one `vload4`
+/// and the four stored with one `vstore4`: an elementwise sum with a broadcast bias (three
+/// `vload4`s) and a column sum (a reduction: one a step). A transposed operand (not quads along
+/// the last dimension) or a last dimension of 30 keeps a work-item per value. All match the
+/// interpreter at -O0 and -O2.
+#[test]
+fn four_values_a_work_item_where_every_operand_runs_along_aligned_quads() {
+    if !have_device() {
+        return;
+    }
+    let src = "func.func @main(%a: tensor<6x64xf32>, %b: tensor<6x64xf32>, %c: tensor<64xf32>, %t: tensor<64x6xf32>, %u: tensor<6x30xf32>, %v: tensor<6x30xf32>) -> (tensor<6x64xf32>, tensor<64xf32>, tensor<6x64xf32>, tensor<6x30xf32>) {
+  %s = tensor.add %a, %b : (tensor<6x64xf32>, tensor<6x64xf32>) -> tensor<6x64xf32>
+  %sc = tensor.add %s, %c : (tensor<6x64xf32>, tensor<64xf32>) -> tensor<6x64xf32>
+  %r = tensor.reduce_sum %b {axes = [0], keepdim = false} : (tensor<6x64xf32>) -> tensor<64xf32>
+  %tt = tensor.transpose %t {perm = [1, 0]} : (tensor<64x6xf32>) -> tensor<6x64xf32>
+  %m = tensor.mul %tt, %a : (tensor<6x64xf32>, tensor<6x64xf32>) -> tensor<6x64xf32>
+  %w = tensor.mul %u, %v : (tensor<6x30xf32>, tensor<6x30xf32>) -> tensor<6x30xf32>
+  func.return %sc, %r, %m, %w : (tensor<6x64xf32>, tensor<64xf32>, tensor<6x64xf32>, tensor<6x30xf32>) -> ()
+}
+";
+    let p = write_tmp("quads.fbir", src);
+    for level in [0, 2] {
+        let dump = common::scratch(&format!("ocl-quads-{level}")).join("kernels");
+        check(&p, level, &["--dump-kernels", dump.to_str().unwrap_or_default()])
+            .unwrap_or_else(|e| panic!("-O{level}: {e}"));
+        for (k, loads) in
+            [("main_add_sc", 3), ("main_reduce_sum_r", 1), ("main_mul_m", 0), ("main_mul_w", 0)]
+        {
+            let text = dumped_kernel(&dump, k);
+            assert_eq!(text.matches("vload4(0, x").count(), loads, "-O{level} {k}:\n{text}");
+            let wide = loads > 0;
+            assert_eq!(text.contains("const int dq = gid"), wide, "-O{level} {k}:\n{text}");
+            assert_eq!(text.contains("vstore4((float4)("), wide, "-O{level} {k}:\n{text}");
+            let acc = text.contains("vstore4((float4)(acc0, acc1, acc2, acc3)");
+            assert_eq!(acc, k.contains("reduce"), "-O{level} {k}:\n{text}");
+        }
+    }
+}
+
 /// A safetensors file with the F32 vectors `a` and `b`.
 fn safetensors_ab(a: &[f32], b: &[f32]) -> Vec<u8> {
     let (na, nb) = (a.len() * 4, b.len() * 4);
