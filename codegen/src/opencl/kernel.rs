@@ -58,6 +58,9 @@ pub struct KernelOptions {
     /// contraction whose class has an entry takes its work-group and parameters instead of
     /// `group` and `contraction`.
     pub tuned: std::sync::Arc<std::collections::BTreeMap<String, super::tuning::Tuned>>,
+    /// Plain kernels may compute four values a work-item (the profile's `[compute]
+    /// four_wide_items`; `Cx::quad_lane`).
+    pub four_wide: bool,
 }
 
 impl Default for KernelOptions {
@@ -73,6 +76,7 @@ impl Default for KernelOptions {
             decode_chunk: u64::from(fbc_target::AttentionParams::default().decode_chunk),
             resident: 4 * 2048,
             tuned: Default::default(),
+            four_wide: false,
         }
     }
 }
@@ -101,6 +105,7 @@ impl KernelOptions {
             resident: u64::from(t.compute.compute_units.max(1))
                 * u64::from(t.compute.resident_work_items.max(1)),
             tuned: Default::default(),
+            four_wide: t.compute.four_wide_items,
         }
     }
 }
@@ -1649,7 +1654,8 @@ impl Cx<'_> {
         // consecutive values of it (`4·dq + 0..3`), reads each such input with one `vload4`
         // a step, and stores the four with one `vstore4`. A split-K sum over few slots then
         // keeps four times the bytes in flight per load.
-        let quad4 = !image_out
+        let quad4 = opts.four_wide
+            && !image_out
             && !vec_out
             && k.guard.is_none()
             && k.stats.is_empty()

@@ -805,12 +805,13 @@ fn concatenated_products_store_their_own_columns() {
     }
 }
 
-/// A launch into a buffer whose last dimension runs along aligned quads of the output and of
-/// every input reading it computes four values a work-item, each input read with one `vload4`
-/// and the four stored with one `vstore4`: an elementwise sum with a broadcast bias (three
-/// `vload4`s) and a column sum (a reduction: one a step). A transposed operand (not quads along
-/// the last dimension) or a last dimension of 30 keeps a work-item per value. All match the
-/// interpreter at -O0 and -O2.
+/// With the nvidia profile (`[compute] four_wide_items`), a launch into a buffer whose last
+/// dimension runs along aligned quads of the output and of every input reading it computes four
+/// values a work-item, each input read with one `vload4` and the four stored with one
+/// `vstore4`: an elementwise sum with a broadcast bias (three `vload4`s) and a column sum (a
+/// reduction: one a step). A transposed operand (not quads along the last dimension) or a last
+/// dimension of 30 keeps a work-item per value, as every launch does with the generic profile.
+/// All match the interpreter at -O0 and -O2.
 #[test]
 fn four_values_a_work_item_where_every_operand_runs_along_aligned_quads() {
     if !have_device() {
@@ -827,20 +828,22 @@ fn four_values_a_work_item_where_every_operand_runs_along_aligned_quads() {
 }
 ";
     let p = write_tmp("quads.fbir", src);
-    for level in [0, 2] {
-        let dump = common::scratch(&format!("ocl-quads-{level}")).join("kernels");
-        check(&p, level, &["--dump-kernels", dump.to_str().unwrap_or_default()])
-            .unwrap_or_else(|e| panic!("-O{level}: {e}"));
+    for (level, profile) in [(0, "nvidia"), (2, "nvidia"), (2, "generic")] {
+        let dump = common::scratch(&format!("ocl-quads-{level}-{profile}")).join("kernels");
+        let dumped = dump.to_str().unwrap_or_default();
+        check(&p, level, &["--profile", profile, "--dump-kernels", dumped])
+            .unwrap_or_else(|e| panic!("-O{level} {profile}: {e}"));
         for (k, loads) in
             [("main_add_sc", 3), ("main_reduce_sum_r", 1), ("main_mul_m", 0), ("main_mul_w", 0)]
         {
+            let loads = if profile == "nvidia" { loads } else { 0 };
             let text = dumped_kernel(&dump, k);
             assert_eq!(text.matches("vload4(0, x").count(), loads, "-O{level} {k}:\n{text}");
             let wide = loads > 0;
             assert_eq!(text.contains("const int dq = gid"), wide, "-O{level} {k}:\n{text}");
             assert_eq!(text.contains("vstore4((float4)("), wide, "-O{level} {k}:\n{text}");
             let acc = text.contains("vstore4((float4)(acc0, acc1, acc2, acc3)");
-            assert_eq!(acc, k.contains("reduce"), "-O{level} {k}:\n{text}");
+            assert_eq!(acc, wide && k.contains("reduce"), "-O{level} {profile} {k}:\n{text}");
         }
     }
 }

@@ -435,6 +435,16 @@ pub struct Compute {
     pub fp16: bool,
     /// Peak single-precision throughput, in GFLOP/s (an FMA counts 2), for the analytic model.
     pub peak_f32_gflops: f64,
+    /// Plain kernels (a work-item per point) compute four consecutive values of their last
+    /// dimension a work-item where the output and every input reading it run along aligned
+    /// quads: one `vload4` an input, one `vstore4` (split-K sums, elementwise launches into
+    /// buffers). For a device whose work-items are SIMT lanes, where one four-byte load a lane
+    /// leaves memory idle; off where the OpenCL compiler packs work-items into vectors itself
+    /// (PoCL on this project's CPU: a Llama step's eleven such launches took 9.7-9.8 ms
+    /// four-wide against 5.1-5.2 ms, `fbc bench --profile generic -O2`, alternated twice).
+    /// Optional: false.
+    #[serde(default)]
+    pub four_wide_items: bool,
 }
 
 /// Texture cache geometry: FBLayout fetches texture data in `block_h x block_w` texel blocks
