@@ -967,17 +967,8 @@ impl Cx<'_> {
         if self.is_image(i) {
             let (x, y) = (self.coord(i, 0, dims)?, self.coord(i, 1, dims)?);
             let mut texel = format!("read_imagef(x{i}, fbc_smp, (int2)((int){x}, (int){y}))");
-            if let Some(list) = self.texels.borrow_mut().as_mut() {
-                // Inside a `select` branch only texels read anyway are reused.
-                match list.iter().find(|(e, _)| *e == texel) {
-                    Some((_, v)) => texel = v.clone(),
-                    None if self.in_select.get() == 0 => {
-                        let v = format!("t{}", list.len());
-                        list.push((texel, v.clone()));
-                        texel = v;
-                    }
-                    None => {}
-                }
+            if let Some(v) = self.hoist(&texel) {
+                texel = v;
             }
             let c = self.coord(i, 2, dims)?;
             let v = match c.strip_suffix('L').unwrap_or(&c) {
@@ -991,15 +982,7 @@ impl Cx<'_> {
                 let mut at = dims.to_vec();
                 at[d] = QUAD_BASE.to_string();
                 let read = format!("vload4(0, x{i} + ({}))", self.coord(i, 0, &at)?);
-                if let Some(list) = self.texels.borrow_mut().as_mut() {
-                    let v = match list.iter().find(|(e, _)| *e == read) {
-                        Some((_, v)) => v.clone(),
-                        None => {
-                            let v = format!("t{}", list.len());
-                            list.push((read, v.clone()));
-                            v
-                        }
-                    };
+                if let Some(v) = self.hoist(&read) {
                     return Ok((format!("{v}.s{c}"), Ty::F));
                 }
             }
@@ -1009,6 +992,23 @@ impl Cx<'_> {
             return Ok(self.typed(i, self.checked_load(i, &off, 1, dims)));
         }
         Ok(self.typed(i, format!("x{i}[{off}]")))
+    }
+
+    /// The `const float4` variable holding `read` where reads are hoisted (`texels`): the one
+    /// already declared for it, else a new one, but inside a `select` branch (a read there may
+    /// be out of range when the branch is not taken) only one read anyway; `None` otherwise.
+    fn hoist(&self, read: &str) -> Option<String> {
+        let mut texels = self.texels.borrow_mut();
+        let list = texels.as_mut()?;
+        if let Some((_, v)) = list.iter().find(|(e, _)| e == read) {
+            return Some(v.clone());
+        }
+        if self.in_select.get() != 0 {
+            return None;
+        }
+        let v = format!("t{}", list.len());
+        list.push((read.to_string(), v.clone()));
+        Some(v)
     }
 
     /// Buffer operand `i` read at element offset `off` (a C `long`) with its bounds checked:

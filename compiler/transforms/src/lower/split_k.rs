@@ -121,10 +121,9 @@ impl SplitK {
                 // H200 (`tests/bench/h200.sh`, part lora) the seven LoRA products of a Llama
                 // step, in the tiled kernel before the skinny one, took 0.147 ms with them
                 // against 0.170 ms with 256-long chunks, side by side.
-                let min_chunk =
-                    if items.saturating_mul(TINY) <= fill { MIN_TINY_CHUNK } else { MIN_CHUNK };
-                let tiny = min_chunk == MIN_TINY_CHUNK;
-                let fill = if tiny { fill } else { tiled_fill };
+                let tiny = items.saturating_mul(TINY) <= fill;
+                let (min_chunk, fill) =
+                    if tiny { (MIN_TINY_CHUNK, fill) } else { (MIN_CHUNK, tiled_fill) };
                 let mut s = 1u64;
                 while s * 2 <= k / min_chunk && items.saturating_mul(s * 2) <= fill {
                     s *= 2;
@@ -587,7 +586,8 @@ mod tests {
         assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 2048, &nv), Some(2)); // gate: at least 2
         assert_eq!(SplitK::Auto.chunks(512 * 8192, tiled, 511, &nv), None); // one 256-long chunk
         assert_eq!(SplitK::Auto.chunks(2048 * 8192, tiled, 512, &nv), None); // dB of gate: full
-                                                                             // Without the tiled kernel's own occupancy, the compute unit's: 16 and 4 chunks.
+
+        // Without the tiled kernel's own occupancy, the compute unit's: 16 and 4 chunks.
         let mut whole = nv.clone();
         whole.contraction.resident_work_items = None;
         assert_eq!(SplitK::Auto.chunks(512 * 2048, tiled, 8192, &whole), Some(16));
