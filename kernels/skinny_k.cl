@@ -11,20 +11,7 @@ void {{name}}({{params}}) {
 {{split_decl}}{{prologue}}  float part[{{rb}}][{{j}}];
   for (int r = 0; r < {{rb}}; ++r)
     for (int j = 0; j < {{j}}; ++j) part[r][j] = 0.0f;
-  for (int t = 0; t < {{trips}}; ++t) {
-    const {{ix}} kb = {{kbase}}({{ix}})t * {{step}};
-    // The group stages the trip's {{step}} x {{j}} narrow values (neighbouring work-items read
-    // neighbouring {{stage_order}}), zero past the reduction.
-    if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);
-    for (int q = lid; q < {{step}} * {{j}}; q += {{group}}) {
-      const int kq = {{kq}}, j = {{jq}};
-      const {{ix}} kk = kb + kq, {{narrow}} = j;
-      nvs[kq % {{v}}][kq / {{v}}][j] = kk < {{kend}} ? {{narrow_at}} : 0.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const {{ix}} k0 = kb + lx * {{v}};
-{{tail}}{{accumulate}}{{tail_end}}  }
-  // Each lane's partial sums into local memory; then lane o adds output o's {{lanes}} partials
+{{trip_loop}}  // Each lane's partial sums into local memory; then lane o adds output o's {{lanes}} partials
   // in lane order (a fixed order: the same bits every run).
   for (int r = 0; r < {{rb}}; ++r)
     for (int j = 0; j < {{j}}; ++j) red[ly][r * {{j}} + j][lx] = part[r][j];

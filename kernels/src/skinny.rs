@@ -89,7 +89,18 @@ pub struct Skinny<'a> {
     /// before the partial sums, or in a split, in the group that adds the chunks, before it
     /// stores (the other groups never need them).
     pub prologue: &'a str,
+    /// [`Lanes::K`]: the most trips whose reads a work-item issues together, before the first
+    /// of their barriers (its wide values in registers, and the narrow values it stages), so
+    /// that a group keeps that many trips' bytes in flight instead of one; the batch is the
+    /// largest divisor of the trips within this and [`PREFETCH_VALUES`] registers. 1: a trip's
+    /// reads at that trip.
+    pub prefetch: u64,
 }
+
+/// Registers a work-item of [`Lanes::K`] holds at most for a batch of prefetched trips: wide
+/// values (the rows it shares times the values per read, per trip); the narrow values it stages
+/// take at most half as many.
+pub const PREFETCH_VALUES: u64 = 64;
 
 impl Skinny<'_> {
     /// Values per read of the wide operand: [`Skinny::texel_values`] for a texel, else 1.
@@ -131,6 +142,20 @@ impl Skinny<'_> {
     /// Work-groups along the wide side (per batch and chunk).
     pub fn blocks(&self) -> u64 {
         self.w.div_ceil(self.block()).max(1)
+    }
+
+    /// Trips of [`Lanes::K`] whose reads are issued together (see [`Skinny::prefetch`]), for a
+    /// chunk (or the reduction) of `trips` trips.
+    pub fn batch(&self, trips: u64) -> u64 {
+        let per = (self.step() * self.j).div_ceil(self.group[0] * self.group[1]);
+        let most = self
+            .prefetch
+            .min(PREFETCH_VALUES / (self.rb() * self.v()).max(1))
+            .min(PREFETCH_VALUES / 2 / per.max(1));
+        if self.lanes != Lanes::K || most < 2 {
+            return 1;
+        }
+        (1..=most.min(trips)).rev().find(|d| trips % d == 0).unwrap_or(1)
     }
 
     /// The reduction's step per trip: the lanes times their values ([`Lanes::K`]) or the rows
@@ -218,6 +243,27 @@ pub fn skinny(s: &Skinny<'_>) -> String {
     let [gx, gy] = s.group;
     let (ix, j, w, wide, narrow) = (s.index, s.j, s.w, s.wide, s.narrow);
     let (rb, v) = (s.rb(), s.v());
+    // A constant trip count (the compiler unrolls it); the last trip checks the end where the
+    // lanes' stride does not divide the reduction (or the chunk).
+    let step = s.step();
+    let chunks = s.chunks();
+    let (len, kbase, kend) = match chunks {
+        Some((n, len)) => {
+            let end = if n * len == s.k { format!("k_lo + {len}") } else { "k_hi".to_string() };
+            (len, "k_lo + ".to_string(), end)
+        }
+        None => (s.k, String::new(), s.k.to_string()),
+    };
+    let trips = len.div_ceil(step);
+    let batch = s.batch(trips);
+    let exact = len % step == 0 && chunks.is_none_or(|(n, len)| n * len == s.k);
+    // Lanes along k meet the group's barriers every trip: past the end they skip the trip's
+    // arithmetic instead of leaving the loop.
+    let (tail, tail_end) = match (s.lanes, exact) {
+        (_, true) => (String::new(), String::new()),
+        (Lanes::K, false) => (format!("    if (k0 < {kend}) {{\n"), "    }\n".to_string()),
+        (Lanes::Wide, false) => (format!("      if (kk >= {kend}) break;\n"), String::new()),
+    };
     let mut acc = String::new();
     let channels = ["x", "y", "z", "w"];
     let template = match (s.lanes, s.wide_texel) {
@@ -225,7 +271,7 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             let _ = writeln!(
                 acc,
                 "    {{\n      const {ix} kk = k0;\n      for (int r = 0; r < {rb}; ++r) {{\n        const {ix} {wide} = w0 + r;\n        if ({wide} >= {w}) break;\n        const float wv = {};\n        for (int j = 0; j < {j}; ++j) part[r][j] += wv * nvs[0][lx][j];\n      }}\n    }}",
-                s.wide_at
+                if batch > 1 { "wvs[p][r]" } else { s.wide_at }
             );
             SKINNY_K
         }
@@ -237,7 +283,8 @@ pub fn skinny(s: &Skinny<'_>) -> String {
                 .collect();
             let _ = writeln!(
                 acc,
-                "    for (int r = 0; r < {rb}; ++r) {{\n      const {ix} {wide} = w0 + r, kk = k0;\n      if ({wide} >= {w}) break;\n      const float4 tv = {t};\n      for (int j = 0; j < {j}; ++j) {{ {} }}\n    }}",
+                "    for (int r = 0; r < {rb}; ++r) {{\n      const {ix} {wide} = w0 + r, kk = k0;\n      if ({wide} >= {w}) break;\n      const float4 tv = {};\n      for (int j = 0; j < {j}; ++j) {{ {} }}\n    }}",
+                if batch > 1 { "wvs[p][r]" } else { t },
                 sum.join(" ")
             );
             SKINNY_K
@@ -267,25 +314,44 @@ pub fn skinny(s: &Skinny<'_>) -> String {
             SKINNY_W
         }
     };
-    // A constant trip count (the compiler unrolls it); the last trip checks the end where the
-    // lanes' stride does not divide the reduction (or the chunk).
-    let step = s.step();
-    let chunks = s.chunks();
-    let (len, kbase, kend) = match chunks {
-        Some((n, len)) => {
-            let end = if n * len == s.k { format!("k_lo + {len}") } else { "k_hi".to_string() };
-            (len, "k_lo + ".to_string(), end)
-        }
-        None => (s.k, String::new(), s.k.to_string()),
+    // Lanes along k: one trip's reads at a time, or a batch's before its barriers (the
+    // trip's statements one level deeper).
+    let (template, tail, acc, tail_end) = if s.lanes == Lanes::K {
+        let trip = if batch > 1 { SKINNY_K_BATCH } else { SKINNY_K_TRIP };
+        let deeper = |text: &str| {
+            if batch > 1 {
+                text.lines().map(|l| format!("  {l}\n")).collect()
+            } else {
+                text.to_string()
+            }
+        };
+        (template.replace("{{trip_loop}}", trip), deeper(&tail), deeper(&acc), deeper(&tail_end))
+    } else {
+        (template.to_string(), tail, acc, tail_end)
     };
-    let trips = len.div_ceil(step);
-    let exact = len % step == 0 && chunks.is_none_or(|(n, len)| n * len == s.k);
-    // Lanes along k meet the group's barriers every trip: past the end they skip the trip's
-    // arithmetic instead of leaving the loop.
-    let (tail, tail_end) = match (s.lanes, exact) {
-        (_, true) => (String::new(), String::new()),
-        (Lanes::K, false) => (format!("    if (k0 < {kend}) {{\n"), "    }\n".to_string()),
-        (Lanes::Wide, false) => (format!("      if (kk >= {kend}) break;\n"), String::new()),
+    // A batch's reads: the wide operand where its row and `kk` are in range (zero elsewhere),
+    // the narrow values where the work-item has one to stage.
+    let per = (step * j).div_ceil(gx * gy);
+    let mut guards = Vec::new();
+    if w % s.block() != 0 {
+        guards.push(format!("{wide} < {w}"));
+    }
+    if !exact {
+        guards.push(format!("kk < {kend}"));
+    }
+    let (wide_type, read) = match s.wide_texel {
+        Some(t) => ("float4", t),
+        None => ("float", s.wide_at),
+    };
+    let wide_read = if guards.is_empty() {
+        read.to_string()
+    } else {
+        format!("{} ? {read} : ({wide_type})(0.0f)", guards.join(" && "))
+    };
+    let (q_guard, q_if) = if per * gx * gy == step * j {
+        (String::new(), String::new())
+    } else {
+        (format!("q < {} && ", step * j), format!("if (q < {}) ", step * j))
     };
     let bz_decl = match chunks {
         None => format!("  const {ix} bz = get_global_id(2);\n"),
@@ -331,8 +397,14 @@ pub fn skinny(s: &Skinny<'_>) -> String {
         )
     };
     let text = fill(
-        template,
+        &template,
         &[
+            ("batch", &num(batch)),
+            ("wide_type", wide_type),
+            ("wide_read", &wide_read),
+            ("per", &num(per)),
+            ("q_guard", &q_guard),
+            ("q_if", &q_if),
             ("head", &head),
             ("block_id", &block_id),
             ("red_decl", &red_decl),
@@ -765,6 +837,13 @@ pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
 /// The skinny kernel whose lanes run along the reduction ([`Lanes::K`]), with named holes.
 pub const SKINNY_K: &str = include_str!("../skinny_k.cl");
 
+/// [`SKINNY_K`]'s trip loop, a trip's reads at that trip.
+const SKINNY_K_TRIP: &str = include_str!("../skinny_k_trip.cl");
+
+/// [`SKINNY_K`]'s trip loop in batches of trips whose reads are issued together
+/// ([`Skinny::prefetch`]).
+const SKINNY_K_BATCH: &str = include_str!("../skinny_k_batch.cl");
+
 /// The skinny kernel whose lanes run along the wide index ([`Lanes::Wide`]), with named holes.
 pub const SKINNY_W: &str = include_str!("../skinny_w.cl");
 
@@ -798,6 +877,7 @@ mod tests {
             index: "int",
             part: false,
             prologue: "",
+            prefetch: 1,
         }
     }
 
@@ -839,6 +919,54 @@ mod tests {
             t.contains("part[r][j] += tv.x * nvs[0][lx][j]; part[r][j] += tv.y * nvs[1][lx][j];"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn lanes_along_k_issue_the_reads_of_a_batch_of_trips_before_its_barriers() {
+        // 8192 long in texels along k: 64 trips of 128; 2 rows a work-item, 4 values a read.
+        let s = Skinny { k: 8192, prefetch: 8, ..base(Lanes::K, true, 8) };
+        assert_eq!(s.batch(64), 8);
+        // The batch divides the trips, within the profile's count and the registers: 16 rows
+        // of 4 values (a narrow side of 1) leave one trip; no batch across the wide side.
+        assert_eq!((s.batch(6), s.batch(7), s.batch(1)), (6, 7, 1));
+        assert_eq!(Skinny { prefetch: 16, ..s.clone() }.batch(64), 8);
+        assert_eq!(Skinny { prefetch: 16, ..base(Lanes::K, true, 1) }.batch(64), 1);
+        assert_eq!(Skinny { prefetch: 1, ..s.clone() }.batch(64), 1);
+        assert_eq!(Skinny { prefetch: 8, ..base(Lanes::Wide, true, 8) }.batch(64), 1);
+        let src = skinny(&s);
+        assert!(src.contains("for (int t0 = 0; t0 < 64; t0 += 8) {"), "{src}");
+        // Every read of the batch first (1000 rows: the last block's past the end read zero),
+        // each work-item's 4 of the trip's 128 x 8 narrow values into registers.
+        assert!(src.contains("float4 wvs[8][2];\n    float nvr[8][4];"), "{src}");
+        assert!(
+            src.contains(
+                "wvs[p][r] = row < 1000 ? vload4(0, x0 + row * 70 + kk) : (float4)(0.0f);"
+            ),
+            "{src}"
+        );
+        assert!(src.contains("nvr[p][i] = kk < 8192 ? x1[kk * 8 + col] : 0.0f;"), "{src}");
+        // Then each trip stages its narrow values from registers between the barriers and
+        // adds from the registered wide values.
+        assert!(
+            src.contains("if (t0 + p > 0) barrier(CLK_LOCAL_MEM_FENCE);\n      for (int i = 0; i < 4; ++i) {\n        const int q = lid + i * 256;\n        const int kq = q / 8, j = q % 8;\n        nvs[kq % 4][kq / 4][j] = nvr[p][i];"),
+            "{src}"
+        );
+        assert!(src.contains("        const float4 tv = wvs[p][r];\n"), "{src}");
+        assert!(!src.contains("{{"), "{src}");
+        // One trip a batch is today's loop, word for word.
+        let one = skinny(&Skinny { prefetch: 1, ..s.clone() });
+        assert!(one.contains("for (int t = 0; t < 64; ++t) {"), "{one}");
+        assert!(!one.contains("wvs"), "{one}");
+        // A reduction the step does not divide: zero past the end, a staging share that is not
+        // whole (128 x 3 values over 256 work-items, two each: the first 384 values), 5 rows
+        // of 4 values a work-item (3 trips within the registers: 2, which divides 8; the 40
+        // rows a group divide the 1000).
+        let odd = skinny(&Skinny { k: 1000, prefetch: 4, ..base(Lanes::K, true, 3) });
+        assert!(odd.contains("for (int t0 = 0; t0 < 8; t0 += 2) {"), "{odd}");
+        assert!(odd.contains("wvs[p][r] = kk < 1000 ? vload4"), "{odd}");
+        assert!(odd.contains("nvr[p][i] = q < 384 && kk < 1000 ?"), "{odd}");
+        assert!(odd.contains("if (q < 384) nvs[kq % 4][kq / 4][j] = nvr[p][i];"), "{odd}");
+        assert!(odd.contains("      if (k0 < 1000) {\n"), "{odd}");
     }
 
     #[test]

@@ -2731,6 +2731,7 @@ impl Cx<'_> {
             index: self.w.ty(),
             part: false,
             prologue: &prologue,
+            prefetch: u64::from(opts.skinny.prefetch_trips),
         };
         if s.local_bytes() > opts.local_mem_bytes {
             return Ok(None);

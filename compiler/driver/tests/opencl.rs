@@ -1385,9 +1385,13 @@ fn skinny_contractions_match_the_reference_executor() {
         return;
     }
     // (M, K, N, transpose_a, transpose_b)
-    let shapes: [(u64, u64, u64, bool, bool); 11] = [
+    let shapes: [(u64, u64, u64, bool, bool); 13] = [
         // Matrix-vector products (a decode step's projections): one row, or one column.
         (1, 2048, 512, false, false),
+        // Lanes along k over several trips (batches of prefetched trips: see below), a wide
+        // side that the group's block does not divide, and three outputs a row.
+        (100, 1000, 8, false, false),
+        (600, 1024, 3, false, false),
         (1, 300, 260, false, true),
         (700, 290, 1, false, false),
         (512, 40, 8, false, false),
@@ -1400,6 +1404,7 @@ fn skinny_contractions_match_the_reference_executor() {
         (8, 512, 256, false, false),
     ];
     let mut forms = std::collections::BTreeSet::new();
+    let mut prefetched = 0;
     let profile = fbc_target::builtin("generic").expect("generic");
     for (m, k, n, ta, tb) in shapes {
         let text = matmul_module(m, n, k, ta, tb);
@@ -1418,11 +1423,25 @@ fn skinny_contractions_match_the_reference_executor() {
             let case =
                 format!("{m}x{k}x{n} ta={ta} tb={tb} -O{} split-k {split}", if o3 { 3 } else { 0 });
             let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
-            let (out, got) = write_and_run_main(&lowered, kernels, &inputs, &case);
+            let (out, got) = write_and_run_main(&lowered, kernels.clone(), &inputs, &case);
             let form = out.source.lines().find_map(|l| {
                 let l = l.trim_start().strip_prefix("// skinny ")?;
                 Some(if l.contains("work-items along k") { "k" } else { "wide" })
             });
+            // Lanes along k with the reads of up to 4 trips issued together: the same sums in
+            // the same order, so the same bits.
+            if form == Some("k") {
+                let mut batched = kernels;
+                batched.skinny.prefetch_trips = 4;
+                let (out4, got4) = write_and_run_main(&lowered, batched, &inputs, &case);
+                if out4.source.contains("all issued before the first of their barriers") {
+                    prefetched += 1;
+                }
+                let bits = |v: &fbc_runtime::interp::Value| -> Vec<u32> {
+                    v.as_f32().expect("f32").data().iter().map(|x| x.to_bits()).collect()
+                };
+                assert_eq!(bits(&got.results[0]), bits(&got4.results[0]), "{case}: prefetched");
+            }
             // In row-major buffers (-O0) the wide operand is contiguous along k where it is
             // `a` untransposed or `b` transposed; R-Tile images (-O3) may place it either way.
             let along_k = if n <= fbc_target::SKINNY_SIDE && m >= n { !ta } else { tb };
@@ -1441,6 +1460,7 @@ fn skinny_contractions_match_the_reference_executor() {
     let all: std::collections::BTreeSet<_> =
         [(false, "k"), (false, "wide"), (true, "k"), (true, "wide")].into_iter().collect();
     assert_eq!(forms, all, "both forms at both levels");
+    assert!(prefetched >= 4, "{prefetched} kernels with batches of prefetched trips");
 }
 
 /// Asserts that the f32 result `got` is within `--check`'s bound of the reference `want` (the

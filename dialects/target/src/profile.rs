@@ -238,6 +238,18 @@ pub struct SkinnyParams {
     /// profile's comment). Optional: false.
     #[serde(default)]
     pub chain_launches: bool,
+    /// The kernel whose lanes run along the reduction (a LoRA `x · A`, `dY · Bᵀ`) issues the
+    /// reads of up to this many trips together, before the first of their barriers (the wide
+    /// operand's values into registers, and the narrow values each work-item stages), so that
+    /// a group keeps several trips' bytes in flight instead of waiting on one trip's reads
+    /// between barriers (`fbc_kernels::Skinny::prefetch`; at most 16). 1 reads each trip at
+    /// that trip. Optional: 1.
+    #[serde(default = "one")]
+    pub prefetch_trips: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn eight() -> u32 {
@@ -271,6 +283,7 @@ impl Default for SkinnyParams {
             norm_prologue_pairs: false,
             tail_launches: false,
             chain_launches: false,
+            prefetch_trips: one(),
         }
     }
 }

@@ -27,7 +27,8 @@ impl HardwareProfile {
     ///   to 64; `local_vector` is 1 or 4;
     /// - `skinny`: `wide_lanes` is a power of two from 4 to 32, `wide_rows` a power of two with
     ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu`, `matvec_groups_per_cu` and
-    ///   `matvec_min_k` are positive; `packed_values` is 4, 8 or 16;
+    ///   `matvec_min_k` are positive; `packed_values` is 4, 8 or 16; `prefetch_trips` is from 1
+    ///   to 16;
     /// - `attention`: `decode_chunk` is a power of two from 8 to 128;
     /// - `streaming`: `transfer_gbps` (when present) is finite and positive; `compute_bound`,
     ///   `memory_bound` and `mixed` are finite and in `[0, 1]`;
@@ -227,6 +228,9 @@ impl HardwareProfile {
         }
         if sk.matvec_min_k == 0 {
             bad("skinny.matvec_min_k", "must be at least 1".into());
+        }
+        if !(1..=16).contains(&sk.prefetch_trips) {
+            bad("skinny.prefetch_trips", format!("{} must be from 1 to 16", sk.prefetch_trips));
         }
         if ![4, 8, 16].contains(&sk.packed_values) {
             bad("skinny.packed_values", format!("{} must be 4, 8 or 16", sk.packed_values));

@@ -194,13 +194,14 @@ fn skinny_parameters_default_and_are_validated() {
             norm_prologue: false,
             norm_prologue_pairs: false,
             tail_launches: false,
-            chain_launches: false
+            chain_launches: false,
+            prefetch_trips: 1
         }
     );
     assert_eq!((p.skinny.wide_min_k(1), p.skinny.wide_min_k(8)), (256, SKINNY_WIDE_MIN_K));
     // One field set, the others default; the matrix-vector bound applies to a narrow side of 1.
     let set = format!(
-        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_groups_per_cu = 16\nmatvec_min_k = 64\none_launch_split = true\npacked_values = 16\nmerge_launches = true\nnorm_prologue = true\nnorm_prologue_pairs = true\ntail_launches = true\nchain_launches = true\n"
+        "{MEASURED}\n[skinny]\nwide_rows = 32\nmatvec_groups_per_cu = 16\nmatvec_min_k = 64\none_launch_split = true\npacked_values = 16\nmerge_launches = true\nnorm_prologue = true\nnorm_prologue_pairs = true\ntail_launches = true\nchain_launches = true\nprefetch_trips = 8\n"
     );
     let s = from_toml(&set).unwrap().skinny;
     assert_eq!(
@@ -217,7 +218,8 @@ fn skinny_parameters_default_and_are_validated() {
             norm_prologue: true,
             norm_prologue_pairs: true,
             tail_launches: true,
-            chain_launches: true
+            chain_launches: true,
+            prefetch_trips: 8
         }
     );
     assert_eq!((s.wide_min_k(1), s.wide_min_k(2)), (64, SKINNY_WIDE_MIN_K));
@@ -225,7 +227,7 @@ fn skinny_parameters_default_and_are_validated() {
     // `groups_per_cu`; unset, every product at `groups_per_cu`.
     assert_eq!((s.groups_per_cu(1), s.groups_per_cu(2), p.skinny.groups_per_cu(1)), (16, 2, 2));
     let bad =
-        format!("{MEASURED}\n[skinny]\nwide_lanes = 2\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_groups_per_cu = 0\nmatvec_min_k = 0\npacked_values = 2\n");
+        format!("{MEASURED}\n[skinny]\nwide_lanes = 2\nwide_rows = 48\ngroups_per_cu = 0\nmatvec_groups_per_cu = 0\nmatvec_min_k = 0\npacked_values = 2\nprefetch_trips = 17\n");
     let TargetError::Invalid { problems, .. } = from_toml(&bad).unwrap_err() else { panic!() };
     let fields: Vec<&str> = problems.iter().map(|p| p.field).collect();
     assert_eq!(
@@ -236,10 +238,12 @@ fn skinny_parameters_default_and_are_validated() {
             "skinny.groups_per_cu",
             "skinny.matvec_groups_per_cu",
             "skinny.matvec_min_k",
+            "skinny.prefetch_trips",
             "skinny.packed_values"
         ]
     );
-    assert_eq!(problems[5].message, "2 must be 4, 8 or 16");
+    assert_eq!(problems[5].message, "17 must be from 1 to 16");
+    assert_eq!(problems[6].message, "2 must be 4, 8 or 16");
     assert_eq!(problems[3].message, "must be at least 1");
     assert_eq!(problems[0].message, "2 must be a power of two from 4 to 32");
     assert_eq!(
