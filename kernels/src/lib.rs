@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 mod skinny;
 pub use skinny::{
     merge, skinny, skinny_part, Lanes, Merged, Skinny, SkinnyPart, PART_BLOCKS, PART_FIRST,
-    SKINNY_K, SKINNY_W,
+    PREFETCH_VALUES, SKINNY_K, SKINNY_W,
 };
 
 /// The helpers every generated source starts with: MLIR floor division and modulo for index

@@ -834,7 +834,8 @@ pub fn merge(name: &str, parts: &[SkinnyPart]) -> Merged {
     }
 }
 
-/// The skinny kernel whose lanes run along the reduction ([`Lanes::K`]), with named holes.
+/// The skinny kernel whose lanes run along the reduction ([`Lanes::K`]), with named holes; its
+/// trip loop, the hole `trip_loop`, is `skinny_k_trip.cl` or `skinny_k_batch.cl`, filled in first.
 pub const SKINNY_K: &str = include_str!("../skinny_k.cl");
 
 /// [`SKINNY_K`]'s trip loop, a trip's reads at that trip.
