@@ -240,11 +240,15 @@ if want flat; then
   python3 tests/bench/scalar_i32.py pos 0 > $T/pos0.safetensors
   echo "== check prefill, fused in query blocks" >> $F2
   timeout 200 $B run $T/flat_fused.fbir --entry prefill --target opencl --device $D --profile $P --random-inputs 1 --check >> $F2 2>&1; echo "rc=$?" >> $F2
+  # The unfused chain: the profile without fusing a prompt's attention (the nvidia profile
+  # fuses it in any module: `[attention] fuse_prompts`).
+  sed 's/^fuse_prompts = true/fuse_prompts = false/' dialects/target/profiles/nvidia.toml > $T/nofuse.toml
+  [ "$P" = nvidia ] || sed 's/^fuse_prompts = true/fuse_prompts = false/' $P > $T/nofuse.toml
   for round in 1 2; do
-    for run in "$B flat_fused" "$B flat" ${OLD:+"$OLD flat_fused"}; do
-      read -r bin mod <<< "$run"
-      echo "=== flat $mod round $round $bin" >> $F2
-      timeout 200 $bin bench $T/$mod.fbir --entry prefill --device $D --profile $P --inputs $T/pos0.safetensors --repeat 10 >> $F2 2>&1
+    for run in "$B flat_fused $P" "$B flat $T/nofuse.toml" ${OLD:+"$OLD flat_fused $P"}; do
+      read -r bin mod prof <<< "$run"
+      echo "=== flat $mod round $round $bin $prof" >> $F2
+      timeout 200 $bin bench $T/$mod.fbir --entry prefill --device $D --profile $prof --inputs $T/pos0.safetensors --repeat 10 >> $F2 2>&1
     done
   done
 fi

@@ -109,10 +109,11 @@ pub(crate) const BLOCK_MIN_QUERIES: u64 = 64;
 /// Local memory of the query-block form for `bq` queries, tiles of `bk` keys and head size
 /// `hd`, with `ixb`-byte indices: the query block (its rows padded by four floats, so the
 /// float4 reads of neighbouring rows fall in different banks; the outputs reuse it), the key
-/// tile (padded alike), the value tile, the scores (padded by four), the rows' key ranges, their
-/// rescale factors and their sums.
+/// tile (padded alike), the value tile, the scores (padded by four), each row's values of its
+/// [`BLOCK_LANES`] work-items (their greatest scores of a tile; at the end their sums) and the
+/// rows' key ranges.
 fn block_local_bytes(bq: u64, bk: u64, hd: u64, ixb: u64) -> u64 {
-    4 * (bq * (hd + 4) + bk * (hd + 4) + bk * hd + bq * (bk + 4) + 2 * bq) + 2 * bq * ixb
+    4 * (bq * (hd + 4) + bk * (hd + 4) + bk * hd + bq * (bk + 4) + BLOCK_LANES * bq) + 2 * bq * ixb
 }
 
 impl Cx<'_> {
@@ -127,12 +128,15 @@ impl Cx<'_> {
     ///   q block (RoPE applied as it is loaded) into local memory, two work-items a query
     ///   per tile: keys and values staged into local memory (coalesced along e)
     ///     work-item (r, c): the scores of its 4 rows × K/8 keys, register-blocked: per four
-    ///       values of e, 4 float4 reads of q and K/8 of k for 16·K/8 products
-    ///     work-item r < Q:  m' = max(m, the row's K scores) (in key order),
-    ///                       p_j = exp(s_j - m'), l = l·exp(m - m') + Σ p_j (in key order)
-    ///     work-item (r, c): o = o·exp(m - m') + p · v over its 4 rows × D/8 values
-    ///                       (float4s of v where D is a multiple of 32), in key order
-    ///   out = o / l, through local memory, stored two work-items a query
+    ///       values of e, 4 float4 reads of q and K/8 of k for 16·K/8 products; each row's
+    ///       greatest of them into local memory
+    ///     work-item (r, c): m' = max(m, the row's 8 greatest) (in lane order; every work-item
+    ///       of the row the same), p_j = exp(s_j - m') for its keys, its own share of the
+    ///       row's sum l_c = l_c·exp(m - m') + Σ p_j (in key order), o = o·exp(m - m')
+    ///     work-item (r, c): o += p · v over its 4 rows × D/8 values (float4s of v where D
+    ///       is a multiple of 32), in key order
+    ///   l = Σ_c l_c (in lane order); out = o / l, through local memory, stored two
+    ///   work-items a query
     /// ```
     ///
     /// Each key and value is read from memory once per Q queries; the scores never leave
@@ -186,7 +190,7 @@ impl Cx<'_> {
         );
         let _ = writeln!(
             s,
-            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head, keys in tiles of {bk} staged in local memory, online softmax; work-item (r, c) holds rows r + {stride}·i (i < {BLOCK_ROWS}), scores keys c + {lanes}·j (j < {kc}) and holds {vc} {vt} of each row's outputs.\n  __local float fbc_q[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_k[{bk}][{}] __attribute__((aligned(16)));\n  __local float fbc_v[{bk}][{hd}] __attribute__((aligned(16)));\n  __local float fbc_p[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_al[{bq}], fbc_ls[{bq}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {ql}, fbc_ln = lid % {ql};\n  const {ix} fbc_outer = get_group_id(0) / {blocks_q};\n  const {ix} fbc_qv = (get_group_id(0) % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
+            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head, keys in tiles of {bk} staged in local memory, online softmax; work-item (r, c) holds rows r + {stride}·i (i < {BLOCK_ROWS}), scores keys c + {lanes}·j (j < {kc}) and holds {vc} {vt} of each row's outputs.\n  __local float fbc_q[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_k[{bk}][{}] __attribute__((aligned(16)));\n  __local float fbc_v[{bk}][{hd}] __attribute__((aligned(16)));\n  __local float fbc_p[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_mx[{bq}][{lanes}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {ql}, fbc_ln = lid % {ql};\n  const {ix} fbc_outer = get_group_id(0) / {blocks_q};\n  const {ix} fbc_qv = (get_group_id(0) % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
             hd + 4,
             hd + 4,
             bk + 4,
@@ -208,7 +212,7 @@ impl Cx<'_> {
         let qv = self.rotated_query(&dims)?;
         let _ = writeln!(
             s,
-            "  for ({ix} e = fbc_ln; e < {}; e += {ql}) fbc_q[fbc_qi][e] = {qv};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  {ix} fbc_blo = fbc_lo[0], fbc_bhi = fbc_hi[0];\n  for (int i = 1; i < {bq}; ++i) {{\n    if (fbc_hi[i] > fbc_lo[i]) {{\n      fbc_blo = fbc_bhi > fbc_blo ? min(fbc_blo, fbc_lo[i]) : fbc_lo[i];\n      fbc_bhi = max(fbc_bhi, fbc_hi[i]);\n    }}\n  }}\n  const int fbc_r = lid / {lanes}, fbc_c = lid % {lanes};\n  {ix} fbc_rlo[{BLOCK_ROWS}], fbc_rhi[{BLOCK_ROWS}];\n  {vt} fbc_o[{BLOCK_ROWS}][{vc}];\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    fbc_rlo[i] = fbc_lo[fbc_r + {stride} * i];\n    fbc_rhi[i] = fbc_hi[fbc_r + {stride} * i];\n    for (int h = 0; h < {vc}; ++h) fbc_o[i][h] = 0.0f;\n  }}\n  // Row lid's running maximum and sum (work-items lid < {bq}).\n  float fbc_m = -INFINITY, fbc_l = 0.0f;",
+            "  for ({ix} e = fbc_ln; e < {}; e += {ql}) fbc_q[fbc_qi][e] = {qv};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  {ix} fbc_blo = fbc_lo[0], fbc_bhi = fbc_hi[0];\n  for (int i = 1; i < {bq}; ++i) {{\n    if (fbc_hi[i] > fbc_lo[i]) {{\n      fbc_blo = fbc_bhi > fbc_blo ? min(fbc_blo, fbc_lo[i]) : fbc_lo[i];\n      fbc_bhi = max(fbc_bhi, fbc_hi[i]);\n    }}\n  }}\n  const int fbc_r = lid / {lanes}, fbc_c = lid % {lanes};\n  {ix} fbc_rlo[{BLOCK_ROWS}], fbc_rhi[{BLOCK_ROWS}];\n  {vt} fbc_o[{BLOCK_ROWS}][{vc}];\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    fbc_rlo[i] = fbc_lo[fbc_r + {stride} * i];\n    fbc_rhi[i] = fbc_hi[fbc_r + {stride} * i];\n    for (int h = 0; h < {vc}; ++h) fbc_o[i][h] = 0.0f;\n  }}\n  // Each row's running maximum, and this work-item's share of its sum.\n  float fbc_m[{BLOCK_ROWS}], fbc_l[{BLOCK_ROWS}];\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    fbc_m[i] = -INFINITY;\n    fbc_l[i] = 0.0f;\n  }}",
             w.lit(hd)
         );
         let (kv, vv) =
@@ -244,7 +248,7 @@ impl Cx<'_> {
         }
         let _ = writeln!(
             s,
-            "  for ({ix} fbc_t0 = fbc_blo; fbc_t0 < fbc_bhi; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores: rows fbc_r + {stride}·i against keys fbc_c + {lanes}·j, four values of e at a time.\n    float fbc_s[{BLOCK_ROWS}][{kc}];\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) fbc_s[i][j] = 0.0f;\n    for (int e = 0; e < {hd}; e += 4) {{\n      float4 fbc_qe[{BLOCK_ROWS}], fbc_ke[{kc}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_qe[i] = {q4};\n      for (int j = 0; j < {kc}; ++j) fbc_ke[j] = {k4};\n      for (int i = 0; i < {BLOCK_ROWS}; ++i)\n        for (int j = 0; j < {kc}; ++j)\n          fbc_s[i][j] = fma(fbc_qe[i].w, fbc_ke[j].w, fma(fbc_qe[i].z, fbc_ke[j].z, fma(fbc_qe[i].y, fbc_ke[j].y, fma(fbc_qe[i].x, fbc_ke[j].x, fbc_s[i][j]))));\n    }}\n    // Masked keys score -inf.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) {{\n        const {ix} fbc_j = fbc_t0 + fbc_c + {lanes} * j;\n        fbc_p[fbc_r + {stride} * i][fbc_c + {lanes} * j] = (fbc_j >= fbc_rlo[i] && fbc_j < fbc_rhi[i]) ? {score} : -INFINITY;\n      }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    if (lid < {bq}) {{\n      float fbc_mn = fbc_m;\n      for (int t = 0; t < {bk}; ++t) fbc_mn = fmax(fbc_mn, fbc_p[lid][t]);\n      // A tile this row sees none of (and none before it) leaves the sums as they are.\n      const float fbc_a = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m - fbc_mn);\n      float fbc_ps = 0.0f;\n      for (int t = 0; t < {bk}; ++t) {{\n        const float x = fbc_p[lid][t];\n        const float fbc_pe = x == -INFINITY ? 0.0f : exp(x - fbc_mn);\n        fbc_p[lid][t] = fbc_pe;\n        fbc_ps += fbc_pe;\n      }}\n      fbc_l = fbc_l * fbc_a + fbc_ps;\n      fbc_m = fbc_mn;\n      fbc_al[lid] = fbc_a;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      const float fbc_a = fbc_al[fbc_r + {stride} * i];\n      for (int h = 0; h < {vc}; ++h) fbc_o[i][h] *= fbc_a;\n    }}\n    for (int t = 0; t < {bk}; t += 4) {{\n      float4 fbc_pt[{BLOCK_ROWS}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_pt[i] = {p4};{pv}\n    }}\n  }}",
+            "  for ({ix} fbc_t0 = fbc_blo; fbc_t0 < fbc_bhi; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores: rows fbc_r + {stride}·i against keys fbc_c + {lanes}·j, four values of e at a time.\n    float fbc_s[{BLOCK_ROWS}][{kc}];\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) fbc_s[i][j] = 0.0f;\n    for (int e = 0; e < {hd}; e += 4) {{\n      float4 fbc_qe[{BLOCK_ROWS}], fbc_ke[{kc}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_qe[i] = {q4};\n      for (int j = 0; j < {kc}; ++j) fbc_ke[j] = {k4};\n      for (int i = 0; i < {BLOCK_ROWS}; ++i)\n        for (int j = 0; j < {kc}; ++j)\n          fbc_s[i][j] = fma(fbc_qe[i].w, fbc_ke[j].w, fma(fbc_qe[i].z, fbc_ke[j].z, fma(fbc_qe[i].y, fbc_ke[j].y, fma(fbc_qe[i].x, fbc_ke[j].x, fbc_s[i][j]))));\n    }}\n    // Masked keys score -inf; each row's greatest score of this work-item's keys.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_pm = -INFINITY;\n      for (int j = 0; j < {kc}; ++j) {{\n        const {ix} fbc_j = fbc_t0 + fbc_c + {lanes} * j;\n        fbc_s[i][j] = (fbc_j >= fbc_rlo[i] && fbc_j < fbc_rhi[i]) ? {score} : -INFINITY;\n        fbc_pm = fmax(fbc_pm, fbc_s[i][j]);\n      }}\n      fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_pm;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Each row's new maximum (its {lanes} work-items' greatest, in lane order: every one of\n    // them the same), this work-item's probabilities, its share of the row's sum and the\n    // rescaled outputs. A tile a row sees none of (and none before it) leaves them alone.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_mn = fbc_m[i];\n      for (int c = 0; c < {lanes}; ++c) fbc_mn = fmax(fbc_mn, fbc_mx[fbc_r + {stride} * i][c]);\n      const float fbc_a = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m[i] - fbc_mn);\n      float fbc_ps = 0.0f;\n      for (int j = 0; j < {kc}; ++j) {{\n        const float x = fbc_s[i][j];\n        const float fbc_pe = x == -INFINITY ? 0.0f : exp(x - fbc_mn);\n        fbc_p[fbc_r + {stride} * i][fbc_c + {lanes} * j] = fbc_pe;\n        fbc_ps += fbc_pe;\n      }}\n      fbc_l[i] = fbc_l[i] * fbc_a + fbc_ps;\n      fbc_m[i] = fbc_mn;\n      for (int h = 0; h < {vc}; ++h) fbc_o[i][h] *= fbc_a;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int t = 0; t < {bk}; t += 4) {{\n      float4 fbc_pt[{BLOCK_ROWS}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_pt[i] = {p4};{pv}\n    }}\n  }}",
             bk * hd
         );
         let d = at("e", &w.lit(0));
@@ -253,7 +257,7 @@ impl Cx<'_> {
         let o_at = values("fbc_q", &row);
         let _ = writeln!(
             s,
-            "  // out = o / l, through the query block's local memory.\n  if (lid < {bq}) fbc_ls[lid] = fbc_l;\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const float fbc_d = fbc_ls[fbc_r + {stride} * i];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
+            "  // out = o / l, l the sum of the row's {lanes} shares (in lane order), through the query\n  // block's local memory.\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    float fbc_d = 0.0f;\n    for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_r + {stride} * i][c];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
             w.lit(hd)
         );
         Ok(Some(self.flat(s, (outer.max(1) * blocks_q * g, g))))
