@@ -244,7 +244,19 @@ if want flat; then
   # fuses it in any module: `[attention] fuse_prompts`).
   sed 's/^fuse_prompts = true/fuse_prompts = false/' dialects/target/profiles/nvidia.toml > $T/nofuse.toml
   [ "$P" = nvidia ] || sed 's/^fuse_prompts = true/fuse_prompts = false/' $P > $T/nofuse.toml
+  # PROMPT_SPLITS: `[attention] prompt_splits` values to measure beside the profile's own
+  # (each block's keys over that many work-groups), e.g. "2 4".
+  SPLIT_RUNS=""
+  for n in ${PROMPT_SPLITS:-}; do
+    sed "s/^\[attention\]/[attention]\nprompt_splits = $n/" $( [ "$P" = nvidia ] && echo dialects/target/profiles/nvidia.toml || echo $P ) > $T/splits$n.toml
+    timeout 200 $B run $T/flat_fused.fbir --entry prefill --target opencl --device $D --profile $T/splits$n.toml --random-inputs 1 --check >> $F2 2>&1; echo "rc=$? (prompt_splits $n)" >> $F2
+    SPLIT_RUNS="$SPLIT_RUNS $n"
+  done
   for round in 1 2; do
+    for n in $SPLIT_RUNS; do
+      echo "=== flat flat_fused round $round $B $T/splits$n.toml" >> $F2
+      timeout 200 $B bench $T/flat_fused.fbir --entry prefill --device $D --profile $T/splits$n.toml --inputs $T/pos0.safetensors --repeat 10 >> $F2 2>&1
+    done
     for run in "$B flat_fused $P" "$B flat $T/nofuse.toml" ${OLD:+"$OLD flat_fused $P"}; do
       read -r bin mod prof <<< "$run"
       echo "=== flat $mod round $round $bin $prof" >> $F2

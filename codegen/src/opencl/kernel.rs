@@ -50,6 +50,9 @@ pub struct KernelOptions {
     pub skinny: fbc_target::SkinnyParams,
     /// Keys of a flash-decoding chunk (the profile's `[attention] decode_chunk`).
     pub decode_chunk: u64,
+    /// Work-groups a query block's keys are split over (the profile's `[attention]
+    /// prompt_splits`).
+    pub prompt_splits: u64,
     /// Work-items the whole device keeps in flight (`compute_units × resident_work_items`): a
     /// reduction with at most a quarter as many outputs runs a work-group per output (see
     /// [`group_reduction`]).
@@ -74,6 +77,7 @@ impl Default for KernelOptions {
             contraction: fbc_target::ContractionParams::default(),
             skinny: fbc_target::SkinnyParams::default(),
             decode_chunk: u64::from(fbc_target::AttentionParams::default().decode_chunk),
+            prompt_splits: 1,
             resident: 4 * 2048,
             tuned: Default::default(),
             four_wide: false,
@@ -102,6 +106,7 @@ impl KernelOptions {
             contraction: t.contraction,
             skinny: t.skinny,
             decode_chunk: u64::from(t.attention.decode_chunk),
+            prompt_splits: u64::from(t.attention.prompt_splits),
             resident: u64::from(t.compute.compute_units.max(1))
                 * u64::from(t.compute.resident_work_items.max(1)),
             tuned: Default::default(),

@@ -297,6 +297,11 @@ fn every_decode_chunk_size_matches_the_reference_executor() {
     let problems = bad.validate().unwrap_err();
     assert_eq!(problems[0].field, "attention.decode_chunk");
     assert_eq!(problems[0].message, "96 must be a power of two from 8 to 128");
+    let mut bad = fbc_target::builtin("generic").expect("generic");
+    bad.attention.prompt_splits = 0;
+    let problems = bad.validate().unwrap_err();
+    assert_eq!(problems[0].field, "attention.prompt_splits");
+    assert_eq!(problems[0].message, "0 must be from 1 to 16");
 }
 
 /// Attention of many queries per head (a prompt) takes the query-block form on OpenCL (16
@@ -337,6 +342,23 @@ fn many_queries_run_in_query_blocks_on_opencl() {
             assert_eq!(source.contains("// Attention, flash-decoding"), !blocks, "{what}");
             let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
             close(f32s(&reference[0]), f32s(&run[0]), &what);
+            // Each block's keys split over 3 work-groups (runs of whole tiles, some empty),
+            // combined by the last to finish; twice, for the counts each launch leaves zero.
+            if blocks {
+                let profile = fbc_target::builtin("generic").expect("generic");
+                let mut kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+                kernels.prompt_splits = 3;
+                for round in 0..2 {
+                    let (out, run) = common::run_main_on_device(&m, kernels.clone(), &inputs);
+                    assert!(out.source.contains("Run fbc_sp of the block's 3 runs"), "{what}");
+                    let run = run.unwrap_or_else(|e| panic!("{what}, split: {e}"));
+                    close(
+                        f32s(&reference[0]),
+                        f32s(&run.results[0]),
+                        &format!("{what}, split {round}"),
+                    );
+                }
+            }
         }
     }
 }

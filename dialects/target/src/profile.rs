@@ -388,6 +388,17 @@ pub struct AttentionParams {
     /// 25 µs a launch where only one chunk per head had keys).
     #[serde(default = "sixty_four")]
     pub decode_chunk: u32,
+    /// The query-block kernel (a prompt's attention) splits each block's keys into this many
+    /// runs of whole tiles, one work-group each, whose partial outputs, maxima and sums the
+    /// last of them to finish combines (in run order) in the same launch: a causal prompt's
+    /// last query blocks, which see every key, then take no longer than its first. At most
+    /// 16. Optional: 1 (a block's keys in one work-group).
+    #[serde(default = "one_split")]
+    pub prompt_splits: u32,
+}
+
+fn one_split() -> u32 {
+    1
 }
 
 fn sixty_four() -> u32 {
@@ -396,7 +407,7 @@ fn sixty_four() -> u32 {
 
 impl Default for AttentionParams {
     fn default() -> AttentionParams {
-        AttentionParams { fuse_prompts: false, decode_chunk: sixty_four() }
+        AttentionParams { fuse_prompts: false, decode_chunk: sixty_four(), prompt_splits: 1 }
     }
 }
 

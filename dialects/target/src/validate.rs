@@ -29,7 +29,8 @@ impl HardwareProfile {
     ///   `wide_lanes × wide_rows` at most 1024; `groups_per_cu`, `matvec_groups_per_cu` and
     ///   `matvec_min_k` are positive; `packed_values` is 4, 8 or 16; `prefetch_trips` is from 1
     ///   to 16;
-    /// - `attention`: `decode_chunk` is a power of two from 8 to 128;
+    /// - `attention`: `decode_chunk` is a power of two from 8 to 128; `prompt_splits` is from 1
+    ///   to 16;
     /// - `streaming`: `transfer_gbps` (when present) is finite and positive; `compute_bound`,
     ///   `memory_bound` and `mixed` are finite and in `[0, 1]`;
     /// - `measured` (when present): `device` and `driver` are non-empty, `work_group_multiple`
@@ -238,6 +239,10 @@ impl HardwareProfile {
         let chunk = self.attention.decode_chunk;
         if !(chunk.is_power_of_two() && (8..=128).contains(&chunk)) {
             bad("attention.decode_chunk", format!("{chunk} must be a power of two from 8 to 128"));
+        }
+        let splits = self.attention.prompt_splits;
+        if !(1..=16).contains(&splits) {
+            bad("attention.prompt_splits", format!("{splits} must be from 1 to 16"));
         }
 
         let st = &self.streaming;

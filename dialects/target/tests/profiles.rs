@@ -414,3 +414,21 @@ nvidia         32  32768x32768     48 KiB  32 KiB  128 B
 "
     );
 }
+
+#[test]
+fn prompt_splits_read_from_a_profile_and_written_back() {
+    let p = from_toml(&format!("{MEASURED}\n[attention]\nprompt_splits = 4\n")).unwrap();
+    assert_eq!((p.attention.prompt_splits, p.attention.decode_chunk), (4, 64));
+    assert!(!p.attention.is_default());
+    let back = from_toml(&toml::to_string(&p).unwrap()).unwrap();
+    assert_eq!(back.attention, p.attention);
+    // Unset: one work-group a query block's keys.
+    assert_eq!(from_toml(MEASURED).unwrap().attention.prompt_splits, 1);
+    let TargetError::Invalid { problems, .. } =
+        from_toml(&format!("{MEASURED}\n[attention]\nprompt_splits = 17\n")).unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(problems[0].field, "attention.prompt_splits");
+    assert_eq!(problems[0].message, "17 must be from 1 to 16");
+}

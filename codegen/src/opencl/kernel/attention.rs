@@ -182,15 +182,34 @@ impl Cx<'_> {
         let out = self.out();
         let mut s = String::new();
         s.push_str(comment);
-        let params = self.params();
+        // Runs of each block's key tiles, one work-group each (`[attention] prompt_splits`).
+        let runs = opts.prompt_splits.clamp(1, 16);
+        let mut params = self.params();
+        if runs > 1 {
+            let part = "__global float* fbc_part, __global int* fbc_count";
+            params = match params.find(", __global int* fbc_err") {
+                Some(at) => format!("{}, {part}{}", &params[..at], &params[at..]),
+                None => format!("{params}, {part}"),
+            };
+        }
         let _ = writeln!(
             s,
             "__kernel __attribute__((reqd_work_group_size({g}, 1, 1)))\nvoid {}({params}) {{",
             k.name
         );
+        // The block's index among the launch's, and (split) the run's.
+        let gq = if runs > 1 {
+            let _ = writeln!(
+                s,
+                "  // Run fbc_sp of the block's {runs} runs of key tiles.\n  const {ix} fbc_gq = get_group_id(0) / {runs};\n  const int fbc_sp = (int)(get_group_id(0) % {runs});\n  __local int fbc_done;"
+            );
+            "fbc_gq"
+        } else {
+            "get_group_id(0)"
+        };
         let _ = writeln!(
             s,
-            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head, keys in tiles of {bk} staged in local memory, online softmax; work-item (r, c) holds rows r + {stride}·i (i < {BLOCK_ROWS}), scores keys c + {lanes}·j (j < {kc}) and holds {vc} {vt} of each row's outputs.\n  __local float fbc_q[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_k[{bk}][{}] __attribute__((aligned(16)));\n  __local float fbc_v[{bk}][{hd}] __attribute__((aligned(16)));\n  __local float fbc_p[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_mx[{bq}][{lanes}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {ql}, fbc_ln = lid % {ql};\n  const {ix} fbc_outer = get_group_id(0) / {blocks_q};\n  const {ix} fbc_qv = (get_group_id(0) % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
+            "  // Attention, query blocks (FLAT): a work-group of {g} per {bq} queries of a head, keys in tiles of {bk} staged in local memory, online softmax; work-item (r, c) holds rows r + {stride}·i (i < {BLOCK_ROWS}), scores keys c + {lanes}·j (j < {kc}) and holds {vc} {vt} of each row's outputs.\n  __local float fbc_q[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_k[{bk}][{}] __attribute__((aligned(16)));\n  __local float fbc_v[{bk}][{hd}] __attribute__((aligned(16)));\n  __local float fbc_p[{bq}][{}] __attribute__((aligned(16)));\n  __local float fbc_mx[{bq}][{lanes}];\n  __local {ix} fbc_lo[{bq}], fbc_hi[{bq}];\n  const int lid = (int)get_local_id(0);\n  const int fbc_qi = lid / {ql}, fbc_ln = lid % {ql};\n  const {ix} fbc_outer = {gq} / {blocks_q};\n  const {ix} fbc_qv = ({gq} % {blocks_q}) * {bq} + fbc_qi;\n  const int fbc_have = fbc_qv < {};",
             hd + 4,
             hd + 4,
             bk + 4,
@@ -246,15 +265,61 @@ impl Cx<'_> {
                 "\n      {{\n        const int u = {u};\n        {vt} fbc_vv[{vc}];\n        for (int h = 0; h < {vc}; ++h) fbc_vv[h] = {vread};\n        for (int i = 0; i < {BLOCK_ROWS}; ++i)\n          for (int h = 0; h < {vc}; ++h) fbc_o[i][h] = fma(({vt})(fbc_pt[i].s{u}), fbc_vv[h], fbc_o[i][h]);\n      }}"
             );
         }
+        // The keys this work-group scores: the block's, or its run's whole tiles of them.
+        let (k0, k1) = if runs > 1 {
+            let _ = writeln!(
+                s,
+                "  const {ix} fbc_tiles = (fbc_bhi - fbc_blo + {}) / {bk};\n  const {ix} fbc_per = (fbc_tiles + {}) / {runs};\n  const {ix} fbc_k0 = fbc_blo + min(({ix})fbc_sp * fbc_per, fbc_tiles) * {bk};\n  const {ix} fbc_k1 = min(fbc_bhi, fbc_blo + min(({ix})(fbc_sp + 1) * fbc_per, fbc_tiles) * {bk});",
+                bk - 1,
+                runs - 1
+            );
+            ("fbc_k0", "fbc_k1")
+        } else {
+            ("fbc_blo", "fbc_bhi")
+        };
         let _ = writeln!(
             s,
-            "  for ({ix} fbc_t0 = fbc_blo; fbc_t0 < fbc_bhi; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores: rows fbc_r + {stride}·i against keys fbc_c + {lanes}·j, four values of e at a time.\n    float fbc_s[{BLOCK_ROWS}][{kc}];\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) fbc_s[i][j] = 0.0f;\n    for (int e = 0; e < {hd}; e += 4) {{\n      float4 fbc_qe[{BLOCK_ROWS}], fbc_ke[{kc}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_qe[i] = {q4};\n      for (int j = 0; j < {kc}; ++j) fbc_ke[j] = {k4};\n      for (int i = 0; i < {BLOCK_ROWS}; ++i)\n        for (int j = 0; j < {kc}; ++j)\n          fbc_s[i][j] = fma(fbc_qe[i].w, fbc_ke[j].w, fma(fbc_qe[i].z, fbc_ke[j].z, fma(fbc_qe[i].y, fbc_ke[j].y, fma(fbc_qe[i].x, fbc_ke[j].x, fbc_s[i][j]))));\n    }}\n    // Masked keys score -inf; each row's greatest score of this work-item's keys.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_pm = -INFINITY;\n      for (int j = 0; j < {kc}; ++j) {{\n        const {ix} fbc_j = fbc_t0 + fbc_c + {lanes} * j;\n        fbc_s[i][j] = (fbc_j >= fbc_rlo[i] && fbc_j < fbc_rhi[i]) ? {score} : -INFINITY;\n        fbc_pm = fmax(fbc_pm, fbc_s[i][j]);\n      }}\n      fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_pm;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Each row's new maximum (its {lanes} work-items' greatest, in lane order: every one of\n    // them the same), this work-item's probabilities, its share of the row's sum and the\n    // rescaled outputs. A tile a row sees none of (and none before it) leaves them alone.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_mn = fbc_m[i];\n      for (int c = 0; c < {lanes}; ++c) fbc_mn = fmax(fbc_mn, fbc_mx[fbc_r + {stride} * i][c]);\n      const float fbc_a = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m[i] - fbc_mn);\n      float fbc_ps = 0.0f;\n      for (int j = 0; j < {kc}; ++j) {{\n        const float x = fbc_s[i][j];\n        const float fbc_pe = x == -INFINITY ? 0.0f : exp(x - fbc_mn);\n        fbc_p[fbc_r + {stride} * i][fbc_c + {lanes} * j] = fbc_pe;\n        fbc_ps += fbc_pe;\n      }}\n      fbc_l[i] = fbc_l[i] * fbc_a + fbc_ps;\n      fbc_m[i] = fbc_mn;\n      for (int h = 0; h < {vc}; ++h) fbc_o[i][h] *= fbc_a;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int t = 0; t < {bk}; t += 4) {{\n      float4 fbc_pt[{BLOCK_ROWS}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_pt[i] = {p4};{pv}\n    }}\n  }}",
+            "  for ({ix} fbc_t0 = {k0}; fbc_t0 < {k1}; fbc_t0 += {bk}) {{\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int fbc_t = lid; fbc_t < {}; fbc_t += {g}) {{\n      const {ix} fbc_jt = fbc_t0 + fbc_t / {hd}, fbc_e = fbc_t % {hd};\n      const int fbc_in = fbc_jt < fbc_bhi;\n      fbc_k[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {kv} : 0.0f;\n      fbc_v[fbc_t / {hd}][fbc_t % {hd}] = fbc_in ? {vv} : 0.0f;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores: rows fbc_r + {stride}·i against keys fbc_c + {lanes}·j, four values of e at a time.\n    float fbc_s[{BLOCK_ROWS}][{kc}];\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) fbc_s[i][j] = 0.0f;\n    for (int e = 0; e < {hd}; e += 4) {{\n      float4 fbc_qe[{BLOCK_ROWS}], fbc_ke[{kc}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_qe[i] = {q4};\n      for (int j = 0; j < {kc}; ++j) fbc_ke[j] = {k4};\n      for (int i = 0; i < {BLOCK_ROWS}; ++i)\n        for (int j = 0; j < {kc}; ++j)\n          fbc_s[i][j] = fma(fbc_qe[i].w, fbc_ke[j].w, fma(fbc_qe[i].z, fbc_ke[j].z, fma(fbc_qe[i].y, fbc_ke[j].y, fma(fbc_qe[i].x, fbc_ke[j].x, fbc_s[i][j]))));\n    }}\n    // Masked keys score -inf; each row's greatest score of this work-item's keys.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_pm = -INFINITY;\n      for (int j = 0; j < {kc}; ++j) {{\n        const {ix} fbc_j = fbc_t0 + fbc_c + {lanes} * j;\n        fbc_s[i][j] = (fbc_j >= fbc_rlo[i] && fbc_j < fbc_rhi[i]) ? {score} : -INFINITY;\n        fbc_pm = fmax(fbc_pm, fbc_s[i][j]);\n      }}\n      fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_pm;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Each row's new maximum (its {lanes} work-items' greatest, in lane order: every one of\n    // them the same), this work-item's probabilities, its share of the row's sum and the\n    // rescaled outputs. A tile a row sees none of (and none before it) leaves them alone.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_mn = fbc_m[i];\n      for (int c = 0; c < {lanes}; ++c) fbc_mn = fmax(fbc_mn, fbc_mx[fbc_r + {stride} * i][c]);\n      const float fbc_a = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m[i] - fbc_mn);\n      float fbc_ps = 0.0f;\n      for (int j = 0; j < {kc}; ++j) {{\n        const float x = fbc_s[i][j];\n        const float fbc_pe = x == -INFINITY ? 0.0f : exp(x - fbc_mn);\n        fbc_p[fbc_r + {stride} * i][fbc_c + {lanes} * j] = fbc_pe;\n        fbc_ps += fbc_pe;\n      }}\n      fbc_l[i] = fbc_l[i] * fbc_a + fbc_ps;\n      fbc_m[i] = fbc_mn;\n      for (int h = 0; h < {vc}; ++h) fbc_o[i][h] *= fbc_a;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int t = 0; t < {bk}; t += 4) {{\n      float4 fbc_pt[{BLOCK_ROWS}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_pt[i] = {p4};{pv}\n    }}\n  }}",
             bk * hd
         );
         let d = at("e", &w.lit(0));
         let off = self.coord(out, 0, &d)?;
         let store = self.buffer_store(&off, "fbc_q[fbc_qi][e]", &d);
         let o_at = values("fbc_q", &row);
+        if runs > 1 {
+            // Each run's partials, `[block, run, query, D + 2]`: the outputs before dividing,
+            // then the row's maximum and sum; the last run to finish combines them.
+            let sp = hd + 2;
+            let x = format!("(p * {bq} + fbc_q0) * {sp} + {v_at}");
+            let (put, get) = if vw == 4 {
+                (
+                    format!("vstore4(fbc_o[i][h], 0, fbc_at + fbc_q0 * {sp} + {v_at});"),
+                    format!(
+                        "(float4)(fbc_all[{x}], fbc_all[{x} + 1], fbc_all[{x} + 2], fbc_all[{x} + 3])"
+                    ),
+                )
+            } else {
+                (format!("fbc_at[fbc_q0 * {sp} + {v_at}] = fbc_o[i][h];"), format!("fbc_all[{x}]"))
+            };
+            let _ = writeln!(
+                s,
+                "  // The run's partials: the outputs before dividing, the rows' maxima and sums (the\n  // {lanes} shares in lane order).\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  __global float* fbc_at = fbc_part + (fbc_gq * {runs} + fbc_sp) * {};\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const int fbc_q0 = fbc_r + {stride} * i;\n    for (int h = 0; h < {vc}; ++h) {put}\n    if (fbc_c == 0) {{\n      float fbc_d = 0.0f;\n      for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_q0][c];\n      fbc_at[fbc_q0 * {sp} + {hd}] = fbc_m[i];\n      fbc_at[fbc_q0 * {sp} + {}] = fbc_d;\n    }}\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  // A symbol out of range: no group counts itself in, none combines (the counts stay zero).\n  if (lid == 0) fbc_done = fbc_ok && atomic_inc(fbc_count + fbc_gq) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_done) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's partials; out = Σ o·w / Σ l·w over\n  // the runs in order, w = exp(m - max m).\n  const volatile __global float* fbc_all = fbc_part + fbc_gq * {runs} * {};\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const int fbc_q0 = fbc_r + {stride} * i;\n    float fbc_mm = -INFINITY;\n    for (int p = 0; p < {runs}; ++p) fbc_mm = fmax(fbc_mm, fbc_all[(p * {bq} + fbc_q0) * {sp} + {hd}]);\n    float fbc_d = 0.0f;\n    {vt} fbc_sum[{vc}];\n    for (int h = 0; h < {vc}; ++h) fbc_sum[h] = 0.0f;\n    for (int p = 0; p < {runs}; ++p) {{\n      const float fbc_mp = fbc_all[(p * {bq} + fbc_q0) * {sp} + {hd}];\n      const float fbc_w = fbc_mp == -INFINITY ? 0.0f : exp(fbc_mp - fbc_mm);\n      fbc_d += fbc_all[(p * {bq} + fbc_q0) * {sp} + {}] * fbc_w;\n      for (int h = 0; h < {vc}; ++h) fbc_sum[h] += fbc_w * {get};\n    }}\n    for (int h = 0; h < {vc}; ++h) {} = fbc_sum[h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (lid == 0) fbc_count[fbc_gq] = 0;\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
+                bq * sp,
+                hd + 1,
+                runs - 1,
+                bq * sp,
+                hd + 1,
+                values("fbc_q", "fbc_q0"),
+                w.lit(hd)
+            );
+            let mut e = self.flat(s, (outer.max(1) * blocks_q * runs * g, g));
+            let blocks = outer.max(1) * blocks_q;
+            let part = blocks
+                .checked_mul(runs * bq * sp)
+                .ok_or("the attention's partials have more elements than fit in 64 bits")?;
+            e.split = Some((part, blocks));
+            return Ok(Some(e));
+        }
         let _ = writeln!(
             s,
             "  // out = o / l, l the sum of the row's {lanes} shares (in lane order), through the query\n  // block's local memory.\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    float fbc_d = 0.0f;\n    for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_r + {stride} * i][c];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
