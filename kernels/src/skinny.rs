@@ -147,15 +147,19 @@ impl Skinny<'_> {
     /// Trips of [`Lanes::K`] whose reads are issued together (see [`Skinny::prefetch`]), for a
     /// chunk (or the reduction) of `trips` trips.
     pub fn batch(&self, trips: u64) -> u64 {
-        let per = (self.step() * self.j).div_ceil(self.group[0] * self.group[1]);
         let most = self
             .prefetch
             .min(PREFETCH_VALUES / (self.rb() * self.v()).max(1))
-            .min(PREFETCH_VALUES / 2 / per.max(1));
+            .min(PREFETCH_VALUES / 2 / self.staged_per_item().max(1));
         if self.lanes != Lanes::K || most < 2 {
             return 1;
         }
         (1..=most.min(trips)).rev().find(|d| trips % d == 0).unwrap_or(1)
+    }
+
+    /// [`Lanes::K`]: the narrow values of a trip (`step × j`) each work-item stages, at most.
+    fn staged_per_item(&self) -> u64 {
+        (self.step() * self.j).div_ceil(self.group[0] * self.group[1])
     }
 
     /// The reduction's step per trip: the lanes times their values ([`Lanes::K`]) or the rows
@@ -331,7 +335,7 @@ pub fn skinny(s: &Skinny<'_>) -> String {
     };
     // A batch's reads: the wide operand where its row and `kk` are in range (zero elsewhere),
     // the narrow values where the work-item has one to stage.
-    let per = (step * j).div_ceil(gx * gy);
+    let per = s.staged_per_item();
     let mut guards = Vec::new();
     if w % s.block() != 0 {
         guards.push(format!("{wide} < {w}"));

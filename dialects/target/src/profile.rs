@@ -393,12 +393,8 @@ pub struct AttentionParams {
     /// last of them to finish combines (in run order) in the same launch: a causal prompt's
     /// last query blocks, which see every key, then take no longer than its first. At most
     /// 16. Optional: 1 (a block's keys in one work-group).
-    #[serde(default = "one_split")]
+    #[serde(default = "one")]
     pub prompt_splits: u32,
-}
-
-fn one_split() -> u32 {
-    1
 }
 
 fn sixty_four() -> u32 {
@@ -407,7 +403,7 @@ fn sixty_four() -> u32 {
 
 impl Default for AttentionParams {
     fn default() -> AttentionParams {
-        AttentionParams { fuse_prompts: false, decode_chunk: sixty_four(), prompt_splits: 1 }
+        AttentionParams { fuse_prompts: false, decode_chunk: sixty_four(), prompt_splits: one() }
     }
 }
 

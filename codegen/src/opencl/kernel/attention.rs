@@ -70,6 +70,17 @@ impl Cx<'_> {
         Ok((dims, lo, hi))
     }
 
+    /// The launch's parameters with the split's scratch, `fbc_part` (partial results) and
+    /// `fbc_count` (the runs or chunks counted in), before the error buffer where there is one.
+    pub(super) fn params_with_split(&self) -> String {
+        let params = self.params();
+        let part = "__global float* fbc_part, __global int* fbc_count";
+        match params.find(", __global int* fbc_err") {
+            Some(at) => format!("{}, {part}{}", &params[..at], &params[at..]),
+            None => format!("{params}, {part}"),
+        }
+    }
+
     /// The query at point `dims` and head index `e`, rotated (RoPE) where the launch says so.
     pub(super) fn rotated_query(&self, dims: &[String]) -> Result<String, String> {
         let k = self.k;
@@ -184,14 +195,7 @@ impl Cx<'_> {
         s.push_str(comment);
         // Runs of each block's key tiles, one work-group each (`[attention] prompt_splits`).
         let runs = opts.prompt_splits.clamp(1, 16);
-        let mut params = self.params();
-        if runs > 1 {
-            let part = "__global float* fbc_part, __global int* fbc_count";
-            params = match params.find(", __global int* fbc_err") {
-                Some(at) => format!("{}, {part}{}", &params[..at], &params[at..]),
-                None => format!("{params}, {part}"),
-            };
-        }
+        let params = if runs > 1 { self.params_with_split() } else { self.params() };
         let _ = writeln!(
             s,
             "__kernel __attribute__((reqd_work_group_size({g}, 1, 1)))\nvoid {}({params}) {{",

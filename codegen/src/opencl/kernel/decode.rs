@@ -155,14 +155,7 @@ impl Cx<'_> {
 
         let mut s = String::new();
         s.push_str(comment);
-        let mut params = self.params();
-        if chunks > 1 {
-            let part = "__global float* fbc_part, __global int* fbc_count";
-            params = match params.find(", __global int* fbc_err") {
-                Some(at) => format!("{}, {part}{}", &params[..at], &params[at..]),
-                None => format!("{params}, {part}"),
-            };
-        }
+        let params = if chunks > 1 { self.params_with_split() } else { self.params() };
         let _ = writeln!(
             s,
             "__kernel __attribute__((reqd_work_group_size({g}, 1, 1)))\nvoid {}({params}) {{",
