@@ -8,7 +8,15 @@
 //! - identities: a `reshape` or `broadcast` to its operand's own type, and a `transpose` by the
 //!   identity permutation, are replaced by the operand;
 //! - composition: `transpose(transpose(x, p1), p2)` becomes `transpose(x, p1∘p2)` (or `x` when the
-//!   composition is the identity) and `reshape(reshape(x))` becomes `reshape(x)`.
+//!   composition is the identity) and `reshape(reshape(x))` becomes `reshape(x)`;
+//! - scale sinking: a `tensor.scale` by a power of two whose result only contractions read
+//!   (directly or through `reshape` / `transpose`), each contraction's result smaller than the
+//!   scaled tensor, moves behind them: `matmul(reshape(scale(x, f)), b)` becomes
+//!   `scale(matmul(reshape(x), b), f)`. The contraction's epilogue then does the multiply on the
+//!   small result instead of a pass over the large one (a LoRA branch's backward scales `dY`,
+//!   512 × 8192 in a Llama MLP, only for `dY·Bᵀ` and `(x·A)ᵀ·dY`, 512 × 8 and 8 × 8192). A
+//!   power of two scales every product and partial sum exactly, so the results are the same
+//!   bits (barring overflow to infinity and values below f32's normal range).
 //!
 //! Ops made dead by a rewrite are removed at the end, as MLIR's greedy driver does.
 
@@ -58,7 +66,10 @@ impl Pass for Canonicalize {
                 break;
             }
         }
+        let scale = cx.registry.expect(T::Scale.name());
+        let sunk: usize = (0..m.funcs.len()).map(|f| sink_scales(m, f, scale)).sum();
         cx.stats.add("canonicalize", "rewrites", total as i64);
+        cx.stats.add("canonicalize", "scales-sunk", sunk as i64);
         cx.stats.add("canonicalize", "dead-ops-removed", crate::dce::remove_dead_ops(m) as i64);
         Ok(())
     }
@@ -247,6 +258,95 @@ fn rewrite(
         }
         _ => None,
     }
+}
+
+/// Scale sinking (the module doc) over function `f`'s body; returns how many scales moved.
+fn sink_scales(m: &mut Module, f: usize, scale: &'static OpDef) -> usize {
+    let mut sunk = 0;
+    for op in m.funcs[f].body.clone() {
+        let Some(products) = sinkable_scale(m, op) else { continue };
+        let d = m.op(op);
+        let (input, result) = (d.operands[0], d.results[0]);
+        let attrs = d.attrs.clone();
+        // Every reader of the scale is data movement or a contraction: reading `x` instead,
+        // each contraction's result is its old one divided by the factor.
+        m.replace_all_uses(result, input);
+        for p in products {
+            let pd = m.op(p);
+            let (out, func, span) = (pd.results[0], pd.func, pd.span);
+            let readers = m.value(out).uses.clone();
+            let ty = m.value_type(out).clone();
+            let s = m.create_op(func, scale, &[out], attrs.clone(), vec![ty], span);
+            let scaled = m.op(s).results[0];
+            for u in readers {
+                m.set_operand(u.op, u.index as usize, scaled);
+            }
+            // The product's name goes to the value its readers now see.
+            if let Some(name) = m.value(out).name.clone() {
+                m.set_value_name(scaled, name.clone());
+                m.set_value_name(out, format!("{name}_unscaled"));
+            }
+            let body = &mut m.funcs[f].body;
+            let at = body.iter().position(|&o| o == p).map_or(body.len(), |i| i + 1);
+            body.insert(at, s);
+        }
+        sunk += 1;
+    }
+    sunk
+}
+
+/// The contractions that read scale `op` where scale sinking applies to it (the module doc):
+/// its factor is a power of two, its element type f32 or f64, every reader is a `reshape` or
+/// `transpose` (followed in turn) or a `tensor.matmul` that reads it once, and the
+/// contractions' results have fewer elements in all than the scale's.
+fn sinkable_scale(m: &Module, op: Op) -> Option<Vec<Op>> {
+    let d = m.op(op);
+    if !T::Scale.is(d) || d.operands.len() != 1 || d.results.len() != 1 {
+        return None;
+    }
+    let factor = d.attr("factor").and_then(Attr::as_float)?;
+    let (mantissa, _) = frexp(factor.abs());
+    if mantissa != 0.5 {
+        return None;
+    }
+    let ty = m.value_type(d.results[0]).as_tensor()?;
+    if !matches!(ty.elem, ElemType::F32 | ElemType::F64) {
+        return None;
+    }
+    let (mut products, mut product_elems) = (Vec::new(), 0u64);
+    let mut pending = vec![d.results[0]];
+    while let Some(v) = pending.pop() {
+        for u in &m.value(v).uses {
+            let r = m.op(u.op);
+            match T::of(r.def) {
+                Some(T::Reshape | T::Transpose) => pending.push(r.results[0]),
+                Some(T::Matmul) if !products.contains(&u.op) => {
+                    products.push(u.op);
+                    let out = m.value_type(r.results[0]).as_tensor()?;
+                    product_elems = product_elems.saturating_add(out.numel()?);
+                }
+                // Another reader, or both operands of one product (the factor twice).
+                _ => return None,
+            }
+        }
+    }
+    (!products.is_empty() && product_elems < ty.numel()?).then_some(products)
+}
+
+/// `x = m · 2^e` with `0.5 ≤ m < 1` for finite nonzero `x`; `(x, 0)` otherwise.
+fn frexp(x: f64) -> (f64, i32) {
+    if x == 0.0 || !x.is_finite() {
+        return (x, 0);
+    }
+    let bits = x.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    if exp == 0 {
+        // Subnormal: normalise first.
+        let (m, e) = frexp(x * 2f64.powi(64));
+        return (m, e - 64);
+    }
+    let m = f64::from_bits((bits & !(0x7ff << 52)) | (1022 << 52));
+    (m, exp - 1022)
 }
 
 fn is_identity(perm: &[i64]) -> bool {

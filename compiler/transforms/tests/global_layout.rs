@@ -324,9 +324,12 @@ fn convolution_inputs_go_channel_packed_where_the_model_says() {
 
 /// Tile invariance stops where the tile fits the result badly: in a LoRA training step the
 /// rank-8 products `x·A` run in `x`'s tile (32 × 32 on nvidia for most), where a `[64, 8]`
-/// result would be three quarters padding (an image the skinny kernel cannot split in one
-/// launch), so they keep their own preference, linear; no R-Tile anywhere has more padding
-/// columns than columns. The numbers are the interpreter's before and after.
+/// result would be three quarters padding, and the backward's `dY·Bᵀ` (behind which
+/// canonicalize sinks the LoRA scale) in `dY`'s, 64 × 4 for some; as images the skinny kernel
+/// could not split them in one launch, so every product with a rank's columns keeps its own
+/// preference, linear, and so does the scale fused into its epilogue; no R-Tile anywhere has
+/// more padding columns than columns, and no backward scale of `dY` is left. The numbers are
+/// the interpreter's before and after.
 #[test]
 fn a_result_the_primary_tile_overpads_keeps_its_own_layout() {
     let opts = fbc_models::Options {
@@ -342,26 +345,38 @@ fn a_result_the_primary_tile_overpads_keeps_its_own_layout() {
     let p = fbc_target::builtin("nvidia").expect("nvidia");
     let mut stats = Statistics::default();
     run_on(&mut m, fbc_transforms::pipeline_for_level(3), &p, &mut stats);
-    let mut products = 0;
+    let (mut products, mut backward) = (0, 0);
     for o in m.all_ops() {
         let d = m.op(o);
         let Some(&r) = d.results.first() else { continue };
         let name = m.value(r).name.clone().unwrap_or_default();
         let layout = d.attr("fbc.layout").and_then(|a| Layout::from_attr(a).ok());
-        if d.name() == "tensor.matmul" && name.ends_with("_xa") {
-            products += 1;
-            // `x` in a 32-wide tile: the product keeps its own layout (a 4-wide tile like
-            // `down`'s input's fits it with no padding).
-            if let Some(Layout::RTile(t)) = &layout {
-                assert!(t.tile[1] <= 8, "%{name}: {t:?}");
-            }
+        let rank_product = name.ends_with("_xa") || name.ends_with("_xa_unscaled");
+        if (d.name() == "tensor.matmul" || d.name() == "tensor.scale") && rank_product {
+            products += usize::from(d.name() == "tensor.matmul");
+            backward += usize::from(name.ends_with("_unscaled"));
+            assert!(!matches!(layout, Some(Layout::RTile(_))), "%{name}: {layout:?}");
         }
+        assert!(!(d.name() == "tensor.scale" && name.ends_with("_xab")), "%{name} is left");
         if let (Some(Layout::RTile(t)), fbc_ir::Type::Tensor(ty)) = (layout, m.value_type(r)) {
             let w = ty.shape.last().copied().unwrap_or(1);
             let padded = w.div_ceil(t.tile[1]) * t.tile[1];
             assert!(padded - w <= w, "%{name}: {ty} in {:?}", t.tile);
         }
     }
+    // One per adapter: the backward's `dY·Bᵀ` read the scale of `dY` the autodiff wrote.
+    let scales = original
+        .all_ops()
+        .filter(|&o| {
+            let d = original.op(o);
+            d.name() == "tensor.scale"
+                && d.results.iter().any(|&r| {
+                    original.value(r).name.as_deref().is_some_and(|n| n.ends_with("_xab"))
+                })
+        })
+        .count();
+    assert!(scales >= 6, "{scales} backward scales of dY");
+    assert_eq!(backward, scales, "backward LoRA products `dY·Bᵀ` with their scale sunk");
     assert!(products >= 7, "{products} LoRA products `x·A`");
     let tol = fbc_runtime::interp::Tolerance { rtol: 1e-4, atol: 1e-5 };
     for f in ["loss", "loss_grad"] {

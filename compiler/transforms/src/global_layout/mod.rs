@@ -33,7 +33,8 @@
 //!   else [`candidates::physical_mapping`]); linear when its readers want linear (a returned
 //!   result: the kernel's last store writes linear) or no operand is tiled (then its preference);
 //!   its preference (linear without one) where the tile would give it more padding columns than
-//!   columns (a rank-8 LoRA product in a 32-wide tile).
+//!   columns (a rank-8 LoRA product in a 32-wide tile) or the result has a skinny product's
+//!   columns (at most `fbc_target::SKINNY_SIDE`, fewer than its rows).
 //!   This is where two consecutive FTD-D ops can disagree (Table 2's yellow cell).
 //!
 //! A *requirement* is a (reader, layout) pair: an assign requires its `layout`, a remap requires

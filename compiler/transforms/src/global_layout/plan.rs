@@ -463,11 +463,12 @@ impl<'a> Planner<'a> {
         let prefer = (want != NONE).then(|| &self.layouts[want as usize]);
         let l = adapt(self.cx.p, m, r, t.tile, t.pack, prefer, cands, &consumers);
         let id = match l {
-            // Tile invariance stops where the tile is far wider than the result: a rank-8 LoRA
-            // product `x·A` in `x`'s 64 × 32 tile would be three quarters padding, written as
-            // an image the skinny kernel cannot split in one launch; it keeps its own
-            // preference, linear without one.
-            Some(Layout::RTile(a)) if overpadded(m, r, a.tile) => {
+            // Tile invariance stops where the tile is far wider than the result (a rank-8 LoRA
+            // product `x·A` in `x`'s 64 × 32 tile would be three quarters padding) and where
+            // the result has the columns of a skinny product (`dY·Bᵀ` in `dY`'s 64 × 4 tile):
+            // written as an image, the skinny kernel could not split it in one launch; it
+            // keeps its own preference, linear without one.
+            Some(Layout::RTile(a)) if overpadded(m, r, a.tile) || skinny_columns(m, r) => {
                 if want == NONE {
                     LINEAR
                 } else {
@@ -770,6 +771,14 @@ fn overpadded(m: &Module, v: Value, tile: [u64; 2]) -> bool {
     let Type::Tensor(ty) = m.value_type(v) else { return false };
     fbc_dialects::layout::Matrix::of(&ty.shape)
         .is_some_and(|x| tile[1] > 0 && x.w.div_ceil(tile[1]) * tile[1] - x.w > x.w)
+}
+
+/// Whether value `v` has at most [`fbc_target::SKINNY_SIDE`] columns and more rows than
+/// columns: the result of a product the skinny kernel runs with its rows as the wide side.
+fn skinny_columns(m: &Module, v: Value) -> bool {
+    let Type::Tensor(ty) = m.value_type(v) else { return false };
+    fbc_dialects::layout::Matrix::of(&ty.shape)
+        .is_some_and(|x| x.w <= fbc_target::SKINNY_SIDE && x.h > x.w)
 }
 
 #[cfg(test)]

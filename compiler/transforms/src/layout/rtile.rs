@@ -87,10 +87,8 @@ pub fn candidate_input(m: &Module, v: Value) -> Option<CandidateInput> {
         parallel[0] |= !u.axes.contains(&(rank - 2));
         parallel[1] |= !u.axes.contains(&(rank - 1));
     }
-    if let ValueDef::Result { op, .. } = m.value(v).def {
-        if m.op(op).def.class == Some(FbClass::FtdD) {
-            parallel = [true, true];
-        }
+    if written_by_contraction(m, v) {
+        parallel = [true, true];
     }
     Some(CandidateInput {
         shape: t.shape.to_vec(),
@@ -98,6 +96,24 @@ pub fn candidate_input(m: &Module, v: Value) -> Option<CandidateInput> {
         parallel,
         consumers: uses.iter().filter_map(|u| u.consumer).collect(),
     })
+}
+
+/// Whether the kernel that writes `v` is an FTD-D op's: `v` is its result, or a `tensor.scale`
+/// of its result that nothing else reads (lowering fuses such a scale into the contraction's
+/// epilogue; canonicalize's scale sinking makes them), so it is written along both axes at
+/// once.
+fn written_by_contraction(m: &Module, v: Value) -> bool {
+    let ValueDef::Result { op, .. } = m.value(v).def else { return false };
+    let d = m.op(op);
+    if d.def.class == Some(FbClass::FtdD) {
+        return true;
+    }
+    if !fbc_dialects::kind::TensorOp::Scale.is(d) {
+        return false;
+    }
+    let Some(&x) = d.operands.first() else { return false };
+    m.value(x).uses.len() == 1
+        && matches!(m.value(x).def, ValueDef::Result { op, .. } if m.op(op).def.class == Some(FbClass::FtdD))
 }
 
 /// Where the candidates of `v` are recorded.
