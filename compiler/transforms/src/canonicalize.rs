@@ -267,7 +267,14 @@ fn sink_scales(m: &mut Module, f: usize, scale: &'static OpDef) -> usize {
         let Some(products) = sinkable_scale(m, op) else { continue };
         let d = m.op(op);
         let (input, result) = (d.operands[0], d.results[0]);
-        let attrs = d.attrs.clone();
+        // The factor and what the op is (a backward op); not what later passes annotated the
+        // scaled tensor with (its class, layout), which is not the product's.
+        let attrs: Vec<(String, Attr)> = d
+            .attrs
+            .iter()
+            .filter(|(k, _)| !k.starts_with("fbc.") || k == "fbc.backward")
+            .cloned()
+            .collect();
         // Every reader of the scale is data movement or a contraction: reading `x` instead,
         // each contraction's result is its old one divided by the factor.
         m.replace_all_uses(result, input);
