@@ -328,6 +328,9 @@ fn many_queries_run_in_query_blocks_on_opencl() {
         ),
         ("no mask, fewer keys than a tile", case(1, 1, 65, 8, 1, 19, "scale = 0.5"), true),
         ("batch 2", case(2, 2, 64, 40, 1, 64, "scale = 0.15, causal = true"), true),
+        // A head of 128 takes 32 × 32 blocks whose work-items stage 64 values of a tile each:
+        // the tile goes into local memory a value at a time instead of through registers.
+        ("head size 128", case(1, 1, 64, 128, 1, 70, "scale = 0.1, causal = true"), true),
         ("head size 12", case(1, 2, 64, 12, 1, 40, "scale = 0.3, causal = true"), false),
     ];
     for (name, text, blocks) in cases {
