@@ -245,10 +245,10 @@ if want flat; then
   sed 's/^fuse_prompts = true/fuse_prompts = false/' dialects/target/profiles/nvidia.toml > $T/nofuse.toml
   [ "$P" = nvidia ] || sed 's/^fuse_prompts = true/fuse_prompts = false/' $P > $T/nofuse.toml
   # PROMPT_SPLITS: `[attention] prompt_splits` values to measure beside the profile's own
-  # (each block's keys over that many work-groups), e.g. "2 4".
+  # (each block's keys over that many work-groups, replacing the profile's), e.g. "1 4".
   SPLIT_RUNS=""
   for n in ${PROMPT_SPLITS:-}; do
-    sed "s/^\[attention\]/[attention]\nprompt_splits = $n/" $( [ "$P" = nvidia ] && echo dialects/target/profiles/nvidia.toml || echo $P ) > $T/splits$n.toml
+    sed -e '/^prompt_splits *=/d' -e "s/^\[attention\]/[attention]\nprompt_splits = $n/" $( [ "$P" = nvidia ] && echo dialects/target/profiles/nvidia.toml || echo $P ) > $T/splits$n.toml
     timeout 200 $B run $T/flat_fused.fbir --entry prefill --target opencl --device $D --profile $T/splits$n.toml --random-inputs 1 --check >> $F2 2>&1; echo "rc=$? (prompt_splits $n)" >> $F2
     SPLIT_RUNS="$SPLIT_RUNS $n"
   done
