@@ -312,8 +312,7 @@ fn sinkable_scale(m: &Module, op: Op) -> Option<Vec<Op>> {
         return None;
     }
     let factor = d.attr("factor").and_then(Attr::as_float)?;
-    let (mantissa, _) = frexp(factor.abs());
-    if mantissa != 0.5 {
+    if !is_power_of_two(factor) {
         return None;
     }
     let ty = m.value_type(d.results[0]).as_tensor()?;
@@ -340,20 +339,9 @@ fn sinkable_scale(m: &Module, op: Op) -> Option<Vec<Op>> {
     (!products.is_empty() && product_elems < ty.numel()?).then_some(products)
 }
 
-/// `x = m · 2^e` with `0.5 ≤ m < 1` for finite nonzero `x`; `(x, 0)` otherwise.
-fn frexp(x: f64) -> (f64, i32) {
-    if x == 0.0 || !x.is_finite() {
-        return (x, 0);
-    }
-    let bits = x.to_bits();
-    let exp = ((bits >> 52) & 0x7ff) as i32;
-    if exp == 0 {
-        // Subnormal: normalise first.
-        let (m, e) = frexp(x * 2f64.powi(64));
-        return (m, e - 64);
-    }
-    let m = f64::from_bits((bits & !(0x7ff << 52)) | (1022 << 52));
-    (m, exp - 1022)
+/// Whether `f` is ± a power of two in f64's normal range (its mantissa bits all zero).
+fn is_power_of_two(f: f64) -> bool {
+    f.is_normal() && f.to_bits() & ((1u64 << 52) - 1) == 0
 }
 
 fn is_identity(perm: &[i64]) -> bool {
