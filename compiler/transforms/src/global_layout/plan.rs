@@ -768,17 +768,19 @@ struct Fingerprint {
 /// activations fill a texel's four rows with padding by design (the skinny kernel reads them
 /// either way).
 fn overpadded(m: &Module, v: Value, tile: [u64; 2]) -> bool {
-    let Type::Tensor(ty) = m.value_type(v) else { return false };
-    fbc_dialects::layout::Matrix::of(&ty.shape)
-        .is_some_and(|x| tile[1] > 0 && x.w.div_ceil(tile[1]) * tile[1] - x.w > x.w)
+    matrix(m, v).is_some_and(|x| tile[1] > 0 && x.w.div_ceil(tile[1]) * tile[1] - x.w > x.w)
 }
 
 /// Whether value `v` has at most [`fbc_target::SKINNY_SIDE`] columns and more rows than
 /// columns: the result of a product the skinny kernel runs with its rows as the wide side.
 fn skinny_columns(m: &Module, v: Value) -> bool {
-    let Type::Tensor(ty) = m.value_type(v) else { return false };
+    matrix(m, v).is_some_and(|x| x.w <= fbc_target::SKINNY_SIDE && x.h > x.w)
+}
+
+/// Tensor `v` as a batch of matrices (its last two dimensions).
+fn matrix(m: &Module, v: Value) -> Option<fbc_dialects::layout::Matrix> {
+    let Type::Tensor(ty) = m.value_type(v) else { return None };
     fbc_dialects::layout::Matrix::of(&ty.shape)
-        .is_some_and(|x| x.w <= fbc_target::SKINNY_SIDE && x.h > x.w)
 }
 
 #[cfg(test)]

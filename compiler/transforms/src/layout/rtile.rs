@@ -103,17 +103,12 @@ pub fn candidate_input(m: &Module, v: Value) -> Option<CandidateInput> {
 /// epilogue; canonicalize's scale sinking makes them), so it is written along both axes at
 /// once.
 fn written_by_contraction(m: &Module, v: Value) -> bool {
+    let ftd_d = |v: Value| matches!(m.value(v).def, ValueDef::Result { op, .. } if m.op(op).def.class == Some(FbClass::FtdD));
     let ValueDef::Result { op, .. } = m.value(v).def else { return false };
     let d = m.op(op);
-    if d.def.class == Some(FbClass::FtdD) {
-        return true;
-    }
-    if !fbc_dialects::kind::TensorOp::Scale.is(d) {
-        return false;
-    }
-    let Some(&x) = d.operands.first() else { return false };
-    m.value(x).uses.len() == 1
-        && matches!(m.value(x).def, ValueDef::Result { op, .. } if m.op(op).def.class == Some(FbClass::FtdD))
+    ftd_d(v)
+        || (fbc_dialects::kind::TensorOp::Scale.is(d)
+            && d.operands.first().is_some_and(|&x| m.value(x).uses.len() == 1 && ftd_d(x)))
 }
 
 /// Where the candidates of `v` are recorded.
