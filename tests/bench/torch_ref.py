@@ -46,6 +46,25 @@ q = torch.randn(32, 512, 64, device=dev); k = torch.randn(32, 512, 64, device=de
 p = torch.randn(32, 512, 512, device=dev); v = torch.randn(32, 512, 64, device=dev)
 out["attn_c1_qk_ms"] = t(lambda: q @ k.transpose(-1, -2))
 out["attn_c1_pv_ms"] = t(lambda: p @ v)
+# The attention of a 512-token Llama 3.2-1B prefill (32 query heads over 8 key heads, head 64),
+# the work of fbc's fused attention launch (h200.sh part flat): RoPE on the queries (the keys
+# are rotated where they enter the cache, in fbc as here), the key heads repeated for their 4
+# query heads, causal scores, softmax and P·V; eager, and with SDPA on the same rotated inputs.
+qh = torch.randn(1, 32, 512, 64, device=dev)
+kh, vh = torch.randn(1, 8, 512, 64, device=dev), torch.randn(1, 8, 512, 64, device=dev)
+ang = torch.outer(torch.arange(512, device=dev).float(), torch.rand(32, device=dev))
+cs, sn = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+causal = torch.full((512, 512), float("-inf"), device=dev).triu(1)
+def rot(x): return x * cs + torch.cat([-x[..., 32:], x[..., :32]], -1) * sn
+def prefill_attn():
+    kk, vv = kh.repeat_interleave(4, 1), vh.repeat_interleave(4, 1)
+    s = rot(qh) @ kk.transpose(-1, -2) * 0.125 + causal
+    return torch.softmax(s, -1) @ vv
+def prefill_sdpa():
+    kk, vv = kh.repeat_interleave(4, 1), vh.repeat_interleave(4, 1)
+    return torch.nn.functional.scaled_dot_product_attention(rot(qh), kk, vv, is_causal=True)
+out["attn_prefill_eager_ms"] = t(prefill_attn)
+out["attn_prefill_sdpa_ms"] = t(prefill_sdpa)
 # One Llama 3.2 1B layer's LoRA training step as `fbc gen llama3.2-1b --layers 1 --seq 512
 # --vocab 512 --lora-rank 8 --training` builds it (docs/models.md): embedding, RMSNorm, Q/K/V with
 # LoRA (scale 2), RoPE from tables, GQA 32/8, causal additive mask, softmax, O, residual,

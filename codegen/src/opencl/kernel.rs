@@ -50,8 +50,8 @@ pub struct KernelOptions {
     pub skinny: fbc_target::SkinnyParams,
     /// Keys of a flash-decoding chunk (the profile's `[attention] decode_chunk`).
     pub decode_chunk: u64,
-    /// Work-groups a query block's keys are split over (the profile's `[attention]
-    /// prompt_splits`).
+    /// Work-groups a query block's keys may be split over, each at most this fraction of the
+    /// tiles of all the keys (the profile's `[attention] prompt_splits`).
     pub prompt_splits: u64,
     /// Work-items the whole device keeps in flight (`compute_units × resident_work_items`): a
     /// reduction with at most a quarter as many outputs runs a work-group per output (see

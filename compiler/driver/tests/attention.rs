@@ -345,8 +345,10 @@ fn many_queries_run_in_query_blocks_on_opencl() {
             assert_eq!(source.contains("// Attention, flash-decoding"), !blocks, "{what}");
             let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
             close(f32s(&reference[0]), f32s(&run[0]), &what);
-            // Each block's keys split over 3 work-groups (runs of whole tiles, some empty),
-            // combined by the last to finish; twice, for the counts each launch leaves zero.
+            // Each block's keys split over at most 3 work-groups (runs of whole tiles, at most a
+            // third of all the keys' tiles each: a causal prompt's first block in one run, which
+            // writes its outputs itself, later ones in two or three, combined by the last to
+            // finish); twice, for the counts each launch leaves zero.
             if blocks {
                 let profile = fbc_target::builtin("generic").expect("generic");
                 let mut kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
@@ -362,6 +364,73 @@ fn many_queries_run_in_query_blocks_on_opencl() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// `@main`: the causal attention of `s` queries of 4 heads of 32 over `m` keys of 2 key heads,
+/// its heads merged (transpose, reshape) and projected (`[s, 128] · [128, 128]`): the product
+/// reads the attention's result in an R-Tile image at -O3.
+fn attention_then_projection(s: u64, m: u64) -> String {
+    let (q, kv, r) = (
+        format!("tensor<1x4x{s}x32xf32>"),
+        format!("tensor<1x2x{m}x32xf32>"),
+        format!("tensor<1x{s}x128xf32>"),
+    );
+    format!(
+        "func.func @main(%q: {q}, %k: {kv}, %v: {kv}, %pos: tensor<i32>, %wo: tensor<128x128xf32>) -> {r} {{
+  %a = tensor.attention %q, %k, %v, %pos {{scale = 0.2, causal = true}} : ({q}, {kv}, {kv}, tensor<i32>) -> {q}
+  %t = tensor.transpose %a {{perm = [0, 2, 1, 3]}} : ({q}) -> tensor<1x{s}x4x32xf32>
+  %m = tensor.reshape %t {{shape = [1, {s}, 128]}} : (tensor<1x{s}x4x32xf32>) -> {r}
+  %r = tensor.matmul %m, %wo : ({r}, tensor<128x128xf32>) -> {r}
+  func.return %r : {r}
+}}
+"
+    )
+}
+
+/// An attention whose reader wants its result in an R-Tile image gets it written there by the
+/// attention launch itself, four values of the head a texel (no `layout.convert` after it): at
+/// -O3, in the query-block form (64 queries, with the nvidia profile's runs of keys too) and in
+/// flash-decoding (8 queries, keys in one chunk or two combined), within `--check`'s bound of
+/// the interpreter on OpenCL, and the reference executor (the launch's three steps) within it
+/// too.
+#[cfg(feature = "opencl")]
+#[test]
+fn an_attention_writes_the_image_its_reader_wants() {
+    if !common::have_device() {
+        return;
+    }
+    for (s, m, form) in
+        [(64, 80, "query blocks"), (8, 80, "flash-decoding"), (8, 40, "flash-decoding")]
+    {
+        let text = attention_then_projection(s, m);
+        let original = common::parse(&text);
+        let inputs = random_inputs(&original, "main", 7).expect("inputs");
+        let reference =
+            Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
+        for target in ["generic", "nvidia"] {
+            let what = format!("{s} queries, {m} keys, {target}");
+            let profile = fbc_target::builtin(target).expect("profile");
+            let m = common::lower_o3_with(&text, &profile, "auto")
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            // The reference executor: the launch's three steps, the last writing the image.
+            let executed = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
+            close(f32s(&reference[0]), f32s(&executed[0]), &format!("{what}, executor"));
+            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+            let (out, run) = common::run_main_on_device(&m, kernels, &inputs);
+            let attention = out
+                .source
+                .split("__kernel")
+                .find(|k| k.contains("// Attention, "))
+                .unwrap_or_else(|| panic!("{what}: no attention kernel"));
+            // Before, a conversion kernel (`main_convert_a_cv`) wrote the image from a buffer.
+            assert!(!out.source.contains("main_convert_a"), "{what}: {}", out.source);
+            assert!(attention.contains(&format!("// Attention, {form}")), "{what}");
+            assert!(attention.contains("__write_only image2d_t"), "{what}: {attention}");
+            assert!(attention.contains("write_imagef("), "{what}");
+            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
         }
     }
 }

@@ -343,17 +343,31 @@ impl Kernel {
             Scalar::Stat(1),
         );
 
-        // 3. Output over (p, e | j): the weighted sum of values.
-        let dims3 = names(n + 2);
+        // 3. Output over (p, e | j): the weighted sum of values. Into an image (a map of three
+        // results), over (p, t, c | j), `e = 4·t + c`: a kernel writes an image's texels with
+        // their channel its last parallel dimension.
+        let image = self.maps[out].results.len() == 3;
+        let texels = if image { vec![hd / 4, 4] } else { vec![hd] };
+        let par = n + texels.len();
+        let dims3 = names(par + 1);
         let mut s3 = base("output");
-        s3.domain = self.domain.clone();
-        s3.iterators = [vec![Iter::Parallel; n + 1], vec![Iter::Reduction]].concat();
-        let (e3, j3) = (var(n), var(n + 1));
-        s3.maps = vec![
-            map(dims3.clone(), flat(j3.clone())),
-            rename(&self.maps[V], &dims3, e3.clone(), j3.clone()),
-            rename(&self.maps[out], &dims3, e3, j3),
-        ];
+        s3.domain = [&self.domain[..n], &texels, &[keys]].concat();
+        s3.iterators = [vec![Iter::Parallel; par], vec![Iter::Reduction]].concat();
+        let e3 = if image { add(mul(var(n), Expr::Const(4)), var(n + 1)) } else { var(n) };
+        let j3 = var(par);
+        let mut out3 = rename(&self.maps[out], &dims3, e3.clone(), j3.clone());
+        if image {
+            // `(4·t + c) mod 4` is `c`, `(4·t + c) floordiv 4` is `t`: the channel `c`.
+            let mut ranges = fbc_index::Ranges::new();
+            for (d, &x) in dims3.iter().zip(&s3.domain) {
+                let _ = ranges.insert(d.clone(), 0, x as i64 - 1);
+            }
+            for r in &mut out3.results {
+                *r = fbc_index::presimplify(r, &ranges);
+            }
+        }
+        s3.maps =
+            vec![map(dims3.clone(), flat(j3.clone())), rename(&self.maps[V], &dims3, e3, j3), out3];
         s3.body = bin(B::Mul, Scalar::In(0), Scalar::In(1));
         s3.combine = Some(Combine::Add);
         // The symbols' buffers, so that maps of `v` and the output may use them.
@@ -415,7 +429,7 @@ fn scalar_of(
 
 impl Kernel {
     /// [`Kernel::check`] of an attention launch: the operands the parameters call for, `f32`
-    /// buffers, maps of `q`, `cos`, `sin` and the output free of the key dimension, the
+    /// values (the output a buffer or an image), maps of `q`, `cos`, `sin` and the output free of the key dimension, the
     /// `causal` map's form, and each of the three steps' own checks.
     pub(crate) fn check_attention(&self, types: &[MemType]) -> Result<(), KernelError> {
         let Some((a, n)) = self.attention_dims() else {
@@ -450,16 +464,22 @@ impl Kernel {
                 );
             }
         }
-        if types[out].is_image() || types[out].elem != ElemType::F32 {
+        if types[out].elem != ElemType::F32 {
             return kerr(
                 "maps",
                 format!(
-                    "the output of an attention launch must be an f32 buffer, found {}",
+                    "the output of an attention launch must hold f32 values, found {}",
                     types[out]
                 ),
             );
         }
         let hd = self.domain[n];
+        if types[out].is_image() && (hd % 4 != 0 || self.maps[out].results.len() != 3) {
+            return kerr(
+                "domain",
+                format!("an attention launch writing an image writes whole texels of the head dimension (d{n}, extent {hd}): it must be a multiple of 4"),
+            );
+        }
         if a.rope && hd % 2 != 0 {
             return kerr(
                 "domain",

@@ -388,11 +388,13 @@ pub struct AttentionParams {
     /// 25 µs a launch where only one chunk per head had keys).
     #[serde(default = "sixty_four")]
     pub decode_chunk: u32,
-    /// The query-block kernel (a prompt's attention) splits each block's keys into this many
-    /// runs of whole tiles, one work-group each, whose partial outputs, maxima and sums the
-    /// last of them to finish combines (in run order) in the same launch: a causal prompt's
-    /// last query blocks, which see every key, then take no longer than its first. At most
-    /// 16. Optional: 1 (a block's keys in one work-group).
+    /// The query-block kernel (a prompt's attention) gives each query block this many
+    /// work-groups (runs of whole key tiles), each run at most this fraction of the tiles of
+    /// all the keys: a block with fewer tiles (a causal prompt's first blocks) uses fewer
+    /// runs, one where they fit, and the last of a block's runs to finish combines their
+    /// partial outputs, maxima and sums (in run order) in the same launch. The causal
+    /// prompt's last blocks, which see every key, then take no longer than its first. At
+    /// most 16. Optional: 1 (a block's keys in one work-group).
     #[serde(default = "one")]
     pub prompt_splits: u32,
 }

@@ -21,6 +21,10 @@ impl Cx<'_> {
         if (0..k.maps.len()).any(|i| self.map_checked(i)) {
             return Err("an attention launch whose accesses the bounds prover leaves open".into());
         }
+        let (_, n) = k.attention_dims().ok_or("not an attention launch")?;
+        if self.is_image(self.out()) && !self.texel_holds(self.out(), n) {
+            return Err("an attention launch writing an image whose texels do not each hold four consecutive values of the head".into());
+        }
         if let Some(e) = self.attention_blocks(comment, opts)? {
             return Ok(e);
         }
@@ -97,6 +101,42 @@ impl Cx<'_> {
         let (c, sn) = (self.read(COS, &e_dims)?.0, self.read(SIN, &e_dims)?.0);
         Ok(format!("{qv} * {c} + (e < {} ? -({rot}) : {rot}) * {sn}", w.lit(half)))
     }
+
+    /// The loop storing the `D` outputs of the query point `dims` (`value(e)`: the C
+    /// expression of output `e`), shared by the `n` work-items `lane`: a value each into a
+    /// buffer, a texel of four each into an image (whose texels hold four consecutive values
+    /// of the head: checked by [`Cx::attention`]). `i`: the lines' indentation.
+    pub(super) fn output_loop(
+        &self,
+        dims: &[String],
+        lane: &str,
+        n: u64,
+        value: impl Fn(&str) -> String,
+        i: &str,
+    ) -> Result<String, String> {
+        let (a, w, ix) =
+            (self.k.attention_dims().ok_or("not an attention launch")?.1, self.w, self.w.ty());
+        let hd = w.lit(self.k.domain[a]);
+        let d = at(dims, "e", &w.lit(0));
+        if self.is_image(self.out()) {
+            let values = (0..4)
+                .map(|c| {
+                    (
+                        value(&if c == 0 { "e".to_string() } else { format!("e + {c}") }),
+                        super::Ty::F,
+                    )
+                })
+                .collect();
+            let store = self.texel_store(values, &[None, None, None, None], &d)?;
+            return Ok(format!(
+                "{i}for ({ix} e = {lane} * 4; e < {hd}; e += {}) {{\n{i}  {store}\n{i}}}",
+                4 * n
+            ));
+        }
+        let off = self.coord(self.out(), 0, &d)?;
+        let store = self.buffer_store(&off, &value("e"), &d);
+        Ok(format!("{i}for ({ix} e = {lane}; e < {hd}; e += {n}) {{\n{i}  {store}\n{i}}}"))
+    }
 }
 
 /// The query-block form's tiles, `(queries of a work-group, keys of a tile)`, the largest
@@ -164,7 +204,7 @@ impl Cx<'_> {
     ) -> Result<Option<Emitted>, String> {
         let k = self.k;
         let (a, n) = k.attention_dims().ok_or("not an attention launch")?;
-        let hd = k.domain[n];
+        let (hd, keys) = (k.domain[n], k.domain[n + 1]);
         let (w, ix) = (self.w, self.w.ty());
         let Some(qd) = n.checked_sub(1) else { return Ok(None) };
         let queries = k.domain[qd];
@@ -190,7 +230,6 @@ impl Cx<'_> {
         let kc = bk / lanes;
         let blocks_q = queries.div_ceil(bq);
         let outer: u64 = k.domain[..qd].iter().product();
-        let out = self.out();
         let mut s = String::new();
         s.push_str(comment);
         // Runs of each block's key tiles, one work-group each (`[attention] prompt_splits`).
@@ -271,11 +310,16 @@ impl Cx<'_> {
         }
         // The keys this work-group scores: the block's, or its run's whole tiles of them.
         let (k0, k1) = if runs > 1 {
+            // A run takes at most `span` tiles, the share of the longest block (all the keys);
+            // a block with fewer tiles uses fewer runs (its tiles split evenly between them),
+            // and a run past the block's last returns at once: a causal prompt's first blocks
+            // run whole in one work-group, without partials to combine.
+            let span = keys.div_ceil(bk).div_ceil(runs).max(1);
             let _ = writeln!(
                 s,
-                "  const {ix} fbc_tiles = (fbc_bhi - fbc_blo + {}) / {bk};\n  const {ix} fbc_per = (fbc_tiles + {}) / {runs};\n  const {ix} fbc_k0 = fbc_blo + min(({ix})fbc_sp * fbc_per, fbc_tiles) * {bk};\n  const {ix} fbc_k1 = min(fbc_bhi, fbc_blo + min(({ix})(fbc_sp + 1) * fbc_per, fbc_tiles) * {bk});",
+                "  // The block's tiles in runs of at most {span} (one run where they fit), each run's share even.\n  const {ix} fbc_tiles = (fbc_bhi - fbc_blo + {}) / {bk};\n  const {ix} fbc_used = max(({ix})1, (fbc_tiles + {}) / {span});\n  if (fbc_sp >= fbc_used) return;\n  const {ix} fbc_per = (fbc_tiles + fbc_used - 1) / fbc_used;\n  const {ix} fbc_k0 = fbc_blo + min(({ix})fbc_sp * fbc_per, fbc_tiles) * {bk};\n  const {ix} fbc_k1 = min(fbc_bhi, fbc_blo + min(({ix})(fbc_sp + 1) * fbc_per, fbc_tiles) * {bk});",
                 bk - 1,
-                runs - 1
+                span - 1
             );
             ("fbc_k0", "fbc_k1")
         } else {
@@ -304,11 +348,20 @@ impl Cx<'_> {
             s,
             "  for ({ix} fbc_t0 = {k0}; fbc_t0 < {k1}; fbc_t0 += {bk}) {{\n{stage}    barrier(CLK_LOCAL_MEM_FENCE);\n    // Scores: rows fbc_r + {stride}·i against keys fbc_c + {lanes}·j, four values of e at a time.\n    float fbc_s[{BLOCK_ROWS}][{kc}];\n    for (int i = 0; i < {BLOCK_ROWS}; ++i)\n      for (int j = 0; j < {kc}; ++j) fbc_s[i][j] = 0.0f;\n    for (int e = 0; e < {hd}; e += 4) {{\n      float4 fbc_qe[{BLOCK_ROWS}], fbc_ke[{kc}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_qe[i] = {q4};\n      for (int j = 0; j < {kc}; ++j) fbc_ke[j] = {k4};\n      for (int i = 0; i < {BLOCK_ROWS}; ++i)\n        for (int j = 0; j < {kc}; ++j)\n          fbc_s[i][j] = fma(fbc_qe[i].w, fbc_ke[j].w, fma(fbc_qe[i].z, fbc_ke[j].z, fma(fbc_qe[i].y, fbc_ke[j].y, fma(fbc_qe[i].x, fbc_ke[j].x, fbc_s[i][j]))));\n    }}\n    // Masked keys score -inf; each row's greatest score of this work-item's keys.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_pm = -INFINITY;\n      for (int j = 0; j < {kc}; ++j) {{\n        const {ix} fbc_j = fbc_t0 + fbc_c + {lanes} * j;\n        fbc_s[i][j] = (fbc_j >= fbc_rlo[i] && fbc_j < fbc_rhi[i]) ? {score} : -INFINITY;\n        fbc_pm = fmax(fbc_pm, fbc_s[i][j]);\n      }}\n      fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_pm;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    // Each row's new maximum (its {lanes} work-items' greatest, in lane order: every one of\n    // them the same), this work-item's probabilities, its share of the row's sum and the\n    // rescaled outputs. A tile a row sees none of (and none before it) leaves them alone.\n    for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n      float fbc_mn = fbc_m[i];\n      for (int c = 0; c < {lanes}; ++c) fbc_mn = fmax(fbc_mn, fbc_mx[fbc_r + {stride} * i][c]);\n      const float fbc_a = fbc_mn == -INFINITY ? 1.0f : exp(fbc_m[i] - fbc_mn);\n      float fbc_ps = 0.0f;\n      for (int j = 0; j < {kc}; ++j) {{\n        const float x = fbc_s[i][j];\n        const float fbc_pe = x == -INFINITY ? 0.0f : exp(x - fbc_mn);\n        fbc_p[fbc_r + {stride} * i][fbc_c + {lanes} * j] = fbc_pe;\n        fbc_ps += fbc_pe;\n      }}\n      fbc_l[i] = fbc_l[i] * fbc_a + fbc_ps;\n      fbc_m[i] = fbc_mn;\n      for (int h = 0; h < {vc}; ++h) fbc_o[i][h] *= fbc_a;\n    }}\n    barrier(CLK_LOCAL_MEM_FENCE);\n    for (int t = 0; t < {bk}; t += 4) {{\n      float4 fbc_pt[{BLOCK_ROWS}];\n      for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_pt[i] = {p4};{pv}\n    }}\n  }}",
         );
-        let d = at("e", &w.lit(0));
-        let off = self.coord(out, 0, &d)?;
-        let store = self.buffer_store(&off, "fbc_q[fbc_qi][e]", &d);
+        let store =
+            self.output_loop(&dims, "fbc_ln", ql, |e| format!("fbc_q[fbc_qi][{e}]"), "  ")?;
         let o_at = values("fbc_q", &row);
+        // out = o / l, written by the work-group that scored all of the block's keys.
+        let direct = format!(
+            "  // out = o / l, l the sum of the row's {lanes} shares (in lane order), through the query\n  // block's local memory.\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    float fbc_d = 0.0f;\n    for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_r + {stride} * i][c];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n{store}\n"
+        );
         if runs > 1 {
+            // A block in one run: its outputs as without the split.
+            let _ = writeln!(s, "  if (fbc_used == 1) {{");
+            for line in direct.lines() {
+                let _ = writeln!(s, "  {line}");
+            }
+            let _ = writeln!(s, "    return;\n  }}");
             // Each run's partials, `[block, run, query, D + 2]`: the outputs before dividing,
             // then the row's maximum and sum; the last run to finish combines them.
             let sp = hd + 2;
@@ -325,14 +378,12 @@ impl Cx<'_> {
             };
             let _ = writeln!(
                 s,
-                "  // The run's partials: the outputs before dividing, the rows' maxima and sums (the\n  // {lanes} shares in lane order).\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  __global float* fbc_at = fbc_part + ((long)fbc_gq * {runs} + fbc_sp) * {};\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const int fbc_q0 = fbc_r + {stride} * i;\n    for (int h = 0; h < {vc}; ++h) {put}\n    if (fbc_c == 0) {{\n      float fbc_d = 0.0f;\n      for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_q0][c];\n      fbc_at[fbc_q0 * {sp} + {hd}] = fbc_m[i];\n      fbc_at[fbc_q0 * {sp} + {}] = fbc_d;\n    }}\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  // A symbol out of range: no group counts itself in, none combines (the counts stay zero).\n  if (lid == 0) fbc_done = fbc_ok && atomic_inc(fbc_count + fbc_gq) == {};\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_done) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's partials; out = Σ o·w / Σ l·w over\n  // the runs in order, w = exp(m - max m).\n  const volatile __global float* fbc_all = fbc_part + (long)fbc_gq * {runs} * {};\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const int fbc_q0 = fbc_r + {stride} * i;\n    float fbc_mm = -INFINITY;\n    for (int p = 0; p < {runs}; ++p) fbc_mm = fmax(fbc_mm, fbc_all[(p * {bq} + fbc_q0) * {sp} + {hd}]);\n    float fbc_d = 0.0f;\n    {vt} fbc_sum[{vc}];\n    for (int h = 0; h < {vc}; ++h) fbc_sum[h] = 0.0f;\n    for (int p = 0; p < {runs}; ++p) {{\n      const float fbc_mp = fbc_all[(p * {bq} + fbc_q0) * {sp} + {hd}];\n      const float fbc_w = fbc_mp == -INFINITY ? 0.0f : exp(fbc_mp - fbc_mm);\n      fbc_d += fbc_all[(p * {bq} + fbc_q0) * {sp} + {}] * fbc_w;\n      for (int h = 0; h < {vc}; ++h) fbc_sum[h] += fbc_w * {get};\n    }}\n    for (int h = 0; h < {vc}; ++h) {} = fbc_sum[h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (lid == 0) fbc_count[fbc_gq] = 0;\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
+                "  // The run's partials: the outputs before dividing, the rows' maxima and sums (the\n  // {lanes} shares in lane order).\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  __global float* fbc_at = fbc_part + ((long)fbc_gq * {runs} + fbc_sp) * {};\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const int fbc_q0 = fbc_r + {stride} * i;\n    for (int h = 0; h < {vc}; ++h) {put}\n    if (fbc_c == 0) {{\n      float fbc_d = 0.0f;\n      for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_q0][c];\n      fbc_at[fbc_q0 * {sp} + {hd}] = fbc_m[i];\n      fbc_at[fbc_q0 * {sp} + {}] = fbc_d;\n    }}\n  }}\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);\n  // A symbol out of range: no group counts itself in, none combines (the counts stay zero).\n  if (lid == 0) fbc_done = fbc_ok && atomic_inc(fbc_count + fbc_gq) == fbc_used - 1;\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_done) return;\n  mem_fence(CLK_GLOBAL_MEM_FENCE);\n  // Read past the caches that could hold another group's partials; out = Σ o·w / Σ l·w over\n  // the runs in order, w = exp(m - max m).\n  const volatile __global float* fbc_all = fbc_part + (long)fbc_gq * {runs} * {};\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    const int fbc_q0 = fbc_r + {stride} * i;\n    float fbc_mm = -INFINITY;\n    for (int p = 0; p < fbc_used; ++p) fbc_mm = fmax(fbc_mm, fbc_all[(p * {bq} + fbc_q0) * {sp} + {hd}]);\n    float fbc_d = 0.0f;\n    {vt} fbc_sum[{vc}];\n    for (int h = 0; h < {vc}; ++h) fbc_sum[h] = 0.0f;\n    for (int p = 0; p < fbc_used; ++p) {{\n      const float fbc_mp = fbc_all[(p * {bq} + fbc_q0) * {sp} + {hd}];\n      const float fbc_w = fbc_mp == -INFINITY ? 0.0f : exp(fbc_mp - fbc_mm);\n      fbc_d += fbc_all[(p * {bq} + fbc_q0) * {sp} + {}] * fbc_w;\n      for (int h = 0; h < {vc}; ++h) fbc_sum[h] += fbc_w * {get};\n    }}\n    for (int h = 0; h < {vc}; ++h) {} = fbc_sum[h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (lid == 0) fbc_count[fbc_gq] = 0;\n  if (!fbc_ok || !fbc_have) return;\n{store}\n}}",
                 bq * sp,
                 hd + 1,
-                runs - 1,
                 bq * sp,
                 hd + 1,
                 values("fbc_q", "fbc_q0"),
-                w.lit(hd)
             );
             let mut e = self.flat(s, (outer.max(1) * blocks_q * runs * g, g));
             let blocks = outer.max(1) * blocks_q;
@@ -342,11 +393,8 @@ impl Cx<'_> {
             e.split = Some((part, blocks));
             return Ok(Some(e));
         }
-        let _ = writeln!(
-            s,
-            "  // out = o / l, l the sum of the row's {lanes} shares (in lane order), through the query\n  // block's local memory.\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) fbc_mx[fbc_r + {stride} * i][fbc_c] = fbc_l[i];\n  barrier(CLK_LOCAL_MEM_FENCE);\n  for (int i = 0; i < {BLOCK_ROWS}; ++i) {{\n    float fbc_d = 0.0f;\n    for (int c = 0; c < {lanes}; ++c) fbc_d += fbc_mx[fbc_r + {stride} * i][c];\n    for (int h = 0; h < {vc}; ++h) {o_at} = fbc_o[i][h] / fbc_d;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!fbc_ok || !fbc_have) return;\n  for ({ix} e = fbc_ln; e < {}; e += {ql}) {{\n    {store}\n  }}\n}}",
-            w.lit(hd)
-        );
+        s.push_str(&direct);
+        s.push_str("}\n");
         Ok(Some(self.flat(s, (outer.max(1) * blocks_q * g, g))))
     }
 }

@@ -254,24 +254,44 @@ impl Cx<'_> {
             "  for (int fbc_i = fbc_ln; fbc_i < {rd}; fbc_i += {team}) {{\n    const int fbc_r = fbc_i / {hd}, fbc_e = fbc_i % {hd};\n    float fbc_a = 0.0f;\n    #pragma unroll 8\n    for ({ix} t = fbc_r; t < fbc_n; t += {subsets}) fbc_a = fma(fbc_p[fbc_h][t], fbc_k[t][fbc_e], fbc_a);\n    fbc_o[fbc_h][fbc_i] = fbc_a;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);",
             rd = subsets * hd
         );
-        let sum_o = (0..subsets)
-            .map(|r| format!("fbc_o[fbc_h][{} + e]", r * hd))
-            .collect::<Vec<_>>()
-            .join(" + ");
-        let d = at(&head_dims("fbc_h"), "e", &w.lit(0));
-        let off = self.coord(out, 0, &d)?;
+        let sum_at = |e: &str| {
+            (0..subsets)
+                .map(|r| format!("fbc_o[fbc_h][{} + {e}]", r * hd))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        };
+        let sum_o = sum_at("e");
+        let dims_h = head_dims("fbc_h");
         let stride = hd + 2;
         if chunks == 1 {
-            let store = self.buffer_store(&off, &format!("({sum_o}) / fbc_lh"), &d);
-            let _ = writeln!(
-                s,
-                "  if (fbc_ok) {{\n    for ({ix} e = fbc_ln; e < {}; e += {team}) {{\n      {store}\n    }}\n  }}\n}}",
-                w.lit(hd)
-            );
+            let store = self.output_loop(
+                &dims_h,
+                "fbc_ln",
+                team,
+                |e| format!("({}) / fbc_lh", sum_at(&format!("({e})"))),
+                "    ",
+            )?;
+            let _ = writeln!(s, "  if (fbc_ok) {{\n{store}\n  }}\n}}");
         } else {
             let ne = hd.div_ceil(team);
             let preload = chunks * ne <= COMBINE_REGS;
-            let store = self.buffer_store(&off, "fbc_acc[v] / fbc_lc", &d);
+            // A buffer takes each lane's values from its registers; an image, whole texels of
+            // them through local memory (the partial sums' array, free by now).
+            let store = if self.is_image(out) {
+                format!(
+                    "  for (int v = 0; v < {ne}; ++v) {{\n    const {ix} e = fbc_ln + v * {team};\n    if (e < {hdl}) fbc_o[fbc_h][e] = fbc_acc[v] / fbc_lc;\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n{}",
+                    self.output_loop(&dims_h, "fbc_ln", team, |e| format!("fbc_o[fbc_h][{e}]"), "  ")?,
+                    hdl = w.lit(hd)
+                )
+            } else {
+                let d = at(&dims_h, "e", &w.lit(0));
+                let off = self.coord(out, 0, &d)?;
+                format!(
+                    "  for (int v = 0; v < {ne}; ++v) {{\n    const {ix} e = fbc_ln + v * {team};\n    if (e < {hdl}) {{\n      {}\n    }}\n  }}",
+                    self.buffer_store(&off, "fbc_acc[v] / fbc_lc", &d),
+                    hdl = w.lit(hd)
+                )
+            };
             // Lane t's values t, t + T, .. of chunks c0 + u (u < n) into fbc_x.
             // (`i`: the lines' indentation.)
             let load_x = |c0: &str, n: u64, xin: &str, i: &str| {
@@ -317,8 +337,7 @@ impl Cx<'_> {
             s.push_str(&pair_tree(team));
             let _ = writeln!(
                 s,
-                "  const float fbc_mc = fbc_rm[fbc_h * {team}], fbc_lc = fbc_rl[fbc_h * {team}];\n  for (int c = fbc_ln; c < {chunks}; c += {team}) {{\n    const float mc = fbc_f[fbc_h][c];\n    fbc_f[fbc_h][c] = mc == -INFINITY ? 0.0f : exp(mc - fbc_mc);\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n{values}\n  for (int v = 0; v < {ne}; ++v) {{\n    const {ix} e = fbc_ln + v * {team};\n    if (e < {hdl}) {{\n      {store}\n    }}\n  }}\n  if (lid == 0) fbc_count[gid] = 0;\n}}",
-                hdl = w.lit(hd),
+                "  const float fbc_mc = fbc_rm[fbc_h * {team}], fbc_lc = fbc_rl[fbc_h * {team}];\n  for (int c = fbc_ln; c < {chunks}; c += {team}) {{\n    const float mc = fbc_f[fbc_h][c];\n    fbc_f[fbc_h][c] = mc == -INFINITY ? 0.0f : exp(mc - fbc_mc);\n  }}\n  barrier(CLK_LOCAL_MEM_FENCE);\n{values}\n{store}\n  if (lid == 0) fbc_count[gid] = 0;\n}}"
             );
         }
         let mut e = self.flat(s, (groups.max(1) * chunks * g, g));

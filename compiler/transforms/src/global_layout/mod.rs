@@ -90,7 +90,7 @@ mod plan;
 use std::collections::HashMap;
 
 use fbc_dialects::kind::{FuncOp, LayoutOp, OpKind, TensorOp as T};
-use fbc_dialects::layout::{Layout, Pack, RTile, Storage};
+use fbc_dialects::layout::{Intra, Layout, Pack, RTile, Storage};
 use fbc_index::IndexMap;
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
 use fbc_ir::{Attr, FbClass, FuncId, Module, Op, OpData, PassContext, Type, Value};
@@ -160,6 +160,29 @@ pub fn linear_only(d: &OpData) -> bool {
         },
         Some(OpKind::Func(FuncOp::Call)) => true,
         Some(OpKind::Func(FuncOp::Return) | OpKind::Layout(_) | OpKind::Memory(_)) | None => false,
+    }
+}
+
+/// Whether linear-only op `d` (see [`linear_only`]) writes its result in layout `l` all the
+/// same: the attention kernels read linear operands but store each query's outputs through the
+/// result's map, so they write an R-Tile whose texels hold four consecutive values of the head
+/// (packed along the width, the tile's and any block's width a multiple of 4) and that has no
+/// padding (nothing would write it). The attention then writes what its reader wants (a
+/// prompt's context in the output projection's tile) with no conversion after it. Every other
+/// linear-only op writes linear.
+pub fn writes_result_in(d: &OpData, l: &Layout) -> bool {
+    match l {
+        Layout::Linear => true,
+        Layout::RTile(t) => {
+            T::of(d.def) == Some(T::Attention)
+                && t.pack == Pack::W
+                && t.tile[1] % 4 == 0
+                && t.pad == [0, 0]
+                && match t.intra {
+                    Intra::Rows => true,
+                    Intra::Block { bw, .. } => bw % 4 == 0,
+                }
+        }
     }
 }
 

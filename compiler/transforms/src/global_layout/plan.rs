@@ -57,8 +57,11 @@ enum Rule {
     Anchor(usize),
     /// Other layout ops: their attribute.
     Fixed(Lid),
-    /// Linear-only kernels, and every kernel under the `convert` strategy.
+    /// Every kernel under the `convert` strategy.
     Linear,
+    /// Linear-only kernels: linear operands, and the result linear unless the kernel writes
+    /// what its readers want ([`super::writes_result_in`]: attention).
+    LinearIn,
     /// A physical reshape/transpose/broadcast: what its readers want.
     Copy,
     /// An FTD-D kernel (`fblayout`): tile invariance from its primary operand.
@@ -220,8 +223,10 @@ impl<'a> Planner<'a> {
                 Rule::Fixed(pl.intern_attr(d.attr("to")))
             } else if LayoutOp::Remap.is(d) {
                 Rule::Fixed(pl.intern_attr(d.attr("fbc.layout")))
-            } else if linear_only(d) || cx.strategy == Strategy::Convert {
+            } else if cx.strategy == Strategy::Convert {
                 Rule::Linear
+            } else if linear_only(d) {
+                Rule::LinearIn
             } else if is_copy(d) {
                 Rule::Copy
             } else if cx.strategy == Strategy::FbLayout && c == Some(FbClass::FtdD) {
@@ -416,6 +421,15 @@ impl<'a> Planner<'a> {
             Rule::Retile(i) => self.retile_now[i].0,
             Rule::Linear => LINEAR,
             _ if !self.tileable[r.index()] => LINEAR,
+            Rule::LinearIn => {
+                let ok = want != NONE
+                    && super::writes_result_in(self.m.op(op), &self.layouts[want as usize]);
+                if ok {
+                    want
+                } else {
+                    LINEAR
+                }
+            }
             Rule::Copy => {
                 if want == NONE {
                     LINEAR

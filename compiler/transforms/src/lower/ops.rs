@@ -1820,8 +1820,11 @@ impl Lower<'_> {
         };
         let (kv, keys) = (ks[1], ks[2]);
         let t = self.output(op, 0)?;
-        if !self.is_linear(t) {
-            return Err(located(span, "internal: tensor.attention's result must be linear"));
+        if !crate::global_layout::writes_result_in(d, self.layout_of_tensor(t)) {
+            return Err(located(
+                span,
+                "internal: tensor.attention's result must be linear or an R-Tile of four values of the head a texel, without padding",
+            ));
         }
         let group = h / kv.max(1);
         let head = if group == 1 {

@@ -629,8 +629,9 @@ impl<'m> Mapper<'m> {
             let dims: Vec<Scalar> = with.iter().map(expr_scalar).collect();
             subst_payloads(&mut k, &dims);
             k.domain.splice(last.., [n / CHANNELS, CHANNELS]);
-        } else if let (true, Layout::RTile(r)) = (image_out, &out_s.layout) {
-            // Iterate over texels: (y, x, c) then the reductions.
+        } else if let (true, Layout::RTile(r), None) = (image_out, &out_s.layout, &k.attention) {
+            // Iterate over texels: (y, x, c) then the reductions. (An attention launch keeps its
+            // domain and writes whole texels of four values of the head: `writes_result_in`.)
             let (inv, gmap, bounds) = rtile_inverse(r, &out_t.shape);
             let [w, h] = r.image_extent(&out_t.shape).unwrap_or([1, 1]);
             let red = k.domain.len() - k.n_par;
@@ -655,7 +656,7 @@ impl<'m> Mapper<'m> {
             guard = Some((gmap, bounds));
         }
         // The output of a kernel iterating over texels is written at `(x, y, c) = (d1, d0, d2)`.
-        let texel_domain = image_out && !row;
+        let texel_domain = image_out && !row && k.attention.is_none();
         let mut sids = Vec::new();
         let mut exprs = Vec::new();
         for o in k.inputs.iter().chain(std::iter::once(&k.out)) {
