@@ -232,7 +232,8 @@ fi
 # fused (`fuse-attention{max-queries=1024}` ahead of -O3: the query-block kernel) and unfused
 # (the tiled products and the softmax), the fused one checked against the interpreter first,
 # then alternated twice, with $OLD's kernel for the same fused module where OLD is set.
-# Results: $O/flat.txt.
+# Results: $O/flat.txt; PyTorch's figures for the same attention (eager and SDPA) come from part
+# torch ($O/torch.json, attn_prefill_eager_ms and attn_prefill_sdpa_ms).
 if want flat; then
   F2=$O/flat.txt
   $B gen llama3.2-1b --inference --layers 1 --seq 512 --max-seq 512 --vocab 512 -o $T/flat.fbir
