@@ -51,7 +51,7 @@ pub struct KernelOptions {
     /// Keys of a flash-decoding chunk (the profile's `[attention] decode_chunk`).
     pub decode_chunk: u64,
     /// Work-groups a query block's keys may be split over, each at most this fraction of the
-    /// tiles of all the keys (the profile's `[attention] prompt_splits`).
+    /// tiles of the longest block (the profile's `[attention] prompt_splits`).
     pub prompt_splits: u64,
     /// Work-items the whole device keeps in flight (`compute_units × resident_work_items`): a
     /// reduction with at most a quarter as many outputs runs a work-group per output (see

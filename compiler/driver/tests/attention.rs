@@ -328,6 +328,12 @@ fn many_queries_run_in_query_blocks_on_opencl() {
         ),
         ("no mask, fewer keys than a tile", case(1, 1, 65, 8, 1, 19, "scale = 0.5"), true),
         ("batch 2", case(2, 2, 64, 40, 1, 64, "scale = 0.15, causal = true"), true),
+        // A prompt over a longer cache: the split's runs follow the keys the last query sees.
+        (
+            "64 queries over 200 keys",
+            case(1, 2, 64, 32, 1, 200, "scale = 0.2, causal = true"),
+            true,
+        ),
         // A head of 128 takes 32 × 32 blocks whose work-items stage 64 values of a tile each:
         // the tile goes into local memory a value at a time instead of through registers.
         ("head size 128", case(1, 1, 64, 128, 1, 70, "scale = 0.1, causal = true"), true),
@@ -346,7 +352,7 @@ fn many_queries_run_in_query_blocks_on_opencl() {
             let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
             close(f32s(&reference[0]), f32s(&run[0]), &what);
             // Each block's keys split over at most 3 work-groups (runs of whole tiles, at most a
-            // third of all the keys' tiles each: a causal prompt's first block in one run, which
+            // third of the longest block's tiles each: a causal prompt's first block in one run, which
             // writes its outputs itself, later ones in two or three, combined by the last to
             // finish); twice, for the counts each launch leaves zero.
             if blocks {

@@ -390,7 +390,8 @@ pub struct AttentionParams {
     pub decode_chunk: u32,
     /// The query-block kernel (a prompt's attention) gives each query block this many
     /// work-groups (runs of whole key tiles), each run at most this fraction of the tiles of
-    /// all the keys: a block with fewer tiles (a causal prompt's first blocks) uses fewer
+    /// the longest block (the keys the last query sees, causal without a window; else all
+    /// the keys): a block with fewer tiles (a causal prompt's first blocks) uses fewer
     /// runs, one where they fit, and the last of a block's runs to finish combines their
     /// partial outputs, maxima and sums (in run order) in the same launch. The causal
     /// prompt's last blocks, which see every key, then take no longer than its first. At

@@ -310,16 +310,29 @@ impl Cx<'_> {
         }
         // The keys this work-group scores: the block's, or its run's whole tiles of them.
         let (k0, k1) = if runs > 1 {
-            // A run takes at most `span` tiles, the share of the longest block (all the keys);
-            // a block with fewer tiles uses fewer runs (its tiles split evenly between them),
-            // and a run past the block's last returns at once: a causal prompt's first blocks
-            // run whole in one work-group, without partials to combine.
-            let span = keys.div_ceil(bk).div_ceil(runs).max(1);
+            // A run takes at most `fbc_span` tiles, the share of the longest block: the keys the
+            // launch's last query sees (causal without a window: a prompt of 512 over a cache of
+            // 2048 sees 512), else all of them. A block with fewer tiles uses fewer runs (its
+            // tiles split evenly between them, never more than `runs`), and a run past the
+            // block's last returns at once: a causal prompt's first blocks run whole in one
+            // work-group, without partials to combine.
+            let longest = match &a.last {
+                Some(last) if a.window == 0 => {
+                    let mut texts = dims.clone();
+                    texts[qd] = w.lit(queries - 1);
+                    let mut texts = self::at(&texts, &w.lit(0), &w.lit(0));
+                    texts.extend((0..k.symbols.len()).map(|j| format!("fbc_sym{j}")));
+                    let e = affine(&last.results[0], &last.vars(), &texts, w)?;
+                    format!("clamp(({e}) + 1, ({ix})0, ({ix}){})", w.lit(keys))
+                }
+                _ => w.lit(keys),
+            };
             let _ = writeln!(
                 s,
-                "  // The block's tiles in runs of at most {span} (one run where they fit), each run's share even.\n  const {ix} fbc_tiles = (fbc_bhi - fbc_blo + {}) / {bk};\n  const {ix} fbc_used = max(({ix})1, (fbc_tiles + {}) / {span});\n  if (fbc_sp >= fbc_used) return;\n  const {ix} fbc_per = (fbc_tiles + fbc_used - 1) / fbc_used;\n  const {ix} fbc_k0 = fbc_blo + min(({ix})fbc_sp * fbc_per, fbc_tiles) * {bk};\n  const {ix} fbc_k1 = min(fbc_bhi, fbc_blo + min(({ix})(fbc_sp + 1) * fbc_per, fbc_tiles) * {bk});",
+                "  // The block's tiles in at most {runs} runs of at most fbc_span (one run where they fit), each run's share even.\n  const {ix} fbc_span = max(({ix})1, (({longest}) + {}) / {});\n  const {ix} fbc_tiles = (fbc_bhi - fbc_blo + {}) / {bk};\n  const {ix} fbc_used = min(({ix}){runs}, max(({ix})1, (fbc_tiles + fbc_span - 1) / fbc_span));\n  if (fbc_sp >= fbc_used) return;\n  const {ix} fbc_per = (fbc_tiles + fbc_used - 1) / fbc_used;\n  const {ix} fbc_k0 = fbc_blo + min(({ix})fbc_sp * fbc_per, fbc_tiles) * {bk};\n  const {ix} fbc_k1 = min(fbc_bhi, fbc_blo + min(({ix})(fbc_sp + 1) * fbc_per, fbc_tiles) * {bk});",
+                bk * runs - 1,
+                bk * runs,
                 bk - 1,
-                span - 1
             );
             ("fbc_k0", "fbc_k1")
         } else {
