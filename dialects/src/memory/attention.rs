@@ -429,8 +429,9 @@ fn scalar_of(
 
 impl Kernel {
     /// [`Kernel::check`] of an attention launch: the operands the parameters call for, `f32`
-    /// values (the output a buffer or an image), maps of `q`, `cos`, `sin` and the output free of the key dimension, the
-    /// `causal` map's form, and each of the three steps' own checks.
+    /// values (the output a buffer, or an image of whole texels of the head), maps of `q`,
+    /// `cos`, `sin` and the output free of the key dimension, the `causal` map's form, and
+    /// each of the three steps' own checks.
     pub(crate) fn check_attention(&self, types: &[MemType]) -> Result<(), KernelError> {
         let Some((a, n)) = self.attention_dims() else {
             return kerr("attention", "not an attention launch");
