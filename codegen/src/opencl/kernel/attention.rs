@@ -60,10 +60,7 @@ impl Cx<'_> {
             let _ = writeln!(s, "  const {ix} d{i} = {e};");
             dims.push(format!("d{i}"));
         }
-        let Some(last) = &a.last else { return Ok((dims, w.lit(0), w.lit(keys))) };
-        let mut texts = at(&dims, &w.lit(0), &w.lit(0));
-        texts.extend((0..k.symbols.len()).map(|j| format!("fbc_sym{j}")));
-        let e = affine(&last.results[0], &last.vars(), &texts, w)?;
+        let Some(e) = self.last_key(&dims)? else { return Ok((dims, w.lit(0), w.lit(keys))) };
         let _ = writeln!(s, "  const {ix} fbc_last = {e};");
         let hi = format!("min(({ix}){}, fbc_last + 1)", w.lit(keys));
         let lo = if a.window > 0 {
@@ -72,6 +69,18 @@ impl Cx<'_> {
             w.lit(0)
         };
         Ok((dims, lo, hi))
+    }
+
+    /// The last key the query at point `dims` sees (the `causal` map over the point and the
+    /// launch's symbols), or `None` without a causal map.
+    fn last_key(&self, dims: &[String]) -> Result<Option<String>, String> {
+        let k = self.k;
+        let Some(last) = k.attention_dims().and_then(|(a, _)| a.last.as_ref()) else {
+            return Ok(None);
+        };
+        let mut texts = at(dims, &self.w.lit(0), &self.w.lit(0));
+        texts.extend((0..k.symbols.len()).map(|j| format!("fbc_sym{j}")));
+        affine(&last.results[0], &last.vars(), &texts, self.w).map(Some)
     }
 
     /// The launch's parameters with the split's scratch, `fbc_part` (partial results) and
@@ -114,9 +123,9 @@ impl Cx<'_> {
         value: impl Fn(&str) -> String,
         i: &str,
     ) -> Result<String, String> {
-        let (a, w, ix) =
-            (self.k.attention_dims().ok_or("not an attention launch")?.1, self.w, self.w.ty());
-        let hd = w.lit(self.k.domain[a]);
+        let head = self.k.attention_dims().ok_or("not an attention launch")?.1;
+        let (w, ix) = (self.w, self.w.ty());
+        let hd = w.lit(self.k.domain[head]);
         let d = at(dims, "e", &w.lit(0));
         if self.is_image(self.out()) {
             let values = (0..4)
@@ -316,13 +325,10 @@ impl Cx<'_> {
             // tiles split evenly between them, never more than `runs`), and a run past the
             // block's last returns at once: a causal prompt's first blocks run whole in one
             // work-group, without partials to combine.
-            let longest = match &a.last {
-                Some(last) if a.window == 0 => {
-                    let mut texts = dims.clone();
-                    texts[qd] = w.lit(queries - 1);
-                    let mut texts = self::at(&texts, &w.lit(0), &w.lit(0));
-                    texts.extend((0..k.symbols.len()).map(|j| format!("fbc_sym{j}")));
-                    let e = affine(&last.results[0], &last.vars(), &texts, w)?;
+            let mut final_query = dims.clone();
+            final_query[qd] = w.lit(queries - 1);
+            let longest = match self.last_key(&final_query)? {
+                Some(e) if a.window == 0 => {
                     format!("clamp(({e}) + 1, ({ix})0, ({ix}){})", w.lit(keys))
                 }
                 _ => w.lit(keys),
@@ -340,9 +346,10 @@ impl Cx<'_> {
         };
         // Staging a tile: each work-item's share of its keys and values into registers first,
         // every read in flight at once and issued before the barrier (other work-items may
-        // still be on the last tile), then into local memory; on an H100 (session 29, the
-        // 512-token Llama 3.2-1B prefill) 0.1066 ms against 0.124 ms staged a value at a time.
-        // A share of more than 16 values (a head of over 64 in a small block) keeps the loop
+        // still be on the last tile), then into local memory. On an H100 (the 512-token Llama
+        // 3.2-1B prefill, one work-group a block) one call measured 0.1066 ms against 0.124 ms
+        // staged a value at a time, a later one 0.1253 / 0.1231 against 0.1253 / 0.1266 ms: no
+        // gain shown side by side, kept as it is not slower. A share of more than 16 values (a head of over 64 in a small block) keeps the loop
         // of single values rather than spill.
         // A tile is a whole number of shares: `g` = 2·(block rows) divides `bk · hd` for every
         // block shape and a head of a multiple of 8 (what takes this form).
