@@ -619,7 +619,7 @@ if want clblast && [ -x devbin/clblast/clblast_bench ]; then
     db_q:8:2048:512:1:0 da_q:2048:8:512:1:0 da_down:8192:8:512:1:0 > $O/clblast.txt 2>&1
 fi
 # A side-by-side of $B and $OLD (part ab): two alternated rounds of `fbc bench --compare
-# fblayout,reuse` on matmul-fb, the Llama training step at sequence 512, MHA C1 and C3 and the
+# fblayout,reuse` (AB_COMPARE: the strategies) on matmul-fb, the Llama training step at sequence 512, MHA C1 and C3 and the
 # SD 1.5 down block, so that a kernel change is measured against the same call's noise (how
 # the four-wide stores of the tiled contraction were measured); AB_GRAPHS narrows the graphs.
 # Results: $O/ab.txt.
@@ -631,7 +631,7 @@ if want ab && [ -n "$OLD" ]; then
       for g in ${AB_GRAPHS:-mfb l512 mha_c1 mha_c3 sdblock}; do
         e=""; case $g in l512|sdblock) e="--entry loss_grad" ;; esac
         echo "=== $g round $round $b" >> $O/ab.txt
-        timeout 150 $b bench $T/$g.fbir $e --device $D --profile $P --compare fblayout,reuse --repeat 10 >> $O/ab.txt 2>&1
+        timeout 150 $b bench $T/$g.fbir $e --device $D --profile $P --compare ${AB_COMPARE:-fblayout,reuse} --repeat 10 >> $O/ab.txt 2>&1
       done
     done
   done

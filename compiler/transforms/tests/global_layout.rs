@@ -384,3 +384,55 @@ fn a_result_the_primary_tile_overpads_keeps_its_own_layout() {
             .unwrap_or_else(|e| panic!("@{f}: {e}"));
     }
 }
+
+/// RoPE is elementwise over its operand with one rotated read along the head (FTI-C): in a
+/// Llama training step it reads the head view of the Q/K projection in the projection's tile
+/// and writes the tile of the attention products reading it, and its adjoint writes the tile
+/// of the projections' weight gradients, so no conversion is left on either side of a rotation
+/// (the linear rotation kernels took two each: four launches a layer forward, four backward).
+/// Under every profile that tiles them, the rotations keep R-Tiles, and the numbers are the
+/// interpreter's before and after.
+#[test]
+fn rotations_read_and_write_the_tiles_around_them() {
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(64),
+        vocab: Some(64),
+        lora_rank: Some(8),
+        training: true,
+        ..Default::default()
+    };
+    let original = fbc_models::build("llama3.2-1b", &opts).expect("fbc gen");
+    for profile in ["nvidia", "mali"] {
+        let mut m = original.clone();
+        let p = fbc_target::builtin(profile).expect("profile");
+        let mut stats = Statistics::default();
+        run_on(&mut m, fbc_transforms::pipeline_for_level(3), &p, &mut stats);
+        let made_by = |v: fbc_ir::Value, names: &[&str]| {
+            m.defining_op(v).is_some_and(|o| names.contains(&m.op(o).name()))
+        };
+        let ropes = ["tensor.rope", "tensor.rope_grad"];
+        let mut tiled = 0;
+        for o in m.all_ops() {
+            let d = m.op(o);
+            let Some(&x) = d.operands.first() else { continue };
+            let name = m.value(x).name.clone();
+            if d.def.is("layout.convert") {
+                assert!(!made_by(x, &ropes), "{profile}: a conversion of {name:?}");
+            }
+            if ropes.contains(&d.name()) {
+                let conv = made_by(x, &["layout.convert"]);
+                assert!(!conv, "{profile}: {name:?} converted for its rotation");
+                let layout = d.attr("fbc.layout").and_then(|a| Layout::from_attr(a).ok());
+                tiled += usize::from(matches!(layout, Some(Layout::RTile(_))));
+            }
+        }
+        // Q and K in `loss`, and in `loss_grad` forward and backward.
+        assert_eq!(tiled, 6, "{profile}: rotations writing R-Tiles");
+        let tol = fbc_runtime::interp::Tolerance { rtol: 1e-4, atol: 1e-5 };
+        for f in ["loss", "loss_grad"] {
+            fbc_runtime::interp::check_equivalent(&original, &m, f, 3, tol)
+                .unwrap_or_else(|e| panic!("{profile} @{f}: {e}"));
+        }
+    }
+}

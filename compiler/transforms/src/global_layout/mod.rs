@@ -111,8 +111,9 @@ pub const NAME: &str = "global-layout";
 pub const MAX_TRIES: usize = 8;
 
 /// Whether an op's kernels address its operands and results as linear memory (gathers, slicing,
-/// concatenation, the rotation of RoPE, calls across the graph boundary): it reads and writes
-/// linear layouts only. Every tensor op answers here.
+/// concatenation, calls across the graph boundary): it reads and writes linear layouts only.
+/// RoPE and its adjoint are not: elementwise but for one read rotated along the head, whose map
+/// composes with an R-Tile's like any other. Every tensor op answers here.
 pub fn linear_only(d: &OpData) -> bool {
     match OpKind::of_op(d) {
         Some(OpKind::Tensor(t)) => match t {
@@ -125,9 +126,7 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::Concat
             | T::UpdateSlice
             | T::CausalMask
-            | T::Attention
-            | T::Rope
-            | T::RopeGrad => true,
+            | T::Attention => true,
             fbc_dialects::tensor_elementwise_vjps!()
             | fbc_dialects::tensor_elementwise_binary!()
             | fbc_dialects::tensor_elementwise_unary!()
@@ -136,6 +135,8 @@ pub fn linear_only(d: &OpData) -> bool {
             | T::Scale
             | T::Select
             | T::Cast
+            | T::Rope
+            | T::RopeGrad
             | T::Matmul
             // Contractions, row-wise statistics and a copy through affine maps (`lower/ops/conv.rs`).
             | T::Conv2d
