@@ -441,6 +441,59 @@ fn an_attention_writes_the_image_its_reader_wants() {
     }
 }
 
+/// A projection whose heads (reshape, transpose) only a fused attention reads: `[1, s, 128]`
+/// into `[1, 4, s, 32]` queries.
+fn projection_then_attention(s: u64, m: u64) -> String {
+    let (x, q, kv) = (
+        format!("tensor<1x{s}x128xf32>"),
+        format!("tensor<1x4x{s}x32xf32>"),
+        format!("tensor<1x2x{m}x32xf32>"),
+    );
+    format!(
+        "func.func @main(%x: {x}, %wq: tensor<128x128xf32>, %k: {kv}, %v: {kv}, %pos: tensor<i32>) -> {q} {{
+  %p = tensor.matmul %x, %wq : ({x}, tensor<128x128xf32>) -> {x}
+  %h = tensor.reshape %p {{shape = [1, {s}, 4, 32]}} : ({x}) -> tensor<1x{s}x4x32xf32>
+  %t = tensor.transpose %h {{perm = [0, 2, 1, 3]}} : (tensor<1x{s}x4x32xf32>) -> {q}
+  %a = tensor.attention %t, %k, %v, %pos {{scale = 0.2, causal = true}} : ({q}, {kv}, {kv}, tensor<i32>) -> {q}
+  func.return %a : {q}
+}}
+"
+    )
+}
+
+/// The attention reads the projection's result in whatever layout the projection wrote it,
+/// through the head view (the view is linear: its only reader addresses linear memory, so
+/// tile-propagate gives it no tile of its own): no conversion launch between the two, at -O3,
+/// in both kernel forms, within `--check`'s bound of the interpreter on OpenCL.
+#[cfg(feature = "opencl")]
+#[test]
+fn an_attention_reads_its_projection_through_the_head_view() {
+    if !common::have_device() {
+        return;
+    }
+    for (s, m, form) in [(64, 80, "query blocks"), (8, 40, "flash-decoding")] {
+        let text = projection_then_attention(s, m);
+        let original = common::parse(&text);
+        let inputs = random_inputs(&original, "main", 11).expect("inputs");
+        let reference =
+            Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
+        for target in ["generic", "nvidia"] {
+            let what = format!("{s} queries, {m} keys, {target}");
+            let profile = fbc_target::builtin(target).expect("profile");
+            let m = common::lower_o3_with(&text, &profile, "auto")
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+            let (out, run) = common::run_main_on_device(&m, kernels, &inputs);
+            // Before, a conversion (`main_convert_t_cv`) copied the heads into a linear buffer.
+            assert!(!out.source.contains("_convert_"), "{what}: {}", out.source);
+            assert!(!out.source.contains("main_copy_"), "{what}: {}", out.source);
+            assert!(out.source.contains(&format!("// Attention, {form}")), "{what}");
+            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
+        }
+    }
+}
+
 /// A random attention case: `(heads of k and v, query heads per k head, head dimension, keys,
 /// queries, rope, causal, window, soft cap)`.
 fn random_case() -> impl Strategy<Value = String> {

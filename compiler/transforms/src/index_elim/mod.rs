@@ -13,6 +13,9 @@
 //!   `fbc.tile_fallback = "<check>: <why>"` and stays a physical transform. A chain without a
 //!   transpose that no reader wants tiled (integer labels flattened for `cross_entropy`, say) is
 //!   a linear view: a row-major buffer re-read in order; it gets `fbc.layout = #layout.linear`.
+//!   So is a chain with a transpose whose every reader addresses linear memory (a fused
+//!   attention reading a projection's heads): those readers read the source through the view's
+//!   map in whatever layout its producer writes, where a tiled view would need a conversion.
 //! - `index-elim` replaces each legal chain by one `layout.remap` of the source whose map is the
 //!   composition of the chain's maps (Eq. 4), so consumers read the source through the map and
 //!   the chain's ops die. Statistics: `eliminated` (reshape/transpose ops gone), `fallback`
@@ -32,7 +35,7 @@ pub mod maps;
 
 use std::collections::HashMap;
 
-use fbc_dialects::kind::{LayoutOp, TensorOp};
+use fbc_dialects::kind::{FuncOp, LayoutOp, TensorOp};
 use fbc_dialects::layout::{Intra, Layout, RTile, Storage};
 use fbc_index::{IndexMap, Limits, Ranges};
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
@@ -208,6 +211,17 @@ impl Pass for TilePropagate {
     }
 }
 
+/// Whether `v` has readers and every one reads it as linear memory (a linear-only op, the
+/// function's return).
+fn linear_readers(m: &Module, v: Value) -> bool {
+    let uses = &m.value(v).uses;
+    !uses.is_empty()
+        && uses.iter().all(|u| {
+            let d = m.op(u.op);
+            crate::global_layout::linear_only(d) || FuncOp::Return.is(d)
+        })
+}
+
 /// Annotates every chain's sink op; returns nothing, records counts in `cx.stats`.
 fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
     let mut cache = HashMap::new();
@@ -222,9 +236,14 @@ fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
             .or_else(|| layout_tile(m, Some(sink_op)))
             .or_else(|| layout_tile(m, m.defining_op(c.source)));
         let moves_data = c.ops.iter().any(|&o| TensorOp::Transpose.is(m.op(o)));
-        if chosen.is_none() && (!moves_data || sink.len() < 2 || source.len() < 2) {
+        if chosen.is_none()
+            && (!moves_data || sink.len() < 2 || source.len() < 2 || linear_readers(m, sink_value))
+        {
             // Nobody wants a tiled layout here and the chain only re-reads a row-major buffer
-            // in order (reshape, broadcast): a linear view, legal without any tile.
+            // in order (reshape, broadcast), or every reader addresses linear memory (a fused
+            // attention reading a projection's heads, a cache update): a linear view, legal
+            // without any tile, so the source's producer writes linear and no conversion
+            // stands between it and the readers.
             m.set_attr(sink_op, "fbc.layout", Layout::Linear.to_attr());
             m.remove_attr(sink_op, "fbc.tile_fallback");
             cx.stats.add("tile-propagate", "linear-views", 1);
