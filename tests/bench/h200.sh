@@ -203,9 +203,10 @@ if want decode; then
       echo "=== inference $e pos=$p $B" >> $R
       timeout 240 $B bench $T/llama_inf.fbir --entry $e --device $D --profile $P --inputs $T/pos.safetensors --repeat 10 >> $R 2>&1
       if [ -n "$OLD" ]; then
-        # OLD_SAME_INPUTS=1: the old binary reads the cache up to the same last position (an
-        # old binary with fused attention and `bench --inputs`), so each pair compares.
-        old_in=""; [ -n "${OLD_SAME_INPUTS:-}" ] && old_in="--inputs $T/pos.safetensors"
+        # The old binary reads the cache up to the same last position, so each pair compares
+        # (without it its position is random: its attention reads other keys). OLD_SAME_INPUTS=0
+        # for an old binary without fused attention or `bench --inputs`.
+        old_in=""; [ "${OLD_SAME_INPUTS:-1}" = 1 ] && old_in="--inputs $T/pos.safetensors"
         echo "=== inference $e pos=$p $OLD $old_in" >> $R
         timeout 240 $OLD bench $T/llama_inf_old.fbir --entry $e --device $D --profile $P $old_in --repeat 10 >> $R 2>&1
       fi
