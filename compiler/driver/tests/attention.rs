@@ -410,34 +410,52 @@ fn an_attention_writes_the_image_its_reader_wants() {
     for (s, m, form) in
         [(64, 80, "query blocks"), (8, 80, "flash-decoding"), (8, 40, "flash-decoding")]
     {
-        let text = attention_then_projection(s, m);
-        let original = common::parse(&text);
-        let inputs = random_inputs(&original, "main", 7).expect("inputs");
-        let reference =
-            Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
-        for target in ["generic", "nvidia"] {
-            let what = format!("{s} queries, {m} keys, {target}");
-            let profile = fbc_target::builtin(target).expect("profile");
-            let m = common::lower_o3_with(&text, &profile, "auto")
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            // The reference executor: the launch's three steps, the last writing the image.
-            let executed = Interpreter::new(&m).run("main", inputs.clone()).expect("executor");
-            close(f32s(&reference[0]), f32s(&executed[0]), &format!("{what}, executor"));
-            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
-            let (out, run) = common::run_main_on_device(&m, kernels, &inputs);
-            let attention = out
-                .source
-                .split("__kernel")
-                .find(|k| k.contains("// Attention, "))
-                .unwrap_or_else(|| panic!("{what}: no attention kernel"));
-            // Before, a conversion kernel (`main_convert_a_cv`) wrote the image from a buffer.
-            assert!(!out.source.contains("main_convert_a"), "{what}: {}", out.source);
-            assert!(attention.contains(&format!("// Attention, {form}")), "{what}");
-            assert!(attention.contains("__write_only image2d_t"), "{what}: {attention}");
-            assert!(attention.contains("write_imagef("), "{what}");
-            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
-            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
-        }
+        o3_on_device(
+            &attention_then_projection(s, m),
+            7,
+            &format!("{s} queries, {m} keys"),
+            |what, lowered, inputs, reference, source| {
+                // The reference executor: the launch's three steps, the last writing the image.
+                let executed =
+                    Interpreter::new(lowered).run("main", inputs.to_vec()).expect("executor");
+                close(f32s(&reference[0]), f32s(&executed[0]), &format!("{what}, executor"));
+                let attention = source
+                    .split("__kernel")
+                    .find(|k| k.contains("// Attention, "))
+                    .unwrap_or_else(|| panic!("{what}: no attention kernel"));
+                // Before, a conversion kernel (`main_convert_a_cv`) wrote the image from a buffer.
+                assert!(!source.contains("main_convert_a"), "{what}: {source}");
+                assert!(attention.contains(&format!("// Attention, {form}")), "{what}");
+                assert!(attention.contains("__write_only image2d_t"), "{what}: {attention}");
+                assert!(attention.contains("write_imagef("), "{what}");
+            },
+        );
+    }
+}
+
+/// For the generic and nvidia profiles: `text`'s `@main` lowered at -O3, handed to `inspect`
+/// (what, the lowered module, the random inputs of `seed`, the interpreter's results, the
+/// OpenCL source), then run on the OpenCL device within `--check`'s bound of the interpreter.
+#[cfg(feature = "opencl")]
+fn o3_on_device(
+    text: &str,
+    seed: u64,
+    label: &str,
+    inspect: impl Fn(&str, &fbc_ir::Module, &[Value], &[Value], &str),
+) {
+    let original = common::parse(text);
+    let inputs = random_inputs(&original, "main", seed).expect("inputs");
+    let reference = Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
+    for target in ["generic", "nvidia"] {
+        let what = format!("{label}, {target}");
+        let profile = fbc_target::builtin(target).expect("profile");
+        let lowered =
+            common::lower_o3_with(text, &profile, "auto").unwrap_or_else(|e| panic!("{what}: {e}"));
+        let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
+        let (out, run) = common::run_main_on_device(&lowered, kernels, &inputs);
+        inspect(&what, &lowered, &inputs, &reference, &out.source);
+        let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+        close(f32s(&reference[0]), f32s(&run.results[0]), &what);
     }
 }
 
@@ -473,24 +491,12 @@ fn an_attention_reads_its_projection_through_the_head_view() {
     }
     for (s, m, form) in [(64, 80, "query blocks"), (8, 40, "flash-decoding")] {
         let text = projection_then_attention(s, m);
-        let original = common::parse(&text);
-        let inputs = random_inputs(&original, "main", 11).expect("inputs");
-        let reference =
-            Interpreter::new(&original).run("main", inputs.clone()).expect("interpreter");
-        for target in ["generic", "nvidia"] {
-            let what = format!("{s} queries, {m} keys, {target}");
-            let profile = fbc_target::builtin(target).expect("profile");
-            let m = common::lower_o3_with(&text, &profile, "auto")
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let kernels = fbc_codegen::opencl::KernelOptions::for_target(&profile);
-            let (out, run) = common::run_main_on_device(&m, kernels, &inputs);
+        o3_on_device(&text, 11, &format!("{s} queries, {m} keys"), |what, _, _, _, source| {
             // Before, a conversion (`main_convert_t_cv`) copied the heads into a linear buffer.
-            assert!(!out.source.contains("_convert_"), "{what}: {}", out.source);
-            assert!(!out.source.contains("main_copy_"), "{what}: {}", out.source);
-            assert!(out.source.contains(&format!("// Attention, {form}")), "{what}");
-            let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
-            close(f32s(&reference[0]), f32s(&run.results[0]), &what);
-        }
+            assert!(!source.contains("_convert_"), "{what}: {source}");
+            assert!(!source.contains("main_copy_"), "{what}: {source}");
+            assert!(source.contains(&format!("// Attention, {form}")), "{what}");
+        });
     }
 }
 

@@ -322,6 +322,19 @@ fn convolution_inputs_go_channel_packed_where_the_model_says() {
     assert!(rec[0]["direct_saves_us"].as_f64().unwrap() < 0.0, "{rec}");
 }
 
+/// A one-layer Llama 3.2 LoRA training step (rank 8) at sequence 64, vocabulary 64.
+fn llama_lora_step() -> Module {
+    let opts = fbc_models::Options {
+        layers: Some(1),
+        seq: Some(64),
+        vocab: Some(64),
+        lora_rank: Some(8),
+        training: true,
+        ..Default::default()
+    };
+    fbc_models::build("llama3.2-1b", &opts).expect("fbc gen")
+}
+
 /// Tile invariance stops where the tile fits the result badly: in a LoRA training step the
 /// rank-8 products `x·A` run in `x`'s tile (32 × 32 on nvidia for most), where a `[64, 8]`
 /// result would be three quarters padding, and the backward's `dY·Bᵀ` (behind which
@@ -332,15 +345,7 @@ fn convolution_inputs_go_channel_packed_where_the_model_says() {
 /// the interpreter's before and after.
 #[test]
 fn a_result_the_primary_tile_overpads_keeps_its_own_layout() {
-    let opts = fbc_models::Options {
-        layers: Some(1),
-        seq: Some(64),
-        vocab: Some(64),
-        lora_rank: Some(8),
-        training: true,
-        ..Default::default()
-    };
-    let original = fbc_models::build("llama3.2-1b", &opts).expect("fbc gen");
+    let original = llama_lora_step();
     let mut m = original.clone();
     let p = fbc_target::builtin("nvidia").expect("nvidia");
     let mut stats = Statistics::default();
@@ -394,15 +399,7 @@ fn a_result_the_primary_tile_overpads_keeps_its_own_layout() {
 /// interpreter's before and after.
 #[test]
 fn rotations_read_and_write_the_tiles_around_them() {
-    let opts = fbc_models::Options {
-        layers: Some(1),
-        seq: Some(64),
-        vocab: Some(64),
-        lora_rank: Some(8),
-        training: true,
-        ..Default::default()
-    };
-    let original = fbc_models::build("llama3.2-1b", &opts).expect("fbc gen");
+    let original = llama_lora_step();
     for profile in ["nvidia", "mali"] {
         let mut m = original.clone();
         let p = fbc_target::builtin(profile).expect("profile");
