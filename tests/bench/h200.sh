@@ -620,8 +620,8 @@ if want clblast && [ -x devbin/clblast/clblast_bench ]; then
     db_q:8:2048:512:1:0 da_q:2048:8:512:1:0 da_down:8192:8:512:1:0 > $O/clblast.txt 2>&1
 fi
 # A side-by-side of $B and $OLD (part ab): two alternated rounds of `fbc bench --compare
-# fblayout,reuse` (AB_COMPARE: the strategies) on matmul-fb, the Llama training step at sequence 512, MHA C1 and C3 and the
-# SD 1.5 down block, so that a kernel change is measured against the same call's noise (how
+# fblayout,reuse` (AB_COMPARE names other strategies) on matmul-fb, the Llama training step at
+# sequence 512, MHA C1 and C3 and the SD 1.5 down block, so that a kernel change is measured against the same call's noise (how
 # the four-wide stores of the tiled contraction were measured); AB_GRAPHS narrows the graphs.
 # Results: $O/ab.txt.
 if want ab && [ -n "$OLD" ]; then

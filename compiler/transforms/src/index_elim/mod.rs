@@ -242,8 +242,8 @@ fn propagate(m: &mut Module, cx: &mut PassContext<'_>, default: [u64; 2]) {
             // Nobody wants a tiled layout here and the chain only re-reads a row-major buffer
             // in order (reshape, broadcast), or every reader addresses linear memory (a fused
             // attention reading a projection's heads, a cache update): a linear view, legal
-            // without any tile, so the source's producer writes linear and no conversion
-            // stands between it and the readers.
+            // without any tile; its readers read the source through its map in whatever layout
+            // the producer writes, with no conversion between them.
             m.set_attr(sink_op, "fbc.layout", Layout::Linear.to_attr());
             m.remove_attr(sink_op, "fbc.tile_fallback");
             cx.stats.add("tile-propagate", "linear-views", 1);
