@@ -349,8 +349,8 @@ impl Cx<'_> {
         // still be on the last tile), then into local memory. On an H100 (the 512-token Llama
         // 3.2-1B prefill, one work-group a block) one call measured 0.1066 ms against 0.124 ms
         // staged a value at a time, a later one 0.1253 / 0.1231 against 0.1253 / 0.1266 ms: no
-        // gain shown side by side, kept as it is not slower. A share of more than 16 values (a head of over 64 in a small block) keeps the loop
-        // of single values rather than spill.
+        // gain shown side by side, kept as it is not slower. A share of more than 16 values (a
+        // head of over 64 in a small block) keeps the loop of single values rather than spill.
         // A tile is a whole number of shares: `g` = 2·(block rows) divides `bk · hd` for every
         // block shape and a head of a multiple of 8 (what takes this form).
         let (tile, per) = (bk * hd, bk * hd / g);

@@ -164,6 +164,12 @@ pub fn linear_only(d: &OpData) -> bool {
     }
 }
 
+/// Whether reader `d` requires its operands linear: a [`linear_only`] op, or the function's
+/// return (results leave the graph row-major).
+pub fn reads_linear(d: &OpData) -> bool {
+    FuncOp::Return.is(d) || linear_only(d)
+}
+
 /// Whether linear-only op `d` (see [`linear_only`]) writes its result in layout `l` all the
 /// same: the attention kernels read linear operands but store each query's outputs through the
 /// result's map, so they write an R-Tile whose texels hold four consecutive values of the head

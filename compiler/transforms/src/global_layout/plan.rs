@@ -32,13 +32,13 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
-use fbc_dialects::kind::{FuncOp, LayoutOp};
+use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::{Layout, Pack};
 use fbc_ir::{FbClass, Module, Op, Type, Value, ValueDef};
 
 use super::{
-    adapt, class, compute_time, convert_time, is_copy, layout_of_attr, linear_only, tensor_bytes,
-    tileable, Ctx, Strategy,
+    adapt, class, compute_time, convert_time, is_copy, layout_of_attr, linear_only, reads_linear,
+    tensor_bytes, tileable, Ctx, Strategy,
 };
 use crate::layout::perf_model::Consumer;
 
@@ -236,7 +236,7 @@ impl<'a> Planner<'a> {
             };
             pl.req[op.index()] = if let Some(k) = anchor {
                 Req::Anchor(k)
-            } else if FuncOp::Return.is(d) || linear_only(d) {
+            } else if reads_linear(d) {
                 Req::Linear
             } else if let Some(i) = retile {
                 Req::Retile(i)

@@ -35,7 +35,7 @@ pub mod maps;
 
 use std::collections::HashMap;
 
-use fbc_dialects::kind::{FuncOp, LayoutOp, TensorOp};
+use fbc_dialects::kind::{LayoutOp, TensorOp};
 use fbc_dialects::layout::{Intra, Layout, RTile, Storage};
 use fbc_index::{IndexMap, Limits, Ranges};
 use fbc_ir::pass::{OptionKind, OptionSpec, PassInfo, PassRegistry};
@@ -211,15 +211,11 @@ impl Pass for TilePropagate {
     }
 }
 
-/// Whether `v` has readers and every one reads it as linear memory (a linear-only op, the
-/// function's return).
+/// Whether `v` has readers and every one reads it as linear memory
+/// ([`crate::global_layout::reads_linear`]).
 fn linear_readers(m: &Module, v: Value) -> bool {
     let uses = &m.value(v).uses;
-    !uses.is_empty()
-        && uses.iter().all(|u| {
-            let d = m.op(u.op);
-            crate::global_layout::linear_only(d) || FuncOp::Return.is(d)
-        })
+    !uses.is_empty() && uses.iter().all(|u| crate::global_layout::reads_linear(m.op(u.op)))
 }
 
 /// Annotates every chain's sink op; returns nothing, records counts in `cx.stats`.
