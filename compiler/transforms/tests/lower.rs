@@ -670,6 +670,40 @@ fn image_outputs_of_every_kernel_kind() {
     }
 }
 
+/// A rotation and its adjoint writing R-Tile images (heads of 16 values, tiles of 4 × 4): the
+/// half test `j < 8` on the head dimension, written over the texel domain, is simplified like
+/// the maps (no division or modulo left in the body), and the partner value is read outside any
+/// `select` (times a sign), so that a kernel reads its texel once for four values.
+#[test]
+fn a_tiled_rotation_tests_its_half_without_division_and_reads_its_partner_unconditionally() {
+    let rt = "#layout.rtile<tile = [4, 4], horizontal = 1>";
+    let src = format!(
+        r#"func.func @f(%x: tensor<2x8x16xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>) {{
+  %r = tensor.rope %x, %cos, %sin {{fbc.layout = {rt}}} : (tensor<2x8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<2x8x16xf32>
+  %g = tensor.rope_grad %r, %cos, %sin {{fbc.layout = {rt}}} : (tensor<2x8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<2x8x16xf32>
+  func.return %r, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> ()
+}}"#
+    );
+    let m = parse(&src);
+    let (after, _) = lowered(&m, "lower-to-memory{fuse=false},plan-memory", "mali");
+    let ks = kernels(&after);
+    let body = |source: &str| {
+        let k = ks.iter().find(|k| k.source == source).unwrap_or_else(|| panic!("{source}"));
+        (k.domain.clone(), k.body.to_string())
+    };
+    // The texels of 2 × (8 × 16) values, split by the maps into (head, tile row, texel
+    // column, row in the tile, channel): the head dimension's index is 4 · column + channel.
+    assert_eq!(
+        body("tensor.rope"),
+        (vec![2, 4, 4, 2, 4], "x0 * x1 + x3 * select(d1 * 4 + d4 < 8, -1.0, 1.0) * x2".to_string())
+    );
+    assert_eq!(
+        body("tensor.rope_grad"),
+        (vec![2, 4, 4, 2, 4], "x0 * x1 + x2 * x3 * select(d1 * 4 + d4 < 8, 1.0, -1.0)".to_string())
+    );
+    same_numbers(&m, &after, "tiled rotations");
+}
+
 /// Products concatenated (the row tiles of a tied LM head, heads written side by side): each
 /// product stores its part of the concatenation through the copy's map, so no copy is left;
 /// the offsets need not be whole texels (6 columns).

@@ -157,6 +157,16 @@ impl Ix {
         })
     }
 
+    /// The expression as an index expression over the dimensions `d0, d1, ...`.
+    pub fn to_expr(&self) -> Expr {
+        match self {
+            Ix::Dim(d) => Expr::dim(*d),
+            Ix::Const(c) => Expr::Const(*c),
+            Ix::Neg(a) => Expr::Neg(Box::new(a.to_expr())),
+            Ix::Bin(op, a, b) => Expr::Bin(*op, Box::new(a.to_expr()), Box::new(b.to_expr())),
+        }
+    }
+
     /// Marks the dimensions the expression reads.
     fn mark(&self, used: &mut [bool]) {
         match self {

@@ -1112,8 +1112,11 @@ impl Lower<'_> {
                         self.read(ops[2], sd, span)?,
                         self.read(ops[0], rot_full, span)?,
                     ];
-                    let rotated = select(first_half, un(U::Neg, x(3)), x(3));
-                    (inputs, add(mul(x(0), x(1)), mul(rotated, x(2))))
+                    // rotate_half(x)[j] = -x[j + h] for j < h, x[j - h] after: the partner
+                    // times a sign, so that the partner is read outside any `select` (one
+                    // texel read for four values where it is an image; exact: a sign flip).
+                    let sign = select(first_half, f(-1.0), f(1.0));
+                    (inputs, add(mul(x(0), x(1)), mul(mul(x(3), sign), x(2))))
                 } else {
                     // dx = dy·cos + (j < h ? dy[j+h]·sin[j+h] : -(dy[j-h]·sin[j-h]))
                     let inputs = vec![
@@ -1122,8 +1125,8 @@ impl Lower<'_> {
                         self.read(ops[0], rot_full, span)?,
                         self.read(ops[2], sd_rot, span)?,
                     ];
-                    let p = mul(x(2), x(3));
-                    (inputs, add(mul(x(0), x(1)), select(first_half, p.clone(), un(U::Neg, p))))
+                    let sign = select(first_half, f(1.0), f(-1.0));
+                    (inputs, add(mul(x(0), x(1)), mul(mul(x(2), x(3)), sign)))
                 };
                 self.elementwise(op, rname(0), shape, inputs, t, body);
             }

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use fbc_dialects::kind::LayoutOp;
 use fbc_dialects::layout::attr::CHANNELS;
 use fbc_dialects::layout::{Intra, Layout, Matrix, Pack, RTile};
+use fbc_dialects::memory::bounds::Ix;
 use fbc_dialects::memory::{Attention, Guard, Iter, Kernel, Scalar, ScalarBin};
 use fbc_index::{BinOp as IndexOp, Expr, IndexMap, Limits, Ranges};
 use fbc_ir::{Diagnostic, Span};
@@ -683,6 +684,9 @@ impl<'m> Mapper<'m> {
             self.split += self.split_dims(&mut k, &mut exprs, image_out);
         }
         self.divmod_after += exprs.iter().flatten().map(Expr::count_divmod).sum::<usize>();
+        if self.simplify {
+            self.simplify_payload_indices(&mut k);
+        }
         let n = k.domain.len();
         if row && image_out {
             // The texel's x and y must not depend on the channel (the last dimension).
@@ -878,6 +882,46 @@ fn subst_payloads(k: &mut LKernel, dims: &[Scalar]) {
     for st in &mut k.stats {
         st.body = subst_dims(&st.body, dims);
         st.epilogue = st.epilogue.as_ref().map(|e| subst_dims(e, dims));
+    }
+}
+
+/// Whether [`expr_scalar`] writes `e` as it is (no operator it does not know).
+fn scalar_expressible(e: &Expr) -> bool {
+    match e {
+        Expr::Const(_) | Expr::Var(_) => true,
+        Expr::Neg(a) => scalar_expressible(a),
+        Expr::Bin(
+            IndexOp::Add | IndexOp::Sub | IndexOp::Mul | IndexOp::FloorDiv | IndexOp::Mod,
+            a,
+            b,
+        ) => scalar_expressible(a) && scalar_expressible(b),
+        _ => false,
+    }
+}
+
+impl Mapper<'_> {
+    /// Simplifies, like the operands' maps, every integer subexpression of domain indices
+    /// that a payload computes with a division or a modulo (a rotation's half test after the
+    /// domain was tiled: `((d0·16 + d1)·2 + d2)·4 + d3) mod 128 floordiv 4 mod 2 · 32 + ...`
+    /// becomes `d2 · 32 + ...`), over the kernel's final domain.
+    fn simplify_payload_indices(&mut self, k: &mut LKernel) {
+        let domain = k.domain.clone();
+        let mut simplify = |e: &Scalar| {
+            map_scalar(e, &mut |s| {
+                let x = Ix::of_scalar(s)?.to_expr();
+                if div_like(&x) == 0 {
+                    return None;
+                }
+                let r = self.simplified(vec![x], &domain).pop()?.to_affine()?;
+                scalar_expressible(&r).then(|| expr_scalar(&r))
+            })
+        };
+        k.body = simplify(&k.body);
+        k.epilogue = k.epilogue.as_ref().map(&mut simplify);
+        for st in &mut k.stats {
+            st.body = simplify(&st.body);
+            st.epilogue = st.epilogue.as_ref().map(&mut simplify);
+        }
     }
 }
 
