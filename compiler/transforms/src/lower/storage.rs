@@ -903,13 +903,17 @@ impl Mapper<'_> {
     /// Simplifies, like the operands' maps, every integer subexpression of domain indices
     /// that a payload computes with a division or a modulo (a rotation's half test after the
     /// domain was tiled: `((d0·16 + d1)·2 + d2)·4 + d3) mod 128 floordiv 4 mod 2 · 32 + ...`
-    /// becomes `d2 · 32 + ...`), over the kernel's final domain.
+    /// becomes `d2 · 32 + ...`), over the kernel's final domain. Only where every value of the
+    /// subexpression fits in 32 bits over the domain: there the payload's wrapping 64-bit
+    /// arithmetic and the simplifier's exact integers agree.
     fn simplify_payload_indices(&mut self, k: &mut LKernel) {
         let domain = k.domain.clone();
+        let Some(points) = fbc_dialects::memory::bounds::domain_box(&domain) else { return };
         let mut simplify = |e: &Scalar| {
             map_scalar(e, &mut |s| {
-                let x = Ix::of_scalar(s)?.to_expr();
-                if div_like(&x) == 0 {
+                let ix = Ix::of_scalar(s)?;
+                let x = ix.to_expr();
+                if div_like(&x) == 0 || !ix.fits_i32(&points) {
                     return None;
                 }
                 let r = self.simplified(vec![x], &domain).pop()?.to_affine()?;
