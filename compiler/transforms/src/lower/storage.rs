@@ -885,20 +885,6 @@ fn subst_payloads(k: &mut LKernel, dims: &[Scalar]) {
     }
 }
 
-/// Whether [`expr_scalar`] writes `e` as it is (no operator it does not know).
-fn scalar_expressible(e: &Expr) -> bool {
-    match e {
-        Expr::Const(_) | Expr::Var(_) => true,
-        Expr::Neg(a) => scalar_expressible(a),
-        Expr::Bin(
-            IndexOp::Add | IndexOp::Sub | IndexOp::Mul | IndexOp::FloorDiv | IndexOp::Mod,
-            a,
-            b,
-        ) => scalar_expressible(a) && scalar_expressible(b),
-        _ => false,
-    }
-}
-
 impl Mapper<'_> {
     /// Simplifies, like the operands' maps, every integer subexpression of domain indices
     /// that a payload computes with a division or a modulo (a rotation's half test after the
@@ -917,7 +903,7 @@ impl Mapper<'_> {
                     return None;
                 }
                 let r = self.simplified(vec![x], &domain).pop()?.to_affine()?;
-                scalar_expressible(&r).then(|| expr_scalar(&r))
+                scalar_of(&r, &|_| None)
             })
         };
         k.body = simplify(&k.body);
@@ -931,22 +917,31 @@ impl Mapper<'_> {
 
 /// An index expression as integer scalar arithmetic (`/` and `%` floor on integers).
 pub(crate) fn expr_scalar(e: &Expr) -> Scalar {
+    // Other operators are not produced by the maps built here.
+    let other = |o: &Expr| Some(Scalar::Int(o.eval(&|_| None).unwrap_or(0)));
+    scalar_of(e, &other).unwrap_or(Scalar::Int(0))
+}
+
+/// [`expr_scalar`] with `other` writing each subexpression whose operator integer scalar
+/// arithmetic lacks (`None` from it: `e` is not written).
+fn scalar_of(e: &Expr, other: &dyn Fn(&Expr) -> Option<Scalar>) -> Option<Scalar> {
     let b = |op, a: &Expr, c: &Expr| {
-        Scalar::Bin(op, Box::new(expr_scalar(a)), Box::new(expr_scalar(c)))
+        Some(Scalar::Bin(op, Box::new(scalar_of(a, other)?), Box::new(scalar_of(c, other)?)))
     };
     match e {
-        Expr::Const(v) => Scalar::Int(*v),
-        Expr::Var(v) => Scalar::Dim(v.trim_start_matches('d').parse().unwrap_or(0)),
+        Expr::Const(v) => Some(Scalar::Int(*v)),
+        Expr::Var(v) => Some(Scalar::Dim(v.trim_start_matches('d').parse().unwrap_or(0))),
         Expr::Bin(IndexOp::Add, a, c) => b(ScalarBin::Add, a, c),
         Expr::Bin(IndexOp::Sub, a, c) => b(ScalarBin::Sub, a, c),
         Expr::Bin(IndexOp::Mul, a, c) => b(ScalarBin::Mul, a, c),
         Expr::Bin(IndexOp::FloorDiv, a, c) => b(ScalarBin::Div, a, c),
         Expr::Bin(IndexOp::Mod, a, c) => b(ScalarBin::Rem, a, c),
-        Expr::Neg(a) => {
-            Scalar::Bin(ScalarBin::Sub, Box::new(Scalar::Int(0)), Box::new(expr_scalar(a)))
-        }
-        // Not produced by the maps built here.
-        other => Scalar::Int(other.eval(&|_| None).unwrap_or(0)),
+        Expr::Neg(a) => Some(Scalar::Bin(
+            ScalarBin::Sub,
+            Box::new(Scalar::Int(0)),
+            Box::new(scalar_of(a, other)?),
+        )),
+        o => other(o),
     }
 }
 
